@@ -1,0 +1,35 @@
+"""augment_ops: register numpy augmentations and look them up by name.
+
+>>> import augment_ops
+>>> @augment_ops.augment_op(num_outputs=2)
+... def halves(img):
+...     return img[:, : img.shape[1] // 2], img[:, img.shape[1] // 2 :]
+>>> "halves" in augment_ops.available()
+True
+"""
+
+from augment_ops import builtin
+from augment_ops.registry import (
+    Op,
+    OpContractError,
+    OpRegistrationError,
+    augment_op,
+    available,
+    get,
+    iter_ops,
+    register,
+    unregister,
+)
+
+__all__ = [
+    "Op",
+    "OpContractError",
+    "OpRegistrationError",
+    "augment_op",
+    "available",
+    "builtin",
+    "get",
+    "iter_ops",
+    "register",
+    "unregister",
+]

@@ -1,0 +1,185 @@
+"""Sharding arithmetic: which manifest indices each shard reads in each epoch, in which order.
+
+Everything here is a pure function of its arguments. Every other part of the package (the source
+that DALI calls, the loader, the distributed helpers) asks these functions rather than slicing
+lists itself, so there is exactly one place where a sample can be lost or duplicated.
+
+How one epoch is laid out, for ``N`` samples, ``S`` shards and batch size ``B``:
+
+1. Every shard computes the same permutation of ``range(N)`` from ``(seed, epoch)`` (or the identity
+   when ``shuffle=False``).
+2. The permutation is cut into ``S`` disjoint contiguous parts, one per shard.
+3. Every shard yields the same number of batches, so DDP ranks never wait on each other.
+
+The ``last_batch`` policy says what happens when ``N`` is not a multiple of ``S * B``. With
+``N=7, S=1, B=2`` and no shuffle:
+
+============  =====================================  ======================================
+policy        batches                                 notes
+============  =====================================  ======================================
+``"pad"``     ``[0 1] [2 3] [4 5] [6 0]``             repeats from the start of the epoch's
+                                                      order fill the last batches; every
+                                                      sample is read; repeats are marked pad
+``"drop"``    ``[0 1] [2 3] [4 5]``                   samples that would not fill equal
+                                                      full batches on every shard are left out
+``"partial"`` ``[0 1] [2 3] [4 5] [6]``               the last batch may be short
+============  =====================================  ======================================
+
+``"partial"`` also keeps batch counts equal across shards. When the samples cannot be split so
+that every shard's last batch holds at least one sample (e.g. ``N=9, S=2, B=4``: 5+4 samples
+would give 2 and 1 batches), the shorter shards get one pad sample, marked as such, in their last
+batch. That is the only case in which ``"partial"`` repeats a sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import numpy as np
+
+__all__ = ["LastBatch", "ShardPlan", "epoch_permutation", "shard_indices", "shard_plan"]
+
+LastBatch = Literal["pad", "drop", "partial"]
+_LAST_BATCH_POLICIES: tuple[str, ...] = get_args(LastBatch)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one shard reads in one epoch.
+
+    ``indices[i]`` is the manifest index of the i-th sample the shard reads; ``is_pad[i]`` marks a
+    repeat added only to even out batches (metrics should ignore it); ``batch_offsets`` has
+    ``num_batches + 1`` entries and batch ``b`` is ``indices[batch_offsets[b]:batch_offsets[b+1]]``.
+    """
+
+    indices: np.ndarray
+    is_pad: np.ndarray
+    batch_offsets: np.ndarray
+
+    @property
+    def num_batches(self) -> int:
+        return len(self.batch_offsets) - 1
+
+    def batch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices and pad flags of batch ``b`` (0-based)."""
+        lo, hi = int(self.batch_offsets[b]), int(self.batch_offsets[b + 1])
+        return self.indices[lo:hi], self.is_pad[lo:hi]
+
+
+def _check_args(
+    num_samples: int, batch_size: int, shard_id: int, num_shards: int, epoch: int, last_batch: str
+) -> None:
+    for name, value in (("num_samples", num_samples), ("batch_size", batch_size),
+                        ("shard_id", shard_id), ("num_shards", num_shards), ("epoch", epoch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}; is the manifest empty?")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_shards < 1:
+        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(
+            f"shard_id must be in [0, num_shards={num_shards}), got {shard_id}; shard_id is the "
+            "global rank, not the local GPU index"
+        )
+    if epoch < 0:
+        raise ValueError(f"epoch must be >= 0, got {epoch}")
+    if last_batch not in _LAST_BATCH_POLICIES:
+        raise ValueError(
+            f"last_batch must be one of {list(_LAST_BATCH_POLICIES)}, got {last_batch!r}"
+        )
+
+
+def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order in which an epoch visits all samples; identical on every shard and process."""
+    if not shuffle:
+        return np.arange(num_samples, dtype=np.int64)
+    # SeedSequence mixes (seed, epoch) so that neighbouring seeds and epochs are unrelated.
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
+    return rng.permutation(num_samples).astype(np.int64)
+
+
+def num_batches_per_shard(
+    num_samples: int, *, batch_size: int, num_shards: int = 1, last_batch: LastBatch = "pad"
+) -> int:
+    """Batches every shard yields per epoch (the same on every shard, by construction)."""
+    _check_args(num_samples, batch_size, 0, num_shards, 0, last_batch)
+    per_round = num_shards * batch_size
+    if last_batch == "drop":
+        return num_samples // per_round
+    return math.ceil(num_samples / per_round)
+
+
+def shard_plan(
+    num_samples: int,
+    *,
+    batch_size: int,
+    shard_id: int = 0,
+    num_shards: int = 1,
+    epoch: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    last_batch: LastBatch = "pad",
+) -> ShardPlan:
+    """The full plan (indices, pad flags, batch boundaries) of one shard in one epoch.
+
+    See the module docstring for the policies. With ``"drop"`` the plan may hold zero batches
+    when ``num_samples < num_shards * batch_size``.
+    """
+    _check_args(num_samples, batch_size, shard_id, num_shards, epoch, last_batch)
+    perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
+    nb = num_batches_per_shard(
+        num_samples, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
+    )
+
+    if last_batch in ("pad", "drop"):
+        per_shard = nb * batch_size
+        lo, hi = shard_id * per_shard, (shard_id + 1) * per_shard
+        # np.resize repeats the permutation cyclically, so pads come from the epoch's start,
+        # and tiny datasets (N < S*B) still fill every batch.
+        padded = np.resize(perm, num_shards * per_shard) if last_batch == "pad" else perm
+        indices = padded[lo:hi]
+        is_pad = np.arange(lo, hi) >= num_samples
+        offsets = np.arange(nb + 1, dtype=np.int64) * batch_size
+        return ShardPlan(indices.astype(np.int64), is_pad, offsets)
+
+    # "partial": split as evenly as possible (sizes q or q+1), then make sure no shard's last
+    # batch is empty by adding one marked pad sample where needed.
+    q, r = divmod(num_samples, num_shards)
+    count = q + (1 if shard_id < r else 0)
+    start = shard_id * q + min(shard_id, r)
+    indices = perm[start:start + count]
+    is_pad = np.zeros(count, dtype=bool)
+    if count <= (nb - 1) * batch_size:
+        indices = np.concatenate([indices, perm[:1]])
+        is_pad = np.concatenate([is_pad, [True]])
+    n = len(indices)
+    offsets = np.minimum(np.arange(nb + 1, dtype=np.int64) * batch_size, n)
+    return ShardPlan(indices.astype(np.int64), is_pad, offsets)
+
+
+def shard_indices(
+    num_samples: int,
+    *,
+    batch_size: int,
+    shard_id: int = 0,
+    num_shards: int = 1,
+    epoch: int = 0,
+    shuffle: bool = True,
+    seed: int = 0,
+    last_batch: LastBatch = "pad",
+) -> np.ndarray:
+    """Manifest indices that shard ``shard_id`` reads in ``epoch``, in reading order.
+
+    Every shard permutes with the same ``(seed, epoch)`` and takes a disjoint part; every shard gets
+    the same number of batches. Consecutive runs of ``batch_size`` entries form the batches (the
+    last one shorter under ``"partial"``). Use :func:`shard_plan` to also get the pad flags.
+    """
+    return shard_plan(
+        num_samples, batch_size=batch_size, shard_id=shard_id, num_shards=num_shards,
+        epoch=epoch, shuffle=shuffle, seed=seed, last_batch=last_batch,
+    ).indices
