@@ -1,0 +1,869 @@
+"""Reading labelled file lists ("manifests") into a validated, immutable :class:`Manifest`.
+
+A manifest lists one sample per line: a file path and one or more labels. Supported layouts:
+
+* CSV (``images/0001.jpg,3``), with or without a header row, quoted paths allowed;
+* TSV (``images/0001.jpg<TAB>3``), with or without a header row;
+* whitespace-separated text (``/home/data/images/1.JPEG 0``), the classic ``train.txt``.
+
+In every layout blank lines and full-line ``#`` comments are skipped, a UTF-8 BOM and CRLF line
+endings are accepted, and every sample remembers its 1-based line in the file so that errors
+anywhere in extsrc can point at ``manifest.csv line 17``.
+
+Public API: :func:`read_manifest` and :class:`Manifest` (plus ``Manifest.from_lists``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import os
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from extsrc.errors import ManifestError, ManifestFileNotFoundError
+
+__all__ = ["Manifest", "read_manifest"]
+
+# Header names recognised without being asked, in order of preference.
+PATH_NAMES: tuple[str, ...] = ("path", "filepath", "filename", "file", "image", "img")
+LABEL_NAMES: tuple[str, ...] = ("label", "labels", "class", "target")
+_KNOWN_NAMES = frozenset(PATH_NAMES + LABEL_NAMES)
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+# ASCII digits only: Python's int() would also accept "1_000" and non-ASCII digits, which
+# are far more likely to be typos than intended labels.
+_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+)\Z")
+_LOOKS_LIKE_FILE_RE = re.compile(r"[/\\]|\.[A-Za-z0-9]{1,5}\Z")
+_WHITESPACE_SEP = r"\s+"
+_FROM_LISTS_SOURCE = "<from_lists>"
+_MAX_MISSING_REPORTED = 5
+
+ColumnSpec = str | int
+LabelColsSpec = str | int | Sequence[str | int]
+HeaderSpec = Literal["infer"] | bool | int | None
+
+
+class _Loc:
+    """Formats "where" for messages: ``manifest.csv line 4`` or ``<from_lists> item 4``."""
+
+    def __init__(self, source: str, unit: str = "line") -> None:
+        self.source = source
+        self.unit = unit
+
+    def at(self, n: int) -> str:
+        return f"{self.source} {self.unit} {n}"
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """An immutable, validated list of samples: resolved file paths and integer labels.
+
+    Attributes:
+        paths: absolute, normalised file paths (``str``), one per sample.
+        labels: read-only ``np.int64`` array, shape ``(N,)`` for one label column or
+            ``(N, k)`` for ``k`` label columns; all values are ``>= 0``.
+        classes: sorted class names when the (single) label column held names; ``labels`` are
+            then indices into it. ``None`` when labels were integers.
+        lines: 1-based line number in ``source`` of every sample.
+        source: the manifest path as given to :func:`read_manifest` (``"<from_lists>"`` for
+            :meth:`from_lists`).
+
+    ``labels`` is always a private read-only copy, so the caller's array is never frozen or
+    aliased. Two manifests are equal when all fields are equal.
+    """
+
+    paths: tuple[str, ...]
+    labels: np.ndarray
+    classes: list[str] | None
+    lines: tuple[int, ...]
+    source: str
+
+    def __post_init__(self) -> None:
+        # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
+        # sequence/array here and storing tuples / a private read-only copy keeps it immutable.
+        source = str(self.source)
+        paths = tuple(self.paths)
+        # all(map(...)) first: per-element Python checks cost seconds on 1M samples.
+        if not (all(map(isinstance, paths, itertools.repeat(str))) and _all_absolute(paths)):
+            i, p = next(
+                (i, p)
+                for i, p in enumerate(paths)
+                if not isinstance(p, str) or not os.path.isabs(p)
+            )
+            raise ManifestError(
+                f"{source}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
+                "use read_manifest() or Manifest.from_lists() to resolve relative paths"
+            )
+        labels = _validated_label_array(self.labels, len(paths), source)
+        line_array = np.asarray(self.lines)
+        if (
+            line_array.shape != (len(paths),)
+            or (line_array.size and line_array.dtype.kind not in "iu")
+            or (line_array.size and line_array.min() < 1)
+        ):
+            raise ManifestError(
+                f"{source}: Manifest.lines must hold one 1-based line number per path "
+                f"({len(paths)}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
+            )
+        lines = tuple(line_array.tolist())
+        classes = None if self.classes is None else list(self.classes)
+        if classes is not None:
+            _validate_classes(classes, labels, source)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "lines", lines)
+        object.__setattr__(self, "classes", classes)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        return (
+            self.paths == other.paths
+            and self.labels.shape == other.labels.shape
+            and bool(np.array_equal(self.labels, other.labels))
+            and self.classes == other.classes
+            and self.lines == other.lines
+            and self.source == other.source
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.fingerprint(), self.source))
+
+    def __repr__(self) -> str:
+        classes = self.classes
+        if classes is not None and len(classes) > 8:
+            shown = ", ".join(repr(c) for c in classes[:8])
+            classes_repr = f"[{shown}, ... ({len(classes)} classes)]"
+        else:
+            classes_repr = repr(classes)
+        return (
+            f"Manifest(source={self.source!r}, samples={len(self)}, "
+            f"labels_shape={self.labels.shape}, classes={classes_repr})"
+        )
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        # cached_property writes straight into __dict__, which a frozen dataclass allows.
+        h = hashlib.sha256()
+        h.update(b"extsrc-manifest-v1\0")
+        h.update(repr((len(self.paths), self.labels.shape)).encode())
+        for p in self.paths:
+            # Length-prefix each path so ("ab", "c") and ("a", "bc") cannot collide.
+            raw = p.encode("utf-8", "surrogateescape")
+            h.update(len(raw).to_bytes(8, "little"))
+            h.update(raw)
+        h.update(np.ascontiguousarray(self.labels, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+    def fingerprint(self) -> str:
+        """SHA-256 hex digest of the resolved paths and the labels (in order).
+
+        ``source``, ``lines`` and ``classes`` are deliberately left out: moving the manifest,
+        adding comments or renaming a class keeps the same samples, so a resume state stays
+        valid; changing any path, label or the sample order changes the fingerprint.
+        """
+        return self._fingerprint
+
+    @classmethod
+    def from_lists(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        labels: Sequence[object] | np.ndarray,
+        *,
+        root: str | os.PathLike[str] | None = None,
+    ) -> Manifest:
+        """Build a manifest in code, with the same label rules as :func:`read_manifest`.
+
+        Args:
+            paths: file paths; relative ones resolve against ``root``.
+            labels: one label per path: integers ``>= 0`` or class names (strings), or one
+                row of integers per path (2-D) for several label columns. Strings that look
+                like integers count as integers; floats and bools are refused.
+            root: folder for relative paths; default: the current working directory.
+
+        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions.
+        """
+        loc = _Loc(_FROM_LISTS_SOURCE, "item")
+        path_cells = [os.fsdecode(os.fspath(p)) for p in paths]
+        n = len(path_cells)
+        arr = np.asarray(labels, dtype=object)
+        if arr.ndim not in (1, 2) or len(arr) != n:
+            raise ManifestError(
+                f"{loc.source}: expected one label (or one row of labels) per path, got labels "
+                f"of shape {arr.shape} for {n} path(s)"
+            )
+        item_lines = list(range(1, n + 1))
+        columns = [arr] if arr.ndim == 1 else [arr[:, j] for j in range(arr.shape[1])]
+        if not columns:
+            raise ManifestError(f"{loc.source}: labels have no columns (shape {arr.shape})")
+        cell_columns = [
+            [_label_cell_from_object(v, loc, line) for v, line in zip(col, item_lines, strict=True)]
+            for col in columns
+        ]
+        names = [f"column {j}" for j in range(len(cell_columns))]
+        label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
+        root_dir = os.path.abspath(os.getcwd() if root is None else os.fspath(root))
+        resolved = _resolve_paths(path_cells, item_lines, loc, root_dir, "the paths list")
+        return cls(
+            paths=tuple(resolved),
+            labels=label_array,
+            classes=classes,
+            lines=tuple(item_lines),
+            source=loc.source,
+        )
+
+
+def read_manifest(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    sep: str | None = None,
+    path_col: ColumnSpec | None = None,
+    label_cols: LabelColsSpec | None = None,
+    header: HeaderSpec = "infer",
+    check_files: bool = False,
+) -> Manifest:
+    """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
+
+    Args:
+        path: the manifest file (UTF-8, optional BOM, LF or CRLF line endings).
+        root: folder that relative paths resolve against; default: the manifest's folder.
+            Paths become ``os.path.normpath(os.path.join(root, p))``; symlinks are not
+            followed, absolute paths are kept. A relative ``root`` is taken from the cwd.
+        sep: field separator. ``None`` sniffs the first non-blank, non-``#`` line: a tab means
+            TSV, else a comma means CSV, else fields are separated by runs of whitespace.
+        path_col: the path column, by header name or 0-based position. Default: the header
+            column named one of ``path, filepath, filename, file, image, img``
+            (case-insensitive), else column 0.
+        label_cols: the label column(s), by name or position, or a sequence of those.
+            Default: the header column named one of ``label, labels, class, target``, else
+            every column after the path column.
+        header: ``True``/``0``: the first data line is a header; ``False``/``None``: there is
+            none; ``"infer"``: decide as follows. If ``path_col``/``label_cols`` name a column,
+            there is a header. Otherwise the first line is a header when (a) its path or label
+            cells include one of the well-known names above (case-insensitive), or (b) one of
+            its label cells is not an integer while that column is an integer on every other
+            line, and its path cell does not look like a file (no ``/`` or ``.ext``), so a
+            mislabelled first sample (``a.jpg,cat``) is reported rather than dropped. A header
+            with other names over class-name labels (``fname,species``) cannot be told apart
+            from data: pass ``header=True``.
+        check_files: check that every listed file exists (raises
+            :class:`~extsrc.errors.ManifestFileNotFoundError` naming the first few missing).
+
+    Rules:
+        * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
+          anywhere else is data (quote a path that starts with ``#``).
+        * Quotes (``"a, b.jpg",3``) protect separators in paths; a quoted field may not span
+          lines. Whitespace around cells is ignored, so paths cannot start or end with spaces.
+        * Trailing empty fields (``a.jpg,3,``) are ignored; more fields than columns is an error.
+        * Labels are integers ``>= 0`` that fit in int64, or, for a single label column, class
+          names (every value a non-integer string): ``classes`` is then the sorted unique names
+          and labels index into it. Mixing the two, floats (``1.0``), empty, negative or too
+          large labels are errors, as are class names when there are several label columns.
+
+    Raises:
+        ManifestFileNotFoundError: the manifest, or (``check_files``) a listed file, is missing.
+        ManifestError: anything malformed; the message names the file and the 1-based line.
+    """
+    source = os.fsdecode(os.fspath(path))
+    text = _read_text(source)
+    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    stripped = list(map(str.strip, physical))
+    data_lines = [
+        (number, physical[number - 1])
+        for number, line in enumerate(stripped, start=1)
+        if line and line[0] != "#"
+    ]
+    if not data_lines:
+        saw_comment = any(line.startswith("#") for line in stripped)
+        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
+        raise ManifestError(
+            f"{source}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
+        )
+
+    if sep is None:
+        sep = _sniff_sep(data_lines[0][1])
+    # Column-major from here on: per-column list operations keep 1M-line manifests fast.
+    columns = _parse_columns(source, data_lines, sep)
+    counts = _field_counts(columns)
+    line_numbers = [number for number, _ in data_lines]
+    loc = _Loc(source)
+
+    first = [col[0] for col in columns]
+    has_header = _decide_header(header, first, columns, path_col, label_cols, source)
+    if has_header:
+        header_line = line_numbers[0]
+        names: list[str] | None = first[: int(counts[0])]
+        columns = [col[1:] for col in columns]
+        counts, line_numbers = counts[1:], line_numbers[1:]
+        if not line_numbers:
+            raise ManifestError(
+                f"{source}: empty manifest (only a header on line {header_line}, no data "
+                f"lines); add lines like {_example_line(sep, source)!r}"
+            )
+        ncols = len(names)
+    else:
+        names = None
+        ncols = int(counts[0])
+
+    path_pos, label_pos = _resolve_columns(names, ncols, path_col, label_cols, loc, line_numbers)
+    col_names = [_column_desc(names, j) for j in label_pos]
+    _check_field_counts(counts, line_numbers, names, ncols, path_pos, label_pos, loc, sep)
+
+    label_columns = [columns[j] for j in label_pos]
+    labels, classes = _parse_labels(label_columns, col_names, line_numbers, loc)
+
+    root_dir = os.path.abspath(
+        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+    )
+    resolved = _resolve_paths(
+        columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
+    )
+    if check_files:
+        _check_files_exist(resolved, line_numbers, loc, root_dir)
+    return Manifest(
+        paths=tuple(resolved),
+        labels=labels,
+        classes=classes,
+        lines=tuple(line_numbers),
+        source=source,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and splitting
+
+
+def _read_text(source: str) -> str:
+    try:
+        with open(source, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ManifestFileNotFoundError(
+            f"{source}: manifest file not found (looked for {os.path.abspath(source)}); "
+            "check the path"
+        ) from None
+    except IsADirectoryError:
+        raise ManifestError(
+            f"{source}: is a directory, not a manifest file; pass the path of the "
+            ".csv/.tsv/.txt file inside it"
+        ) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ManifestError(
+            f"{source} line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
+            f"{e.start}); save the manifest as UTF-8"
+        ) from None
+
+
+def _sniff_sep(first_line: str) -> str:
+    if "\t" in first_line:
+        return "\t"
+    if "," in first_line:
+        return ","
+    return _WHITESPACE_SEP
+
+
+def _example_line(sep: str | None, source: str) -> str:
+    if sep is None:
+        ext = os.path.splitext(source)[1].lower()
+        sep = {".tsv": "\t", ".txt": " "}.get(ext, ",")
+    if sep == _WHITESPACE_SEP:
+        sep = " "
+    return f"images/0001.jpg{sep}3"
+
+
+def _max_fields(texts: list[str], sep: str) -> int:
+    """Upper bound on the fields of any line (quoting can only merge fields, never split)."""
+    if sep == _WHITESPACE_SEP:
+        return max(map(len, map(str.split, texts)))
+    if len(sep) == 1:
+        return max(map(str.count, texts, itertools.repeat(sep))) + 1
+    return max(len(re.split(sep, t)) for t in texts)
+
+
+def _parse_columns(source: str, data_lines: list[tuple[int, str]], sep: str) -> list[list[str]]:
+    """Split data lines into stripped cells with pandas.
+
+    Returns one list per column (as many as the widest line could have), each holding one
+    cell per data line, in order; absent fields are "".
+    """
+    whitespace = sep == _WHITESPACE_SEP
+    # Whitespace layouts: strip each line so indentation never creates an empty first field.
+    texts = [line for _, line in data_lines]
+    if whitespace:
+        texts = list(map(str.strip, texts))
+    width = _max_fields(texts, sep)
+    engine = "c" if whitespace or len(sep) == 1 else "python"
+    kwargs: dict[str, object] = {}
+    if not whitespace:
+        # Lets `a.jpg, "b c"` and ` "a, b.jpg",3` parse as quoted fields.
+        kwargs["skipinitialspace"] = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)
+            frame = pd.read_csv(
+                io.StringIO("\n".join(texts) + "\n"),
+                sep=sep,
+                header=None,
+                names=list(range(width)),
+                index_col=False,
+                # Strings in, conversion by hand: "1.0", "" and "-3" must reach our checks.
+                dtype=str,
+                na_filter=False,
+                keep_default_na=False,
+                # Blank and comment lines are already gone; only full-line comments exist.
+                skip_blank_lines=False,
+                comment=None,
+                quotechar='"',
+                engine=engine,
+                **kwargs,
+            )
+    except pd.errors.ParserError as e:
+        # pandas counts records from 0 in our comment-free text: map back to the file line.
+        match = re.search(r"EOF inside string starting at row (\d+)", str(e))
+        if match and int(match.group(1)) < len(data_lines):
+            raise ManifestError(
+                f"{source} line {data_lines[int(match.group(1))][0]}: unclosed quote '\"' (the "
+                "field runs to the end of the file); close the quote on the same line"
+            ) from None
+        raise ManifestError(
+            f"{source}: cannot split into fields ({e}); check for an unclosed quote '\"'"
+        ) from None
+    if len(frame) != len(data_lines):
+        # Fewer records than lines: a quoted field swallowed a line break.
+        culprit = next(
+            (
+                number
+                for (number, _), t in zip(data_lines, texts, strict=True)
+                if t.count('"') % 2 == 1
+            ),
+            None,
+        )
+        where = f"{source} line {culprit}" if culprit is not None else source
+        raise ManifestError(
+            f"{where}: a quoted field continues onto the next line; line breaks inside paths "
+            "are not supported, so close the quote '\"' on the same line"
+        )
+    # The python engine (regex seps) leaves absent fields as NaN rather than "".
+    return [list(map(str.strip, frame[j].fillna("").astype(object).tolist())) for j in range(width)]
+
+
+def _field_counts(columns: list[list[str]]) -> np.ndarray:
+    """Per line: fields up to the last non-empty one (trailing empty fields are ignored)."""
+    n = len(columns[0])
+    counts = np.zeros(n, dtype=np.int64)
+    for j, col in enumerate(columns):
+        # Later columns overwrite earlier ones, leaving (last non-empty position + 1).
+        counts[np.fromiter(map(bool, col), dtype=bool, count=n)] = j + 1
+    return counts
+
+
+# --------------------------------------------------------------------------------------------
+# Header and columns
+
+
+def _decide_header(
+    header: HeaderSpec,
+    first: list[str],
+    columns: list[list[str]],
+    path_col: ColumnSpec | None,
+    label_cols: LabelColsSpec | None,
+    source: str,
+) -> bool:
+    wants_names = isinstance(path_col, str) or any(
+        isinstance(c, str) for c in _as_label_list(label_cols)
+    )
+    if header is True or (type(header) is int and header == 0):
+        return True
+    if header is False or header is None:
+        if wants_names:
+            raise ManifestError(
+                f"{source}: path_col={path_col!r}, label_cols={label_cols!r} name columns, "
+                "but header=False; pass header=True or give column positions as ints"
+            )
+        return False
+    if header != "infer":
+        raise ManifestError(
+            f"{source}: header must be 'infer', True (or 0) or False (or None), got {header!r}"
+        )
+    if wants_names:
+        return True
+    path_pos = path_col if isinstance(path_col, int) else 0
+    if label_cols is None:
+        label_pos = list(
+            range(path_pos + 1, max((j + 1 for j, c in enumerate(first) if c), default=0))
+        )
+    else:
+        label_pos = [c for c in _as_label_list(label_cols) if isinstance(c, int)]
+    positions = [p for p in [path_pos, *label_pos] if 0 <= p < len(first)]
+    if any(first[p].lower() in _KNOWN_NAMES for p in positions):
+        return True
+    # (b): a non-integer first cell over an otherwise all-integer column is a column name,
+    # unless the row carries a file path: then it is a bad sample, best reported, not dropped.
+    path_cell = first[path_pos] if 0 <= path_pos < len(first) else ""
+    if len(columns[0]) > 1 and not _LOOKS_LIKE_FILE_RE.search(path_cell):
+        for p in label_pos:
+            if not (0 <= p < len(first)) or not first[p] or _INT_RE.match(first[p]):
+                continue
+            if all(map(_INT_RE.match, columns[p][1:])):
+                return True
+    return False
+
+
+def _as_label_list(label_cols: LabelColsSpec | None) -> list[str | int]:
+    if label_cols is None:
+        return []
+    if isinstance(label_cols, (str, int)):
+        return [label_cols]
+    return list(label_cols)
+
+
+def _column_desc(names: list[str] | None, pos: int) -> str:
+    if names is not None and pos < len(names) and names[pos]:
+        return f"column {names[pos]!r}"
+    return f"column {pos}"
+
+
+def _resolve_columns(
+    names: list[str] | None,
+    ncols: int,
+    path_col: ColumnSpec | None,
+    label_cols: LabelColsSpec | None,
+    loc: _Loc,
+    line_numbers: list[int],
+) -> tuple[int, list[int]]:
+    source = loc.source
+
+    def lookup(spec: ColumnSpec, role: str, suggest: list[int]) -> int:
+        if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+            raise ManifestError(
+                f"{source}: {role} must be a column name (str) or position (int), got {spec!r}"
+            )
+        if isinstance(spec, int):
+            if not 0 <= spec < max(ncols, 1):
+                raise ManifestError(
+                    f"{source}: {role}={spec} is out of range; the manifest has {ncols} "
+                    f"column(s) (positions 0..{ncols - 1})"
+                )
+            return spec
+        assert names is not None  # _decide_header guarantees a header when names are used
+        hits = [j for j, name in enumerate(names) if name == spec]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise ManifestError(
+                f"{source}: column {spec!r} appears {len(hits)} times in the header "
+                f"(positions {hits}); rename one or pass {role} as a position"
+            )
+        hint = ""
+        if len(suggest) == 1:
+            hint = f"; pass {role}={names[suggest[0]]!r}"
+        elif suggest:
+            hint = f"; pass {role}= one of {[names[j] for j in suggest]}"
+        raise ManifestError(
+            f"{source}: no column {spec!r}; columns are {names}{hint} "
+            "(the first line was read as the header)"
+        )
+
+    all_cols = list(range(ncols))
+    if path_col is not None:
+        path_pos = lookup(path_col, "path_col", all_cols)
+    else:
+        path_pos = _find_named(names, PATH_NAMES, exclude=None)
+        if path_pos is None:
+            path_pos = 0
+
+    if label_cols is not None:
+        specs = _as_label_list(label_cols)
+        if not specs:
+            raise ManifestError(f"{source}: label_cols is empty; name at least one label column")
+        others = [j for j in all_cols if j != path_pos]
+        label_pos = [lookup(s, "label_cols", others) for s in specs]
+    else:
+        named = _find_named(names, LABEL_NAMES, exclude=path_pos)
+        label_pos = [named] if named is not None else list(range(path_pos + 1, ncols))
+
+    if path_pos in label_pos:
+        raise ManifestError(
+            f"{source}: {_column_desc(names, path_pos)} is both the path column and a label "
+            "column; pass different path_col and label_cols"
+        )
+    if len(set(label_pos)) != len(label_pos):
+        raise ManifestError(f"{source}: label_cols={label_cols!r} lists a column twice")
+    if not label_pos:
+        if names is None:
+            # No header: the first line alone decided the column count.
+            raise ManifestError(
+                f"{loc.at(line_numbers[0])}: expected a path and at least one label, got "
+                f"{ncols} field(s)"
+            )
+        raise ManifestError(
+            f"{source}: no label column: the header {names} has no column named one of "
+            f"{list(LABEL_NAMES)} and none after the path column; pass label_cols=..."
+        )
+    return path_pos, label_pos
+
+
+def _find_named(
+    names: list[str] | None, wanted: tuple[str, ...], exclude: int | None
+) -> int | None:
+    if names is None:
+        return None
+    lowered = [n.lower() for n in names]
+    for want in wanted:
+        for j, name in enumerate(lowered):
+            if name == want and j != exclude:
+                return j
+    return None
+
+
+def _check_field_counts(
+    counts: np.ndarray,
+    line_numbers: list[int],
+    names: list[str] | None,
+    ncols: int,
+    path_pos: int,
+    label_pos: list[int],
+    loc: _Loc,
+    sep: str,
+) -> None:
+    needed = max(path_pos, *label_pos) + 1
+    like = f" (columns {names})" if names is not None else f" like line {line_numbers[0]}"
+    bad = np.flatnonzero((counts > ncols) | (counts < needed))
+    if bad.size:
+        number, count = line_numbers[bad[0]], int(counts[bad[0]])
+        if count > ncols:
+            quote_hint = (
+                '; quote paths that contain the separator, e.g. "a, b.jpg",3'
+                if sep == ","
+                else '; quote paths that contain spaces, e.g. "a b.jpg" 3'
+                if sep == _WHITESPACE_SEP
+                else ""
+            )
+            raise ManifestError(
+                f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}{quote_hint}"
+            )
+        if count < needed:
+            if count < 2:
+                raise ManifestError(
+                    f"{loc.at(number)}: expected a path and at least one label, got "
+                    f"{count} field(s)"
+                )
+            raise ManifestError(f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}")
+
+
+# --------------------------------------------------------------------------------------------
+# Labels
+
+
+def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        raise ManifestError(
+            f"{loc.at(line)}: label {value!r} is a bool; labels must be integers >= 0 or "
+            "class names"
+        )
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (str, float, np.floating)):
+        # Floats become "1.0" / "1.5" so the shared checks refuse them with the usual message.
+        return str(value).strip()
+    raise ManifestError(
+        f"{loc.at(line)}: label {value!r} has type {type(value).__name__}; labels must be "
+        "integers >= 0 or class names (str)"
+    )
+
+
+def _parse_labels(
+    columns: list[list[str]], col_names: list[str], lines: list[int], loc: _Loc
+) -> tuple[np.ndarray, list[str] | None]:
+    """Turn label cells (strings, one list per column) into an int64 array (+ classes)."""
+    several = len(columns) > 1
+    out = np.empty((len(lines), len(columns)), dtype=np.int64)
+    classes: list[str] | None = None
+    for j, (cells, col_name) in enumerate(zip(columns, col_names, strict=True)):
+        where = f" in {col_name}" if several else ""
+        if _all_small_unsigned_ints(cells):
+            out[:, j] = np.fromiter(map(int, cells), dtype=np.int64, count=len(cells))
+            continue
+        # Slow path, cell by cell, to classify and to name the first offending line.
+        ints: list[int] = []  # indices (into cells) of integer-looking cells
+        names: list[int] = []
+        for i, s in enumerate(cells):
+            if not s:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: empty label{where}; every sample needs a label "
+                    "(an integer >= 0 or a class name)"
+                )
+            if _INT_RE.match(s):
+                ints.append(i)
+            elif _FLOAT_RE.match(s):
+                value = float(s)
+                fix = f"; write {int(value)}" if value.is_integer() else ""
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: label {s!r}{where} is not an integer; labels must "
+                    f"be integers >= 0 (class indices), not decimals{fix}"
+                )
+            else:
+                names.append(i)
+        if ints and names:
+            _raise_mixed(cells, ints, names, lines, loc, where)
+        if names:
+            if several:
+                raise ManifestError(
+                    f"{loc.at(lines[names[0]])}: label {cells[names[0]]!r}{where} is a class "
+                    f"name, but only a single label column may hold class names (there are "
+                    f"{len(columns)}: {col_names}); use integer class indices, or pass "
+                    "label_cols=<one column>"
+                )
+            classes = sorted(set(cells))
+            index = {name: k for k, name in enumerate(classes)}
+            out[:, j] = [index[s] for s in cells]
+            continue
+        values = []
+        for i, s in enumerate(cells):
+            v = int(s)
+            if v < 0:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: negative label {s}{where}; labels must be integers "
+                    ">= 0 (class indices)"
+                )
+            if v > _INT64_MAX:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: label {s}{where} does not fit in int64 (max "
+                    f"{_INT64_MAX}); labels must be class indices"
+                )
+            values.append(v)
+        out[:, j] = np.array(values, dtype=np.int64)
+    labels = out[:, 0].copy() if len(columns) == 1 else out
+    return labels, classes
+
+
+def _all_small_unsigned_ints(cells: list[str]) -> bool:
+    """Fast path: every cell is ASCII digits and short enough to fit in int64."""
+    if not cells or not all(cells) or max(map(len, cells)) > 18:
+        return False
+    joined = "".join(cells)
+    return joined.isascii() and joined.isdigit()
+
+
+def _raise_mixed(
+    cells: list[str], ints: list[int], names: list[int], lines: list[int], loc: _Loc, where: str
+) -> None:
+    # Blame the minority kind (ties: whatever the first row is not), pointing at the majority.
+    ints_expected = len(ints) > len(names) or (len(ints) == len(names) and ints[0] < names[0])
+    rule = "labels must be all integers >= 0 or all class names"
+    if ints_expected:
+        bad, ref = names[0], ints[0]
+        raise ManifestError(
+            f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is not an integer; {rule} "
+            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]})"
+        )
+    bad, ref = ints[0], names[0]
+    raise ManifestError(
+        f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is an integer but other labels are "
+        f"class names; {rule} (got a mix: {loc.unit} {lines[ref]} has class name "
+        f"{cells[ref]!r})"
+    )
+
+
+def _validated_label_array(value: object, n: int, source: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.size == 0 and arr.dtype.kind not in "iu":
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ManifestError(
+            f"{source}: Manifest.labels must be an integer array, got dtype {arr.dtype}; "
+            "use Manifest.from_lists() to convert class names"
+        )
+    if arr.ndim not in (1, 2) or len(arr) != n or (arr.ndim == 2 and arr.shape[1] == 0):
+        raise ManifestError(
+            f"{source}: Manifest.labels must have shape ({n},) or ({n}, k), got {arr.shape}"
+        )
+    if arr.size and (arr.min() < 0 or (arr.dtype.kind == "u" and arr.max() > _INT64_MAX)):
+        raise ManifestError(
+            f"{source}: Manifest.labels must be integers >= 0 that fit in int64 "
+            f"(got min {arr.min()}, max {arr.max()})"
+        )
+    labels = arr.astype(np.int64, copy=True)
+    labels.flags.writeable = False
+    return labels
+
+
+def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> None:
+    if not all(isinstance(c, str) for c in classes) or any(
+        a >= b for a, b in itertools.pairwise(classes)
+    ):
+        raise ManifestError(
+            f"{source}: Manifest.classes must be sorted, unique strings, got {classes[:8]!r}"
+        )
+    if labels.ndim != 1:
+        raise ManifestError(
+            f"{source}: Manifest.classes needs a single label column, labels have shape "
+            f"{labels.shape}"
+        )
+    if labels.size and labels.max() >= len(classes):
+        raise ManifestError(
+            f"{source}: label {labels.max()} is out of range for {len(classes)} classes"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Paths
+
+
+def _resolve_paths(
+    cells: list[str], lines: list[int], loc: _Loc, root: str, column: str
+) -> list[str]:
+    if not all(cells):
+        number = lines[cells.index("")]
+        raise ManifestError(
+            f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
+        )
+    # Same as normpath(join(root, cell)) (absolute cells kept), minus join's per-call cost;
+    # normpath does not touch symlinks.
+    normpath = os.path.normpath
+    if os.name == "posix":
+        prefix = os.path.join(root, "")
+        return [normpath(c if c[0] == "/" else prefix + c) for c in cells]
+    return [normpath(os.path.join(root, c)) for c in cells]
+
+
+def _all_absolute(paths: Sequence[str]) -> bool:
+    if os.name == "posix":
+        # os.path.isabs is pure Python; C-level startswith is several times faster.
+        return all(map(str.startswith, paths, itertools.repeat("/")))
+    return all(map(os.path.isabs, paths))
+
+
+def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str) -> None:
+    missing = [(number, p) for p, number in zip(paths, lines, strict=True) if not os.path.isfile(p)]
+    if not missing:
+        return
+    first_line, first_path = missing[0]
+    context = f"resolved against root {root}; pass root=... if paths are relative to another folder"
+    if len(missing) == 1:
+        detail = f"({context})"
+    else:
+        shown = "; ".join(f"{loc.unit} {n}: {p}" for n, p in missing[:_MAX_MISSING_REPORTED])
+        more = len(missing) - _MAX_MISSING_REPORTED
+        tail = f"; and {more} more" if more > 0 else ""
+        detail = f"({len(missing)} of {len(paths)} files missing: {shown}{tail}; {context})"
+    raise ManifestFileNotFoundError(f"{loc.at(first_line)}: file not found: {first_path} {detail}")

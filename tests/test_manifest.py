@@ -1,0 +1,583 @@
+"""Tests for extsrc.manifest: every manifest layout, its quirks, and every error message."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from extsrc.errors import ExtsrcError, ManifestError, ManifestFileNotFoundError
+from extsrc.manifest import Manifest, read_manifest
+
+
+def write(path: Path, data: bytes) -> Path:
+    # Explicit bytes so BOMs, CRLF and tabs reach the parser exactly as written.
+    path.write_bytes(data)
+    return path
+
+
+def resolved(folder: Path, *names: str) -> tuple[str, ...]:
+    return tuple(os.path.normpath(os.path.join(folder, n)) for n in names)
+
+
+# ------------------------------------------------------------------------------------------
+# CSV
+
+
+def test_csv_with_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"path,label\nimages/a.jpg,3\nimages/b.jpg,0\n")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "images/a.jpg", "images/b.jpg")
+    assert m.labels.tolist() == [3, 0]
+    assert m.labels.dtype == np.int64 and m.labels.shape == (2,)
+    assert m.classes is None
+    assert m.lines == (2, 3)
+    assert m.source == str(f)
+    assert len(m) == 2
+
+
+def test_csv_reordered_named_columns(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"id,Label,Image\n7,1,a.jpg\n8,2,b.jpg\n")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [1, 2]
+
+
+def test_csv_columns_by_name(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n")
+    m = read_manifest(f, path_col="file_name", label_cols="x")
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [9, 8]
+
+
+def test_csv_columns_by_position_with_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n")
+    m = read_manifest(f, path_col=2, label_cols=0, header=True)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [5, 6]
+    assert m.lines == (2, 3)
+
+
+def test_csv_columns_by_position_without_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"5,a.jpg,9\n6,b.jpg,8\n")
+    m = read_manifest(f, path_col=1, label_cols=[2])
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [9, 8]
+    assert m.lines == (1, 2)
+
+
+def test_csv_without_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"a.jpg,3\nb.jpg,4\n")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [3, 4]
+    assert m.lines == (1, 2)
+
+
+def test_header_inferred_from_non_integer_label_cell(tmp_path: Path) -> None:
+    # Unknown column names, but "y" over an all-integer column can only be a header.
+    f = write(tmp_path / "m.csv", b"fname,y\na.jpg,3\nb.jpg,4\n")
+    m = read_manifest(f)
+    assert m.labels.tolist() == [3, 4]
+    assert m.lines == (2, 3)
+
+
+def test_bad_first_sample_is_not_taken_for_a_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,cat\nb.jpg,1\nc.jpg,2\n")
+    with pytest.raises(ManifestError, match=r"line 1: label 'cat' is not an integer.*line 2 has"):
+        read_manifest(f)
+
+
+@pytest.mark.parametrize("header", [True, 0])
+def test_explicit_header(tmp_path: Path, header: object) -> None:
+    f = write(tmp_path / "m.csv", b"fname,species\na.jpg,cat\nb.jpg,dog\n")
+    m = read_manifest(f, header=header)  # type: ignore[arg-type]
+    assert m.classes == ["cat", "dog"]
+    assert m.lines == (2, 3)
+
+
+@pytest.mark.parametrize("header", [False, None])
+def test_explicit_no_header(tmp_path: Path, header: object) -> None:
+    # "label.jpg" would not trigger inference anyway; "image" as a path would.
+    f = write(tmp_path / "m.csv", b"image,3\nb.jpg,4\n")
+    m = read_manifest(f, header=header)  # type: ignore[arg-type]
+    assert m.paths == resolved(tmp_path, "image", "b.jpg")
+    assert m.labels.tolist() == [3, 4]
+
+
+def test_quoted_paths_with_commas_and_spaces(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b'path,label\n"a, b.jpg",3\n"my dir/c d.jpg",4\n"q""x.jpg",5\n')
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a, b.jpg", "my dir/c d.jpg", 'q"x.jpg')
+    assert m.labels.tolist() == [3, 4, 5]
+
+
+def test_hash_inside_csv_path_is_data(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b'a#1.jpg,3\n"#b.jpg",4\n#c.jpg,5\n')
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a#1.jpg", "#b.jpg")
+    assert m.lines == (1, 2)
+
+
+def test_utf8_bom_and_crlf(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "m.csv", b"\xef\xbb\xbfpath,label\r\nd\xc3\xa9j\xc3\xa0.jpg,1\r\nb.jpg,2\r\n"
+    )
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "déjà.jpg", "b.jpg")
+    assert m.labels.tolist() == [1, 2]
+    assert m.lines == (2, 3)
+
+
+def test_bom_without_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"\xef\xbb\xbfa.jpg,1\r\nb.jpg,2")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+
+
+def test_spaces_around_cells_are_ignored(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b'path, label\n a.jpg , 3\n "b, c.jpg", 4 \n')
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b, c.jpg")
+    assert m.labels.tolist() == [3, 4]
+
+
+def test_trailing_empty_field_is_ignored(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"a.jpg,3,\nb.jpg,4,\n")
+    assert read_manifest(f).labels.tolist() == [3, 4]
+
+
+def test_na_like_strings_are_not_missing(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"NA,1\nnan,2\nNULL,3\n")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "NA", "nan", "NULL")
+
+
+# ------------------------------------------------------------------------------------------
+# TSV and whitespace text
+
+
+def test_tsv(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.tsv", b"path\tlabel\na b.jpg\t3\nc,d.jpg\t4\n")
+    m = read_manifest(f)
+    assert m.paths == resolved(tmp_path, "a b.jpg", "c,d.jpg")
+    assert m.labels.tolist() == [3, 4]
+
+
+def test_tsv_without_header_crlf(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.tsv", b"a.jpg\t3\r\nb.jpg\t4\r\n")
+    m = read_manifest(f)
+    assert m.labels.tolist() == [3, 4]
+    assert m.lines == (1, 2)
+
+
+def test_whitespace_text_with_blanks_and_comments(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "train.txt",
+        b"# ImageNet subset\n"
+        b"\n"
+        b"/home/data/images/1.JPEG 0\n"
+        b"   # indented comment\n"
+        b"\t\n"
+        b"/home/data/images/2.JPEG\t\t 7\n"
+        b"  /home/data/images/3.JPEG   12  \n"
+        b'"/home/data/my images/4.JPEG" 5\n'
+        b"\n",
+    )
+    m = read_manifest(f)
+    assert m.paths == (
+        "/home/data/images/1.JPEG",
+        "/home/data/images/2.JPEG",
+        "/home/data/images/3.JPEG",
+        "/home/data/my images/4.JPEG",
+    )
+    assert m.labels.tolist() == [0, 7, 12, 5]
+    assert m.lines == (3, 6, 7, 8)
+
+
+def test_whitespace_text_with_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.txt", b"path label\na.jpg 1\n")
+    m = read_manifest(f)
+    assert m.lines == (2,)
+
+
+def test_explicit_sep_overrides_sniffing(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.txt", b"a,b.jpg;3\nc d.jpg;4\n")
+    m = read_manifest(f, sep=";")
+    assert m.paths == resolved(tmp_path, "a,b.jpg", "c d.jpg")
+    assert m.labels.tolist() == [3, 4]
+
+
+# ------------------------------------------------------------------------------------------
+# Labels
+
+
+def test_multiple_label_columns(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"path,a,b,c\nx.jpg,1,2,3\ny.jpg,4,5,6\n")
+    m = read_manifest(f)
+    assert m.labels.shape == (2, 3)
+    assert m.labels.tolist() == [[1, 2, 3], [4, 5, 6]]
+
+
+def test_multiple_label_columns_by_name(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"a,path,b,c\n1,x.jpg,2,3\n4,y.jpg,5,6\n")
+    m = read_manifest(f, label_cols=["c", "a"])
+    assert m.labels.tolist() == [[3, 1], [6, 4]]
+
+
+def test_class_names(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"path,label\na.jpg,dog\nb.jpg,cat\nc.jpg,dog\nd.jpg,ant\n")
+    m = read_manifest(f)
+    assert m.classes == ["ant", "cat", "dog"]
+    assert m.labels.tolist() == [2, 1, 2, 0]
+    assert m.labels.dtype == np.int64
+
+
+def test_class_names_without_header_in_text(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.txt", b"a.jpg tabby_cat\nb.jpg golden-retriever\n")
+    m = read_manifest(f)
+    assert m.classes == ["golden-retriever", "tabby_cat"]
+    assert m.labels.tolist() == [1, 0]
+
+
+def test_large_labels_arrive_intact(tmp_path: Path) -> None:
+    big = 2**40
+    f = write(tmp_path / "m.csv", f"a.jpg,300\nb.jpg,70000\nc.jpg,{big}\nd.jpg,+5\n".encode())
+    m = read_manifest(f)
+    assert m.labels.dtype == np.int64
+    assert m.labels.tolist() == [300, 70000, big, 5]
+
+
+def test_int64_max_label(tmp_path: Path) -> None:
+    top = 2**63 - 1
+    f = write(tmp_path / "m.csv", f"a.jpg,{top}\n".encode())
+    assert read_manifest(f).labels.tolist() == [top]
+
+
+# ------------------------------------------------------------------------------------------
+# Paths
+
+
+def test_relative_paths_resolve_against_manifest_folder(tmp_path: Path, monkeypatch) -> None:
+    sub = tmp_path / "lists"
+    sub.mkdir()
+    f = write(sub / "m.csv", b"../images/./a.jpg,1\nb.jpg,2\n")
+    monkeypatch.chdir(tmp_path)  # the cwd must not matter
+    m = read_manifest(Path("lists") / "m.csv")
+    assert m.paths == (str(tmp_path / "images" / "a.jpg"), str(sub / "b.jpg"))
+    assert m.source == os.path.join("lists", "m.csv")
+    assert f.exists()
+
+
+def test_relative_paths_resolve_against_root(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"a.jpg,1\nsub/b.jpg,2\n")
+    m = read_manifest(f, root=tmp_path / "data")
+    assert m.paths == (str(tmp_path / "data" / "a.jpg"), str(tmp_path / "data" / "sub" / "b.jpg"))
+
+
+def test_absolute_paths_kept(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"/abs/x//y/../a.jpg,1\nrel.jpg,2\n")
+    m = read_manifest(f, root="/elsewhere")
+    assert m.paths == ("/abs/x/a.jpg", "/elsewhere/rel.jpg")
+
+
+def test_symlinks_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    f = write(tmp_path / "m.csv", b"link/a.jpg,1\n")
+    assert read_manifest(f).paths == (str(tmp_path / "link" / "a.jpg"),)
+
+
+def test_check_files_passes_when_files_exist(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"")
+    (tmp_path / "b c.jpg").write_bytes(b"")
+    f = write(tmp_path / "m.csv", b'a.jpg,1\n"b c.jpg",2\n')
+    assert len(read_manifest(f, check_files=True)) == 2
+
+
+# ------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_missing_manifest(tmp_path: Path) -> None:
+    with pytest.raises(ManifestFileNotFoundError, match=r"nope\.csv: manifest file not found"):
+        read_manifest(tmp_path / "nope.csv")
+    with pytest.raises(FileNotFoundError):
+        read_manifest(tmp_path / "nope.csv")
+
+
+def test_error_hierarchy() -> None:
+    assert issubclass(ManifestError, ExtsrcError)
+    assert issubclass(ManifestError, ValueError)
+    assert issubclass(ManifestFileNotFoundError, ManifestError)
+    assert issubclass(ManifestFileNotFoundError, FileNotFoundError)
+
+
+def test_missing_named_column(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,y\na.jpg,1\n")
+    msg = r"manifest\.csv: no column 'label'; columns are \['path', 'y'\]; pass label_cols='y'"
+    with pytest.raises(ManifestError, match=msg):
+        read_manifest(f, label_cols="label")
+
+
+def test_missing_path_column(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"file_name,label\na.jpg,1\n")
+    with pytest.raises(ManifestError, match=r"no column 'path'.*pass path_col="):
+        read_manifest(f, path_col="path")
+
+
+def test_column_position_out_of_range(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,1\n")
+    with pytest.raises(ManifestError, match=r"label_cols=5 is out of range.*2 column"):
+        read_manifest(f, label_cols=5)
+
+
+def test_missing_label_field(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,label\na.jpg,1\nb.jpg\nc.jpg,2\n")
+    msg = r"manifest\.csv line 3: expected a path and at least one label, got 1 field\(s\)"
+    with pytest.raises(ManifestError, match=msg):
+        read_manifest(f)
+
+
+def test_single_column_file(tmp_path: Path) -> None:
+    f = write(tmp_path / "list.txt", b"\n# files\na.jpg\nb.jpg\n")
+    with pytest.raises(ManifestError, match=r"list\.txt line 3: expected a path and at least one"):
+        read_manifest(f)
+
+
+def test_too_many_fields_suggests_quoting(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,1\nb, c.jpg,2\n")
+    with pytest.raises(
+        ManifestError, match=r"line 2: expected 2 field\(s\) like line 1, got 3.*quote"
+    ):
+        read_manifest(f)
+
+
+def test_non_integer_label_mixed_with_integers(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,label\na.jpg,3\nb.jpg,4\nc.jpg,cat\n")
+    msg = (
+        r"manifest\.csv line 4: label 'cat' is not an integer; labels must be all integers >= 0 "
+        r"or all class names \(got a mix: line 2 has integer 3\)"
+    )
+    with pytest.raises(ManifestError, match=msg):
+        read_manifest(f)
+
+
+def test_integer_among_class_names(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,cat\nb.jpg,dog\nc.jpg,7\n")
+    with pytest.raises(ManifestError, match=r"line 3: label '7' is an integer.*line 1 has class"):
+        read_manifest(f)
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"), [("1.5", ""), ("1.0", "; write 1"), ("2e3", "; write 2000")]
+)
+def test_float_label(tmp_path: Path, value: str, fix: str) -> None:
+    f = write(tmp_path / "manifest.csv", f"a.jpg,1\nb.jpg,{value}\n".encode())
+    msg = rf"manifest\.csv line 2: label '{re.escape(value)}' is not an integer; labels must be"
+    with pytest.raises(ManifestError, match=msg) as info:
+        read_manifest(f)
+    assert "not decimals" in str(info.value)
+    assert str(info.value).endswith("not decimals" + fix)
+
+
+def test_negative_label_after_blank_and_comment_lines(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "train.txt", b"# header comment\n\na.jpg 1\n\n  # note\nb.jpg 2\nc.jpg -1\n"
+    )
+    msg = r"train\.txt line 7: negative label -1; labels must be integers >= 0 \(class indices\)"
+    with pytest.raises(ManifestError, match=msg):
+        read_manifest(f)
+
+
+def test_line_numbers_with_crlf_bom_header_and_comments(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "manifest.csv",
+        b"\xef\xbb\xbf# made by hand\r\npath,label\r\n\r\n# skip\r\na.jpg,1\r\n\r\nb.jpg,x1\r\n",
+    )
+    with pytest.raises(ManifestError, match=r"manifest\.csv line 7: label 'x1' is not an integer"):
+        read_manifest(f)
+
+
+def test_empty_label(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,a,b\nx.jpg,1,2\ny.jpg,,3\n")
+    with pytest.raises(ManifestError, match=r"line 3: empty label in column 'a'"):
+        read_manifest(f)
+
+
+def test_empty_path(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n"",2\n')
+    with pytest.raises(ManifestError, match=r"manifest\.csv line 2: empty path"):
+        read_manifest(f)
+
+
+def test_label_overflowing_int64(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", f"a.jpg,1\nb.jpg,{2**63}\n".encode())
+    with pytest.raises(ManifestError, match=r"line 2: label 9223372036854775808 does not fit"):
+        read_manifest(f)
+
+
+def test_class_names_in_several_label_columns(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,a,b\nx.jpg,1,cat\ny.jpg,2,dog\n")
+    with pytest.raises(ManifestError, match=r"line 2: .*only a single label column may hold class"):
+        read_manifest(f)
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"")
+    msg = r"manifest\.csv: empty manifest \(no data lines\); add lines like 'images/0001\.jpg,3'"
+    with pytest.raises(ManifestError, match=msg):
+        read_manifest(f)
+
+
+def test_only_comments(tmp_path: Path) -> None:
+    f = write(
+        tmp_path / "train.txt", b"\xef\xbb\xbf# nothing yet\r\n\r\n   \r\n# still nothing\r\n"
+    )
+    with pytest.raises(ManifestError, match=r"train\.txt: empty manifest \(only blank and '#'"):
+        read_manifest(f)
+
+
+def test_only_header(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"path,label\n")
+    with pytest.raises(ManifestError, match=r"empty manifest \(only a header on line 1"):
+        read_manifest(f)
+
+
+def test_quoted_newline_rejected(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n"b\nc.jpg",2\nd.jpg,3\n')
+    with pytest.raises(ManifestError, match=r"line 2: a quoted field continues onto the next"):
+        read_manifest(f)
+
+
+def test_unclosed_quote(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n\n"b.jpg,2\n')
+    with pytest.raises(ManifestError, match=r"manifest\.csv line 3: .*quote"):
+        read_manifest(f)
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,1\n\xff.jpg,2\n")
+    with pytest.raises(ManifestError, match=r"manifest\.csv line 2: not valid UTF-8"):
+        read_manifest(f)
+
+
+def test_missing_file_with_check_files(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"")
+    f = write(tmp_path / "manifest.csv", b"path,label\na.jpg,1\n\n# gap\nx.jpg,2\n")
+    missing = re.escape(str(tmp_path / "x.jpg"))
+    root = re.escape(str(tmp_path))
+    msg = rf"manifest\.csv line 5: file not found: {missing} \(resolved against root {root}; pass"
+    with pytest.raises(ManifestFileNotFoundError, match=msg):
+        read_manifest(f, check_files=True)
+    with pytest.raises(FileNotFoundError):
+        read_manifest(f, check_files=True)
+
+
+def test_many_missing_files_reported_together(tmp_path: Path) -> None:
+    body = "".join(f"img{i}.jpg,{i}\n" for i in range(8)).encode()
+    f = write(tmp_path / "manifest.csv", body)
+    with pytest.raises(ManifestFileNotFoundError) as info:
+        read_manifest(f, check_files=True)
+    text = str(info.value)
+    assert text.startswith(f"{f} line 1: file not found: {tmp_path / 'img0.jpg'}")
+    assert "8 of 8 files missing" in text
+    assert "line 5: " in text and "line 6: " not in text
+    assert "and 3 more" in text
+
+
+def test_wrong_header_argument(tmp_path: Path) -> None:
+    f = write(tmp_path / "manifest.csv", b"a.jpg,1\n")
+    with pytest.raises(ManifestError, match=r"header must be"):
+        read_manifest(f, header=3)
+    with pytest.raises(ManifestError, match=r"header=False"):
+        read_manifest(f, header=False, path_col="path")
+
+
+# ------------------------------------------------------------------------------------------
+# Manifest object
+
+
+def test_fingerprint(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.csv", b"x.jpg,1\ny.jpg,2\n")
+    b = write(tmp_path / "b.csv", b"# same samples, other layout\nx.jpg 1\n\ny.jpg 2\n")
+    c = write(tmp_path / "c.csv", b"x.jpg,1\ny.jpg,3\n")
+    fa = read_manifest(a).fingerprint()
+    assert re.fullmatch(r"[0-9a-f]{64}", fa)
+    assert fa == read_manifest(a).fingerprint()
+    assert fa == read_manifest(b).fingerprint()
+    assert fa != read_manifest(c).fingerprint()
+    assert fa != read_manifest(a, root=tmp_path / "other").fingerprint()
+
+
+def test_labels_read_only(tmp_path: Path) -> None:
+    m = read_manifest(write(tmp_path / "m.csv", b"a.jpg,1\n"))
+    assert not m.labels.flags.writeable
+    with pytest.raises(ValueError):
+        m.labels[0] = 5
+
+
+def test_frozen(tmp_path: Path) -> None:
+    m = read_manifest(write(tmp_path / "m.csv", b"a.jpg,1\n"))
+    with pytest.raises(AttributeError):
+        m.paths = ()  # type: ignore[misc]
+
+
+def test_equality_and_hash(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"a.jpg,1\nb.jpg,2\n")
+    assert read_manifest(f) == read_manifest(f)
+    assert hash(read_manifest(f)) == hash(read_manifest(f))
+
+
+def test_from_lists_ints(tmp_path: Path) -> None:
+    m = Manifest.from_lists(["a.jpg", tmp_path / "b.jpg"], [3, np.int64(70000)], root=tmp_path)
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
+    assert m.labels.tolist() == [3, 70000]
+    assert m.lines == (1, 2)
+    assert m.source == "<from_lists>"
+    assert m.classes is None
+
+
+def test_from_lists_class_names_and_default_root(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    m = Manifest.from_lists(["a.jpg", "b.jpg", "c.jpg"], ["dog", "cat", "dog"])
+    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg", "c.jpg")
+    assert m.classes == ["cat", "dog"]
+    assert m.labels.tolist() == [1, 0, 1]
+
+
+def test_from_lists_empty() -> None:
+    m = Manifest.from_lists([], [], root="/r")
+    assert len(m) == 0 and m.labels.dtype == np.int64
+
+
+def test_from_lists_2d_labels(tmp_path: Path) -> None:
+    m = Manifest.from_lists(["a", "b"], np.array([[1, 2], [3, 4]], dtype=np.uint8), root="/r")
+    assert m.labels.dtype == np.int64 and m.labels.shape == (2, 2)
+
+
+def test_from_lists_errors() -> None:
+    with pytest.raises(ManifestError, match=r"<from_lists> item 2: negative label -1"):
+        Manifest.from_lists(["a", "b"], [0, -1], root="/r")
+    with pytest.raises(ManifestError, match=r"<from_lists> item 1: label '1\.5' is not an integer"):
+        Manifest.from_lists(["a"], [1.5], root="/r")
+    with pytest.raises(ManifestError, match=r"item 2: label 'cat' is not an integer.*item 1"):
+        Manifest.from_lists(["a", "b", "c"], [1, "cat", 2], root="/r")
+    with pytest.raises(ManifestError, match=r"one label .* per path"):
+        Manifest.from_lists(["a", "b"], [1], root="/r")
+
+
+def test_direct_construction_copies_and_validates() -> None:
+    arr = np.array([1, 2])
+    m = Manifest(paths=["/a", "/b"], labels=arr, classes=None, lines=[1, 2], source="x")
+    assert arr.flags.writeable  # the caller's array is not frozen
+    assert m.paths == ("/a", "/b") and m.lines == (1, 2)
+    with pytest.raises(ManifestError, match="integer array"):
+        Manifest(paths=("/a",), labels=np.array([1.0]), classes=None, lines=(1,), source="x")
+    with pytest.raises(ManifestError, match="absolute"):
+        Manifest(paths=("a",), labels=np.array([1]), classes=None, lines=(1,), source="x")
+    with pytest.raises(ManifestError, match="out of range"):
+        Manifest(paths=("/a",), labels=np.array([2]), classes=["x", "y"], lines=(1,), source="x")
