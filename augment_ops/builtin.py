@@ -6,6 +6,8 @@ with ``Op.implement`` must match. Random ops draw only from the ``rng`` they are
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from augment_ops.registry import augment_op
@@ -15,7 +17,7 @@ __all__ = [
 ]
 
 
-@augment_op(num_outputs=4, min_size=2)
+@augment_op(num_outputs=4, min_size=2, gpu=True)
 def grid2x2(img: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Four quadrant tiles: top-left, top-right, bottom-left, bottom-right.
 
@@ -27,19 +29,19 @@ def grid2x2(img: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]
 
 
-@augment_op
+@augment_op(gpu=True)
 def hflip(img: np.ndarray) -> np.ndarray:
     """Mirror left-right."""
     return img[:, ::-1]
 
 
-@augment_op
+@augment_op(gpu=True)
 def vflip(img: np.ndarray) -> np.ndarray:
     """Mirror top-bottom."""
     return img[::-1]
 
 
-@augment_op
+@augment_op(gpu=True)
 def rot90(img: np.ndarray, k: int = 1) -> np.ndarray:
     """Rotate by ``k`` quarter turns counter-clockwise."""
     return np.rot90(img, k=k, axes=(0, 1))
@@ -53,13 +55,13 @@ def grayscale(img: np.ndarray) -> np.ndarray:
     return np.repeat(y[..., None], 3, axis=2)
 
 
-@augment_op
+@augment_op(gpu=True)
 def random_hflip(img: np.ndarray, rng: np.random.Generator, p: float = 0.5) -> np.ndarray:
     """Mirror left-right with probability ``p``."""
     return img[:, ::-1] if rng.random() < p else img
 
 
-@augment_op
+@augment_op(gpu=True)
 def random_crop(img: np.ndarray, rng: np.random.Generator, size: int = 64) -> np.ndarray:
     """A ``size`` x ``size`` window at a random position (the whole side where it is smaller)."""
     h, w = img.shape[:2]
@@ -69,10 +71,34 @@ def random_crop(img: np.ndarray, rng: np.random.Generator, size: int = 64) -> np
     return img[y:y + ch, x:x + cw]
 
 
-@augment_op
+@augment_op(gpu=True)
 def center_crop(img: np.ndarray, size: int = 64) -> np.ndarray:
     """The central ``size`` x ``size`` window (the whole side where it is smaller)."""
     h, w = img.shape[:2]
     ch, cw = min(size, h), min(size, w)
     y, x = (h - ch) // 2, (w - cw) // 2
     return img[y:y + ch, x:x + cw]
+
+
+# -- native lowerings (DALI operators); parity with the numpy functions above is tested ----------
+@grid2x2.implement("native")
+def _grid2x2_native(img: Any) -> tuple[Any, Any, Any, Any]:
+    # Bounds come from the run-time shape, so the split is exactly h // 2, w // 2 as in numpy
+    # (DALI's relative slicing rounds the other way for odd sizes).
+    shape = img.shape()
+    hh, hw = shape[0] // 2, shape[1] // 2
+    return img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]
+
+
+@hflip.implement("native")
+def _hflip_native(img: Any) -> Any:
+    from nvidia.dali import fn
+
+    return fn.flip(img, horizontal=1, vertical=0)
+
+
+@vflip.implement("native")
+def _vflip_native(img: Any) -> Any:
+    from nvidia.dali import fn
+
+    return fn.flip(img, horizontal=0, vertical=1)

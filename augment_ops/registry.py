@@ -58,6 +58,7 @@ class Op:
     ndim: int = 3
     min_size: int = 1
     tolerance: float = 0.0
+    gpu: bool = False
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
     # Faster implementations of the same function, keyed by path name; see ``implement``.
@@ -83,7 +84,9 @@ class Op:
     def __call__(self, img: np.ndarray, *args: Any, **kwargs: Any) -> Any:
         return self.fn(img, *args, **{**dict(self.params), **kwargs})
 
-    def apply(self, img: np.ndarray, rng: np.random.Generator | None = None) -> tuple[np.ndarray, ...]:
+    def apply(
+        self, img: np.ndarray, rng: np.random.Generator | None = None
+    ) -> tuple[np.ndarray, ...]:
         """Run the numpy reference on one image and return its outputs as a checked tuple."""
         if min(img.shape[:2]) < self.min_size:
             raise OpContractError(
@@ -98,8 +101,11 @@ class Op:
         out = self.fn(img, **kwargs)
         return self.check_outputs(out)
 
-    def check_outputs(self, out: Any) -> tuple[np.ndarray, ...]:
-        """Normalise ``out`` to a tuple of C-contiguous arrays, or say how it breaks the contract."""
+    def check_outputs(self, out: Any, array_type: type = np.ndarray) -> tuple[Any, ...]:
+        """Normalise ``out`` to a tuple of arrays, or say how it breaks the contract.
+
+        ``array_type`` is ``np.ndarray`` on the numpy path and ``cupy.ndarray`` on the gpu path.
+        """
         outs = out if isinstance(out, tuple) else (out,)
         if isinstance(out, list):
             outs = tuple(out)
@@ -111,9 +117,10 @@ class Op:
             )
         checked = []
         for k, o in enumerate(outs):
-            if not isinstance(o, np.ndarray):
+            if not isinstance(o, array_type):
                 raise OpContractError(
-                    f"op '{self.name}' output {k} is a {type(o).__name__}, expected a numpy array"
+                    f"op '{self.name}' output {k} is a {type(o).__name__}, expected "
+                    f"{array_type.__module__}.{array_type.__name__}"
                 )
             if o.dtype != self.dtype:
                 raise OpContractError(
@@ -130,12 +137,12 @@ class Op:
                     f"op '{self.name}' output {k} is empty (shape {o.shape}); an image output "
                     "needs at least one pixel"
                 )
-            checked.append(np.ascontiguousarray(o))
+            checked.append(o if array_type is not np.ndarray else np.ascontiguousarray(o))
         return tuple(checked)
 
     # -- variants and implementations ----------------------------------------------------------
     def with_params(self, **params: Any) -> Op:
-        """The same op with some keyword parameters bound (e.g. ``random_crop.with_params(size=64)``)."""
+        """The same op with keyword parameters bound: ``random_crop.with_params(size=64)``."""
         accepted = _param_names(self.fn)
         unknown = sorted(set(params) - accepted)
         if unknown:
@@ -153,6 +160,13 @@ class Op:
         """
         if path not in IMPLEMENTATIONS or path == "numpy":
             raise ValueError(f"path must be 'native' or 'gpu', got {path!r}")
+        if path == "native" and self.random:
+            # DALI's operators draw from DALI's RNG, which cannot match the per-sample numpy
+            # generator; a native random op would break reproducibility and parity.
+            raise OpRegistrationError(
+                f"op '{self.name}' is random; a native lowering cannot reproduce its numpy "
+                "generator. Declare a 'gpu' implementation instead"
+            )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             self.impls[path] = f
@@ -163,7 +177,8 @@ class Op:
     @property
     def paths(self) -> tuple[str, ...]:
         """The implementations this op has, reference first."""
-        return ("numpy", *(p for p in IMPLEMENTATIONS if p in self.impls))
+        has = set(self.impls) | ({"gpu"} if self.gpu else set())
+        return ("numpy", *(p for p in IMPLEMENTATIONS if p in has))
 
 
 def _param_names(fn: Callable[..., Any]) -> set[str]:
@@ -207,6 +222,7 @@ def augment_op(
     ndim: int = 3,
     min_size: int = 1,
     tolerance: float = 0.0,
+    gpu: bool = False,
     replace: bool = False,
 ) -> Any:
     """Register a numpy function as an augmentation op; usable bare or with arguments.
@@ -215,7 +231,9 @@ def augment_op(
     arrays of ``dtype`` and rank ``ndim``. A parameter named ``rng`` makes the op random: it then
     receives a ``np.random.Generator`` derived from (seed, epoch, sample index), so results are the
     same whatever process or order runs it. Other parameters need defaults (bind them with
-    :meth:`Op.with_params`). ``tolerance`` is the largest absolute difference allowed between a
+    :meth:`Op.with_params`). ``gpu=True`` says the function also runs unchanged on CuPy arrays
+    (slicing, flips and ``np.*`` calls that CuPy dispatches), which enables the ``"gpu"`` path.
+    ``tolerance`` is the largest absolute difference allowed between a
     declared fast implementation and this reference (0: exact).
 
     Registering a name that is taken raises unless ``replace=True``. Returns the :class:`Op`, which
@@ -241,7 +259,7 @@ def augment_op(
         doc = inspect.getdoc(f) or ""
         op = Op(
             name=op_name, fn=f, num_outputs=num_outputs, random=takes_rng, dtype=dtype, ndim=ndim,
-            min_size=min_size, tolerance=tolerance, description=doc.split("\n\n")[0],
+            min_size=min_size, tolerance=tolerance, gpu=gpu, description=doc.split("\n\n")[0],
         )
         register(op, replace=replace)
         return op

@@ -5,50 +5,15 @@ This module knows DALI but not PyTorch; :mod:`extsrc.loader` wraps the built pip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from augment_ops.registry import Op, OpContractError
-from extsrc.errors import OpError
-from extsrc.manifest import Manifest
-from extsrc.seeding import name_salt, sample_rng
+from augment_ops.registry import Op
+from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
-__all__ = ["BuiltPipeline", "OpRunner", "build_pipeline"]
-
-
-class OpRunner:
-    """Runs one registered op on one sample inside DALI's ``python_function``.
-
-    It receives the decoded image together with the sample's manifest index and epoch, so a random
-    op gets the generator of exactly that sample, and a failure names the manifest line.
-    """
-
-    def __init__(self, op: Op, *, seed: int, manifest: Manifest) -> None:
-        self.op = op
-        self.seed = seed
-        self.salt = name_salt(op.name)
-        self.manifest = manifest
-
-    def where(self, index: int) -> str:
-        m = self.manifest
-        return f"{m.source} line {m.lines[index]} ({m.paths[index]})"
-
-    def __call__(self, img: np.ndarray, index: np.ndarray, epoch: np.ndarray) -> Any:
-        i = int(index)
-        rng = sample_rng(self.seed, int(epoch), i, self.salt) if self.op.random else None
-        try:
-            outs = self.op.apply(np.asarray(img), rng)
-        except OpContractError as e:
-            raise OpContractError(f"{e} [sample {self.where(i)}]") from None
-        except Exception as e:
-            raise OpError(
-                f"op '{self.op.name}' raised {type(e).__name__}: {e} [sample {self.where(i)}]"
-            ) from e
-        return outs[0] if self.op.num_outputs == 1 else outs
+__all__ = ["BuiltPipeline", "build_pipeline", "default_output_names"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +39,7 @@ def build_pipeline(
     *,
     ops: Sequence[Op],
     transforms: Sequence[Op],
+    paths: Mapping[str, str],
     resize: tuple[int, int] | None,
     device_id: int | None,
     num_threads: int,
@@ -82,8 +48,13 @@ def build_pipeline(
     prefetch_queue_depth: int,
     seed: int,
     output_names: Sequence[str],
+    stages: Sequence[Any] = (),
 ) -> BuiltPipeline:
     """Build the DALI pipeline that feeds the loader.
+
+    ``paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
+    :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
+    operators applied to the main image in place of ``resize`` (the presets use them).
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then the
     manifest index and the pad flag (metadata for bookkeeping, never renamed).
@@ -92,6 +63,7 @@ def build_pipeline(
     from nvidia.dali.pipeline import Pipeline
 
     gpu = device_id is not None
+    manifest = source.manifest
     pipe = Pipeline(
         batch_size=source.batch_size,
         num_threads=num_threads,
@@ -109,29 +81,53 @@ def build_pipeline(
             batch_info=True,
             parallel=num_workers > 0,
         )
-        # numpy ops need the decoded image in host memory; decode on the GPU only when none runs.
-        needs_host = bool(ops or transforms)
+        # The numpy path needs the image in host memory: decode on the CPU when any op takes it
+        # (the card's recipe); otherwise decode on the GPU (nvJPEG) when there is one.
+        host_image = not gpu or any(paths[op.name] == "numpy" for op in (*transforms, *ops))
         image = fn.decoders.image(
-            encoded, device="mixed" if gpu and not needs_host else "cpu", output_type=types.RGB
+            encoded, device="cpu" if host_image else "mixed", output_type=types.RGB
         )
+        keys = None
+
+        def run(op: Op, img: Any) -> list[Any]:
+            nonlocal keys
+            path = paths[op.name]
+            if path == "native":
+                outs = op.impls["native"](img, **dict(op.params))
+            elif path == "numpy":
+                outs = fn.python_function(
+                    img, index, epoch, function=BatchOpRunner(op, seed=seed, manifest=manifest),
+                    num_outputs=op.num_outputs, batch_processing=True,
+                )
+            else:  # gpu
+                extra = []
+                if op.random:
+                    if keys is None:
+                        keys = fn.stack(index, epoch).gpu()
+                    extra = [keys]
+                outs = fn.python_function(
+                    img.gpu(), *extra,
+                    function=GpuBatchOpRunner(op, seed=seed, manifest=manifest),
+                    num_outputs=op.num_outputs, batch_processing=True, device="gpu",
+                )
+            return list(outs) if isinstance(outs, (tuple, list)) else [outs]
+
         for op in transforms:
-            image = fn.python_function(
-                image, index, epoch, function=OpRunner(op, seed=seed, manifest=source.manifest),
-                num_outputs=1,
-            )
+            (image,) = run(op, image)
         images = [image]
         for op in ops:
-            outs = fn.python_function(
-                image, index, epoch, function=OpRunner(op, seed=seed, manifest=source.manifest),
-                num_outputs=op.num_outputs,
-            )
-            images += list(outs) if op.num_outputs > 1 else [outs]
+            images += run(op, image)
         if gpu:
             images = [im.gpu() for im in images]
             label = label.gpu()
+        main, extra_images = images[0], images[1:]
         if resize is not None:
             h, w = resize
-            images = [fn.resize(im, resize_x=w, resize_y=h) for im in images]
-        pipe.set_outputs(*images, label, index, is_pad)
+            extra_images = [fn.resize(im, resize_x=w, resize_y=h) for im in extra_images]
+            if not stages:
+                main = fn.resize(main, resize_x=w, resize_y=h)
+        for stage in stages:
+            main = stage(main, gpu=gpu)
+        pipe.set_outputs(main, *extra_images, label, index, is_pad)
     names = tuple(output_names)
     return BuiltPipeline(pipe=pipe, output_names=names, image_outputs=names[:-1])

@@ -14,7 +14,7 @@ import numpy as np
 
 from extsrc.errors import SampleReadError
 from extsrc.manifest import Manifest
-from extsrc.sharding import LastBatch, ShardPlan, num_batches_per_shard, shard_plan
+from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
 
 __all__ = ["SOURCE_OUTPUTS", "ShardedSource"]
 
@@ -62,7 +62,8 @@ class ShardedSource:
         self.shuffle = shuffle
         self.seed = seed
         self.last_batch = last_batch
-        # Validates every argument once, at construction.
+        # Validates every argument once, at construction (num_batches_per_shard skips shard_id).
+        _check_args(len(manifest), batch_size, shard_id, num_shards, 0, last_batch)
         self._num_batches = num_batches_per_shard(
             len(manifest), batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
         )
@@ -119,7 +120,9 @@ class ShardedSource:
                 "and drop missing files"
             ) from None
         except IsADirectoryError:
-            raise SampleReadError(f"{where}: {path} is a directory, expected an image file") from None
+            raise SampleReadError(
+                f"{where}: {path} is a directory, expected an image file"
+            ) from None
         except OSError as e:
             raise SampleReadError(f"{where}: cannot read {path}: {e.strerror or e}") from None
         if not data:
