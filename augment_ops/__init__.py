@@ -9,6 +9,7 @@ True
 """
 
 from augment_ops import builtin
+from augment_ops.albumentations import from_albumentations
 from augment_ops.registry import (
     Op,
     OpContractError,
@@ -28,6 +29,7 @@ __all__ = [
     "augment_op",
     "available",
     "builtin",
+    "from_albumentations",
     "get",
     "iter_ops",
     "register",

@@ -7,22 +7,35 @@ and yields dicts of torch tensors.
 """
 
 from extsrc.errors import (
+    BadImageError,
     ExtsrcError,
     ManifestError,
     ManifestFileNotFoundError,
     OpError,
+    OpOutputError,
+    PathOutsideRootError,
+    PipelineError,
     SampleReadError,
+    StateMismatchError,
+    WorkerDiedError,
 )
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.loader import METADATA_KEYS, Loader, LoaderConfig
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
+from extsrc.preview import render_batch
+from extsrc.sample_data import make_sample_dataset
 from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+from extsrc.validate import Problem, ValidationReport, validate  # binds the function
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
+    "BadImageError",
     "ExtsrcError",
     "LastBatch",
     "Loader",
@@ -31,11 +44,25 @@ __all__ = [
     "ManifestError",
     "ManifestFileNotFoundError",
     "OpError",
+    "OpOutputError",
+    "PathOutsideRootError",
+    "PipelineError",
+    "Problem",
     "SampleReadError",
     "ShardPlan",
     "ShardedSource",
+    "StateMismatchError",
+    "TrainPreset",
+    "ValPreset",
+    "ValidationReport",
+    "WorkerDiedError",
     "epoch_permutation",
+    "make_sample_dataset",
     "read_manifest",
+    "render_batch",
     "shard_indices",
     "shard_plan",
+    "train_loader",
+    "val_loader",
+    "validate",
 ]

@@ -33,3 +33,44 @@ class SampleReadError(ExtsrcError, OSError):
 
 class OpError(ExtsrcError, RuntimeError):
     """A registered op raised while processing a sample; the message names the op and the line."""
+
+
+# -- reliability: bad files, paths, workers, resume ------------------------------------------------
+# (OpContractError lives in augment_ops, which imports nothing from extsrc: no import cycle.)
+from augment_ops.registry import OpContractError as _OpContractError  # noqa: E402
+
+
+class BadImageError(SampleReadError):
+    """A listed file exists but is not an image DALI can decode: not an image, an unsupported
+    format, truncated, corrupt, or declaring more pixels than ``max_pixels``.
+
+    The message names the manifest file and line, the path, the reason and how to fix it;
+    :func:`extsrc.validate` finds every such file up front.
+    """
+
+
+class PathOutsideRootError(ManifestError):
+    """A manifest path resolves outside the ``root`` given to ``read_manifest`` (``..``, an
+    absolute path elsewhere, or a symlink pointing out). Opt out with ``allow_outside_root=True``.
+    """
+
+
+class OpOutputError(OpError, _OpContractError):
+    """A registered op returned the wrong number of outputs, or outputs of the wrong type, dtype
+    or rank. Also an ``augment_ops.OpContractError``, so handlers of either catch it."""
+
+
+class WorkerDiedError(ExtsrcError, RuntimeError):
+    """A DALI worker process died (killed by a signal, e.g. the out-of-memory killer, or crashed
+    in native code). The message names the process, the signal and the batch in flight."""
+
+
+class PipelineError(ExtsrcError, RuntimeError):
+    """DALI failed for a reason that could not be pinned on one sample; the message names the
+    batch and its manifest lines, and the original DALI error is chained."""
+
+
+class StateMismatchError(ExtsrcError, ValueError):
+    """``Loader.load_state_dict`` got a state saved under another configuration (batch size,
+    shards, seed, manifest content, ops...), or a malformed state; the message lists what differs.
+    """

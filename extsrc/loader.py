@@ -6,18 +6,38 @@ This is the only module of the core that imports torch (through DALI's PyTorch p
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import queue
+import re
+import signal
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
 import augment_ops
 from augment_ops.registry import Op
+from extsrc import errors as _errors
 from extsrc.device import resolve_device
+from extsrc.distributed import detect, resolve_sharding
+from extsrc.errors import (
+    BadImageError,
+    ExtsrcError,
+    OpError,
+    OpOutputError,
+    PipelineError,
+    WorkerDiedError,
+)
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_file
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.oppaths import choose_paths
 from extsrc.pipeline import BuiltPipeline, build_pipeline, default_output_names
 from extsrc.sharding import LastBatch
 from extsrc.source import ShardedSource
+from extsrc.state import check_state, describe_ops, make_state
 
 __all__ = ["METADATA_KEYS", "Loader", "LoaderConfig"]
 
@@ -51,6 +71,16 @@ def _as_size(resize: Any) -> tuple[int, int] | None:
     raise ValueError(f"resize must be None, a positive int or (height, width), got {resize!r}")
 
 
+def _cores_per_process() -> int:
+    """This process's share of the machine's cores: under ``torchrun`` every local rank runs its
+    own loader, so each sizes its threads and workers from cores / ``LOCAL_WORLD_SIZE``."""
+    try:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local = 1
+    return max(1, (os.cpu_count() or 1) // local)
+
+
 @dataclass(frozen=True)
 class LoaderConfig:
     """Everything that shapes a loader's output, validated at construction.
@@ -76,7 +106,11 @@ class LoaderConfig:
     num_threads: int | None = None
     start_method: str | None = None
     prefetch_queue_depth: int = 2
+    op_path: str | tuple[tuple[str, str], ...] | None = None
+    stages: tuple[Any, ...] = ()
+    decoder: str = "auto"
     output_names: tuple[str, ...] = field(init=False)
+    op_paths: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
@@ -100,6 +134,10 @@ class LoaderConfig:
             raise ValueError(
                 f"start_method must be None, 'fork' or 'spawn', got {self.start_method!r}"
             )
+        if self.decoder not in ("auto", "cpu", "mixed"):
+            raise ValueError(f"decoder must be 'auto', 'cpu' or 'mixed', got {self.decoder!r}")
+        if self.decoder == "mixed" and self.device_id is None:
+            raise ValueError("decoder='mixed' decodes on the GPU but the loader runs on the CPU")
         if self.prefetch_queue_depth < 1:
             raise ValueError("prefetch_queue_depth must be >= 1")
         defaults = default_output_names(self.ops)
@@ -126,18 +164,27 @@ class LoaderConfig:
                 f"output names {clash} are reserved for per-sample metadata; rename them"
             )
         object.__setattr__(self, "output_names", names)
+        override = dict(self.op_path) if isinstance(self.op_path, tuple) else self.op_path
+        for s in self.stages:
+            if not callable(s):
+                raise TypeError(f"stages must be callables stage(image, gpu=...), got {s!r}")
+        # Transforms and ops are chosen together: a transform named in op_path is honoured too.
+        chosen = choose_paths(
+            (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
+        )
+        object.__setattr__(self, "op_paths", tuple(chosen.items()))
 
     @property
     def workers(self) -> int:
         if self.num_workers is not None:
             return self.num_workers
-        return min(4, max(1, (os.cpu_count() or 1) // 4))
+        return min(4, max(1, _cores_per_process() // 4))
 
     @property
     def threads(self) -> int:
         if self.num_threads is not None:
             return self.num_threads
-        return max(2, min(12, (os.cpu_count() or 2) - self.workers))
+        return max(2, min(12, _cores_per_process() - self.workers))
 
     @property
     def method(self) -> str:
@@ -161,6 +208,33 @@ class Loader:
 
     ``device``: ``None`` (GPU 0 when one is visible, else CPU), ``"cpu"``, ``"cuda"``,
     ``"cuda:N"`` or a GPU index.
+
+    ``op_path`` chooses how ops run: ``None`` picks per op the fastest path it declares that the
+    device supports (``"native"`` DALI operators, then ``"gpu"`` CuPy on a GPU, then ``"numpy"``
+    ``python_function`` on the CPU); a string forces one path for every op (``"numpy"`` is the
+    card's literal recipe); a dict forces it per op name. ``loader.op_paths`` reports the choice.
+    ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
+    forces CPU decoding. ``stages`` are DALI callables applied to the main image instead of
+    ``resize`` (see :mod:`extsrc.presets`).
+
+    Under ``torchrun`` / an initialised ``torch.distributed`` group, leaving ``shard_id`` and
+    ``num_shards`` unset shards by global rank and world size, and ``device=None`` picks the local
+    GPU (``LOCAL_RANK``); see :mod:`extsrc.distributed`.
+
+    Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
+    decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
+    decoder still rejects is found by decoding its batch with Pillow. With ``on_error="raise"``
+    (default) the first bad file stops iteration with a :class:`~extsrc.errors.SampleReadError`
+    / :class:`~extsrc.errors.BadImageError` naming the manifest line, the path and the reason;
+    ``on_error="skip"`` runs :func:`extsrc.validate` (options: ``validate_kwargs``) up front,
+    trains on the good samples (equal batch counts on every shard still), warns with a count and
+    keeps the problems in ``loader.skipped``; ``batch["index"]`` still refers to the original
+    manifest. An op that raises, an op breaking its output contract and a DALI worker that dies
+    surface as :class:`~extsrc.errors.OpError`, :class:`~extsrc.errors.OpOutputError` and
+    :class:`~extsrc.errors.WorkerDiedError`; after any error DALI's threads and workers are
+    stopped, and iterating again resumes at the failed batch.
+
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
     """
 
     def __init__(
@@ -172,8 +246,8 @@ class Loader:
         transforms: Sequence[str | Op] = (),
         resize: int | tuple[int, int] | None = None,
         output_map: Sequence[str] | None = None,
-        shard_id: int = 0,
-        num_shards: int = 1,
+        shard_id: int | None = None,
+        num_shards: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         last_batch: LastBatch = "pad",
@@ -182,7 +256,14 @@ class Loader:
         num_threads: int | None = None,
         start_method: str | None = None,
         prefetch_queue_depth: int = 2,
+        op_path: str | Mapping[str, str] | None = None,
+        stages: Sequence[Any] = (),
+        decoder: str = "auto",
+        on_error: str = "raise",
+        max_pixels: int | None = DEFAULT_MAX_PIXELS,
+        validate_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
         if isinstance(manifest, (str, Path)):
             manifest = read_manifest(manifest)
         if not isinstance(manifest, Manifest):
@@ -207,12 +288,31 @@ class Loader:
             num_threads=num_threads,
             start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth,
+            op_path=(
+                tuple(sorted(op_path.items())) if isinstance(op_path, Mapping) else op_path
+            ),
+            stages=tuple(stages),
+            decoder=decoder,
         )
-        self.source = ShardedSource(
-            manifest, batch_size=batch_size, shard_id=shard_id, num_shards=num_shards,
-            shuffle=shuffle, seed=seed, last_batch=last_batch,
-        )
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.on_error = on_error
+        self.max_pixels = max_pixels
+        #: The problems (``extsrc.validate.Problem``) that ``on_error="skip"`` left out.
+        self.skipped: tuple[Any, ...] = ()
+        #: The ``ValidationReport`` of ``on_error="skip"`` (``None`` otherwise).
+        self.validation: Any = None
+        self._orig_index: Any = None  # skip mode: position in the cleaned manifest -> original
+        self._feed = manifest  # what the source reads: the manifest, or its cleaned subset
+        if on_error == "skip":
+            self._feed = self._skip_bad(manifest, validate_kwargs)
+        else:
+            manifest.check_root()
+        self.source = self._make_source()
         self.epoch = 0
+        self._batch = 0  # batches of self.epoch already yielded (resume position)
+        self._gen = 0  # bumped by close()/load_state_dict(): stale epoch iterators stop
+        self._pump: _Pump | None = None  # runs DALI calls while we watch the workers
         self._built: BuiltPipeline | None = None
         self._dali_iter: Any = None
         self._in_epoch = False
@@ -222,6 +322,11 @@ class Loader:
     def output_names(self) -> tuple[str, ...]:
         """Names of the tensor outputs in order (metadata keys excluded)."""
         return self.config.output_names
+
+    @property
+    def op_paths(self) -> dict[str, str]:
+        """The path each op and transform runs on (``"numpy"``, ``"gpu"`` or ``"native"``)."""
+        return dict(self.config.op_paths)
 
     @property
     def device(self) -> str:
@@ -236,20 +341,82 @@ class Loader:
         if self._in_epoch:
             # The previous epoch was left part-way (a `break`): finish it so that DALI's epoch
             # counter and ours agree and no batch of the next epoch is skipped.
-            for _ in it:
+            # next() rather than a for loop: DALI's __iter__ resets the iterator, which near the
+            # epoch's end (prefetch already saw StopIteration) would start yet another epoch.
+            try:
+                while True:
+                    next(it)
+            except StopIteration:
                 pass
             it.reset()
             self._in_epoch = False
             self.epoch += 1
+            self._batch = 0
         return self._epoch_batches(it)
 
     def close(self) -> None:
-        """Stop DALI's threads and worker processes."""
+        """Stop DALI's threads and worker processes now.
+
+        The position is kept: iterating again rebuilds the pipeline and continues with the
+        batches still due (as after an error).
+        """
         self._dali_iter = None
+        self._in_epoch = False
+        self._gen += 1
+        pump, self._pump = self._pump, None
         if self._built is not None:
             pipe = self._built.pipe
+            procs = self._worker_procs()
             self._built = None
+            if pump is None or not pump.stuck:
+                _shutdown_pipeline(pipe)
+            _stop_processes(procs)  # whatever DALI left running: never an orphan
             del pipe
+        if pump is not None:
+            pump.stop()
+
+    # -- resume -----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.state`).
+
+        ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
+        ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
+        checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
+        """
+        epoch, batch = self.epoch, self._batch
+        if batch >= len(self):
+            epoch, batch = epoch + 1, 0
+        return make_state(epoch, batch, self._state_config())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
+        batches that were still due (same order, same random op results), then whole epochs.
+
+        Call it before iterating or between epochs. A state from another configuration (batch
+        size, shards, seed, shuffle, last_batch, manifest content, ops, resize) raises
+        :class:`~extsrc.errors.StateMismatchError` listing what differs.
+        """
+        epoch, batch = check_state(state, self._state_config(), len(self))
+        self.close()
+        self.epoch, self._batch = epoch, batch
+
+    def _state_config(self) -> dict[str, Any]:
+        c = self.config
+        m = self.source.manifest
+        return {
+            "batch_size": c.batch_size,
+            "shard_id": c.shard_id,
+            "num_shards": c.num_shards,
+            "seed": c.seed,
+            "shuffle": c.shuffle,
+            "last_batch": c.last_batch,
+            "num_samples": len(m),
+            "manifest": m.fingerprint(),
+            "ops": describe_ops(c.ops),
+            "transforms": describe_ops(c.transforms),
+            "resize": None if c.resize is None else list(c.resize),
+            "stages": [getattr(s, "__qualname__", type(s).__name__) for s in c.stages],
+        }
 
     def __enter__(self) -> Loader:
         return self
@@ -261,7 +428,7 @@ class Loader:
         c = self.config
         return (
             f"Loader({len(self.manifest)} samples, batch_size={c.batch_size}, "
-            f"outputs={list(c.output_names)}, device={self.device!r}, "
+            f"outputs={list(c.output_names)}, device={self.device!r}, op_paths={self.op_paths}, "
             f"shard {c.shard_id}/{c.num_shards}, {len(self)} batches/epoch)"
         )
 
@@ -270,9 +437,14 @@ class Loader:
         if self._dali_iter is None:
             from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
+            if self._batch >= len(self):  # stopped right after an epoch's last batch
+                self.epoch, self._batch = self.epoch + 1, 0
+            if (self.source.start_epoch, self.source.start_batch) != (self.epoch, self._batch):
+                self.source = self._make_source(self.epoch, self._batch)
             c = self.config
             self._built = build_pipeline(
-                self.source, ops=c.ops, transforms=c.transforms, resize=c.resize,
+                self.source, ops=c.ops, transforms=c.transforms, paths=self.op_paths,
+                resize=c.resize, stages=c.stages, decoder=c.decoder,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
                 output_names=c.output_names,
@@ -281,7 +453,7 @@ class Loader:
             # PARTIAL: the source decides batch sizes; DALI must pass short batches through.
             self._dali_iter = DALIGenericIterator(
                 self._built.pipe,
-                [*c.output_names, *(f"__{k}" for k in METADATA_KEYS)],
+                [*c.output_names, "__info"],
                 last_batch_policy=LastBatchPolicy.PARTIAL,
                 auto_reset=False,
                 prepare_first_batch=False,
@@ -290,27 +462,363 @@ class Loader:
 
     def _epoch_batches(self, it: Any) -> Iterator[dict[str, Any]]:
         self._in_epoch = True
+        gen = self._gen
         while True:
+            if gen != self._gen:
+                raise RuntimeError(
+                    "this epoch's iterator was stopped by loader.close() or load_state_dict() "
+                    "(or an earlier error); start a new `for batch in loader:`"
+                )
             try:
-                batch = next(it)
+                batch = self._next(it)
             except StopIteration:
                 break
-            except RuntimeError as e:
-                raise self._explain(e) from e
+            except Exception as e:
+                err = self._explain(e)
+                self.close()  # workers and threads stop now; the position stays at this batch
+                if err is e:
+                    raise
+                raise err from e
             d = batch[0]
             out = {name: d[name] for name in self.config.output_names}
-            out["index"] = d["__index"]
-            out["is_pad"] = d["__is_pad"].bool()
+            info = d["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+            index = info[:, 0]
+            if self._orig_index is not None:  # on_error="skip": back to original indices
+                index = self._orig_index[index.cpu()].to(index.device)
+            out["index"] = index
+            out["is_pad"] = info[:, 2].bool()
+            self._batch += 1
             yield out
         it.reset()
         self._in_epoch = False
         self.epoch += 1
+        self._batch = 0
 
-    def _explain(self, e: RuntimeError) -> Exception:
+    def _explain(self, e: Exception) -> Exception:
+        """Turn a DALI failure into an extsrc error that names the op / file / line first."""
         msg = str(e)
         if "uniform shape" in msg and self.config.resize is None:
             return ValueError(
                 "images in a batch have different sizes, so they cannot be stacked into one "
                 "tensor; pass resize=(height, width) (or an int) to Loader"
             )
-        return e
+        if isinstance(e, ExtsrcError):  # raised in this process (num_workers=0): already clear
+            return e
+        low = msg.lower()
+        # DALI's messages when its worker pool went away under it: wait briefly for exit codes.
+        dead = self._dead_workers(wait="receiving interrupted" in low or "sending tasks" in low)
+        if dead:
+            return WorkerDiedError(self._died_message(dead))
+        translated = _worker_exception(msg) or _op_exception(msg)
+        if translated is not None:
+            return translated
+        if "decoders.image" in msg or "decode" in low or "nvimagecodec" in low:
+            return self._decode_failure(msg)
+        return PipelineError(
+            f"DALI failed while producing {self._where_batch()}: {_dali_text(msg)}"
+        )
+
+    # -- failures ---------------------------------------------------------------------------------
+    def _make_source(self, start_epoch: int = 0, start_batch: int = 0) -> ShardedSource:
+        c = self.config
+        return ShardedSource(
+            self._feed, batch_size=c.batch_size, shard_id=c.shard_id, num_shards=c.num_shards,
+            shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
+            start_batch=start_batch, max_pixels=self.max_pixels,
+        )
+
+    def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Manifest:
+        import numpy as np
+        import torch
+
+        from extsrc.validate import validate
+
+        report = validate(manifest, **{"max_pixels": self.max_pixels, **dict(kwargs or {})})
+        self.validation = report
+        self.skipped = report.problems
+        if not report.problems:
+            return manifest
+        warnings.warn(
+            f"extsrc.Loader(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+            f"samples of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
+            "loader.skipped lists them all; batch['index'] still refers to the original "
+            "manifest",
+            stacklevel=3,
+        )
+        self._orig_index = torch.as_tensor(np.array(report.ok_indices, dtype=np.int64))
+        return report.clean_manifest()
+
+    def _where_batch(self) -> str:
+        src, b = self.source, self._batch
+        if b >= len(src):
+            return f"epoch {self.epoch}"
+        idx = [int(i) for i in src.plan(self.epoch).batch(b)[0]]
+        m = src.manifest
+        lines = ", ".join(str(m.lines[i]) for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
+        return f"epoch {self.epoch} batch {b} ({m.source} lines {lines})"
+
+    #: Seconds DALI gets to report a dead worker itself before the watchdog steps in.
+    _DEAD_WORKER_GRACE = 2.0
+
+    def _worker_procs(self) -> list[Any]:
+        """The DALI worker processes (``multiprocessing.Process``) of the built pipeline."""
+        if self._built is None or self.config.workers == 0:
+            return []
+        pool = getattr(getattr(self._built.pipe, "_py_pool", None), "pool", None)
+        return list(getattr(pool, "_processes", None) or ())
+
+    def _next(self, it: Any) -> Any:
+        """``next(it)``, watched: with worker processes the call runs on a helper thread while
+        this one checks that the workers live. DALI itself reports most worker deaths, but when a
+        worker dies while DALI's shared queue waits for its acknowledgement, DALI blocks forever;
+        then the watchdog stops the other workers, wakes the blocked call and raises
+        :class:`~extsrc.errors.WorkerDiedError` instead of hanging."""
+        procs = self._worker_procs()
+        if not procs:
+            return next(it)
+        dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+        if dead:  # died since the last batch, DALI has not noticed (yet): never go on without it
+            _stop_processes(procs)
+            raise WorkerDiedError(self._died_message(dead))
+        if self._pump is None:
+            self._pump = _Pump()
+            weakref.finalize(self, self._pump.stop)  # a loader never closed frees its thread
+        job = self._pump.submit(lambda: next(it))
+        dead_since = None
+        while not job.done.wait(0.2):
+            dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+            if not dead:
+                continue
+            now = time.monotonic()
+            dead_since = dead_since or now
+            if now - dead_since < self._DEAD_WORKER_GRACE:
+                continue
+            _stop_processes(procs)
+            _wake_queues(self._built.pipe if self._built is not None else None, len(procs))
+            if not job.done.wait(2.0):
+                self._pump.stuck = True  # abandoned: close() will not wait on that pipeline
+            raise WorkerDiedError(self._died_message(dead))
+        return job.result()
+
+    def _dead_workers(self, wait: bool) -> list[tuple[int, int]]:
+        """(pid, exit code) of DALI worker processes that have exited."""
+        procs = self._worker_procs()
+        deadline = time.monotonic() + (2.0 if wait and procs else 0.0)
+        while True:
+            dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.02)
+
+    def _died_message(self, dead: list[tuple[int, int]]) -> str:
+        # DALI stops the other workers with SIGTERM once one dies: report the first cause.
+        culprits = [(p, c) for p, c in dead if c != -signal.SIGTERM] or dead
+        parts = []
+        for pid, code in culprits:
+            if code < 0:
+                try:
+                    name = signal.Signals(-code).name
+                except ValueError:
+                    name = f"signal {-code}"
+                parts.append(f"pid {pid} was killed by {name}")
+            else:
+                parts.append(f"pid {pid} exited with code {code}")
+        oom = any(c == -signal.SIGKILL for _, c in culprits)
+        hint = (
+            " SIGKILL usually comes from the out-of-memory killer (see `dmesg`): lower "
+            "num_workers, prefetch_queue_depth or batch_size." if oom else
+            " A crash in native code (a decoder or a C extension in an op) can cause this."
+        )
+        return (
+            f"a DALI worker process died while the loader was producing {self._where_batch()}: "
+            f"{'; '.join(parts)}.{hint} All worker processes were stopped. Iterating again "
+            "rebuilds the pipeline and resumes at this batch; a new Loader resumes from "
+            "loader.state_dict()"
+        )
+
+    def _decode_failure(self, msg: str) -> Exception:
+        m = re.search(r"Failed to decode sample #(\d+)", msg)
+        found = self._find_culprit(int(m.group(1)) if m else None)
+        if found is None:
+            return PipelineError(
+                f"DALI's image decoder failed on {self._where_batch()}, but Pillow decodes every "
+                f"file of that batch; DALI said: {_dali_text(msg)}. Check these files (for "
+                "example with extsrc.validate(manifest)) or re-encode them as plain JPEG/PNG"
+            )
+        i, finding = found
+        man = self.source.manifest
+        err = BadImageError(
+            f"{man.source} line {man.lines[i]}: {man.paths[i]}: DALI could not decode this "
+            f"file: {finding.message} [{finding.reason}]; {finding.fix}. To find every bad file "
+            "up front run extsrc.validate(manifest) and train on report.clean_manifest(), or "
+            "pass on_error='skip' to Loader"
+        )
+        err.reason = finding.reason
+        return err
+
+    def _find_culprit(self, hint: int | None) -> tuple[int, Any] | None:
+        """Decode the samples of the failed batch (and the prefetched ones) with Pillow."""
+        src = self.source
+        stop = min(len(src), self._batch + self.config.prefetch_queue_depth + 2)
+        seen: set[int] = set()
+        for b in range(self._batch, stop):
+            idx = [int(i) for i in src.plan(self.epoch).batch(b)[0]]
+            if b == self._batch and hint is not None and hint < len(idx):
+                idx.insert(0, idx[hint])
+            for i in idx:
+                if i in seen:
+                    continue
+                seen.add(i)
+                finding = check_file(src.manifest.paths[i], decode=True, max_pixels=self.max_pixels)
+                if finding is not None:
+                    return i, finding
+        return None
+
+
+_DALI_NOISE = ("Critical error in pipeline:", "Current pipeline object is no longer valid.")
+
+
+def _dali_text(msg: str) -> str:
+    """The informative part of a DALI error message, on one line."""
+    body = msg.split("encountered:", 1)[-1]
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip() and ln.strip() not in _DALI_NOISE]
+    text = " | ".join(lines)
+    return text if len(text) <= 600 else text[:597] + "..."
+
+
+def _worker_exception(msg: str) -> Exception | None:
+    """An exception raised by the source in a DALI worker process arrives as traceback text:
+    rebuild it as its extsrc type, message first, the worker's traceback after."""
+    start = msg.find("Traceback (most recent call last):")
+    if start < 0 or "worker" not in msg[:start].lower():
+        return None
+    tb = msg[start:].rstrip()
+    lines = tb.splitlines()
+    last_frame = max((k for k, ln in enumerate(lines) if ln.startswith("  ")), default=0)
+    exc_text = "\n".join(lines[last_frame + 1:]).strip()
+    name, sep, text = exc_text.partition(": ")
+    if not sep:
+        name, text = exc_text, ""
+    cls = getattr(_errors, name.rsplit(".", 1)[-1], None) if name.startswith("extsrc.") else None
+    if not (isinstance(cls, type) and issubclass(cls, ExtsrcError)):
+        cls, text = PipelineError, f"the data source raised {name} in a DALI worker: {text}"
+    return cls(f"{text}\n\nTraceback in the DALI worker process:\n{tb}")
+
+
+def _op_exception(msg: str) -> Exception | None:
+    """An exception raised by an op inside ``python_function``: rebuild it as OpError (or
+    OpOutputError for a broken output contract), message (with the op's traceback) first."""
+    marker = "DLTensorPythonFunction error: "
+    k = msg.find(marker)
+    if k < 0:
+        return None
+    body = msg[k + len(marker):]
+    body = body.rpartition("\n\nAt:\n")[0] or body
+    for noise in _DALI_NOISE:
+        body = body.replace(noise, "")
+    name, _, text = body.strip().partition(": ")
+    if name.endswith("OpContractError"):
+        return OpOutputError(text)
+    if name.endswith("OpError"):
+        return OpError(text)
+    return OpError(f"an op raised {name}: {text}")
+
+
+def _shutdown_pipeline(pipe: Any, timeout: float = 10.0) -> None:
+    """Stop a DALI pipeline's executor and its worker processes now, not at garbage collection
+    (a traceback can keep the pipeline alive, and its workers with it). Runs on a helper thread
+    so that a pool wedged by a dead worker cannot hang the caller."""
+    pool = getattr(pipe, "_py_pool", None)
+
+    def shutdown() -> None:
+        try:
+            pipe._shutdown()
+        except Exception:  # already shut down, or half built
+            pass
+        if pool is not None:
+            try:
+                pool.close()
+            except Exception:
+                pass
+
+    t = threading.Thread(target=shutdown, name="extsrc-dali-shutdown", daemon=True)
+    t.start()
+    t.join(timeout)
+
+
+def _stop_processes(procs: list[Any]) -> None:
+    """Terminate (then kill) the processes still running, and reap them."""
+    live = [p for p in procs if p.exitcode is None]
+    for p in live:
+        try:
+            p.terminate()
+        except Exception:
+            pass
+    for p in live:
+        p.join(2.0)
+        if p.exitcode is None:
+            try:
+                p.kill()
+            except Exception:
+                pass
+            p.join(2.0)
+
+
+def _wake_queues(pipe: Any, n: int) -> None:
+    """Release the semaphores DALI's shared queues wait on for a dead worker's acknowledgement
+    (``multiprocessing.Condition.notify`` waits for each woken sleeper), so a call blocked there
+    returns; the pipeline is abandoned afterwards."""
+    pool = getattr(getattr(pipe, "_py_pool", None), "pool", None)
+    queues = [getattr(pool, "_general_task_queue", None), getattr(pool, "_result_queue", None)]
+    queues += [getattr(c, "dedicated_task_queue", None)
+               for c in getattr(pool, "_workers_contexts", None) or ()]
+    for q in queues:
+        woken = getattr(getattr(q, "cv_not_empty", None), "_woken_count", None)
+        for _ in range(n if woken is not None else 0):
+            try:
+                woken.release()
+            except Exception:
+                break
+
+
+class _Job:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self._outcome: tuple[bool, Any] = (False, None)
+
+    def run(self) -> None:
+        try:
+            self._outcome = (True, self.fn())
+        except BaseException as e:  # handed to the caller, StopIteration included
+            self._outcome = (False, e)
+        self.fn = None  # drop the iterator (and through it the pipeline) as soon as possible
+        self.done.set()
+
+    def result(self) -> Any:
+        (ok, value), self._outcome = self._outcome, (False, None)
+        if ok:
+            return value
+        raise value
+
+
+class _Pump:
+    """One daemon thread that runs DALI calls for the loader, so it can wait with a timeout."""
+
+    def __init__(self) -> None:
+        self.stuck = False
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="extsrc-dali-pump", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job.run()
+
+    def submit(self, fn: Any) -> _Job:
+        job = _Job(fn)
+        self._jobs.put(job)
+        return job
+
+    def stop(self) -> None:
+        self._jobs.put(None)

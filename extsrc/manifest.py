@@ -77,6 +77,10 @@ class Manifest:
         lines: 1-based line number in ``source`` of every sample.
         source: the manifest path as given to :func:`read_manifest` (``"<from_lists>"`` for
             :meth:`from_lists`).
+        root: the folder every path must stay inside (symlinks followed), set by
+            ``read_manifest(root=...)`` unless ``allow_outside_root=True``; ``None``: no limit.
+            The Loader, :func:`extsrc.validate` and the source refuse paths outside it
+            (see :meth:`outside_root`).
 
     ``labels`` is always a private read-only copy, so the caller's array is never frozen or
     aliased. Two manifests are equal when all fields are equal.
@@ -87,6 +91,7 @@ class Manifest:
     classes: list[str] | None
     lines: tuple[int, ...]
     source: str
+    root: str | None = None
 
     def __post_init__(self) -> None:
         # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
@@ -124,9 +129,51 @@ class Manifest:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "lines", lines)
         object.__setattr__(self, "classes", classes)
+        if self.root is not None:
+            object.__setattr__(self, "root", os.path.normpath(os.path.abspath(self.root)))
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def outside_root(self, *, follow_symlinks: bool = False) -> list[int]:
+        """Indices of paths outside :attr:`root` (none when ``root`` is ``None``).
+
+        Paths are normalised, so ``..`` escapes and absolute paths elsewhere show up without
+        touching the disk; ``follow_symlinks=True`` also resolves every path (one ``realpath``
+        per file) to catch symlinks that point out of the root.
+        """
+        if self.root is None:
+            return []
+        prefix = os.path.join(self.root, "")
+        starts = str.startswith
+        if not follow_symlinks and all(map(starts, self.paths, itertools.repeat(prefix))):
+            return []
+        bad = [i for i, p in enumerate(self.paths) if not p.startswith(prefix)]
+        if follow_symlinks:
+            real_prefix = os.path.join(os.path.realpath(self.root), "")
+            seen = set(bad)
+            bad += [
+                i for i, p in enumerate(self.paths)
+                if i not in seen and not os.path.realpath(p).startswith(real_prefix)
+            ]
+            bad.sort()
+        return bad
+
+    def check_root(self) -> None:
+        """Raise :class:`~extsrc.errors.PathOutsideRootError` naming the first lines whose path
+        leaves :attr:`root` (lexically: ``..`` or an absolute path elsewhere)."""
+        bad = self.outside_root()
+        if not bad:
+            return
+        from extsrc.errors import PathOutsideRootError
+
+        shown = "; ".join(f"line {self.lines[i]}: {self.paths[i]}" for i in bad[:5])
+        more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise PathOutsideRootError(
+            f"{self.source} line {self.lines[bad[0]]}: path {self.paths[bad[0]]} is outside the "
+            f"root {self.root} ({len(bad)} of {len(self)} paths are: {shown}{more}); fix the "
+            "paths, or pass allow_outside_root=True to read_manifest if this is intended"
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Manifest):
@@ -236,6 +283,7 @@ def read_manifest(
     label_cols: LabelColsSpec | None = None,
     header: HeaderSpec = "infer",
     check_files: bool = False,
+    allow_outside_root: bool = False,
 ) -> Manifest:
     """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
 
@@ -263,6 +311,11 @@ def read_manifest(
             from data: pass ``header=True``.
         check_files: check that every listed file exists (raises
             :class:`~extsrc.errors.ManifestFileNotFoundError` naming the first few missing).
+        allow_outside_root: when ``root`` is given, every path must stay inside it: a path
+            that normalises outside (``..``, an absolute path elsewhere) or a symlink resolving
+            outside is refused, naming its line, when the manifest is used (by ``Loader``,
+            :func:`extsrc.validate` and at read time; :meth:`Manifest.check_root` checks it
+            now). ``True`` lifts the limit. Without ``root`` there is no limit.
 
     Rules:
         * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
@@ -342,6 +395,7 @@ def read_manifest(
         classes=classes,
         lines=tuple(line_numbers),
         source=source,
+        root=root_dir if root is not None and not allow_outside_root else None,
     )
 
 

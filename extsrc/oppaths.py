@@ -14,6 +14,7 @@ gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -111,15 +112,17 @@ class BatchOpRunner:
         except OpContractError as e:
             raise OpContractError(f"{e} [sample {self.where(index)}]") from None
         except Exception as e:
+            tb = "".join(traceback.format_exception(e)).rstrip()
             raise OpError(
                 f"op '{self.op.name}' raised {type(e).__name__}: {e} [sample {self.where(index)}]"
+                f"\n\nOriginal traceback of the op:\n{tb}"
             ) from e
 
-    def __call__(self, images: list[np.ndarray], indices: list[np.ndarray],
-                 epochs: list[np.ndarray]) -> Any:
+    def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
+        # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
         results = [
-            self.run_one(im, int(i), int(e))
-            for im, i, e in zip(images, indices, epochs, strict=True)
+            self.run_one(im, int(info[0]), int(info[1]))
+            for im, info in zip(images, infos, strict=True)
         ]
         return _transpose(results, self.op.num_outputs)
 
@@ -127,8 +130,8 @@ class BatchOpRunner:
 class GpuBatchOpRunner(BatchOpRunner):
     """The gpu path: the op's array code on CuPy arrays, a batch per Python call.
 
-    Manifest index and epoch arrive packed as one ``int64[2]`` per sample; they are copied to the
-    host once per batch (only for random ops, which need them for their generators).
+    Each sample's info row (manifest index, epoch, pad flag) arrives on the GPU; the rows are copied
+    to the host once per batch, and only for random ops, which need them for their generators.
     """
 
     def __init__(self, op: Op, *, seed: int, manifest: Manifest) -> None:
@@ -139,7 +142,7 @@ class GpuBatchOpRunner(BatchOpRunner):
         import cupy
 
         if keys:
-            host = cupy.asnumpy(cupy.stack(keys[0])) if keys[0] else np.zeros((0, 2), np.int64)
+            host = cupy.asnumpy(cupy.stack(keys[0])) if keys[0] else np.zeros((0, 3), np.int64)
             ids = [(int(k[0]), int(k[1])) for k in host]
         else:
             ids = [(-1, 0)] * len(images)

@@ -49,15 +49,19 @@ def build_pipeline(
     seed: int,
     output_names: Sequence[str],
     stages: Sequence[Any] = (),
+    decoder: str = "auto",
 ) -> BuiltPipeline:
     """Build the DALI pipeline that feeds the loader.
 
     ``paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
     :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
     operators applied to the main image in place of ``resize`` (the presets use them).
+    ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
+    decoded image), ``"cpu"`` decodes on the CPU (the card's recipe), ``"auto"`` is ``"mixed"`` on a
+    GPU and ``"cpu"`` otherwise.
 
-    Outputs, in order: every image output (``image``, then each op's outputs), the label, then the
-    manifest index and the pad flag (metadata for bookkeeping, never renamed).
+    Outputs, in order: every image output (``image``, then each op's outputs), the label, then
+    ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
     """
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
@@ -74,37 +78,34 @@ def build_pipeline(
         py_start_method=start_method,
     )
     with pipe:
-        encoded, label, index, epoch, is_pad = fn.external_source(
+        encoded, label, info = fn.external_source(
             source=source,
             num_outputs=len(SOURCE_OUTPUTS),
             batch=True,
             batch_info=True,
             parallel=num_workers > 0,
         )
-        # The numpy path needs the image in host memory: decode on the CPU when any op takes it
-        # (the card's recipe); otherwise decode on the GPU (nvJPEG) when there is one.
-        host_image = not gpu or any(paths[op.name] == "numpy" for op in (*transforms, *ops))
-        image = fn.decoders.image(
-            encoded, device="cpu" if host_image else "mixed", output_type=types.RGB
-        )
-        keys = None
-
+        if decoder == "auto":
+            decoder = "mixed" if gpu else "cpu"
+        if decoder == "mixed" and not gpu:
+            raise ValueError("decoder='mixed' needs a GPU device; use 'cpu' or 'auto'")
+        image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
         def run(op: Op, img: Any) -> list[Any]:
-            nonlocal keys
             path = paths[op.name]
             if path == "native":
                 outs = op.impls["native"](img, **dict(op.params))
             elif path == "numpy":
+                # A GPU-decoded image comes back to host memory for the user's numpy code.
+                host_img = img.cpu() if img.device == "gpu" else img
                 outs = fn.python_function(
-                    img, index, epoch, function=BatchOpRunner(op, seed=seed, manifest=manifest),
+                    host_img, info, function=BatchOpRunner(op, seed=seed, manifest=manifest),
                     num_outputs=op.num_outputs, batch_processing=True,
                 )
             else:  # gpu
-                extra = []
-                if op.random:
-                    if keys is None:
-                        keys = fn.stack(index, epoch).gpu()
-                    extra = [keys]
+                # Only random ops need the sample identities (for their generators).
+                # A copy: a CPU node that also feeds a GPU transfer is placed in pinned memory,
+                # which torch.from_dlpack rejects when `info` is handed to torch (seen on H100).
+                extra = [fn.copy(info).gpu()] if op.random else []
                 outs = fn.python_function(
                     img.gpu(), *extra,
                     function=GpuBatchOpRunner(op, seed=seed, manifest=manifest),
@@ -128,6 +129,6 @@ def build_pipeline(
                 main = fn.resize(main, resize_x=w, resize_y=h)
         for stage in stages:
             main = stage(main, gpu=gpu)
-        pipe.set_outputs(main, *extra_images, label, index, is_pad)
+        pipe.set_outputs(main, *extra_images, label, info)
     names = tuple(output_names)
     return BuiltPipeline(pipe=pipe, output_names=names, image_outputs=names[:-1])

@@ -8,31 +8,53 @@ class rather than a closure so that DALI can ship it to worker processes (``para
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
-from extsrc.errors import SampleReadError
+from extsrc.errors import BadImageError, PathOutsideRootError, SampleReadError
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, inside
 from extsrc.manifest import Manifest
 from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
 
-__all__ = ["SOURCE_OUTPUTS", "ShardedSource"]
+__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource"]
 
-#: What one call returns, in order: encoded bytes, label, manifest index, epoch, pad flag.
-SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "index", "epoch", "is_pad")
+#: What one call returns, in order: encoded bytes (one array per sample), labels (one int64
+#: array for the batch) and info (one int64 array for the batch, columns ``INFO_COLUMNS``).
+SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "info")
+#: Columns of the ``info`` output: manifest index, epoch, 1 for a pad repeat else 0.
+INFO_COLUMNS: tuple[str, ...] = ("index", "epoch", "is_pad")
+
+
+# Appended to every bad-file message: how to find them all at once instead of one per run.
+_UP_FRONT = (
+    " To find every bad file up front run extsrc.validate(manifest) and train on "
+    "report.clean_manifest(), or pass on_error='skip' to Loader"
+)
 
 
 class ShardedSource:
     """Raw-byte batches of one shard, for ``fn.external_source(batch=True, batch_info=True)``.
 
-    Given DALI's batch info (``iteration``, ``epoch_idx``) it returns five lists, one entry per
-    sample: the file's bytes (``np.uint8``, 1-D), the label (``np.int64``, shape ``()`` or
-    ``(k,)``), the manifest index (``np.int64``), the epoch (``np.int64``) and whether the sample is
-    a pad repeat (``np.uint8``). It raises ``StopIteration`` after the shard's last batch of an
-    epoch. ``len(source)`` is the number of batches per epoch, the same on every shard.
+    Given DALI's batch info (``iteration``, ``epoch_idx``) it returns three outputs: a list with
+    each file's bytes (``np.uint8``, 1-D), the batch's labels as one ``np.int64`` array of shape
+    ``(B,)`` or ``(B, k)``, and ``info``, one ``np.int64`` array of shape ``(B, 3)`` holding each
+    sample's manifest index, epoch and pad flag (``INFO_COLUMNS``). Per-batch arrays rather than
+    per-sample scalars because each per-sample output costs DALI's worker processes a
+    serialisation per sample: five per-sample outputs ran at about a third of the speed of one
+    (measured, see ``benchmarks/README.md``). It raises ``StopIteration`` after the shard's last
+    batch of an epoch. ``len(source)`` is the number of batches per epoch, the same on every shard.
 
     ``start_epoch`` and ``start_batch`` shift where DALI's counters begin, so a resumed run reads
     exactly the batches that were still due.
+
+    Every file is checked before DALI sees it (:func:`extsrc.imagecheck.check_bytes`, no
+    decoding): a file that is not an image, in a format DALI cannot decode, truncated, or whose
+    header declares more than ``max_pixels`` pixels (``None``: no limit) raises
+    :class:`~extsrc.errors.BadImageError` naming its manifest line; ``check_images=False`` turns
+    this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
+    out) raises :class:`~extsrc.errors.PathOutsideRootError`.
     """
 
     num_outputs = len(SOURCE_OUTPUTS)
@@ -49,6 +71,8 @@ class ShardedSource:
         last_batch: LastBatch = "pad",
         start_epoch: int = 0,
         start_batch: int = 0,
+        max_pixels: int | None = DEFAULT_MAX_PIXELS,
+        check_images: bool = True,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -80,6 +104,10 @@ class ShardedSource:
             )
         self.start_epoch = start_epoch
         self.start_batch = start_batch
+        self.max_pixels = max_pixels
+        self.check_images = check_images
+        root = getattr(manifest, "root", None)
+        self._root_real = None if root is None else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
 
     def __len__(self) -> int:
@@ -113,36 +141,65 @@ class ShardedSource:
         where = f"{self.manifest.source} line {self.manifest.lines[index]}"
         try:
             with open(path, "rb") as f:
+                if self._root_real is not None:
+                    self._check_root(f, path, where)
                 data = f.read()
         except FileNotFoundError:
             raise SampleReadError(
-                f"{where}: file not found: {path}; fix the path or run extsrc.validate() to find "
-                "and drop missing files"
+                f"{where}: file not found: {path}; fix the path (or root=) or drop the line."
+                f"{_UP_FRONT}"
             ) from None
         except IsADirectoryError:
             raise SampleReadError(
-                f"{where}: {path} is a directory, expected an image file"
+                f"{where}: {path} is a directory, expected an image file; list image files, not "
+                f"folders.{_UP_FRONT}"
             ) from None
         except OSError as e:
-            raise SampleReadError(f"{where}: cannot read {path}: {e.strerror or e}") from None
+            raise SampleReadError(
+                f"{where}: cannot read {path}: {e.strerror or e}; fix its permissions or drop "
+                f"the line.{_UP_FRONT}"
+            ) from None
         if not data:
             raise SampleReadError(
-                f"{where}: {path} is empty (0 bytes); re-export the image or drop the line"
+                f"{where}: {path} is empty (0 bytes); re-export the image or drop the line."
+                f"{_UP_FRONT}"
             )
+        if self.check_images:
+            finding = check_bytes(data, max_pixels=self.max_pixels)
+            if finding is not None:
+                err = BadImageError(
+                    f"{where}: {path}: {finding.message} [{finding.reason}]; {finding.fix}."
+                    f"{_UP_FRONT}"
+                )
+                err.reason = finding.reason
+                raise err
         return np.frombuffer(data, dtype=np.uint8)
+
+    def _check_root(self, f: Any, path: str, where: str) -> None:
+        try:  # Linux: where the open descriptor really points (symlinks resolved), no races
+            real = os.readlink(f"/proc/self/fd/{f.fileno()}")
+        except OSError:
+            real = os.path.realpath(path)
+        assert self._root_real is not None
+        if not inside(real, self._root_real):
+            raise PathOutsideRootError(
+                f"{where}: {path} resolves to {real}, outside the root {self.manifest.root}; "
+                "fix the path or symlink, or pass allow_outside_root=True to read_manifest if "
+                "this is intended"
+            )
 
     def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
         epoch, b = self.position(int(info.iteration), int(info.epoch_idx))
         if b >= self._num_batches:
             raise StopIteration
         indices, is_pad = self.plan(epoch).batch(b)
-        labels = self.manifest.labels
         encoded = [self.read(int(i)) for i in indices]
-        label = [np.asarray(labels[i], dtype=np.int64) for i in indices]
-        index = [np.asarray(i, dtype=np.int64) for i in indices]
-        ep = [np.asarray(epoch, dtype=np.int64)] * len(indices)
-        pad = [np.asarray(p, dtype=np.uint8) for p in is_pad]
-        return encoded, label, index, ep, pad
+        labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
+        info = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
+        info[:, 0] = indices
+        info[:, 1] = epoch
+        info[:, 2] = is_pad
+        return encoded, labels, info
 
     def __repr__(self) -> str:
         return (

@@ -1,0 +1,516 @@
+"""The ``extsrc`` command: try the loader, check a manifest, look at and time a pipeline.
+
+Run ``extsrc --help`` (or ``python -m extsrc.cli --help``) for the commands. Every command exits 0
+on success, 1 when it found a problem (``validate`` found bad files, a pipeline failed) and 2 on
+bad input (a missing manifest, an unknown op, a bad option), printing a one-line reason to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+PROG = "extsrc"
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+_DESCRIPTION = """\
+extsrc feeds PyTorch from a labelled file list (a "manifest": CSV or text lines of
+`path,label`) through NVIDIA DALI, running your own numpy augmentations ("ops").
+
+New here? Start with:
+  extsrc demo                      make a small dataset, run the loader, write a preview PNG
+"""
+
+_EPILOG = """\
+examples:
+  extsrc demo --out extsrc-demo
+  extsrc validate data/train.csv
+  extsrc preview data/train.csv --ops grid2x2 -o preview.png
+  extsrc bench data/train.csv --ops grid2x2 hflip --batch-size 64
+  extsrc bench data/train.csv --preset train --crop 224
+  extsrc ops --import my_ops.py
+
+Run `extsrc COMMAND --help` for the options of a command.
+exit status: 0 ok, 1 a problem was found (bad files, a failing pipeline), 2 bad input.
+Set EXTSRC_DEBUG=1 to see the full traceback of an error.
+"""
+
+
+class CliError(Exception):
+    """Bad input found by the CLI itself (exit 2)."""
+
+
+_UNSET: Any = object()  # --resize not given: each command picks its default
+
+
+# -- argument types ------------------------------------------------------------------------------
+def _size(text: str) -> tuple[int, int] | None:
+    """``128`` -> (128, 128); ``96x128`` -> (96, 128); ``0`` / ``none`` -> no resize."""
+    t = text.strip().lower()
+    if t in ("0", "none"):
+        return None
+    try:
+        parts = [int(p) for p in t.split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected SIZE or HEIGHTxWIDTH (e.g. 128 or 96x128, 0 for none), got {text!r}"
+        )
+    return parts[0], parts[1]
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return v
+
+
+def _device(text: str) -> Any:
+    return None if text.strip().lower() == "auto" else text
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def _quiet_dali() -> None:
+    # The source always emits (bytes, label, index, epoch, pad); without a random numpy op the
+    # epoch is unused, which DALI reports on every build. Not actionable for a CLI user.
+    warnings.filterwarnings("ignore", message=r"The external source node")
+    # --skip-bad: the CLI prints its own one-line summary of what was skipped.
+    warnings.filterwarnings("ignore", message=r"extsrc\.Loader\(on_error='skip'\)")
+
+
+def _import_user_ops(specs: Sequence[str]) -> None:
+    """Import modules (``pkg.mod``) or files (``my_ops.py``) that register ops."""
+    for spec in specs:
+        if spec.endswith(".py") or os.sep in spec or "/" in spec:
+            path = Path(spec)
+            if not path.is_file():
+                raise FileNotFoundError(f"--import: no such file: {spec}")
+            name = f"_extsrc_user_ops_{path.stem}"
+            mod_spec = importlib.util.spec_from_file_location(name, path)
+            if mod_spec is None or mod_spec.loader is None:
+                raise CliError(f"--import: cannot import {spec}")
+            module = importlib.util.module_from_spec(mod_spec)
+            sys.modules[name] = module
+            mod_spec.loader.exec_module(module)
+        else:
+            try:
+                importlib.import_module(spec)
+            except ModuleNotFoundError as e:
+                raise CliError(f"--import: no module named {e.name!r}") from None
+
+
+def _op_names(values: Sequence[str] | None) -> list[str]:
+    """``--ops a b`` and ``--ops a,b`` both give ``[a, b]``."""
+    return [n for v in values or () for n in v.split(",") if n.strip()]
+
+
+def _resolve_ops(names: Sequence[str]) -> list[Any]:
+    import augment_ops
+
+    return [augment_ops.get(n.strip()) for n in names]
+
+
+def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
+            resize: tuple[int, int] | None, last_batch: str = "partial") -> Any:
+    """A Loader, or a preset loader with ``--preset``, from the common options."""
+    from extsrc.loader import Loader
+
+    ops = _resolve_ops(_op_names(args.ops))
+    common: dict[str, Any] = dict(
+        batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
+        num_workers=args.workers, last_batch=last_batch,
+    )
+    if args.skip_bad:
+        common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
+    preset = getattr(args, "preset", None)
+    if preset is None or preset == "none":
+        return Loader(args.manifest, resize=resize, **common)
+    from extsrc import presets
+
+    if resize is not None:
+        common["resize"] = resize
+    if preset == "train":
+        return presets.train_loader(args.manifest, crop=args.crop, **common)
+    size = args.size or round(args.crop * 256 / 224)
+    return presets.val_loader(args.manifest, size=size, crop=args.crop, **common)
+
+
+def _report_skipped(loader: Any) -> None:
+    skipped = getattr(loader, "skipped", ())
+    if skipped:
+        counts = getattr(loader.validation, "counts", {})
+        detail = ", ".join(f"{k}: {v}" for k, v in counts.items())
+        print(f"skipped {len(skipped)} bad file(s) ({detail}); `extsrc validate "
+              f"{loader.manifest.source}` lists them")
+
+
+def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> None:
+    p.add_argument("manifest", metavar="MANIFEST",
+                   help="the labelled file list: CSV/TSV/text lines of `path,label`")
+    p.add_argument("--ops", nargs="+", action="extend", metavar="OP",
+                   help="registered ops to run on every image (see `extsrc ops`), e.g. "
+                        "--ops grid2x2 hflip (or grid2x2,hflip)")
+    p.add_argument("--resize", type=_size, default=_UNSET, metavar="SIZE",
+                   help="resize every image output to SIZE or HEIGHTxWIDTH so a batch stacks "
+                        f"into one tensor; 0 for none (default: {resize_default})")
+    p.add_argument("--preset", choices=("none", "train", "val"), default="none",
+                   help="run the standard ImageNet-style pipeline on the main image: train = "
+                        "random resized crop + flip + normalise, val = resize + centre crop + "
+                        "normalise (default: none)")
+    p.add_argument("--crop", type=_positive, default=224, metavar="N",
+                   help="crop size of --preset (default: 224)")
+    p.add_argument("--size", type=_positive, default=None, metavar="N",
+                   help="shorter side before the centre crop of --preset val "
+                        "(default: crop * 256/224)")
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                   help="auto (a GPU if one is visible, else the CPU), cpu, cuda or cuda:N "
+                        "(default: auto)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes reading files (0: none; default: from the core count)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="check every file first and leave out the bad ones instead of failing "
+                        "on the first")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a module or .py file that registers your own ops first "
+                        "(repeatable)")
+
+
+def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> Any:
+    """``--resize`` as given (``0``: ``None``), else ``default``."""
+    return default if args.resize is _UNSET else args.resize
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from extsrc.loader import Loader
+    from extsrc.manifest import read_manifest
+    from extsrc.preview import render_batch
+    from extsrc.sample_data import make_sample_dataset
+
+    out = Path(args.out)
+    size = (96, 128)
+    manifest_path = make_sample_dataset(out / "data", n=args.n, size=size, seed=args.seed)
+    manifest = read_manifest(manifest_path)
+    print(f"dataset: {len(manifest)} images of {len(manifest.classes or [])} classes, "
+          f"manifest {manifest_path}")
+    batch_size = min(16, len(manifest))
+    with Loader(manifest, batch_size=batch_size, ops=["grid2x2"], resize=size, device=args.device,
+                seed=args.seed, num_workers=args.workers) as loader:
+        print(f"loader: device {loader.device}, outputs {list(loader.output_names)}")
+        print("op paths: " + ", ".join(f"{k}={v}" for k, v in loader.op_paths.items()))
+        first = None
+        for epoch in range(args.epochs):
+            t0 = time.perf_counter()
+            seen = 0
+            for batch in loader:
+                if first is None:
+                    first = {k: v.clone() for k, v in batch.items()}
+                seen += int((~batch["is_pad"]).sum())
+            dt = time.perf_counter() - t0
+            note = " (includes building the pipeline)" if epoch == 0 else ""
+            print(f"epoch {epoch}: {seen} images in {dt:.2f} s, {seen / dt:.0f} images/s{note}")
+    assert first is not None
+    preview = out / "preview.png"
+    render_batch(first, max_samples=6, path=preview, classes=manifest.classes)
+    print(f"preview: {preview}  (rows: samples; columns: image, then the 4 grid2x2 tiles)")
+    return EXIT_OK
+
+
+def _fallback_validate(manifest_path: str, *, decode: bool) -> int:
+    """File existence, readability and (``decode``) that Pillow can decode each file."""
+    from PIL import Image
+    from tqdm import tqdm
+
+    from extsrc.manifest import read_manifest
+
+    manifest = read_manifest(manifest_path)
+    problems: list[str] = []
+    for i, path in enumerate(tqdm(manifest.paths, desc="checking", unit="file", disable=None)):
+        where = f"{manifest.source} line {manifest.lines[i]}: {path}"
+        try:
+            if not os.path.exists(path):
+                problems.append(f"{where}: file not found")
+                continue
+            if not os.path.isfile(path):
+                problems.append(f"{where}: not a file")
+                continue
+            if os.path.getsize(path) == 0:
+                problems.append(f"{where}: empty file")
+                continue
+            with open(path, "rb") as f:
+                f.read(1)
+            if decode:
+                with Image.open(path) as im:
+                    im.load()
+        except Exception as e:  # every failure is a finding, reported with its line
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            problems.append(f"{where}: cannot read: {reason}")
+    for p in problems[:50]:
+        print(p)
+    if len(problems) > 50:
+        print(f"... and {len(problems) - 50} more")
+    if problems:
+        print(f"{len(problems)} of {len(manifest)} files have problems", file=sys.stderr)
+        return EXIT_FOUND
+    print(f"ok: {len(manifest)} files, all readable" + (" and decodable" if decode else ""))
+    return EXIT_OK
+
+
+def _doctor() -> Any:
+    """``extsrc.validate`` (the manifest doctor) if this install has it, else ``None``."""
+    try:
+        from extsrc.validate import validate
+    except ImportError:
+        return None
+    return validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    doctor = _doctor()
+    if doctor is None:  # an install without extsrc.validate: existence and readability
+        if args.write_clean:
+            raise CliError("--write-clean needs extsrc.validate, which this install lacks")
+        return _fallback_validate(args.manifest, decode=not args.no_decode)
+    report = doctor(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
+                    progress=sys.stderr.isatty())
+    print(report.summary(max_problems=args.max_problems))
+    if args.write_clean and not report.ok:
+        print(f"wrote the {len(report.ok_indices)} good samples to "
+              f"{report.write_clean(args.write_clean)}")
+    return EXIT_OK if report.ok else EXIT_FOUND
+
+
+def cmd_preview(args: argparse.Namespace) -> int:
+    from extsrc.preview import image_outputs, render_batch
+
+    resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
+    with _loader(args, batch_size=args.n, shuffle=args.shuffle, resize=resize) as loader:
+        _report_skipped(loader)
+        batch = next(iter(loader))
+        render_batch(batch, max_samples=args.n, path=args.output,
+                     classes=loader.manifest.classes)
+    rows, cols = min(args.n, len(batch["index"])), len(image_outputs(batch))
+    print(f"wrote {args.output} ({rows} samples x {cols} image outputs, device {loader.device}, "
+          f"op paths {loader.op_paths})")
+    return EXIT_OK
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    resize = _resize_arg(args, None if args.preset != "none" else (224, 224))
+    with _loader(args, batch_size=args.batch_size, shuffle=True, resize=resize) as loader:
+        _report_skipped(loader)
+        print(f"loader: {len(loader.manifest)} samples, batch {args.batch_size}, device "
+              f"{loader.device}, op paths {loader.op_paths}, outputs {list(loader.output_names)}")
+        per_epoch = len(loader)
+        total = per_epoch * args.epochs
+        if args.max_batches is not None:
+            total = min(total, args.max_batches)
+        images = batches = 0
+        t_start = time.perf_counter()
+        t_warm = None
+        warm_images = 0
+        with tqdm(total=total, unit="batch", desc="bench", disable=None) as bar:
+            while batches < total:
+                for batch in loader:
+                    n = int((~batch["is_pad"]).sum())
+                    images += n
+                    batches += 1
+                    if t_warm is None:  # the first batch pays for building the pipeline
+                        t_warm, warm_images = time.perf_counter(), images
+                    bar.update(1)
+                    elapsed = time.perf_counter() - t_start
+                    bar.set_postfix_str(f"{images / elapsed:.0f} img/s")
+                    if batches >= total:
+                        break
+        t_end = time.perf_counter()
+    warmup = (t_warm or t_end) - t_start
+    steady_images = images - warm_images
+    if batches > 1 and steady_images > 0:
+        rate = steady_images / (t_end - (t_warm or t_start))
+        print(f"{rate:.1f} images/s ({steady_images} images in {batches - 1} batches after a "
+              f"{warmup:.2f} s warm-up)")
+    else:
+        rate = images / max(t_end - t_start, 1e-9)
+        print(f"{rate:.1f} images/s ({images} images in 1 batch, including the warm-up)")
+    return EXIT_OK
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    import augment_ops
+    from extsrc.device import cuda_device_count
+    from extsrc.oppaths import choose_paths
+
+    gpu = cuda_device_count() > 0
+    rows = [("NAME", "OUTPUTS", "RANDOM", "PATHS", f"AUTO ({'gpu' if gpu else 'cpu'})",
+             "DESCRIPTION")]
+    for op in augment_ops.iter_ops():
+        auto = choose_paths([op], gpu=gpu)[op.name]
+        rows.append((op.name, str(op.num_outputs), "yes" if op.random else "no",
+                     ",".join(op.paths), auto, op.description))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    print("\nOutputs are named <op>_0, <op>_1, ... in the batch. Paths: numpy = your function "
+          "(the reference), native = DALI operators, gpu = the same code on CuPy arrays; AUTO is "
+          "what a loader on this machine picks.")
+    return EXIT_OK
+
+
+# -- parser and entry point ----------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from extsrc import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    p = sub.add_parser("demo", help="make a sample dataset, run a loader, write a preview PNG",
+                       description="Make a small generated dataset (shapes on gradients), run a "
+                                   "loader with the grid2x2 op for a couple of epochs, print "
+                                   "images/s, the device and op paths, and write preview.png.")
+    p.add_argument("--out", default="extsrc-demo", metavar="DIR",
+                   help="folder for the dataset and preview.png (default: extsrc-demo)")
+    p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
+    p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                   help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes reading files (default: from the core count)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.set_defaults(func=cmd_demo, imports=[])
+
+    p = sub.add_parser("validate", help="check that every file in a manifest can be read",
+                       description="Read MANIFEST and check every file it lists (missing, "
+                                   "unreadable, empty, not an image, truncated, corrupt). Prints "
+                                   "one line per problem (manifest line, path, reason, fix); "
+                                   "exits 1 if there is any.")
+    p.add_argument("manifest", metavar="MANIFEST", help="the labelled file list")
+    p.add_argument("--no-decode", action="store_true",
+                   help="check headers and file ends only, do not decode every image fully "
+                        "(much faster; misses files corrupt in the middle)")
+    p.add_argument("--jobs", type=int, default=-1, metavar="N",
+                   help="processes checking files (-1: all cores; default: -1)")
+    p.add_argument("--max-problems", type=_positive, default=20, metavar="N",
+                   help="problems to list (default: 20)")
+    p.add_argument("--write-clean", default=None, metavar="CSV",
+                   help="also write a manifest of the good samples to CSV")
+    p.set_defaults(func=cmd_validate, imports=[])
+
+    p = sub.add_parser("preview", help="render the first batch (image and every op output) "
+                                       "to a PNG",
+                       description="Run the loader on MANIFEST and draw its first batch: one row "
+                                   "per sample (manifest index and label), one column per image "
+                                   "output (image, then each op's outputs).")
+    _add_loader_options(p, resize_default="128, or none with --preset")
+    p.add_argument("-o", "--output", default="preview.png", metavar="PNG",
+                   help="where to write the picture (default: preview.png)")
+    p.add_argument("--n", type=_positive, default=8, help="samples to show (default: 8)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="show a random batch instead of the first lines")
+    p.set_defaults(func=cmd_preview)
+
+    p = sub.add_parser("bench", help="measure loader throughput in images/s",
+                       description="Run the loader on MANIFEST and report images per second "
+                                   "(the first batch, which builds the pipeline, is timed apart).")
+    _add_loader_options(p, resize_default="224, or none with --preset")
+    p.add_argument("--batch-size", type=_positive, default=32, metavar="N",
+                   help="samples per batch (default: 32)")
+    p.add_argument("--epochs", type=_positive, default=1, metavar="N",
+                   help="passes over the manifest (default: 1)")
+    p.add_argument("--max-batches", type=_positive, default=None, metavar="N",
+                   help="stop after N batches")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("ops", help="list the registered ops, their outputs and paths",
+                       description="List every registered op: outputs, whether it is random, the "
+                                   "implementations it has and which one a loader picks here.")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a module or .py file that registers your own ops first")
+    p.set_defaults(func=cmd_ops)
+    return parser
+
+
+_RAISED_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception)): (.+)$")
+
+
+def _reason(e: BaseException) -> tuple[str, bool]:
+    """The reason in one line, and whether it is one of extsrc's own errors (bad input).
+
+    DALI re-raises errors from its worker processes and ``python_function`` as a multi-line
+    report with the original traceback as text; its last ``SomeError: message`` line is the reason.
+    """
+    from extsrc import errors
+
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip()]
+    own = isinstance(e, errors.ExtsrcError)
+    if not lines:
+        return type(e).__name__, own
+    if len(lines) == 1:
+        return lines[0], own
+    for ln in reversed(lines):
+        m = _RAISED_RE.match(ln)
+        if m:
+            name, text = m.groups()
+            if hasattr(errors, name):
+                return text, True
+            return f"{name}: {text}", own
+    return lines[0], own
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``extsrc`` command line; return the exit status."""
+    from extsrc.errors import ExtsrcError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    _quiet_dali()
+    try:
+        _import_user_ops(args.imports)
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (ExtsrcError, ValueError, FileNotFoundError, KeyError, TypeError, CliError) as e:
+        if os.environ.get("EXTSRC_DEBUG"):
+            raise
+        print(f"{PROG}: error: {_reason(e)[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as e:  # a failing pipeline (DALI raises bare Exception from its workers)
+        if os.environ.get("EXTSRC_DEBUG"):
+            raise
+        text, own = _reason(e)
+        print(f"{PROG}: error: {text}", file=sys.stderr)
+        return EXIT_USAGE if own else EXIT_FOUND
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""Checks of one encoded image file, shared by the source and the manifest doctor.
+
+DALI cannot skip a sample once it is in a batch: its decoder raises and the pipeline is left
+unusable. So every check that can name a bad file runs before DALI sees it:
+
+* :func:`check_bytes` (header checks, no decoding: microseconds) runs in
+  :class:`~extsrc.source.ShardedSource` on every sample it reads: magic bytes, a format DALI
+  decodes, the pixel count the header declares (a decompression-bomb guard), and the end-of-image
+  structure (JPEG ``EOI`` after the first scan, PNG ``IEND``) that truncated files lack.
+* :func:`check_file` adds the file-system checks (missing, directory, unreadable, empty, outside
+  the root) and, with ``decode=True``, a full decode with Pillow, which also finds files corrupt in
+  the middle. :func:`extsrc.validate` runs it over a whole manifest.
+
+A problem is a :class:`Finding`: a reason code (one of :data:`REASONS`) and a message that says
+what is wrong and how to fix it. Nothing here unpickles anything; files are only read as bytes and
+parsed as images.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+import warnings
+from dataclasses import dataclass
+
+__all__ = [
+    "DALI_FORMATS",
+    "DEFAULT_MAX_PIXELS",
+    "REASONS",
+    "Finding",
+    "check_bytes",
+    "check_file",
+    "decode_check",
+    "inside",
+    "sniff_format",
+]
+
+#: Largest declared pixel count accepted by default: Pillow's decompression-bomb error threshold
+#: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13,377 x 13,377.
+DEFAULT_MAX_PIXELS = 178_956_970
+
+#: Reason codes and what they mean.
+REASONS: dict[str, str] = {
+    "missing": "the file does not exist",
+    "is_directory": "the path is a directory, not a file",
+    "unreadable": "the file cannot be read (permissions, not a regular file, I/O error)",
+    "empty": "the file has 0 bytes",
+    "not_an_image": "the file is not an image (no known image signature)",
+    "unsupported_format": "an image format that DALI's decoder does not read",
+    "too_large": "the header declares more pixels than max_pixels (decompression-bomb guard)",
+    "truncated": "the file ends before the image data does",
+    "corrupt": "the image data is damaged",
+    "outside_root": "the path resolves outside the manifest's root folder",
+}
+
+#: Formats DALI's image decoder reads (``fn.decoders.image``).
+DALI_FORMATS = frozenset({"jpeg", "png", "bmp", "tiff", "webp", "jpeg2000", "pnm"})
+
+_HEAD = 65536
+_TAIL = 65536
+_FIX = {
+    "missing": "fix the path (or the root= it resolves against) or drop the line",
+    "is_directory": "list image files, not folders",
+    "unreadable": "fix the file's permissions or drop the line",
+    "empty": "re-export the image or drop the line",
+    "not_an_image": "replace it with the real image or drop the line",
+    "unsupported_format": "convert it to JPEG or PNG, or drop the line",
+    "too_large": "downscale the image, drop the line, or raise max_pixels if it is genuine",
+    "truncated": "re-download or re-export the image, or drop the line",
+    "corrupt": "re-download or re-export the image, or drop the line",
+    "outside_root": (
+        "move the file under the root, or pass allow_outside_root=True to read_manifest if "
+        "this is intended"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What is wrong with one file: a reason code from :data:`REASONS` and a message."""
+
+    reason: str
+    message: str
+
+    @property
+    def fix(self) -> str:
+        """How to fix it, in a few words."""
+        return _FIX.get(self.reason, "drop the line")
+
+
+class _NeedMore(Exception):
+    """The head/tail windows are not enough to decide; read the whole file."""
+
+
+def sniff_format(head: bytes) -> str | None:
+    """The image format named by the first bytes (``"jpeg"``, ``"png"``, ...), else ``None``."""
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if head[:8] == b"\x89PNG\r\n\x1a\n":
+        return "png"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if head[:2] == b"BM":
+        return "bmp"
+    if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:12] == b"\x00\x00\x00\x0cjP  \r\n\x87\n" or head[:4] == b"\xff\x4f\xff\x51":
+        return "jpeg2000"
+    if len(head) >= 3 and head[0:1] == b"P" and head[1:2] in b"123456" and head[2:3].isspace():
+        return "pnm"
+    if head[:4] in (b"\x00\x00\x01\x00",):
+        return "ico"
+    if head[:4] == b"8BPS":
+        return "psd"
+    if head[4:8] == b"ftyp" and head[8:12] in (b"heic", b"heix", b"mif1", b"avif", b"msf1"):
+        return "heif"
+    return None
+
+
+def _describe_start(head: bytes) -> str:
+    text = head[:16]
+    if text and all(32 <= c < 127 or c in (9, 10, 13) for c in text):
+        return f"starts with text {text.decode('ascii')!r}"
+    return f"starts with bytes {text[:8].hex(' ')}"
+
+
+# SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) share the range but do not.
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _jpeg_header(head: bytes, whole: bool) -> tuple[int, int, int]:
+    """(width, height, offset of the first SOS marker) from the JPEG marker segments."""
+    n = len(head)
+    i = 2
+    size: tuple[int, int] | None = None
+    while True:
+        if i + 4 > n:
+            if whole:
+                raise ValueError("truncated:the file ends inside the JPEG header")
+            raise _NeedMore
+        if head[i] != 0xFF:
+            raise ValueError(f"corrupt:JPEG header broken (no marker at byte {i})")
+        marker = head[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # stand-alone markers
+            i += 2
+            continue
+        if marker == 0xD9:
+            raise ValueError("corrupt:JPEG ends (EOI marker) before any image data")
+        seg = int.from_bytes(head[i + 2:i + 4], "big")
+        if seg < 2:
+            raise ValueError(f"corrupt:JPEG header broken (segment length {seg} at byte {i})")
+        if marker in _SOF:
+            if i + 9 > n:
+                if whole:
+                    raise ValueError("truncated:the file ends inside the JPEG frame header")
+                raise _NeedMore
+            h = int.from_bytes(head[i + 5:i + 7], "big")
+            w = int.from_bytes(head[i + 7:i + 9], "big")
+            size = (w, h)
+        elif marker == 0xDA:
+            if size is None:
+                raise ValueError("corrupt:JPEG has image data but no frame header (SOF)")
+            return size[0], size[1], i
+        i += 2 + seg
+
+
+def _png_header(head: bytes) -> tuple[int, int]:
+    if len(head) < 33:
+        raise ValueError("truncated:the file ends inside the PNG header")
+    if head[12:16] != b"IHDR":
+        raise ValueError("corrupt:PNG does not start with an IHDR chunk")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def _pil_size(data: bytes) -> tuple[int, int]:
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as im:
+                return im.size
+    except Image.DecompressionBombError as e:
+        raise ValueError(f"too_large:{e}") from None
+    except Exception as e:  # PIL raises many types for bad headers
+        raise ValueError(f"corrupt:cannot read the image header ({type(e).__name__}: {e})") \
+            from None
+
+
+def _check(head: bytes, tail: bytes, size: int, max_pixels: int | None) -> Finding | None:
+    """Header and structure checks on the first and last bytes of a file of ``size`` bytes.
+
+    ``head`` is the whole file when ``len(head) == size``. Raises :class:`_NeedMore` when the
+    windows cannot decide.
+    """
+    whole = len(head) >= size
+    fmt = sniff_format(head)
+    if fmt is None:
+        return Finding("not_an_image", f"not an image file: {_describe_start(head)}")
+    if fmt not in DALI_FORMATS:
+        return Finding(
+            "unsupported_format",
+            f"{fmt.upper()} image, which DALI's decoder does not read (it reads "
+            f"{', '.join(sorted(DALI_FORMATS))})",
+        )
+    try:
+        if fmt == "jpeg":
+            w, h, sos = _jpeg_header(head, whole)
+        elif fmt == "png":
+            w, h = _png_header(head)
+        else:
+            if not whole:
+                raise _NeedMore
+            w, h = _pil_size(head)
+    except ValueError as e:
+        reason, _, message = str(e).partition(":")
+        return Finding(reason, message)
+    if w <= 0 or h <= 0:
+        return Finding("corrupt", f"{fmt.upper()} header declares an empty image ({w}x{h})")
+    if max_pixels is not None and w * h > max_pixels:
+        return Finding(
+            "too_large",
+            f"header declares {w}x{h} = {w * h:,} pixels, more than max_pixels={max_pixels:,} "
+            "(decompression-bomb guard)",
+        )
+    if fmt == "jpeg":
+        # EOI (FF D9) must follow the first scan. Inside entropy-coded data 0xFF is always
+        # followed by 00 or a restart marker, so a later FF D9 is the real end of the image;
+        # trailing bytes after it are allowed (DALI and Pillow accept them).
+        k = tail.rfind(b"\xff\xd9")
+        if k < 0 or size - len(tail) + k <= sos:
+            if not whole and k < 0:
+                raise _NeedMore
+            return Finding("truncated", "JPEG has no end-of-image marker (FF D9) after its data")
+    elif fmt == "png":
+        k = tail.rfind(b"IEND")
+        if k < 4 or tail[k - 4:k] != b"\x00\x00\x00\x00":
+            if not whole and k < 0:
+                raise _NeedMore
+            return Finding("truncated", "PNG has no IEND chunk (the file ends early)")
+    return None
+
+
+def check_bytes(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> Finding | None:
+    """Header and structure checks of a whole encoded file held in memory (no decoding)."""
+    if not data:
+        return Finding("empty", "the file is empty (0 bytes)")
+    data = bytes(data) if not isinstance(data, bytes) else data
+    return _check(data, data, len(data), max_pixels)
+
+
+def decode_check(data: bytes) -> Finding | None:
+    """Fully decode ``data`` with Pillow; a failure is ``truncated`` or ``corrupt``."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as im:
+                im.load()
+    except Image.DecompressionBombError:
+        return None  # the caller's max_pixels is above Pillow's; the header check passed
+    except Image.UnidentifiedImageError:
+        return Finding("corrupt", "the image data cannot be parsed (Pillow cannot identify it)")
+    except Exception as e:
+        text = f"{type(e).__name__}: {e}"
+        low = text.lower()
+        if "truncated" in low or "premature end" in low or isinstance(e, EOFError):
+            return Finding("truncated", f"the image data ends early (decoder: {text})")
+        return Finding("corrupt", f"the image data cannot be decoded ({text})")
+    return None
+
+
+def inside(real: str, root_real: str) -> bool:
+    """Whether the resolved path ``real`` lies inside the resolved folder ``root_real``."""
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def _real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
+    try:  # Linux: where the open descriptor really points, in one syscall, without races
+        return os.readlink(f"/proc/self/fd/{f.fileno()}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def check_file(
+    path: str,
+    *,
+    decode: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    root_real: str | None = None,
+) -> Finding | None:
+    """Every check of one file: file system, header, structure and (``decode``) a full decode.
+
+    ``root_real``: the resolved root folder the file must stay inside (symlinks followed), or
+    ``None``. Returns ``None`` for a good file.
+    """
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return Finding("missing", "file not found")
+    except OSError as e:
+        return Finding("unreadable", f"cannot stat the file: {e.strerror or e}")
+    if stat.S_ISDIR(st.st_mode):
+        return Finding("is_directory", "is a directory, expected an image file")
+    if not stat.S_ISREG(st.st_mode):
+        return Finding("unreadable", "not a regular file (a device, FIFO or socket)")
+    if st.st_size == 0:
+        return Finding("empty", "the file is empty (0 bytes)")
+    try:
+        with open(path, "rb", buffering=0) as f:
+            if root_real is not None:
+                real = _real_path(f, path)
+                if not inside(real, root_real):
+                    return Finding(
+                        "outside_root", f"resolves to {real}, outside the root {root_real}"
+                    )
+            size = os.fstat(f.fileno()).st_size
+            if decode or size <= _HEAD + _TAIL:
+                data = f.read()
+                head = tail = data
+                size = len(data)
+            else:
+                head = f.read(_HEAD)
+                f.seek(size - _TAIL)
+                tail = f.read(_TAIL)
+                data = b""
+            try:
+                finding = _check(head, tail, size, max_pixels)
+            except _NeedMore:
+                f.seek(0)
+                data = f.read()
+                size = len(data)
+                finding = _check(data, data, size, max_pixels)
+    except OSError as e:
+        return Finding("unreadable", f"cannot read the file: {e.strerror or e}")
+    if finding is None and decode:
+        finding = decode_check(data)
+    return finding
