@@ -1,0 +1,176 @@
+"""The ``extsrc`` command, run as a subprocess: success and failure paths, exit codes, messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from conftest import has_gpu
+from PIL import Image
+
+from extsrc.sample_data import make_sample_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    ), "OMP_NUM_THREADS": "1"}
+    env.pop("EXTSRC_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "extsrc.cli", *args], cwd=cwd, env=env, capture_output=True,
+        text=True, timeout=timeout,
+    )
+
+
+def assert_one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    assert p.returncode == code, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("extsrc: error: "), p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """A 16-image sample dataset; returns its folder (manifest.csv inside)."""
+    root = tmp_path_factory.mktemp("cli")
+    make_sample_dataset(root, n=16, size=(48, 64), fmt="png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory) -> Path:
+    """The sample dataset with line 3's file deleted and line 5's file garbage."""
+    root = tmp_path_factory.mktemp("bad")
+    make_sample_dataset(root, n=16, size=(48, 64), fmt="png")
+    images = sorted((root / "images").iterdir())
+    images[1].unlink()
+    images[3].write_text("not an image\n")
+    return root / "manifest.csv"
+
+
+def test_help_explains_every_command(tmp_path: Path):
+    p = run("--help", cwd=tmp_path)
+    assert p.returncode == 0
+    for word in ("demo", "validate", "preview", "bench", "ops", "manifest", "exit status"):
+        assert word in p.stdout
+    for cmd in ("demo", "validate", "preview", "bench", "ops"):
+        sub = run(cmd, "--help", cwd=tmp_path)
+        assert sub.returncode == 0 and f"usage: extsrc {cmd}" in sub.stdout
+    # No command: the help, and a usage error status.
+    p = run(cwd=tmp_path)
+    assert p.returncode == 2 and "commands" in p.stdout
+
+
+def test_ops_lists_registry_with_user_ops(tmp_path: Path):
+    (tmp_path / "my_ops.py").write_text(
+        "import augment_ops\n\n"
+        "@augment_ops.augment_op(num_outputs=2)\n"
+        "def halves(img):\n"
+        '    """Left and right halves."""\n'
+        "    w = img.shape[1] // 2\n"
+        "    return img[:, :w], img[:, w:]\n"
+    )
+    p = run("ops", "--import", "my_ops.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line.strip()}
+    assert rows["grid2x2"][1:5] == ["4", "no", "numpy,native,gpu", "native"]
+    assert rows["random_crop"][2] == "yes"
+    assert rows["halves"][1:4] == ["2", "no", "numpy"] and "Left and right" in p.stdout
+    p = run("ops", "--import", "nope.py", cwd=tmp_path)
+    assert_one_line_error(p, 2, "nope.py")
+
+
+def test_validate_good_bad_and_missing(tmp_path: Path, data: Path, bad: Path):
+    p = run("validate", str(data / "manifest.csv"), "--jobs", "1", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "16 ok, 0 bad" in p.stdout
+    clean = tmp_path / "clean.csv"
+    p = run("validate", str(bad), "--jobs", "1", "--write-clean", str(clean), cwd=tmp_path)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "line 3:" in p.stdout and "[missing]" in p.stdout
+    assert "line 5:" in p.stdout and "[not_an_image]" in p.stdout
+    assert len(clean.read_text().splitlines()) == 1 + 14
+    p = run("validate", "no_such.csv", cwd=tmp_path)
+    assert_one_line_error(p, 2, "no_such.csv")
+
+
+def test_preview_writes_png(tmp_path: Path, data: Path):
+    out = tmp_path / "out" / "preview.png"
+    p = run("preview", str(data / "manifest.csv"), "--ops", "grid2x2", "-o", str(out),
+            "--n", "4", "--workers", "0", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "4 samples x 5 image outputs" in p.stdout
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.width > 300
+
+
+def test_preview_failures_are_one_line(tmp_path: Path, data: Path, bad: Path):
+    m = str(data / "manifest.csv")
+    assert_one_line_error(run("preview", m, "--ops", "no_such_op", cwd=tmp_path), 2,
+                          "no op named 'no_such_op'")
+    # A bad file met by the loader's worker process: reported with its manifest line.
+    assert_one_line_error(run("preview", str(bad), "-o", "x.png", "--workers", "1",
+                              cwd=tmp_path), 2, "line 3")
+    p = run("preview", m, "--resize", "abc", cwd=tmp_path)  # argparse: usage + reason
+    assert p.returncode == 2 and "--resize" in p.stderr and "Traceback" not in p.stderr
+    # --skip-bad leaves the bad files out instead.
+    p = run("preview", str(bad), "-o", "x.png", "--skip-bad", "--workers", "0", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "skipped 2 bad file(s)" in p.stdout
+
+
+def test_bench_reports_images_per_second(tmp_path: Path, data: Path):
+    p = run("bench", str(data / "manifest.csv"), "--ops", "grid2x2,hflip", "--batch-size", "4",
+            "--epochs", "2", "--max-batches", "5", "--workers", "0", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "images/s" in p.stdout and "'grid2x2': 'native'" in p.stdout
+    assert "16 images in 4 batches" in p.stdout  # 5 batches, the first one is the warm-up
+
+
+@pytest.mark.skipif(has_gpu(), reason="checks the message on a machine without a GPU")
+def test_bench_on_missing_gpu_is_bad_input(tmp_path: Path, data: Path):
+    p = run("bench", str(data / "manifest.csv"), "--device", "cuda", cwd=tmp_path)
+    assert_one_line_error(p, 2, "no CUDA GPU is visible")
+
+
+def test_demo_leaves_a_preview(tmp_path: Path):
+    p = run("demo", "--out", "demo", "--n", "16", "--epochs", "1", "--workers", "0",
+            cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    for needle in ("images/s", "op paths: grid2x2=", "device cpu" if not has_gpu() else "cuda"):
+        assert needle in p.stdout
+    with Image.open(tmp_path / "demo" / "preview.png") as im:
+        assert im.format == "PNG"
+    assert (tmp_path / "demo" / "data" / "manifest.csv").is_file()
+
+
+def test_console_script_is_declared():
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'extsrc = "extsrc.cli:main"' in text
+    try:
+        eps = metadata.entry_points(group="console_scripts")
+    except Exception:  # pragma: no cover
+        pytest.skip("no package metadata")
+    ours = [e for e in eps if e.name == "extsrc"]
+    if not ours:
+        pytest.skip("extsrc is not installed (pip install -e .); the entry point is not on PATH")
+    assert ours[0].value == "extsrc.cli:main"
+
+
+def test_fallback_validate_without_the_doctor(tmp_path: Path, bad: Path, capsys):
+    # Used when extsrc.validate is not installed: existence, readability and a Pillow decode.
+    from extsrc.cli import _fallback_validate
+
+    assert _fallback_validate(str(bad), decode=True) == 1
+    out = capsys.readouterr().out
+    assert "line 3:" in out and "file not found" in out and "line 5:" in out
+    good = make_sample_dataset(tmp_path / "good", n=3, fmt="png")
+    assert _fallback_validate(str(good), decode=True) == 0

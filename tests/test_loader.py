@@ -1,0 +1,265 @@
+"""Loader end to end on real DALI CPU pipelines (device="cpu": this suite runs without a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import pattern_image, write_dataset
+from PIL import Image
+
+import augment_ops
+from extsrc import Loader, read_manifest
+from extsrc.seeding import name_salt, sample_rng
+from extsrc.sharding import shard_plan
+
+GRID_NAMES = ["image", "grid2x2_0", "grid2x2_1", "grid2x2_2", "grid2x2_3", "label"]
+ODD = (33, 47)
+N_ODD = 8
+ODD_LABELS = [300, 70000, 2**40, 0, 5, 256, 255, 1]
+
+
+def grid_tiles(img: np.ndarray) -> list[np.ndarray]:
+    """Reference grid2x2: split at h // 2, w // 2; TL, TR, BL, BR."""
+    h, w = img.shape[:2]
+    y, x = h // 2, w // 2
+    return [img[:y, :x], img[:y, x:], img[y:, :x], img[y:, x:]]
+
+
+def epoch(loader: Loader) -> list[dict[str, torch.Tensor]]:
+    return list(loader)
+
+
+def column(batches, key) -> list[int]:
+    return [int(v) for b in batches for v in b[key]]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """23 images, PNG and JPEG alternating, sizes varying, labels 300/70000/7."""
+    path = write_dataset(
+        tmp_path_factory.mktemp("mixed"), 23, fmt="mixed", label_fn=lambda i: [300, 70000, 7][i % 3]
+    )
+    return read_manifest(path)
+
+
+@pytest.fixture(scope="module")
+def odd_png(tmp_path_factory):
+    """8 lossless PNGs, all 33x47 (odd), with large labels."""
+    root = tmp_path_factory.mktemp("odd")
+    lines = ["path,label"]
+    for i in range(N_ODD):
+        Image.fromarray(pattern_image(i, *ODD)).save(root / f"{i}.png")
+        lines.append(f"{i}.png,{ODD_LABELS[i]}")
+    (root / "manifest.csv").write_text("\n".join(lines) + "\n")
+    return read_manifest(root / "manifest.csv")
+
+
+# --- construction errors (no pipeline is built) -------------------------------------------------
+
+
+def test_default_output_names(mixed):
+    loader = Loader(mixed, batch_size=4, ops=["grid2x2"], resize=16, device="cpu")
+    assert list(loader.output_names) == GRID_NAMES
+    assert len(loader) == 6
+    assert Loader(mixed, batch_size=4, device="cpu").output_names == ("image", "label")
+
+
+def test_wrong_length_output_map(mixed):
+    with pytest.raises(
+        ValueError,
+        match=r"output_map has 2 names but the loader has 6 outputs "
+        r"\['image', 'grid2x2_0', 'grid2x2_1', 'grid2x2_2', 'grid2x2_3', 'label'\]",
+    ):
+        Loader(mixed, batch_size=4, ops=["grid2x2"], output_map=["a", "b"], device="cpu")
+
+
+def test_output_map_reserved_and_duplicate_names(mixed):
+    with pytest.raises(ValueError, match=r"distinct non-empty strings"):
+        Loader(mixed, batch_size=4, output_map=["x", "x"], device="cpu")
+    with pytest.raises(ValueError, match=r"\['index'\] are reserved"):
+        Loader(mixed, batch_size=4, output_map=["index", "y"], device="cpu")
+
+
+def test_device_cuda_without_gpu(mixed):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    with pytest.raises(ValueError, match=r"no CUDA GPU is visible; pass device='cpu'"):
+        Loader(mixed, batch_size=4, device="cuda")
+    with pytest.raises(ValueError, match=r"device='cpu'"):
+        Loader(mixed, batch_size=4, device="cuda:1")
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda:x", "tpu"])
+def test_device_bogus(mixed, device):
+    with pytest.raises(ValueError, match=r"device must be None, 'cpu', 'cuda', 'cuda:N'"):
+        Loader(mixed, batch_size=4, device=device)
+
+
+def test_unknown_op(mixed):
+    with pytest.raises(KeyError, match=r"no op named 'nope'"):
+        Loader(mixed, batch_size=4, ops=["nope"], device="cpu")
+
+
+def test_drop_with_too_few_samples(mixed):
+    with pytest.raises(ValueError, match=r"leaves no batch"):
+        Loader(mixed, batch_size=16, num_shards=2, shard_id=0, last_batch="drop", device="cpu")
+
+
+# --- real pipelines -----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_shards_two_epochs_end_to_end(mixed):
+    loaders = [
+        Loader(mixed, batch_size=4, ops=["grid2x2"], resize=(16, 20), shard_id=s, num_shards=2,
+               device="cpu", num_workers=1, seed=11)
+        for s in range(2)
+    ]
+    try:
+        orders = []
+        for e in range(2):
+            seen: list[int] = []
+            pads = 0
+            for s, loader in enumerate(loaders):
+                assert loader.epoch == e
+                batches = epoch(loader)
+                assert len(batches) == len(loader) == 3
+                for b in batches:
+                    assert set(b) == {*GRID_NAMES, "index", "is_pad"}
+                    for name in GRID_NAMES[:-1]:
+                        assert b[name].shape == (4, 16, 20, 3) and b[name].dtype == torch.uint8
+                    assert b["label"].dtype == torch.int64 and b["index"].dtype == torch.int64
+                    assert b["is_pad"].dtype == torch.bool
+                    idx = b["index"].numpy()
+                    np.testing.assert_array_equal(b["label"].numpy(), mixed.labels[idx])
+                    # The quadrants are not the whole image.
+                    assert not torch.equal(b["grid2x2_0"], b["image"])
+                    for i, pad in zip(idx.tolist(), b["is_pad"].tolist(), strict=True):
+                        if pad:
+                            pads += 1
+                        else:
+                            seen.append(i)
+                plan = shard_plan(23, batch_size=4, shard_id=s, num_shards=2, epoch=e, seed=11)
+                assert column(batches, "index") == plan.indices.tolist()
+                assert [bool(p) for b in batches for p in b["is_pad"]] == plan.is_pad.tolist()
+            assert sorted(seen) == list(range(23)), f"epoch {e}"
+            assert pads == 1
+            orders.append(seen)
+        assert orders[0] != orders[1]
+        assert {300, 70000, 7} == set(mixed.labels.tolist())
+    finally:
+        for loader in loaders:
+            loader.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("policy", "sizes"), [("partial", [[4, 4, 4], [4, 4, 3]]), ("drop", [[4, 4], [4, 4]])]
+)
+def test_last_batch_counts(mixed, policy, sizes):
+    seen: list[int] = []
+    for s in range(2):
+        with Loader(mixed, batch_size=4, resize=8, shard_id=s, num_shards=2, last_batch=policy,
+                    device="cpu", num_workers=1) as loader:
+            batches = epoch(loader)
+            assert [len(b["index"]) for b in batches] == sizes[s]
+            assert len(batches) == len(loader)
+            for b in batches:
+                assert b["image"].shape[0] == b["label"].shape[0] == len(b["index"])
+                assert not b["is_pad"].any()
+                np.testing.assert_array_equal(b["label"].numpy(), mixed.labels[b["index"].numpy()])
+            seen += column(batches, "index")
+    assert len(set(seen)) == len(seen)
+    assert len(seen) == (23 if policy == "partial" else 16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_path", [None, "numpy"])
+def test_exact_pixels_and_tiles(odd_png, op_path):
+    kwargs = {} if op_path is None else {"op_path": op_path}
+    with Loader(odd_png, batch_size=1, ops=["grid2x2"], resize=None, shuffle=False, device="cpu",
+                num_workers=1, **kwargs) as loader:
+        if op_path is not None:
+            assert loader.op_paths == {"grid2x2": op_path}
+        batches = epoch(loader)
+    assert len(batches) == N_ODD
+    for i, b in enumerate(batches):
+        assert list(b) == [*GRID_NAMES, "index", "is_pad"]
+        assert int(b["index"][0]) == i and not bool(b["is_pad"][0])
+        assert b["label"].dtype == torch.int64 and int(b["label"][0]) == ODD_LABELS[i]
+        ref = pattern_image(i, *ODD)
+        np.testing.assert_array_equal(b["image"][0].numpy(), ref)
+        for k, tile in enumerate(grid_tiles(ref)):
+            got = b[f"grid2x2_{k}"][0].numpy()
+            assert got.shape == tile.shape, (i, k)
+            np.testing.assert_array_equal(got, tile, err_msg=f"sample {i} tile {k}")
+
+
+@pytest.mark.slow
+def test_output_map_renames(odd_png):
+    names = ["data0", "data1", "data2", "data3", "data4", "label"]
+    with Loader(odd_png, batch_size=2, ops=["grid2x2"], output_map=names, shuffle=False,
+                device="cpu", num_workers=1) as loader:
+        assert loader.output_names == tuple(names)
+        b = next(iter(loader))
+    assert list(b) == [*names, "index", "is_pad"]
+    ref = pattern_image(0, *ODD)
+    np.testing.assert_array_equal(b["data0"][0].numpy(), ref)
+    for k, tile in enumerate(grid_tiles(ref)):
+        np.testing.assert_array_equal(b[f"data{k + 1}"][0].numpy(), tile)
+    assert b["label"].tolist() == ODD_LABELS[:2]
+
+
+@pytest.mark.slow
+def test_random_op_reproducible_by_seed(odd_png):
+    def run(seed):
+        with Loader(odd_png, batch_size=4, ops=["random_hflip"], shuffle=False, seed=seed,
+                    device="cpu", num_workers=1) as loader:
+            return [torch.stack([b["random_hflip_0"] for b in epoch(loader)])]
+
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a[0], b[0])
+    assert not torch.equal(a[0], c[0])
+    # Each sample is flipped exactly as the numpy op flips it with that sample's generator.
+    op = augment_ops.get("random_hflip")
+    flat = a[0].reshape(N_ODD, *ODD, 3).numpy()
+    flipped = 0
+    for i in range(N_ODD):
+        img = pattern_image(i, *ODD)
+        (expected,) = op.apply(img, sample_rng(5, 0, i, name_salt("random_hflip")))
+        np.testing.assert_array_equal(flat[i], expected, err_msg=f"sample {i}")
+        flipped += not np.array_equal(expected, img)
+    assert 0 < flipped < N_ODD
+
+
+def plan_indices(epoch_: int) -> list[int]:
+    return shard_plan(23, batch_size=4, epoch=epoch_, seed=3).indices.tolist()
+
+
+@pytest.mark.slow
+def test_break_mid_epoch_then_next_epoch_is_full(mixed):
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+        assert len(loader) == 6
+        for k, b in enumerate(loader):
+            assert b["index"].tolist() == plan_indices(0)[4 * k:4 * k + 4]
+            if k == 1:
+                break
+        batches = epoch(loader)
+        assert len(batches) == len(loader)
+        assert column(batches, "index") == plan_indices(1)
+        assert loader.epoch == 2
+        assert column(epoch(loader), "index") == plan_indices(2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [4, 5], ids=["second_to_last", "last"])
+def test_break_near_epoch_end_then_next_epoch_is_full(mixed, stop):
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+        for k, _ in enumerate(loader):
+            if k == stop:
+                break
+        batches = epoch(loader)
+        assert len(batches) == len(loader)
+        assert column(batches, "index") == plan_indices(1)
+        assert loader.epoch == 2

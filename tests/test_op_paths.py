@@ -1,0 +1,112 @@
+"""Every fast path an op declares gives the numpy reference's result, through a real loader.
+
+The ``native`` path (DALI operators) runs here in DALI's CPU-only mode; the ``gpu`` path (CuPy
+through ``python_function(device="gpu")``) runs only where a GPU is visible (``-m gpu``).
+Exact for slicing and flips; within ``op.tolerance`` for interpolating ops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import pattern_image
+from PIL import Image
+
+import augment_ops
+import extsrc
+from extsrc.oppaths import choose_paths
+from extsrc.seeding import name_salt, sample_rng
+
+SEED = 11
+H, W = 33, 47  # odd on purpose: catches h//2 rounding and height/width swaps
+
+
+def _cases(path: str) -> list:
+    return [pytest.param(op.name, id=f"{op.name}-{path}") for op in augment_ops.iter_ops()
+            if path in op.paths]
+
+
+@pytest.fixture(scope="module")
+def same_size_pngs(tmp_path_factory) -> tuple[extsrc.Manifest, list[np.ndarray]]:
+    root: Path = tmp_path_factory.mktemp("parity")
+    pixels, paths = [], []
+    for i in range(6):
+        img = pattern_image(i, H, W)
+        Image.fromarray(img).save(root / f"{i}.png")
+        pixels.append(img)
+        paths.append(str(root / f"{i}.png"))
+    return extsrc.Manifest.from_lists(paths, list(range(6))), pixels
+
+
+def _check_parity(op_name: str, path: str, device: str, data) -> None:
+    manifest, pixels = data
+    op = augment_ops.get(op_name)
+    with extsrc.Loader(manifest, batch_size=3, ops=[op_name], op_path={op_name: path},
+                       device=device, seed=SEED, shuffle=True, num_workers=0) as loader:
+        assert loader.op_paths == {op_name: path}
+        seen = 0
+        for _ in range(2):  # two epochs: random ops must follow the epoch too
+            epoch = loader.epoch
+            for batch in loader:
+                for k, index in enumerate(batch["index"].tolist()):
+                    rng = sample_rng(SEED, epoch, index, name_salt(op_name)) if op.random else None
+                    refs = op.apply(pixels[index], rng)
+                    for j, ref in enumerate(refs):
+                        got = batch[f"{op_name}_{j}"][k].cpu().numpy()
+                        assert got.shape == ref.shape, (op_name, path, j)
+                        diff = np.abs(got.astype(np.int32) - ref.astype(np.int32)).max()
+                        assert diff <= op.tolerance, (op_name, path, j, diff)
+                    seen += 1
+        assert seen == 2 * len(manifest)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op_name", _cases("native"))
+def test_native_path_matches_numpy_reference(op_name, same_size_pngs):
+    _check_parity(op_name, "native", "cpu", same_size_pngs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", _cases("gpu"))
+def test_gpu_path_matches_numpy_reference(op_name, same_size_pngs):
+    _check_parity(op_name, "gpu", "cuda", same_size_pngs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op_name", _cases("native"))
+def test_native_path_on_gpu_matches_numpy_reference(op_name, same_size_pngs):
+    _check_parity(op_name, "native", "cuda", same_size_pngs)
+
+
+def test_grid2x2_declares_native_and_gpu_paths():
+    assert augment_ops.get("grid2x2").paths == ("numpy", "native", "gpu")
+
+
+def test_automatic_choice_prefers_native_then_gpu_then_numpy():
+    ops = [augment_ops.get(n) for n in ("grid2x2", "random_crop", "grayscale")]
+    assert choose_paths(ops, gpu=False) == {
+        "grid2x2": "native", "random_crop": "numpy", "grayscale": "numpy"}
+    on_gpu = choose_paths(ops, gpu=True)
+    assert on_gpu["grid2x2"] == "native"
+    assert on_gpu["grayscale"] == "numpy"
+    assert on_gpu["random_crop"] in ("gpu", "numpy")  # gpu when CuPy imports
+
+
+def test_override_forces_a_path_and_refuses_undeclared_ones():
+    ops = [augment_ops.get("grid2x2"), augment_ops.get("grayscale")]
+    assert choose_paths(ops, gpu=False, override="numpy") == {
+        "grid2x2": "numpy", "grayscale": "numpy"}
+    with pytest.raises(ValueError, match="'grayscale' has no 'native' implementation; it offers"):
+        choose_paths(ops, gpu=False, override={"grayscale": "native"})
+    with pytest.raises(ValueError, match="needs a GPU device"):
+        choose_paths(ops, gpu=False, override={"grid2x2": "gpu"})
+    with pytest.raises(ValueError, match="does not use"):
+        choose_paths(ops, gpu=False, override={"hflip": "numpy"})
+
+
+def test_native_lowering_refused_for_random_ops():
+    op = augment_ops.get("random_hflip")
+    with pytest.raises(augment_ops.OpRegistrationError, match="is random"):
+        op.implement("native")(lambda img: img)

@@ -1,0 +1,196 @@
+"""Sharding arithmetic: a property test over every policy plus pinned tables and argument errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from extsrc.sharding import epoch_permutation, shard_indices, shard_plan
+
+POLICIES = ("pad", "drop", "partial")
+
+
+def all_plans(n, *, num_shards, batch_size, policy, seed, epoch, shuffle=True):
+    return [
+        shard_plan(
+            n, batch_size=batch_size, shard_id=s, num_shards=num_shards, epoch=epoch,
+            shuffle=shuffle, seed=seed, last_batch=policy,
+        )
+        for s in range(num_shards)
+    ]
+
+
+def epoch_order(plans):
+    """Non-pad entries of every shard, concatenated in shard order."""
+    return np.concatenate([p.indices[~p.is_pad] for p in plans])
+
+
+@settings(
+    max_examples=200, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(1, 500),
+    num_shards=st.integers(1, 8),
+    batch_size=st.integers(1, 64),
+    policy=st.sampled_from(POLICIES),
+    seed=st.integers(0, 2**32 - 1),
+    epoch=st.integers(0, 1000),
+    shuffle=st.booleans(),
+)
+def test_shard_plan_properties(n, num_shards, batch_size, policy, seed, epoch, shuffle):
+    kw = dict(num_shards=num_shards, batch_size=batch_size, policy=policy, seed=seed)
+    plans = all_plans(n, epoch=epoch, shuffle=shuffle, **kw)
+    perm = epoch_permutation(n, seed=seed, epoch=epoch, shuffle=shuffle)
+    assert sorted(perm.tolist()) == list(range(n))
+
+    # Every shard yields the same number of batches.
+    nbs = {p.num_batches for p in plans}
+    assert len(nbs) == 1, nbs
+    nb = nbs.pop()
+
+    for s, p in enumerate(plans):
+        assert p.indices.dtype == np.int64
+        assert p.is_pad.dtype == np.bool_
+        assert len(p.indices) == len(p.is_pad) == int(p.batch_offsets[-1])
+        assert int(p.batch_offsets[0]) == 0
+        assert len(p.batch_offsets) == nb + 1
+        sizes = np.diff(p.batch_offsets)
+        if policy == "partial":
+            assert (sizes[:-1] == batch_size).all(), (s, sizes)
+            assert 1 <= sizes[-1] <= batch_size, (s, sizes)
+        else:
+            assert (sizes == batch_size).all(), (s, sizes)
+        # batch(b) is the b-th slice of the plan.
+        if nb:
+            idx, pad = p.batch(nb - 1)
+            lo = int(p.batch_offsets[nb - 1])
+            np.testing.assert_array_equal(idx, p.indices[lo:])
+            np.testing.assert_array_equal(pad, p.is_pad[lo:])
+        # shard_indices is the plan's indices.
+        np.testing.assert_array_equal(
+            shard_indices(n, batch_size=batch_size, shard_id=s, num_shards=num_shards,
+                          epoch=epoch, shuffle=shuffle, seed=seed, last_batch=policy),
+            p.indices,
+        )
+        assert ((p.indices >= 0) & (p.indices < n)).all()
+
+    # Non-pad entries: pairwise disjoint across (and within) shards.
+    real = epoch_order(plans)
+    assert len(np.unique(real)) == len(real), "a non-pad sample is read twice"
+
+    if policy in ("pad", "partial"):
+        # Every sample is read exactly once (pads aside), and shards are the permutation in order.
+        np.testing.assert_array_equal(real, perm)
+    else:
+        kept = nb * num_shards * batch_size
+        assert n - kept < num_shards * batch_size
+        assert not any(p.is_pad.any() for p in plans)
+        np.testing.assert_array_equal(real, perm[:kept])
+
+    # Pad entries come from the start of the epoch permutation (cyclically when N < S*B).
+    n_pad = sum(int(p.is_pad.sum()) for p in plans)
+    if policy == "pad":
+        assert n_pad == nb * num_shards * batch_size - n
+        for s, p in enumerate(plans):
+            pos = s * nb * batch_size + np.flatnonzero(p.is_pad)
+            np.testing.assert_array_equal(p.indices[p.is_pad], perm[pos % n])
+    elif policy == "partial":
+        for p in plans:
+            assert p.is_pad.sum() <= 1
+            if p.is_pad.any():
+                assert p.is_pad[-1] and p.indices[-1] == perm[0]
+        assert n_pad < num_shards
+
+    # Same (seed, epoch): same plans.
+    again = all_plans(n, epoch=epoch, shuffle=shuffle, **kw)
+    for a, b in zip(plans, again, strict=True):
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.is_pad, b.is_pad)
+        np.testing.assert_array_equal(a.batch_offsets, b.batch_offsets)
+
+    if not shuffle:
+        np.testing.assert_array_equal(perm, np.arange(n))
+        np.testing.assert_array_equal(real, np.arange(len(real)))
+    elif len(real) >= 3:
+        # A different epoch reorders; N=3 repeats an order with chance 1/6, so look at several.
+        others = [
+            epoch_order(all_plans(n, epoch=epoch + k, **kw)) for k in range(1, 9)
+        ]
+        assert any(not np.array_equal(real, o) for o in others)
+        if n >= 10:  # two seeds give the same order with chance 1/n!
+            other_seed = epoch_permutation(n, seed=seed + 1, epoch=epoch, shuffle=True)
+            assert not np.array_equal(perm, other_seed)
+
+
+def batches(plan):
+    return [plan.batch(b)[0].tolist() for b in range(plan.num_batches)]
+
+
+def pads(plan):
+    return [plan.batch(b)[1].tolist() for b in range(plan.num_batches)]
+
+
+@pytest.mark.parametrize(
+    ("policy", "expected", "expected_pad"),
+    [
+        ("pad", [[0, 1], [2, 3], [4, 5], [6, 0]], [[0, 0], [0, 0], [0, 0], [0, 1]]),
+        ("drop", [[0, 1], [2, 3], [4, 5]], [[0, 0], [0, 0], [0, 0]]),
+        ("partial", [[0, 1], [2, 3], [4, 5], [6]], [[0, 0], [0, 0], [0, 0], [0]]),
+    ],
+)
+def test_docstring_table(policy, expected, expected_pad):
+    p = shard_plan(7, batch_size=2, num_shards=1, shuffle=False, last_batch=policy)
+    assert batches(p) == expected
+    assert pads(p) == [[bool(v) for v in row] for row in expected_pad]
+
+
+def test_partial_gives_short_shard_one_pad():
+    # N=9, S=2, B=4: 5 + 4 samples; shard 1 gets one pad so both shards yield 2 batches.
+    p0 = shard_plan(9, batch_size=4, shard_id=0, num_shards=2, shuffle=False, last_batch="partial")
+    p1 = shard_plan(9, batch_size=4, shard_id=1, num_shards=2, shuffle=False, last_batch="partial")
+    assert batches(p0) == [[0, 1, 2, 3], [4]]
+    assert pads(p0) == [[False] * 4, [False]]
+    assert batches(p1) == [[5, 6, 7, 8], [0]]
+    assert pads(p1) == [[False] * 4, [True]]
+
+
+def test_drop_can_leave_no_batch():
+    p = shard_plan(5, batch_size=4, shard_id=1, num_shards=2, last_batch="drop")
+    assert p.num_batches == 0 and len(p.indices) == 0
+
+
+def test_pad_tiny_dataset_fills_every_batch():
+    # N < S*B: the permutation repeats cyclically.
+    plans = all_plans(2, num_shards=3, batch_size=2, policy="pad", seed=0, epoch=0, shuffle=False)
+    assert [p.indices.tolist() for p in plans] == [[0, 1], [0, 1], [0, 1]]
+    assert [p.is_pad.tolist() for p in plans] == [[False, False], [True, True], [True, True]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        (dict(shard_id=2, num_shards=2), ValueError, r"shard_id must be in \[0, num_shards=2\)"),
+        (dict(shard_id=-1, num_shards=2), ValueError, r"shard_id must be in"),
+        (dict(last_batch="fill"), ValueError, r"last_batch must be one of .*'fill'"),
+        (dict(batch_size=0), ValueError, r"batch_size must be >= 1, got 0"),
+        (dict(num_shards=0, shard_id=0), ValueError, r"num_shards must be >= 1"),
+        (dict(epoch=-1), ValueError, r"epoch must be >= 0"),
+        (dict(batch_size=2.0), TypeError, r"batch_size must be an int"),
+        (dict(shard_id=True), TypeError, r"shard_id must be an int"),
+    ],
+)
+def test_argument_errors(kwargs, exc, match):
+    args = dict(batch_size=2, shard_id=0, num_shards=1)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        shard_plan(10, **args)
+    with pytest.raises(exc, match=match):
+        shard_indices(10, **args)
+
+
+def test_empty_dataset_refused():
+    with pytest.raises(ValueError, match=r"num_samples must be >= 1, got 0"):
+        shard_plan(0, batch_size=1)
