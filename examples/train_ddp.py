@@ -1,0 +1,231 @@
+"""Train ResNet-18 with PyTorch DDP on a generated dataset fed by ``extsrc.Loader``.
+
+Run on one node with N processes (one per GPU; on a CPU-only machine gloo is used)::
+
+    torchrun --nproc_per_node=N examples/train_ddp.py --data /tmp/ddpdata --epochs 1
+
+The loader is built without ``shard_id``/``num_shards``/``device``: it shards by the global rank
+and places its pipeline on the local GPU (``LOCAL_RANK``) by itself. Every rank gets the same
+number of batches per epoch, so DDP never waits on a rank that ran out of data. Pad repeats
+(``batch["is_pad"]``) get zero weight in the loss.
+
+Prints images/s per rank and, on rank 0, the total; ``--json PATH`` appends the results as one
+JSON line (rank 0). Without torchrun it runs as a single process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import extsrc
+from extsrc.distributed import detect
+
+MANIFEST = "manifest.csv"
+NUM_CLASSES = 10
+MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+
+
+def generate_dataset(root: Path, n: int, size: int = 256, seed: int = 0) -> Path:
+    """Write ``n`` JPEGs with random smooth content and labels ``i % 10``, then the manifest.
+
+    The manifest is written last (atomically), so its presence means the dataset is complete.
+    """
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    lines = ["path,label"]
+    for i in range(n):
+        # Low-resolution noise scaled up: varied content that compresses like a photo.
+        small = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+        img = Image.fromarray(small).resize((size, size), Image.BILINEAR)
+        rel = f"images/{i:06d}.jpg"
+        img.save(root / rel, quality=90)
+        lines.append(f"{rel},{i % NUM_CLASSES}")
+    tmp = root / (MANIFEST + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, root / MANIFEST)
+    return root / MANIFEST
+
+
+class SmallCNN(nn.Module):
+    """Fallback when torchvision is not installed."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        c_in = 3
+        for c_out in (32, 64, 128, 256):
+            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+                       nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            c_in = c_out
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Linear(c_in, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+def build_model(num_classes: int) -> tuple[nn.Module, str]:
+    try:
+        import torchvision
+    except ImportError:
+        return SmallCNN(num_classes), "SmallCNN (torchvision not installed)"
+    return torchvision.models.resnet18(num_classes=num_classes), "resnet18"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, required=True,
+                   help=f"dataset folder; generated there if it has no {MANIFEST}")
+    p.add_argument("--num-images", type=int, default=2048, help="images to generate")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--steps", type=int, default=None,
+                   help="cap on steps per epoch (with --epochs > 1 the loader still reads the rest "
+                        "of a cut epoch before the next one starts, inside the timing)")
+    p.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--num-workers", type=int, default=None, help="DALI reader processes per rank")
+    p.add_argument("--device-mode", choices=("auto", "cuda", "cpu"), default="auto",
+                   help="auto: CUDA (nccl) when a GPU is visible, else CPU (gloo)")
+    p.add_argument("--json", type=Path, default=None, help="append a JSON result line (rank 0)")
+    p.add_argument("--watchdog", type=float, default=None,
+                   help="dump every thread's stack and exit if the run takes longer (seconds)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.watchdog:
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
+    use_cuda = args.device_mode == "cuda" or (
+        args.device_mode == "auto" and torch.cuda.is_available()
+    )
+    if use_cuda and not torch.cuda.is_available():
+        raise SystemExit("--device-mode cuda but no CUDA GPU is visible")
+
+    info = detect()  # from the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK)
+    distributed = info.world_size > 1
+    if use_cuda:
+        torch.cuda.set_device(info.local_rank)  # the LOCAL gpu; the global rank picks the shard
+    if distributed:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank, world = info.rank, info.world_size
+
+    manifest = args.data / MANIFEST
+    if rank == 0 and not manifest.exists():
+        t = time.perf_counter()
+        generate_dataset(args.data, args.num_images)
+        print(f"generated {args.num_images} images in {args.data} "
+              f"({time.perf_counter() - t:.1f} s)", flush=True)
+    if distributed:
+        dist.barrier()  # the other ranks wait for the dataset
+
+    loader = extsrc.Loader(
+        manifest, batch_size=args.batch_size, resize=224, seed=0,
+        device=None if use_cuda else "cpu", num_workers=args.num_workers,
+    )
+    device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
+    # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
+    # assert on CUDA (seen on the GPU machine with a 1000-class manifest), not a clean error.
+    num_classes = max(NUM_CLASSES, int(loader.manifest.labels.max()) + 1)
+    model, model_name = build_model(num_classes)
+    model = model.to(device)
+    if use_cuda:
+        model = model.to(memory_format=torch.channels_last)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if use_cuda else None
+        )
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
+
+    steps_per_epoch = len(loader) if args.steps is None else min(args.steps, len(loader))
+    total_steps = args.epochs * steps_per_epoch
+    warmup = min(args.warmup, total_steps // 2)  # time at least half of a short run
+    if rank == 0:
+        print(f"{loader!r}; model {model_name}; {world} rank(s); {steps_per_epoch} steps/epoch, "
+              f"{warmup} warm-up", flush=True)
+
+    def sync() -> None:
+        if use_cuda:
+            torch.cuda.synchronize(device)
+
+    step, images, t0, loss = 0, 0, None, torch.zeros(())
+    model.train()
+    for _epoch in range(args.epochs):
+        for i, batch in enumerate(loader):
+            if i >= steps_per_epoch:
+                break
+            if step == warmup:
+                sync()
+                if distributed:
+                    dist.barrier()
+                t0 = time.perf_counter()
+            # HWC uint8 -> NCHW float; the permuted NHWC tensor already has channels-last strides.
+            x = batch["image"].to(device, non_blocking=True).permute(0, 3, 1, 2).float()
+            x = (x - mean) / std
+            y = batch["label"].to(device, non_blocking=True).reshape(-1).long()
+            keep = (~batch["is_pad"]).to(device).reshape(-1).float()
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_cuda):
+                logits = model(x)
+            per_sample = F.cross_entropy(logits.float(), y, reduction="none")
+            loss = (per_sample * keep).sum() / keep.sum().clamp(min=1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+            if t0 is not None:
+                images += x.shape[0]  # pads included: they are decoded and trained on too
+    sync()
+    elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
+
+    ips = images / elapsed if elapsed > 0 else 0.0
+    print(f"[rank {rank}/{world} {device}] {images} images in {elapsed:.2f} s: {ips:.1f} images/s "
+          f"(loss {loss.item():.3f})", flush=True)
+
+    per_rank = [ips]
+    total = ips
+    if distributed:
+        stats = torch.tensor([float(images), elapsed], dtype=torch.float64, device=device)
+        gathered = [torch.zeros_like(stats) for _ in range(world)]
+        dist.all_gather(gathered, stats)
+        per_rank = [float(s[0] / s[1]) if s[1] > 0 else 0.0 for s in gathered]
+        slowest = max(float(s[1]) for s in gathered)
+        total = sum(float(s[0]) for s in gathered) / slowest if slowest > 0 else 0.0
+    if rank == 0:
+        print(f"total: {total:.1f} images/s over {world} rank(s) "
+              f"(per rank: {', '.join(f'{v:.1f}' for v in per_rank)})", flush=True)
+        if args.json is not None:
+            result = {
+                "world_size": world, "device": "cuda" if use_cuda else "cpu",
+                "model": model_name, "batch_size": args.batch_size,
+                "timed_steps": step - warmup, "warmup_steps": warmup,
+                "per_rank_images_per_s": per_rank, "total_images_per_s": total,
+            }
+            with open(args.json, "a") as f:
+                f.write(json.dumps(result) + "\n")
+    loader.close()
+    if distributed:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
