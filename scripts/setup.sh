@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs extsrc and what it needs into the current Python. Idempotent; used by demo.sh and test.sh.
+#   bash scripts/setup.sh          # runtime only
+#   bash scripts/setup.sh test     # plus the test tools and a Jupyter kernel for the notebook tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+# torch first, pinned: with no torch installed, an unpinned requirement pulls several GB of CUDA
+# wheels even on a CPU-only machine. Any torch already installed (a CUDA build, say) is kept.
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install -q --disable-pip-version-check "torch==${EXTSRC_TORCH_VERSION:-2.13.0}"
+fi
+if [ "${1:-}" = "test" ]; then
+  "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+  # nbclient runs the notebooks on the kernel named python3; make sure it is this interpreter.
+  "$PY" -m ipykernel install --user --name python3 >/dev/null 2>&1 || true
+else
+  "$PY" -m pip install -q --disable-pip-version-check -e .
+fi
