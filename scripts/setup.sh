@@ -13,7 +13,8 @@ fi
 if [ "${1:-}" = "test" ]; then
   "$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
   # nbclient runs the notebooks on the kernel named python3; make sure it is this interpreter.
-  "$PY" -m ipykernel install --user --name python3 >/dev/null 2>&1 || true
+  # --sys-prefix: registered inside this environment, not over the user's own python3 kernel.
+  "$PY" -m ipykernel install --sys-prefix --name python3 >/dev/null 2>&1 || true
 else
   "$PY" -m pip install -q --disable-pip-version-check -e .
 fi
