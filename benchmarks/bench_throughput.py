@@ -19,7 +19,9 @@ ResNet-50 (channels-last, bf16 autocast) images/s fed by 1, by 4, and by synthet
     python benchmarks/bench_throughput.py --device cpu --n 256 --epochs 2 --out cpu.json   # no GPU
 
 ``--variants`` also takes ``extsrc_auto_8w`` and ``ceiling_8w`` (8 reader processes instead of
-the automatic count), to see whether file reading bounds either.
+the automatic count), to see whether file reading bounds either, and ``extsrc_auto_nowatchdog``
+(DALI called directly, without the loader's dead-worker watchdog thread). ``--repeats N`` runs the
+whole list N times, interleaved, and reports each variant's median with every repeat.
 
 Machines are noisy: compare variants inside one run, as ratios.
 """
@@ -206,6 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", default="extsrc_auto,extsrc_numpy,seed_recipe,torch_dataloader,"
                     "ceiling")
     ap.add_argument("--train-steps", type=int, default=40, help="0 skips the training view")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="run the variant list this many times, interleaved; report the median")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     args = ap.parse_args(argv)
 
@@ -242,6 +246,8 @@ def main(argv=None) -> int:
             decoder="cpu"),
         "extsrc_gpu": lambda: extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
                                             device=device, op_path="gpu"),
+        "extsrc_auto_nowatchdog": lambda: extsrc.Loader(
+            man, batch_size=bs, ops=["grid2x2"], resize=rs, device=device, watchdog=False),
         "extsrc_auto_8w": lambda: extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
                                                 device=device, num_workers=8),
         "seed_recipe": lambda: baselines.seed_recipe_iterator(
@@ -272,12 +278,20 @@ def main(argv=None) -> int:
                      "extsrc_auto_op_paths": auto_paths, "dataloader_workers": cores},
         "throughput": {},
     }
-    for name in args.variants.split(","):
-        print(f"[bench] {name} ...", flush=True)
-        results["throughput"][name] = measure(
-            makers[name], epochs=args.epochs, device=device, monitor_gpu=device_id,
-            monitor=name in ("extsrc_auto", "torch_dataloader"))
-        print(f"[bench] {name}: {results['throughput'][name]}", flush=True)
+    runs: dict[str, list[dict]] = {}
+    for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
+        for name in args.variants.split(","):
+            print(f"[bench] {name} (repeat {rep + 1}/{args.repeats}) ...", flush=True)
+            r = measure(makers[name], epochs=args.epochs, device=device, monitor_gpu=device_id,
+                        monitor=name in ("extsrc_auto", "torch_dataloader"))
+            runs.setdefault(name, []).append(r)
+            print(f"[bench] {name}: {r}", flush=True)
+    for name, rs_ in runs.items():
+        ordered = sorted(rs_, key=lambda r: r["images_per_s"])
+        median = dict(ordered[len(ordered) // 2])  # the upper median for an even count
+        if len(rs_) > 1:
+            median["repeats_images_per_s"] = [r["images_per_s"] for r in rs_]
+        results["throughput"][name] = median
 
     tp = {k: v["images_per_s"] for k, v in results["throughput"].items()}
     ratios = {}

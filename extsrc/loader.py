@@ -232,7 +232,9 @@ class Loader:
     manifest. An op that raises, an op breaking its output contract and a DALI worker that dies
     surface as :class:`~extsrc.errors.OpError`, :class:`~extsrc.errors.OpOutputError` and
     :class:`~extsrc.errors.WorkerDiedError`; after any error DALI's threads and workers are
-    stopped, and iterating again resumes at the failed batch.
+    stopped, and iterating again resumes at the failed batch. ``watchdog=False`` calls DALI
+    directly instead of through the watchdog thread (a killed worker can then hang the loop, as
+    plain DALI does); it exists to measure what the watchdog costs.
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
     """
@@ -262,6 +264,7 @@ class Loader:
         on_error: str = "raise",
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         validate_kwargs: Mapping[str, Any] | None = None,
+        watchdog: bool = True,
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
         if isinstance(manifest, (str, Path)):
@@ -298,6 +301,7 @@ class Loader:
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.on_error = on_error
         self.max_pixels = max_pixels
+        self.watchdog = bool(watchdog)
         #: The problems (``extsrc.validate.Problem``) that ``on_error="skip"`` left out.
         self.skipped: tuple[Any, ...] = ()
         #: The ``ValidationReport`` of ``on_error="skip"`` (``None`` otherwise).
@@ -573,7 +577,7 @@ class Loader:
         worker dies while DALI's shared queue waits for its acknowledgement, DALI blocks forever;
         then the watchdog stops the other workers, wakes the blocked call and raises
         :class:`~extsrc.errors.WorkerDiedError` instead of hanging."""
-        procs = self._worker_procs()
+        procs = self._worker_procs() if self.watchdog else []
         if not procs:
             return next(it)
         dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]

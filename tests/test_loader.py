@@ -263,3 +263,18 @@ def test_break_near_epoch_end_then_next_epoch_is_full(mixed, stop):
         assert len(batches) == len(loader)
         assert column(batches, "index") == plan_indices(1)
         assert loader.epoch == 2
+
+
+@pytest.mark.slow
+def test_watchdog_off_gives_the_same_batches(mixed):
+    # The watchdog only changes which thread calls DALI; the batches must not change.
+    runs = []
+    for watchdog in (True, False):
+        with Loader(mixed, batch_size=4, resize=8, ops=["random_hflip"], device="cpu",
+                    num_workers=1, seed=9, watchdog=watchdog) as loader:
+            runs.append([{k: v.clone() for k, v in b.items()} for _ in range(2) for b in loader])
+    assert len(runs[0]) == len(runs[1]) > 0
+    for a, b in zip(*runs, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
