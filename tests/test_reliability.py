@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from conftest import pattern_image, write_dataset
 from PIL import Image
-from test_validate import BAD_FILES, dataset_with_bad, encode, noise
+from test_validate import BAD_FILES, dataset_with_bad, encode, noise, root_with_link_out
 
 import augment_ops
 import extsrc
@@ -231,11 +231,7 @@ def test_skip_without_problems_and_bad_policy(tmp_path):
 
 
 def test_paths_escaping_root_are_refused(tmp_path):
-    root = tmp_path / "data"
-    write_dataset(root, 4, fmt="png")
-    secret = tmp_path / "secret.png"
-    secret.write_bytes(encode(pattern_image(9, 33, 47), "PNG"))
-    (root / "images" / "link.png").symlink_to(secret)
+    root, secret = root_with_link_out(tmp_path, 4)
     escaping = tmp_path / "escape.csv"
     escaping.write_text("images/00000.png,0\n../secret.png,1\nimages/00001.png,2\n")
     with pytest.raises(PathOutsideRootError, match=r"escape\.csv line 2: path .*secret\.png is "

@@ -263,12 +263,19 @@ def test_large_file_header_window(tmp_path):
 # -- paths outside the root -----------------------------------------------------------------------
 
 
-def test_paths_outside_root_are_found(tmp_path):
+def root_with_link_out(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    """A dataset of ``n`` PNGs under ``tmp_path/root``, a PNG outside it (``tmp_path/secret.png``)
+    and a symlink to it inside (``root/images/link.png``)."""
     root = tmp_path / "root"
-    write_dataset(root, 3, fmt="png")
+    write_dataset(root, n, fmt="png")
     outside = tmp_path / "secret.png"
-    outside.write_bytes(encode(pattern_image(0, 8, 8), "PNG"))
+    outside.write_bytes(encode(pattern_image(9, 33, 47), "PNG"))
     (root / "images" / "link.png").symlink_to(outside)
+    return root, outside
+
+
+def test_paths_outside_root_are_found(tmp_path):
+    root, outside = root_with_link_out(tmp_path, 3)
     lines = ["images/00000.png,0", "../secret.png,1", f"{outside},2", "images/link.png,3",
              "images/00001.png,4"]
     mpath = tmp_path / "m.csv"
