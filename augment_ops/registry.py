@@ -149,14 +149,17 @@ class Op:
             raise TypeError(
                 f"op '{self.name}' has no parameter(s) {unknown}; it accepts {sorted(accepted)}"
             )
-        return replace(self, params=tuple(sorted({**dict(self.params), **params}.items())))
+        # A copy of impls: declaring an implementation on a variant must not change the base op.
+        return replace(self, params=tuple(sorted({**dict(self.params), **params}.items())),
+                       impls=dict(self.impls))
 
     def implement(self, path: Implementation) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a faster implementation of this op, held to the numpy reference by parity tests.
 
         ``"native"``: ``f(img: DataNode, **params) -> DataNode | tuple`` built from DALI operators,
-        placed on whatever device ``img`` is on. ``"gpu"``: ``f(imgs: list[cupy.ndarray], rngs,
-        **params) -> list of tuples`` over a whole batch on the GPU.
+        placed on whatever device ``img`` is on. ``"gpu"``: ``f(img: cupy.ndarray, [rng=], **params)
+        -> array | tuple``, the numpy function's contract on one CuPy image (called for each sample
+        of a batch inside one GPU ``python_function`` call).
         """
         if path not in IMPLEMENTATIONS or path == "numpy":
             raise ValueError(f"path must be 'native' or 'gpu', got {path!r}")

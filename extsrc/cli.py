@@ -235,62 +235,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fallback_validate(manifest_path: str, *, decode: bool) -> int:
-    """File existence, readability and (``decode``) that Pillow can decode each file."""
-    from PIL import Image
-    from tqdm import tqdm
-
-    from extsrc.manifest import read_manifest
-
-    manifest = read_manifest(manifest_path)
-    problems: list[str] = []
-    for i, path in enumerate(tqdm(manifest.paths, desc="checking", unit="file", disable=None)):
-        where = f"{manifest.source} line {manifest.lines[i]}: {path}"
-        try:
-            if not os.path.exists(path):
-                problems.append(f"{where}: file not found")
-                continue
-            if not os.path.isfile(path):
-                problems.append(f"{where}: not a file")
-                continue
-            if os.path.getsize(path) == 0:
-                problems.append(f"{where}: empty file")
-                continue
-            with open(path, "rb") as f:
-                f.read(1)
-            if decode:
-                with Image.open(path) as im:
-                    im.load()
-        except Exception as e:  # every failure is a finding, reported with its line
-            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-            problems.append(f"{where}: cannot read: {reason}")
-    for p in problems[:50]:
-        print(p)
-    if len(problems) > 50:
-        print(f"... and {len(problems) - 50} more")
-    if problems:
-        print(f"{len(problems)} of {len(manifest)} files have problems", file=sys.stderr)
-        return EXIT_FOUND
-    print(f"ok: {len(manifest)} files, all readable" + (" and decodable" if decode else ""))
-    return EXIT_OK
-
-
-def _doctor() -> Any:
-    """``extsrc.validate`` (the manifest doctor) if this install has it, else ``None``."""
-    try:
-        from extsrc.validate import validate
-    except ImportError:
-        return None
-    return validate
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    doctor = _doctor()
-    if doctor is None:  # an install without extsrc.validate: existence and readability
-        if args.write_clean:
-            raise CliError("--write-clean needs extsrc.validate, which this install lacks")
-        return _fallback_validate(args.manifest, decode=not args.no_decode)
-    report = doctor(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
+    from extsrc.validate import validate
+
+    report = validate(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
                     progress=sys.stderr.isatty())
     print(report.summary(max_problems=args.max_problems))
     if args.write_clean and not report.ok:
@@ -484,7 +432,13 @@ def _reason(e: BaseException) -> tuple[str, bool]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``extsrc`` command line; return the exit status."""
-    from extsrc.errors import ExtsrcError
+    from extsrc.errors import (
+        ExtsrcError,
+        OpError,
+        PipelineError,
+        SampleReadError,
+        WorkerDiedError,
+    )
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -499,6 +453,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except (SampleReadError, OpError, WorkerDiedError, PipelineError) as e:
+        # The input was well formed but a file or the pipeline failed: a finding, like validate's.
+        if os.environ.get("EXTSRC_DEBUG"):
+            raise
+        print(f"{PROG}: error: {_reason(e)[0]}", file=sys.stderr)
+        return EXIT_FOUND
     except (ExtsrcError, ValueError, FileNotFoundError, KeyError, TypeError, CliError) as e:
         if os.environ.get("EXTSRC_DEBUG"):
             raise

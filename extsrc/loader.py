@@ -15,7 +15,6 @@ import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, get_args
 
 import augment_ops
@@ -116,6 +115,12 @@ class LoaderConfig:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) \
                 or self.batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
+                or not 0 <= self.seed < 2**63:
+            raise ValueError(
+                f"seed must be an int in [0, 2**63), got {self.seed!r}; it seeds the shuffle, "
+                "the random ops and DALI"
+            )
         if self.last_batch not in get_args(LastBatch):
             raise ValueError(
                 f"last_batch must be one of {list(get_args(LastBatch))}, got {self.last_batch!r}"
@@ -199,7 +204,8 @@ class Loader:
     The DALI graph: ``ShardedSource`` (raw bytes, read in worker processes) -> image decoding ->
     ``transforms`` (single-output ops that replace the image, in order) -> ``ops`` (each gets the
     image and adds its outputs) -> ``resize`` of every image output -> outputs. On a GPU the resize
-    runs there and outputs are CUDA tensors; on the CPU everything runs in DALI's CPU-only mode.
+    runs there and the image outputs and labels are CUDA tensors (``index`` and ``is_pad`` stay
+    on the CPU, for bookkeeping); on the CPU everything runs in DALI's CPU-only mode.
 
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
@@ -267,7 +273,7 @@ class Loader:
         watchdog: bool = True,
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
-        if isinstance(manifest, (str, Path)):
+        if isinstance(manifest, (str, os.PathLike)):
             manifest = read_manifest(manifest)
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -306,7 +312,9 @@ class Loader:
         self.skipped: tuple[Any, ...] = ()
         #: The ``ValidationReport`` of ``on_error="skip"`` (``None`` otherwise).
         self.validation: Any = None
-        self._orig_index: Any = None  # skip mode: position in the cleaned manifest -> original
+        # on_error="skip": the original index of each sample of the cleaned manifest; the source
+        # reports original indices with it, so random ops and batch["index"] see the original.
+        self._orig_index: Any = None
         self._feed = manifest  # what the source reads: the manifest, or its cleaned subset
         if on_error == "skip":
             self._feed = self._skip_bad(manifest, validate_kwargs)
@@ -341,22 +349,15 @@ class Loader:
         return len(self.source)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        it = self._ensure_built()
         if self._in_epoch:
-            # The previous epoch was left part-way (a `break`): finish it so that DALI's epoch
-            # counter and ours agree and no batch of the next epoch is skipped.
-            # next() rather than a for loop: DALI's __iter__ resets the iterator, which near the
-            # epoch's end (prefetch already saw StopIteration) would start yet another epoch.
-            try:
-                while True:
-                    next(it)
-            except StopIteration:
-                pass
-            it.reset()
-            self._in_epoch = False
-            self.epoch += 1
-            self._batch = 0
-        return self._epoch_batches(it)
+            # The previous epoch was left part-way (a `break`): this iteration is the next epoch.
+            # Restarting the pipeline there costs one build and reads nothing; finishing the old
+            # epoch would read, decode and augment every batch left in it (a million images
+            # after a 100-batch probe of ImageNet), and outside the error handling below.
+            self.close()
+            self.epoch, self._batch = self.epoch + 1, 0
+        self._gen += 1  # an older epoch's generator must not take this epoch's batches
+        return self._epoch_batches(self._ensure_built())
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now.
@@ -386,6 +387,8 @@ class Loader:
         ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
         ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
         checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
+        Taken after a ``break``, it points at the rest of the interrupted epoch (while this
+        loader's next ``for`` would start the next epoch).
         """
         epoch, batch = self.epoch, self._batch
         if batch >= len(self):
@@ -395,6 +398,8 @@ class Loader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
         batches that were still due (same order, same random op results), then whole epochs.
+        DALI's own randomness (the presets' crops and flips) is seeded per shard and resume
+        point: reproducible for the same start, but not bit-identical to an uninterrupted run.
 
         Call it before iterating or between epochs. A state from another configuration (batch
         size, shards, seed, shuffle, last_batch, manifest content, ops, resize) raises
@@ -476,7 +481,18 @@ class Loader:
             try:
                 batch = self._next(it)
             except StopIteration:
+                if self._batch != len(self.source):  # never end an epoch short in silence
+                    self.close()
+                    raise PipelineError(
+                        f"DALI ended epoch {self.epoch} after {self._batch} of "
+                        f"{len(self.source)} batches; this is a bug in extsrc, please report it"
+                    ) from None
                 break
+            except KeyboardInterrupt:
+                # Ctrl-C mid-batch: stop DALI (the helper thread's call has finished or been
+                # abandoned), so the next `for` restarts cleanly at this same batch.
+                self.close()
+                raise
             except Exception as e:
                 err = self._explain(e)
                 self.close()  # workers and threads stop now; the position stays at this batch
@@ -487,8 +503,6 @@ class Loader:
             out = {name: d[name] for name in self.config.output_names}
             info = d["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
             index = info[:, 0]
-            if self._orig_index is not None:  # on_error="skip": back to original indices
-                index = self._orig_index[index.cpu()].to(index.device)
             out["index"] = index
             out["is_pad"] = info[:, 2].bool()
             self._batch += 1
@@ -529,15 +543,18 @@ class Loader:
             self._feed, batch_size=c.batch_size, shard_id=c.shard_id, num_shards=c.num_shards,
             shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=self.max_pixels,
+            origin=None if self._orig_index is None else (self.manifest, self._orig_index),
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Manifest:
         import numpy as np
-        import torch
 
         from extsrc.validate import validate
 
-        report = validate(manifest, **{"max_pixels": self.max_pixels, **dict(kwargs or {})})
+        # n_jobs: this process's share of the cores, so that every rank of a node validating at
+        # once does not start cores x ranks processes.
+        defaults = {"max_pixels": self.max_pixels, "n_jobs": _cores_per_process()}
+        report = validate(manifest, **{**defaults, **dict(kwargs or {})})
         self.validation = report
         self.skipped = report.problems
         if not report.problems:
@@ -549,7 +566,7 @@ class Loader:
             "manifest",
             stacklevel=3,
         )
-        self._orig_index = torch.as_tensor(np.array(report.ok_indices, dtype=np.int64))
+        self._orig_index = np.array(report.ok_indices, dtype=np.int64)
         return report.clean_manifest()
 
     def _where_batch(self) -> str:
@@ -587,7 +604,32 @@ class Loader:
         if self._pump is None:
             self._pump = _Pump()
             weakref.finalize(self, self._pump.stop)  # a loader never closed frees its thread
-        job = self._pump.submit(lambda: next(it))
+        job = self._pump.submit(self._next_call(it))
+        try:
+            return self._watch(job, procs)
+        except KeyboardInterrupt:
+            # Never leave DALI's call running while another thread touches the iterator.
+            if not job.done.wait(5.0):
+                self._pump.stuck = True
+            raise
+
+    def _next_call(self, it: Any) -> Any:
+        """``next(it)`` for the helper thread, on the caller's CUDA stream: torch's current
+        stream is per thread, and DALI copies batches on the current one."""
+        if self.config.device_id is None:
+            return lambda: next(it)
+        import torch
+
+        stream = torch.cuda.current_stream(self.config.device_id)
+
+        def call() -> Any:
+            with torch.cuda.stream(stream):
+                return next(it)
+
+        return call
+
+    def _watch(self, job: _Job, procs: list[Any]) -> Any:
+        """Wait for ``job``; a worker that died while it waits becomes a WorkerDiedError."""
         dead_since = None
         while not job.done.wait(0.2):
             dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]

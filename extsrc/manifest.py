@@ -185,6 +185,7 @@ class Manifest:
             and self.classes == other.classes
             and self.lines == other.lines
             and self.source == other.source
+            and self.root == other.root
         )
 
     def __hash__(self) -> int:
@@ -314,8 +315,9 @@ def read_manifest(
         allow_outside_root: when ``root`` is given, every path must stay inside it: a path
             that normalises outside (``..``, an absolute path elsewhere) or a symlink resolving
             outside is refused, naming its line, when the manifest is used (by ``Loader``,
-            :func:`extsrc.validate` and at read time; :meth:`Manifest.check_root` checks it
-            now). ``True`` lifts the limit. Without ``root`` there is no limit.
+            :func:`extsrc.validate`, and when the file is opened), not by ``read_manifest``
+            itself; :meth:`Manifest.check_root` checks it now. ``True`` lifts the limit.
+            Without ``root`` there is no limit.
 
     Rules:
         * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``

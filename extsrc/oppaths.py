@@ -25,7 +25,7 @@ from extsrc.errors import OpError
 from extsrc.manifest import Manifest
 from extsrc.seeding import name_salt, sample_rng
 
-__all__ = ["BatchOpRunner", "GpuBatchOpRunner", "choose_paths"]
+__all__ = ["BatchOpRunner", "GpuBatchOpRunner", "choose_paths", "op_salt"]
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -93,10 +93,10 @@ class BatchOpRunner:
     the manifest line.
     """
 
-    def __init__(self, op: Op, *, seed: int, manifest: Manifest) -> None:
+    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
         self.op = op
         self.seed = seed
-        self.salt = name_salt(op.name)
+        self.salt = op_salt(op.name, occurrence)
         self.manifest = manifest
 
     def where(self, index: int) -> str:
@@ -134,8 +134,8 @@ class GpuBatchOpRunner(BatchOpRunner):
     to the host once per batch, and only for random ops, which need them for their generators.
     """
 
-    def __init__(self, op: Op, *, seed: int, manifest: Manifest) -> None:
-        super().__init__(op, seed=seed, manifest=manifest)
+    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
+        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence)
         self.impl = op.impls.get("gpu")
 
     def __call__(self, images: list[Any], *keys: list[Any]) -> Any:
@@ -150,9 +150,11 @@ class GpuBatchOpRunner(BatchOpRunner):
         for img, (index, epoch) in zip(images, ids, strict=True):
             rng = self.rng(index, epoch)
             try:
-                out = (self.impl(img, rng=rng) if self.op.random else self.impl(img)) \
-                    if self.impl is not None else self.op.fn(
-                        img, **dict(self.op.params), **({"rng": rng} if self.op.random else {}))
+                # The dedicated implementation, else the op's own array code, on a CuPy image,
+                # with the op's bound parameters either way.
+                f = self.impl if self.impl is not None else self.op.fn
+                kwargs = {**dict(self.op.params), **({"rng": rng} if self.op.random else {})}
+                out = f(img, **kwargs)
                 outs = self.op.check_outputs(out, array_type=cupy.ndarray)
             except OpContractError as e:
                 raise OpContractError(f"{e} [gpu path]") from None
@@ -163,6 +165,15 @@ class GpuBatchOpRunner(BatchOpRunner):
                 ) from e
             results.append(tuple(cupy.ascontiguousarray(o) for o in outs))
         return _transpose(results, self.op.num_outputs)
+
+
+def op_salt(name: str, occurrence: int = 0) -> int:
+    """The generator salt of the ``occurrence``-th use (0-based) of op ``name`` in one loader.
+
+    The first use salts with the name alone; later uses of the same op (two random crops for
+    two views, say) get their own streams instead of repeating the first one's draws.
+    """
+    return name_salt(name if occurrence == 0 else f"{name}#{occurrence}")
 
 
 def _transpose(results: list[tuple[Any, ...]], num_outputs: int) -> Any:

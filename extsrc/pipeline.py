@@ -5,6 +5,7 @@ This module knows DALI but not PyTorch; :mod:`extsrc.loader` wraps the built pip
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,12 @@ class BuiltPipeline:
     pipe: Any
     output_names: tuple[str, ...]
     image_outputs: tuple[str, ...]
+
+
+def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> int:
+    """DALI's pipeline seed: a pure function of the loader seed, the shard and where the pipeline
+    starts (DALI takes a non-negative 31-bit seed)."""
+    return zlib.crc32(f"{seed}/{shard_id}/{start_epoch}/{start_batch}".encode()) & 0x7FFFFFFF
 
 
 def default_output_names(ops: Sequence[Op]) -> tuple[str, ...]:
@@ -67,12 +74,14 @@ def build_pipeline(
     from nvidia.dali.pipeline import Pipeline
 
     gpu = device_id is not None
-    manifest = source.manifest
+    manifest = source.reported_manifest  # info's indices refer to it (see ShardedSource.origin)
     pipe = Pipeline(
         batch_size=source.batch_size,
         num_threads=num_threads,
         device_id=device_id,
-        seed=seed,
+        # DALI's own randomness (the presets' crops and flips) must differ between shards and
+        # continue differently after a resume; numpy ops do not use it.
+        seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
         prefetch_queue_depth=prefetch_queue_depth,
         py_num_workers=max(1, num_workers),
         py_start_method=start_method,
@@ -90,15 +99,20 @@ def build_pipeline(
         if decoder == "mixed" and not gpu:
             raise ValueError("decoder='mixed' needs a GPU device; use 'cpu' or 'auto'")
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+        seen: dict[str, int] = {}
+
         def run(op: Op, img: Any) -> list[Any]:
             path = paths[op.name]
+            occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
+            seen[op.name] = occurrence + 1
             if path == "native":
                 outs = op.impls["native"](img, **dict(op.params))
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
                 outs = fn.python_function(
-                    host_img, info, function=BatchOpRunner(op, seed=seed, manifest=manifest),
+                    host_img, info, function=BatchOpRunner(op, seed=seed, manifest=manifest,
+                                           occurrence=occurrence),
                     num_outputs=op.num_outputs, batch_processing=True,
                 )
             else:  # gpu
@@ -108,7 +122,8 @@ def build_pipeline(
                 extra = [fn.copy(info).gpu()] if op.random else []
                 outs = fn.python_function(
                     img.gpu(), *extra,
-                    function=GpuBatchOpRunner(op, seed=seed, manifest=manifest),
+                    function=GpuBatchOpRunner(op, seed=seed, manifest=manifest,
+                                              occurrence=occurrence),
                     num_outputs=op.num_outputs, batch_processing=True, device="gpu",
                 )
             return list(outs) if isinstance(outs, (tuple, list)) else [outs]

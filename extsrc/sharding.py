@@ -96,6 +96,8 @@ def _check_args(
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     """The order in which an epoch visits all samples; identical on every shard and process."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     # SeedSequence mixes (seed, epoch) so that neighbouring seeds and epochs are unrelated.

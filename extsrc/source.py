@@ -73,6 +73,7 @@ class ShardedSource:
         start_batch: int = 0,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         check_images: bool = True,
+        origin: tuple[Manifest, np.ndarray] | None = None,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -106,12 +107,31 @@ class ShardedSource:
         self.start_batch = start_batch
         self.max_pixels = max_pixels
         self.check_images = check_images
+        # origin: (original manifest, original index of each sample of `manifest`), when
+        # `manifest` is a subset (on_error="skip"). info then carries original indices, so random
+        # ops draw from the original sample's generator and batch["index"] needs no remapping.
+        if origin is not None:
+            orig, index_map = origin
+            index_map = np.asarray(index_map, dtype=np.int64)
+            if index_map.shape != (len(manifest),) or (
+                len(index_map) and (index_map.min() < 0 or index_map.max() >= len(orig))
+            ):
+                raise ValueError(
+                    "origin's index map needs one original index per sample of the manifest"
+                )
+            origin = (orig, index_map)
+        self.origin = origin
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
 
     def __len__(self) -> int:
         return self._num_batches
+
+    @property
+    def reported_manifest(self) -> Manifest:
+        """The manifest that the indices in ``info`` refer to (the original one for a subset)."""
+        return self.manifest if self.origin is None else self.origin[0]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -196,7 +216,7 @@ class ShardedSource:
         encoded = [self.read(int(i)) for i in indices]
         labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
         info = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
-        info[:, 0] = indices
+        info[:, 0] = indices if self.origin is None else self.origin[1][indices]
         info[:, 1] = epoch
         info[:, 2] = is_pad
         return encoded, labels, info

@@ -116,9 +116,10 @@ def test_preview_failures_are_one_line(tmp_path: Path, data: Path, bad: Path):
     m = str(data / "manifest.csv")
     assert_one_line_error(run("preview", m, "--ops", "no_such_op", cwd=tmp_path), 2,
                           "no op named 'no_such_op'")
-    # A bad file met by the loader's worker process: reported with its manifest line.
+    # A bad file met by the loader's worker process: reported with its manifest line, and exit 1
+    # (a problem found in well-formed input, as `validate` reports it), not 2 (bad input).
     assert_one_line_error(run("preview", str(bad), "-o", "x.png", "--workers", "1",
-                              cwd=tmp_path), 2, "line 3")
+                              cwd=tmp_path), 1, "line 3")
     p = run("preview", m, "--resize", "abc", cwd=tmp_path)  # argparse: usage + reason
     assert p.returncode == 2 and "--resize" in p.stderr and "Traceback" not in p.stderr
     # --skip-bad leaves the bad files out instead.
@@ -163,14 +164,3 @@ def test_console_script_is_declared():
     if not ours:
         pytest.skip("extsrc is not installed (pip install -e .); the entry point is not on PATH")
     assert ours[0].value == "extsrc.cli:main"
-
-
-def test_fallback_validate_without_the_doctor(tmp_path: Path, bad: Path, capsys):
-    # Used when extsrc.validate is not installed: existence, readability and a Pillow decode.
-    from extsrc.cli import _fallback_validate
-
-    assert _fallback_validate(str(bad), decode=True) == 1
-    out = capsys.readouterr().out
-    assert "line 3:" in out and "file not found" in out and "line 5:" in out
-    good = make_sample_dataset(tmp_path / "good", n=3, fmt="png")
-    assert _fallback_validate(str(good), decode=True) == 0

@@ -278,3 +278,99 @@ def test_watchdog_off_gives_the_same_batches(mixed):
         assert a.keys() == b.keys()
         for k in a:
             assert torch.equal(a[k], b[k]), k
+
+
+# -- regressions found in review ------------------------------------------------------------------
+CALLS = {"n": 0}
+
+
+@augment_ops.augment_op(name="t_count_calls")
+def _count_calls(img):
+    CALLS["n"] += 1
+    return img
+
+
+@pytest.mark.slow
+def test_break_then_iter_starts_next_epoch_without_reading_the_old_one(tmp_path):
+    m = read_manifest(write_dataset(tmp_path, 40, fmt="png"))
+    CALLS["n"] = 0
+    with Loader(m, batch_size=4, ops=["t_count_calls"], resize=8, device="cpu", num_workers=1,
+                seed=2) as loader:
+        for _ in loader:
+            break
+        second = epoch(loader)
+    assert loader.epoch == 2
+    assert column(second, "index") == shard_plan(40, batch_size=4, epoch=1,
+                                                 seed=2).indices.tolist()
+    # Finishing epoch 0 would make 80 calls. Now only what DALI had already prefetched of epoch 0
+    # when the loop broke runs (the pipeline's and the reader's queues: 5 batches here), then
+    # epoch 1's 40.
+    assert CALLS["n"] < 80 and CALLS["n"] <= 40 + 6 * 4, CALLS["n"]
+
+
+@pytest.mark.slow
+def test_a_stale_epoch_iterator_cannot_take_the_next_epochs_batches(mixed):
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=0) as loader:
+        it0 = iter(loader)
+        next(it0)
+        it1 = iter(loader)
+        first = next(it1)
+        with pytest.raises(RuntimeError, match="start a new `for batch in loader:`"):
+            next(it0)
+        rest = list(it1)
+    assert len(rest) + 1 == len(loader) and first["index"].shape[0] == 4
+
+
+@pytest.mark.slow
+def test_the_same_random_op_twice_draws_independently(odd_png):
+    rc = augment_ops.get("random_crop").with_params(size=9)
+    with Loader(odd_png, batch_size=5, ops=[rc, rc], device="cpu", num_workers=0, seed=4,
+                output_map=["image", "view1", "view2", "label"]) as loader:
+        b = next(iter(loader))
+    assert not torch.equal(b["view1"], b["view2"])  # two views, not one view twice
+
+
+def test_seed_must_be_a_non_negative_int(mixed):
+    for bad in (-1, 1.5, 2**63):
+        with pytest.raises(ValueError, match="seed must be an int in"):
+            Loader(mixed, batch_size=4, resize=8, device="cpu", seed=bad)
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
+    import _thread
+    import threading
+    import time
+
+    @augment_ops.augment_op(name="t_slow", replace=True)
+    def _slow(img):
+        time.sleep(0.02)
+        return img
+
+    m = read_manifest(write_dataset(tmp_path, 48, fmt="png"))
+    got = []
+    with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu", num_workers=1,
+                seed=6) as loader:
+        # Armed at the first batch, so Ctrl-C lands mid-epoch whatever the build takes; the
+        # remaining 11 batches take about 0.9 s of op time.
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        with pytest.raises(KeyboardInterrupt):
+            for b in loader:
+                if not got:
+                    timer.start()
+                got += b["index"].tolist()
+                time.sleep(0.001)
+        timer.cancel()
+        assert loader.epoch == 0 and 0 < len(got) < 48
+        for b in loader:  # the same epoch, from the batch that was interrupted
+            got += b["index"].tolist()
+    augment_ops.unregister("t_slow")
+    assert got == shard_plan(48, batch_size=4, epoch=0, seed=6).indices.tolist()
+
+
+def test_dali_seed_differs_per_shard_and_resume_point():
+    from extsrc.pipeline import dali_seed
+
+    seeds = {dali_seed(0, s, e, b) for s in range(4) for e in range(3) for b in range(3)}
+    assert len(seeds) == 36 and all(0 <= x < 2**31 for x in seeds)
+    assert dali_seed(5, 1, 2, 3) == dali_seed(5, 1, 2, 3)

@@ -263,7 +263,7 @@ def test_native_refused_for_random_op(cleanup):
     with pytest.raises(OpRegistrationError, match=r"'t_rand_native' is random; a native lowering"):
         t_rand_native.implement("native")
     assert t_rand_native.paths == ("numpy",)
-    t_rand_native.implement("gpu")(lambda imgs, rngs: imgs)
+    t_rand_native.implement("gpu")(lambda img, rng: img)
     assert t_rand_native.paths == ("numpy", "gpu")
 
 
@@ -315,3 +315,16 @@ def test_apply_checks_outputs(cleanup):
 
     with pytest.raises(OpContractError, match=r"'t_wrong_dtype' output 0 has dtype float64"):
         t_wrong_dtype.apply(IMG)
+
+
+def test_with_params_variants_do_not_share_implementations(cleanup):
+    cleanup.append("t_variant_base")
+
+    @augment_op(name="t_variant_base")
+    def base(img, k: int = 1):
+        return img
+
+    variant = base.with_params(k=2)
+    variant.implement("gpu")(lambda img, k=1: img)
+    assert variant.paths == ("numpy", "gpu")
+    assert base.paths == ("numpy",)  # declaring on the variant left the registered op alone

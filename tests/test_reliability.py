@@ -427,3 +427,30 @@ def test_worker_killed_mid_epoch_raises_without_hang_or_leftovers(tmp_path):
     assert res["shm_left_on_disk"] == []  # ...none of them is left in /dev/shm...
     assert res["shm_still_mapped"] == []  # ...or still mapped once the loader is gone
 
+
+
+def test_skip_mode_random_ops_draw_from_the_original_sample(tmp_path):
+    # A bad file early in the manifest must not shift which generator a later sample gets:
+    # random results depend on (seed, epoch, original index, op), not on what was skipped.
+    from extsrc.oppaths import op_salt
+    from extsrc.seeding import sample_rng
+
+    mpath, where = dataset_with_bad(tmp_path, ["zero_byte"], n=8)
+    m = read_manifest(mpath)
+    op = augment_ops.get("random_crop").with_params(size=7)
+    with pytest.warns(UserWarning, match="skipping 1 of"):
+        # batch 1 and no resize: sizes differ per sample, and the loader's own decoded `image`
+        # is the reference input (PIL's JPEG decoding may differ from DALI's by a level).
+        loader = make_loader(mpath, batch_size=1, ops=[op], resize=None, on_error="skip",
+                             validate_kwargs={"n_jobs": 1, "progress": False}, seed=3)
+    with loader:
+        batches = run_epoch(loader)
+    seen = 0
+    for b in batches:
+        for k, index in enumerate(b["index"].tolist()):
+            pixels = b["image"][k].numpy()
+            ref = op.apply(pixels, sample_rng(3, 0, index, op_salt("random_crop")))[0]
+            np.testing.assert_array_equal(b["random_crop_0"][k].numpy(), ref)
+            seen += 1
+    assert seen == len(m) - 1 and where["zero_byte"] not in {
+        i for b in batches for i in b["index"].tolist()}
