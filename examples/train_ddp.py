@@ -97,8 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--steps", type=int, default=None,
-                   help="cap on steps per epoch (with --epochs > 1 the loader still reads the rest "
-                        "of a cut epoch before the next one starts, inside the timing)")
+                   help="cap on steps per epoch (a cut epoch restarts the loader's pipeline for "
+                        "the next one, inside the timing: leave it unset to time whole epochs)")
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--num-workers", type=int, default=None, help="DALI reader processes per rank")
