@@ -102,6 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--num-workers", type=int, default=None, help="DALI reader processes per rank")
+    p.add_argument("--num-threads", type=int, default=None,
+                   help="DALI CPU threads per rank (default: the rank's share of the cores, less "
+                        "its readers)")
     p.add_argument("--device-mode", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: CUDA (nccl) when a GPU is visible, else CPU (gloo)")
     p.add_argument("--json", type=Path, default=None, help="append a JSON result line (rank 0)")
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     loader = extsrc.Loader(
         manifest, batch_size=args.batch_size, resize=224, seed=0,
         device=None if use_cuda else "cpu", num_workers=args.num_workers,
+        num_threads=args.num_threads,
     )
     device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
     # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
