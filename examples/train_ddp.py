@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
             result = {
                 "world_size": world, "device": "cuda" if use_cuda else "cpu",
                 "model": model_name, "batch_size": args.batch_size,
+                "dali_workers": loader.config.workers, "dali_threads": loader.config.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,
             }
