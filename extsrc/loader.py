@@ -35,7 +35,7 @@ from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import choose_paths
 from extsrc.pipeline import BuiltPipeline, build_pipeline, default_output_names
 from extsrc.sharding import LastBatch
-from extsrc.source import ShardedSource
+from extsrc.source import UP_FRONT_HINT, ShardedSource
 from extsrc.state import check_state, describe_ops, make_state
 
 __all__ = ["METADATA_KEYS", "Loader", "LoaderConfig"]
@@ -695,9 +695,7 @@ class Loader:
         man = self.source.manifest
         err = BadImageError(
             f"{man.source} line {man.lines[i]}: {man.paths[i]}: DALI could not decode this "
-            f"file: {finding.message} [{finding.reason}]; {finding.fix}. To find every bad file "
-            "up front run extsrc.validate(manifest) and train on report.clean_manifest(), or "
-            "pass on_error='skip' to Loader"
+            f"file: {finding.message} [{finding.reason}]; {finding.fix}.{UP_FRONT_HINT}"
         )
         err.reason = finding.reason
         return err

@@ -23,7 +23,6 @@ class BuiltPipeline:
 
     pipe: Any
     output_names: tuple[str, ...]
-    image_outputs: tuple[str, ...]
 
 
 def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> int:
@@ -146,4 +145,4 @@ def build_pipeline(
             main = stage(main, gpu=gpu)
         pipe.set_outputs(main, *extra_images, label, info)
     names = tuple(output_names)
-    return BuiltPipeline(pipe=pipe, output_names=names, image_outputs=names[:-1])
+    return BuiltPipeline(pipe=pipe, output_names=names)

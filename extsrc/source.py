@@ -28,7 +28,7 @@ INFO_COLUMNS: tuple[str, ...] = ("index", "epoch", "is_pad")
 
 
 # Appended to every bad-file message: how to find them all at once instead of one per run.
-_UP_FRONT = (
+UP_FRONT_HINT = (
     " To find every bad file up front run extsrc.validate(manifest) and train on "
     "report.clean_manifest(), or pass on_error='skip' to Loader"
 )
@@ -167,29 +167,29 @@ class ShardedSource:
         except FileNotFoundError:
             raise SampleReadError(
                 f"{where}: file not found: {path}; fix the path (or root=) or drop the line."
-                f"{_UP_FRONT}"
+                f"{UP_FRONT_HINT}"
             ) from None
         except IsADirectoryError:
             raise SampleReadError(
                 f"{where}: {path} is a directory, expected an image file; list image files, not "
-                f"folders.{_UP_FRONT}"
+                f"folders.{UP_FRONT_HINT}"
             ) from None
         except OSError as e:
             raise SampleReadError(
                 f"{where}: cannot read {path}: {e.strerror or e}; fix its permissions or drop "
-                f"the line.{_UP_FRONT}"
+                f"the line.{UP_FRONT_HINT}"
             ) from None
         if not data:
             raise SampleReadError(
                 f"{where}: {path} is empty (0 bytes); re-export the image or drop the line."
-                f"{_UP_FRONT}"
+                f"{UP_FRONT_HINT}"
             )
         if self.check_images:
             finding = check_bytes(data, max_pixels=self.max_pixels)
             if finding is not None:
                 err = BadImageError(
                     f"{where}: {path}: {finding.message} [{finding.reason}]; {finding.fix}."
-                    f"{_UP_FRONT}"
+                    f"{UP_FRONT_HINT}"
                 )
                 err.reason = finding.reason
                 raise err
