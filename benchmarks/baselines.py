@@ -160,7 +160,8 @@ class RawSource:
         return data, self.labels[idx]  # one batch array: cheaper than per-sample scalars
 
 
-def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers):
+def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,
+                     hw_decoder_load=None):
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -172,7 +173,9 @@ def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, nu
         jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
                                            num_outputs=2, batch=True, batch_info=True,
                                            parallel=True)
-        img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
+        kw = {} if hw_decoder_load is None or not gpu else {"hw_decoder_load": hw_decoder_load}
+        img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
+                                **kw)
         sh = img.shape()
         hh, hw = sh[0] // 2, sh[1] // 2
         tiles = [img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]]

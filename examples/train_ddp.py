@@ -105,9 +105,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-threads", type=int, default=None,
                    help="DALI CPU threads per rank (default: the rank's share of the cores, less "
                         "its readers)")
+    p.add_argument("--hw-decoder-load", type=float, default=None,
+                   help="share of JPEGs for the GPU's hardware decoder (default: the loader's)")
+    p.add_argument("--synthetic", action="store_true",
+                   help="train on one fixed batch already on the device instead of the loader's "
+                        "batches (same step count): the training-only ceiling to compare with")
     p.add_argument("--device-mode", choices=("auto", "cuda", "cpu"), default="auto",
                    help="auto: CUDA (nccl) when a GPU is visible, else CPU (gloo)")
     p.add_argument("--json", type=Path, default=None, help="append a JSON result line (rank 0)")
+    p.add_argument("--tag", default="", help="a name for this run in the --json line")
     p.add_argument("--watchdog", type=float, default=None,
                    help="dump every thread's stack and exit if the run takes longer (seconds)")
     return p.parse_args(argv)
@@ -143,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     loader = extsrc.Loader(
         manifest, batch_size=args.batch_size, resize=224, seed=0,
         device=None if use_cuda else "cpu", num_workers=args.num_workers,
-        num_threads=args.num_threads,
+        num_threads=args.num_threads, hw_decoder_load=args.hw_decoder_load,
     )
     device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
     # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
@@ -172,10 +178,22 @@ def main(argv: list[str] | None = None) -> None:
         if use_cuda:
             torch.cuda.synchronize(device)
 
+    def synthetic_epoch():
+        """A loader-shaped batch made once on the device, yielded len(loader) times."""
+        g = torch.Generator().manual_seed(rank)
+        fixed = {
+            "image": torch.randint(0, 256, (args.batch_size, 224, 224, 3), dtype=torch.uint8,
+                                   generator=g).to(device),
+            "label": torch.randint(0, num_classes, (args.batch_size, 1), generator=g).to(device),
+            "is_pad": torch.zeros(args.batch_size, dtype=torch.bool),
+        }
+        for _ in range(len(loader)):
+            yield fixed
+
     step, images, t0, loss = 0, 0, None, torch.zeros(())
     model.train()
     for _epoch in range(args.epochs):
-        for i, batch in enumerate(loader):
+        for i, batch in enumerate(synthetic_epoch() if args.synthetic else loader):
             if i >= steps_per_epoch:
                 break
             if step == warmup:
@@ -219,8 +237,10 @@ def main(argv: list[str] | None = None) -> None:
               f"(per rank: {', '.join(f'{v:.1f}' for v in per_rank)})", flush=True)
         if args.json is not None:
             result = {
-                "world_size": world, "device": "cuda" if use_cuda else "cpu",
+                "tag": args.tag, "world_size": world, "device": "cuda" if use_cuda else "cpu",
                 "model": model_name, "batch_size": args.batch_size,
+                "feed": "synthetic" if args.synthetic else "extsrc",
+                "hw_decoder_load": loader.config.hw_decoder_load,
                 "dali_workers": loader.config.workers, "dali_threads": loader.config.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,

@@ -108,6 +108,7 @@ class LoaderConfig:
     op_path: str | tuple[tuple[str, str], ...] | None = None
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
+    hw_decoder_load: float | None = None
     output_names: tuple[str, ...] = field(init=False)
     op_paths: tuple[tuple[str, str], ...] = field(init=False)
 
@@ -143,6 +144,16 @@ class LoaderConfig:
             raise ValueError(f"decoder must be 'auto', 'cpu' or 'mixed', got {self.decoder!r}")
         if self.decoder == "mixed" and self.device_id is None:
             raise ValueError("decoder='mixed' decodes on the GPU but the loader runs on the CPU")
+        if self.hw_decoder_load is not None and (
+            isinstance(self.hw_decoder_load, bool)
+            or not isinstance(self.hw_decoder_load, (int, float))
+            or not 0.0 <= self.hw_decoder_load <= 1.0
+        ):
+            raise ValueError(
+                f"hw_decoder_load must be None (DALI's default) or a number in [0, 1], got "
+                f"{self.hw_decoder_load!r}; it is the share of JPEGs sent to the GPU's hardware "
+                "decoder"
+            )
         if self.prefetch_queue_depth < 1:
             raise ValueError("prefetch_queue_depth must be >= 1")
         defaults = default_output_names(self.ops)
@@ -220,8 +231,10 @@ class Loader:
     ``python_function`` on the CPU); a string forces one path for every op (``"numpy"`` is the
     card's literal recipe); a dict forces it per op name. ``loader.op_paths`` reports the choice.
     ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
-    forces CPU decoding. ``stages`` are DALI callables applied to the main image instead of
-    ``resize`` (see :mod:`extsrc.presets`).
+    forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
+    the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
+    whose Huffman decoding runs on DALI's CPU threads. ``stages`` are DALI callables applied to
+    the main image instead of ``resize`` (see :mod:`extsrc.presets`).
 
     Under ``torchrun`` / an initialised ``torch.distributed`` group, leaving ``shard_id`` and
     ``num_shards`` unset shards by global rank and world size, and ``device=None`` picks the local
@@ -267,6 +280,7 @@ class Loader:
         op_path: str | Mapping[str, str] | None = None,
         stages: Sequence[Any] = (),
         decoder: str = "auto",
+        hw_decoder_load: float | None = None,
         on_error: str = "raise",
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         validate_kwargs: Mapping[str, Any] | None = None,
@@ -302,6 +316,7 @@ class Loader:
             ),
             stages=tuple(stages),
             decoder=decoder,
+            hw_decoder_load=hw_decoder_load,
         )
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -454,6 +469,7 @@ class Loader:
             self._built = build_pipeline(
                 self.source, ops=c.ops, transforms=c.transforms, paths=self.op_paths,
                 resize=c.resize, stages=c.stages, decoder=c.decoder,
+                hw_decoder_load=c.hw_decoder_load,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
                 output_names=c.output_names,

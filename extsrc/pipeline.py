@@ -56,6 +56,7 @@ def build_pipeline(
     output_names: Sequence[str],
     stages: Sequence[Any] = (),
     decoder: str = "auto",
+    hw_decoder_load: float | None = None,
 ) -> BuiltPipeline:
     """Build the DALI pipeline that feeds the loader.
 
@@ -64,7 +65,9 @@ def build_pipeline(
     operators applied to the main image in place of ``resize`` (the presets use them).
     ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
     decoded image), ``"cpu"`` decodes on the CPU (the card's recipe), ``"auto"`` is ``"mixed"`` on a
-    GPU and ``"cpu"`` otherwise.
+    GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
+    is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
+    nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
@@ -97,7 +100,10 @@ def build_pipeline(
             decoder = "mixed" if gpu else "cpu"
         if decoder == "mixed" and not gpu:
             raise ValueError("decoder='mixed' needs a GPU device; use 'cpu' or 'auto'")
-        image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB)
+        decode_kw = {}
+        if decoder == "mixed" and hw_decoder_load is not None:
+            decode_kw["hw_decoder_load"] = float(hw_decoder_load)
+        image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
         seen: dict[str, int] = {}
 
         def run(op: Op, img: Any) -> list[Any]:

@@ -96,6 +96,46 @@ def test_device_bogus(mixed, device):
         Loader(mixed, batch_size=4, device=device)
 
 
+@pytest.mark.parametrize("load", [-0.1, 1.5, "0.5", True])
+def test_hw_decoder_load_out_of_range(mixed, load):
+    with pytest.raises(ValueError, match=r"hw_decoder_load must be None .* in \[0, 1\]"):
+        Loader(mixed, batch_size=4, device="cpu", hw_decoder_load=load)
+
+
+def test_hw_decoder_load_is_ignored_by_cpu_decoding(mixed):
+    """It only shapes mixed decoding; a CPU loader with it set decodes exactly as without."""
+    kw = dict(batch_size=8, device="cpu", shuffle=False, resize=16)
+    with Loader(mixed, **kw) as a, Loader(mixed, hw_decoder_load=1.0, **kw) as b:
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x["image"], y["image"])
+
+
+@pytest.mark.gpu
+def test_hw_decoder_load_extremes_decode_the_same_images(tmp_path):
+    """All JPEGs to the hardware decoder (1.0) or none (0.0): the same samples, pixels equal up
+    to IDCT rounding, and both close to the CPU decoder."""
+    root = tmp_path / "jpegs"
+    root.mkdir()
+    lines = []
+    for i in range(20):  # one size (no resize, so no interpolation in the comparison)
+        Image.fromarray(pattern_image(i, 96, 128)).save(root / f"{i}.jpg", quality=90)
+        lines.append(f"{i}.jpg,{i}")
+    (root / "m.txt").write_text("\n".join(lines) + "\n")
+    jpegs = read_manifest(root / "m.txt")
+    kw = dict(batch_size=8, shuffle=False, resize=None)
+    with Loader(jpegs, device="cpu", **kw) as ref, \
+            Loader(jpegs, device="cuda", hw_decoder_load=0.0, **kw) as cuda_path, \
+            Loader(jpegs, device="cuda", hw_decoder_load=1.0, **kw) as hw_path:
+        for r, c, h in zip(ref, cuda_path, hw_path, strict=True):
+            assert torch.equal(r["index"], c["index"]) and torch.equal(r["index"], h["index"])
+            for k in range(r["image"].shape[0]):
+                want = r["image"][k].numpy().astype(int)
+                for got in (c["image"][k].cpu().numpy(), h["image"][k].cpu().numpy()):
+                    assert got.shape == want.shape
+                    diff = np.abs(got.astype(int) - want)
+                    assert diff.max() <= 8 and diff.mean() < 1.0, (k, diff.max(), diff.mean())
+
+
 def test_unknown_op(mixed):
     with pytest.raises(KeyError, match=r"no op named 'nope'"):
         Loader(mixed, batch_size=4, ops=["nope"], device="cpu")
