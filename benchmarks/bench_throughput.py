@@ -19,12 +19,13 @@ ResNet-50 (channels-last, bf16 autocast) images/s fed by 1, by 4, and by synthet
     python benchmarks/bench_throughput.py --device cpu --n 256 --epochs 2 --out cpu.json   # no GPU
 
 ``--variants`` also takes modifiers after a base name: ``+wN`` reader processes, ``+tN`` DALI
-threads, ``+hwX`` the share of JPEGs given to the GPU's hardware decoder, ``+nowd`` extsrc without
-its dead-worker watchdog thread; e.g. ``ceiling+w8+hw1.0`` (``extsrc_auto_8w``, ``ceiling_8w`` and
-``extsrc_auto_nowatchdog`` are the older names of three of them). extsrc is compared with the
-fastest ``ceiling*`` variant of the run as well as with the plain one. ``--repeats N`` runs the
-whole list (and the training view) N times, interleaved, and reports each median with every
-repeat.
+threads, ``+hwX`` the share of JPEGs given to the GPU's hardware decoder (``+hwdali``: DALI's
+default), ``+nowd`` extsrc without its dead-worker watchdog thread; e.g. ``ceiling+w8+hw1.0``.
+``extsrc_auto_8w``, ``ceiling_8w`` and ``extsrc_auto_nowatchdog`` are older names of three of
+them. ``extsrc_graph`` drives extsrc's DALI graph with DALI's iterator, without the Loader.
+extsrc is compared with the fastest ``ceiling*`` variant of the run as well as with the plain
+one. ``--repeats N`` runs the whole list (and the training view) N times, interleaved, and
+reports each median with every repeat.
 
 Machines are noisy: compare variants inside one run, as ratios.
 """
@@ -220,11 +221,14 @@ ALIASES = {"extsrc_auto_8w": "extsrc_auto+w8", "ceiling_8w": "ceiling+w8",
 
 def parse_variant(name: str) -> tuple[str, dict]:
     """``base+mod+mod``: ``wN`` reader processes, ``tN`` DALI threads, ``hwX`` hardware-decoder
-    share, ``nowd`` no watchdog (extsrc only). E.g. ``ceiling+hw1.0+w8``."""
+    share (``hwdali``: DALI's default), ``nowd`` no watchdog (extsrc only).
+    E.g. ``ceiling+hw1.0+w8``."""
     base, *mods = ALIASES.get(name, name).split("+")
     kw: dict = {}
     for m in mods:
-        if m.startswith("hw"):
+        if m == "hwdali":
+            kw["hw_decoder_load"] = None  # DALI's own default split
+        elif m.startswith("hw"):
             kw["hw_decoder_load"] = float(m[2:])
         elif m.startswith("w") and m[1:].isdigit():
             kw["num_workers"] = int(m[1:])
@@ -288,7 +292,26 @@ def main(argv=None) -> int:
             str(manifest), batch_size=bs, resize=rs, num_threads=num_threads,
             device_id=device_id, num_workers=num_workers, hw_decoder_load=hw_decoder_load)
 
+    def extsrc_graph(**kw):
+        """extsrc's DALI graph and source driven by DALI's own iterator, without the Loader's
+        per-batch Python (diagnostic: reaches into the loader's internals)."""
+        class Graph:
+            def __init__(self):
+                self.loader = extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
+                                            device=device, **kw)
+                self.it = self.loader._ensure_built()
+
+            def __iter__(self):
+                yield from self.it
+                self.it.reset()
+
+            def close(self):
+                self.loader.close()
+
+        return Graph
+
     bases = {
+        "extsrc_graph": extsrc_graph,
         "extsrc_auto": lambda **kw: extsrc_loader(**kw),
         "extsrc_numpy": lambda **kw: extsrc_loader(op_path="numpy", **kw),
         "extsrc_numpy_cpu_decode": lambda **kw: extsrc_loader(op_path="numpy", decoder="cpu",

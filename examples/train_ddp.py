@@ -105,8 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-threads", type=int, default=None,
                    help="DALI CPU threads per rank (default: the rank's share of the cores, less "
                         "its readers)")
-    p.add_argument("--hw-decoder-load", type=float, default=None,
-                   help="share of JPEGs for the GPU's hardware decoder (default: the loader's)")
+    p.add_argument("--hw-decoder-load", default=None,
+                   help="share of JPEGs for the GPU's hardware decoder, or 'dali' for DALI's "
+                        "default (default: the loader's)")
     p.add_argument("--synthetic", action="store_true",
                    help="train on one fixed batch already on the device instead of the loader's "
                         "batches (same step count): the training-only ceiling to compare with")
@@ -146,10 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     if distributed:
         dist.barrier()  # the other ranks wait for the dataset
 
+    decode_kw = {}
+    if args.hw_decoder_load is not None:
+        decode_kw["hw_decoder_load"] = (
+            None if args.hw_decoder_load == "dali" else float(args.hw_decoder_load))
     loader = extsrc.Loader(
         manifest, batch_size=args.batch_size, resize=224, seed=0,
         device=None if use_cuda else "cpu", num_workers=args.num_workers,
-        num_threads=args.num_threads, hw_decoder_load=args.hw_decoder_load,
+        num_threads=args.num_threads, **decode_kw,
     )
     device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
     # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
