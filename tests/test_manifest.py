@@ -335,40 +335,119 @@ def test_column_position_out_of_range(tmp_path: Path) -> None:
         read_manifest(f, label_cols=5)
 
 
-def test_missing_label_field(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"path,label\na.jpg,1\nb.jpg\nc.jpg,2\n")
-    msg = r"manifest\.csv line 3: expected a path and at least one label, got 1 field\(s\)"
-    with pytest.raises(ManifestError, match=msg):
-        read_manifest(f)
-
-
-def test_single_column_file(tmp_path: Path) -> None:
-    f = write(tmp_path / "list.txt", b"\n# files\na.jpg\nb.jpg\n")
-    with pytest.raises(ManifestError, match=r"list\.txt line 3: expected a path and at least one"):
-        read_manifest(f)
-
-
-def test_too_many_fields_suggests_quoting(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"a.jpg,1\nb, c.jpg,2\n")
-    with pytest.raises(
-        ManifestError, match=r"line 2: expected 2 field\(s\) like line 1, got 3.*quote"
-    ):
-        read_manifest(f)
-
-
-def test_non_integer_label_mixed_with_integers(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"path,label\na.jpg,3\nb.jpg,4\nc.jpg,cat\n")
-    msg = (
+# Manifests that must be refused, each with a message that names the file and line (where there
+# is one) and says what was expected.
+BAD_MANIFESTS = [
+    pytest.param(
+        "manifest.csv",
+        b"path,label\na.jpg,1\nb.jpg\nc.jpg,2\n",
+        r"manifest\.csv line 3: expected a path and at least one label, got 1 field\(s\)",
+        id="missing_label_field",
+    ),
+    pytest.param(
+        "list.txt",
+        b"\n# files\na.jpg\nb.jpg\n",
+        r"list\.txt line 3: expected a path and at least one",
+        id="single_column_file",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"a.jpg,1\nb, c.jpg,2\n",
+        r"line 2: expected 2 field\(s\) like line 1, got 3.*quote",
+        id="too_many_fields_suggests_quoting",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"path,label\na.jpg,3\nb.jpg,4\nc.jpg,cat\n",
         r"manifest\.csv line 4: label 'cat' is not an integer; labels must be all integers >= 0 "
-        r"or all class names \(got a mix: line 2 has integer 3\)"
-    )
-    with pytest.raises(ManifestError, match=msg):
-        read_manifest(f)
+        r"or all class names \(got a mix: line 2 has integer 3\)",
+        id="non_integer_label_mixed_with_integers",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"a.jpg,cat\nb.jpg,dog\nc.jpg,7\n",
+        r"line 3: label '7' is an integer.*line 1 has class",
+        id="integer_among_class_names",
+    ),
+    pytest.param(
+        "train.txt",
+        b"# header comment\n\na.jpg 1\n\n  # note\nb.jpg 2\nc.jpg -1\n",
+        r"train\.txt line 7: negative label -1; labels must be integers >= 0 \(class indices\)",
+        id="negative_label_after_blank_and_comment_lines",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"\xef\xbb\xbf# made by hand\r\npath,label\r\n\r\n# skip\r\na.jpg,1\r\n\r\nb.jpg,x1\r\n",
+        r"manifest\.csv line 7: label 'x1' is not an integer",
+        id="line_numbers_with_crlf_bom_header_and_comments",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"path,a,b\nx.jpg,1,2\ny.jpg,,3\n",
+        r"line 3: empty label in column 'a'",
+        id="empty_label",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b'a.jpg,1\n"",2\n',
+        r"manifest\.csv line 2: empty path",
+        id="empty_path",
+    ),
+    pytest.param(
+        "manifest.csv",
+        f"a.jpg,1\nb.jpg,{2**63}\n".encode(),
+        r"line 2: label 9223372036854775808 does not fit",
+        id="label_overflowing_int64",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"path,a,b\nx.jpg,1,cat\ny.jpg,2,dog\n",
+        r"line 2: .*only a single label column may hold class",
+        id="class_names_in_several_label_columns",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"",
+        r"manifest\.csv: empty manifest \(no data lines\); add lines like 'images/0001\.jpg,3'",
+        id="empty_file",
+    ),
+    pytest.param(
+        "train.txt",
+        b"\xef\xbb\xbf# nothing yet\r\n\r\n   \r\n# still nothing\r\n",
+        r"train\.txt: empty manifest \(only blank and '#'",
+        id="only_comments",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"path,label\n",
+        r"empty manifest \(only a header on line 1",
+        id="only_header",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b'a.jpg,1\n"b\nc.jpg",2\nd.jpg,3\n',
+        r"line 2: a quoted field continues onto the next",
+        id="quoted_newline_rejected",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b'a.jpg,1\n\n"b.jpg,2\n',
+        r"manifest\.csv line 3: .*quote",
+        id="unclosed_quote",
+    ),
+    pytest.param(
+        "manifest.csv",
+        b"a.jpg,1\n\xff.jpg,2\n",
+        r"manifest\.csv line 2: not valid UTF-8",
+        id="not_utf8",
+    ),
+]
 
 
-def test_integer_among_class_names(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"a.jpg,cat\nb.jpg,dog\nc.jpg,7\n")
-    with pytest.raises(ManifestError, match=r"line 3: label '7' is an integer.*line 1 has class"):
+@pytest.mark.parametrize(("name", "data", "match"), BAD_MANIFESTS)
+def test_bad_manifest_is_refused(tmp_path: Path, name: str, data: bytes, match: str) -> None:
+    f = write(tmp_path / name, data)
+    with pytest.raises(ManifestError, match=match):
         read_manifest(f)
 
 
@@ -382,87 +461,6 @@ def test_float_label(tmp_path: Path, value: str, fix: str) -> None:
         read_manifest(f)
     assert "not decimals" in str(info.value)
     assert str(info.value).endswith("not decimals" + fix)
-
-
-def test_negative_label_after_blank_and_comment_lines(tmp_path: Path) -> None:
-    f = write(
-        tmp_path / "train.txt", b"# header comment\n\na.jpg 1\n\n  # note\nb.jpg 2\nc.jpg -1\n"
-    )
-    msg = r"train\.txt line 7: negative label -1; labels must be integers >= 0 \(class indices\)"
-    with pytest.raises(ManifestError, match=msg):
-        read_manifest(f)
-
-
-def test_line_numbers_with_crlf_bom_header_and_comments(tmp_path: Path) -> None:
-    f = write(
-        tmp_path / "manifest.csv",
-        b"\xef\xbb\xbf# made by hand\r\npath,label\r\n\r\n# skip\r\na.jpg,1\r\n\r\nb.jpg,x1\r\n",
-    )
-    with pytest.raises(ManifestError, match=r"manifest\.csv line 7: label 'x1' is not an integer"):
-        read_manifest(f)
-
-
-def test_empty_label(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"path,a,b\nx.jpg,1,2\ny.jpg,,3\n")
-    with pytest.raises(ManifestError, match=r"line 3: empty label in column 'a'"):
-        read_manifest(f)
-
-
-def test_empty_path(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n"",2\n')
-    with pytest.raises(ManifestError, match=r"manifest\.csv line 2: empty path"):
-        read_manifest(f)
-
-
-def test_label_overflowing_int64(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", f"a.jpg,1\nb.jpg,{2**63}\n".encode())
-    with pytest.raises(ManifestError, match=r"line 2: label 9223372036854775808 does not fit"):
-        read_manifest(f)
-
-
-def test_class_names_in_several_label_columns(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"path,a,b\nx.jpg,1,cat\ny.jpg,2,dog\n")
-    with pytest.raises(ManifestError, match=r"line 2: .*only a single label column may hold class"):
-        read_manifest(f)
-
-
-def test_empty_file(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"")
-    msg = r"manifest\.csv: empty manifest \(no data lines\); add lines like 'images/0001\.jpg,3'"
-    with pytest.raises(ManifestError, match=msg):
-        read_manifest(f)
-
-
-def test_only_comments(tmp_path: Path) -> None:
-    f = write(
-        tmp_path / "train.txt", b"\xef\xbb\xbf# nothing yet\r\n\r\n   \r\n# still nothing\r\n"
-    )
-    with pytest.raises(ManifestError, match=r"train\.txt: empty manifest \(only blank and '#'"):
-        read_manifest(f)
-
-
-def test_only_header(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"path,label\n")
-    with pytest.raises(ManifestError, match=r"empty manifest \(only a header on line 1"):
-        read_manifest(f)
-
-
-def test_quoted_newline_rejected(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n"b\nc.jpg",2\nd.jpg,3\n')
-    with pytest.raises(ManifestError, match=r"line 2: a quoted field continues onto the next"):
-        read_manifest(f)
-
-
-def test_unclosed_quote(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b'a.jpg,1\n\n"b.jpg,2\n')
-    with pytest.raises(ManifestError, match=r"manifest\.csv line 3: .*quote"):
-        read_manifest(f)
-
-
-def test_not_utf8(tmp_path: Path) -> None:
-    f = write(tmp_path / "manifest.csv", b"a.jpg,1\n\xff.jpg,2\n")
-    with pytest.raises(ManifestError, match=r"manifest\.csv line 2: not valid UTF-8"):
-        read_manifest(f)
 
 
 def test_missing_file_with_check_files(tmp_path: Path) -> None:
