@@ -33,7 +33,7 @@ from extsrc.errors import (
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_file
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import choose_paths
-from extsrc.pipeline import BuiltPipeline, build_pipeline, default_output_names
+from extsrc.pipeline import build_pipeline, default_output_names
 from extsrc.sharding import LastBatch
 from extsrc.source import UP_FRONT_HINT, ShardedSource
 from extsrc.state import check_state, describe_ops, make_state
@@ -362,7 +362,7 @@ class Loader:
         self._batch = 0  # batches of self.epoch already yielded (resume position)
         self._gen = 0  # bumped by close()/load_state_dict(): stale epoch iterators stop
         self._pump: _Pump | None = None  # runs DALI calls while we watch the workers
-        self._built: BuiltPipeline | None = None
+        self._built: Any = None  # the DALI Pipeline while one is built
         self._dali_iter: Any = None
         self._in_epoch = False
 
@@ -407,7 +407,7 @@ class Loader:
         self._gen += 1
         pump, self._pump = self._pump, None
         if self._built is not None:
-            pipe = self._built.pipe
+            pipe = self._built
             procs = self._worker_procs()
             self._built = None
             if pump is None or not pump.stuck:
@@ -494,12 +494,11 @@ class Loader:
                 hw_decoder_load=c.hw_decoder_load,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-                output_names=c.output_names,
             )
-            self._built.pipe.build()
+            self._built.build()
             # PARTIAL: the source decides batch sizes; DALI must pass short batches through.
             self._dali_iter = DALIGenericIterator(
-                self._built.pipe,
+                self._built,
                 [*c.output_names, "__info"],
                 last_batch_policy=LastBatchPolicy.PARTIAL,
                 auto_reset=False,
@@ -629,7 +628,7 @@ class Loader:
         """The DALI worker processes (``multiprocessing.Process``) of the built pipeline."""
         if self._built is None or self.config.workers == 0:
             return []
-        pool = getattr(getattr(self._built.pipe, "_py_pool", None), "pool", None)
+        pool = getattr(getattr(self._built, "_py_pool", None), "pool", None)
         return list(getattr(pool, "_processes", None) or ())
 
     def _next(self, it: Any) -> Any:
@@ -641,7 +640,7 @@ class Loader:
         procs = self._worker_procs() if self.watchdog else []
         if not procs:
             return next(it)
-        dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+        dead = _exited(procs)
         if dead:  # died since the last batch, DALI has not noticed (yet): never go on without it
             _stop_processes(procs)
             raise WorkerDiedError(self._died_message(dead))
@@ -676,7 +675,7 @@ class Loader:
         """Wait for ``job``; a worker that died while it waits becomes a WorkerDiedError."""
         dead_since = None
         while not job.done.wait(0.2):
-            dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+            dead = _exited(procs)
             if not dead:
                 continue
             now = time.monotonic()
@@ -684,7 +683,7 @@ class Loader:
             if now - dead_since < self._DEAD_WORKER_GRACE:
                 continue
             _stop_processes(procs)
-            _wake_queues(self._built.pipe if self._built is not None else None, len(procs))
+            _wake_queues(self._built if self._built is not None else None, len(procs))
             if not job.done.wait(2.0):
                 self._pump.stuck = True  # abandoned: close() will not wait on that pipeline
             raise WorkerDiedError(self._died_message(dead))
@@ -695,7 +694,7 @@ class Loader:
         procs = self._worker_procs()
         deadline = time.monotonic() + (2.0 if wait and procs else 0.0)
         while True:
-            dead = [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
+            dead = _exited(procs)
             if dead or time.monotonic() >= deadline:
                 return dead
             time.sleep(0.02)
@@ -832,6 +831,11 @@ def _shutdown_pipeline(pipe: Any, timeout: float = 10.0) -> None:
     t = threading.Thread(target=shutdown, name="extsrc-dali-shutdown", daemon=True)
     t.start()
     t.join(timeout)
+
+
+def _exited(procs: Any) -> list[tuple[int, int]]:
+    """(pid, exit code) of each of DALI's reader processes that has exited."""
+    return [(p.pid, p.exitcode) for p in procs if p.exitcode is not None]
 
 
 def _stop_processes(procs: list[Any]) -> None:

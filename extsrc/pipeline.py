@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
-__all__ = ["BuiltPipeline", "build_pipeline", "default_output_names"]
-
-
-@dataclass(frozen=True)
-class BuiltPipeline:
-    """A built DALI pipeline and the names of its outputs, in order."""
-
-    pipe: Any
-    output_names: tuple[str, ...]
+__all__ = ["build_pipeline", "default_output_names"]
 
 
 def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> int:
@@ -53,12 +44,11 @@ def build_pipeline(
     start_method: str,
     prefetch_queue_depth: int,
     seed: int,
-    output_names: Sequence[str],
     stages: Sequence[Any] = (),
     decoder: str = "auto",
     hw_decoder_load: float | None = None,
-) -> BuiltPipeline:
-    """Build the DALI pipeline that feeds the loader.
+) -> Any:
+    """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
     ``paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
     :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
@@ -150,5 +140,4 @@ def build_pipeline(
         for stage in stages:
             main = stage(main, gpu=gpu)
         pipe.set_outputs(main, *extra_images, label, info)
-    names = tuple(output_names)
-    return BuiltPipeline(pipe=pipe, output_names=names)
+    return pipe

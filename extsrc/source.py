@@ -57,7 +57,6 @@ class ShardedSource:
     out) raises :class:`~extsrc.errors.PathOutsideRootError`.
     """
 
-    num_outputs = len(SOURCE_OUTPUTS)
 
     def __init__(
         self,
