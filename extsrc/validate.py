@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from extsrc.errors import ManifestError
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, check_file
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 
 __all__ = ["Problem", "ValidationReport", "validate"]
@@ -242,11 +242,8 @@ def validate(
                 found[todo[s + k]] = (reason, message)
             bar.update(min(size, len(paths) - s))
     for i in lexical_out:
-        found[i] = (
-            "outside_root",
-            f"outside the root {manifest.root}; move the file under the root, or pass "
-            "allow_outside_root=True to read_manifest if this is intended",
-        )
+        f = Finding("outside_root", f"outside the root {manifest.root}")
+        found[i] = (f.reason, f"{f.message}; {f.fix}")  # as _check_chunk words its findings
     problems = tuple(
         Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r, message=msg,
                 source=manifest.source)
