@@ -145,14 +145,16 @@ class RawSource:
         self.paths = [p for p, _ in pairs]
         self.labels = np.array([lab for _, lab in pairs], dtype=np.int64)
         self.batch_size = batch_size
+        self._perm = (None, None)  # (epoch, permutation): one shuffle per epoch, as extsrc does
 
     def __call__(self, info):
         n = len(self.paths)
         start = info.iteration * self.batch_size
         if start >= n:
             raise StopIteration
-        perm = np.random.default_rng(info.epoch_idx).permutation(n)
-        idx = perm[start:start + self.batch_size]
+        if self._perm[0] != info.epoch_idx:
+            self._perm = (info.epoch_idx, np.random.default_rng(info.epoch_idx).permutation(n))
+        idx = self._perm[1][start:start + self.batch_size]
         data = []
         for i in idx:
             with open(self.paths[i], "rb") as f:

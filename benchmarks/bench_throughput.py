@@ -214,6 +214,10 @@ def endless(make_epoch_iter, extract):
             it.close()
 
 
+#: Variants whose batches the training view can take (``to_pair`` knows their layout).
+TRAIN_FEED_BASES = frozenset({"extsrc_auto", "extsrc_numpy", "extsrc_numpy_cpu_decode",
+                              "extsrc_gpu", "torch_dataloader"})
+
 #: Old names of variants, kept so that earlier commands in benchmarks/README.md still run.
 ALIASES = {"extsrc_auto_8w": "extsrc_auto+w8", "ceiling_8w": "ceiling+w8",
            "extsrc_auto_nowatchdog": "extsrc_auto+nowd"}
@@ -278,14 +282,14 @@ def main(argv=None) -> int:
     man = extsrc.read_manifest(manifest)
     bs, rs = args.batch_size, args.resize
 
-    probe = extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs, device=device)
-    threads, workers = probe.config.threads, probe.config.workers
-    auto_paths = probe.op_paths
-    probe.close()
-
     def extsrc_loader(**kw):
         return lambda: extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
                                      device=device, **kw)
+
+    probe = extsrc_loader()()
+    threads, workers = probe.config.threads, probe.config.workers
+    auto_paths = probe.op_paths
+    probe.close()
 
     def ceiling(num_workers=workers, num_threads=threads, hw_decoder_load=None):
         return lambda: baselines.ceiling_iterator(
@@ -297,8 +301,7 @@ def main(argv=None) -> int:
         per-batch Python (diagnostic: reaches into the loader's internals)."""
         class Graph:
             def __init__(self):
-                self.loader = extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
-                                            device=device, **kw)
+                self.loader = extsrc_loader(**kw)()
                 self.it = self.loader._ensure_built()
 
             def __iter__(self):
@@ -312,7 +315,7 @@ def main(argv=None) -> int:
 
     bases = {
         "extsrc_graph": extsrc_graph,
-        "extsrc_auto": lambda **kw: extsrc_loader(**kw),
+        "extsrc_auto": extsrc_loader,
         "extsrc_numpy": lambda **kw: extsrc_loader(op_path="numpy", **kw),
         "extsrc_numpy_cpu_decode": lambda **kw: extsrc_loader(op_path="numpy", decoder="cpu",
                                                               **kw),
@@ -332,6 +335,10 @@ def main(argv=None) -> int:
 
     for name in [*args.variants.split(","), *args.train_feeds.split(",")]:
         maker(name)  # a typo fails here, not after minutes of benchmarking
+    for name in args.train_feeds.split(","):
+        if parse_variant(name)[0] not in TRAIN_FEED_BASES:
+            raise SystemExit(f"--train-feeds takes variants of {sorted(TRAIN_FEED_BASES)} "
+                             f"(extsrc's batches or the DataLoader's), got {name!r}")
     results: dict = {
         "date": datetime.date.today().isoformat(),
         "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else
@@ -376,8 +383,6 @@ def main(argv=None) -> int:
     results["ratios"] = ratios
 
     if gpu and args.train_steps > 0:
-        import torch
-
         def synthetic():
             x = torch.randint(0, 256, (bs, rs, rs, 3), dtype=torch.uint8, device=device)
             y = torch.randint(0, 1000, (bs,), device=device)
