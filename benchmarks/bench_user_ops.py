@@ -1,0 +1,335 @@
+"""Users' own numpy ops through every path, against the resize-only ceiling, in one run.
+
+The job: JPEG -> RGB -> the user's op (``benchmarks/user_ops.py``) -> every image output resized
+to ``--resize`` (224x224), with labels, batch 128, over generated 500x375 JPEGs
+(``benchmarks/data.py``). For each op of the suite:
+
+- ``auto``: ``extsrc.Loader`` with its automatic choice (the traced ``native`` path when the op
+  traces; ``loader.op_paths`` and ``augment_ops.explain`` are recorded);
+- ``gpu``: the op's own code on CuPy arrays (GPU only);
+- ``numpy``: the op through ``python_function`` on the CPU (GPU decoding on a GPU);
+- ``dataloader``: a PyTorch ``DataLoader``, one worker per core, PIL decoding, the same numpy op,
+  PIL bilinear resizes.
+
+Besides: ``ceiling``, raw DALI with nothing of extsrc (parallel raw-byte external source ->
+decode -> resize), and ``extsrc_resize``, the Loader with no op. Reader processes, DALI threads
+and the hardware-decoder share are the same for extsrc and the ceiling.
+
+    python benchmarks/bench_user_ops.py --repeats 2 --out results/user_ops.json        # GPU
+    python benchmarks/bench_user_ops.py --device cpu --n 256 --out cpu.json           # no GPU
+
+Each measurement builds the loader, skips ``--warmup`` batches, then times whole epochs until at
+least ``--min-seconds`` have passed. ``--repeats N`` interleaves N rounds of every variant and
+reports medians with every repeat. Compare variants inside one run, as ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+PATHS = ("auto", "gpu", "numpy", "dataloader")
+
+
+class Epochs:
+    """One variant under measurement: ``epoch()`` iterates one epoch; ``close()`` lets it go."""
+
+    def __init__(self, iterable, *, gpu: bool = False, op_paths=None) -> None:
+        self.iterable, self.gpu, self.op_paths = iterable, gpu, op_paths
+
+    def epoch(self):
+        for batch in self.iterable:
+            if self.gpu:  # DataLoader batches arrive on the host; training needs them on the GPU
+                batch = [t.to("cuda", non_blocking=True) for t in batch]
+            yield batch
+
+    def close(self) -> None:
+        if hasattr(self.iterable, "close"):
+            self.iterable.close()
+        # DataLoader workers and DALI pipelines end when collected: do it now, before the next
+        # variant forks its own processes.
+        self.iterable = None
+        gc.collect()
+
+
+# -- the baselines ---------------------------------------------------------------------------------
+class OpDataset:
+    """PIL decode -> the same registered ops (transforms, then ops) -> PIL resize of each output."""
+
+    def __init__(self, pairs, transforms, ops, resize, seed=0):
+        self.pairs, self.transforms, self.ops = pairs, transforms, ops
+        self.resize, self.seed = resize, seed
+        self.epoch = 0
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        import torch
+        from PIL import Image
+
+        import augment_ops
+
+        path, label = self.pairs[i]
+        with Image.open(path) as im:
+            img = np.asarray(im.convert("RGB"))
+        rng = np.random.default_rng([self.seed, self.epoch, i])
+        for name in self.transforms:
+            op = augment_ops.get(name)
+            (img,) = op.apply(img, rng if op.random else None)
+        outs = [img]
+        for name in self.ops:
+            op = augment_ops.get(name)
+            outs += op.apply(img, rng if op.random else None)
+        size = (self.resize, self.resize)
+        arrs = [np.asarray(Image.fromarray(np.ascontiguousarray(o)).resize(size, Image.BILINEAR))
+                for o in outs]
+        return [torch.from_numpy(a) for a in arrs] + [torch.tensor(label, dtype=torch.int64)]
+
+
+def _import_user_ops(_worker_id=None):
+    import user_ops  # noqa: F401  (registers the ops in a DataLoader worker too)
+
+
+def dataloader_epochs(manifest, *, transforms, ops, batch_size, resize, workers, gpu):
+    import torch
+    from baselines import read_pairs
+
+    ds = OpDataset(read_pairs(manifest), transforms, ops, resize)
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=batch_size, shuffle=True, num_workers=workers, pin_memory=gpu,
+        persistent_workers=workers > 0, prefetch_factor=4 if workers > 0 else None,
+        worker_init_fn=_import_user_ops, drop_last=False)
+
+    return Epochs(dl, gpu=gpu)
+
+
+def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_decoder_load):
+    from baselines import RawSource, read_pairs
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=0 if gpu else None,
+                    seed=0, py_num_workers=max(1, workers),
+                    py_start_method="spawn" if gpu else "fork")
+    with pipe:
+        jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
+                                           num_outputs=2, batch=True, batch_info=True,
+                                           parallel=workers > 0)
+        kw = {"hw_decoder_load": hw_decoder_load} if gpu and hw_decoder_load is not None else {}
+        img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
+                                **kw)
+        pipe.set_outputs(fn.resize(img, resize_x=resize, resize_y=resize),
+                         labels.gpu() if gpu else labels)
+    pipe.build()
+    it = DALIGenericIterator(pipe, ["image", "label"], last_batch_policy=LastBatchPolicy.PARTIAL,
+                             auto_reset=True)
+
+    return Epochs(it)
+
+
+def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, threads, workers,
+                  device):
+    import extsrc
+
+    loader = extsrc.Loader(manifest, batch_size=batch_size, transforms=transforms, ops=ops,
+                           op_path=op_path, resize=resize, device=device, num_threads=threads,
+                           num_workers=workers, last_batch="partial")
+
+    return Epochs(loader, op_paths=loader.op_paths)
+
+
+# -- measuring -------------------------------------------------------------------------------------
+def batch_len(batch) -> int:
+    if isinstance(batch, dict):
+        return int(batch["label"].shape[0])
+    if isinstance(batch, list) and batch and isinstance(batch[0], dict):  # DALIGenericIterator
+        return int(batch[0]["label"].shape[0])
+    return int(batch[-1].shape[0])
+
+
+def measure(make, *, warmup: int, min_seconds: float, gpu: bool) -> dict:
+    import torch
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize()
+
+    t_build = time.perf_counter()
+    runner = make()
+    built = time.perf_counter() - t_build
+    seen, n, t0, epochs = 0, 0, None, 0
+    try:
+        while True:
+            for b in runner.epoch():
+                if t0 is None:
+                    seen += 1
+                    if seen == warmup:
+                        sync()
+                        t0 = time.perf_counter()
+                    continue
+                n += batch_len(b)
+            if t0 is not None:
+                epochs += 1
+                if time.perf_counter() - t0 >= min_seconds:
+                    break
+        sync()
+        dt = time.perf_counter() - t0
+    finally:
+        runner.close()
+    out = {"images": n, "seconds": round(dt, 3), "images_per_s": round(n / dt, 1),
+           "timed_epochs": epochs, "build_s": round(built, 2)}
+    if runner.op_paths is not None:
+        out["op_paths"] = runner.op_paths
+    return out
+
+
+def median_of(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["images_per_s"])
+    med = dict(ordered[len(ordered) // 2])
+    med["repeats_images_per_s"] = [r["images_per_s"] for r in runs]
+    return med
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
+    ap.add_argument("--n", type=int, default=4096, help="number of JPEGs (default 4096)")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--resize", type=int, default=224)
+    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
+    ap.add_argument("--ops", default=None, help="comma-separated suite entries (default: all)")
+    ap.add_argument("--paths", default=",".join(PATHS), help=f"subset of {PATHS}")
+    ap.add_argument("--workers", type=int, default=None, help="reader processes (extsrc, ceiling)")
+    ap.add_argument("--threads", type=int, default=None, help="DALI threads (extsrc, ceiling)")
+    ap.add_argument("--dataloader-workers", type=int, default=None,
+                    help="DataLoader workers (default: one per core)")
+    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
+    ap.add_argument("--min-seconds", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--out", default=None, help="write the full results as JSON here")
+    args = ap.parse_args(argv)
+
+    import nvidia.dali
+    import torch
+    import user_ops
+    from data import make_dataset
+
+    import augment_ops
+    from extsrc.loader import DEFAULT_HW_DECODER_LOAD
+
+    gpu = args.device != "cpu" and torch.cuda.is_available()
+    device = "cuda:0" if gpu else "cpu"
+    cores = len(os.sched_getaffinity(0))
+    workers = args.workers if args.workers is not None else min(4, max(1, cores // 4))
+    threads = args.threads if args.threads is not None else max(2, min(12, cores - workers))
+    dl_workers = args.dataloader_workers if args.dataloader_workers is not None else cores
+    t0 = time.perf_counter()
+    manifest, mean_bytes = make_dataset(args.data, args.n)
+    gen_s = time.perf_counter() - t0
+    suite = user_ops.SUITE if args.ops is None else {k: user_ops.SUITE[k]
+                                                     for k in args.ops.split(",")}
+    paths = [p for p in args.paths.split(",") if p != "gpu" or gpu]
+    common = {"batch_size": args.batch_size, "resize": args.resize}
+    dali_kw = {**common, "threads": threads, "workers": workers}
+
+    def explain(name: str) -> str:
+        f = getattr(augment_ops, "explain", None)
+        return f(name) if f is not None else "augment_ops.explain is not available"
+
+    variants: dict[str, object] = {
+        "ceiling": lambda: ceiling_epochs(str(manifest), gpu=gpu,
+                                          hw_decoder_load=DEFAULT_HW_DECODER_LOAD, **dali_kw),
+        "extsrc_resize": lambda: extsrc_epochs(str(manifest), transforms=(), ops=(),
+                                               op_path=None, device=device, **dali_kw),
+    }
+    for entry, (tr, ops) in suite.items():
+        every_op_gpu = all(augment_ops.get(n).gpu for n in (*tr, *ops))
+        for p in paths:
+            if p == "gpu" and not every_op_gpu:
+                continue
+            if p == "dataloader":
+                variants[f"{entry}:{p}"] = (
+                    lambda tr=tr, ops=ops: dataloader_epochs(
+                        str(manifest), transforms=tr, ops=ops, workers=dl_workers, gpu=gpu,
+                        **common))
+            else:
+                variants[f"{entry}:{p}"] = (
+                    lambda tr=tr, ops=ops, p=p: extsrc_epochs(
+                        str(manifest), transforms=tr, ops=ops, op_path=None if p == "auto" else p,
+                        device=device, **dali_kw))
+
+    results: dict = {
+        "date": datetime.date.today().isoformat(),
+        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None
+                                                         else sys.argv[1:])]),
+        "machine": {"gpu": torch.cuda.get_device_name(0) if gpu else None, "cpu_cores": cores,
+                    "platform": platform.platform(), "python": platform.python_version(),
+                    "dali": nvidia.dali.__version__, "torch": torch.__version__,
+                    "numpy": np.__version__},
+        "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes),
+                    "generate_s": round(gen_s, 1), "image_size": "500x375"},
+        "settings": {**common, "dali_threads": threads, "reader_workers": workers,
+                     "dataloader_workers": dl_workers, "warmup_batches": args.warmup,
+                     "min_seconds": args.min_seconds, "repeats": args.repeats,
+                     "hw_decoder_load": DEFAULT_HW_DECODER_LOAD if gpu else None},
+        "explain": {n: explain(n) for tr, ops in suite.values() for n in (*tr, *ops)},
+        "throughput": {},
+    }
+    runs: dict[str, list[dict]] = {}
+    for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
+        for name, make in variants.items():
+            try:
+                r = measure(make, warmup=args.warmup, min_seconds=args.min_seconds, gpu=gpu)
+            except Exception as e:  # one failing variant must not lose the others' numbers
+                r = {"error": f"{type(e).__name__}: {str(e)[:400]}", "images_per_s": 0.0}
+            runs.setdefault(name, []).append(r)
+            print(f"[bench] {rep + 1}/{args.repeats} {name}: {r}", flush=True)
+    for name, rs in runs.items():
+        results["throughput"][name] = median_of(rs)
+    tp = {k: v["images_per_s"] for k, v in results["throughput"].items()}
+    ceiling = tp.get("ceiling") or float("nan")
+    table = []
+    for entry in suite:
+        row = {"op": entry, **{p: tp.get(f"{entry}:{p}") for p in PATHS}}
+        row["auto/ceiling"] = round(tp.get(f"{entry}:auto", 0) / ceiling, 3)
+        if tp.get(f"{entry}:numpy"):
+            row["auto/numpy"] = round(tp.get(f"{entry}:auto", 0) / tp[f"{entry}:numpy"], 2)
+        if tp.get(f"{entry}:dataloader"):
+            row["auto/dataloader"] = round(tp.get(f"{entry}:auto", 0) / tp[f"{entry}:dataloader"],
+                                           2)
+        paths_used = results["throughput"].get(f"{entry}:auto", {}).get("op_paths")
+        row["auto_op_paths"] = paths_used
+        table.append(row)
+    results["table"] = table
+    results["extsrc_resize/ceiling"] = round(tp.get("extsrc_resize", 0) / ceiling, 3)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {tp.get('extsrc_resize', 0):,.0f}"
+          f" ({results['extsrc_resize/ceiling']}x)")
+    print("| op | auto | gpu | numpy | DataLoader | auto/ceiling | auto paths |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for row in table:
+        cells = [f"{row[p]:,.0f}" if row[p] else "-" for p in PATHS]
+        print(f"| {row['op']} | {' | '.join(cells)} | {row['auto/ceiling']:.2f} | "
+              f"{row['auto_op_paths']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
