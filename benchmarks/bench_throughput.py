@@ -298,18 +298,34 @@ def main(argv=None) -> int:
 
     def extsrc_graph(**kw):
         """extsrc's DALI graph and source driven by DALI's own iterator, without the Loader's
-        per-batch Python (diagnostic: reaches into the loader's internals)."""
+        per-batch Python (diagnostic): the loader's configuration through the public
+        ``extsrc.pipeline.build_pipeline``."""
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        from extsrc.pipeline import build_pipeline
+
         class Graph:
             def __init__(self):
-                self.loader = extsrc_loader(**kw)()
-                self.it = self.loader._ensure_built()
+                loader = extsrc_loader(**kw)()
+                c = loader.config
+                self.pipe = build_pipeline(
+                    loader.source, ops=c.ops, transforms=c.transforms, op_paths=loader.op_paths,
+                    resize=c.resize, stages=c.stages, decoder=c.decoder,
+                    hw_decoder_load=c.hw_decoder_load, device_id=c.device_id,
+                    num_threads=c.threads, num_workers=c.workers, start_method=c.method,
+                    prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed)
+                self.pipe.build()
+                self.it = DALIGenericIterator(
+                    self.pipe, [*c.output_names, "__info"],
+                    last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=False,
+                    prepare_first_batch=False)
 
             def __iter__(self):
                 yield from self.it
                 self.it.reset()
 
             def close(self):
-                self.loader.close()
+                self.it = self.pipe = None
 
         return Graph
 

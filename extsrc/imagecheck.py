@@ -32,7 +32,9 @@ __all__ = [
     "check_bytes",
     "check_file",
     "decode_check",
+    "fix_for",
     "inside",
+    "real_path",
     "sniff_format",
 ]
 
@@ -86,7 +88,17 @@ class Finding:
     @property
     def fix(self) -> str:
         """How to fix it, in a few words."""
-        return _FIX.get(self.reason, "drop the line")
+        return fix_for(self.reason)
+
+    def describe(self, *, source: str, line: int, path: str, prefix: str = "") -> str:
+        """The one wording of a finding about a manifest sample:
+        ``<manifest> line <n>: <path>: <prefix><what> [<reason>]; <how to fix it>``."""
+        return f"{source} line {line}: {path}: {prefix}{self.message} [{self.reason}]; {self.fix}"
+
+
+def fix_for(reason: str) -> str:
+    """How to fix a problem with reason code ``reason`` (see :data:`REASONS`), in a few words."""
+    return _FIX.get(reason, "drop the line")
 
 
 class _NeedMore(Exception):
@@ -282,7 +294,8 @@ def inside(real: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def _real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
+def real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
+    """Where the open file ``f`` (opened from ``path``) really is, symlinks resolved."""
     try:  # Linux: where the open descriptor really points, in one syscall, without races
         return os.readlink(f"/proc/self/fd/{f.fileno()}")
     except OSError:
@@ -316,7 +329,7 @@ def check_file(
     try:
         with open(path, "rb", buffering=0) as f:
             if root_real is not None:
-                real = _real_path(f, path)
+                real = real_path(f, path)
                 if not inside(real, root_real):
                     return Finding(
                         "outside_root", f"resolves to {real}, outside the root {root_real}"

@@ -107,7 +107,7 @@ def test_bad_file_stops_with_line_path_and_reason(tmp_path, kind, workers):
     if kind not in EXPECT:
         assert isinstance(ei.value, BadImageError)
         assert "extsrc.validate(manifest)" in msg and "on_error='skip'" in msg
-    assert loader._built is None  # stopped on the error: no threads, no workers
+    assert not loader.running  # stopped on the error: no threads, no workers
     assert children() - before == set()
 
 
@@ -310,7 +310,7 @@ def test_op_that_raises_names_op_line_and_traceback(tmp_path, workers):
     assert 'raise ValueError("boom on purpose")' in msg
     assert "Critical error in pipeline" not in msg
     assert got == [0, 1]  # the batches before the failing one arrived
-    assert loader._built is None and children() - before == set()
+    assert not loader.running and children() - before == set()
 
 
 @pytest.mark.usefixtures("odd_ops")
