@@ -21,6 +21,7 @@ from extsrc.errors import (
     WorkerDiedError,
 )
 from extsrc.imagecheck import check_file
+from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
 
 __all__ = ["InFlight", "explain", "worker_died"]
@@ -96,7 +97,7 @@ def explain(
     if dead:
         return worker_died(dead, at)
     if f.kind == "worker":
-        return _worker_exception(f)
+        return _worker_exception(f, at)
     if f.kind == "op":
         return _op_exception(f)
     if f.kind == "decode":
@@ -104,20 +105,34 @@ def explain(
     return PipelineError(f"DALI failed while producing {at.where()}: {f.text}")
 
 
-def _worker_exception(f: DaliFailure) -> Exception:
+def _worker_exception(f: DaliFailure, at: InFlight) -> Exception:
     """The source's exception in a worker process, as its extsrc type: the worker's message
-    first, its traceback as ``detail``."""
+    first, its traceback as ``detail``. Reading the batch again in this process gives the same
+    error as an object, with its fields (line, path, reason)."""
     name, text = f.exc_type or "", f.exc_message or ""
+    detail = f"Traceback in the DALI worker process:\n{f.traceback}"
+    if at.batch < len(at.source):
+        for i in at.indices(at.batch):
+            try:
+                at.source.read(i)
+            except ExtsrcError as err:
+                if err.message == text:
+                    err.detail = detail
+                    return err
+                break
     cls = getattr(_errors, name.rsplit(".", 1)[-1], None) if name.startswith("extsrc.") else None
     if not (isinstance(cls, type) and issubclass(cls, ExtsrcError)):
         cls, text = PipelineError, f"the data source raised {name} in a DALI worker: {text}"
-    return cls(text, detail=f"Traceback in the DALI worker process:\n{f.traceback}")
+    return cls(text, detail=detail)
 
 
 def _op_exception(f: DaliFailure) -> Exception:
     """An op's exception in ``python_function``: OpError, or OpOutputError for a broken
     output contract, its message (with the op's traceback) first."""
     name, text = f.exc_type or "", f.exc_message or ""
+    for err in reversed(RAISED):  # the error object itself, raised in this process
+        if text.startswith(err.message):
+            return err
     if name.endswith("OpContractError"):
         return OpOutputError(text)
     if name.endswith("OpError"):

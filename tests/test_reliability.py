@@ -314,6 +314,31 @@ def test_op_that_raises_names_op_line_and_traceback(tmp_path, workers):
 
 
 @pytest.mark.usefixtures("odd_ops")
+@pytest.mark.parametrize("workers", [0, 2], ids=["main", "workers"])
+def test_errors_carry_their_fields_through_dali(tmp_path, workers):
+    # A bad file read by a worker process and an op failing in python_function both reach the
+    # loop through DALI's error text; the errors still carry their fields, for callers to read.
+    mpath, where = dataset_with_bad(tmp_path, ["truncated_jpeg"], n=6)
+    m = read_manifest(mpath)
+    i = where["truncated_jpeg"]
+    with pytest.raises(BadImageError) as ei:
+        run_epoch(make_loader(mpath, num_workers=workers, start_method="fork"))
+    e = ei.value
+    assert (e.source, e.line, e.path, e.reason) == (str(mpath), m.lines[i], m.paths[i], "truncated")
+    assert e.message.startswith(f"{mpath} line {m.lines[i]}: ") and "\n" not in e.message
+    assert (e.detail is not None) == (workers > 0)  # the worker's traceback, apart
+
+    mpath = write_dataset(tmp_path / "ops", 10)
+    m = read_manifest(mpath)
+    with pytest.raises(OpError) as ei:
+        run_epoch(make_loader(mpath, ops=["t_explode"], op_path="numpy", num_workers=workers,
+                              batch_size=2))
+    e = ei.value
+    assert (e.op, e.line, e.path) == ("t_explode", m.lines[3], m.paths[3])
+    assert "boom on purpose" in e.message and "in t_explode" in e.detail
+
+
+@pytest.mark.usefixtures("odd_ops")
 @pytest.mark.parametrize(("op", "match"), [
     ("t_two_declared", r"op 't_two_declared' returned 1 output\(s\) but declares num_outputs=2"),
     ("t_float", r"op 't_float' output 0 has dtype float32, declared uint8"),
