@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError
+from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from extsrc.errors import OpError
 from extsrc.manifest import Manifest
 from extsrc.seeding import name_salt, sample_rng
@@ -145,7 +145,7 @@ class GpuBatchOpRunner(BatchOpRunner):
 
     def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
         super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence)
-        self.impl = op.impls.get("gpu")
+        self.impl = implementation(op, "gpu")
 
     def __call__(self, images: list[Any], *keys: list[Any]) -> Any:
         import cupy

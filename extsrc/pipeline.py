@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from augment_ops.registry import Op
+from augment_ops.registry import Op, implementation
 from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
@@ -99,7 +99,7 @@ def build_pipeline(
             occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
             seen[op.name] = occurrence + 1
             if path == "native":
-                outs = op.impls["native"](img, **dict(op.params))
+                outs = implementation(op, "native")(img, **dict(op.params))
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
