@@ -7,6 +7,7 @@ and yields dicts of torch tensors.
 """
 
 from extsrc.config import METADATA_KEYS, LoaderConfig
+from extsrc.doctor import Problem, ValidationReport, validate
 from extsrc.errors import (
     BadImageError,
     DaliVersionError,
@@ -29,7 +30,6 @@ from extsrc.preview import render_batch
 from extsrc.sample_data import make_sample_dataset
 from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
-from extsrc.validate import Problem, ValidationReport, validate  # binds the function
 
 __version__ = "0.1.0"
 

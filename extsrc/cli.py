@@ -235,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from extsrc.validate import validate
+    from extsrc.doctor import validate
 
     report = validate(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
                     progress=sys.stderr.isatty())

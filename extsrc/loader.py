@@ -59,8 +59,9 @@ class Loader:
 
     ``op_path`` chooses how ops run: ``None`` picks per op the fastest path it declares that the
     device supports (``"native"`` DALI operators, then ``"gpu"`` CuPy on a GPU, then ``"numpy"``
-    ``python_function`` on the CPU); a string forces one path for every op (``"numpy"`` is the
-    card's literal recipe); a dict forces it per op name. ``loader.op_paths`` reports the choice.
+    ``python_function`` on the CPU); a string forces one path for every op (``"numpy"``: the
+    user's numpy functions as written); a dict forces it per op name. ``loader.op_paths``
+    reports the choice.
     ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
     forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
@@ -144,7 +145,7 @@ class Loader:
         self.watchdog = bool(watchdog)
         if self.watchdog and self.config.workers > 0:
             _dali.check_version()  # the watchdog reads DALI's private worker pool
-        #: The problems (``extsrc.validate.Problem``) that ``on_error="skip"`` left out.
+        #: The problems (``extsrc.Problem``) that ``on_error="skip"`` left out.
         self.skipped: tuple[Any, ...] = ()
         #: The ``ValidationReport`` of ``on_error="skip"`` (``None`` otherwise).
         self.validation: Any = None
@@ -306,7 +307,7 @@ class Loader:
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        from extsrc.validate import validate
+        from extsrc.doctor import validate
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.

@@ -19,10 +19,10 @@ from conftest import pattern_image, write_dataset
 from PIL import Image
 
 import extsrc
+from extsrc.doctor import ValidationReport, validate
 from extsrc.errors import ManifestError, PathOutsideRootError
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, check_file, sniff_format
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.validate import ValidationReport, validate
 
 # -- bad files, made for real ---------------------------------------------------------------------
 
