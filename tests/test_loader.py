@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import pattern_image, write_dataset
+from helpers import pattern_image, write_dataset
 from PIL import Image
 
 import augment_ops

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_dataset
+from helpers import write_dataset
 
 import augment_ops
 from extsrc import Loader, Manifest, read_manifest
