@@ -446,3 +446,18 @@ def test_a_dali_the_watchdog_does_not_know_is_refused_with_the_versions(mixed, m
     # Without worker processes, or without the watchdog, nothing private is read: it builds.
     Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=0)
     Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, watchdog=False)
+
+
+@pytest.mark.slow
+def test_an_epoch_owns_its_close_and_the_loop_continues_where_it_stopped(mixed):
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+        ep = iter(loader)
+        first = [next(ep)["index"].tolist() for _ in range(2)]
+        assert loader.running
+        ep.close()  # DALI's threads and worker stop now
+        assert not loader.running
+        with pytest.raises(RuntimeError, match="start a new `for batch in loader:`"):
+            next(ep)
+        rest = [b["index"].tolist() for b in loader]  # the same epoch, from batch 2
+        assert loader.epoch == 1
+    assert [i for b in first + rest for i in b] == plan_indices(0)
