@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import write_dataset
+from helpers import has_gpu, write_dataset
 
 
 @pytest.fixture
@@ -17,15 +17,6 @@ def png_dataset(tmp_path: Path) -> Path:
 @pytest.fixture
 def mixed_dataset(tmp_path: Path) -> Path:
     return write_dataset(tmp_path, 23, fmt="mixed", label_fn=lambda i: [300, 70000, 7][i % 3])
-
-
-def has_gpu() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 def pytest_collection_modifyitems(config, items):

@@ -12,6 +12,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
 # -- datasets ------------------------------------------------------------------------------------
 
 
