@@ -4,15 +4,19 @@ The registry holds ops; the ops themselves live in :mod:`augment_ops.builtin` (a
 An op is a numpy function ``img (HWC uint8) -> array | tuple of arrays``. The numpy function is
 always the reference; an op may also declare faster implementations of the same function
 (``"native"``: DALI's own operators, ``"gpu"``: array code on the GPU), and a parity test holds
-every declared implementation to the reference.
+every declared implementation to the reference. Implementations are kept here, in a mapping from
+op to path to function (the frozen :class:`Op` holds none), declared once each with
+:meth:`Op.implement` and read with :func:`implementation`.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -25,6 +29,7 @@ __all__ = [
     "augment_op",
     "available",
     "get",
+    "implementation",
     "unregister",
 ]
 
@@ -58,11 +63,8 @@ class Op:
     ndim: int = 3
     min_size: int = 1
     tolerance: float = 0.0
-    gpu: bool = False
     params: tuple[tuple[str, Any], ...] = ()
     description: str = ""
-    # Faster implementations of the same function, keyed by path name; see ``implement``.
-    impls: dict[str, Callable[..., Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -149,9 +151,11 @@ class Op:
             raise TypeError(
                 f"op '{self.name}' has no parameter(s) {unknown}; it accepts {sorted(accepted)}"
             )
-        # A copy of impls: declaring an implementation on a variant must not change the base op.
-        return replace(self, params=tuple(sorted({**dict(self.params), **params}.items())),
-                       impls=dict(self.impls))
+        variant = replace(self, params=tuple(sorted({**dict(self.params), **params}.items())))
+        # The variant starts with the op's implementations; declaring one on the variant later
+        # leaves the op alone.
+        _IMPLEMENTATIONS[variant] = dict(_IMPLEMENTATIONS.get(self, {}))
+        return variant
 
     def implement(self, path: Implementation) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a faster implementation of this op, held to the numpy reference by parity tests.
@@ -159,7 +163,8 @@ class Op:
         ``"native"``: ``f(img: DataNode, **params) -> DataNode | tuple`` built from DALI operators,
         placed on whatever device ``img`` is on. ``"gpu"``: ``f(img: cupy.ndarray, [rng=], **params)
         -> array | tuple``, the numpy function's contract on one CuPy image (called for each sample
-        of a batch inside one GPU ``python_function`` call).
+        of a batch inside one GPU ``python_function`` call); ``@augment_op(gpu=True)`` declares
+        the numpy function itself as this. Declaring a path twice raises.
         """
         if path not in IMPLEMENTATIONS or path == "numpy":
             raise ValueError(f"path must be 'native' or 'gpu', got {path!r}")
@@ -172,16 +177,40 @@ class Op:
             )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
-            self.impls[path] = f
+            impls = _IMPLEMENTATIONS.setdefault(self, {})
+            if path in impls:
+                raise OpRegistrationError(
+                    f"op '{self.name}' already has a '{path}' implementation "
+                    f"({getattr(impls[path], '__qualname__', impls[path])!r}); declare each "
+                    "path once (gpu=True in @augment_op declares the numpy function itself as "
+                    "the 'gpu' one)"
+                )
+            impls[path] = f
             return f
 
         return register
 
     @property
+    def impls(self) -> Mapping[str, Callable[..., Any]]:
+        """The faster implementations declared for this op, by path (read-only)."""
+        return MappingProxyType(_IMPLEMENTATIONS.get(self, {}))
+
+    @property
     def paths(self) -> tuple[str, ...]:
         """The implementations this op has, reference first."""
-        has = set(self.impls) | ({"gpu"} if self.gpu else set())
+        has = _IMPLEMENTATIONS.get(self, {})
         return ("numpy", *(p for p in IMPLEMENTATIONS if p in has))
+
+
+#: Faster implementations of each op, by path; outside the frozen Op, dropped with the op.
+_IMPLEMENTATIONS: weakref.WeakKeyDictionary[Op, dict[str, Callable[..., Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def implementation(op: Op, path: str) -> Callable[..., Any] | None:
+    """The function implementing ``op`` on ``path`` (``"native"`` or ``"gpu"``), or ``None``."""
+    return _IMPLEMENTATIONS.get(op, {}).get(path)
 
 
 def _param_names(fn: Callable[..., Any]) -> set[str]:
@@ -262,8 +291,10 @@ def augment_op(
         doc = inspect.getdoc(f) or ""
         op = Op(
             name=op_name, fn=f, num_outputs=num_outputs, random=takes_rng, dtype=dtype, ndim=ndim,
-            min_size=min_size, tolerance=tolerance, gpu=gpu, description=doc.split("\n\n")[0],
+            min_size=min_size, tolerance=tolerance, description=doc.split("\n\n")[0],
         )
+        if gpu:  # the function runs unchanged on CuPy arrays: it is its own gpu implementation
+            op.implement("gpu")(f)
         register(op, replace=replace)
         return op
 

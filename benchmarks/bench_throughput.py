@@ -4,8 +4,8 @@ The job (the seed recipe's): JPEG -> RGB -> ``grid2x2`` -> the image and its fou
 ``--resize`` (224), with labels, batch 128. Variants, in images/s:
 
 1. ``extsrc_auto``: ``extsrc.Loader`` with its automatic choices.
-2. ``extsrc_numpy``: ``extsrc.Loader`` forced to the card's path (CPU ``python_function``), with
-   GPU decoding; ``extsrc_numpy_cpu_decode``: the card's literal recipe, CPU decoding too.
+2. ``extsrc_numpy``: ``extsrc.Loader`` forced to the numpy path (CPU ``python_function``), with
+   GPU decoding; ``extsrc_numpy_cpu_decode``: the same with CPU decoding too.
    ``extsrc_gpu``: the op's CuPy path (``python_function(device="gpu")``).
 3. ``seed_recipe``: the blog recipe as users write it today (``baselines.py``).
 4. ``torch_dataloader``: PyTorch DataLoader + PIL, one worker per core.
@@ -40,7 +40,10 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -214,10 +217,6 @@ def endless(make_epoch_iter, extract):
             it.close()
 
 
-#: Variants whose batches the training view can take (``to_pair`` knows their layout).
-TRAIN_FEED_BASES = frozenset({"extsrc_auto", "extsrc_numpy", "extsrc_numpy_cpu_decode",
-                              "extsrc_gpu", "torch_dataloader"})
-
 #: Old names of variants, kept so that earlier commands in benchmarks/README.md still run.
 ALIASES = {"extsrc_auto_8w": "extsrc_auto+w8", "ceiling_8w": "ceiling+w8",
            "extsrc_auto_nowatchdog": "extsrc_auto+nowd"}
@@ -245,7 +244,159 @@ def parse_variant(name: str) -> tuple[str, dict]:
     return base, kw
 
 
-def main(argv=None) -> int:
+# -- variants ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every variant needs: the dataset, the job and where it runs."""
+
+    manifest_path: str
+    manifest: Any  # extsrc.Manifest
+    batch_size: int
+    resize: int
+    device: str
+    device_id: int | None
+    cores: int
+    threads: int  # DALI threads extsrc picks here (the baselines get as many)
+    workers: int  # reader processes extsrc picks here
+
+    @property
+    def gpu(self) -> bool:
+        return self.device_id is not None
+
+    def loader(self, **kw):
+        import extsrc
+
+        return extsrc.Loader(self.manifest, batch_size=self.batch_size, ops=["grid2x2"],
+                             resize=self.resize, device=self.device, **kw)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A way to produce the job's batches: ``make(setup, **modifiers)`` returns an object whose
+    every ``iter()`` is one epoch (and which may have ``close()``)."""
+
+    name: str
+    make: Callable[..., Any]
+    modifiers: frozenset[str]
+    train_feed: bool  # the training view knows its batches' layout
+
+
+VARIANTS: dict[str, Variant] = {}
+EXTSRC_MODIFIERS = frozenset({"num_workers", "num_threads", "hw_decoder_load", "watchdog"})
+
+
+def variant(name: str, *, modifiers=EXTSRC_MODIFIERS, train_feed: bool = False):
+    """Register ``make(setup, **modifiers)`` as the variant ``name``."""
+    def register(make):
+        VARIANTS[name] = Variant(name, make, frozenset(modifiers), train_feed)
+        return make
+    return register
+
+
+@variant("extsrc_auto", train_feed=True)
+def extsrc_auto(setup: Setup, **kw):
+    return setup.loader(**kw)
+
+
+@variant("extsrc_numpy", train_feed=True)
+def extsrc_numpy(setup: Setup, **kw):
+    return setup.loader(op_path="numpy", **kw)
+
+
+@variant("extsrc_numpy_cpu_decode", train_feed=True)
+def extsrc_numpy_cpu_decode(setup: Setup, **kw):
+    return setup.loader(op_path="numpy", decoder="cpu", **kw)
+
+
+@variant("extsrc_gpu", train_feed=True)
+def extsrc_gpu(setup: Setup, **kw):
+    return setup.loader(op_path="gpu", **kw)
+
+
+@variant("extsrc_graph")
+def extsrc_graph(setup: Setup, **kw):
+    """extsrc's DALI graph and source driven by DALI's own iterator, without the Loader's
+    per-batch Python (diagnostic): the loader's configuration through the public
+    ``extsrc.pipeline.build_pipeline``."""
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    from extsrc.pipeline import build_pipeline
+
+    loader = setup.loader(**kw)
+    c = loader.config
+    pipe = build_pipeline(
+        loader.source, ops=c.ops, transforms=c.transforms, op_paths=loader.op_paths,
+        resize=c.resize, stages=c.stages, decoder=c.decoder, hw_decoder_load=c.hw_decoder_load,
+        device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
+        start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed)
+    pipe.build()
+    return DaliEpochs(DALIGenericIterator(
+        pipe, [*c.output_names, "__info"], last_batch_policy=LastBatchPolicy.PARTIAL,
+        auto_reset=False, prepare_first_batch=False))
+
+
+class DaliEpochs:
+    """A DALI iterator as an object whose every ``iter()`` is one epoch."""
+
+    def __init__(self, it) -> None:
+        self.it = it
+
+    def __iter__(self):
+        yield from self.it
+        self.it.reset()
+
+    def close(self) -> None:
+        self.it = None
+
+
+@variant("seed_recipe", modifiers=())
+def seed_recipe(setup: Setup):
+    import baselines
+
+    return baselines.seed_recipe_iterator(
+        setup.manifest_path, batch_size=setup.batch_size, resize=setup.resize,
+        num_threads=setup.threads, device_id=setup.device_id)
+
+
+@variant("torch_dataloader", modifiers=(), train_feed=True)
+def torch_dataloader(setup: Setup):
+    import baselines
+
+    return baselines.torch_dataloader(
+        setup.manifest_path, batch_size=setup.batch_size, resize=setup.resize,
+        num_workers=setup.cores, pin_memory=setup.gpu)
+
+
+@variant("ceiling", modifiers=("num_workers", "num_threads", "hw_decoder_load"))
+def ceiling(setup: Setup, num_workers=None, num_threads=None, hw_decoder_load=None):
+    import baselines
+
+    return baselines.ceiling_iterator(
+        setup.manifest_path, batch_size=setup.batch_size, resize=setup.resize,
+        num_threads=setup.threads if num_threads is None else num_threads,
+        device_id=setup.device_id,
+        num_workers=setup.workers if num_workers is None else num_workers,
+        hw_decoder_load=hw_decoder_load)
+
+
+def maker(setup: Setup, name: str) -> Callable[[], Any]:
+    """The factory of variant ``name`` (``base+modifiers``); a bad name fails here."""
+    base, kw = parse_variant(name)
+    if base not in VARIANTS:
+        raise SystemExit(f"unknown variant {name!r}; bases: {sorted(VARIANTS)}")
+    v = VARIANTS[base]
+    extra = sorted(set(kw) - v.modifiers)
+    if extra:
+        raise SystemExit(f"variant {name!r}: {base} takes no modifier for {extra}")
+    return lambda: v.make(setup, **kw)
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="/tmp/extsrc-bench-data")
     ap.add_argument("--n", type=int, default=4096, help="number of JPEGs (default 4096)")
@@ -262,9 +413,74 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1,
                     help="run the variant list this many times, interleaved; report the median")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    import baselines
+
+def run_throughput(setup: Setup, names: list[str], *, repeats: int, epochs: int) -> dict:
+    runs: dict[str, list[dict]] = {}
+    for rep in range(repeats):  # interleaved, so slow drift hits every variant alike
+        for name in names:
+            print(f"[bench] {name} (repeat {rep + 1}/{repeats}) ...", flush=True)
+            r = measure(maker(setup, name), epochs=epochs, device=setup.device,
+                        monitor_gpu=setup.device_id,
+                        monitor=name in ("extsrc_auto", "torch_dataloader"))
+            runs.setdefault(name, []).append(r)
+            print(f"[bench] {name}: {r}", flush=True)
+    return runs
+
+
+def throughput_ratios(tp: dict[str, float]) -> dict:
+    ratios: dict = {}
+    if "extsrc_auto" in tp:
+        for other in ("ceiling", "seed_recipe", "torch_dataloader", "extsrc_numpy"):
+            if other in tp:
+                ratios[f"extsrc_auto/{other}"] = round(tp["extsrc_auto"] / tp[other], 2)
+        # The ceiling with DALI's defaults is not the only raw graph: if a tuned one (more
+        # readers, another decoder split) is faster, extsrc is held to that one too.
+        ceilings = {k: v for k, v in tp.items() if parse_variant(k)[0] == "ceiling"}
+        if ceilings:
+            best = max(ceilings, key=ceilings.get)
+            ratios["extsrc_auto/best_ceiling"] = round(tp["extsrc_auto"] / ceilings[best], 2)
+            ratios["best_ceiling"] = best
+    return ratios
+
+
+def run_training(setup: Setup, feed_names: list[str], *, repeats: int, steps: int) -> dict:
+    """ResNet-50 images/s fed by synthetic GPU tensors and by each of ``feed_names``."""
+    import torch
+
+    bs, rs, device = setup.batch_size, setup.resize, setup.device
+
+    def synthetic():
+        x = torch.randint(0, 256, (bs, rs, rs, 3), dtype=torch.uint8, device=device)
+        y = torch.randint(0, 1000, (bs,), device=device)
+        while True:
+            yield x, y
+
+    def to_pair(b):
+        if isinstance(b, dict):  # extsrc
+            return b["image"], b["label"]
+        return (b[0].to(device, non_blocking=True),  # DataLoader: host tensors
+                b[-1].to(device, non_blocking=True))
+
+    feeds = {"synthetic": synthetic}
+    for name in feed_names:
+        feeds[name] = lambda name=name: endless(maker(setup, name), to_pair)
+    train_runs: dict[str, list[dict]] = {}
+    for rep in range(repeats):  # interleaved like the throughput runs
+        for name, feed in feeds.items():
+            print(f"[train] {name} (repeat {rep + 1}/{repeats}) ...", flush=True)
+            it = feed()
+            r = train_view(it, steps=steps, warmup=8, device=device, batch_size=bs, resize=rs)
+            it.close()  # stops the feed's loader before the next one starts
+            train_runs.setdefault(name, []).append(r)
+            print(f"[train] {name}: {r}", flush=True)
+    return {name: median_of(rs_) for name, rs_ in train_runs.items()}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+
     import nvidia.dali
     import torch
     from data import make_dataset
@@ -274,70 +490,23 @@ def main(argv=None) -> int:
 
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
-    device_id = 0 if gpu else None
     cores = os.cpu_count() or 1
     t0 = time.perf_counter()
     manifest, mean_bytes = make_dataset(args.data, args.n)
     gen_s = time.perf_counter() - t0
     man = extsrc.read_manifest(manifest)
-    bs, rs = args.batch_size, args.resize
-
-    def extsrc_loader(**kw):
-        return lambda: extsrc.Loader(man, batch_size=bs, ops=["grid2x2"], resize=rs,
-                                     device=device, **kw)
-
-    probe = extsrc_loader()()
-    threads, workers = probe.config.threads, probe.config.workers
-    auto_paths = probe.op_paths
-    probe.close()
-
-    def ceiling(num_workers=workers, num_threads=threads, hw_decoder_load=None):
-        return lambda: baselines.ceiling_iterator(
-            str(manifest), batch_size=bs, resize=rs, num_threads=num_threads,
-            device_id=device_id, num_workers=num_workers, hw_decoder_load=hw_decoder_load)
-
-    def extsrc_graph(**kw):
-        """extsrc's DALI graph and source driven by DALI's own iterator, without the Loader's
-        per-batch Python (diagnostic: reaches into the loader's internals)."""
-        class Graph:
-            def __init__(self):
-                self.loader = extsrc_loader(**kw)()
-                self.it = self.loader._ensure_built()
-
-            def __iter__(self):
-                yield from self.it
-                self.it.reset()
-
-            def close(self):
-                self.loader.close()
-
-        return Graph
-
-    bases = {
-        "extsrc_graph": extsrc_graph,
-        "extsrc_auto": extsrc_loader,
-        "extsrc_numpy": lambda **kw: extsrc_loader(op_path="numpy", **kw),
-        "extsrc_numpy_cpu_decode": lambda **kw: extsrc_loader(op_path="numpy", decoder="cpu",
-                                                              **kw),
-        "extsrc_gpu": lambda **kw: extsrc_loader(op_path="gpu", **kw),
-        "seed_recipe": lambda: lambda: baselines.seed_recipe_iterator(
-            str(manifest), batch_size=bs, resize=rs, num_threads=threads, device_id=device_id),
-        "torch_dataloader": lambda: lambda: baselines.torch_dataloader(
-            str(manifest), batch_size=bs, resize=rs, num_workers=cores, pin_memory=gpu),
-        "ceiling": ceiling,
-    }
-
-    def maker(name: str):
-        base, kw = parse_variant(name)
-        if base not in bases:
-            raise SystemExit(f"unknown variant {name!r}; bases: {sorted(bases)}")
-        return bases[base](**kw)
-
-    for name in [*args.variants.split(","), *args.train_feeds.split(",")]:
-        maker(name)  # a typo fails here, not after minutes of benchmarking
-    for name in args.train_feeds.split(","):
-        if parse_variant(name)[0] not in TRAIN_FEED_BASES:
-            raise SystemExit(f"--train-feeds takes variants of {sorted(TRAIN_FEED_BASES)} "
+    with extsrc.Loader(man, batch_size=args.batch_size, ops=["grid2x2"], resize=args.resize,
+                       device=device) as probe:  # what extsrc picks on this machine
+        threads, workers, auto_paths = probe.config.threads, probe.config.workers, probe.op_paths
+    setup = Setup(str(manifest), man, args.batch_size, args.resize, device, 0 if gpu else None,
+                  cores, threads, workers)
+    names, feed_names = args.variants.split(","), args.train_feeds.split(",")
+    for name in [*names, *feed_names]:
+        maker(setup, name)  # a typo fails here, not after minutes of benchmarking
+    for name in feed_names:
+        if not VARIANTS[parse_variant(name)[0]].train_feed:
+            feeders = sorted(n for n, v in VARIANTS.items() if v.train_feed)
+            raise SystemExit(f"--train-feeds takes variants of {feeders} "
                              f"(extsrc's batches or the DataLoader's), got {name!r}")
     results: dict = {
         "date": datetime.date.today().isoformat(),
@@ -351,67 +520,21 @@ def main(argv=None) -> int:
         },
         "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes), "generate_s":
                     round(gen_s, 1), "image_size": "500x375"},
-        "settings": {"batch_size": bs, "resize": rs, "timed_epochs": args.epochs,
-                     "dali_threads": threads, "extsrc_workers": workers,
-                     "extsrc_auto_op_paths": auto_paths, "dataloader_workers": cores},
+        "settings": {"batch_size": args.batch_size, "resize": args.resize,
+                     "timed_epochs": args.epochs, "dali_threads": threads,
+                     "extsrc_workers": workers, "extsrc_auto_op_paths": auto_paths,
+                     "dataloader_workers": cores},
         "throughput": {},
     }
-    runs: dict[str, list[dict]] = {}
-    for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
-        for name in args.variants.split(","):
-            print(f"[bench] {name} (repeat {rep + 1}/{args.repeats}) ...", flush=True)
-            r = measure(maker(name), epochs=args.epochs, device=device, monitor_gpu=device_id,
-                        monitor=name in ("extsrc_auto", "torch_dataloader"))
-            runs.setdefault(name, []).append(r)
-            print(f"[bench] {name}: {r}", flush=True)
-    for name, rs_ in runs.items():
-        results["throughput"][name] = median_of(rs_)
-
+    runs = run_throughput(setup, names, repeats=args.repeats, epochs=args.epochs)
+    results["throughput"] = {name: median_of(rs_) for name, rs_ in runs.items()}
     tp = {k: v["images_per_s"] for k, v in results["throughput"].items()}
-    ratios = {}
-    if "extsrc_auto" in tp:
-        for other in ("ceiling", "seed_recipe", "torch_dataloader", "extsrc_numpy"):
-            if other in tp:
-                ratios[f"extsrc_auto/{other}"] = round(tp["extsrc_auto"] / tp[other], 2)
-        # The ceiling with DALI's defaults is not the only raw graph: if a tuned one (more
-        # readers, another decoder split) is faster, extsrc is held to that one too.
-        ceilings = {k: v for k, v in tp.items() if parse_variant(k)[0] == "ceiling"}
-        if ceilings:
-            best = max(ceilings, key=ceilings.get)
-            ratios["extsrc_auto/best_ceiling"] = round(tp["extsrc_auto"] / ceilings[best], 2)
-            ratios["best_ceiling"] = best
-    results["ratios"] = ratios
-
+    results["ratios"] = throughput_ratios(tp)
     if gpu and args.train_steps > 0:
-        def synthetic():
-            x = torch.randint(0, 256, (bs, rs, rs, 3), dtype=torch.uint8, device=device)
-            y = torch.randint(0, 1000, (bs,), device=device)
-            while True:
-                yield x, y
-
-        def to_pair(b):
-            if isinstance(b, dict):  # extsrc
-                return b["image"], b["label"]
-            return (b[0].to(device, non_blocking=True),  # DataLoader: host tensors
-                    b[-1].to(device, non_blocking=True))
-
-        feeds = {"synthetic": synthetic}
-        for name in args.train_feeds.split(","):
-            feeds[name] = lambda name=name: endless(maker(name), to_pair)
-        train_runs: dict[str, list[dict]] = {}
-        for rep in range(args.repeats):  # interleaved like the throughput runs
-            for name, feed in feeds.items():
-                print(f"[train] {name} (repeat {rep + 1}/{args.repeats}) ...", flush=True)
-                it = feed()
-                r = train_view(it, steps=args.train_steps, warmup=8, device=device,
-                               batch_size=bs, resize=rs)
-                it.close()  # stops the feed's loader before the next one starts
-                train_runs.setdefault(name, []).append(r)
-                print(f"[train] {name}: {r}", flush=True)
-        train = {name: median_of(rs_) for name, rs_ in train_runs.items()}
+        train = run_training(setup, feed_names, repeats=args.repeats, steps=args.train_steps)
         results["train_resnet50"] = train
         s = train["synthetic"]["images_per_s"]
-        for name in feeds:
+        for name in train:
             if name != "synthetic":
                 results["ratios"][f"train_{name}/synthetic"] = round(
                     train[name]["images_per_s"] / s, 3)

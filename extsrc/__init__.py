@@ -6,8 +6,11 @@ arithmetic lives in :func:`shard_indices`; :class:`ShardedSource` feeds raw byte
 and yields dicts of torch tensors.
 """
 
+from extsrc.config import METADATA_KEYS, LoaderConfig
+from extsrc.doctor import Problem, ValidationReport, validate
 from extsrc.errors import (
     BadImageError,
+    DaliVersionError,
     ExtsrcError,
     ManifestError,
     ManifestFileNotFoundError,
@@ -20,14 +23,13 @@ from extsrc.errors import (
     WorkerDiedError,
 )
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.loader import METADATA_KEYS, Loader, LoaderConfig
+from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
 from extsrc.preview import render_batch
 from extsrc.sample_data import make_sample_dataset
 from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
-from extsrc.validate import Problem, ValidationReport, validate  # binds the function
 
 __version__ = "0.1.0"
 
@@ -36,6 +38,7 @@ __all__ = [
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
     "BadImageError",
+    "DaliVersionError",
     "ExtsrcError",
     "LastBatch",
     "Loader",

@@ -11,7 +11,6 @@ import argparse
 import importlib
 import importlib.util
 import os
-import re
 import sys
 import time
 import warnings
@@ -89,8 +88,8 @@ def _device(text: str) -> Any:
 
 # -- helpers -------------------------------------------------------------------------------------
 def _quiet_dali() -> None:
-    # The source always emits (bytes, label, index, epoch, pad); without a random numpy op the
-    # epoch is unused, which DALI reports on every build. Not actionable for a CLI user.
+    # DALI warns on every build when the graph leaves one of the source's outputs (encoded
+    # bytes, labels, info) unused. Not actionable for a CLI user.
     warnings.filterwarnings("ignore", message=r"The external source node")
     # --skip-bad: the CLI prints its own one-line summary of what was skipped.
     warnings.filterwarnings("ignore", message=r"extsrc\.Loader\(on_error='skip'\)")
@@ -236,7 +235,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from extsrc.validate import validate
+    from extsrc.doctor import validate
 
     report = validate(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
                     progress=sys.stderr.isatty())
@@ -402,32 +401,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_RAISED_RE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Za-z_]\w*(?:Error|Exception)): (.+)$")
-
-
 def _reason(e: BaseException) -> tuple[str, bool]:
     """The reason in one line, and whether it is one of extsrc's own errors (bad input).
 
-    DALI re-raises errors from its worker processes and ``python_function`` as a multi-line
-    report with the original traceback as text; its last ``SomeError: message`` line is the reason.
+    An extsrc error's ``message`` is its reason (a DALI worker's traceback, kept in ``detail``,
+    is left out); another exception's first line is.
     """
-    from extsrc import errors
+    from extsrc.errors import ExtsrcError
 
-    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-    lines = [ln.strip() for ln in str(msg).splitlines() if ln.strip()]
-    own = isinstance(e, errors.ExtsrcError)
-    if not lines:
-        return type(e).__name__, own
-    if len(lines) == 1:
-        return lines[0], own
-    for ln in reversed(lines):
-        m = _RAISED_RE.match(ln)
-        if m:
-            name, text = m.groups()
-            if hasattr(errors, name):
-                return text, True
-            return f"{name}: {text}", own
-    return lines[0], own
+    if isinstance(e, ExtsrcError):
+        text = e.message
+    else:
+        text = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return (lines[0] if lines else type(e).__name__), isinstance(e, ExtsrcError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -464,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {_reason(e)[0]}", file=sys.stderr)
         return EXIT_USAGE
-    except Exception as e:  # a failing pipeline (DALI raises bare Exception from its workers)
+    except Exception as e:  # DALI or an op failed in a way the loader could not name
         if os.environ.get("EXTSRC_DEBUG"):
             raise
         text, own = _reason(e)

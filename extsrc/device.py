@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 __all__ = ["cuda_device_count", "resolve_device"]
@@ -33,15 +32,22 @@ def resolve_device(device: Any) -> int | None:
     if isinstance(device, int):
         index = device
     elif isinstance(device, str):
+        import torch
+
         d = device.strip().lower()
         if d == "cpu":
             return None
-        m = re.fullmatch(r"(?:cuda|gpu)(?::(\d+))?", d)
-        if m is None:
+        if d.startswith("gpu"):  # DALI's word for it
+            d = "cuda" + d[3:]
+        try:
+            parsed = torch.device(d)
+        except (RuntimeError, ValueError):
+            parsed = None
+        if parsed is None or parsed.type != "cuda":
             raise ValueError(
                 f"device must be None, 'cpu', 'cuda', 'cuda:N' or a GPU index, got {device!r}"
             )
-        index = int(m.group(1) or 0)
+        index = 0 if parsed.index is None else parsed.index
     else:
         raise TypeError(
             f"device must be None, 'cpu', 'cuda', 'cuda:N' or a GPU index, got "

@@ -3,13 +3,44 @@
 Every error extsrc raises on purpose derives from :class:`ExtsrcError`, so callers can catch
 the whole family at once, while the more specific classes also derive from the matching
 built-in (``ValueError``, ``FileNotFoundError``) so generic handlers keep working.
+
+Errors carry fields, set at construction, so that callers (the command line, a training script)
+read them instead of parsing the message: ``source`` (the manifest file), ``line`` (1-based
+manifest line), ``path`` (the file), ``reason`` (a code of :data:`extsrc.imagecheck.REASONS`),
+``op`` (the op's name) and ``detail`` (a traceback from a DALI worker process, shown after the
+message). Each is ``None`` where it does not apply.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ExtsrcError(Exception):
     """Base class of every error raised deliberately by extsrc."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        path: str | None = None,
+        reason: str | None = None,
+        op: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.source = source
+        self.line = line
+        self.path = path
+        self.reason = reason
+        self.op = op
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.message if not self.detail else f"{self.message}\n\n{self.detail}"
 
 
 class ManifestError(ExtsrcError, ValueError):
@@ -68,6 +99,25 @@ class WorkerDiedError(ExtsrcError, RuntimeError):
 class PipelineError(ExtsrcError, RuntimeError):
     """DALI failed for a reason that could not be pinned on one sample; the message names the
     batch and its manifest lines, and the original DALI error is chained."""
+
+
+class DaliVersionError(ExtsrcError, RuntimeError):
+    """The installed DALI is not a version whose internals extsrc knows (``found``; ``known``
+    lists the major.minor versions it was checked against)."""
+
+    def __init__(
+        self, message: str | None = None, *, found: str = "?", known: Sequence[str] = ()
+    ) -> None:
+        self.found, self.known = found, tuple(known)
+        if message is None:
+            versions = ", ".join(f"{v}.x" for v in self.known) or "none"
+            message = (
+                f"DALI {found} is not a version extsrc knows (known: {versions}): the loader's "
+                "dead-worker watchdog reads private parts of DALI's worker pool, which may have "
+                "moved. Install a known DALI version, or pass watchdog=False to Loader (a "
+                "killed worker process can then hang the loop, as it does in plain DALI)"
+            )
+        super().__init__(message)
 
 
 class StateMismatchError(ExtsrcError, ValueError):

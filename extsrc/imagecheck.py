@@ -32,7 +32,9 @@ __all__ = [
     "check_bytes",
     "check_file",
     "decode_check",
+    "fix_for",
     "inside",
+    "real_path",
     "sniff_format",
 ]
 
@@ -86,7 +88,25 @@ class Finding:
     @property
     def fix(self) -> str:
         """How to fix it, in a few words."""
-        return _FIX.get(self.reason, "drop the line")
+        return fix_for(self.reason)
+
+    def describe(self, *, source: str, line: int, path: str, prefix: str = "") -> str:
+        """The one wording of a finding about a manifest sample:
+        ``<manifest> line <n>: <path>: <prefix><what> [<reason>]; <how to fix it>``."""
+        return f"{source} line {line}: {path}: {prefix}{self.message} [{self.reason}]; {self.fix}"
+
+
+def fix_for(reason: str) -> str:
+    """How to fix a problem with reason code ``reason`` (see :data:`REASONS`), in a few words."""
+    return _FIX.get(reason, "drop the line")
+
+
+class _Found(Exception):
+    """A header parser found a problem: its :class:`Finding`, as fields."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.finding = Finding(reason, message)
 
 
 class _NeedMore(Exception):
@@ -139,10 +159,10 @@ def _jpeg_header(head: bytes, whole: bool) -> tuple[int, int, int]:
     while True:
         if i + 4 > n:
             if whole:
-                raise ValueError("truncated:the file ends inside the JPEG header")
+                raise _Found("truncated", "the file ends inside the JPEG header")
             raise _NeedMore
         if head[i] != 0xFF:
-            raise ValueError(f"corrupt:JPEG header broken (no marker at byte {i})")
+            raise _Found("corrupt", f"JPEG header broken (no marker at byte {i})")
         marker = head[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
@@ -151,30 +171,30 @@ def _jpeg_header(head: bytes, whole: bool) -> tuple[int, int, int]:
             i += 2
             continue
         if marker == 0xD9:
-            raise ValueError("corrupt:JPEG ends (EOI marker) before any image data")
+            raise _Found("corrupt", "JPEG ends (EOI marker) before any image data")
         seg = int.from_bytes(head[i + 2:i + 4], "big")
         if seg < 2:
-            raise ValueError(f"corrupt:JPEG header broken (segment length {seg} at byte {i})")
+            raise _Found("corrupt", f"JPEG header broken (segment length {seg} at byte {i})")
         if marker in _SOF:
             if i + 9 > n:
                 if whole:
-                    raise ValueError("truncated:the file ends inside the JPEG frame header")
+                    raise _Found("truncated", "the file ends inside the JPEG frame header")
                 raise _NeedMore
             h = int.from_bytes(head[i + 5:i + 7], "big")
             w = int.from_bytes(head[i + 7:i + 9], "big")
             size = (w, h)
         elif marker == 0xDA:
             if size is None:
-                raise ValueError("corrupt:JPEG has image data but no frame header (SOF)")
+                raise _Found("corrupt", "JPEG has image data but no frame header (SOF)")
             return size[0], size[1], i
         i += 2 + seg
 
 
 def _png_header(head: bytes) -> tuple[int, int]:
     if len(head) < 33:
-        raise ValueError("truncated:the file ends inside the PNG header")
+        raise _Found("truncated", "the file ends inside the PNG header")
     if head[12:16] != b"IHDR":
-        raise ValueError("corrupt:PNG does not start with an IHDR chunk")
+        raise _Found("corrupt", "PNG does not start with an IHDR chunk")
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
@@ -187,9 +207,9 @@ def _pil_size(data: bytes) -> tuple[int, int]:
             with Image.open(io.BytesIO(data)) as im:
                 return im.size
     except Image.DecompressionBombError as e:
-        raise ValueError(f"too_large:{e}") from None
+        raise _Found("too_large", str(e)) from None
     except Exception as e:  # PIL raises many types for bad headers
-        raise ValueError(f"corrupt:cannot read the image header ({type(e).__name__}: {e})") \
+        raise _Found("corrupt", f"cannot read the image header ({type(e).__name__}: {e})") \
             from None
 
 
@@ -218,9 +238,8 @@ def _check(head: bytes, tail: bytes, size: int, max_pixels: int | None) -> Findi
             if not whole:
                 raise _NeedMore
             w, h = _pil_size(head)
-    except ValueError as e:
-        reason, _, message = str(e).partition(":")
-        return Finding(reason, message)
+    except _Found as e:
+        return e.finding
     if w <= 0 or h <= 0:
         return Finding("corrupt", f"{fmt.upper()} header declares an empty image ({w}x{h})")
     if max_pixels is not None and w * h > max_pixels:
@@ -282,7 +301,8 @@ def inside(real: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
-def _real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
+def real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
+    """Where the open file ``f`` (opened from ``path``) really is, symlinks resolved."""
     try:  # Linux: where the open descriptor really points, in one syscall, without races
         return os.readlink(f"/proc/self/fd/{f.fileno()}")
     except OSError:
@@ -316,7 +336,7 @@ def check_file(
     try:
         with open(path, "rb", buffering=0) as f:
             if root_real is not None:
-                real = _real_path(f, path)
+                real = real_path(f, path)
                 if not inside(real, root_real):
                     return Finding(
                         "outside_root", f"resolves to {real}, outside the root {root_real}"

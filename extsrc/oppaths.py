@@ -1,6 +1,6 @@
 """How a registered op runs inside the DALI graph: the three paths and the automatic choice.
 
-- ``"numpy"``: the card's path. The user's numpy function, through ``python_function`` on the CPU,
+- ``"numpy"``: the user's numpy function, through ``python_function`` on the CPU,
   one Python call per batch. Always available; it is the reference.
 - ``"gpu"``: the same array code on the GPU. The op either declared ``gpu=True`` (its function
   also runs unchanged on CuPy arrays) or registered a dedicated ``Op.implement("gpu")`` function.
@@ -15,17 +15,22 @@ gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy
 from __future__ import annotations
 
 import traceback
+from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError
+from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from extsrc.errors import OpError
 from extsrc.manifest import Manifest
 from extsrc.seeding import name_salt, sample_rng
 
-__all__ = ["BatchOpRunner", "GpuBatchOpRunner", "choose_paths", "op_salt"]
+__all__ = ["RAISED", "BatchOpRunner", "GpuBatchOpRunner", "choose_paths", "op_salt"]
+
+#: The last errors the runners raised in this process. DALI re-raises an op's error as text;
+#: the loader finds the error object here again, with its fields (op, line, path).
+RAISED: deque[OpError] = deque(maxlen=8)
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -113,10 +118,14 @@ class BatchOpRunner:
             raise OpContractError(f"{e} [sample {self.where(index)}]") from None
         except Exception as e:
             tb = "".join(traceback.format_exception(e)).rstrip()
-            raise OpError(
-                f"op '{self.op.name}' raised {type(e).__name__}: {e} [sample {self.where(index)}]"
-                f"\n\nOriginal traceback of the op:\n{tb}"
-            ) from e
+            m = self.manifest
+            err = OpError(
+                f"op '{self.op.name}' raised {type(e).__name__}: {e} [sample {self.where(index)}]",
+                op=self.op.name, source=m.source, line=m.lines[index], path=m.paths[index],
+                detail=f"Original traceback of the op:\n{tb}",
+            )
+            RAISED.append(err)
+            raise err from e
 
     def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
         # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
@@ -136,7 +145,7 @@ class GpuBatchOpRunner(BatchOpRunner):
 
     def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
         super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence)
-        self.impl = op.impls.get("gpu")
+        self.impl = implementation(op, "gpu")
 
     def __call__(self, images: list[Any], *keys: list[Any]) -> Any:
         import cupy

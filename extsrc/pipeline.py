@@ -9,7 +9,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from augment_ops.registry import Op
+from augment_ops.registry import Op, implementation
 from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
@@ -36,7 +36,7 @@ def build_pipeline(
     *,
     ops: Sequence[Op],
     transforms: Sequence[Op],
-    paths: Mapping[str, str],
+    op_paths: Mapping[str, str],
     resize: tuple[int, int] | None,
     device_id: int | None,
     num_threads: int,
@@ -50,11 +50,11 @@ def build_pipeline(
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
-    ``paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
+    ``op_paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
     :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
     operators applied to the main image in place of ``resize`` (the presets use them).
     ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
-    decoded image), ``"cpu"`` decodes on the CPU (the card's recipe), ``"auto"`` is ``"mixed"`` on a
+    decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a
     GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
     is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
     nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
@@ -66,7 +66,7 @@ def build_pipeline(
     from nvidia.dali.pipeline import Pipeline
 
     gpu = device_id is not None
-    manifest = source.reported_manifest  # info's indices refer to it (see ShardedSource.origin)
+    manifest = source.manifest  # info's indices refer to it
     pipe = Pipeline(
         batch_size=source.batch_size,
         num_threads=num_threads,
@@ -88,8 +88,6 @@ def build_pipeline(
         )
         if decoder == "auto":
             decoder = "mixed" if gpu else "cpu"
-        if decoder == "mixed" and not gpu:
-            raise ValueError("decoder='mixed' needs a GPU device; use 'cpu' or 'auto'")
         decode_kw = {}
         if decoder == "mixed" and hw_decoder_load is not None:
             decode_kw["hw_decoder_load"] = float(hw_decoder_load)
@@ -97,11 +95,11 @@ def build_pipeline(
         seen: dict[str, int] = {}
 
         def run(op: Op, img: Any) -> list[Any]:
-            path = paths[op.name]
+            path = op_paths[op.name]
             occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
             seen[op.name] = occurrence + 1
             if path == "native":
-                outs = op.impls["native"](img, **dict(op.params))
+                outs = implementation(op, "native")(img, **dict(op.params))
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img

@@ -68,36 +68,58 @@ class ShardPlan:
         return self.indices[lo:hi], self.is_pad[lo:hi]
 
 
-def _check_args(
-    num_samples: int, batch_size: int, shard_id: int, num_shards: int, epoch: int, last_batch: str
-) -> None:
-    for name, value in (("num_samples", num_samples), ("batch_size", batch_size),
-                        ("shard_id", shard_id), ("num_shards", num_shards), ("epoch", epoch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}; is the manifest empty?")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-    if not 0 <= shard_id < num_shards:
+def check_int(name: str, value: object, minimum: int) -> None:
+    """The one check of an integer argument (batch size, shard, epoch...): an int, not a bool,
+    and at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def check_seed(seed: object) -> None:
+    """The one check of a seed: an int in ``[0, 2**63)`` (it seeds numpy's ``SeedSequence``, the
+    random ops and, hashed, DALI)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+            or not 0 <= seed < 2**63:
         raise ValueError(
-            f"shard_id must be in [0, num_shards={num_shards}), got {shard_id}; shard_id is the "
-            "global rank, not the local GPU index"
+            f"seed must be an int in [0, 2**63), got {seed!r}; it seeds the shuffle, the random "
+            "ops and DALI"
         )
-    if epoch < 0:
-        raise ValueError(f"epoch must be >= 0, got {epoch}")
+
+
+def check_last_batch(last_batch: object) -> None:
+    """The one check of a last-batch policy."""
     if last_batch not in _LAST_BATCH_POLICIES:
         raise ValueError(
             f"last_batch must be one of {list(_LAST_BATCH_POLICIES)}, got {last_batch!r}"
         )
 
 
+def check_args(
+    num_samples: int, batch_size: int, shard_id: int, num_shards: int, epoch: int, last_batch: str
+) -> None:
+    """Every argument of a shard plan, checked once (the source and the loader call it too)."""
+    for name, value in (("num_samples", num_samples), ("batch_size", batch_size),
+                        ("shard_id", shard_id), ("num_shards", num_shards), ("epoch", epoch)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}; is the manifest empty?")
+    check_int("batch_size", batch_size, 1)
+    check_int("num_shards", num_shards, 1)
+    if not 0 <= shard_id < num_shards:
+        raise ValueError(
+            f"shard_id must be in [0, num_shards={num_shards}), got {shard_id}; shard_id is the "
+            "global rank, not the local GPU index"
+        )
+    check_int("epoch", epoch, 0)
+    check_last_batch(last_batch)
+
+
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
     """The order in which an epoch visits all samples; identical on every shard and process."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_seed(seed)
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     # SeedSequence mixes (seed, epoch) so that neighbouring seeds and epochs are unrelated.
@@ -109,7 +131,7 @@ def num_batches_per_shard(
     num_samples: int, *, batch_size: int, num_shards: int = 1, last_batch: LastBatch = "pad"
 ) -> int:
     """Batches every shard yields per epoch (the same on every shard, by construction)."""
-    _check_args(num_samples, batch_size, 0, num_shards, 0, last_batch)
+    check_args(num_samples, batch_size, 0, num_shards, 0, last_batch)
     per_round = num_shards * batch_size
     if last_batch == "drop":
         return num_samples // per_round
@@ -132,7 +154,7 @@ def shard_plan(
     See the module docstring for the policies. With ``"drop"`` the plan may hold zero batches
     when ``num_samples < num_shards * batch_size``.
     """
-    _check_args(num_samples, batch_size, shard_id, num_shards, epoch, last_batch)
+    check_args(num_samples, batch_size, shard_id, num_shards, epoch, last_batch)
     perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
     nb = num_batches_per_shard(
         num_samples, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch

@@ -9,16 +9,24 @@ class rather than a closure so that DALI can ship it to worker processes (``para
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from extsrc.errors import BadImageError, PathOutsideRootError, SampleReadError
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, inside
+from extsrc.imagecheck import (
+    DEFAULT_MAX_PIXELS,
+    Finding,
+    check_bytes,
+    fix_for,
+    inside,
+    real_path,
+)
 from extsrc.manifest import Manifest
-from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
+from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
 
-__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource"]
+__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource", "bad_image_error"]
 
 #: What one call returns, in order: encoded bytes (one array per sample), labels (one int64
 #: array for the batch) and info (one int64 array for the batch, columns ``INFO_COLUMNS``).
@@ -32,6 +40,16 @@ UP_FRONT_HINT = (
     " To find every bad file up front run extsrc.validate(manifest) and train on "
     "report.clean_manifest(), or pass on_error='skip' to Loader"
 )
+
+
+def bad_image_error(
+    finding: Finding, *, source: str, line: int, path: str, prefix: str = ""
+) -> BadImageError:
+    """The error for a file that imagecheck found bad, worded by :meth:`Finding.describe`."""
+    return BadImageError(
+        f"{finding.describe(source=source, line=line, path=path, prefix=prefix)}.{UP_FRONT_HINT}",
+        source=source, line=line, path=path, reason=finding.reason,
+    )
 
 
 class ShardedSource:
@@ -48,6 +66,11 @@ class ShardedSource:
 
     ``start_epoch`` and ``start_batch`` shift where DALI's counters begin, so a resumed run reads
     exactly the batches that were still due.
+
+    ``indices`` selects the samples to read, as manifest indices (FFCV's ``Loader(indices=...)``;
+    the good samples under ``Loader(on_error="skip")``): the epochs shuffle and shard this list,
+    and ``info`` and every message still name the original manifest's indices and lines, so
+    random ops draw from the original sample's generator.
 
     Every file is checked before DALI sees it (:func:`extsrc.imagecheck.check_bytes`, no
     decoding): a file that is not an image, in a format DALI cannot decode, truncated, or whose
@@ -72,7 +95,7 @@ class ShardedSource:
         start_batch: int = 0,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         check_images: bool = True,
-        origin: tuple[Manifest, np.ndarray] | None = None,
+        indices: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -86,14 +109,25 @@ class ShardedSource:
         self.shuffle = shuffle
         self.seed = seed
         self.last_batch = last_batch
+        if indices is not None:
+            indices = np.asarray(indices, dtype=np.int64)
+            if indices.ndim != 1 or (
+                len(indices) and (indices.min() < 0 or indices.max() >= len(manifest))
+            ):
+                raise ValueError(
+                    f"indices must be manifest indices in [0, {len(manifest)}), one per sample "
+                    "to read"
+                )
+        self.indices = indices
+        n = len(manifest) if indices is None else len(indices)
         # Validates every argument once, at construction (num_batches_per_shard skips shard_id).
-        _check_args(len(manifest), batch_size, shard_id, num_shards, 0, last_batch)
+        check_args(n, batch_size, shard_id, num_shards, 0, last_batch)
         self._num_batches = num_batches_per_shard(
-            len(manifest), batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
+            n, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
         )
         if self._num_batches == 0:
             raise ValueError(
-                f"last_batch='drop' leaves no batch: {len(manifest)} samples is fewer than "
+                f"last_batch='drop' leaves no batch: {n} samples is fewer than "
                 f"num_shards * batch_size = {num_shards * batch_size}; use a smaller batch_size or "
                 "last_batch='pad'"
             )
@@ -106,20 +140,6 @@ class ShardedSource:
         self.start_batch = start_batch
         self.max_pixels = max_pixels
         self.check_images = check_images
-        # origin: (original manifest, original index of each sample of `manifest`), when
-        # `manifest` is a subset (on_error="skip"). info then carries original indices, so random
-        # ops draw from the original sample's generator and batch["index"] needs no remapping.
-        if origin is not None:
-            orig, index_map = origin
-            index_map = np.asarray(index_map, dtype=np.int64)
-            if index_map.shape != (len(manifest),) or (
-                len(index_map) and (index_map.min() < 0 or index_map.max() >= len(orig))
-            ):
-                raise ValueError(
-                    "origin's index map needs one original index per sample of the manifest"
-                )
-            origin = (orig, index_map)
-        self.origin = origin
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
@@ -127,24 +147,22 @@ class ShardedSource:
     def __len__(self) -> int:
         return self._num_batches
 
-    @property
-    def reported_manifest(self) -> Manifest:
-        """The manifest that the indices in ``info`` refer to (the original one for a subset)."""
-        return self.manifest if self.origin is None else self.origin[0]
-
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cached"] = None  # cheap to recompute; keeps the pickle small
         return state
 
     def plan(self, epoch: int) -> ShardPlan:
-        """This shard's plan for ``epoch`` (cached for the current epoch)."""
+        """This shard's plan for ``epoch``, in manifest indices (cached for the current epoch)."""
         if self._cached is None or self._cached[0] != epoch:
+            sel = self.indices
             p = shard_plan(
-                len(self.manifest), batch_size=self.batch_size, shard_id=self.shard_id,
-                num_shards=self.num_shards, epoch=epoch, shuffle=self.shuffle, seed=self.seed,
-                last_batch=self.last_batch,
+                len(self.manifest) if sel is None else len(sel), batch_size=self.batch_size,
+                shard_id=self.shard_id, num_shards=self.num_shards, epoch=epoch,
+                shuffle=self.shuffle, seed=self.seed, last_batch=self.last_batch,
             )
+            if sel is not None:
+                p = ShardPlan(sel[p.indices], p.is_pad, p.batch_offsets)
             self._cached = (epoch, p)
         return self._cached[1]
 
@@ -156,56 +174,39 @@ class ShardedSource:
 
     def read(self, index: int) -> np.ndarray:
         """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
-        path = self.manifest.paths[index]
-        where = f"{self.manifest.source} line {self.manifest.lines[index]}"
+        m = self.manifest
+        path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
+        where = f"{m.source} line {m.lines[index]}"
+
+        def failed(reason: str, what: str) -> SampleReadError:
+            return SampleReadError(f"{where}: {what}; {fix_for(reason)}.{UP_FRONT_HINT}",
+                                   path=path, reason=reason, **fields)
+
         try:
             with open(path, "rb") as f:
                 if self._root_real is not None:
-                    self._check_root(f, path, where)
+                    real = real_path(f, path)
+                    if not inside(real, self._root_real):
+                        raise PathOutsideRootError(
+                            f"{where}: {path} resolves to {real}, outside the root {m.root}; "
+                            f"{fix_for('outside_root')}", path=path, reason="outside_root",
+                            **fields,
+                        )
                 data = f.read()
         except FileNotFoundError:
-            raise SampleReadError(
-                f"{where}: file not found: {path}; fix the path (or root=) or drop the line."
-                f"{UP_FRONT_HINT}"
-            ) from None
+            raise failed("missing", f"file not found: {path}") from None
         except IsADirectoryError:
-            raise SampleReadError(
-                f"{where}: {path} is a directory, expected an image file; list image files, not "
-                f"folders.{UP_FRONT_HINT}"
-            ) from None
+            raise failed("is_directory", f"{path} is a directory, expected an image file") \
+                from None
         except OSError as e:
-            raise SampleReadError(
-                f"{where}: cannot read {path}: {e.strerror or e}; fix its permissions or drop "
-                f"the line.{UP_FRONT_HINT}"
-            ) from None
+            raise failed("unreadable", f"cannot read {path}: {e.strerror or e}") from None
         if not data:
-            raise SampleReadError(
-                f"{where}: {path} is empty (0 bytes); re-export the image or drop the line."
-                f"{UP_FRONT_HINT}"
-            )
+            raise failed("empty", f"{path} is empty (0 bytes)")
         if self.check_images:
             finding = check_bytes(data, max_pixels=self.max_pixels)
             if finding is not None:
-                err = BadImageError(
-                    f"{where}: {path}: {finding.message} [{finding.reason}]; {finding.fix}."
-                    f"{UP_FRONT_HINT}"
-                )
-                err.reason = finding.reason
-                raise err
+                raise bad_image_error(finding, source=m.source, line=m.lines[index], path=path)
         return np.frombuffer(data, dtype=np.uint8)
-
-    def _check_root(self, f: Any, path: str, where: str) -> None:
-        try:  # Linux: where the open descriptor really points (symlinks resolved), no races
-            real = os.readlink(f"/proc/self/fd/{f.fileno()}")
-        except OSError:
-            real = os.path.realpath(path)
-        assert self._root_real is not None
-        if not inside(real, self._root_real):
-            raise PathOutsideRootError(
-                f"{where}: {path} resolves to {real}, outside the root {self.manifest.root}; "
-                "fix the path or symlink, or pass allow_outside_root=True to read_manifest if "
-                "this is intended"
-            )
 
     def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
         epoch, b = self.position(int(info.iteration), int(info.epoch_idx))
@@ -215,14 +216,15 @@ class ShardedSource:
         encoded = [self.read(int(i)) for i in indices]
         labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
         info = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
-        info[:, 0] = indices if self.origin is None else self.origin[1][indices]
+        info[:, 0] = indices
         info[:, 1] = epoch
         info[:, 2] = is_pad
         return encoded, labels, info
 
     def __repr__(self) -> str:
+        n = len(self.manifest) if self.indices is None else len(self.indices)
         return (
-            f"ShardedSource({len(self.manifest)} samples, batch_size={self.batch_size}, "
+            f"ShardedSource({n} samples, batch_size={self.batch_size}, "
             f"shard {self.shard_id}/{self.num_shards}, last_batch={self.last_batch!r}, "
             f"{self._num_batches} batches/epoch)"
         )

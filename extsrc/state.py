@@ -16,6 +16,9 @@ list of fields that differ.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -44,6 +47,26 @@ def describe_ops(ops: Any) -> list[dict[str, Any]]:
     ]
 
 
+def describe_stages(stages: Any) -> list[dict[str, Any]]:
+    """Names and parameters of stages, JSON-safe, for a config fingerprint: a dataclass (the
+    presets) by its fields, a ``functools.partial`` by its arguments, another object by its
+    attributes, a function by its qualified name only."""
+    out = []
+    for s in stages:
+        if dataclasses.is_dataclass(s) and not isinstance(s, type):
+            params = {f.name: getattr(s, f.name) for f in dataclasses.fields(s)}
+        elif isinstance(s, functools.partial):
+            params = {"func": getattr(s.func, "__qualname__", repr(s.func)), "args": s.args,
+                      "keywords": s.keywords}
+        elif inspect.isroutine(s) or isinstance(s, type):
+            params = {}
+        else:
+            params = dict(vars(s)) if hasattr(s, "__dict__") else {}
+        name = getattr(s, "__qualname__", None) or type(s).__qualname__
+        out.append({"name": name, "params": {k: _json_safe(v) for k, v in params.items()}})
+    return out
+
+
 def make_state(epoch: int, batch: int, config: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON-serialisable state."""
     return {"version": STATE_VERSION, "epoch": int(epoch), "batch": int(batch),
@@ -58,7 +81,8 @@ def _short(v: Any) -> str:
 def check_state(
     state: Any, config: Mapping[str, Any], num_batches: int
 ) -> tuple[int, int]:
-    """Validate ``state`` against this loader's ``config``; return ``(epoch, batch)``.
+    """Validate ``state`` against this loader's ``config``; return ``(epoch, batch)`` as saved
+    (``batch`` may equal ``num_batches``: :class:`~extsrc.position.ReadPosition` rolls it over).
 
     Raises :class:`~extsrc.errors.StateMismatchError` for a malformed state or one saved under a
     different configuration (the message lists every field that differs).
@@ -109,6 +133,4 @@ def check_state(
         raise StateMismatchError(
             f"loader state: batch {batch} is past the end of an epoch ({num_batches} batches)"
         )
-    if batch == num_batches:  # saved right after the last batch of an epoch
-        epoch, batch = epoch + 1, 0
     return epoch, batch

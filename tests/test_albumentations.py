@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_dataset
+from helpers import write_dataset
 from PIL import Image
 
 A = pytest.importorskip("albumentations")

@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from conftest import has_gpu
+from helpers import has_gpu
 from PIL import Image
 
 from extsrc.sample_data import make_sample_dataset

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import write_dataset
+from helpers import write_dataset
 
 import extsrc.distributed as xd
 from extsrc.distributed import DistInfo, detect, resolve_sharding

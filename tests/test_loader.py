@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import pattern_image, write_dataset
+from helpers import pattern_image, write_dataset
 from PIL import Image
 
 import augment_ops
@@ -426,3 +426,38 @@ def test_dali_seed_differs_per_shard_and_resume_point():
     seeds = {dali_seed(0, s, e, b) for s in range(4) for e in range(3) for b in range(3)}
     assert len(seeds) == 36 and all(0 <= x < 2**31 for x in seeds)
     assert dali_seed(5, 1, 2, 3) == dali_seed(5, 1, 2, 3)
+
+
+def test_a_dali_the_watchdog_does_not_know_is_refused_with_the_versions(mixed, monkeypatch):
+    import nvidia.dali
+
+    from extsrc._dali import KNOWN_VERSIONS, check_version
+    from extsrc.errors import DaliVersionError, ExtsrcError
+
+    check_version()  # the installed DALI is a known one
+    with pytest.raises(DaliVersionError, match=r"DALI 2\.99\.0 is not a version .*known: 2\.4\.x"):
+        check_version("2.99.0")
+    monkeypatch.setattr(nvidia.dali, "__version__", "2.99.0")
+    with pytest.raises(DaliVersionError) as ei:
+        Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1)
+    err = ei.value
+    assert err.found == "2.99.0" and err.known == KNOWN_VERSIONS and isinstance(err, ExtsrcError)
+    assert "watchdog=False" in str(err)
+    # Without worker processes, or without the watchdog, nothing private is read: it builds.
+    Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=0)
+    Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, watchdog=False)
+
+
+@pytest.mark.slow
+def test_an_epoch_owns_its_close_and_the_loop_continues_where_it_stopped(mixed):
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+        ep = iter(loader)
+        first = [next(ep)["index"].tolist() for _ in range(2)]
+        assert loader.running
+        ep.close()  # DALI's threads and worker stop now
+        assert not loader.running
+        with pytest.raises(RuntimeError, match="start a new `for batch in loader:`"):
+            next(ep)
+        rest = [b["index"].tolist() for b in loader]  # the same epoch, from batch 2
+        assert loader.epoch == 1
+    assert [i for b in first + rest for i in b] == plan_indices(0)

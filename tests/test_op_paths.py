@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pattern_image
+from helpers import pattern_image
 from PIL import Image
 
 import augment_ops

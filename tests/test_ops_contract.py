@@ -1,7 +1,9 @@
 """One contract harness for every registered op, plus grid2x2 against an independent reference.
 
 The op list is read at import time, after ``augment_ops`` (and its built-ins) is imported, so an op
-registered by the package is covered the moment it exists.
+registered by the package is covered the moment it exists. Each op runs with its own parameters
+(:data:`PARAMS`: ``rot90`` with every ``k``, crops with several sizes); a built-in op without an
+entry there fails :func:`test_every_builtin_has_parameters`.
 """
 
 from __future__ import annotations
@@ -12,8 +14,36 @@ import pytest
 import augment_ops
 from augment_ops import OpContractError
 
-OPS = list(augment_ops.iter_ops())
-OP_IDS = [op.name for op in OPS]
+#: The parameters each built-in op is checked with (one dict per variant; ``{}``: defaults).
+#: Every random variant must still depend on the seed at 101x99.
+PARAMS: dict[str, list[dict]] = {
+    "grid2x2": [{}],
+    "hflip": [{}],
+    "vflip": [{}],
+    "grayscale": [{}],
+    "rot90": [{"k": k} for k in (0, 1, 2, 3, -1, 5)],
+    "random_hflip": [{"p": p} for p in (0.25, 0.5, 0.75)],
+    "random_crop": [{"size": s} for s in (1, 5, 64)],
+    "center_crop": [{"size": s} for s in (1, 6, 64, 200)],
+}
+
+
+def is_builtin(op) -> bool:
+    return getattr(op.fn, "__module__", None) == "augment_ops.builtin"
+
+
+def variants(ops) -> list:
+    """Every op with each of its parameter sets (ops registered outside the package: defaults)."""
+    return [op.with_params(**p) if p else op for op in ops for p in PARAMS.get(op.name, [{}])]
+
+
+def variant_id(op) -> str:
+    return op.name + "".join(f"[{k}={v}]" for k, v in op.params)
+
+
+REGISTERED = list(augment_ops.iter_ops())
+OPS = variants(REGISTERED)
+OP_IDS = [variant_id(op) for op in OPS]
 ODD_SHAPES = [(101, 99, 3), (7, 5, 3)]
 SEEDS = range(8)
 
@@ -39,7 +69,21 @@ def assert_same_outputs(a, b) -> None:
 
 def test_builtins_are_registered():
     assert {"grid2x2", "hflip", "vflip", "rot90", "grayscale", "random_hflip", "random_crop",
-            "center_crop"} <= set(OP_IDS)
+            "center_crop"} <= {op.name for op in REGISTERED}
+
+
+def test_every_builtin_has_parameters():
+    missing = sorted(op.name for op in REGISTERED if is_builtin(op) and op.name not in PARAMS)
+    assert not missing, f"add the built-in op(s) {missing} to PARAMS with their own parameters"
+    assert {"k=2", "k=3"} <= {f"{k}={v}" for op in OPS if op.name == "rot90" for k, v in op.params}
+
+
+def test_parameters_change_the_result():
+    # The table is no decoration: different parameters give different outputs.
+    img = sample_image(ODD_SHAPES[0])
+    for name in ("rot90", "center_crop", "random_crop"):
+        outs = [run(op, img)[0] for op in OPS if op.name == name]
+        assert len({(o.shape, o.tobytes()) for o in outs}) > 1, name
 
 
 @pytest.mark.parametrize("op", OPS, ids=OP_IDS)
@@ -68,10 +112,10 @@ def test_deterministic_for_same_seed(op):
 
 
 RANDOM_OPS = [op for op in OPS if op.random]
-SIZED_OPS = [op for op in OPS if op.min_size > 1]
+SIZED_OPS = [op for op in REGISTERED if op.min_size > 1]
 
 
-@pytest.mark.parametrize("op", RANDOM_OPS, ids=[op.name for op in RANDOM_OPS])
+@pytest.mark.parametrize("op", RANDOM_OPS, ids=[variant_id(op) for op in RANDOM_OPS])
 def test_random_op_depends_on_seed(op):
     img = sample_image(ODD_SHAPES[0])
     first = run(op, img, SEEDS[0])

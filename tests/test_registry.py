@@ -328,3 +328,22 @@ def test_with_params_variants_do_not_share_implementations(cleanup):
     variant.implement("gpu")(lambda img, k=1: img)
     assert variant.paths == ("numpy", "gpu")
     assert base.paths == ("numpy",)  # declaring on the variant left the registered op alone
+
+
+def test_a_second_implementation_of_the_same_path_is_an_error(cleanup):
+    cleanup.append("t_twice")
+
+    @augment_op(name="t_twice", gpu=True)
+    def t_twice(img):
+        return img
+
+    assert t_twice.paths == ("numpy", "gpu")
+    assert augment_ops.registry.implementation(t_twice, "gpu") is t_twice.fn  # gpu=True: itself
+    with pytest.raises(OpRegistrationError, match="already has a 'gpu' implementation"):
+        t_twice.implement("gpu")(lambda img: img)
+    first = t_twice.implement("native")(lambda img: img)
+    with pytest.raises(OpRegistrationError, match="already has a 'native' implementation"):
+        t_twice.implement("native")(lambda img: img[::-1])
+    assert augment_ops.registry.implementation(t_twice, "native") is first  # not overwritten
+    with pytest.raises(TypeError):
+        t_twice.impls["native"] = first  # read-only: declared through implement() only

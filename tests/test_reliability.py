@@ -20,9 +20,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pattern_image, write_dataset
+from helpers import (
+    BAD_FILES,
+    children,
+    dataset_with_bad,
+    encode,
+    noise,
+    pattern_image,
+    root_with_link_out,
+    write_dataset,
+)
 from PIL import Image
-from test_validate import BAD_FILES, dataset_with_bad, encode, noise, root_with_link_out
 
 import augment_ops
 import extsrc
@@ -40,25 +48,6 @@ from extsrc.errors import (
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
 REPO = Path(extsrc.__file__).resolve().parents[1]
-
-
-def children() -> set[int]:
-    """Live child processes of this process, from /proc (psutil is not a dependency), leaving
-    out helpers that outlive a loader by design (joblib's loky pool, multiprocessing's tracker)."""
-    me, out = os.getpid(), set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z" and b"loky" not in cmd \
-                and b"resource_tracker" not in cmd:
-            out.add(int(d))
-    return out
 
 
 def run_epoch(loader: Loader) -> list[dict]:
@@ -107,7 +96,7 @@ def test_bad_file_stops_with_line_path_and_reason(tmp_path, kind, workers):
     if kind not in EXPECT:
         assert isinstance(ei.value, BadImageError)
         assert "extsrc.validate(manifest)" in msg and "on_error='skip'" in msg
-    assert loader._built is None  # stopped on the error: no threads, no workers
+    assert not loader.running  # stopped on the error: no threads, no workers
     assert children() - before == set()
 
 
@@ -310,7 +299,32 @@ def test_op_that_raises_names_op_line_and_traceback(tmp_path, workers):
     assert 'raise ValueError("boom on purpose")' in msg
     assert "Critical error in pipeline" not in msg
     assert got == [0, 1]  # the batches before the failing one arrived
-    assert loader._built is None and children() - before == set()
+    assert not loader.running and children() - before == set()
+
+
+@pytest.mark.usefixtures("odd_ops")
+@pytest.mark.parametrize("workers", [0, 2], ids=["main", "workers"])
+def test_errors_carry_their_fields_through_dali(tmp_path, workers):
+    # A bad file read by a worker process and an op failing in python_function both reach the
+    # loop through DALI's error text; the errors still carry their fields, for callers to read.
+    mpath, where = dataset_with_bad(tmp_path, ["truncated_jpeg"], n=6)
+    m = read_manifest(mpath)
+    i = where["truncated_jpeg"]
+    with pytest.raises(BadImageError) as ei:
+        run_epoch(make_loader(mpath, num_workers=workers, start_method="fork"))
+    e = ei.value
+    assert (e.source, e.line, e.path, e.reason) == (str(mpath), m.lines[i], m.paths[i], "truncated")
+    assert e.message.startswith(f"{mpath} line {m.lines[i]}: ") and "\n" not in e.message
+    assert (e.detail is not None) == (workers > 0)  # the worker's traceback, apart
+
+    mpath = write_dataset(tmp_path / "ops", 10)
+    m = read_manifest(mpath)
+    with pytest.raises(OpError) as ei:
+        run_epoch(make_loader(mpath, ops=["t_explode"], op_path="numpy", num_workers=workers,
+                              batch_size=2))
+    e = ei.value
+    assert (e.op, e.line, e.path) == ("t_explode", m.lines[3], m.paths[3])
+    assert "boom on purpose" in e.message and "in t_explode" in e.detail
 
 
 @pytest.mark.usefixtures("odd_ops")
@@ -335,18 +349,8 @@ KILL_SCRIPT = r'''
 import gc, json, os, signal, sys, time
 import extsrc
 
-def children():
-    me, out = os.getpid(), []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
-                cmd = open(f"/proc/{d}/cmdline", "rb").read()
-            except OSError:
-                continue
-            if int(fields[1]) == me and b"resource_tracker" not in cmd:
-                out.append((int(d), fields[0]))
-    return out
+sys.path.insert(0, sys.argv[2])  # the tests folder
+from helpers import children
 
 def shm_refs(pid):
     """Shared memory a process maps or holds open (DALI's segments live in /dev/shm)."""
@@ -374,7 +378,7 @@ try:
     for k, b in enumerate(loader):
         res["batches"] += 1
         if k == 1:
-            kids = [p for p, _ in children()]
+            kids = sorted(children())
             res["workers"] = kids
             used = set().union(shm_refs(os.getpid()), *(shm_refs(p) for p in kids))
             res["shm_used"] = len(used)
@@ -391,9 +395,9 @@ loader.close()
 del loader
 gc.collect()
 deadline = time.monotonic() + 5
-while children() and time.monotonic() < deadline:
+while children(zombies=True) and time.monotonic() < deadline:
     time.sleep(0.1)
-res["children_after_close"] = children()
+res["children_after_close"] = sorted(children(zombies=True))
 names = {u.split("/dev/shm/", 1)[-1].split(" ")[0] for u in used if "/dev/shm/" in u}
 res["shm_left_on_disk"] = sorted(names & set(os.listdir("/dev/shm")))
 res["shm_still_mapped"] = sorted(shm_refs(os.getpid()))
@@ -407,7 +411,8 @@ def test_worker_killed_mid_epoch_raises_without_hang_or_leftovers(tmp_path):
     script.write_text(KILL_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
-        proc = subprocess.run([sys.executable, str(script), str(mpath)], capture_output=True,
+        proc = subprocess.run([sys.executable, str(script), str(mpath), str(Path(__file__).parent)],
+                              capture_output=True,
                               text=True, timeout=90, env=env)
     except subprocess.TimeoutExpired:
         pytest.fail("the loader hung after a DALI worker was killed (watchdog: 90 s)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_dataset
+from helpers import write_dataset
 
 import augment_ops
 from extsrc import Loader, Manifest, read_manifest
@@ -124,6 +124,19 @@ def test_state_from_another_configuration_is_refused(manifest, change, field):
         other.load_state_dict(state)
     assert field in str(ei.value)
     assert isinstance(ei.value, ValueError) and isinstance(ei.value, ExtsrcError)
+
+
+def test_state_from_a_stage_with_other_parameters_is_refused(manifest):
+    from extsrc import TrainPreset
+
+    base = {k: v for k, v in CONFIG.items() if k != "resize"}
+    state = Loader(manifest, **base, stages=[TrainPreset(crop=192)]).state_dict()
+    assert state["config"]["stages"][0]["params"]["crop"] == 192
+    state = json.loads(json.dumps(state))
+    Loader(manifest, **base, stages=[TrainPreset(crop=192)]).load_state_dict(state)  # same: fine
+    other = Loader(manifest, **base, stages=[TrainPreset(crop=224)])
+    with pytest.raises(StateMismatchError, match=r"stages: .*192.* in the state, .*224.* here"):
+        other.load_state_dict(state)
 
 
 def test_state_from_other_manifest_content_is_refused(manifest, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_dataset
+from helpers import write_dataset
 
 from extsrc.errors import SampleReadError
 from extsrc.manifest import Manifest, read_manifest

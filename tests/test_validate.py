@@ -6,120 +6,29 @@ with test_reliability.py.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import pattern_image, write_dataset
+from helpers import (
+    BAD_FILES,
+    dataset_with_bad,
+    encode,
+    huge_png,
+    noise,
+    pattern_image,
+    root_with_link_out,
+    write_dataset,
+)
 from PIL import Image
 
 import extsrc
+from extsrc.doctor import ValidationReport, validate
 from extsrc.errors import ManifestError, PathOutsideRootError
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, check_file, sniff_format
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.validate import ValidationReport, validate
-
-# -- bad files, made for real ---------------------------------------------------------------------
-
-
-def noise(h: int = 64, w: int = 64, seed: int = 0) -> np.ndarray:
-    """Noise compresses badly, so a JPEG's scan data is most of the file."""
-    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
-
-
-def encode(img: np.ndarray | Image.Image, fmt: str, **kw) -> bytes:
-    im = img if isinstance(img, Image.Image) else Image.fromarray(img)
-    buf = io.BytesIO()
-    im.save(buf, fmt, **kw)
-    return buf.getvalue()
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-
-def huge_png(w: int = 50_000, h: int = 50_000) -> bytes:
-    """A valid PNG header declaring w x h (2.5 G pixels by default) over a few bytes of data."""
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    idat = zlib.compress(b"\x00" * (1 + 3 * w))
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + \
-        _chunk(b"IEND", b"")
-
-
-def huge_jpeg(w: int = 50_000, h: int = 50_000) -> bytes:
-    """A real small JPEG whose frame header (SOF0) is patched to declare w x h."""
-    data = bytearray(encode(noise(16, 16), "JPEG"))
-    k = data.find(b"\xff\xc0")
-    data[k + 5:k + 9] = struct.pack(">HH", h, w)
-    return bytes(data)
-
-
-def truncated_jpeg() -> bytes:
-    data = encode(noise(), "JPEG", quality=90)
-    return data[: int(len(data) * 0.6)]  # cut inside the scan data
-
-
-def corrupt_jpeg() -> bytes:
-    """Header checks pass (every marker, the size and EOI are fine) but the Huffman table is
-    bogus: only a decoder notices. DALI's decoder fails on it."""
-    data = bytearray(encode(noise(), "JPEG", quality=90))
-    k = data.find(b"\xff\xc4")
-    data[k + 5:k + 21] = b"\xff" * 16
-    return bytes(data)
-
-
-BAD_FILES = {
-    # name: (file name, how to make it, reason validate reports, found without decoding?)
-    "truncated_jpeg": ("a.jpg", truncated_jpeg, "truncated", True),
-    "zero_byte": ("b.jpg", lambda: b"", "empty", True),
-    "text_as_jpg": ("c.jpg", lambda: b"this is not an image, it is text\n" * 3, "not_an_image",
-                    True),
-    "missing": ("d.jpg", None, "missing", True),
-    "directory": ("e.jpg", "dir", "is_directory", True),
-    "huge_png_50k": ("f.png", huge_png, "too_large", True),
-    "huge_jpeg_50k": ("g.jpg", huge_jpeg, "too_large", True),
-    "corrupt_jpeg": ("h.jpg", corrupt_jpeg, "corrupt", False),
-    "gif": ("i.png", lambda: encode(pattern_image(1, 20, 20), "GIF"), "unsupported_format", True),
-    "png_no_iend": ("j.png", lambda: encode(pattern_image(2, 20, 20), "PNG")[:-12], "truncated",
-                    True),
-}
-
-
-def make_bad(folder: Path, kind: str) -> Path:
-    name, how, _, _ = BAD_FILES[kind]
-    path = folder / name
-    if how == "dir":
-        path.mkdir()
-    elif how is not None:
-        path.write_bytes(how())
-    return path
-
-
-def dataset_with_bad(tmp_path: Path, kinds, n: int = 8) -> tuple[Path, dict[str, int]]:
-    """``n`` good images plus one bad file per kind, interleaved; returns the manifest and
-    each kind's manifest index."""
-    write_dataset(tmp_path, n, fmt="mixed")
-    bad_dir = tmp_path / "bad"
-    bad_dir.mkdir(exist_ok=True)
-    rows = [f"images/{i:05d}.{'png' if i % 2 == 0 else 'jpg'},{i % 5}" for i in range(n)]
-    where: dict[str, int] = {}
-    for k, kind in enumerate(kinds):
-        path = make_bad(bad_dir, kind)
-        pos = min(2 * k + 1, len(rows))
-        rows.insert(pos, f"{path.relative_to(tmp_path)},{k % 5}")
-    for kind in kinds:
-        name = BAD_FILES[kind][0]
-        where[kind] = next(i for i, r in enumerate(rows) if r.startswith(f"bad/{name},"))
-    manifest = tmp_path / "with_bad.csv"
-    manifest.write_text("path,label\n" + "\n".join(rows) + "\n")
-    return manifest, where
-
 
 # -- validate -------------------------------------------------------------------------------------
 
@@ -261,17 +170,6 @@ def test_large_file_header_window(tmp_path):
 
 
 # -- paths outside the root -----------------------------------------------------------------------
-
-
-def root_with_link_out(tmp_path: Path, n: int) -> tuple[Path, Path]:
-    """A dataset of ``n`` PNGs under ``tmp_path/root``, a PNG outside it (``tmp_path/secret.png``)
-    and a symlink to it inside (``root/images/link.png``)."""
-    root = tmp_path / "root"
-    write_dataset(root, n, fmt="png")
-    outside = tmp_path / "secret.png"
-    outside.write_bytes(encode(pattern_image(9, 33, 47), "PNG"))
-    (root / "images" / "link.png").symlink_to(outside)
-    return root, outside
 
 
 def test_paths_outside_root_are_found(tmp_path):

@@ -1,0 +1,86 @@
+"""DALI's error text, read back into fields once.
+
+DALI re-raises a failure in a worker process, in a ``python_function`` or in its decoder as one
+exception whose message is a report: DALI's own lines, and for Python code the original
+exception's type, message and traceback as text. :func:`read_failure` turns that report into a
+:class:`DaliFailure`; :mod:`extsrc.failures` turns a ``DaliFailure`` into an extsrc error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["DaliFailure", "FailureKind", "read_failure"]
+
+FailureKind = Literal["worker", "op", "decode", "other"]
+
+_NOISE = ("Critical error in pipeline:", "Current pipeline object is no longer valid.")
+_OP_MARKER = "DLTensorPythonFunction error: "
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+@dataclass(frozen=True)
+class DaliFailure:
+    """One DALI failure, as fields.
+
+    ``kind``: ``"worker"`` (the source raised in a worker process), ``"op"`` (an
+    op raised in ``python_function``), ``"decode"`` (the image decoder failed) or ``"other"``.
+    ``text``: DALI's informative lines, on one line. ``exc_type`` / ``exc_message``: the Python
+    exception's qualified type name and message (``worker`` and ``op``); ``traceback``: the
+    worker's traceback (``worker``); ``sample``: the position in the batch of the sample the
+    decoder failed on, when DALI says. ``pool_lost``: DALI says it lost contact with its worker
+    processes (one may have died: wait for its exit code). ``uneven_shapes``: the images of a
+    batch have different shapes, so DALI could not stack them.
+    """
+
+    kind: FailureKind
+    text: str
+    exc_type: str | None = None
+    exc_message: str | None = None
+    traceback: str | None = None
+    sample: int | None = None
+    pool_lost: bool = False
+    uneven_shapes: bool = False
+
+
+def dali_text(msg: str) -> str:
+    """The informative part of a DALI error message, on one line."""
+    body = msg.split("encountered:", 1)[-1]
+    lines = [ln.strip() for ln in body.splitlines() if ln.strip() and ln.strip() not in _NOISE]
+    text = " | ".join(lines)
+    return text if len(text) <= 600 else text[:597] + "..."
+
+
+def read_failure(msg: str) -> DaliFailure:
+    """Read DALI's error message ``msg`` into a :class:`DaliFailure`."""
+    text, low = dali_text(msg), msg.lower()
+    flags = {"pool_lost": "receiving interrupted" in low or "sending tasks" in low,
+             "uneven_shapes": "uniform shape" in msg}
+    start = msg.find(_TRACEBACK)
+    if start >= 0 and "worker" in msg[:start].lower():
+        tb = msg[start:].rstrip()
+        lines = tb.splitlines()
+        last_frame = max((k for k, ln in enumerate(lines) if ln.startswith("  ")), default=0)
+        exc_type, message = _split_exception("\n".join(lines[last_frame + 1:]).strip())
+        return DaliFailure("worker", text, exc_type, message, traceback=tb, **flags)
+    k = msg.find(_OP_MARKER)
+    if k >= 0:
+        body = msg[k + len(_OP_MARKER):]
+        body = body.rpartition("\n\nAt:\n")[0] or body
+        for noise in _NOISE:
+            body = body.replace(noise, "")
+        exc_type, message = _split_exception(body.strip())
+        return DaliFailure("op", text, exc_type, message, **flags)
+    if "decoders.image" in msg or "decode" in low or "nvimagecodec" in low:
+        m = re.search(r"Failed to decode sample #(\d+)", msg)
+        return DaliFailure("decode", text, sample=int(m.group(1)) if m else None,
+                           **flags)
+    return DaliFailure("other", text, **flags)
+
+
+def _split_exception(text: str) -> tuple[str, str]:
+    """``"pkg.SomeError: message"`` -> ``("pkg.SomeError", "message")``."""
+    name, sep, message = text.partition(": ")
+    return (name, message) if sep else (text, "")

@@ -1,0 +1,178 @@
+"""Turn a failure inside DALI into an extsrc error that names the op, the file and the line first.
+
+DALI's text is read into fields by :mod:`extsrc._dali.messages`; this module decides what the
+user is told: which batch was in flight (its manifest lines), which worker died and why, which
+file the image decoder rejected (found again by decoding the batch with Pillow).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+from extsrc import errors as _errors
+from extsrc._dali.messages import DaliFailure, read_failure
+from extsrc.errors import (
+    ExtsrcError,
+    OpError,
+    OpOutputError,
+    PipelineError,
+    WorkerDiedError,
+)
+from extsrc.imagecheck import check_file
+from extsrc.oppaths import RAISED
+from extsrc.source import ShardedSource, bad_image_error
+
+__all__ = ["InFlight", "explain", "worker_died"]
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """The batch a failure happened on: batch ``batch`` of epoch ``epoch`` of ``source``."""
+
+    source: ShardedSource
+    epoch: int
+    batch: int
+
+    def indices(self, b: int) -> list[int]:
+        return [int(i) for i in self.source.plan(self.epoch).batch(b)[0]]
+
+    def where(self) -> str:
+        """``epoch E batch B (manifest lines ...)``, or ``epoch E`` past its last batch."""
+        if self.batch >= len(self.source):
+            return f"epoch {self.epoch}"
+        idx = self.indices(self.batch)
+        m = self.source.manifest
+        lines = ", ".join(str(m.lines[i]) for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
+        return f"epoch {self.epoch} batch {self.batch} ({m.source} lines {lines})"
+
+
+def worker_died(dead: list[tuple[int, int]], at: InFlight) -> WorkerDiedError:
+    """The error for DALI worker processes that exited: (pid, exit code) each."""
+    # DALI stops the other workers with SIGTERM once one dies: report the first cause.
+    culprits = [(p, c) for p, c in dead if c != -signal.SIGTERM] or dead
+    parts = []
+    for pid, code in culprits:
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            parts.append(f"pid {pid} was killed by {name}")
+        else:
+            parts.append(f"pid {pid} exited with code {code}")
+    oom = any(c == -signal.SIGKILL for _, c in culprits)
+    hint = (
+        " SIGKILL usually comes from the out-of-memory killer (see `dmesg`): lower "
+        "num_workers, prefetch_queue_depth or batch_size." if oom else
+        " A crash in native code (a decoder or a C extension in an op) can cause this."
+    )
+    return WorkerDiedError(
+        f"a DALI worker process died while the loader was producing {at.where()}: "
+        f"{'; '.join(parts)}.{hint} All worker processes were stopped. Iterating again "
+        "rebuilds the pipeline and resumes at this batch; a new Loader resumes from "
+        "loader.state_dict()"
+    )
+
+
+def explain(
+    e: Exception, at: InFlight, *, run: Any, resize: Any, lookahead: int, max_pixels: int | None
+) -> Exception:
+    """The extsrc error for DALI's exception ``e`` (``e`` itself when it already is one).
+
+    ``run``: the :class:`~extsrc._dali.run.PipelineRun` (for its workers' exit codes);
+    ``lookahead``: batches after the failed one that DALI may have been working on.
+    """
+    f = read_failure(str(e))
+    if f.uneven_shapes and resize is None:
+        return ValueError(
+            "images in a batch have different sizes, so they cannot be stacked into one "
+            "tensor; pass resize=(height, width) (or an int) to Loader"
+        )
+    if isinstance(e, ExtsrcError):  # raised in this process (num_workers=0): already clear
+        return e
+    # When DALI lost its worker pool, wait briefly for the exit codes.
+    dead = run.dead_workers(2.0 if f.pool_lost else 0.0)
+    if dead:
+        return worker_died(dead, at)
+    if f.kind == "worker":
+        return _worker_exception(f, at)
+    if f.kind == "op":
+        return _op_exception(f)
+    if f.kind == "decode":
+        return _decode_failure(f, at, lookahead, max_pixels)
+    return PipelineError(f"DALI failed while producing {at.where()}: {f.text}")
+
+
+def _worker_exception(f: DaliFailure, at: InFlight) -> Exception:
+    """The source's exception in a worker process, as its extsrc type: the worker's message
+    first, its traceback as ``detail``. Reading the batch again in this process gives the same
+    error as an object, with its fields (line, path, reason)."""
+    name, text = f.exc_type or "", f.exc_message or ""
+    detail = f"Traceback in the DALI worker process:\n{f.traceback}"
+    if at.batch < len(at.source):
+        for i in at.indices(at.batch):
+            try:
+                at.source.read(i)
+            except ExtsrcError as err:
+                if err.message == text:
+                    err.detail = detail
+                    return err
+                break
+    cls = getattr(_errors, name.rsplit(".", 1)[-1], None) if name.startswith("extsrc.") else None
+    if not (isinstance(cls, type) and issubclass(cls, ExtsrcError)):
+        cls, text = PipelineError, f"the data source raised {name} in a DALI worker: {text}"
+    return cls(text, detail=detail)
+
+
+def _op_exception(f: DaliFailure) -> Exception:
+    """An op's exception in ``python_function``: OpError, or OpOutputError for a broken
+    output contract, its message (with the op's traceback) first."""
+    name, text = f.exc_type or "", f.exc_message or ""
+    for err in reversed(RAISED):  # the error object itself, raised in this process
+        if text.startswith(err.message):
+            return err
+    if name.endswith("OpContractError"):
+        return OpOutputError(text)
+    if name.endswith("OpError"):
+        return OpError(text)
+    return OpError(f"an op raised {name}: {text}")
+
+
+def _decode_failure(
+    f: DaliFailure, at: InFlight, lookahead: int, max_pixels: int | None
+) -> Exception:
+    found = _find_culprit(at, f.sample, lookahead, max_pixels)
+    if found is None:
+        return PipelineError(
+            f"DALI's image decoder failed on {at.where()}, but Pillow decodes every file of that "
+            f"batch; DALI said: {f.text}. Check these files (for example with "
+            "extsrc.validate(manifest)) or re-encode them as plain JPEG/PNG"
+        )
+    i, finding = found
+    m = at.source.manifest
+    return bad_image_error(
+        finding, source=m.source, line=m.lines[i], path=m.paths[i],
+        prefix="DALI could not decode this file: ",
+    )
+
+
+def _find_culprit(
+    at: InFlight, hint: int | None, lookahead: int, max_pixels: int | None
+) -> tuple[int, Any] | None:
+    """Decode the samples of the failed batch (and the prefetched ones) with Pillow."""
+    stop = min(len(at.source), at.batch + lookahead)
+    seen: set[int] = set()
+    for b in range(at.batch, stop):
+        idx = at.indices(b)
+        if b == at.batch and hint is not None and hint < len(idx):
+            idx.insert(0, idx[hint])
+        for i in idx:
+            if i in seen:
+                continue
+            seen.add(i)
+            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels)
+            if finding is not None:
+                return i, finding
+    return None
