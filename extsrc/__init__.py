@@ -9,6 +9,7 @@ and yields dicts of torch tensors.
 from extsrc.errors import (
     BadImageError,
     ExtsrcError,
+    MainGuardError,
     ManifestError,
     ManifestFileNotFoundError,
     OpError,
@@ -40,6 +41,7 @@ __all__ = [
     "LastBatch",
     "Loader",
     "LoaderConfig",
+    "MainGuardError",
     "Manifest",
     "ManifestError",
     "ManifestFileNotFoundError",

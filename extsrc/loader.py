@@ -31,6 +31,7 @@ from extsrc.errors import (
     WorkerDiedError,
 )
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_file
+from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import choose_paths
 from extsrc.pipeline import build_pipeline, default_output_names
@@ -340,6 +341,7 @@ class Loader:
             decoder=decoder,
             hw_decoder_load=hw_decoder_load,
         )
+        check_main_guard(self.config.workers, self.config.method)  # before any reader starts
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.on_error = on_error
