@@ -126,6 +126,9 @@ run example_no_watchdog "$ngpus" "${example[@]}" --synthetic
 run example_2x_epochs "$ngpus" "$here/examples/train_ddp.py" --data "$data" \
   --epochs $((2 * epochs)) --batch-size "$batch" --synthetic --watchdog 200
 run example_warmup20 "$ngpus" "${synth[@]}" --warmup 20
+# The loader's own costs per epoch (its pipeline's reset and refill), weighed the same way.
+run example_extsrc_2x_epochs "$ngpus" "$here/examples/train_ddp.py" --data "$data" \
+  --epochs $((2 * epochs)) --batch-size "$batch" --watchdog 200
 run minimal_loader_built "$ngpus" "$here/benchmarks/ddp_minimal.py" --batch-size "$batch" \
   "${minimal[@]}" --loader-manifest "$data/manifest.csv"
 
