@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,11 @@ def _run_script(path: Path) -> subprocess.CompletedProcess[str]:
     try:
         out, err = proc.communicate(timeout=60)
     finally:
-        left = _session_processes(proc.pid)
+        # Helpers (multiprocessing's resource tracker, readers being reaped) get a moment to
+        # exit after the script; anything still there after it was left behind.
+        deadline = time.monotonic() + 5.0
+        while (left := _session_processes(proc.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
         if proc.poll() is None or left:
             os.killpg(proc.pid, 9)
             proc.communicate()
