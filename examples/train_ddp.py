@@ -11,6 +11,11 @@ number of batches per epoch, so DDP never waits on a rank that ran out of data. 
 
 Prints images/s per rank and, on rank 0, the total; ``--json PATH`` appends the results as one
 JSON line (rank 0). Without torchrun it runs as a single process.
+
+``benchmarks/ddp_minimal.py`` is the reference loop its several-GPU scaling is compared with. Each
+of the flags under "differences from benchmarks/ddp_minimal.py" switches one thing this loop does
+to the way the reference does it (``benchmarks/ddp_bisect.sh`` times them one at a time); the
+defaults keep this loop as it is.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import extsrc
 from extsrc.distributed import detect
+from extsrc.manifest import read_manifest
+from extsrc.sharding import num_batches_per_shard
 
 MANIFEST = "manifest.csv"
 NUM_CLASSES = 10
@@ -117,6 +124,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tag", default="", help="a name for this run in the --json line")
     p.add_argument("--watchdog", type=float, default=None,
                    help="dump every thread's stack and exit if the run takes longer (seconds)")
+    g = p.add_argument_group(
+        "differences from benchmarks/ddp_minimal.py",
+        "each switches one thing to the reference loop's way (default: this loop's way)")
+    g.add_argument("--synthetic-once", action="store_true",
+                   help="--synthetic: make the fixed batch once, before the timing (default: "
+                        "once per epoch, on the CPU, inside the timing after the first epoch)")
+    g.add_argument("--synthetic-float", action="store_true",
+                   help="--synthetic: the fixed batch is the model's input already (normalised "
+                        "float, channels-last, int64 labels): no uint8-to-float conversion, "
+                        "normalisation and label reshaping every step")
+    g.add_argument("--no-pad-mask", action="store_true",
+                   help="mean cross-entropy over the batch: no is_pad copy to the device and no "
+                        "masking every step")
+    g.add_argument("--loss-in-autocast", action="store_true",
+                   help="cross-entropy on the bf16 logits inside autocast (default: on "
+                        "logits.float(), after it)")
+    g.add_argument("--no-weight-decay", action="store_true",
+                   help="SGD with momentum only (default: weight_decay=1e-4 as well)")
+    g.add_argument("--no-loader", action="store_true",
+                   help="--synthetic: construct no extsrc.Loader (steps per epoch from the "
+                        "manifest's length and the world size, as the loader counts them)")
     return p.parse_args(argv)
 
 
@@ -137,6 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     if distributed:
         dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = info.rank, info.world_size
+    for name in ("synthetic_once", "synthetic_float", "no_loader"):
+        if getattr(args, name) and not args.synthetic:
+            raise SystemExit(f"--{name.replace('_', '-')} changes the --synthetic feed; add "
+                             "--synthetic")
 
     manifest = args.data / MANIFEST
     if rank == 0 and not manifest.exists():
@@ -151,15 +183,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.hw_decoder_load is not None:
         decode_kw["hw_decoder_load"] = (
             None if args.hw_decoder_load == "dali" else float(args.hw_decoder_load))
-    loader = extsrc.Loader(
-        manifest, batch_size=args.batch_size, resize=224, seed=0,
-        device=None if use_cuda else "cpu", num_workers=args.num_workers,
-        num_threads=args.num_threads, **decode_kw,
-    )
-    device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
+    loader = None
+    if args.no_loader:
+        labels = read_manifest(manifest).labels
+        batches_per_epoch = num_batches_per_shard(
+            len(labels), batch_size=args.batch_size, num_shards=world)
+        device = torch.device("cuda", info.local_rank) if use_cuda else torch.device("cpu")
+    else:
+        loader = extsrc.Loader(
+            manifest, batch_size=args.batch_size, resize=224, seed=0,
+            device=None if use_cuda else "cpu", num_workers=args.num_workers,
+            num_threads=args.num_threads, **decode_kw,
+        )
+        labels, batches_per_epoch = loader.manifest.labels, len(loader)
+        device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
     # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
     # assert on CUDA (seen on the GPU machine with a 1000-class manifest), not a clean error.
-    num_classes = max(NUM_CLASSES, int(loader.manifest.labels.max()) + 1)
+    num_classes = max(NUM_CLASSES, int(labels.max()) + 1)
     model, model_name = build_model(num_classes)
     model = model.to(device)
     if use_cuda:
@@ -168,23 +208,35 @@ def main(argv: list[str] | None = None) -> None:
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if use_cuda else None
         )
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9,
+                          weight_decay=0.0 if args.no_weight_decay else 1e-4)
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
     std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
 
-    steps_per_epoch = len(loader) if args.steps is None else min(args.steps, len(loader))
+    steps_per_epoch = batches_per_epoch if args.steps is None else min(args.steps,
+                                                                         batches_per_epoch)
     total_steps = args.epochs * steps_per_epoch
     warmup = min(args.warmup, total_steps // 2)  # time at least half of a short run
     if rank == 0:
-        print(f"{loader!r}; model {model_name}; {world} rank(s); {steps_per_epoch} steps/epoch, "
+        what = repr(loader) if loader is not None else "no loader"
+        print(f"{what}; model {model_name}; {world} rank(s); {steps_per_epoch} steps/epoch, "
               f"{warmup} warm-up", flush=True)
+
+    def to_input(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loader's HWC uint8 images and (N, 1) labels as the model's input and targets."""
+        # HWC uint8 -> NCHW float; the permuted NHWC tensor already has channels-last strides.
+        x = batch["image"].to(device, non_blocking=True).permute(0, 3, 1, 2).float()
+        x = (x - mean) / std
+        y = batch["label"].to(device, non_blocking=True).reshape(-1).long()
+        return x, y
 
     def sync() -> None:
         if use_cuda:
             torch.cuda.synchronize(device)
 
-    def synthetic_epoch():
-        """A loader-shaped batch made once on the device, yielded len(loader) times."""
+    def synthetic_batch() -> dict:
+        """A loader-shaped batch made on the device (with --synthetic-float, also the model's
+        input made from it, under "x" and "y")."""
         g = torch.Generator().manual_seed(rank)
         fixed = {
             "image": torch.randint(0, 256, (args.batch_size, 224, 224, 3), dtype=torch.uint8,
@@ -194,8 +246,27 @@ def main(argv: list[str] | None = None) -> None:
         }
         if use_cuda:  # as the loader hands it over
             fixed["is_pad"] = fixed["is_pad"].pin_memory()
-        for _ in range(len(loader)):
+        if args.synthetic_float:
+            fixed["x"], fixed["y"] = to_input(fixed)
+        return fixed
+
+    made_once = synthetic_batch() if args.synthetic and args.synthetic_once else None
+
+    def synthetic_epoch():
+        """One synthetic batch (made now unless --synthetic-once made it already), yielded as
+        many times as the loader has batches."""
+        fixed = made_once if made_once is not None else synthetic_batch()
+        for _ in range(batches_per_epoch):
             yield fixed
+
+    def loss_of(logits: torch.Tensor, y: torch.Tensor, batch: dict) -> torch.Tensor:
+        if args.no_pad_mask:
+            return F.cross_entropy(logits, y)
+        per_sample = F.cross_entropy(logits, y, reduction="none")
+        # is_pad is a page-locked CPU tensor: a non-blocking copy keeps the CPU queueing work
+        # ahead of the GPU (a blocking one waits for the GPU to go idle, every step).
+        keep = (~batch["is_pad"].to(device, non_blocking=True)).reshape(-1).float()
+        return (per_sample * keep).sum() / keep.sum().clamp(min=1.0)
 
     step, images, t0, loss = 0, 0, None, torch.zeros(())
     model.train()
@@ -208,17 +279,13 @@ def main(argv: list[str] | None = None) -> None:
                 if distributed:
                     dist.barrier()
                 t0 = time.perf_counter()
-            # HWC uint8 -> NCHW float; the permuted NHWC tensor already has channels-last strides.
-            x = batch["image"].to(device, non_blocking=True).permute(0, 3, 1, 2).float()
-            x = (x - mean) / std
-            y = batch["label"].to(device, non_blocking=True).reshape(-1).long()
-            # is_pad is a page-locked CPU tensor: a non-blocking copy keeps the CPU queueing work
-            # ahead of the GPU (a blocking one waits for the GPU to go idle, every step).
-            keep = (~batch["is_pad"].to(device, non_blocking=True)).reshape(-1).float()
+            x, y = (batch["x"], batch["y"]) if "x" in batch else to_input(batch)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_cuda):
                 logits = model(x)
-            per_sample = F.cross_entropy(logits.float(), y, reduction="none")
-            loss = (per_sample * keep).sum() / keep.sum().clamp(min=1.0)
+                if args.loss_in_autocast:
+                    loss = loss_of(logits, y, batch)
+            if not args.loss_in_autocast:
+                loss = loss_of(logits.float(), y, batch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -249,14 +316,20 @@ def main(argv: list[str] | None = None) -> None:
                 "tag": args.tag, "world_size": world, "device": "cuda" if use_cuda else "cpu",
                 "model": model_name, "batch_size": args.batch_size,
                 "feed": "synthetic" if args.synthetic else "extsrc",
-                "hw_decoder_load": loader.config.hw_decoder_load,
-                "dali_workers": loader.config.workers, "dali_threads": loader.config.threads,
+                "hw_decoder_load": None if loader is None else loader.config.hw_decoder_load,
+                "dali_workers": None if loader is None else loader.config.workers,
+                "dali_threads": None if loader is None else loader.config.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,
+                "minimal_flags": sorted(
+                    n for n in ("synthetic_once", "synthetic_float", "no_pad_mask",
+                                "loss_in_autocast", "no_weight_decay", "no_loader")
+                    if getattr(args, n)),
             }
             with open(args.json, "a") as f:
                 f.write(json.dumps(result) + "\n")
-    loader.close()
+    if loader is not None:
+        loader.close()
     if distributed:
         dist.destroy_process_group()
 

@@ -124,3 +124,9 @@ class StateMismatchError(ExtsrcError, ValueError):
     """``Loader.load_state_dict`` got a state saved under another configuration (batch size,
     shards, seed, manifest content, ops...), or a malformed state; the message lists what differs.
     """
+
+
+class MainGuardError(ExtsrcError, RuntimeError):
+    """A Loader is built by a script's top-level code while DALI starts its reader processes
+    with ``spawn``, which runs that code again in each of them: the script needs an
+    ``if __name__ == "__main__":`` guard (see :mod:`extsrc.mainguard`)."""

@@ -29,6 +29,7 @@ from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
@@ -138,6 +139,7 @@ class Loader:
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
         )
+        check_main_guard(self.config.workers, self.config.method)  # before any reader starts
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.on_error = on_error

@@ -14,25 +14,59 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_throughput import parse_variant  # noqa: E402
 
+MINIMAL_FLAGS = ["--synthetic-once", "--synthetic-float", "--no-pad-mask", "--loss-in-autocast",
+                 "--no-weight-decay", "--no-loader"]
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("synthetic", [False, True])
-def test_train_ddp_single_process_cpu(tmp_path, synthetic):
+@pytest.mark.parametrize("feed", ["extsrc", "synthetic", "synthetic+minimal flags"])
+def test_train_ddp_single_process_cpu(tmp_path, feed):
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--data", str(tmp_path / "d"),
            "--num-images", "40", "--batch-size", "8", "--epochs", "2", "--device-mode", "cpu",
            "--json", str(out), "--tag", "t", "--hw-decoder-load", "dali"]
-    if synthetic:
+    if feed != "extsrc":
         cmd.append("--synthetic")
+    if feed == "synthetic+minimal flags":
+        cmd += MINIMAL_FLAGS
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "total:" in proc.stdout
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["tag"] == "t" and row["world_size"] == 1
-    assert row["feed"] == ("synthetic" if synthetic else "extsrc")
-    assert row["hw_decoder_load"] is None  # "dali": DALI's own split, passed through
-    # 40 images / batch 8 = 5 steps an epoch, 2 epochs, min(5, 10 // 2) warm-up steps
+    assert row["feed"] == ("extsrc" if feed == "extsrc" else "synthetic")
+    # 40 images / batch 8 = 5 steps an epoch, 2 epochs, min(5, 10 // 2) warm-up steps (with
+    # --no-loader too: the steps are counted from the manifest as the loader counts them)
     assert row["timed_steps"] == 5 and row["total_images_per_s"] > 0
+    if feed == "synthetic+minimal flags":
+        assert row["minimal_flags"] == sorted(f[2:].replace("-", "_") for f in MINIMAL_FLAGS)
+        assert row["dali_workers"] is None  # no Loader was built
+    else:
+        assert row["minimal_flags"] == []
+        assert row["hw_decoder_load"] is None  # "dali": DALI's own split, passed through
+
+
+def test_train_ddp_refuses_a_synthetic_flag_without_synthetic(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--data", str(tmp_path / "d"),
+         "--synthetic-once"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "--synthetic-once changes the --synthetic feed; add --synthetic" in proc.stderr
+
+
+@pytest.mark.slow
+def test_ddp_minimal_two_ranks_cpu(tmp_path):
+    out = tmp_path / "r.jsonl"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(ROOT / "benchmarks" / "ddp_minimal.py"), "--arch", "tiny", "--batch-size", "4",
+           "--image-size", "32", "--num-classes", "10", "--steps", "3", "--warmup", "2",
+           "--device-mode", "cpu", "--json", str(out), "--tag", "m"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["tag"] == "m" and row["world_size"] == 2 and row["feed"] == "minimal"
+    assert row["timed_steps"] == 3 and row["warmup_steps"] == 2
+    assert len(row["per_rank_images_per_s"]) == 2 and row["total_images_per_s"] > 0
 
 
 def test_parse_variant():
