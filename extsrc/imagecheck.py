@@ -7,9 +7,10 @@ unusable. So every check that can name a bad file runs before DALI sees it:
   :class:`~extsrc.source.ShardedSource` on every sample it reads: magic bytes, a format DALI
   decodes, the pixel count the header declares (a decompression-bomb guard), and the end-of-image
   structure (JPEG ``EOI`` after the first scan, PNG ``IEND``) that truncated files lack.
-* :func:`check_file` adds the file-system checks (missing, directory, unreadable, empty, outside
-  the root) and, with ``decode=True``, a full decode with Pillow, which also finds files corrupt in
-  the middle. :func:`extsrc.validate` runs it over a whole manifest.
+* :func:`check_file` adds the file-system checks of :mod:`extsrc.fileread` (missing, directory,
+  not a regular file, larger than ``max_file_bytes``, unreadable, empty, outside the root) and,
+  with ``decode=True``, a full decode (see :func:`decode_check` for what that finds).
+  :func:`extsrc.validate` runs it over a whole manifest.
 
 A problem is a :class:`Finding`: a reason code (one of :data:`REASONS`) and a message that says
 what is wrong and how to fix it. Nothing here unpickles anything; files are only read as bytes and
@@ -19,10 +20,16 @@ parsed as images.
 from __future__ import annotations
 
 import io
-import os
-import stat
 import warnings
 from dataclasses import dataclass
+
+from extsrc.fileread import (
+    DEFAULT_MAX_FILE_BYTES,
+    FILE_REASONS,
+    FileReadProblem,
+    inside,
+    open_regular,
+)
 
 __all__ = [
     "DALI_FORMATS",
@@ -40,18 +47,14 @@ __all__ = [
 #: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13,377 x 13,377.
 DEFAULT_MAX_PIXELS = 178_956_970
 
-#: Reason codes and what they mean.
+#: Reason codes and what they mean (the file-system ones come from :mod:`extsrc.fileread`).
 REASONS: dict[str, str] = {
-    "missing": "the file does not exist",
-    "is_directory": "the path is a directory, not a file",
-    "unreadable": "the file cannot be read (permissions, not a regular file, I/O error)",
-    "empty": "the file has 0 bytes",
+    **{reason: meaning for reason, (meaning, _) in FILE_REASONS.items()},
     "not_an_image": "the file is not an image (no known image signature)",
     "unsupported_format": "an image format that DALI's decoder does not read",
     "too_large": "the header declares more pixels than max_pixels (decompression-bomb guard)",
     "truncated": "the file ends before the image data does",
     "corrupt": "the image data is damaged",
-    "outside_root": "the path resolves outside the manifest's root folder",
 }
 
 #: Formats DALI's image decoder reads (``fn.decoders.image``).
@@ -60,19 +63,12 @@ DALI_FORMATS = frozenset({"jpeg", "png", "bmp", "tiff", "webp", "jpeg2000", "pnm
 _HEAD = 65536
 _TAIL = 65536
 _FIX = {
-    "missing": "fix the path (or the root= it resolves against) or drop the line",
-    "is_directory": "list image files, not folders",
-    "unreadable": "fix the file's permissions or drop the line",
-    "empty": "re-export the image or drop the line",
+    **{reason: fix for reason, (_, fix) in FILE_REASONS.items()},
     "not_an_image": "replace it with the real image or drop the line",
     "unsupported_format": "convert it to JPEG or PNG, or drop the line",
     "too_large": "downscale the image, drop the line, or raise max_pixels if it is genuine",
     "truncated": "re-download or re-export the image, or drop the line",
     "corrupt": "re-download or re-export the image, or drop the line",
-    "outside_root": (
-        "move the file under the root, or pass allow_outside_root=True to read_manifest if "
-        "this is intended"
-    ),
 }
 
 
@@ -277,51 +273,30 @@ def decode_check(data: bytes) -> Finding | None:
     return None
 
 
-def inside(real: str, root_real: str) -> bool:
-    """Whether the resolved path ``real`` lies inside the resolved folder ``root_real``."""
-    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
-
-
-def _real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
-    try:  # Linux: where the open descriptor really points, in one syscall, without races
-        return os.readlink(f"/proc/self/fd/{f.fileno()}")
-    except OSError:
-        return os.path.realpath(path)
-
-
 def check_file(
     path: str,
     *,
     decode: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     root_real: str | None = None,
+    max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
 ) -> Finding | None:
     """Every check of one file: file system, header, structure and (``decode``) a full decode.
 
-    ``root_real``: the resolved root folder the file must stay inside (symlinks followed), or
-    ``None``. Returns ``None`` for a good file.
+    The file is opened with :func:`extsrc.fileread.open_regular`, as the loader opens it: only a
+    regular file of at most ``max_file_bytes`` bytes is read. ``root_real``: the resolved root
+    folder the file must stay inside (symlinks followed), or ``None``. Returns ``None`` for a
+    good file.
     """
     try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return Finding("missing", "file not found")
-    except OSError as e:
-        return Finding("unreadable", f"cannot stat the file: {e.strerror or e}")
-    if stat.S_ISDIR(st.st_mode):
-        return Finding("is_directory", "is a directory, expected an image file")
-    if not stat.S_ISREG(st.st_mode):
-        return Finding("unreadable", "not a regular file (a device, FIFO or socket)")
-    if st.st_size == 0:
+        f, size = open_regular(path, max_bytes=max_file_bytes, root_real=root_real)
+    except FileReadProblem as e:
+        return Finding(e.reason, e.message)
+    if size == 0:
+        f.close()
         return Finding("empty", "the file is empty (0 bytes)")
     try:
-        with open(path, "rb", buffering=0) as f:
-            if root_real is not None:
-                real = _real_path(f, path)
-                if not inside(real, root_real):
-                    return Finding(
-                        "outside_root", f"resolves to {real}, outside the root {root_real}"
-                    )
-            size = os.fstat(f.fileno()).st_size
+        with f:
             if decode or size <= _HEAD + _TAIL:
                 data = f.read()
                 head = tail = data

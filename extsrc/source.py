@@ -13,8 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.errors import BadImageError, PathOutsideRootError, SampleReadError
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, inside
+from extsrc.errors import BadImageError, SampleReadError
+from extsrc.fileread import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileReadProblem,
+    check_max_file_bytes,
+    read_regular,
+    sample_read_error,
+)
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes
 from extsrc.manifest import Manifest
 from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
 
@@ -72,6 +79,7 @@ class ShardedSource:
         start_batch: int = 0,
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         check_images: bool = True,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         origin: tuple[Manifest, np.ndarray] | None = None,
     ) -> None:
         if not isinstance(manifest, Manifest):
@@ -106,6 +114,7 @@ class ShardedSource:
         self.start_batch = start_batch
         self.max_pixels = max_pixels
         self.check_images = check_images
+        self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         # origin: (original manifest, original index of each sample of `manifest`), when
         # `manifest` is a subset (on_error="skip"). info then carries original indices, so random
         # ops draw from the original sample's generator and batch["index"] needs no remapping.
@@ -159,25 +168,9 @@ class ShardedSource:
         path = self.manifest.paths[index]
         where = f"{self.manifest.source} line {self.manifest.lines[index]}"
         try:
-            with open(path, "rb") as f:
-                if self._root_real is not None:
-                    self._check_root(f, path, where)
-                data = f.read()
-        except FileNotFoundError:
-            raise SampleReadError(
-                f"{where}: file not found: {path}; fix the path (or root=) or drop the line."
-                f"{UP_FRONT_HINT}"
-            ) from None
-        except IsADirectoryError:
-            raise SampleReadError(
-                f"{where}: {path} is a directory, expected an image file; list image files, not "
-                f"folders.{UP_FRONT_HINT}"
-            ) from None
-        except OSError as e:
-            raise SampleReadError(
-                f"{where}: cannot read {path}: {e.strerror or e}; fix its permissions or drop "
-                f"the line.{UP_FRONT_HINT}"
-            ) from None
+            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+        except FileReadProblem as e:
+            raise sample_read_error(e, where, path, UP_FRONT_HINT) from None
         if not data:
             raise SampleReadError(
                 f"{where}: {path} is empty (0 bytes); re-export the image or drop the line."
@@ -193,19 +186,6 @@ class ShardedSource:
                 err.reason = finding.reason
                 raise err
         return np.frombuffer(data, dtype=np.uint8)
-
-    def _check_root(self, f: Any, path: str, where: str) -> None:
-        try:  # Linux: where the open descriptor really points (symlinks resolved), no races
-            real = os.readlink(f"/proc/self/fd/{f.fileno()}")
-        except OSError:
-            real = os.path.realpath(path)
-        assert self._root_real is not None
-        if not inside(real, self._root_real):
-            raise PathOutsideRootError(
-                f"{where}: {path} resolves to {real}, outside the root {self.manifest.root}; "
-                "fix the path or symlink, or pass allow_outside_root=True to read_manifest if "
-                "this is intended"
-            )
 
     def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
         epoch, b = self.position(int(info.iteration), int(info.epoch_idx))

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from extsrc.errors import ManifestError
+from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 
@@ -172,12 +173,14 @@ class ValidationReport:
 
 
 def _check_chunk(
-    start: int, paths: list[str], decode: bool, max_pixels: int | None, root_real: str | None
+    start: int, paths: list[str], decode: bool, max_pixels: int | None, root_real: str | None,
+    max_file_bytes: int | None,
 ) -> tuple[int, list[tuple[int, str, str]]]:
     """Run on a worker: the problems of ``paths`` as ``(offset, reason, message)``."""
     found = []
     for k, p in enumerate(paths):
-        f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real)
+        f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
+                       max_file_bytes=max_file_bytes)
         if f is not None:
             found.append((k, f.reason, f"{f.message}; {f.fix}"))
     return start, found
@@ -191,6 +194,7 @@ def validate(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     progress: bool = True,
     chunk_size: int | None = None,
+    max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
 ) -> ValidationReport:
     """Check every file of ``manifest`` and report the bad ones with their lines and reasons.
 
@@ -205,9 +209,12 @@ def validate(
         progress: show a tqdm progress bar (on stderr).
         chunk_size: files per joblib task; default: enough for ~8 tasks per worker, at most
             4096 (256 with ``decode``) so the progress bar moves.
+        max_file_bytes: largest file read (default 256 MiB, as the loader's); a larger one is
+            reported as ``file_too_large`` without being read. ``None``: no limit.
 
     Returns a :class:`ValidationReport`; nothing is raised for bad files.
     """
+    max_file_bytes = check_max_file_bytes(max_file_bytes)
     if not isinstance(manifest, Manifest):
         manifest = read_manifest(manifest)
     t0 = time.perf_counter()
@@ -229,11 +236,13 @@ def validate(
               smoothing=0.1) as bar:
         bar.update(len(lexical_out))
         tasks = (
-            delayed(_check_chunk)(s, paths[s:s + size], decode, max_pixels, root_real)
+            delayed(_check_chunk)(s, paths[s:s + size], decode, max_pixels, root_real,
+                                   max_file_bytes)
             for s in starts
         )
         if workers == 1 or len(starts) <= 1:
-            results = (_check_chunk(s, paths[s:s + size], decode, max_pixels, root_real)
+            results = (_check_chunk(s, paths[s:s + size], decode, max_pixels, root_real,
+                                    max_file_bytes)
                        for s in starts)
         else:
             results = Parallel(n_jobs=workers, return_as="generator")(tasks)
