@@ -116,11 +116,38 @@ def sniff_format(head: bytes) -> str | None:
     return None
 
 
+# Signatures of common non-image files, named so that a message can say what a file seems to be
+# without echoing any of its content (a manifest may name /etc/passwd or a private key).
+_OTHER_FORMATS: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (or an Office document)"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"BZh", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"\x7fELF", "an executable (ELF)"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x80", "a Python pickle or other binary data"),
+)
+
+
 def _describe_start(head: bytes) -> str:
-    text = head[:16]
-    if text and all(32 <= c < 127 or c in (9, 10, 13) for c in text):
-        return f"starts with text {text.decode('ascii')!r}"
-    return f"starts with bytes {text[:8].hex(' ')}"
+    """A guess at what a non-image file is, never any of its bytes."""
+    for magic, name in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"it looks like {name}"
+    text = head[:512].lstrip()
+    if text[:1] == b"<":
+        return "it looks like HTML or XML text (an error page saved as an image?)"
+    if text[:1] in (b"{", b"["):
+        return "it looks like JSON text"
+    try:
+        decoded = head[:512].decode("utf-8")
+    except UnicodeDecodeError as e:
+        decoded = head[: e.start].decode("utf-8") if e.start > len(head[:512]) - 4 else None
+    if decoded is not None and all(c.isprintable() or c in "\t\r\n" for c in decoded):
+        return "it looks like text"
+    return "unrecognised binary data"
 
 
 # SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) share the range but do not.
@@ -198,7 +225,9 @@ def _check(head: bytes, tail: bytes, size: int, max_pixels: int | None) -> Findi
     whole = len(head) >= size
     fmt = sniff_format(head)
     if fmt is None:
-        return Finding("not_an_image", f"not an image file: {_describe_start(head)}")
+        return Finding(
+            "not_an_image", f"not an image file (no known image signature; {_describe_start(head)})"
+        )
     if fmt not in DALI_FORMATS:
         return Finding(
             "unsupported_format",

@@ -8,8 +8,9 @@ Each file gets the checks of :func:`extsrc.imagecheck.check_file`: missing, a di
 unreadable, empty, not an image, a format DALI cannot decode, a header declaring more than
 ``max_pixels`` pixels, truncated (JPEG without its end marker, PNG without ``IEND``), outside the
 manifest's root, and with ``decode=True`` a full decode with Pillow that also finds files corrupt
-in the middle. Work is spread over processes with joblib in chunks of files (one task per file
-would cost more than the checks), with a progress bar.
+in the middle. Work is spread over worker processes (loky, joblib's executor) in chunks of files
+(one task per file would cost more than the checks), with a progress bar; the workers end before
+:func:`validate` returns.
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ import os
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from extsrc.argcheck import check_bool, check_int
 from extsrc.errors import ManifestError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.textsafe import shown
 
 __all__ = ["Problem", "ValidationReport", "validate"]
 
@@ -47,7 +51,11 @@ class Problem:
     source: str
 
     def __str__(self) -> str:
-        return f"{self.source} line {self.line}: {self.path}: {self.message} [{self.reason}]"
+        # Escaped: a file name may carry terminal control sequences.
+        return (
+            f"{shown(self.source)} line {self.line}: {shown(self.path)}: {self.message} "
+            f"[{self.reason}]"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +99,8 @@ class ValidationReport:
         m = self.manifest
         if len(self.ok_indices) == 0:
             raise ManifestError(
-                f"{m.source}: every one of the {len(m)} samples is bad ({self.counts}); nothing "
+                f"{shown(m.source)}: every one of the {len(m)} samples is bad ({self.counts}); "
+                "nothing "
                 "is left to train on. Check the paths and root= first"
             )
         if not self.problems:
@@ -123,8 +132,8 @@ class ValidationReport:
             as_names = len(np.unique(labels)) == len(m.classes)
             if not as_names:
                 warnings.warn(
-                    f"{out}: some classes have no good sample left, so labels are written as "
-                    "integer indices (class names would renumber them on reading)",
+                    f"{shown(out)}: some classes have no good sample left, so labels are written "
+                    "as integer indices (class names would renumber them on reading)",
                     stacklevel=2,
                 )
         rows = labels.reshape(len(m), -1).tolist()
@@ -144,7 +153,7 @@ class ValidationReport:
         """A human-readable report: counts per reason, then the first ``max_problems`` problems."""
         m = self.manifest
         head = (
-            f"extsrc.validate: {m.source}: {self.num_checked} file(s) checked "
+            f"extsrc.validate: {shown(m.source)}: {self.num_checked} file(s) checked "
             f"(decode={self.decode}) in {self.seconds:.1f} s ({self.rate:,.0f} files/s): "
             f"{len(self.ok_indices)} ok, {self.num_bad} bad"
         )
@@ -186,6 +195,36 @@ def _check_chunk(
     return start, found
 
 
+def _run_chunks(
+    paths: list[str], starts: range, size: int, args: tuple, workers: int
+) -> Iterator[tuple[int, list[tuple[int, str, str]]]]:
+    """``_check_chunk`` over every chunk, in this process or in ``workers`` processes.
+
+    The worker processes belong to this call: they are shut down (and joined) before it
+    returns, also on an error or Ctrl-C, so no idle pool lingers after :func:`validate`
+    (joblib's shared pool would keep them for 300 s). loky's executor, as joblib's, starts
+    fresh interpreters that neither fork DALI's or CUDA's threads nor re-import ``__main__``.
+    """
+    if workers == 1 or len(starts) <= 1:
+        for s in starts:
+            yield _check_chunk(s, paths[s:s + size], *args)
+        return
+    from concurrent.futures import as_completed
+
+    from joblib.externals.loky import ProcessPoolExecutor
+
+    executor = ProcessPoolExecutor(max_workers=min(workers, len(starts)))
+    finished = False
+    try:
+        futures = [executor.submit(_check_chunk, s, paths[s:s + size], *args) for s in starts]
+        for future in as_completed(futures):
+            yield future.result()
+        finished = True
+    finally:
+        # Also reached when the caller stops early (GeneratorExit): kill rather than wait then.
+        executor.shutdown(wait=True, kill_workers=not finished)
+
+
 def validate(
     manifest: Manifest | str | os.PathLike[str],
     *,
@@ -203,18 +242,35 @@ def validate(
             :func:`~extsrc.manifest.read_manifest` defaults).
         decode: also decode every image fully (finds files corrupt in the middle; much slower
             than the header checks, which read only the first and last 64 KiB of large files).
-        n_jobs: worker processes (joblib convention: ``-1`` all cores, ``1`` in this process).
+        n_jobs: worker processes (joblib convention: ``-1`` all cores, ``-2`` all but one, ``1``
+            in this process); they end before ``validate`` returns.
         max_pixels: largest pixel count a header may declare (decompression-bomb guard);
             ``None``: no limit. The loader uses the same default.
         progress: show a tqdm progress bar (on stderr).
-        chunk_size: files per joblib task; default: enough for ~8 tasks per worker, at most
+        chunk_size: files per task; default: enough for ~8 tasks per worker, at most
             4096 (256 with ``decode``) so the progress bar moves.
         max_file_bytes: largest file read (default 256 MiB, as the loader's); a larger one is
             reported as ``file_too_large`` without being read. ``None``: no limit.
 
     Returns a :class:`ValidationReport`; nothing is raised for bad files.
     """
-    max_file_bytes = check_max_file_bytes(max_file_bytes)
+    if not isinstance(manifest, (Manifest, str, bytes, os.PathLike)):
+        raise TypeError(
+            "validate: manifest must be an extsrc.Manifest or a manifest file path, got "
+            f"{type(manifest).__name__}"
+        )
+    decode = check_bool(decode, "validate: decode")
+    progress = check_bool(progress, "validate: progress")
+    cpus = os.cpu_count() or 1
+    n_jobs = check_int(n_jobs, "validate: n_jobs", minimum=-cpus, maximum=max(64, 8 * cpus),
+                       what=f"worker processes; -1: all {cpus} cores, -2: all but one")
+    if n_jobs == 0:
+        raise ValueError("validate: n_jobs must not be 0; pass 1 to check in this process or -1 "
+                         "for one worker per core")
+    max_pixels = check_int(max_pixels, "validate: max_pixels", minimum=1, allow_none=True)
+    chunk_size = check_int(chunk_size, "validate: chunk_size", minimum=1, allow_none=True,
+                           what="files per task")
+    max_file_bytes = check_max_file_bytes(max_file_bytes, "validate: max_file_bytes")
     if not isinstance(manifest, Manifest):
         manifest = read_manifest(manifest)
     t0 = time.perf_counter()
@@ -224,34 +280,24 @@ def validate(
     todo = [i for i in range(n) if i not in lexical_out] if lexical_out else range(n)
     paths = [manifest.paths[i] for i in todo]
 
-    from joblib import Parallel, delayed, effective_n_jobs
+    from joblib import effective_n_jobs
     from tqdm.auto import tqdm
 
     workers = effective_n_jobs(n_jobs)
     cap = 256 if decode else 4096
     size = chunk_size or max(16, min(cap, math.ceil(len(paths) / (workers * 8)) or 1))
     starts = range(0, len(paths), size)
+    args = (decode, max_pixels, root_real, max_file_bytes)
     found: dict[int, tuple[str, str]] = {}
     with tqdm(total=n, unit="file", desc="extsrc.validate", disable=not progress,
               smoothing=0.1) as bar:
         bar.update(len(lexical_out))
-        tasks = (
-            delayed(_check_chunk)(s, paths[s:s + size], decode, max_pixels, root_real,
-                                   max_file_bytes)
-            for s in starts
-        )
-        if workers == 1 or len(starts) <= 1:
-            results = (_check_chunk(s, paths[s:s + size], decode, max_pixels, root_real,
-                                    max_file_bytes)
-                       for s in starts)
-        else:
-            results = Parallel(n_jobs=workers, return_as="generator")(tasks)
-        for s, chunk_found in results:
+        for s, chunk_found in _run_chunks(paths, starts, size, args, workers):
             for k, reason, message in chunk_found:
                 found[todo[s + k]] = (reason, message)
             bar.update(min(size, len(paths) - s))
     for i in lexical_out:
-        f = Finding("outside_root", f"outside the root {manifest.root}")
+        f = Finding("outside_root", f"outside the root {shown(manifest.root)}")
         found[i] = (f.reason, f"{f.message}; {f.fix}")  # as _check_chunk words its findings
     problems = tuple(
         Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r, message=msg,
