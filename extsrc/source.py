@@ -23,6 +23,7 @@ from extsrc.fileread import (
 )
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes
 from extsrc.manifest import Manifest
+from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource"]
@@ -132,6 +133,7 @@ class ShardedSource:
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
+        self._owner_pid = os.getpid()
 
     def __len__(self) -> int:
         return self._num_batches
@@ -188,6 +190,7 @@ class ShardedSource:
         return np.frombuffer(data, dtype=np.uint8)
 
     def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
+        exit_with_parent(self._owner_pid)  # in a DALI worker: exit when the main process dies
         epoch, b = self.position(int(info.iteration), int(info.epoch_idx))
         if b >= self._num_batches:
             raise StopIteration
