@@ -280,8 +280,63 @@ def check_bytes(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> 
     return _check(data, data, len(data), max_pixels)
 
 
+# libjpeg's warnings (it prints them and carries on, so Pillow and DALI return an image) that mean
+# the compressed data is damaged. Others ("Unknown Adobe color transform", "unknown JFIF
+# revision", "bad ICC marker") leave the pixels intact and are not findings.
+_LIBJPEG_TRUNCATED = ("Premature end of JPEG file",)
+_LIBJPEG_CORRUPT = (
+    "Corrupt JPEG data",  # bad Huffman/arithmetic code, premature end, extraneous bytes, ...
+    "Inconsistent progression sequence",
+    "Invalid SOS parameters",
+)
+_LIBJPEG_HARMLESS = ("Corrupt JPEG data: bad ICC marker",)
+_UNDECIDED = object()
+
+
+def _libjpeg_check(data: bytes) -> object:
+    """Decode a JPEG with libjpeg-turbo (``simplejpeg``) treating its corrupt-data warnings as
+    errors: a :class:`Finding`, ``None`` (clean), or ``_UNDECIDED`` (let Pillow decide: an error
+    that is not about damaged data, or ``simplejpeg`` missing)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return _UNDECIDED
+    try:
+        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+        target = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}.get(colorspace, "RGB")
+        simplejpeg.decode_jpeg(data, colorspace=target, strict=True)
+    except ValueError as e:
+        text = str(e).strip()
+        if text.startswith(_LIBJPEG_TRUNCATED):
+            return Finding("truncated", f"the JPEG data ends early (libjpeg: {text})")
+        if text.startswith(_LIBJPEG_CORRUPT) and not text.startswith(_LIBJPEG_HARMLESS):
+            return Finding(
+                "corrupt", f"the JPEG's compressed data is damaged (libjpeg: {text})"
+            )
+        return _UNDECIDED
+    return None
+
+
 def decode_check(data: bytes) -> Finding | None:
-    """Fully decode ``data`` with Pillow; a failure is ``truncated`` or ``corrupt``."""
+    """Fully decode ``data``; a failure is ``truncated`` or ``corrupt``.
+
+    JPEGs are decoded by libjpeg-turbo (the ``simplejpeg`` package) with its warnings taken as
+    errors, because libjpeg *warns* about damaged compressed data ("Corrupt JPEG data: ...") and
+    returns an image anyway, as Pillow and DALI do: random or zeroed entropy-coded data decodes
+    to noise or grey without any error. It finds damaged Huffman/arithmetic codes, data that
+    ends before the last block (``premature end of data segment``), data that decodes in fewer
+    bytes than the scan holds (``N extraneous bytes before marker``; a few encoders also write
+    such bytes into otherwise whole images, and those are reported too), wrong restart markers
+    and inconsistent progressive scans. It cannot find damage that still decodes consistently
+    (replaced bytes that happen to form valid codes of the right total length: an image whose
+    pixels are wrong but whose data is well-formed), nor damage in metadata it ignores (EXIF,
+    ICC). Other formats, and JPEGs libjpeg-turbo does not read, are decoded with Pillow, which
+    finds only what makes its decoder fail.
+    """
+    if sniff_format(data[:16]) == "jpeg":
+        verdict = _libjpeg_check(data)
+        if verdict is not _UNDECIDED:
+            return verdict  # type: ignore[return-value]
     from PIL import Image
 
     try:

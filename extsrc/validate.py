@@ -4,13 +4,13 @@
 >>> print(report.summary())                          # doctest: +SKIP
 >>> report.write_clean("train.clean.csv")            # doctest: +SKIP
 
-Each file gets the checks of :func:`extsrc.imagecheck.check_file`: missing, a directory,
-unreadable, empty, not an image, a format DALI cannot decode, a header declaring more than
-``max_pixels`` pixels, truncated (JPEG without its end marker, PNG without ``IEND``), outside the
-manifest's root, and with ``decode=True`` a full decode with Pillow that also finds files corrupt
-in the middle. Work is spread over worker processes (loky, joblib's executor) in chunks of files
-(one task per file would cost more than the checks), with a progress bar; the workers end before
-:func:`validate` returns.
+Each file gets the checks of :func:`extsrc.imagecheck.check_file`: missing, a directory, not a
+regular file, larger than ``max_file_bytes``, unreadable, empty, not an image, a format DALI
+cannot decode, a header declaring more than ``max_pixels`` pixels, truncated (JPEG without its end
+marker, PNG without ``IEND``), outside the manifest's root, and with ``decode=True`` a full decode
+(what it finds and what it cannot: :func:`validate`). Work is spread over worker processes (loky,
+joblib's executor) in chunks of files (one task per file would cost more than the checks), with a
+progress bar; the workers end before :func:`validate` returns.
 """
 
 from __future__ import annotations
@@ -240,8 +240,8 @@ def validate(
     Args:
         manifest: a :class:`~extsrc.manifest.Manifest` or a manifest file path (read with
             :func:`~extsrc.manifest.read_manifest` defaults).
-        decode: also decode every image fully (finds files corrupt in the middle; much slower
-            than the header checks, which read only the first and last 64 KiB of large files).
+        decode: also decode every image fully (much slower than the header checks, which read
+            only the first and last 64 KiB of large files). See "What is found" below.
         n_jobs: worker processes (joblib convention: ``-1`` all cores, ``-2`` all but one, ``1``
             in this process); they end before ``validate`` returns.
         max_pixels: largest pixel count a header may declare (decompression-bomb guard);
@@ -251,6 +251,35 @@ def validate(
             4096 (256 with ``decode``) so the progress bar moves.
         max_file_bytes: largest file read (default 256 MiB, as the loader's); a larger one is
             reported as ``file_too_large`` without being read. ``None``: no limit.
+
+    What is found:
+        Always (no decoding): a missing path, a directory, a FIFO/device/socket (never opened
+        for reading), a path the OS cannot open, a file larger than ``max_file_bytes``, an
+        unreadable or empty file, a file outside the manifest's root (symlinks followed), a
+        file that is not an image or is in a format DALI does not decode, a header declaring
+        more than ``max_pixels`` pixels, a broken JPEG marker structure or PNG header, and a
+        JPEG without its end marker after the image data or a PNG without ``IEND``
+        (truncated).
+
+        With ``decode=True``, in addition: JPEGs are decoded by libjpeg-turbo with its
+        corrupt-data warnings taken as errors, so damage that Pillow and DALI decode into noise
+        without a word is found: random or zeroed entropy-coded data, bad Huffman or arithmetic
+        codes, data ending before the last block ("premature end of data segment") or
+        decoding in fewer bytes than the scan holds ("extraneous bytes before marker"; a few
+        encoders also leave such bytes in whole images, reported all the same, with libjpeg's
+        words), wrong restart markers, inconsistent progressive scans. Other formats are
+        decoded by Pillow, which finds what makes its decoder fail (damaged PNG/zlib data, CRC
+        errors, short data).
+
+        Never found: damage that still decodes as well-formed data (bytes replaced by others
+        that happen to form valid codes of the right length: wrong pixels, valid stream);
+        damage in metadata the decoders skip (EXIF, ICC profiles, trailing bytes after the end
+        marker); a valid image with the wrong content or label; files that change after the
+        check. A file DALI rejects although Pillow and libjpeg-turbo decode it is found only
+        when the loader meets it.
+
+    Cost: libjpeg-turbo's strict decode costs about what Pillow's decode does (0.05 ms for a
+    101x99 JPEG, 5.6 ms for a 1000x990 one, against Pillow's 0.19 and 6.5 ms, one core).
 
     Returns a :class:`ValidationReport`; nothing is raised for bad files.
     """

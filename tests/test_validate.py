@@ -437,3 +437,73 @@ def test_report_escapes_control_characters_in_names(tmp_path):
     text = validate(m, n_jobs=1, progress=False).summary()
     assert "\x1b" not in text and "\u202e" not in text
     assert "x\\x1b[2J\\x1b[31m\\u202e.jpg" in text
+
+
+# -- damaged JPEG data that decoders turn into noise (case 4) -------------------------------------
+
+
+def _scan_bounds(data: bytes) -> tuple[int, int]:
+    """(first byte of the entropy-coded data after the first SOS header, offset of EOI)."""
+    i = 2
+    while data[i + 1] != 0xDA:
+        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return i + 2 + int.from_bytes(data[i + 2:i + 4], "big"), data.rfind(b"\xff\xd9")
+
+
+def damaged_jpeg(how: str, seed: int = 0, progressive: bool = False) -> bytes:
+    """A real JPEG whose entropy-coded data is replaced: every marker, the size and EOI stay
+    intact, so only a decoder can tell. Random bytes avoid 0xFF (which would form markers):
+    the data looks like a valid stream, as a disk or transfer error would leave it."""
+    data = bytearray(encode(pattern_image(seed, 101, 99), "JPEG", quality=90,
+                            progressive=progressive))
+    start, end = _scan_bounds(bytes(data))
+    if how == "zeroed":
+        data[start:end] = bytes(end - start)
+    elif how == "random":
+        rng = np.random.default_rng(seed)
+        data[start:end] = rng.integers(0, 255, end - start, dtype=np.uint8).tobytes()
+    elif how == "zeroed_half":
+        mid = (start + end) // 2
+        data[mid:end] = bytes(end - mid)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+@pytest.mark.parametrize("how", ["zeroed", "random", "zeroed_half"])
+def test_damaged_entropy_coded_jpeg_is_found_by_decode(tmp_path, how, progressive):
+    """Case 4: Pillow (and DALI) decode these without an error; libjpeg warns and validate
+    reports them, with libjpeg's words."""
+    bad = damaged_jpeg(how, progressive=progressive)
+    Image.open(io.BytesIO(bad)).load()  # the premise: Pillow returns an image, no error
+    assert check_bytes(bad) is None  # and the header checks pass
+    paths = []
+    for k in range(3):
+        p = tmp_path / f"{k}.jpg"
+        p.write_bytes(bad if k == 1 else encode(pattern_image(k, 101, 99), "JPEG", quality=90,
+                                                 progressive=progressive))
+        paths.append(p)
+    m = Manifest.from_lists(paths, [0, 1, 2])
+    report = validate(m, n_jobs=1, progress=False)
+    assert [(p.line, p.reason) for p in report.problems] == [(2, "corrupt")]
+    assert re.search(r"compressed data is damaged \(libjpeg: Corrupt JPEG data: ",
+                     report.problems[0].message)
+    assert validate(m, n_jobs=1, progress=False, decode=False).ok  # only a decoder sees it
+
+
+def test_strict_decode_accepts_every_good_jpeg_kind(tmp_path):
+    """No false alarms: grey, CMYK, 4:4:4, progressive, restart markers, bytes after EOI."""
+    img = pattern_image(3, 37, 53)
+    kinds = {
+        "gray": encode(img[..., 0], "JPEG"),
+        "cmyk": encode(Image.fromarray(img).convert("CMYK"), "JPEG"),
+        "444": encode(img, "JPEG", subsampling=0, quality=95),
+        "progressive": encode(img, "JPEG", progressive=True),
+        "restart": encode(img, "JPEG", restart_marker_blocks=1),
+        "trailing": encode(img, "JPEG") + b"\x00trailing bytes after EOI",
+        "exif": encode(img, "JPEG", exif=Image.Exif()),
+    }
+    for name, data in kinds.items():
+        (tmp_path / f"{name}.jpg").write_bytes(data)
+    m = Manifest.from_lists([tmp_path / f"{n}.jpg" for n in kinds], list(range(len(kinds))))
+    report = validate(m, n_jobs=1, progress=False)
+    assert report.ok, report.summary()
