@@ -25,6 +25,7 @@ from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes
 from extsrc.manifest import Manifest
 from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, _check_args, num_batches_per_shard, shard_plan
+from extsrc.textsafe import shown
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource"]
 
@@ -62,7 +63,9 @@ class ShardedSource:
     header declares more than ``max_pixels`` pixels (``None``: no limit) raises
     :class:`~extsrc.errors.BadImageError` naming its manifest line; ``check_images=False`` turns
     this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
-    out) raises :class:`~extsrc.errors.PathOutsideRootError`.
+    out) raises :class:`~extsrc.errors.PathOutsideRootError`. Files are opened by
+    :func:`extsrc.fileread.read_regular`: anything but a regular file, or a file over
+    ``max_file_bytes`` (``None``: no limit), is refused before it is read.
     """
 
 
@@ -168,21 +171,21 @@ class ShardedSource:
     def read(self, index: int) -> np.ndarray:
         """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
         path = self.manifest.paths[index]
-        where = f"{self.manifest.source} line {self.manifest.lines[index]}"
+        where = f"{shown(self.manifest.source)} line {self.manifest.lines[index]}"
         try:
             data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
         except FileReadProblem as e:
             raise sample_read_error(e, where, path, UP_FRONT_HINT) from None
         if not data:
             raise SampleReadError(
-                f"{where}: {path} is empty (0 bytes); re-export the image or drop the line."
+                f"{where}: {shown(path)} is empty (0 bytes); re-export the image or drop the line."
                 f"{UP_FRONT_HINT}"
             )
         if self.check_images:
             finding = check_bytes(data, max_pixels=self.max_pixels)
             if finding is not None:
                 err = BadImageError(
-                    f"{where}: {path}: {finding.message} [{finding.reason}]; {finding.fix}."
+                    f"{where}: {shown(path)}: {finding.message} [{finding.reason}]; {finding.fix}."
                     f"{UP_FRONT_HINT}"
                 )
                 err.reason = finding.reason

@@ -15,13 +15,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import write_dataset
 
 from extsrc import Loader
 from extsrc.errors import SampleReadError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, read_regular
-from extsrc.manifest import read_manifest
+from extsrc.manifest import Manifest, read_manifest
 from extsrc.source import ShardedSource
 from extsrc.validate import validate
 
@@ -185,3 +186,31 @@ def test_max_file_bytes_argument_refused(tmp_path, value):
         ShardedSource(m, batch_size=1, max_file_bytes=value)
     with pytest.raises((TypeError, ValueError), match="max_file_bytes"):
         validate(m, n_jobs=1, progress=False, max_file_bytes=value)
+
+
+# -- paths the OS cannot open, and names with control characters, at the source and validate --
+
+
+HOSTILE = "x\x1b[2J\x1b[31m\u202e"
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "reason"),
+    [
+        ("nul", "/tmp/a\x00b.jpg", "bad_path"),
+        ("too_long", "/tmp/" + "x" * 5000 + ".jpg", "bad_path"),
+        ("unencodable", "/tmp/a\ud800b.jpg", "bad_path"),
+        ("control_characters", f"/nonexistent/{HOSTILE}.jpg", "missing"),
+    ],
+)
+def test_paths_reaching_the_readers_are_refused_with_escaped_names(name, path, reason):
+    """A Manifest built directly skips read_manifest's path checks: the readers must still
+    refuse these with the line and reason, never a bare ValueError, and print names escaped."""
+    m = Manifest(paths=(path,), labels=np.array([0]), classes=None, lines=(7,), source="m.csv")
+    with pytest.raises(SampleReadError) as ei:
+        ShardedSource(m, batch_size=1, shuffle=False).read(0)
+    assert ei.value.reason == reason and str(ei.value).startswith("m.csv line 7: ")
+    report = validate(m, n_jobs=1, progress=False)
+    assert [(p.line, p.reason) for p in report.problems] == [(7, reason)]
+    for text in (str(ei.value), report.summary()):
+        assert not any(c in text for c in "\x00\x1b\u202e\ud800"), text
