@@ -8,9 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extsrc.errors import ExtsrcError, ManifestError, ManifestFileNotFoundError
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.textsafe import shown
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -860,3 +863,43 @@ def test_messages_escape_control_characters(tmp_path, make):
     msg = str(ei.value)
     assert not any(c in msg for c in "\x1b\x07\u202e\r\x00"), msg
     assert "\\x1b" in msg
+
+
+# ------------------------------------------------------------------------------------------
+# Properties: no sample is lost to the header rule; escaped text cannot act on a terminal
+
+_WORDS = st.sampled_from(["label", "labels", "class", "target", "path", "image", "img", "file",
+                          "cat", "dog", "y", "species"])
+_FILES = st.builds(
+    lambda d, n, e: f"{d}/{n}.{e}" if d else f"{n}.{e}",
+    st.sampled_from(["", "imgs", "a/b"]), st.sampled_from(["image", "label", "x1", "path"]),
+    st.sampled_from(["jpg", "png", "JPEG"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(_FILES, st.one_of(_WORDS, st.integers(0, 999))), min_size=1,
+                     max_size=6),
+       sep=st.sampled_from([",", "\t", " "]))
+def test_no_line_naming_a_file_is_taken_for_a_header(tmp_path_factory, rows, sep):
+    """Case 1, swept: whatever words the labels are, a first line whose path is a file is a
+    sample. The manifest either keeps every line or is refused naming one; never fewer."""
+    folder = tmp_path_factory.mktemp("m")
+    f = folder / "m.txt"
+    f.write_text("".join(f"{p}{sep}{lab}\n" for p, lab in rows))
+    try:
+        m = read_manifest(f)
+    except ManifestError as e:
+        assert re.search(r"m\.txt line \d+: ", str(e)), str(e)
+        return
+    assert len(m) == len(rows) and m.lines == tuple(range(1, len(rows) + 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_shown_text_is_printable_and_printable_text_unchanged(text):
+    out = shown(text)
+    assert out.isprintable()
+    if text.isprintable():
+        assert out == text
+    out.encode("utf-8")  # no lone surrogate left to break a terminal's encoder
