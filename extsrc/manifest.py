@@ -255,7 +255,12 @@ class Manifest:
                 like integers count as integers; floats and bools are refused.
             root: folder for relative paths; default: the current working directory.
 
-        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions.
+        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions, which
+        errors name: a missing value (``None``, a float NaN, pandas' ``NA``, an empty string,
+        or a label such as ``"nan"``) in either list, a path that is not a str/``os.PathLike``,
+        and a path the operating system cannot open (as for :func:`read_manifest`). A single
+        str for ``paths`` (or for ``labels``) is a ``TypeError``: it would be read character
+        by character.
         """
         loc = _Loc(_FROM_LISTS_SOURCE, "item")
         if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Iterable):
@@ -383,10 +388,21 @@ def read_manifest(
           names (every value a non-integer string): ``classes`` is then the sorted unique names
           and labels index into it. Mixing the two, floats (``1.0``), empty, negative or too
           large labels are errors, as are class names when there are several label columns.
+        * Missing values are errors, naming the line: an empty path or label, and a label
+          written the way exported tables write a missing value (``nan``, ``NaN``, ``NA``,
+          ``None``, ``null``, ``<NA>``, ``N/A``, ...), which would otherwise become a class.
+          Such text in a path cell stays a file name (if no such file exists, that is
+          reported when it is checked or read).
+        * Paths the operating system cannot open as given are errors, naming the line: a NUL
+          byte, characters the file system's encoding cannot represent, a path or a part of
+          it longer than the OS allows.
 
     Raises:
         ManifestFileNotFoundError: the manifest, or (``check_files``) a listed file, is missing.
         ManifestError: anything malformed; the message names the file and the 1-based line.
+        TypeError: an argument of the wrong type (numpy integers count as ints; bools and
+            floats are not column positions); ``ValueError`` for one out of range. Messages
+            name the argument.
     """
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
