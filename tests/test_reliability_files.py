@@ -139,14 +139,15 @@ def test_non_regular_and_huge_files_refused_before_reading(tmp_path, kind, entry
         assert [(p.line, p.reason) for p in report.problems] == [(line, reason)]
 
 
-def test_fifo_does_not_hang_the_loader(tmp_path):
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_fifo_does_not_hang_the_loader(tmp_path, workers):
     """Case 6: a FIFO under the default on_error='raise' hung the loader forever."""
     path, unblock = make_special(tmp_path, "fifo")
     mpath = manifest_with(tmp_path, path, n=3)
 
     def epoch():
         with Loader(mpath, batch_size=2, shuffle=False, resize=16, device="cpu",
-                    num_workers=0) as loader:
+                    num_workers=workers, start_method="fork") as loader:
             return list(loader)
 
     with pytest.raises(SampleReadError, match=r"line 5: .*pipe\.jpg: a named pipe \(FIFO\)"):
