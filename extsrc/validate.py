@@ -123,6 +123,11 @@ class ValidationReport:
         warning). Several label columns become ``label_0, label_1, ...``. Missing folders are
         created. Returns the path.
         """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                "ValidationReport.write_clean: path must be a file path (str or os.PathLike), "
+                f"got {type(path).__name__} {path!r}"
+            )
         m = self.clean_manifest()
         out = Path(path)
         labels = m.labels
@@ -150,7 +155,10 @@ class ValidationReport:
         return out
 
     def summary(self, max_problems: int = 20) -> str:
-        """A human-readable report: counts per reason, then the first ``max_problems`` problems."""
+        """A human-readable report: counts per reason, then the first ``max_problems`` problems.
+        File names are escaped (:func:`extsrc.textsafe.shown`)."""
+        max_problems = check_int(max_problems, "ValidationReport.summary: max_problems",
+                                 minimum=0)
         m = self.manifest
         head = (
             f"extsrc.validate: {shown(m.source)}: {self.num_checked} file(s) checked "

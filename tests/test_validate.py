@@ -389,6 +389,17 @@ def test_validate_arguments_refused_by_name(tmp_path, kwargs, exc, match):
         validate(mpath, **{"progress": False, **kwargs})
 
 
+def test_report_method_arguments_refused_by_name(tmp_path):
+    report = validate(write_dataset(tmp_path, 2), n_jobs=1, progress=False)
+    with pytest.raises(ValueError, match=r"summary: max_problems must be >= 0, got -1"):
+        report.summary(max_problems=-1)
+    with pytest.raises(TypeError, match=r"summary: max_problems must be an int"):
+        report.summary(max_problems=2.5)
+    assert report.summary(max_problems=np.int64(3)).startswith("extsrc.validate: ")
+    with pytest.raises(TypeError, match=r"write_clean: path must be a file path"):
+        report.write_clean(3)
+
+
 def test_validate_accepts_numpy_integers(tmp_path):
     mpath = write_dataset(tmp_path, 3)
     report = validate(mpath, n_jobs=np.int64(1), max_pixels=np.int32(10**6),
