@@ -42,7 +42,8 @@ __all__ = [
 #: Largest file read by default: 256 MiB, far above any training image, far below what would
 #: exhaust a worker's memory.
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
-_CHUNK = 64 * 1024 * 1024
+_CHUNK = 16 * 1024 * 1024
+_PROBE = 64 * 1024
 
 _O_FLAGS = (
     os.O_RDONLY
@@ -227,19 +228,26 @@ def read_regular(
 
     Reads at most ``max_bytes`` (+1 to notice a file that grew past the limit after ``fstat``).
     """
-    f, _ = open_regular(path, max_bytes=max_bytes, root_real=root_real)
+    f, size = open_regular(path, max_bytes=max_bytes, root_real=root_real)
     # One more byte than allowed, in bounded reads: a file that grew past the limit after the
-    # fstat (or a lying size) is noticed without reading it all.
+    # fstat is noticed without reading it all. The first read asks for fstat's size + 1, so a
+    # file that did not change is read in one call into a buffer of its own size (asking for
+    # more would allocate, and then shrink, a buffer that large for every file).
     remaining = float("inf") if max_bytes is None else max_bytes + 1
+    want = size + 1
     parts = []
     with f:
         try:
             while remaining > 0:
-                part = f.read(int(min(remaining, _CHUNK)))
+                part = f.read(int(min(remaining, want)))
                 if not part:
                     break
                 parts.append(part)
                 remaining -= len(part)
+                # A full read: the file may have grown, read on in large steps. A short one is
+                # almost always the end: confirm it with a small read (a network file system
+                # may return short reads before the end).
+                want = _CHUNK if len(part) == want else _PROBE
         except OSError as e:
             raise FileReadProblem("unreadable", f"cannot read the file: {e.strerror or e}") \
                 from None
