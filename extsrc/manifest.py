@@ -1006,7 +1006,7 @@ def _parse_labels(
             else:
                 names.append(i)
         if ints and names:
-            _raise_mixed(cells, ints, names, lines, loc, where)
+            _raise_mixed(cells, ints, names, lines, loc, where, header_seen)
         if names:
             if several:
                 spec = specs[j] if specs else str(j)
@@ -1051,16 +1051,28 @@ def _all_small_unsigned_ints(cells: list[str]) -> bool:
 
 
 def _raise_mixed(
-    cells: list[str], ints: list[int], names: list[int], lines: list[int], loc: _Loc, where: str
+    cells: list[str],
+    ints: list[int],
+    names: list[int],
+    lines: list[int],
+    loc: _Loc,
+    where: str,
+    header_seen: bool = True,
 ) -> None:
     # Blame the minority kind (ties: whatever the first row is not), pointing at the majority.
     ints_expected = len(ints) > len(names) or (len(ints) == len(names) and ints[0] < names[0])
     rule = "labels must be all integers >= 0 or all class names"
     if ints_expected:
         bad, ref = names[0], ints[0]
+        # The first line read as a sample (its path looks like a file) may be a header after
+        # all, with an unusual path column name such as "img.path".
+        header_hint = (
+            f"; pass header=True if {loc.unit} {lines[bad]} holds column names"
+            if bad == 0 and not header_seen else ""
+        )
         raise ManifestError(
             f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is not an integer; {rule} "
-            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]})"
+            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]}){header_hint}"
         )
     bad, ref = ints[0], names[0]
     raise ManifestError(

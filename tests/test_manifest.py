@@ -654,6 +654,15 @@ def test_first_line_header_rule(tmp_path, data, kwargs, paths, labels, classes):
     assert m.classes == classes
 
 
+def test_header_the_rule_cannot_see_gets_advice_that_works(tmp_path: Path) -> None:
+    f = write(tmp_path / "m.csv", b"img.path,label\na.jpg,1\nb.jpg,2\n")
+    with pytest.raises(ManifestError, match=r"m\.csv line 1: label 'label' is not an integer.*"
+                       r"pass header=True if line 1 holds column names"):
+        read_manifest(f)
+    m = read_manifest(f, header=True)
+    assert m.labels.tolist() == [1, 2] and m.lines == (2, 3)
+
+
 def test_header_trap_advice_leads_to_a_correct_result(tmp_path: Path) -> None:
     """Issue 15 item 6, built from the exact case: the error's advice, followed literally."""
     f = write(tmp_path / "pets.csv",
