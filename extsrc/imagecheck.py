@@ -7,9 +7,10 @@ unusable. So every check that can name a bad file runs before DALI sees it:
   :class:`~extsrc.source.ShardedSource` on every sample it reads: magic bytes, a format DALI
   decodes, the pixel count the header declares (a decompression-bomb guard), and the end-of-image
   structure (JPEG ``EOI`` after the first scan, PNG ``IEND``) that truncated files lack.
-* :func:`check_file` adds the file-system checks (missing, directory, unreadable, empty, outside
-  the root) and, with ``decode=True``, a full decode with Pillow, which also finds files corrupt in
-  the middle. :func:`extsrc.validate` runs it over a whole manifest.
+* :func:`check_file` adds the file-system checks of :mod:`extsrc.fileread` (missing, directory,
+  not a regular file, larger than ``max_file_bytes``, unreadable, empty, outside the root) and,
+  with ``decode=True``, a full decode (see :func:`decode_check` for what that finds).
+  :func:`extsrc.validate` runs it over a whole manifest.
 
 A problem is a :class:`Finding`: a reason code (one of :data:`REASONS`) and a message that says
 what is wrong and how to fix it. Nothing here unpickles anything; files are only read as bytes and
@@ -19,10 +20,15 @@ parsed as images.
 from __future__ import annotations
 
 import io
-import os
-import stat
 import warnings
 from dataclasses import dataclass
+
+from extsrc.fileread import (
+    DEFAULT_MAX_FILE_BYTES,
+    FILE_REASONS,
+    FileReadProblem,
+    open_regular,
+)
 
 __all__ = [
     "DALI_FORMATS",
@@ -33,8 +39,6 @@ __all__ = [
     "check_file",
     "decode_check",
     "fix_for",
-    "inside",
-    "real_path",
     "sniff_format",
 ]
 
@@ -42,18 +46,14 @@ __all__ = [
 #: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13,377 x 13,377.
 DEFAULT_MAX_PIXELS = 178_956_970
 
-#: Reason codes and what they mean.
+#: Reason codes and what they mean (the file-system ones come from :mod:`extsrc.fileread`).
 REASONS: dict[str, str] = {
-    "missing": "the file does not exist",
-    "is_directory": "the path is a directory, not a file",
-    "unreadable": "the file cannot be read (permissions, not a regular file, I/O error)",
-    "empty": "the file has 0 bytes",
+    **{reason: meaning for reason, (meaning, _) in FILE_REASONS.items()},
     "not_an_image": "the file is not an image (no known image signature)",
     "unsupported_format": "an image format that DALI's decoder does not read",
     "too_large": "the header declares more pixels than max_pixels (decompression-bomb guard)",
     "truncated": "the file ends before the image data does",
     "corrupt": "the image data is damaged",
-    "outside_root": "the path resolves outside the manifest's root folder",
 }
 
 #: Formats DALI's image decoder reads (``fn.decoders.image``).
@@ -62,19 +62,12 @@ DALI_FORMATS = frozenset({"jpeg", "png", "bmp", "tiff", "webp", "jpeg2000", "pnm
 _HEAD = 65536
 _TAIL = 65536
 _FIX = {
-    "missing": "fix the path (or the root= it resolves against) or drop the line",
-    "is_directory": "list image files, not folders",
-    "unreadable": "fix the file's permissions or drop the line",
-    "empty": "re-export the image or drop the line",
+    **{reason: fix for reason, (_, fix) in FILE_REASONS.items()},
     "not_an_image": "replace it with the real image or drop the line",
     "unsupported_format": "convert it to JPEG or PNG, or drop the line",
     "too_large": "downscale the image, drop the line, or raise max_pixels if it is genuine",
     "truncated": "re-download or re-export the image, or drop the line",
     "corrupt": "re-download or re-export the image, or drop the line",
-    "outside_root": (
-        "move the file under the root, or pass allow_outside_root=True to read_manifest if "
-        "this is intended"
-    ),
 }
 
 
@@ -140,11 +133,38 @@ def sniff_format(head: bytes) -> str | None:
     return None
 
 
+# Signatures of common non-image files, named so that a message can say what a file seems to be
+# without echoing any of its content (a manifest may name /etc/passwd or a private key).
+_OTHER_FORMATS: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF", "a PDF document"),
+    (b"PK\x03\x04", "a ZIP archive (or an Office document)"),
+    (b"\x1f\x8b", "a gzip archive"),
+    (b"BZh", "a bzip2 archive"),
+    (b"\xfd7zXZ\x00", "an xz archive"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7-Zip archive"),
+    (b"\x7fELF", "an executable (ELF)"),
+    (b"\x93NUMPY", "a NumPy .npy array"),
+    (b"\x80", "a Python pickle or other binary data"),
+)
+
+
 def _describe_start(head: bytes) -> str:
-    text = head[:16]
-    if text and all(32 <= c < 127 or c in (9, 10, 13) for c in text):
-        return f"starts with text {text.decode('ascii')!r}"
-    return f"starts with bytes {text[:8].hex(' ')}"
+    """A guess at what a non-image file is, never any of its bytes."""
+    for magic, name in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"it looks like {name}"
+    text = head[:512].lstrip()
+    if text[:1] == b"<":
+        return "it looks like HTML or XML text (an error page saved as an image?)"
+    if text[:1] in (b"{", b"["):
+        return "it looks like JSON text"
+    try:
+        decoded = head[:512].decode("utf-8")
+    except UnicodeDecodeError as e:
+        decoded = head[: e.start].decode("utf-8") if e.start > len(head[:512]) - 4 else None
+    if decoded is not None and all(c.isprintable() or c in "\t\r\n" for c in decoded):
+        return "it looks like text"
+    return "unrecognised binary data"
 
 
 # SOF markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) share the range but do not.
@@ -222,7 +242,9 @@ def _check(head: bytes, tail: bytes, size: int, max_pixels: int | None) -> Findi
     whole = len(head) >= size
     fmt = sniff_format(head)
     if fmt is None:
-        return Finding("not_an_image", f"not an image file: {_describe_start(head)}")
+        return Finding(
+            "not_an_image", f"not an image file (no known image signature; {_describe_start(head)})"
+        )
     if fmt not in DALI_FORMATS:
         return Finding(
             "unsupported_format",
@@ -274,8 +296,63 @@ def check_bytes(data: bytes, *, max_pixels: int | None = DEFAULT_MAX_PIXELS) -> 
     return _check(data, data, len(data), max_pixels)
 
 
+# libjpeg's warnings (it prints them and carries on, so Pillow and DALI return an image) that mean
+# the compressed data is damaged. Others ("Unknown Adobe color transform", "unknown JFIF
+# revision", "bad ICC marker") leave the pixels intact and are not findings.
+_LIBJPEG_TRUNCATED = ("Premature end of JPEG file",)
+_LIBJPEG_CORRUPT = (
+    "Corrupt JPEG data",  # bad Huffman/arithmetic code, premature end, extraneous bytes, ...
+    "Inconsistent progression sequence",
+    "Invalid SOS parameters",
+)
+_LIBJPEG_HARMLESS = ("Corrupt JPEG data: bad ICC marker",)
+_UNDECIDED = object()
+
+
+def _libjpeg_check(data: bytes) -> object:
+    """Decode a JPEG with libjpeg-turbo (``simplejpeg``) treating its corrupt-data warnings as
+    errors: a :class:`Finding`, ``None`` (clean), or ``_UNDECIDED`` (let Pillow decide: an error
+    that is not about damaged data, or ``simplejpeg`` missing)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return _UNDECIDED
+    try:
+        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+        target = {"Gray": "GRAY", "CMYK": "CMYK", "YCCK": "CMYK"}.get(colorspace, "RGB")
+        simplejpeg.decode_jpeg(data, colorspace=target, strict=True)
+    except ValueError as e:
+        text = str(e).strip()
+        if text.startswith(_LIBJPEG_TRUNCATED):
+            return Finding("truncated", f"the JPEG data ends early (libjpeg: {text})")
+        if text.startswith(_LIBJPEG_CORRUPT) and not text.startswith(_LIBJPEG_HARMLESS):
+            return Finding(
+                "corrupt", f"the JPEG's compressed data is damaged (libjpeg: {text})"
+            )
+        return _UNDECIDED
+    return None
+
+
 def decode_check(data: bytes) -> Finding | None:
-    """Fully decode ``data`` with Pillow; a failure is ``truncated`` or ``corrupt``."""
+    """Fully decode ``data``; a failure is ``truncated`` or ``corrupt``.
+
+    JPEGs are decoded by libjpeg-turbo (the ``simplejpeg`` package) with its warnings taken as
+    errors, because libjpeg *warns* about damaged compressed data ("Corrupt JPEG data: ...") and
+    returns an image anyway, as Pillow and DALI do: random or zeroed entropy-coded data decodes
+    to noise or grey without any error. It finds damaged Huffman/arithmetic codes, data that
+    ends before the last block (``premature end of data segment``), data that decodes in fewer
+    bytes than the scan holds (``N extraneous bytes before marker``; a few encoders also write
+    such bytes into otherwise whole images, and those are reported too), wrong restart markers
+    and inconsistent progressive scans. It cannot find damage that still decodes consistently
+    (replaced bytes that happen to form valid codes of the right total length: an image whose
+    pixels are wrong but whose data is well-formed), nor damage in metadata it ignores (EXIF,
+    ICC). Other formats, and JPEGs libjpeg-turbo does not read, are decoded with Pillow, which
+    finds only what makes its decoder fail.
+    """
+    if sniff_format(data[:16]) == "jpeg":
+        verdict = _libjpeg_check(data)
+        if verdict is not _UNDECIDED:
+            return verdict  # type: ignore[return-value]
     from PIL import Image
 
     try:
@@ -296,52 +373,30 @@ def decode_check(data: bytes) -> Finding | None:
     return None
 
 
-def inside(real: str, root_real: str) -> bool:
-    """Whether the resolved path ``real`` lies inside the resolved folder ``root_real``."""
-    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
-
-
-def real_path(f: io.BufferedReader | io.FileIO, path: str) -> str:
-    """Where the open file ``f`` (opened from ``path``) really is, symlinks resolved."""
-    try:  # Linux: where the open descriptor really points, in one syscall, without races
-        return os.readlink(f"/proc/self/fd/{f.fileno()}")
-    except OSError:
-        return os.path.realpath(path)
-
-
 def check_file(
     path: str,
     *,
     decode: bool = True,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     root_real: str | None = None,
+    max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
 ) -> Finding | None:
     """Every check of one file: file system, header, structure and (``decode``) a full decode.
 
-    ``root_real``: the resolved root folder the file must stay inside (symlinks followed), or
-    ``None``. Returns ``None`` for a good file.
+    The file is opened with :func:`extsrc.fileread.open_regular`, as the loader opens it: only a
+    regular file of at most ``max_file_bytes`` bytes is read. ``root_real``: the resolved root
+    folder the file must stay inside (symlinks followed), or ``None``. Returns ``None`` for a
+    good file.
     """
     try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return Finding("missing", "file not found")
-    except OSError as e:
-        return Finding("unreadable", f"cannot stat the file: {e.strerror or e}")
-    if stat.S_ISDIR(st.st_mode):
-        return Finding("is_directory", "is a directory, expected an image file")
-    if not stat.S_ISREG(st.st_mode):
-        return Finding("unreadable", "not a regular file (a device, FIFO or socket)")
-    if st.st_size == 0:
+        f, size = open_regular(path, max_bytes=max_file_bytes, root_real=root_real)
+    except FileReadProblem as e:
+        return Finding(e.reason, e.message)
+    if size == 0:
+        f.close()
         return Finding("empty", "the file is empty (0 bytes)")
     try:
-        with open(path, "rb", buffering=0) as f:
-            if root_real is not None:
-                real = real_path(f, path)
-                if not inside(real, root_real):
-                    return Finding(
-                        "outside_root", f"resolves to {real}, outside the root {root_real}"
-                    )
-            size = os.fstat(f.fileno()).st_size
+        with f:
             if decode or size <= _HEAD + _TAIL:
                 data = f.read()
                 head = tail = data

@@ -15,13 +15,15 @@ Public API: :func:`read_manifest` and :class:`Manifest` (plus ``Manifest.from_li
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import itertools
 import os
 import re
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -29,7 +31,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
+from extsrc.textsafe import shown
 
 __all__ = ["Manifest", "read_manifest"]
 
@@ -45,6 +49,12 @@ _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+)\Z")
 _LOOKS_LIKE_FILE_RE = re.compile(r"[/\\]|\.[A-Za-z0-9]{1,5}\Z")
 _WHITESPACE_SEP = r"\s+"
+# How a missing value is spelt in exported tables (pandas' default NA strings, R's NA, Python's
+# None): as a label it would silently become a class named "nan".
+_MISSING_TEXT = frozenset({
+    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+})
 _FROM_LISTS_SOURCE = "<from_lists>"
 _MAX_MISSING_REPORTED = 5
 
@@ -57,7 +67,7 @@ class _Loc:
     """Formats "where" for messages: ``manifest.csv line 4`` or ``<from_lists> item 4``."""
 
     def __init__(self, source: str, unit: str = "line") -> None:
-        self.source = source
+        self.source = shown(source)  # messages reach terminals: no control characters
         self.unit = unit
 
     def at(self, n: int) -> str:
@@ -97,6 +107,7 @@ class Manifest:
         # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
         # sequence/array here and storing tuples / a private read-only copy keeps it immutable.
         source = str(self.source)
+        where = shown(source)
         paths = tuple(self.paths)
         # all(map(...)) first: per-element Python checks cost seconds on 1M samples.
         if not (all(map(isinstance, paths, itertools.repeat(str))) and _all_absolute(paths)):
@@ -106,10 +117,10 @@ class Manifest:
                 if not isinstance(p, str) or not os.path.isabs(p)
             )
             raise ManifestError(
-                f"{source}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
+                f"{where}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
                 "use read_manifest() or Manifest.from_lists() to resolve relative paths"
             )
-        labels = _validated_label_array(self.labels, len(paths), source)
+        labels = _validated_label_array(self.labels, len(paths), where)
         line_array = np.asarray(self.lines)
         if (
             line_array.shape != (len(paths),)
@@ -117,13 +128,13 @@ class Manifest:
             or (line_array.size and line_array.min() < 1)
         ):
             raise ManifestError(
-                f"{source}: Manifest.lines must hold one 1-based line number per path "
+                f"{where}: Manifest.lines must hold one 1-based line number per path "
                 f"({len(paths)}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
             )
         lines = tuple(line_array.tolist())
         classes = None if self.classes is None else list(self.classes)
         if classes is not None:
-            _validate_classes(classes, labels, source)
+            _validate_classes(classes, labels, where)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "paths", paths)
         object.__setattr__(self, "labels", labels)
@@ -167,11 +178,12 @@ class Manifest:
             return
         from extsrc.errors import PathOutsideRootError
 
-        shown = "; ".join(f"line {self.lines[i]}: {self.paths[i]}" for i in bad[:5])
+        listed = "; ".join(f"line {self.lines[i]}: {shown(self.paths[i])}" for i in bad[:5])
         more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
         raise PathOutsideRootError(
-            f"{self.source} line {self.lines[bad[0]]}: path {self.paths[bad[0]]} is outside the "
-            f"root {self.root} ({len(bad)} of {len(self)} paths are: {shown}{more}); fix the "
+            f"{shown(self.source)} line {self.lines[bad[0]]}: path {shown(self.paths[bad[0]])} is "
+            f"outside the root {shown(self.root)} ({len(bad)} of {len(self)} paths are: "
+            f"{listed}{more}); fix the "
             "paths, or pass allow_outside_root=True to read_manifest if this is intended"
         )
 
@@ -243,12 +255,47 @@ class Manifest:
                 like integers count as integers; floats and bools are refused.
             root: folder for relative paths; default: the current working directory.
 
-        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions.
+        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions, which
+        errors name: a missing value (``None``, a float NaN, pandas' ``NA``, an empty string,
+        or a label such as ``"nan"``) in either list, a path that is not a str/``os.PathLike``,
+        and a path the operating system cannot open (as for :func:`read_manifest`). A single
+        str for ``paths`` (or for ``labels``) is a ``TypeError``: it would be read character
+        by character.
         """
         loc = _Loc(_FROM_LISTS_SOURCE, "item")
-        path_cells = [os.fsdecode(os.fspath(p)) for p in paths]
+        if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Iterable):
+            raise TypeError(
+                f"Manifest.from_lists: paths must be a list (or other sequence) of file paths, "
+                f"got {type(paths).__name__}; wrap a single path in a list"
+            )
+        if isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
+            raise TypeError(
+                f"Manifest.from_lists: labels must be a list (or array) with one label per path, "
+                f"got {type(labels).__name__}"
+            )
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(
+                f"Manifest.from_lists: root must be a folder path (str or os.PathLike) or None, "
+                f"got {type(root).__name__} {root!r}"
+            )
+        paths = list(paths)
+        if all(map(isinstance, paths, itertools.repeat(str))):
+            path_cells = paths
+        else:
+            path_cells = [_path_cell_from_object(p, loc, k) for k, p in enumerate(paths, 1)]
         n = len(path_cells)
-        arr = np.asarray(labels, dtype=object)
+        try:
+            arr = np.asarray(labels, dtype=object)
+        except ValueError:  # ragged rows
+            raise ManifestError(
+                f"{loc.source}: labels must be one label per path, or rows of the same length; "
+                "got rows of different lengths"
+            ) from None
+        if arr.ndim == 1 and any(isinstance(v, (list, tuple, np.ndarray)) for v in arr):
+            raise ManifestError(
+                f"{loc.source}: labels must be one label per path, or rows of the same length; "
+                "got rows of different lengths"
+            )
         if arr.ndim not in (1, 2) or len(arr) != n:
             raise ManifestError(
                 f"{loc.source}: expected one label (or one row of labels) per path, got labels "
@@ -302,14 +349,22 @@ def read_manifest(
             Default: the header column named one of ``label, labels, class, target``, else
             every column after the path column.
         header: ``True``/``0``: the first data line is a header; ``False``/``None``: there is
-            none; ``"infer"``: decide as follows. If ``path_col``/``label_cols`` name a column,
-            there is a header. Otherwise the first line is a header when (a) its path or label
-            cells include one of the well-known names above (case-insensitive), or (b) one of
-            its label cells is not an integer while that column is an integer on every other
-            line, and its path cell does not look like a file (no ``/`` or ``.ext``), so a
-            mislabelled first sample (``a.jpg,cat``) is reported rather than dropped. A header
-            with other names over class-name labels (``fname,species``) cannot be told apart
-            from data: pass ``header=True``.
+            none; ``"infer"``: decide by one rule, the same whichever columns are chosen
+            by position:
+
+            1. If ``path_col``/``label_cols`` name a column (a str), there is a header.
+            2. Else the first line is a **sample** when its path cell looks like a file (holds
+               ``/`` or ``\\``, or ends in an extension such as ``.jpg``) or one of its label
+               cells is an integer: a header never names files or holds numbers, and a sample
+               taken for a header would be lost silently, while a bad sample is reported with
+               its line (``imgs/a.jpg,target``, ``image 3`` and ``a.jpg,cat`` are samples).
+            3. Else it is a **header** when (a) its path or label cells include one of the
+               well-known names above (case-insensitive), or (b) one of its label cells sits
+               over a column that is an integer on every other line (``fname,y``), or (c) its
+               path cell sits over a column whose every other cell looks like a file
+               (``fname,species,split`` over ``imgs/a.jpg,cat,train``).
+            4. Else it is a sample. Pass ``header=True`` for a header this rule cannot see
+               (other names over paths without extensions).
         check_files: check that every listed file exists (raises
             :class:`~extsrc.errors.ManifestFileNotFoundError` naming the first few missing).
         allow_outside_root: when ``root`` is given, every path must stay inside it: a path
@@ -321,7 +376,11 @@ def read_manifest(
 
     Rules:
         * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
-          anywhere else is data (quote a path that starts with ``#``).
+          anywhere else is data. A ``#`` line that reads as a sample (``#1.png,3``: no space
+          after ``#``, a file-like first field and as many fields as the data lines) is
+          refused, since a file whose name starts with ``#`` would otherwise vanish silently:
+          quote the path (``"#1.png",3``) to list the file, or write ``# `` (a space after
+          ``#``) to keep the line a comment.
         * Quotes (``"a, b.jpg",3``) protect separators in paths; a quoted field may not span
           lines. Whitespace around cells is ignored, so paths cannot start or end with spaces.
         * Trailing empty fields (``a.jpg,3,``) are ignored; more fields than columns is an error.
@@ -329,12 +388,27 @@ def read_manifest(
           names (every value a non-integer string): ``classes`` is then the sorted unique names
           and labels index into it. Mixing the two, floats (``1.0``), empty, negative or too
           large labels are errors, as are class names when there are several label columns.
+        * Missing values are errors, naming the line: an empty path or label, and a label
+          written the way exported tables write a missing value (``nan``, ``NaN``, ``NA``,
+          ``None``, ``null``, ``<NA>``, ``N/A``, ...), which would otherwise become a class.
+          Such text in a path cell stays a file name (if no such file exists, that is
+          reported when it is checked or read).
+        * Paths the operating system cannot open as given are errors, naming the line: a NUL
+          byte, characters the file system's encoding cannot represent, a path or a part of
+          it longer than the OS allows.
 
     Raises:
         ManifestFileNotFoundError: the manifest, or (``check_files``) a listed file, is missing.
         ManifestError: anything malformed; the message names the file and the 1-based line.
+        TypeError: an argument of the wrong type (numpy integers count as ints; bools and
+            floats are not column positions); ``ValueError`` for one out of range. Messages
+            name the argument.
     """
+    path_col, label_cols, header = _check_read_args(
+        path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
+    )
     source = os.fsdecode(os.fspath(path))
+    where = shown(source)  # the manifest's name as messages show it
     text = _read_text(source)
     # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
     physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -344,23 +418,24 @@ def read_manifest(
         for number, line in enumerate(stripped, start=1)
         if line and line[0] != "#"
     ]
+    _refuse_sample_like_comments(stripped, data_lines, sep, where)
     if not data_lines:
         saw_comment = any(line.startswith("#") for line in stripped)
         what = "only blank and '#' comment lines" if saw_comment else "no data lines"
         raise ManifestError(
-            f"{source}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
+            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
         )
 
     if sep is None:
         sep = _sniff_sep(data_lines[0][1])
     # Column-major from here on: per-column list operations keep 1M-line manifests fast.
-    columns = _parse_columns(source, data_lines, sep)
+    columns = _parse_columns(where, data_lines, sep)
     counts = _field_counts(columns)
     line_numbers = [number for number, _ in data_lines]
     loc = _Loc(source)
 
     first = [col[0] for col in columns]
-    has_header = _decide_header(header, first, columns, path_col, label_cols, source)
+    has_header = _decide_header(header, first, columns, path_col, label_cols, where)
     if has_header:
         header_line = line_numbers[0]
         names: list[str] | None = first[: int(counts[0])]
@@ -368,7 +443,7 @@ def read_manifest(
         counts, line_numbers = counts[1:], line_numbers[1:]
         if not line_numbers:
             raise ManifestError(
-                f"{source}: empty manifest (only a header on line {header_line}, no data "
+                f"{where}: empty manifest (only a header on line {header_line}, no data "
                 f"lines); add lines like {_example_line(sep, source)!r}"
             )
         ncols = len(names)
@@ -381,7 +456,11 @@ def read_manifest(
     _check_field_counts(counts, line_numbers, names, ncols, path_pos, label_pos, loc, sep)
 
     label_columns = [columns[j] for j in label_pos]
-    labels, classes = _parse_labels(label_columns, col_names, line_numbers, loc)
+    # How to name one label column in label_cols=..., for advice in messages.
+    specs = [repr(names[j]) if names is not None and names[j] else str(j) for j in label_pos]
+    labels, classes = _parse_labels(
+        label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
+    )
 
     root_dir = os.path.abspath(
         os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
@@ -401,6 +480,67 @@ def read_manifest(
     )
 
 
+def _check_read_args(
+    path: object,
+    root: object,
+    sep: object,
+    path_col: object,
+    label_cols: object,
+    header: object,
+    check_files: object,
+    allow_outside_root: object,
+) -> tuple[ColumnSpec | None, LabelColsSpec | None, HeaderSpec]:
+    """Type and range checks of read_manifest's arguments; numpy integers become ints."""
+    fn = "read_manifest"
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"{fn}: path must be the manifest file (str or os.PathLike), got "
+            f"{type(path).__name__} {path!r}"
+        )
+    if root is not None and not isinstance(root, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"{fn}: root must be a folder (str or os.PathLike) or None, got "
+            f"{type(root).__name__} {root!r}"
+        )
+    if sep is not None:
+        if not isinstance(sep, str):
+            raise TypeError(f"{fn}: sep must be a str or None (sniff), got {type(sep).__name__}")
+        if not sep or any(c in sep for c in '"\n\r'):
+            raise ValueError(
+                f"{fn}: sep must be a non-empty separator without quotes or line breaks, such as "
+                f"',', '\\t' or r'\\s+', got {sep!r}"
+            )
+
+    def column(spec: object, name: str) -> ColumnSpec:
+        if isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (str, int, np.integer)):
+            raise TypeError(
+                f"{fn}: {name} must be a column name (str) or a 0-based position (int), got "
+                f"{type(spec).__name__} {spec!r}"
+            )
+        if isinstance(spec, str):
+            return spec
+        if spec < 0:
+            raise ValueError(f"{fn}: {name} must be a 0-based position >= 0, got {int(spec)}")
+        return int(spec)
+
+    if path_col is not None:
+        path_col = column(path_col, "path_col")
+    if label_cols is not None:
+        if isinstance(label_cols, (str, int, np.integer, bool, np.bool_)) or not isinstance(
+            label_cols, Iterable
+        ):
+            label_cols = column(label_cols, "label_cols")
+        else:
+            label_cols = [column(c, "label_cols") for c in label_cols]
+    if isinstance(header, np.integer) and not isinstance(header, np.bool_):
+        header = int(header)
+    elif isinstance(header, np.bool_):
+        header = bool(header)
+    check_bool(check_files, f"{fn}: check_files")
+    check_bool(allow_outside_root, f"{fn}: allow_outside_root")
+    return path_col, label_cols, header  # type: ignore[return-value]
+
+
 # --------------------------------------------------------------------------------------------
 # Reading and splitting
 
@@ -411,12 +551,13 @@ def _read_text(source: str) -> str:
             raw = f.read()
     except FileNotFoundError:
         raise ManifestFileNotFoundError(
-            f"{source}: manifest file not found (looked for {os.path.abspath(source)}); "
+            f"{shown(source)}: manifest file not found (looked for "
+            f"{shown(os.path.abspath(source))}); "
             "check the path"
         ) from None
     except IsADirectoryError:
         raise ManifestError(
-            f"{source}: is a directory, not a manifest file; pass the path of the "
+            f"{shown(source)}: is a directory, not a manifest file; pass the path of the "
             ".csv/.tsv/.txt file inside it"
         ) from None
     try:
@@ -424,9 +565,49 @@ def _read_text(source: str) -> str:
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise ManifestError(
-            f"{source} line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
+            f"{shown(source)} line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
             f"{e.start}); save the manifest as UTF-8"
         ) from None
+
+
+def _split_simple(text: str, sep: str) -> list[str]:
+    """Fields of one line without quote handling (enough to judge what a line looks like)."""
+    if sep == _WHITESPACE_SEP:
+        return text.split()
+    parts = text.split(sep) if len(sep) == 1 else re.split(sep, text)
+    fields = [f.strip() for f in parts]
+    while fields and not fields[-1]:
+        fields.pop()
+    return fields
+
+
+def _refuse_sample_like_comments(
+    stripped: list[str], data_lines: list[tuple[int, str]], sep: str | None, where: str
+) -> None:
+    """Refuse ``#1.png,3``: a full-line comment by the rules, but it reads as a sample, and
+    skipping it would drop the file ``#1.png`` silently."""
+    if len(data_lines) + stripped.count("") == len(stripped):
+        return  # no comment lines (counted in C: 1M-line manifests stay fast)
+    for number, line in enumerate(stripped, start=1):
+        if line[:1] != "#" or len(line) < 2 or line[1].isspace() or line[1] == "#":
+            continue
+        body = line[1:]
+        line_sep = sep if sep is not None else _sniff_sep(data_lines[0][1] if data_lines else body)
+        fields = _split_simple(body, line_sep)
+        if len(fields) < 2 or not all(fields):
+            continue
+        if data_lines and len(fields) != len(_split_simple(data_lines[0][1], line_sep)):
+            continue
+        if line_sep != _WHITESPACE_SEP and any(c.isspace() for c in fields[0]):
+            continue  # prose, not a path
+        if _LOOKS_LIKE_FILE_RE.search(fields[0]):
+            q = '"'
+            raise ManifestError(
+                f"{where} line {number}: starts with '#', which marks a comment, but reads as a "
+                f"sample ({shown(line)!r}); quote the path ({q}#{shown(fields[0])}{q},...) to "
+                "list a file whose name starts with '#', or write '# ' (a space after '#') to "
+                "keep the line a comment"
+            )
 
 
 def _sniff_sep(first_line: str) -> str:
@@ -569,18 +750,24 @@ def _decide_header(
         )
     else:
         label_pos = [c for c in _as_label_list(label_cols) if isinstance(c, int)]
-    positions = [p for p in [path_pos, *label_pos] if 0 <= p < len(first)]
-    if any(first[p].lower() in _KNOWN_NAMES for p in positions):
-        return True
-    # (b): a non-integer first cell over an otherwise all-integer column is a column name,
-    # unless the row carries a file path: then it is a bad sample, best reported, not dropped.
+    label_pos = [p for p in label_pos if 0 <= p < len(first) and first[p]]
     path_cell = first[path_pos] if 0 <= path_pos < len(first) else ""
-    if len(columns[0]) > 1 and not _LOOKS_LIKE_FILE_RE.search(path_cell):
-        for p in label_pos:
-            if not (0 <= p < len(first)) or not first[p] or _INT_RE.match(first[p]):
-                continue
-            if all(map(_INT_RE.match, columns[p][1:])):
-                return True
+    # (1) A first line that names a file, or carries an integer label, is a sample: dropping it
+    # as a header would lose it silently; as a sample, a bad one is reported with its line.
+    if _LOOKS_LIKE_FILE_RE.search(path_cell) or any(_INT_RE.match(first[p]) for p in label_pos):
+        return False
+    # (2a) Well-known column names.
+    if any(first[p].lower() in _KNOWN_NAMES for p in [path_pos, *label_pos] if p < len(first)):
+        return True
+    if len(columns[0]) < 2:
+        return False
+    # (2b) A word over a column of integers is that column's name.
+    for p in label_pos:
+        if all(map(_INT_RE.match, columns[p][1:])):
+            return True
+    # (2c) A cell that is not a file name over a column of file names is that column's name.
+    if 0 <= path_pos < len(columns):
+        return all(map(_LOOKS_LIKE_FILE_RE.search, columns[path_pos][1:]))
     return False
 
 
@@ -730,7 +917,35 @@ def _check_field_counts(
 # Labels
 
 
+def _is_missing_object(value: object) -> bool:
+    """None, a float NaN, pandas' NA/NaT: a missing value, whatever produced it."""
+    if value is None:
+        return True
+    if isinstance(value, (float, np.floating)):
+        return value != value  # NaN
+    return type(value).__name__ in ("NAType", "NaTType")
+
+
+def _path_cell_from_object(value: object, loc: _Loc, line: int) -> str:
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(value))
+    if _is_missing_object(value):
+        raise ManifestError(
+            f"{loc.at(line)}: missing path ({value!r}); every sample needs a file path: fill it "
+            "in or drop the sample"
+        )
+    raise ManifestError(
+        f"{loc.at(line)}: path {value!r} has type {type(value).__name__}; paths must be str or "
+        "os.PathLike"
+    )
+
+
 def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
+    if _is_missing_object(value):
+        raise ManifestError(
+            f"{loc.at(line)}: missing label ({value!r}); every sample needs a label (an "
+            "integer >= 0 or a class name): fill it in or drop the sample"
+        )
     if isinstance(value, (bool, np.bool_)):
         raise ManifestError(
             f"{loc.at(line)}: label {value!r} is a bool; labels must be integers >= 0 or "
@@ -748,7 +963,12 @@ def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
 
 
 def _parse_labels(
-    columns: list[list[str]], col_names: list[str], lines: list[int], loc: _Loc
+    columns: list[list[str]],
+    col_names: list[str],
+    lines: list[int],
+    loc: _Loc,
+    specs: list[str] | None = None,
+    header_seen: bool = True,
 ) -> tuple[np.ndarray, list[str] | None]:
     """Turn label cells (strings, one list per column) into an int64 array (+ classes)."""
     several = len(columns) > 1
@@ -768,6 +988,12 @@ def _parse_labels(
                     f"{loc.at(lines[i])}: empty label{where}; every sample needs a label "
                     "(an integer >= 0 or a class name)"
                 )
+            if s in _MISSING_TEXT:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: missing label {s!r}{where} (how exported tables "
+                    "write a missing value); every sample needs a label (an integer >= 0 or a "
+                    "class name): fill it in or drop the line"
+                )
             if _INT_RE.match(s):
                 ints.append(i)
             elif _FLOAT_RE.match(s):
@@ -780,14 +1006,18 @@ def _parse_labels(
             else:
                 names.append(i)
         if ints and names:
-            _raise_mixed(cells, ints, names, lines, loc, where)
+            _raise_mixed(cells, ints, names, lines, loc, where, header_seen)
         if names:
             if several:
+                spec = specs[j] if specs else str(j)
+                header_hint = "" if header_seen else (
+                    " (and header=True if the first line holds column names)"
+                )
                 raise ManifestError(
                     f"{loc.at(lines[names[0]])}: label {cells[names[0]]!r}{where} is a class "
                     f"name, but only a single label column may hold class names (there are "
-                    f"{len(columns)}: {col_names}); use integer class indices, or pass "
-                    "label_cols=<one column>"
+                    f"{len(columns)}: {col_names}); use integer class indices, or pass the "
+                    f"one label column, e.g. label_cols={spec}{header_hint}"
                 )
             classes = sorted(set(cells))
             index = {name: k for k, name in enumerate(classes)}
@@ -821,16 +1051,28 @@ def _all_small_unsigned_ints(cells: list[str]) -> bool:
 
 
 def _raise_mixed(
-    cells: list[str], ints: list[int], names: list[int], lines: list[int], loc: _Loc, where: str
+    cells: list[str],
+    ints: list[int],
+    names: list[int],
+    lines: list[int],
+    loc: _Loc,
+    where: str,
+    header_seen: bool = True,
 ) -> None:
     # Blame the minority kind (ties: whatever the first row is not), pointing at the majority.
     ints_expected = len(ints) > len(names) or (len(ints) == len(names) and ints[0] < names[0])
     rule = "labels must be all integers >= 0 or all class names"
     if ints_expected:
         bad, ref = names[0], ints[0]
+        # The first line read as a sample (its path looks like a file) may be a header after
+        # all, with an unusual path column name such as "img.path".
+        header_hint = (
+            f"; pass header=True if {loc.unit} {lines[bad]} holds column names"
+            if bad == 0 and not header_seen else ""
+        )
         raise ManifestError(
             f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is not an integer; {rule} "
-            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]})"
+            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]}){header_hint}"
         )
     bad, ref = ints[0], names[0]
     raise ManifestError(
@@ -893,13 +1135,80 @@ def _resolve_paths(
         raise ManifestError(
             f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
         )
+    # Text such as "NA" or "nan" stays a file name here (a file may be called that; if none is,
+    # the missing file is reported with its line), unlike in labels, where it would silently
+    # become a class.
     # Same as normpath(join(root, cell)) (absolute cells kept), minus join's per-call cost;
     # normpath does not touch symlinks.
     normpath = os.path.normpath
     if os.name == "posix":
         prefix = os.path.join(root, "")
-        return [normpath(c if c[0] == "/" else prefix + c) for c in cells]
-    return [normpath(os.path.join(root, c)) for c in cells]
+        out = [normpath(c if c[0] == "/" else prefix + c) for c in cells]
+    else:
+        out = [normpath(os.path.join(root, c)) for c in cells]
+    _refuse_unopenable(out, lines, loc)
+    return out
+
+
+@functools.cache
+def _os_path_limits() -> tuple[int, int]:
+    """(longest path, longest path component) in bytes that the OS opens (POSIX: PATH_MAX - 1
+    and NAME_MAX of the root file system; defaults where it does not say)."""
+    def conf(name: str, default: int) -> int:
+        try:
+            value = os.pathconf("/", name)
+        except (OSError, ValueError, AttributeError):
+            return default
+        return value if value and value > 0 else default
+
+    return conf("PC_PATH_MAX", 4096) - 1, conf("PC_NAME_MAX", 255)
+
+
+def _refuse_unopenable(paths: list[str], lines: list[int], loc: _Loc) -> None:
+    """Refuse, naming the line, paths the operating system cannot open as given: a NUL byte,
+    characters the file system's encoding cannot represent, or too long (whole or one part).
+    Checked here so that no later open fails with a bare ValueError."""
+    if not paths:
+        return
+    joined = "\n".join(paths)
+    if "\0" in joined:
+        i = next(i for i, p in enumerate(paths) if "\0" in p)
+        raise ManifestError(
+            f"{loc.at(lines[i])}: path {shown(paths[i])} holds a NUL byte (\\x00), which no "
+            "file name can contain; fix the path"
+        )
+    try:
+        os.fsencode(joined)
+    except UnicodeEncodeError:
+        for i, p in enumerate(paths):
+            try:
+                os.fsencode(p)
+            except UnicodeEncodeError as e:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: path {shown(p)} holds {shown(p[e.start:e.end])}, "
+                    f"which the file system's encoding ({sys.getfilesystemencoding()}) "
+                    "cannot represent; fix the path"
+                ) from None
+    path_max, name_max = _os_path_limits()
+    # A UTF-8 character takes at most 4 bytes: below this no path can be too long.
+    if max(map(len, paths)) * 4 <= name_max:
+        return
+    for i, p in enumerate(paths):
+        raw = os.fsencode(p)
+        if len(raw) <= name_max:
+            continue
+        long_part = max(raw.split(b"/"), key=len)
+        if len(raw) > path_max or len(long_part) > name_max:
+            limit = (
+                f"{len(raw):,} bytes, more than the {path_max:,} a path may have"
+                if len(raw) > path_max
+                else f"a part of {len(long_part):,} bytes, more than the {name_max} a file or "
+                "folder name may have"
+            )
+            raise ManifestError(
+                f"{loc.at(lines[i])}: path {shown(p[:120])}... is too long for the operating "
+                f"system ({limit}); shorten it"
+            )
 
 
 def _all_absolute(paths: Sequence[str]) -> bool:
@@ -914,12 +1223,19 @@ def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str)
     if not missing:
         return
     first_line, first_path = missing[0]
-    context = f"resolved against root {root}; pass root=... if paths are relative to another folder"
+    context = (
+        f"resolved against root {shown(root)}; pass root=... if paths are relative to another "
+        "folder"
+    )
     if len(missing) == 1:
         detail = f"({context})"
     else:
-        shown = "; ".join(f"{loc.unit} {n}: {p}" for n, p in missing[:_MAX_MISSING_REPORTED])
+        listed = "; ".join(
+            f"{loc.unit} {n}: {shown(p)}" for n, p in missing[:_MAX_MISSING_REPORTED]
+        )
         more = len(missing) - _MAX_MISSING_REPORTED
         tail = f"; and {more} more" if more > 0 else ""
-        detail = f"({len(missing)} of {len(paths)} files missing: {shown}{tail}; {context})"
-    raise ManifestFileNotFoundError(f"{loc.at(first_line)}: file not found: {first_path} {detail}")
+        detail = f"({len(missing)} of {len(paths)} files missing: {listed}{tail}; {context})"
+    raise ManifestFileNotFoundError(
+        f"{loc.at(first_line)}: file not found: {shown(first_path)} {detail}"
+    )

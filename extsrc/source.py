@@ -14,17 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.errors import BadImageError, PathOutsideRootError, SampleReadError
-from extsrc.imagecheck import (
-    DEFAULT_MAX_PIXELS,
-    Finding,
-    check_bytes,
-    fix_for,
-    inside,
-    real_path,
+from extsrc.errors import BadImageError, SampleReadError
+from extsrc.fileread import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileReadProblem,
+    check_max_file_bytes,
+    read_regular,
+    sample_read_error,
 )
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
 from extsrc.manifest import Manifest
+from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
+from extsrc.textsafe import shown
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource", "bad_image_error"]
 
@@ -77,7 +79,9 @@ class ShardedSource:
     header declares more than ``max_pixels`` pixels (``None``: no limit) raises
     :class:`~extsrc.errors.BadImageError` naming its manifest line; ``check_images=False`` turns
     this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
-    out) raises :class:`~extsrc.errors.PathOutsideRootError`.
+    out) raises :class:`~extsrc.errors.PathOutsideRootError`. Files are opened by
+    :func:`extsrc.fileread.read_regular`: anything but a regular file, or a file over
+    ``max_file_bytes`` (``None``: no limit), is refused before it is read.
     """
 
 
@@ -96,6 +100,7 @@ class ShardedSource:
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         check_images: bool = True,
         indices: Sequence[int] | np.ndarray | None = None,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -140,9 +145,11 @@ class ShardedSource:
         self.start_batch = start_batch
         self.max_pixels = max_pixels
         self.check_images = check_images
+        self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
+        self._owner_pid = os.getpid()
 
     def __len__(self) -> int:
         return self._num_batches
@@ -176,32 +183,15 @@ class ShardedSource:
         """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
         m = self.manifest
         path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
-        where = f"{m.source} line {m.lines[index]}"
-
-        def failed(reason: str, what: str) -> SampleReadError:
-            return SampleReadError(f"{where}: {what}; {fix_for(reason)}.{UP_FRONT_HINT}",
-                                   path=path, reason=reason, **fields)
-
+        where = f"{shown(m.source)} line {m.lines[index]}"
         try:
-            with open(path, "rb") as f:
-                if self._root_real is not None:
-                    real = real_path(f, path)
-                    if not inside(real, self._root_real):
-                        raise PathOutsideRootError(
-                            f"{where}: {path} resolves to {real}, outside the root {m.root}; "
-                            f"{fix_for('outside_root')}", path=path, reason="outside_root",
-                            **fields,
-                        )
-                data = f.read()
-        except FileNotFoundError:
-            raise failed("missing", f"file not found: {path}") from None
-        except IsADirectoryError:
-            raise failed("is_directory", f"{path} is a directory, expected an image file") \
-                from None
-        except OSError as e:
-            raise failed("unreadable", f"cannot read {path}: {e.strerror or e}") from None
+            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+        except FileReadProblem as e:
+            raise sample_read_error(e, where, path, UP_FRONT_HINT, **fields) from None
         if not data:
-            raise failed("empty", f"{path} is empty (0 bytes)")
+            raise SampleReadError(
+                f"{where}: {shown(path)} is empty (0 bytes); {fix_for('empty')}.{UP_FRONT_HINT}",
+                path=path, reason="empty", **fields)
         if self.check_images:
             finding = check_bytes(data, max_pixels=self.max_pixels)
             if finding is not None:
@@ -209,6 +199,7 @@ class ShardedSource:
         return np.frombuffer(data, dtype=np.uint8)
 
     def __call__(self, info: Any) -> tuple[list[np.ndarray], ...]:
+        exit_with_parent(self._owner_pid)  # in a DALI worker: exit when the main process dies
         epoch, b = self.position(int(info.iteration), int(info.epoch_idx))
         if b >= self._num_batches:
             raise StopIteration

@@ -234,7 +234,7 @@ def test_paths_escaping_root_are_refused(tmp_path):
     linked = tmp_path / "link.csv"
     linked.write_text("images/00000.png,0\nimages/link.png,1\n")
     for workers in (0, 2):
-        with pytest.raises(PathOutsideRootError, match=r"link\.csv line 2: .*link\.png resolves "
+        with pytest.raises(PathOutsideRootError, match=r"link\.csv line 2: .*link\.png: resolves "
                            r"to .*secret\.png, outside the root"):
             run_epoch(make_loader(read_manifest(linked, root=root), num_workers=workers))
     # Opting out, or giving no root, reads them; on_error="skip" drops them.

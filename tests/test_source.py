@@ -222,7 +222,7 @@ def test_unreadable_file(manifest):
     path = Path(manifest.paths[0])
     path.chmod(0)
     try:
-        with pytest.raises(SampleReadError, match=r"line 2: cannot read .*00000"):
+        with pytest.raises(SampleReadError, match=r"line 2: .*00000.*\[unreadable\]"):
             ShardedSource(manifest, batch_size=1, shuffle=False)(info(0))
     finally:
         path.chmod(0o644)
@@ -274,3 +274,80 @@ def test_parallel_external_source_in_dali(manifest, start_method):
             pipe.reset()
     finally:
         del pipe
+
+
+# --- worker processes exit with their parent (case 7) ---------------------------------------------
+
+ORPHAN_SCRIPT = r"""
+import json, os, sys, time
+from pathlib import Path
+import extsrc
+
+def children():
+    me, out = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == me and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+if __name__ == "__main__":
+    loader = extsrc.Loader(sys.argv[1], batch_size=2, resize=16, device="cpu", num_workers=2,
+                           start_method=sys.argv[2])
+    it = iter(loader)
+    next(it)
+    print(json.dumps(children()), flush=True)
+    time.sleep(600)  # killed by the test long before
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "start_method"), [("SIGKILL", "fork"), ("SIGTERM", "spawn")])
+def test_workers_exit_when_the_main_process_is_killed(tmp_path, sig, start_method):
+    """Case 7: reader processes lived on, reparented, for minutes after the main process died."""
+    import json
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    mpath = write_dataset(tmp_path, 12, fmt="jpg")
+    script = tmp_path / "main.py"
+    script.write_text(ORPHAN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, str(script), str(mpath), start_method],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    workers: list[int] = []
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)  # printed after one batch
+        assert ready, "the loader produced no batch in 120 s"
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        workers = json.loads(line)
+        assert len(workers) >= 2, workers  # the 2 DALI workers (+ spawn's resource tracker)
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [p for p in workers if _alive(p)] == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for p in workers:  # no leak if the test fails
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

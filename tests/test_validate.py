@@ -6,6 +6,7 @@ with test_reliability.py.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -65,7 +66,8 @@ def test_messages_say_what_and_how_to_fix(tmp_path):
     msgs = {p.reason: p.message for p in report.problems}
     assert re.search(r"declares 50000x50000 = 2,500,000,000 pixels, more than max_pixels="
                      r"178,956,970 .*raise max_pixels", msgs["too_large"])
-    assert "starts with text 'this is not an i" in msgs["not_an_image"]
+    assert "not an image file (no known image signature; it looks like text)" in \
+        msgs["not_an_image"]
     assert "file not found" in msgs["missing"] and "drop the line" in msgs["missing"]
     summary = report.summary()
     assert "3 bad" in summary and "too_large: 1" in summary
@@ -217,3 +219,201 @@ def test_validate_accepts_a_path_and_reports_good(tmp_path):
     assert "5 ok, 0 bad" in report.summary()
     assert extsrc.validate is validate
     assert os.path.isabs(report.manifest.paths[0])
+
+
+# -- no worker processes left behind (case 9) -----------------------------------------------------
+
+
+def child_processes() -> list[tuple[int, bytes]]:
+    """Live children of this process, from /proc, except the resource trackers that
+    multiprocessing and loky start once per process by design (one each, idle)."""
+    me, out = os.getpid(), []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me and fields[0] != "Z" and b"resource_tracker" not in cmd:
+            out.append((int(d), cmd[:120]))
+    return out
+
+
+def test_validate_leaves_no_worker_processes(tmp_path):
+    """Case 9: joblib's pool kept its workers alive ~300 s after validate returned."""
+    mpath, _ = dataset_with_bad(tmp_path, ["zero_byte", "text_as_jpg"], n=24)
+    assert child_processes() == []
+    report = validate(mpath, n_jobs=2, chunk_size=4, progress=False)
+    assert report.num_bad == 2
+    assert child_processes() == []
+
+
+def test_skip_policy_leaves_no_worker_processes(tmp_path):
+    """Case 9 as reported: Loader(on_error="skip") runs validate; after close() nothing is left."""
+    mpath, _ = dataset_with_bad(tmp_path, ["zero_byte"], n=12)
+    with pytest.warns(UserWarning, match="skipping 1 of"):
+        loader = extsrc.Loader(mpath, batch_size=4, resize=16, device="cpu", num_workers=0,
+                               on_error="skip",
+                               validate_kwargs={"n_jobs": 2, "chunk_size": 2, "progress": False})
+    with loader:
+        assert sum(len(b["index"]) for b in loader) >= 12
+    assert child_processes() == []
+
+
+# -- arguments -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({"decode": "yes"}, TypeError, r"validate: decode must be True or False"),
+        ({"progress": 1}, TypeError, r"validate: progress must be True or False"),
+        ({"n_jobs": 2.0}, TypeError, r"validate: n_jobs must be an int .*float"),
+        ({"n_jobs": 0}, ValueError, r"validate: n_jobs must not be 0"),
+        ({"n_jobs": 10**6}, ValueError, r"validate: n_jobs must be >= -\d+ and <= [\d,]+"),
+        ({"n_jobs": -(10**6)}, ValueError, r"validate: n_jobs must be >= -\d+"),
+        ({"max_pixels": 0}, ValueError, r"validate: max_pixels must be >= 1"),
+        ({"max_pixels": 1e9}, TypeError, r"validate: max_pixels must be an int or None"),
+        ({"chunk_size": 0}, ValueError, r"validate: chunk_size must be >= 1"),
+        ({"chunk_size": True}, TypeError, r"validate: chunk_size must be an int or None"),
+        ({"max_file_bytes": -5}, ValueError, r"max_file_bytes must be >= 1"),
+    ],
+)
+def test_validate_arguments_refused_by_name(tmp_path, kwargs, exc, match):
+    mpath = write_dataset(tmp_path, 2)
+    with pytest.raises(exc, match=match):
+        validate(mpath, **{"progress": False, **kwargs})
+
+
+def test_report_method_arguments_refused_by_name(tmp_path):
+    report = validate(write_dataset(tmp_path, 2), n_jobs=1, progress=False)
+    with pytest.raises(ValueError, match=r"summary: max_problems must be >= 0, got -1"):
+        report.summary(max_problems=-1)
+    with pytest.raises(TypeError, match=r"summary: max_problems must be an int"):
+        report.summary(max_problems=2.5)
+    assert report.summary(max_problems=np.int64(3)).startswith("extsrc.validate: ")
+    with pytest.raises(TypeError, match=r"write_clean: path must be a file path"):
+        report.write_clean(3)
+
+
+def test_validate_accepts_numpy_integers(tmp_path):
+    mpath = write_dataset(tmp_path, 3)
+    report = validate(mpath, n_jobs=np.int64(1), max_pixels=np.int32(10**6),
+                      chunk_size=np.uint8(2), max_file_bytes=np.int64(10**6), progress=False,
+                      decode=np.bool_(True))
+    assert report.ok and report.max_pixels == 10**6
+    with pytest.raises(TypeError, match=r"validate: manifest must be an extsrc.Manifest"):
+        validate(3)  # type: ignore[arg-type]
+
+
+# -- what messages show ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "guess"),
+    [
+        (b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n",
+         "it looks like text"),
+        (b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU\n",
+         "it looks like text"),
+        (b"<!DOCTYPE html><html><title>403 Forbidden</title>", "HTML or XML"),
+        (b"%PDF-1.7\n%secret", "a PDF document"),
+        (b"PK\x03\x04secret-name.txt", "a ZIP archive"),
+        (bytes(range(7, 200)), "unrecognised binary data"),
+    ],
+)
+def test_messages_name_a_format_guess_never_file_content(tmp_path, content, guess):
+    """Case 12 (no echo): a message must not print a file's first bytes."""
+    f = tmp_path / "x.jpg"
+    f.write_bytes(content)
+    m = Manifest.from_lists([f], [0])
+    report = validate(m, n_jobs=1, progress=False)
+    (problem,) = report.problems
+    assert problem.reason == "not_an_image" and guess in problem.message
+    text = str(report)
+    for word in (b"/bin/bash", b"OPENSSH", b"Forbidden", b"secret", b"daemon", bytes(range(7, 15))):
+        if word in content:
+            assert word.decode("latin-1") not in text
+    assert "07 08 09" not in text
+
+
+def test_report_escapes_control_characters_in_names(tmp_path):
+    name = "x\x1b[2J\x1b[31m\u202e.jpg"
+    (tmp_path / name).write_bytes(b"not an image")
+    m = Manifest.from_lists([tmp_path / name], [0])
+    text = validate(m, n_jobs=1, progress=False).summary()
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "x\\x1b[2J\\x1b[31m\\u202e.jpg" in text
+
+
+# -- damaged JPEG data that decoders turn into noise (case 4) -------------------------------------
+
+
+def _scan_bounds(data: bytes) -> tuple[int, int]:
+    """(first byte of the entropy-coded data after the first SOS header, offset of EOI)."""
+    i = 2
+    while data[i + 1] != 0xDA:
+        i += 2 + int.from_bytes(data[i + 2:i + 4], "big")
+    return i + 2 + int.from_bytes(data[i + 2:i + 4], "big"), data.rfind(b"\xff\xd9")
+
+
+def damaged_jpeg(how: str, seed: int = 0, progressive: bool = False) -> bytes:
+    """A real JPEG whose entropy-coded data is replaced: every marker, the size and EOI stay
+    intact, so only a decoder can tell. Random bytes avoid 0xFF (which would form markers):
+    the data looks like a valid stream, as a disk or transfer error would leave it."""
+    data = bytearray(encode(pattern_image(seed, 101, 99), "JPEG", quality=90,
+                            progressive=progressive))
+    start, end = _scan_bounds(bytes(data))
+    if how == "zeroed":
+        data[start:end] = bytes(end - start)
+    elif how == "random":
+        rng = np.random.default_rng(seed)
+        data[start:end] = rng.integers(0, 255, end - start, dtype=np.uint8).tobytes()
+    elif how == "zeroed_half":
+        mid = (start + end) // 2
+        data[mid:end] = bytes(end - mid)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("progressive", [False, True], ids=["baseline", "progressive"])
+@pytest.mark.parametrize("how", ["zeroed", "random", "zeroed_half"])
+def test_damaged_entropy_coded_jpeg_is_found_by_decode(tmp_path, how, progressive):
+    """Case 4: Pillow (and DALI) decode these without an error; libjpeg warns and validate
+    reports them, with libjpeg's words."""
+    bad = damaged_jpeg(how, progressive=progressive)
+    Image.open(io.BytesIO(bad)).load()  # the premise: Pillow returns an image, no error
+    assert check_bytes(bad) is None  # and the header checks pass
+    paths = []
+    for k in range(3):
+        p = tmp_path / f"{k}.jpg"
+        p.write_bytes(bad if k == 1 else encode(pattern_image(k, 101, 99), "JPEG", quality=90,
+                                                 progressive=progressive))
+        paths.append(p)
+    m = Manifest.from_lists(paths, [0, 1, 2])
+    report = validate(m, n_jobs=1, progress=False)
+    assert [(p.line, p.reason) for p in report.problems] == [(2, "corrupt")]
+    assert re.search(r"compressed data is damaged \(libjpeg: Corrupt JPEG data: ",
+                     report.problems[0].message)
+    assert validate(m, n_jobs=1, progress=False, decode=False).ok  # only a decoder sees it
+
+
+def test_strict_decode_accepts_every_good_jpeg_kind(tmp_path):
+    """No false alarms: grey, CMYK, 4:4:4, progressive, restart markers, bytes after EOI."""
+    img = pattern_image(3, 37, 53)
+    kinds = {
+        "gray": encode(img[..., 0], "JPEG"),
+        "cmyk": encode(Image.fromarray(img).convert("CMYK"), "JPEG"),
+        "444": encode(img, "JPEG", subsampling=0, quality=95),
+        "progressive": encode(img, "JPEG", progressive=True),
+        "restart": encode(img, "JPEG", restart_marker_blocks=1),
+        "trailing": encode(img, "JPEG") + b"\x00trailing bytes after EOI",
+        "exif": encode(img, "JPEG", exif=Image.Exif()),
+    }
+    for name, data in kinds.items():
+        (tmp_path / f"{name}.jpg").write_bytes(data)
+    m = Manifest.from_lists([tmp_path / f"{n}.jpg" for n in kinds], list(range(len(kinds))))
+    report = validate(m, n_jobs=1, progress=False)
+    assert report.ok, report.summary()
