@@ -63,7 +63,7 @@ class Source:
 
 
 def run_case(kind: str, where: str, *, workers: int, threads: int, batch_size: int,
-             batches: int, epochs: int, gpu: bool, files: list[str]) -> dict:
+             batches: int, epochs: int, gpu: bool, files: list[str], es_depth: int) -> dict:
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
@@ -73,7 +73,7 @@ def run_case(kind: str, where: str, *, workers: int, threads: int, batch_size: i
     with pipe:
         data, labels = fn.external_source(
             source=Source(kind, batch_size, batches, files), num_outputs=2, batch=True,
-            batch_info=True, parallel=True)
+            batch_info=True, parallel=True, prefetch_queue_depth=es_depth)
         if where == "gpu":
             data, labels = data.gpu(), labels.gpu()
         pipe.set_outputs(data, labels)
@@ -106,6 +106,10 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--batches", type=int, default=12, help="batches per epoch")
     ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--es-depth", default="1",
+                    help="the external source's prefetch_queue_depth: batches computed ahead "
+                         "(DALI's default 1), or 'workers' for one per worker; a comma list runs "
+                         "each")
     ap.add_argument("--data", default="/tmp/extsrc-bench-data")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -128,11 +132,14 @@ def main(argv=None) -> int:
         if where == "gpu" and not gpu:
             continue
         for w in (int(x) for x in args.workers.split(",")):
-            r = run_case(kind, where, workers=w, threads=args.threads,
-                         batch_size=args.batch_size, batches=args.batches, epochs=args.epochs,
-                         gpu=gpu, files=files)
-            res["cases"][f"{case}/w{w}"] = r
-            print(f"{case:12s} workers={w:2d} {r['samples_per_s']:>10,.0f} samples/s", flush=True)
+            for d in args.es_depth.split(","):
+                depth = w if d == "workers" else int(d)
+                r = run_case(kind, where, workers=w, threads=args.threads,
+                             batch_size=args.batch_size, batches=args.batches,
+                             epochs=args.epochs, gpu=gpu, files=files, es_depth=depth)
+                res["cases"][f"{case}/w{w}/d{depth}"] = r
+                print(f"{case:12s} workers={w:2d} depth={depth:2d} "
+                      f"{r['samples_per_s']:>10,.0f} samples/s", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
     return 0
