@@ -258,7 +258,7 @@ def main(argv=None) -> int:
                                                op_path=None, device=device, **dali_kw),
     }
     for entry, (tr, ops) in suite.items():
-        every_op_gpu = all(augment_ops.get(n).gpu for n in (*tr, *ops))
+        every_op_gpu = all("gpu" in augment_ops.get(n).paths for n in (*tr, *ops))
         for p in paths:
             if p == "gpu" and not every_op_gpu:
                 continue
@@ -288,7 +288,6 @@ def main(argv=None) -> int:
                      "min_seconds": args.min_seconds, "repeats": args.repeats,
                      "hw_decoder_load": DEFAULT_HW_DECODER_LOAD if gpu else None},
         "explain": {n: explain(n) for tr, ops in suite.values() for n in (*tr, *ops)},
-        "throughput": {},
     }
     runs: dict[str, list[dict]] = {}
     for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
@@ -299,36 +298,48 @@ def main(argv=None) -> int:
                 r = {"error": f"{type(e).__name__}: {str(e)[:400]}", "images_per_s": 0.0}
             runs.setdefault(name, []).append(r)
             print(f"[bench] {rep + 1}/{args.repeats} {name}: {r}", flush=True)
-    for name, rs in runs.items():
-        results["throughput"][name] = median_of(rs)
+        # After every round, so that a run cut short still leaves its finished rounds.
+        summarise(results, runs, suite, rounds=rep + 1, out=args.out)
+    print_table(results)
+    return 0
+
+
+def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds: int,
+              out: str | None) -> None:
+    """Medians, the per-op table and the ratios into ``results``; written to ``out``."""
+    results["rounds_done"] = rounds
+    results["throughput"] = {name: median_of(rs) for name, rs in runs.items()}
     tp = {k: v["images_per_s"] for k, v in results["throughput"].items()}
     ceiling = tp.get("ceiling") or float("nan")
     table = []
     for entry in suite:
+        auto = tp.get(f"{entry}:auto", 0)
         row = {"op": entry, **{p: tp.get(f"{entry}:{p}") for p in PATHS}}
-        row["auto/ceiling"] = round(tp.get(f"{entry}:auto", 0) / ceiling, 3)
-        if tp.get(f"{entry}:numpy"):
-            row["auto/numpy"] = round(tp.get(f"{entry}:auto", 0) / tp[f"{entry}:numpy"], 2)
-        if tp.get(f"{entry}:dataloader"):
-            row["auto/dataloader"] = round(tp.get(f"{entry}:auto", 0) / tp[f"{entry}:dataloader"],
-                                           2)
-        paths_used = results["throughput"].get(f"{entry}:auto", {}).get("op_paths")
-        row["auto_op_paths"] = paths_used
+        row["auto/ceiling"] = round(auto / ceiling, 3)
+        for other in ("numpy", "dataloader"):
+            if tp.get(f"{entry}:{other}"):
+                row[f"auto/{other}"] = round(auto / tp[f"{entry}:{other}"], 2)
+        row["auto_op_paths"] = results["throughput"].get(f"{entry}:auto", {}).get("op_paths")
         table.append(row)
     results["table"] = table
+    results["ceiling_images_per_s"] = tp.get("ceiling")
     results["extsrc_resize/ceiling"] = round(tp.get("extsrc_resize", 0) / ceiling, 3)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {tp.get('extsrc_resize', 0):,.0f}"
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(results, indent=1) + "\n")
+
+
+def print_table(results: dict) -> None:
+    ceiling = results.get("ceiling_images_per_s") or float("nan")
+    no_op = results["throughput"].get("extsrc_resize", {}).get("images_per_s", 0)
+    print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {no_op:,.0f}"
           f" ({results['extsrc_resize/ceiling']}x)")
     print("| op | auto | gpu | numpy | DataLoader | auto/ceiling | auto paths |")
     print("|---|---:|---:|---:|---:|---:|---|")
-    for row in table:
+    for row in results["table"]:
         cells = [f"{row[p]:,.0f}" if row[p] else "-" for p in PATHS]
         print(f"| {row['op']} | {' | '.join(cells)} | {row['auto/ceiling']:.2f} | "
               f"{row['auto_op_paths']} |")
-    return 0
 
 
 if __name__ == "__main__":

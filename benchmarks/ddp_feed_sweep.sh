@@ -31,7 +31,7 @@ run() {  # run TAG NPROCS ARGS...
   grep -E "^total" "$log" || tail -n 5 "$log"
 }
 
-for n in 1 2; do run synthetic_once "$n" --synthetic --synthetic-once; done
+for n in 1 2; do run synthetic_once "$n" --synthetic; done
 for cfg in "$@"; do
   IFS='|' read -r tag args gpus <<<"$cfg"
   for n in ${gpus:-2}; do

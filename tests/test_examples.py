@@ -14,12 +14,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_throughput import parse_variant  # noqa: E402
 
-MINIMAL_FLAGS = ["--synthetic-once", "--synthetic-float", "--no-pad-mask", "--loss-in-autocast",
-                 "--no-weight-decay", "--no-loader"]
+MINIMAL_FLAGS = ["--synthetic-float", "--no-pad-mask", "--loss-in-autocast", "--no-weight-decay",
+                 "--no-loader"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("feed", ["extsrc", "synthetic", "synthetic+minimal flags"])
+@pytest.mark.parametrize("feed", ["extsrc", "synthetic", "synthetic+minimal flags",
+                                  "synthetic per epoch"])
 def test_train_ddp_single_process_cpu(tmp_path, feed):
     out = tmp_path / "r.jsonl"
     cmd = [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--data", str(tmp_path / "d"),
@@ -29,12 +30,15 @@ def test_train_ddp_single_process_cpu(tmp_path, feed):
         cmd.append("--synthetic")
     if feed == "synthetic+minimal flags":
         cmd += MINIMAL_FLAGS
+    if feed == "synthetic per epoch":
+        cmd.append("--synthetic-per-epoch")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "total:" in proc.stdout
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["tag"] == "t" and row["world_size"] == 1
     assert row["feed"] == ("extsrc" if feed == "extsrc" else "synthetic")
+    assert row["synthetic_per_epoch"] == (feed == "synthetic per epoch")
     # 40 images / batch 8 = 5 steps an epoch, 2 epochs, min(5, 10 // 2) warm-up steps (with
     # --no-loader too: the steps are counted from the manifest as the loader counts them)
     assert row["timed_steps"] == 5 and row["total_images_per_s"] > 0
@@ -49,9 +53,9 @@ def test_train_ddp_single_process_cpu(tmp_path, feed):
 def test_train_ddp_refuses_a_synthetic_flag_without_synthetic(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train_ddp.py"), "--data", str(tmp_path / "d"),
-         "--synthetic-once"], capture_output=True, text=True, timeout=120)
+         "--synthetic-per-epoch"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "--synthetic-once changes the --synthetic feed; add --synthetic" in proc.stderr
+    assert "--synthetic-per-epoch changes the --synthetic feed; add --synthetic" in proc.stderr
 
 
 @pytest.mark.slow
