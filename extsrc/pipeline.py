@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from augment_ops.registry import Op
-from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
+from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
@@ -101,7 +101,8 @@ def build_pipeline(
             occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
             seen[op.name] = occurrence + 1
             if path == "native":
-                outs = op.impls["native"](img, **dict(op.params))
+                outs = native_outputs(op, img, info, seed=seed, manifest=manifest,
+                                      occurrence=occurrence)
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
