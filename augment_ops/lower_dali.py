@@ -43,10 +43,13 @@ def _constant(value: Any, dt: np.dtype) -> Any:
 
     dt = np.dtype(dt)
     arr = np.asarray(value, dtype=dt)
-    if arr.ndim == 0 and dt == np.uint64 and int(arr) > np.iinfo(np.int64).max:
+    if (dt == np.uint64 and (arr > np.iinfo(np.int64).max).any()) or dt == np.float64:
+        # Arithmetic operators keep real constants as float32; bring float64 values (and uint64
+        # ones above int64's range) in exactly, by their bit pattern.
+        bits = arr.reshape(-1).view(np.int64)
         return fn.reinterpret(
-            fn.constant(idata=[int(arr.view(np.int64))], dtype=types.INT64, shape=[]),
-            dtype=types.UINT64)
+            fn.constant(idata=[int(b) for b in bits], dtype=types.INT64, shape=list(arr.shape)),
+            dtype=_dali_type(dt))
     if arr.ndim == 0:
         return types.Constant(arr.item(), dtype=_dali_type(dt))
     return types.Constant(arr, dtype=_dali_type(dt))
@@ -136,12 +139,16 @@ class _Emitter:
         # fn.flip finds its axes by layout letters; subscripts with step -1 are not used because
         # DALI 2.4 gives wrong rows for them on the outer axis of larger images.
         axis, nd = n.attrs[0], n.ndim
-        layout, arg = {(3, 0): ("HWC", "vertical"), (3, 1): ("HWC", "horizontal"),
-                       (3, 2): ("DHW", "horizontal"), (2, 0): ("HW", "vertical"),
-                       (2, 1): ("HW", "horizontal"), (1, 0): ("W", "horizontal")}[(nd, axis)]
-        x = fn.reshape(self.value(n.args[0]), layout=layout)
+        x = self.value(n.args[0])
+        if nd == 2:  # fn.flip takes images with channels: flip (H, W, 1) instead
+            x = fn.expand_dims(x, axes=[2])
+        elif nd != 3:
+            raise ValueError(f"no DALI lowering of a flip of a rank-{nd} array")
+        layout, arg = {0: ("HWC", "vertical"), 1: ("HWC", "horizontal"),
+                       2: ("CHW", "horizontal")}[axis]
         flags = {"horizontal": 0, "vertical": 0, "depthwise": 0, arg: 1}
-        return fn.flip(x, **flags)
+        out = fn.flip(fn.reshape(x, layout=layout), **flags)
+        return out[:, :, 0] if nd == 2 else out
 
     def _take(self, n: Node) -> Any:
         axis = n.attrs[0]

@@ -80,25 +80,30 @@ def _describe(filename: str, lineno: int) -> str:
 
 
 def _user_location(tb: types.TracebackType | None = None) -> tuple[str, str]:
-    """``file:line: code`` of the innermost frame in the op's own source file (the user's line),
-    and of the innermost frame outside this module and numpy (where it went wrong, maybe in a
-    library the op called); walks ``tb`` or else the current stack."""
-    frames: list[tuple[str, int]] = []
+    """``file:line: code`` of the user's line, and of the innermost frame outside this module and
+    numpy (where it went wrong, maybe in a helper or library the op called).
+
+    The user's line is the innermost one in the op's function itself, else in its source file.
+    Walks ``tb``, or else the current stack.
+    """
+    frames: list[tuple[Any, int]] = []
     if tb is not None:
         while tb is not None:
-            frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+            frames.append((tb.tb_frame.f_code, tb.tb_lineno))
             tb = tb.tb_next
     else:
         frame = sys._getframe(1)
         while frame is not None:
-            frames.append((frame.f_code.co_filename, frame.f_lineno))
+            frames.append((frame.f_code, frame.f_lineno))
             frame = frame.f_back
         frames.reverse()
-    outside = [(f, n) for f, n in frames if not _is_internal(f)]
+    outside = [(c, n) for c, n in frames if not _is_internal(c.co_filename)]
     session = _TRACING.active
-    own = [(f, n) for f, n in outside if session is not None and f == session.user_file]
-    inner = _describe(*outside[-1]) if outside else ""
-    return (_describe(*own[-1]) if own else inner), inner
+    code = session.user_code if session is not None else None
+    own = [(c, n) for c, n in outside if c is code] or [
+        (c, n) for c, n in outside if code is not None and c.co_filename == code.co_filename]
+    inner = _describe(outside[-1][0].co_filename, outside[-1][1]) if outside else ""
+    return (_describe(own[-1][0].co_filename, own[-1][1]) if own else inner), inner
 
 
 # -- the IR ------------------------------------------------------------------------------------
@@ -511,7 +516,10 @@ class Sym:
         handler = _FUNCTIONS.get(func.__name__)
         if handler is None or getattr(np, func.__name__, None) is not func:
             mod = func.__module__ or "numpy"
-            mod = "np" if mod.startswith("numpy") and mod.count(".") <= 1 else mod
+            public = [p for p in mod.split(".")[1:] if not p.startswith("_")]
+            if mod.split(".")[0] == "numpy":  # numpy.fft -> np.fft, numpy._core.x -> np
+                mod = ".".join(["np", *public[:1]]) if mod.startswith("numpy.") and public and \
+                    not mod.split(".")[1].startswith("_") else "np"
             raise TraceError(f"{mod}.{func.__name__}")
         return handler(*args, **kwargs)
 
@@ -736,6 +744,8 @@ def _slice_axis(n: Node, axis: int, lo: Dim, hi: Dim, rev: bool) -> Node:
 def _flip(n: Node, axis: int) -> Node:
     if n.op == "flip" and n.attrs == (axis,):
         return n.args[0]
+    if n.ndim not in (2, 3):
+        raise TraceError(f"a reversal (step -1) of a rank-{n.ndim} array")
     return _new("flip", (n,), (axis,), n.dtype, n.shape)
 
 
@@ -1158,7 +1168,7 @@ class _Session:
 
     def __init__(self) -> None:
         self.table: dict[Any, Node] = {}
-        self.user_file = ""
+        self.user_code: types.CodeType | None = None
         self.prefix: tuple[bool, ...] = ()
         self.conds: list[Node] = []
         self.decisions: list[bool] = []
@@ -1256,8 +1266,34 @@ class _Forbidden(types.ModuleType):
         raise TraceError(f"{self._what}.{name} (global random state; draw from the op's rng)")
 
 
+class _ScalarTypeMeta(type):
+    """numpy scalar types (``np.uint8(x)``) that convert per-sample values symbolically and
+    otherwise behave as the real type (as a dtype, in ``isinstance``)."""
+
+    def __instancecheck__(cls, x: Any) -> bool:
+        return isinstance(x, cls.real)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
+            if args[0].ndim != 0:
+                raise TraceError(f"np.{cls.real.__name__}() of an array")
+            return Sym(cast_node(args[0].node, cls.real))
+        return cls.real(*args, **kwargs)
+
+
+_SCALAR_TYPES: dict[type, type] = {}
+
+
+def _scalar_type(real: type) -> type:
+    if real not in _SCALAR_TYPES:
+        _SCALAR_TYPES[real] = _ScalarTypeMeta(real.__name__, (), {"real": real,
+                                                                 "dtype": np.dtype(real)})
+    return _SCALAR_TYPES[real]
+
+
 class _NumpyProxy(types.ModuleType):
-    """``numpy`` as the traced function sees it: all of numpy except the global ``np.random``."""
+    """``numpy`` as the traced function sees it: all of numpy except the global ``np.random``,
+    with scalar types that accept per-sample values."""
 
     def __init__(self) -> None:
         super().__init__("numpy")
@@ -1265,7 +1301,11 @@ class _NumpyProxy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "random":
             return _Forbidden("np.random")
-        return getattr(np, name)
+        v = getattr(np, name)
+        if isinstance(v, type) and issubclass(v, np.generic) and v is not np.generic and \
+                v.__module__ == "numpy" and np.dtype(v).kind in "biuf":
+            return _scalar_type(v)
+        return v
 
 
 def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -1325,7 +1365,7 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
     """Trace ``fn(img, [rng=], **params)``; raise :class:`TraceError` where it cannot be lowered."""
     session = _Session()
     f = _rebind(fn)
-    session.user_file = fn.__code__.co_filename
+    session.user_code = fn.__code__
     pending: list[tuple[bool, ...]] = [()]
     done: list[tuple[list[Node], list[bool], tuple[Node, ...]]] = []
     draws = 0
