@@ -817,7 +817,9 @@ def _where(c: Any, a: Any, b: Any) -> Sym:
                 np.result_type(np.asarray(_rep(a)), np.asarray(_rep(b))))
         except Exception as e:
             raise TraceError(f"np.where with operands numpy refuses ({e})") from None
-    na, nb = _to_node(a, rdt), _to_node(b, rdt)
+    # np.where converts Python scalars as an unsafe cast does (np.where(c, u8, -1) holds 255).
+    na, nb = (_to_node(np.asarray(v), rdt) if type(v) in (int, float, bool) else _to_node(v, rdt)
+              for v in (a, b))
     if na is nb:
         return Sym(na)
     shape = _broadcast(cn.shape, na.shape, nb.shape)
@@ -825,6 +827,11 @@ def _where(c: Any, a: Any, b: Any) -> Sym:
 
 
 def _clip(x: Any, lo: Any, hi: Any) -> Any:
+    if isinstance(x, Sym) and x.dtype.kind in "iu" and not x.node.weak:
+        # np.clip takes Python int bounds outside the dtype's range as that range's ends.
+        info = np.iinfo(x.dtype)
+        lo, hi = (builtins.min(builtins.max(b, int(info.min)), int(info.max))
+                  if type(b) is int else b for b in (lo, hi))
     out = x
     if lo is not None:
         out = ufunc("maximum", out, lo)
@@ -907,14 +914,34 @@ def _matmul(a: Any, b: Any) -> Sym:
         raise TraceError("a matrix product of booleans")
     x = Sym(cast_node(a.node, rdt))
     wc = w.astype(rdt)
+    if rdt.kind == "f" and not _blas_sums_in_order(rdt, wc):
+        raise TraceError(f"a {rdt} matrix product whose summation order (this machine's BLAS) "
+                         "is not x0*w0 + x1*w1 + ...; write the weighted sum out "
+                         "(img[..., 0] * w0 + img[..., 1] * w1 + ...)")
     ax = a.ndim - 1
     acc = None
-    # numpy (through BLAS) accumulates x0*w0 + x1*w1 + ... in order for these short vectors.
     for i in range(len(w)):
         part = ufunc("multiply", Sym(_new("take", (x.node, i), (ax,), rdt, x.node.shape[:-1])),
                      wc[i])
         acc = part if acc is None else ufunc("add", acc, part)
     return Sym(acc.node)
+
+
+_BLAS_ORDER: dict[tuple[str, bytes], bool] = {}
+
+
+def _blas_sums_in_order(dt: np.dtype, w: np.ndarray) -> bool:
+    """Whether numpy's ``image @ w`` (a BLAS kernel for floats) equals the in-order sum
+    ``(x0*w0 + x1*w1) + x2*w2 ...`` on this machine, probed once per (dtype, w) on random
+    values (kernels differ between CPUs and float widths: some fuse multiply-adds)."""
+    key = (dt.str, w.tobytes())
+    if key not in _BLAS_ORDER:
+        x = (np.random.default_rng(0).random((64, 64, len(w))) * 255).astype(dt)
+        acc = x[..., 0] * w[0]
+        for i in range(1, len(w)):
+            acc = acc + x[..., i] * w[i]
+        _BLAS_ORDER[key] = bool(np.array_equal(x @ w, acc))
+    return _BLAS_ORDER[key]
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:

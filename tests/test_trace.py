@@ -409,6 +409,9 @@ def _apply(step, x):
         return x.astype(dt)
     if kind == "arith":
         op, c = arg
+        if op in ("//", "%") and x.dtype.kind == "f":  # float // and % are not lowered
+            q = np.floor(x / c)
+            return q if op == "//" else x - q * c
         return {"+": lambda: x + c, "-": lambda: x - c, "*": lambda: x * c,
                 "r-": lambda: c - x, "/": lambda: x / c,
                 "//": lambda: x // c, "%": lambda: x % c}[op]()
@@ -419,6 +422,10 @@ def _apply(step, x):
         return np.where(x > t, x, c)
     if kind == "reduce":
         how = arg
+        if how == "gray" and x.dtype != np.float32:
+            # float32 only: float64 products go through BLAS kernels that fuse multiply-adds
+            # (the tracer probes this and refuses them; see the fallback test).
+            x = x.astype(np.float32)
         r = (x.sum(axis=2) if how == "sum" else x.mean(axis=-1) if how == "mean"
              else x.max(axis=2) if how == "max" else x @ np.array([0.299, 0.587, 0.114],
                                                                    np.float32))
@@ -457,7 +464,7 @@ def _numpy_or_none(program, img):
 
 
 @pytest.mark.slow
-@settings(max_examples=18, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=st.lists(STEPS, min_size=1, max_size=4),
        sizes=st.lists(st.tuples(st.integers(1, 12).map(lambda v: 2 * v + 1),
                                 st.integers(1, 12).map(lambda v: 2 * v + 1)), min_size=3,
