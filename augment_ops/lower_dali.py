@@ -69,10 +69,9 @@ def _on_device(*xs: Any) -> list[Any]:
 
 
 class _Emitter:
-    def __init__(self, image: Any, uniform: Callable[[int], Any] | None, shape: Any) -> None:
+    def __init__(self, image: Any) -> None:
         self.image = image
-        self.uniform = uniform
-        self.shape = shape
+        self.shape: Any = None
         self.memo: dict[int, Any] = {}
 
     def value(self, n: Node | int) -> Any:
@@ -93,11 +92,6 @@ class _Emitter:
             self.shape = self.image.shape()
         return self.shape[n.attrs[0]]
 
-    def _uniform(self, n: Node) -> Any:
-        if self.uniform is None:
-            raise ValueError("a random traced op needs uniform draws; pass uniform=")
-        return self.uniform(n.attrs[0])
-
     def _const(self, n: Node) -> Any:
         return _constant(n.value, n.dtype)
 
@@ -109,6 +103,8 @@ class _Emitter:
     def _bin(self, n: Node) -> Any:
         a, b = n.args
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
+        if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
+            return binary(n.attrs[0], self.value(a), self.value(b), np.dtype(np.uint64))
         return binary(n.attrs[0], self.value(a), self.value(b), a.dtype, b_negative=sign)
 
     def _un(self, n: Node) -> Any:
@@ -129,9 +125,10 @@ class _Emitter:
 
     # -- layout
     def _slice(self, n: Node) -> Any:
-        x, lo, hi = n.args
-        axis = n.attrs[0]
-        return self.value(x)[(slice(None),) * axis + (slice(self.value(lo), self.value(hi)),)]
+        key: list[slice] = [slice(None)] * (max(n.attrs) + 1)
+        for k, axis in enumerate(n.attrs):
+            key[axis] = slice(self.value(n.args[1 + 2 * k]), self.value(n.args[2 + 2 * k]))
+        return self.value(n.args[0])[tuple(key)]
 
     def _flip(self, n: Node) -> Any:
         from nvidia.dali import fn
@@ -370,16 +367,112 @@ def where(c: Any, a: Any, b: Any, dt: np.dtype, a_const: Any = None, b_const: An
     return out if bits_dt == dt else fn.reinterpret(out, dtype=_dali_type(dt))
 
 
-def emit(traced: Traced, image: Any, *, uniform: Callable[[int], Any] | None = None,
-         shape: Any = None) -> list[Any]:
+class ScalarProgram:
+    """The per-sample scalars of a traced op (sizes, slice bounds, draws, branch conditions),
+    evaluated with numpy for a whole batch in one ``python_function`` call.
+
+    Scalar arithmetic as DALI operators costs one operator per step (a crop's bounds and its
+    draws take dozens); here it is one Python call per batch, with numpy's own semantics.
+    ``uniform(index, epoch, slot)`` gives the draws (float64 arrays); ``check(shapes, infos)``
+    may refuse a batch (the op's min_size).
+    """
+
+    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray] | None,
+                 check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None) -> None:
+        self.nodes = nodes
+        self.uniform = uniform
+        self.check = check
+
+    def __call__(self, shapes: list[np.ndarray], infos: list[np.ndarray]) -> Any:
+        if self.check is not None:
+            self.check(shapes, infos)
+        shape = np.stack(shapes).astype(np.int64)
+        info = np.stack(infos) if infos else np.zeros((len(shapes), 3), np.int64)
+        memo: dict[int, np.ndarray] = {}
+
+        def ev(n: Node | int) -> Any:
+            if not isinstance(n, Node):
+                return np.int64(n)
+            got = memo.get(id(n))
+            if got is not None:
+                return got
+            if n.op == "in_dim":
+                got = shape[:, n.attrs[0]]
+            elif n.op == "const":
+                got = n.value
+            elif n.op == "uniform":
+                got = self.uniform(info[:, 0], info[:, 1], n.attrs[0])
+            elif n.op == "cast":
+                got = np.asarray(ev(n.args[0])).astype(n.dtype)
+            elif n.op == "bin":
+                got = getattr(np, n.attrs[0])(ev(n.args[0]), ev(n.args[1]))
+            elif n.op == "un":
+                got = getattr(np, n.attrs[0])(ev(n.args[0]))
+            elif n.op == "where":
+                got = np.where(*(ev(a) for a in n.args))
+            else:
+                raise ValueError(f"not a scalar node: {n}")
+            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (len(shapes),))
+            memo[id(n)] = got
+            return got
+
+        if not self.nodes:
+            return shapes
+        with np.errstate(all="ignore"):
+            outs = [ev(n) for n in self.nodes]
+        per_output = tuple([np.array(v[i]) for i in range(len(shapes))] for v in outs)
+        return per_output if len(per_output) != 1 else per_output[0]
+
+
+def _scalar_boundary(outputs: tuple[Node, ...]) -> list[Node]:
+    """The pixel-independent scalar nodes that array operators read (bounds, fills, branch
+    conditions, elementwise operands), in a stable order."""
+    seen: set[int] = set()
+    found: dict[int, Node] = {}
+    stack = list(outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for a in n.args:
+            if not isinstance(a, Node):
+                continue
+            if a.ndim == 0 and not a.pixel and a.op != "const":
+                found.setdefault(id(a), a)
+            else:
+                stack.append(a)
+    return list(found.values())
+
+
+def emit(traced: Traced, image: Any, *, info: Any = None,
+         uniform: Callable[..., np.ndarray] | None = None,
+         check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None) -> list[Any]:
     """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
 
-    ``uniform(slot)`` gives the per-sample uniform draw of a slot (a float64 scalar DataNode) for
-    random ops; ``shape`` may replace ``image.shape()`` (a checked copy of it, say).
+    Per-sample scalars run in one CPU ``python_function`` per batch (:class:`ScalarProgram`),
+    which reads ``image.shape()`` and, for random ops or a ``check``, ``info`` (per-sample
+    manifest index, epoch, pad flag); ``uniform(index, epoch, slot)`` gives a random op's draws.
     """
     from nvidia.dali import fn
 
-    em = _Emitter(image, uniform, shape)
+    em = _Emitter(image)
+    scalars = _scalar_boundary(traced.outputs)
+    if scalars or check is not None:
+        if (traced.num_draws or check is not None) and info is None:
+            raise ValueError("a random op or a check needs the pipeline's info; pass info=")
+        inputs = [image.shape()] + ([info] if info is not None else [])
+        program = ScalarProgram(scalars, uniform, check)
+        outs = fn.python_function(*inputs, function=program if info is not None else (
+            lambda shapes: program(shapes, [])), batch_processing=True,
+            num_outputs=max(1, len(scalars)))
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        if not scalars:
+            # A check alone: the image takes its shape from the check's output, so DALI keeps
+            # the check in the graph.
+            em.image = fn.reshape(image, shape=outs[0])
+        for n, out in zip(scalars, outs, strict=False):
+            em.memo[id(n)] = out
     # Later stages (resize) read the layout, which elementwise operators may not keep.
     return [fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]

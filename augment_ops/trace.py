@@ -291,7 +291,10 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "divide" and cdt.kind != "f":
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
-        out = _new("bin", (na, nb), (name,), cdt if name not in _COMPARISONS else np.bool_, shape,
+        attrs: tuple = (name,)
+        if name in ("floor_divide", "remainder") and _nonneg(na) and _nonneg(nb):
+            attrs = (name, "nonneg")  # truncating division is flooring division here
+        out = _new("bin", (na, nb), attrs, cdt if name not in _COMPARISONS else np.bool_, shape,
                    weak)
         return Sym(cast_node(out, rdt, weak))
     (x,) = inputs
@@ -619,6 +622,89 @@ def _dlt(a: Dim, b: Dim) -> Any:
     return ufunc("less", _dim_sym(a), _dim_sym(b))
 
 
+def _lower(d: Dim) -> float | None:
+    """A lower bound of a per-sample value known from how it was computed (sizes are >= 1,
+    draws >= 0, h - min(size, h) >= 0, ...), or None."""
+    if isinstance(d, int):
+        return d
+    if d.op == "const":
+        return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
+    if d.op == "in_dim":
+        return 1  # a decoded image has at least one pixel
+    if d.op == "uniform":
+        return 0
+    if d.op == "cast":
+        if d.args[0].dtype.kind in "bu":
+            return 0
+        lo = _lower(d.args[0])
+        return None if lo is None else math.floor(lo) if d.dtype.kind in "iu" else lo
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
+        lo = _lower(d.args[0])
+        return None if lo is None else math.floor(lo)
+    if d.op == "bin":
+        a, b = d.args
+        name = d.attrs[0]
+        la, lb = _lower(a), _lower(b)
+        if name == "subtract" and _at_most(b, a):
+            return 0
+        if la is None or lb is None:
+            return la if name == "maximum" and la is not None else (
+                lb if name == "maximum" else None)
+        if name == "add":
+            return la + lb
+        if name == "subtract" and b.op == "const":
+            return la - float(b.value.max())
+        if name == "minimum":
+            return builtins.min(la, lb)
+        if name == "maximum":
+            return builtins.max(la, lb)
+        if name in ("multiply", "divide") and la >= 0 and lb >= 0:
+            return 0 if name == "divide" else la * lb
+        if name == "floor_divide" and la >= 0 and b.op == "const" and lb >= 1:
+            return la // float(b.value.max())
+        if name == "remainder" and la >= 0 and lb >= 0:
+            return 0
+    if d.op == "where":
+        la, lb = _lower(d.args[1]), _lower(d.args[2])
+        return None if la is None or lb is None else builtins.min(la, lb)
+    return None
+
+
+def _nonneg(d: Dim) -> bool:
+    """Whether an int dim is >= 0 for every sample."""
+    lo = _lower(d)
+    return lo is not None and lo >= 0
+
+
+def _at_most(a: Dim, b: Dim) -> bool:
+    """Whether ``a <= b`` for every sample, ``b`` a size (>= 0)."""
+    if a is b or (isinstance(a, int) and isinstance(b, int) and a <= b):
+        return True
+    if isinstance(a, int) and a <= 0 and _nonneg(b):
+        return True
+    if not isinstance(a, Node):
+        return False
+    if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu":
+        return _at_most(a.args[0], b)
+    if a.op == "bin":
+        x, y = a.args
+        name = a.attrs[0]
+        if name == "minimum":
+            return _at_most(x, b) or _at_most(y, b)
+        if name == "maximum":
+            return _at_most(x, b) and _at_most(y, b)
+        if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
+            return _at_most(x, b)
+        if name == "subtract" and _nonneg(y):
+            return _at_most(x, b)
+    if isinstance(b, Node) and b.op == "bin" and b.attrs[0] == "add" and (
+            (b.args[0] is a and _nonneg(b.args[1])) or (b.args[1] is a and _nonneg(b.args[0]))):
+        return True  # a <= a + (something >= 0)
+    if a.op == "where":
+        return _at_most(a.args[1], b) and _at_most(a.args[2], b)
+    return False
+
+
 def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
     """numpy's bounds for ``s`` on an axis of length ``n``: ``(lo, hi, reversed)`` with
     ``0 <= lo <= hi <= n``, the slice taking ``lo..hi-1`` (reversed when the step is -1)."""
@@ -642,15 +728,20 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
         if not isinstance(b, (int, Sym)):
             raise TraceError(f"a slice bound of type {type(b).__name__}")
         b = _dim(b)
-        neg = _dlt(b, 0)
-        b = _dwhere(neg, _dop("add", b, n), b)
-        b = _dwhere(_dlt(b, lo_clamp), lo_clamp, b)
-        return _dwhere(_dlt(hi_clamp, b), hi_clamp, b)
+        # Facts known at trace time (a size, h // 2, min(size, h)) spare the run-time clamps.
+        if not _nonneg(b):
+            neg = _dlt(b, 0)
+            b = _dwhere(neg, _dop("add", b, n), b)
+            b = _dwhere(_dlt(b, lo_clamp), lo_clamp, b)
+        if not _at_most(b, hi_clamp):
+            b = _dwhere(_dlt(hi_clamp, b), hi_clamp, b)
+        return b
 
     if step == 1:
         lo = bound(s.start, 0, 0, n)
         hi = bound(s.stop, n, 0, n)
-        hi = _dwhere(_dlt(hi, lo), lo, hi)
+        if not _at_most(lo, hi):
+            hi = _dwhere(_dlt(hi, lo), lo, hi)
         return lo, hi, False
     last = _dop("subtract", n, 1)
     start = bound(s.start, last, -1, last)
@@ -712,14 +803,17 @@ def _getitem(n: Node, key: Any) -> Node:
         axis += 1
     out = n
     # Slices (and picks) first, then integer takes from the last axis back, then new axes.
+    # All ranges in one slice (one copy), then the reversals.
+    ranges = [(ax, b[0], b[1]) for ax, b in enumerate(bounds)
+              if b is not None and b[0] != "pick"]
+    out = _slice(out, ranges)
     for ax, b in enumerate(bounds):
-        if b is None:
-            continue
-        if b[0] == "pick":
-            parts = [_slice_axis(out, ax, i, i + 1, False) for i in b[1]]
+        if b is not None and b[0] != "pick" and b[2]:
+            out = _flip(out, ax)
+    for ax, b in enumerate(bounds):
+        if b is not None and b[0] == "pick":
+            parts = [_slice(out, [(ax, i, i + 1)]) for i in b[1]]
             out = _concat(parts, ax) if len(parts) != 1 else parts[0]
-        else:
-            out = _slice_axis(out, ax, *b)
     for ax, i in sorted(takes, reverse=True):
         shape = out.shape[:ax] + out.shape[ax + 1:]
         out = _new("take", (out, i), (ax,), out.dtype, shape)
@@ -729,16 +823,20 @@ def _getitem(n: Node, key: Any) -> Node:
     return out
 
 
-def _slice_axis(n: Node, axis: int, lo: Dim, hi: Dim, rev: bool) -> Node:
-    full = isinstance(lo, int) and lo == 0 and (hi is n.shape[axis] or hi == n.shape[axis])
-    out = n
-    if not full:
-        shape = list(n.shape)
+def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
+    """``n`` restricted to ``lo:hi`` on each listed axis (normalized bounds); one node."""
+    args: list[Any] = [n]
+    axes = []
+    shape = list(n.shape)
+    for axis, lo, hi in ranges:
+        if isinstance(lo, int) and lo == 0 and (hi is n.shape[axis] or hi == n.shape[axis]):
+            continue  # the whole axis
+        axes.append(axis)
+        args += [lo, hi]
         shape[axis] = _dop("subtract", hi, lo)
-        out = _new("slice", (n, lo, hi), (axis,), n.dtype, tuple(shape))
-    if rev:
-        out = _flip(out, axis)
-    return out
+    if not axes:
+        return n
+    return _new("slice", tuple(args), tuple(axes), n.dtype, tuple(shape))
 
 
 def _flip(n: Node, axis: int) -> Node:
