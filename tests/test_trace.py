@@ -146,16 +146,17 @@ def _pixels(manifest_path: Path) -> list[np.ndarray]:
     return [np.asarray(Image.open(p).convert("RGB")) for p in m.paths]
 
 
-def _run_native(dataset: Path, ops, *, transforms=(), epochs: int = 2, workers: int = 0):
+def _run_native(dataset: Path, ops, *, transforms=(), epochs: int = 2, workers: int = 0,
+                device: str = "cpu"):
     """Batches of a loader running every op on its native path, with the epoch of each."""
     with extsrc.Loader(dataset, batch_size=1, ops=ops, transforms=transforms,
-                       op_path="native", device="cpu", seed=SEED, shuffle=True,
+                       op_path="native", device=device, seed=SEED, shuffle=True,
                        num_workers=workers) as loader:
         assert set(loader.op_paths.values()) == {"native"}
         out = []
         for _ in range(epochs):
             epoch = loader.epoch
-            out += [(epoch, {k: v.clone() for k, v in b.items()}) for b in loader]
+            out += [(epoch, {k: v.cpu().clone() for k, v in b.items()}) for b in loader]
     return out
 
 
@@ -164,10 +165,23 @@ def _reference(op, img, epoch, index):
     return op.apply(img, rng)
 
 
+GROUPS = [USER_OPS[:6], USER_OPS[6:], ROT, CROPS]
+GROUP_IDS = ["user-a", "user-b", "rot90", "crops"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("group", [USER_OPS[:6], USER_OPS[6:], ROT, CROPS],
-                         ids=["user-a", "user-b", "rot90", "crops"])
+@pytest.mark.parametrize("group", GROUPS, ids=GROUP_IDS)
 def test_traced_ops_equal_numpy_reference_through_a_loader(dataset, group):
+    _check_group(dataset, group, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", GROUPS, ids=GROUP_IDS)
+def test_traced_ops_on_gpu_equal_numpy_reference_through_a_loader(dataset, group):
+    _check_group(dataset, group, "cuda")
+
+
+def _check_group(dataset, group, device):
     if group is ROT or group is CROPS:  # variants of one op: one loader each (names collide)
         runs = [[op] for op in group]
     else:
@@ -175,7 +189,7 @@ def test_traced_ops_equal_numpy_reference_through_a_loader(dataset, group):
     pixels = _pixels(dataset)
     for ops in runs:
         seen = 0
-        for epoch, batch in _run_native(dataset, ops):
+        for epoch, batch in _run_native(dataset, ops, device=device):
             for k, index in enumerate(batch["index"].tolist()):
                 for op in ops:
                     refs = _reference(op, pixels[index], epoch, index)
