@@ -1,8 +1,9 @@
 """Emit a traced op (:mod:`augment_ops.trace`) as DALI operators on the image's DataNode.
 
-The operators run on whichever device the image is on; per-sample scalars (sizes, slice bounds,
-random draws) stay on the CPU and are copied to the GPU only where an elementwise operator mixes
-them with GPU pixels. numpy's semantics are kept where DALI's differ:
+The operators run on whichever device the image is on. Per-sample scalars (sizes, slice bounds,
+random draws, branch conditions) are computed by numpy in one CPU ``python_function`` per batch
+(:class:`ScalarProgram`) and copied to the GPU only where an elementwise operator mixes them with
+GPU pixels. numpy's semantics are kept where DALI's differ:
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first

@@ -202,8 +202,6 @@ _COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_
 _BINARY = set(_PY_OPS)
 _UNARY = {"negative", "positive", "absolute", "floor", "ceil", "rint", "trunc", "sqrt", "exp",
           "log", "sin", "cos", "logical_not", "invert", "square"}
-# Functions whose numpy and DALI results may differ in the last bit (libm implementations).
-_INEXACT_UNARY = {"exp", "log", "sin", "cos"}
 
 
 def _to_node(x: Any, dtype: np.dtype) -> Node:
