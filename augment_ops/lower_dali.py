@@ -99,7 +99,7 @@ class _Emitter:
     # -- elementwise
     def _cast(self, n: Node) -> Any:
         (x,) = n.args
-        return cast(self.value(x), x.dtype, n.dtype)
+        return cast(self.value(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
     def _bin(self, n: Node) -> Any:
         a, b = n.args
@@ -110,7 +110,7 @@ class _Emitter:
 
     def _un(self, n: Node) -> Any:
         (x,) = n.args
-        return unary(n.attrs[0], self.value(x), x.dtype)
+        return unary(n.attrs[0], self.value(x), x.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
     def _where(self, n: Node) -> Any:
         c, a, b = n.args
@@ -232,8 +232,9 @@ def _f32_vec(items: list[Any]) -> Any:
 
 
 # -- numpy semantics on DALI operators ----------------------------------------------------------
-def cast(x: Any, src: np.dtype, dst: np.dtype) -> Any:
-    """``x.astype(dst)`` as numpy does it (see the module docstring for out-of-range floats)."""
+def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False) -> Any:
+    """``x.astype(dst)`` as numpy does it (see the module docstring for out-of-range floats);
+    ``nonneg``: the tracer knows ``x >= 0``."""
     from nvidia.dali import fn, types
 
     src, dst = np.dtype(src), np.dtype(dst)
@@ -244,7 +245,7 @@ def cast(x: Any, src: np.dtype, dst: np.dtype) -> Any:
     if src.kind == "b" or dst.kind == "f" or (src.kind in "iu" and np.can_cast(src, dst)):
         return fn.cast(x, dtype=_dali_type(dst))
     if src.kind == "f":
-        return fn.cast(unary("trunc", x, src), dtype=_dali_type(dst))
+        return fn.cast(unary("trunc", x, src, nonneg=nonneg), dtype=_dali_type(dst))
     # Integer narrowing or a sign change: keep the low bits, as numpy does.
     if src.itemsize == dst.itemsize == 8:
         return fn.reinterpret(x, dtype=_dali_type(dst))
@@ -313,7 +314,9 @@ def binary(name: str, a: Any, b: Any, dt: np.dtype, b_negative: bool | None = No
     raise ValueError(f"no DALI lowering of np.{name}")
 
 
-def unary(name: str, x: Any, dt: np.dtype) -> Any:
+def unary(name: str, x: Any, dt: np.dtype, nonneg: bool = False) -> Any:
+    """numpy ufunc ``name`` on ``x`` of dtype ``dt``; ``nonneg``: the tracer knows ``x >= 0``
+    (and, for ``rint``, below 2**23 or 2**52)."""
     import nvidia.dali.math as dmath
 
     dt = np.dtype(dt)
@@ -325,6 +328,11 @@ def unary(name: str, x: Any, dt: np.dtype) -> Any:
         return dmath.floor(x)
     if name == "ceil":
         return dmath.ceil(x)
+    if name == "trunc" and nonneg:
+        return dmath.floor(x)
+    if name == "rint" and nonneg:
+        m = _constant(2.0 ** (23 if dt == np.float32 else 52), dt)
+        return (x + m) - m
     if name == "trunc":
         return where(x < _constant(0, dt), dmath.ceil(x), dmath.floor(x), dt)
     if name == "rint":

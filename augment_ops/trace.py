@@ -247,7 +247,10 @@ def cast_node(n: Node, dtype: Any, weak: bool = False) -> Node:
             return const(n.value.astype(dtype), weak=weak)
     if dtype.kind not in "biuf" or dtype.itemsize > 8 or dtype == np.float16:
         raise TraceError(f"conversion to dtype {dtype}")
-    return _new("cast", (n,), (dtype.str,), dtype, n.shape, weak)
+    attrs: tuple = (dtype.str,)
+    if n.dtype.kind == "f" and dtype.kind in "iu" and _nonneg(n):
+        attrs = (dtype.str, "nonneg")  # truncation is floor
+    return _new("cast", (n,), attrs, dtype, n.shape, weak)
 
 
 def ufunc(name: str, *inputs: Any) -> Any:
@@ -304,7 +307,12 @@ def ufunc(name: str, *inputs: Any) -> Any:
     if name in ("floor", "ceil", "rint", "trunc") and cdt.kind != "f":
         return Sym(cast_node(x.node, rdt, weak))
     nx = _to_node(x, cdt)
-    return Sym(_new("un", (nx,), (name,), rdt, shape, weak))
+    attrs: tuple = (name,)
+    if name in ("rint", "trunc") and _nonneg(nx):
+        up = _upper(nx)
+        if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
+            attrs = (name, "nonneg")  # no sign or magnitude cases to handle
+    return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
 
 
 # -- the symbolic array/scalar -----------------------------------------------------------------
@@ -629,13 +637,16 @@ def _lower(d: Dim) -> float | None:
         return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "in_dim":
         return 1  # a decoded image has at least one pixel
+    if d.op == "input":
+        return 0
+    if d.op in _LAYOUT_OPS:
+        los = [_lower(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        los += [_lower(a) for a in d.args[:1] if d.op == "take"]
+        return None if not los or None in los else builtins.min(los)
     if d.op == "uniform":
         return 0
     if d.op == "cast":
-        if d.args[0].dtype.kind in "bu":
-            return 0
-        lo = _lower(d.args[0])
-        return None if lo is None else math.floor(lo) if d.dtype.kind in "iu" else lo
+        return _cast_bounds(d)[0]
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         lo = _lower(d.args[0])
         return None if lo is None else math.floor(lo)
@@ -665,6 +676,67 @@ def _lower(d: Dim) -> float | None:
     if d.op == "where":
         la, lb = _lower(d.args[1]), _lower(d.args[2])
         return None if la is None or lb is None else builtins.min(la, lb)
+    return None
+
+
+_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
+
+
+def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
+    """Bounds of a cast's result: the source's where they fit the target type (a narrowing
+    integer cast wraps around), else the target type's range."""
+    src, dst = d.args[0], d.dtype
+    if src.dtype.kind == "b":
+        lo, up = 0.0, 1.0
+    else:
+        lo, up = _lower(src), _upper(src)
+        if src.dtype.kind in "iu":
+            info = np.iinfo(src.dtype)
+            lo = float(info.min) if lo is None else lo
+            up = float(info.max) if up is None else up
+    if dst.kind in "iu":
+        info = np.iinfo(dst)
+        if lo is None or up is None or lo < info.min or up > info.max:
+            return float(info.min), float(info.max)
+        return math.floor(lo), math.floor(up)
+    return lo, up
+
+
+def _upper(d: Dim) -> float | None:
+    """An upper bound of every element of a value, known from how it was computed, or None."""
+    if isinstance(d, int):
+        return d
+    if d.op == "const":
+        return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
+    if d.op == "input":
+        return 255
+    if d.op == "cast":
+        return _cast_bounds(d)[1]
+    if d.op in _LAYOUT_OPS:
+        ups = [_upper(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        ups += [_upper(a) for a in d.args[:1] if d.op == "take"]
+        return None if not ups or None in ups else builtins.max(ups)
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
+        up = _upper(d.args[0])
+        return None if up is None else math.ceil(up)
+    if d.op == "bin":
+        a, b = d.args
+        ua, ub = _upper(a), _upper(b)
+        name = d.attrs[0]
+        if name == "minimum":
+            known = [u for u in (ua, ub) if u is not None]
+            return builtins.min(known) if known else None
+        if ua is None or ub is None:
+            return None
+        if name == "add":
+            return ua + ub
+        if name == "maximum":
+            return builtins.max(ua, ub)
+        if name == "multiply" and _nonneg(a) and _nonneg(b):
+            return ua * ub
+    if d.op == "where":
+        ua, ub = _upper(d.args[1]), _upper(d.args[2])
+        return None if ua is None or ub is None else builtins.max(ua, ub)
     return None
 
 

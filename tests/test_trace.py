@@ -430,6 +430,8 @@ def _apply(step, x):
                 "//": lambda: x // c, "%": lambda: x % c}[op]()
     if kind == "clip":
         return np.clip(x, *arg)
+    if kind == "rint":
+        return np.rint(x) if x.dtype.kind == "f" else x
     if kind == "where":
         t, c = arg
         return np.where(x > t, x, c)
@@ -459,6 +461,7 @@ STEPS = st.one_of(
     st.tuples(st.just("arith"), st.tuples(st.sampled_from(["//", "%"]),
                                           st.sampled_from([3, -4, 7]))),
     st.tuples(st.just("clip"), st.tuples(st.integers(-5, 100), st.integers(100, 300))),
+    st.tuples(st.just("rint"), st.just(None)),
     st.tuples(st.just("where"), st.tuples(st.integers(0, 200), SCALARS)),
     st.tuples(st.just("reduce"), st.sampled_from(["sum", "mean", "max", "gray"])),
     st.tuples(st.just("stack"), st.integers(0, 1)),
