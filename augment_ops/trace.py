@@ -1156,7 +1156,14 @@ def _np_repeat(a: Any, repeats: Any, axis: Any = None) -> Sym:
 
 def _np_rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Sym:
     if isinstance(k, Sym):
-        raise TraceError("np.rot90 with a per-sample k")
+        # A per-sample k (k = rng.integers(0, 4)): one branch per quarter turn, merged per sample.
+        if k.ndim != 0 or k.dtype.kind not in "iu":
+            raise TraceError("np.rot90 with a per-sample k that is not an integer scalar")
+        turns = k % 4
+        for c in range(3):
+            if turns == c:
+                return _np_rot90(m, c, axes)
+        return _np_rot90(m, 3, axes)
     k %= 4
     a0, a1 = (ax % m.ndim for ax in axes)
     if k == 0:

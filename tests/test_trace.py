@@ -108,6 +108,11 @@ def u_noise_brightness(img, rng):
 
 
 @unregistered()
+def u_random_rot90(img, rng):
+    return np.rot90(img, rng.integers(0, 4))
+
+
+@unregistered()
 def u_mean_contrast(img):
     m = img.mean()
     out = (img.astype(np.float32) - m) * 1.5 + m
@@ -119,7 +124,7 @@ CROPS = [augment_ops.get(n).with_params(size=s) for n in ("center_crop", "random
          for s in (5, 16, 100)]
 USER_OPS = [u_strips, u_flip_both, u_channel_flip, u_gray_weighted, u_brightness_contrast,
             u_cutout, u_portrait, u_invert_sometimes, u_wrap_offset, u_noise_brightness,
-            u_mean_contrast]
+            u_mean_contrast, u_random_rot90]
 
 
 SIZES = [(33, 47), (47, 33), (20, 20), (35, 21), (9, 40), (41, 13)]
@@ -215,7 +220,7 @@ def test_two_traced_ops_chained(dataset):
 
 
 # -- random traced ops: reproducible, within the reference's support, same statistics ----------
-RANDOM = [u_brightness_contrast, u_cutout, u_invert_sometimes,
+RANDOM = [u_brightness_contrast, u_cutout, u_invert_sometimes, u_random_rot90,
           augment_ops.get("random_crop").with_params(size=16)]
 
 
@@ -253,7 +258,7 @@ def test_counter_uniform_is_uniform_and_keyed_by_every_input():
 
 
 @pytest.mark.parametrize("op", [u_brightness_contrast, u_cutout, u_invert_sometimes,
-                                u_wrap_offset, u_noise_brightness,
+                                u_wrap_offset, u_noise_brightness, u_random_rot90,
                                 augment_ops.get("random_crop").with_params(size=5)],
                          ids=lambda op: op.name)
 def test_random_traced_draws_match_numpy_generator_statistics(op):
