@@ -405,6 +405,12 @@ class Sym:
                          "numpy such as cv2, PIL or scipy, or a numpy function without "
                          "__array_function__ dispatch)")
 
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes Sym does not define: ndarray methods outside the subset.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TraceError(f"ndarray.{name}")
+
     def item(self) -> Sym:
         if self.ndim != 0:
             raise TraceError("item() of an array")
