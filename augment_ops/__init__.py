@@ -21,14 +21,17 @@ from augment_ops.registry import (
     register,
     unregister,
 )
+from augment_ops.trace import TraceError, explain
 
 __all__ = [
     "Op",
     "OpContractError",
     "OpRegistrationError",
+    "TraceError",
     "augment_op",
     "available",
     "builtin",
+    "explain",
     "from_albumentations",
     "get",
     "iter_ops",

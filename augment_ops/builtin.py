@@ -1,12 +1,11 @@
 """Built-in numpy ops: ``grid2x2`` and a handful of common image augmentations.
 
-Each op is plain numpy on one HWC image, the reference that any faster implementation declared
-with ``Op.implement`` must match. Random ops draw only from the ``rng`` they are given.
+Each op is plain numpy on one HWC image, the reference that any faster implementation must match.
+Random ops draw only from the ``rng`` they are given. All of them trace
+(:mod:`augment_ops.trace`), so their native path is generated from these functions.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -78,27 +77,3 @@ def center_crop(img: np.ndarray, size: int = 64) -> np.ndarray:
     ch, cw = min(size, h), min(size, w)
     y, x = (h - ch) // 2, (w - cw) // 2
     return img[y:y + ch, x:x + cw]
-
-
-# -- native lowerings (DALI operators); parity with the numpy functions above is tested ----------
-@grid2x2.implement("native")
-def _grid2x2_native(img: Any) -> tuple[Any, Any, Any, Any]:
-    # Bounds come from the run-time shape, so the split is exactly h // 2, w // 2 as in numpy
-    # (DALI's relative slicing rounds the other way for odd sizes).
-    shape = img.shape()
-    hh, hw = shape[0] // 2, shape[1] // 2
-    return img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]
-
-
-@hflip.implement("native")
-def _hflip_native(img: Any) -> Any:
-    from nvidia.dali import fn
-
-    return fn.flip(img, horizontal=1, vertical=0)
-
-
-@vflip.implement("native")
-def _vflip_native(img: Any) -> Any:
-    from nvidia.dali import fn
-
-    return fn.flip(img, horizontal=0, vertical=1)

@@ -170,10 +170,12 @@ class Op:
             raise ValueError(f"path must be 'native' or 'gpu', got {path!r}")
         if path == "native" and self.random:
             # DALI's operators draw from DALI's RNG, which cannot match the per-sample numpy
-            # generator; a native random op would break reproducibility and parity.
+            # generator; a hand-written native random op would break reproducibility and parity.
+            # (A traced one draws from the sample's counter-based stream: see augment_ops.trace.)
             raise OpRegistrationError(
-                f"op '{self.name}' is random; a native lowering cannot reproduce its numpy "
-                "generator. Declare a 'gpu' implementation instead"
+                f"op '{self.name}' is random; a hand-written native lowering cannot reproduce "
+                "its per-sample draws. Let the tracer lower it (augment_ops.explain says whether "
+                "it can) or declare a 'gpu' implementation instead"
             )
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,8 +199,16 @@ class Op:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """The implementations this op has, reference first."""
-        has = _IMPLEMENTATIONS.get(self, {})
+        """The implementations this op has, reference first.
+
+        ``"native"`` comes from a declared lowering or, failing that, from tracing the numpy
+        function (:mod:`augment_ops.trace`; ``augment_ops.explain(op)`` says why one does not).
+        """
+        from augment_ops.trace import traces
+
+        has = set(_IMPLEMENTATIONS.get(self, {}))
+        if "native" not in has and traces(self):
+            has.add("native")
         return ("numpy", *(p for p in IMPLEMENTATIONS if p in has))
 
 

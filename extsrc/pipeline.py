@@ -9,8 +9,8 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from augment_ops.registry import Op, implementation
-from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner
+from augment_ops.registry import Op
+from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
@@ -99,7 +99,8 @@ def build_pipeline(
             occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
             seen[op.name] = occurrence + 1
             if path == "native":
-                outs = implementation(op, "native")(img, **dict(op.params))
+                outs = native_outputs(op, img, info, seed=seed, manifest=manifest,
+                                      occurrence=occurrence)
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img

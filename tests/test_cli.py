@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -76,14 +77,23 @@ def test_ops_lists_registry_with_user_ops(tmp_path: Path):
         "def halves(img):\n"
         '    """Left and right halves."""\n'
         "    w = img.shape[1] // 2\n"
-        "    return img[:, :w], img[:, w:]\n"
+        "    return img[:, :w], img[:, w:]\n\n"
+        "@augment_ops.augment_op\n"
+        "def pixel_branch(img):\n"
+        "    if img[0, 0, 0] > 128:\n"
+        "        return img[::-1]\n"
+        "    return img\n"
     )
     p = run("ops", "--import", "my_ops.py", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line.strip()}
     assert rows["grid2x2"][1:5] == ["4", "no", "numpy,native,gpu", "native"]
     assert rows["random_crop"][2] == "yes"
-    assert rows["halves"][1:4] == ["2", "no", "numpy"] and "Left and right" in p.stdout
+    assert rows["halves"][1:5] == ["2", "no", "numpy,native", "native"]
+    assert "Left and right" in p.stdout
+    assert rows["pixel_branch"][1:5] == ["1", "no", "numpy", "numpy"]
+    assert re.search(r"pixel_branch: numpy: Python control flow \(if/while/and/or\) on pixel "
+                     r"values at \S*my_ops.py:\d+: if img\[0, 0, 0\] > 128:", p.stdout), p.stdout
     p = run("ops", "--import", "nope.py", cwd=tmp_path)
     assert_one_line_error(p, 2, "nope.py")
 

@@ -266,8 +266,9 @@ def test_output_map_renames(odd_png):
 @pytest.mark.slow
 def test_random_op_reproducible_by_seed(odd_png):
     def run(seed):
+        # The numpy path (the traced native path's draws are checked in test_trace.py).
         with Loader(odd_png, batch_size=4, ops=["random_hflip"], shuffle=False, seed=seed,
-                    device="cpu", num_workers=1) as loader:
+                    device="cpu", num_workers=1, op_path="numpy") as loader:
             return [torch.stack([b["random_hflip_0"] for b in epoch(loader)])]
 
     a, b, c = run(5), run(5), run(6)
@@ -401,8 +402,9 @@ def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
 
     m = read_manifest(write_dataset(tmp_path, 48, fmt="png"))
     got = []
+    # op_path="numpy": traced, the op would lose its sleep (a side effect, not array code).
     with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu", num_workers=1,
-                seed=6) as loader:
+                seed=6, op_path="numpy") as loader:
         # Armed at the first batch, so Ctrl-C lands mid-epoch whatever the build takes; the
         # remaining 11 batches take about 0.9 s of op time.
         timer = threading.Timer(0.3, _thread.interrupt_main)

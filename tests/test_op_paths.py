@@ -17,7 +17,7 @@ from PIL import Image
 import augment_ops
 import extsrc
 from extsrc.oppaths import choose_paths
-from extsrc.seeding import name_salt, sample_rng
+from extsrc.seeding import counter_rng, name_salt, sample_rng
 
 SEED = 11
 H, W = 33, 47  # odd on purpose: catches h//2 rounding and height/width swaps
@@ -51,7 +51,12 @@ def _check_parity(op_name: str, path: str, device: str, data) -> None:
             epoch = loader.epoch
             for batch in loader:
                 for k, index in enumerate(batch["index"].tolist()):
-                    rng = sample_rng(SEED, epoch, index, name_salt(op_name)) if op.random else None
+                    rng = None
+                    if op.random:
+                        # The traced native path draws from the counter-based stream, which
+                        # counter_rng replays on numpy; the other paths from numpy's generator.
+                        make = counter_rng if path == "native" else sample_rng
+                        rng = make(SEED, epoch, index, name_salt(op_name))
                     refs = op.apply(pixels[index], rng)
                     for j, ref in enumerate(refs):
                         got = batch[f"{op_name}_{j}"][k].cpu().numpy()
@@ -84,22 +89,41 @@ def test_grid2x2_declares_native_and_gpu_paths():
     assert augment_ops.get("grid2x2").paths == ("numpy", "native", "gpu")
 
 
+def _untraceable_op():
+    @augment_ops.augment_op(name="blur_outside_numpy", replace=True)
+    def blur_outside_numpy(img):
+        import scipy.ndimage
+
+        return scipy.ndimage.uniform_filter(img, size=3)
+
+    return blur_outside_numpy
+
+
 def test_automatic_choice_prefers_native_then_gpu_then_numpy():
     ops = [augment_ops.get(n) for n in ("grid2x2", "random_crop", "grayscale")]
-    assert choose_paths(ops, gpu=False) == {
-        "grid2x2": "native", "random_crop": "numpy", "grayscale": "numpy"}
-    on_gpu = choose_paths(ops, gpu=True)
-    assert on_gpu["grid2x2"] == "native"
-    assert on_gpu["grayscale"] == "numpy"
-    assert on_gpu["random_crop"] in ("gpu", "numpy")  # gpu when CuPy imports
+    ops.append(_untraceable_op())
+    try:
+        assert choose_paths(ops, gpu=False) == {
+            "grid2x2": "native", "random_crop": "native", "grayscale": "native",
+            "blur_outside_numpy": "numpy"}
+        on_gpu = choose_paths(ops, gpu=True)
+        assert on_gpu == {"grid2x2": "native", "random_crop": "native", "grayscale": "native",
+                          "blur_outside_numpy": "numpy"}
+    finally:
+        augment_ops.unregister("blur_outside_numpy")
 
 
 def test_override_forces_a_path_and_refuses_undeclared_ones():
+    ops = [augment_ops.get("grid2x2"), _untraceable_op()]
+    try:
+        assert choose_paths(ops, gpu=False, override="numpy") == {
+            "grid2x2": "numpy", "blur_outside_numpy": "numpy"}
+        with pytest.raises(ValueError, match=r"'blur_outside_numpy' has no 'native' "
+                           r"implementation \(numpy: .*test_op_paths.py:\d+: .*uniform_filter"):
+            choose_paths(ops, gpu=False, override={"blur_outside_numpy": "native"})
+    finally:
+        augment_ops.unregister("blur_outside_numpy")
     ops = [augment_ops.get("grid2x2"), augment_ops.get("grayscale")]
-    assert choose_paths(ops, gpu=False, override="numpy") == {
-        "grid2x2": "numpy", "grayscale": "numpy"}
-    with pytest.raises(ValueError, match="'grayscale' has no 'native' implementation; it offers"):
-        choose_paths(ops, gpu=False, override={"grayscale": "native"})
     with pytest.raises(ValueError, match="needs a GPU device"):
         choose_paths(ops, gpu=False, override={"grid2x2": "gpu"})
     with pytest.raises(ValueError, match="does not use"):

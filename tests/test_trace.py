@@ -1,0 +1,532 @@
+"""Traced native paths: users' numpy ops lowered to DALI operators by ``augment_ops.trace``.
+
+Every check runs real DALI pipelines on the CPU. Deterministic traced ops must equal the numpy
+reference exactly; random ones must equal the numpy function run with ``counter_rng`` (the same
+counter-based draws, replayed on numpy), follow the same distributions as the numpy path, and be
+reproducible across worker counts. Untraceable ops fall back to numpy with a reason naming the
+construct and the source line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pattern_image
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import augment_ops
+import extsrc
+from augment_ops import augment_op
+from augment_ops.lower_dali import emit
+from augment_ops.trace import TraceError, trace_function
+from extsrc.seeding import counter_rng, counter_uniform, name_salt
+
+SEED = 3
+
+
+def unregistered(**kw):
+    """``@augment_op`` that leaves the registry as it was (the ops here are the test's own)."""
+    def wrap(fn):
+        op = augment_op(replace=True, **kw)(fn)
+        augment_ops.unregister(op.name)
+        return op
+    return wrap
+
+
+# -- users' ops, written as users write them --------------------------------------------------
+@unregistered(num_outputs=3)
+def u_strips(img):
+    w = img.shape[1]
+    t = w // 3
+    return img[:, :t], img[:, t:2 * t], img[:, 2 * t:]
+
+
+@unregistered()
+def u_flip_both(img):
+    return img[::-1, ::-1]
+
+
+@unregistered()
+def u_channel_flip(img):
+    return img[..., ::-1]
+
+
+@unregistered()
+def u_gray_weighted(img):
+    y = img[..., 0] * 0.299 + img[..., 1] * 0.587 + img[..., 2] * 0.114
+    g = np.rint(y).astype(np.uint8)
+    return np.stack([g, g, g], axis=-1)
+
+
+@unregistered()
+def u_brightness_contrast(img, rng, b: float = 0.2, c: float = 0.3):
+    alpha = rng.uniform(1 - c, 1 + c)
+    beta = rng.uniform(-b, b) * 255
+    out = img.astype(np.float32) * alpha + beta
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def u_cutout(img, rng, size: int = 8):
+    h, w = img.shape[:2]
+    y = int(rng.integers(0, h))
+    x = int(rng.integers(0, w))
+    out = img.copy()
+    out[max(0, y - size // 2):y + size // 2, max(0, x - size // 2):x + size // 2] = 0
+    return out
+
+
+@unregistered()
+def u_portrait(img):
+    h, w = img.shape[:2]
+    if h < w:
+        return np.rot90(img)
+    return img
+
+
+@unregistered()
+def u_invert_sometimes(img, rng, p: float = 0.5):
+    if rng.random() < p:
+        return 255 - img
+    return img
+
+
+@unregistered()
+def u_wrap_offset(img, rng):
+    off = rng.choice([0, 100, 200])
+    return img + np.uint8(off)
+
+
+@unregistered()
+def u_noise_brightness(img, rng):
+    d = rng.normal(0.0, 20.0)
+    return np.clip(img + d, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def u_random_rot90(img, rng):
+    return np.rot90(img, rng.integers(0, 4))
+
+
+@unregistered()
+def u_mean_contrast(img):
+    m = img.mean()
+    out = (img.astype(np.float32) - m) * 1.5 + m
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+ROT = [augment_ops.get("rot90").with_params(k=k) for k in range(4)]
+CROPS = [augment_ops.get(n).with_params(size=s) for n in ("center_crop", "random_crop")
+         for s in (5, 16, 100)]
+USER_OPS = [u_strips, u_flip_both, u_channel_flip, u_gray_weighted, u_brightness_contrast,
+            u_cutout, u_portrait, u_invert_sometimes, u_wrap_offset, u_noise_brightness,
+            u_mean_contrast, u_random_rot90]
+
+
+SIZES = [(33, 47), (47, 33), (20, 20), (35, 21), (9, 40), (41, 13)]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """Landscape, portrait and square PNGs of odd and even sizes (batches of one: sizes differ)."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("trace")
+    lines = ["path,label"]
+    for i, (h, w) in enumerate(SIZES):
+        Image.fromarray(pattern_image(i, h, w)).save(root / f"{i}.png")
+        lines.append(f"{i}.png,{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"
+
+
+def _pixels(manifest_path: Path) -> list[np.ndarray]:
+    from PIL import Image
+
+    m = extsrc.read_manifest(manifest_path)
+    return [np.asarray(Image.open(p).convert("RGB")) for p in m.paths]
+
+
+def _run_native(dataset: Path, ops, *, transforms=(), epochs: int = 2, workers: int = 0,
+                device: str = "cpu"):
+    """Batches of a loader running every op on its native path, with the epoch of each."""
+    with extsrc.Loader(dataset, batch_size=1, ops=ops, transforms=transforms,
+                       op_path="native", device=device, seed=SEED, shuffle=True,
+                       num_workers=workers) as loader:
+        assert set(loader.op_paths.values()) == {"native"}
+        out = []
+        for _ in range(epochs):
+            epoch = loader.epoch
+            out += [(epoch, {k: v.cpu().clone() for k, v in b.items()}) for b in loader]
+    return out
+
+
+def _reference(op, img, epoch, index):
+    rng = counter_rng(SEED, epoch, index, name_salt(op.name)) if op.random else None
+    return op.apply(img, rng)
+
+
+GROUPS = [USER_OPS[:6], USER_OPS[6:], ROT, CROPS]
+GROUP_IDS = ["user-a", "user-b", "rot90", "crops"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group", GROUPS, ids=GROUP_IDS)
+def test_traced_ops_equal_numpy_reference_through_a_loader(dataset, group):
+    _check_group(dataset, group, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group", GROUPS, ids=GROUP_IDS)
+def test_traced_ops_on_gpu_equal_numpy_reference_through_a_loader(dataset, group):
+    _check_group(dataset, group, "cuda")
+
+
+def _check_group(dataset, group, device):
+    if group is ROT or group is CROPS:  # variants of one op: one loader each (names collide)
+        runs = [[op] for op in group]
+    else:
+        runs = [group]
+    pixels = _pixels(dataset)
+    for ops in runs:
+        seen = 0
+        for epoch, batch in _run_native(dataset, ops, device=device):
+            for k, index in enumerate(batch["index"].tolist()):
+                for op in ops:
+                    refs = _reference(op, pixels[index], epoch, index)
+                    for j, ref in enumerate(refs):
+                        got = batch[f"{op.name}_{j}"][k].numpy()
+                        assert got.shape == ref.shape, (op.name, j, index)
+                        diff = np.abs(got.astype(np.int32) - ref.astype(np.int32)).max()
+                        assert diff <= op.tolerance, (op.name, dict(op.params), j, index, diff)
+                seen += 1
+        assert seen == 2 * len(pixels)
+
+
+@pytest.mark.slow
+def test_two_traced_ops_chained(dataset):
+    crop = augment_ops.get("random_crop").with_params(size=20)
+    pixels = _pixels(dataset)
+    for epoch, batch in _run_native(dataset, [u_strips], transforms=[crop], epochs=1):
+        for k, index in enumerate(batch["index"].tolist()):
+            (cropped,) = _reference(crop, pixels[index], epoch, index)
+            np.testing.assert_array_equal(batch["image"][k].numpy(), cropped)
+            for j, ref in enumerate(u_strips.apply(cropped)):
+                np.testing.assert_array_equal(batch[f"u_strips_{j}"][k].numpy(), ref)
+
+
+# -- random traced ops: reproducible, within the reference's support, same statistics ----------
+RANDOM = [u_brightness_contrast, u_cutout, u_invert_sometimes, u_random_rot90,
+          augment_ops.get("random_crop").with_params(size=16)]
+
+
+@pytest.mark.slow
+def test_random_traced_ops_reproducible_across_workers_and_vary_by_epoch(dataset):
+    a = _run_native(dataset, RANDOM, epochs=2, workers=0)
+    b = _run_native(dataset, RANDOM, epochs=2, workers=2)
+    assert len(a) == len(b)
+    for (ea, ba), (eb, bb) in zip(a, b, strict=True):
+        assert ea == eb and ba.keys() == bb.keys()
+        for key in ba:
+            assert ba[key].equal(bb[key]), key
+    # Epoch 1 differs from epoch 0 for each op, sample by sample.
+    by_epoch: dict[int, dict[int, dict[str, np.ndarray]]] = {0: {}, 1: {}}
+    for epoch, batch in a:
+        for k, index in enumerate(batch["index"].tolist()):
+            by_epoch[epoch][index] = {n: batch[n][k].numpy() for n in batch if n.endswith("_0")}
+    for name in (f"{op.name}_0" for op in RANDOM):
+        assert any(not np.array_equal(by_epoch[0][i][name], by_epoch[1][i][name])
+                   for i in by_epoch[0]), name
+
+
+def test_counter_uniform_is_uniform_and_keyed_by_every_input():
+    idx = np.arange(20000)
+    u = counter_uniform(SEED, 0, idx, 7, 0)
+    assert u.min() >= 0.0 and u.max() < 1.0
+    # Mean 1/2 and variance 1/12, within 5 standard errors.
+    assert abs(u.mean() - 0.5) < 5 * np.sqrt(1 / 12 / len(u))
+    assert abs(u.var() - 1 / 12) < 5 * 0.0745 / np.sqrt(len(u))
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 5 / np.sqrt(len(u))
+    for other in (counter_uniform(SEED + 1, 0, idx, 7, 0), counter_uniform(SEED, 1, idx, 7, 0),
+                  counter_uniform(SEED, 0, idx, 8, 0), counter_uniform(SEED, 0, idx, 7, 1),
+                  counter_uniform(SEED, 0, idx + 1, 7, 0)):
+        assert np.mean(other == u) < 1e-3
+
+
+@pytest.mark.parametrize("op", [u_brightness_contrast, u_cutout, u_invert_sometimes,
+                                u_wrap_offset, u_noise_brightness, u_random_rot90,
+                                augment_ops.get("random_crop").with_params(size=5)],
+                         ids=lambda op: op.name)
+def test_random_traced_draws_match_numpy_generator_statistics(op):
+    """The mean output pixel over many samples: counter draws (the traced path's, replayed on
+    numpy: exact, see the loader tests) against numpy's generator (the numpy path). Both must lie
+    within 5 standard errors of each other; every counter-draw output must also be one the
+    numpy path can produce (same shape set, values in the reference's range)."""
+    img = np.random.default_rng(0).integers(0, 256, (9, 11, 3), dtype=np.uint8)
+    n = 1500
+    ours = [op.apply(img, counter_rng(SEED, 0, i, 5))[0] for i in range(n)]
+    theirs = [op.apply(img, np.random.default_rng([SEED, i]))[0] for i in range(n)]
+    a = np.array([o.astype(np.float64).mean() for o in ours])
+    b = np.array([o.astype(np.float64).mean() for o in theirs])
+    se = np.sqrt(a.var() / n + b.var() / n) + 1e-9
+    assert abs(a.mean() - b.mean()) < 5 * se, (a.mean(), b.mean(), se)
+    assert {o.shape for o in ours} <= {o.shape for o in theirs} | {ours[0].shape}
+    lo = min(o.min() for o in theirs)
+    hi = max(o.max() for o in theirs)
+    assert all(lo <= o.min() and o.max() <= hi for o in ours)
+
+
+# -- fallback with a reason ---------------------------------------------------------------------
+def _cv2_style_blur(a):
+    arr = np.asarray(a)  # what C-extension libraries (cv2, PIL, scipy) do with their input
+    return arr
+
+
+@unregistered()
+def u_uses_library(img):
+    return _cv2_style_blur(img)
+
+
+@unregistered()
+def u_pixel_branch(img):
+    if img.mean() > 100:
+        return img[::-1]
+    return img
+
+
+@unregistered()
+def u_fft(img):
+    return np.abs(np.fft.fft2(img, axes=(0, 1))).astype(np.uint8)
+
+
+@unregistered()
+def u_global_random(img):
+    if np.random.rand() < 0.5:  # noqa: NPY002 (what the tracer must refuse)
+        return img[::-1]
+    return img
+
+
+@unregistered()
+def u_stride2(img):
+    return img[::2]
+
+
+@unregistered()
+def u_writes_input(img):
+    img[:2] = 0
+    return img
+
+
+@pytest.mark.parametrize(("op", "construct", "line"), [
+    (u_uses_library, r"conversion to a concrete numpy array .*, inside \S+test_trace.py:\d+: "
+     r"arr = np.asarray\(a\)", r"return _cv2_style_blur\(img\)"),
+    (u_pixel_branch, r"Python control flow \(if/while/and/or\) on pixel values",
+     r"if img.mean\(\) > 100:"),
+    (u_fft, r"np.fft.fft2", r"return np.abs\(np.fft.fft2"),
+    (u_global_random, r"np.random.rand \(global random state", r"if np.random.rand\(\)"),
+    (u_stride2, r"a slice step of 2", r"return img\[::2\]"),
+    (u_writes_input, r"a write into the input image", r"img\[:2\] = 0"),
+], ids=["library", "pixel-branch", "fft", "global-random", "stride-2", "writes-input"])
+def test_untraceable_ops_fall_back_to_numpy_naming_construct_and_line(op, construct, line):
+    why = augment_ops.explain(op)
+    assert re.fullmatch(rf"numpy: {construct}.* at \S+test_trace.py:\d+: {line}.*", why), why
+    assert op.paths == ("numpy",)
+    from extsrc.oppaths import choose_paths
+
+    assert choose_paths([op], gpu=False) == {op.name: "numpy"}
+    with pytest.raises(ValueError, match=re.escape(why)):
+        choose_paths([op], gpu=False, override="native")
+
+
+def test_explain_names_traced_and_hand_written_paths():
+    assert augment_ops.explain("grid2x2") == "native (traced)"
+    assert augment_ops.explain(u_cutout) == "native (traced)"
+
+    @unregistered()
+    def u_hand(img):
+        return np.asarray(img)
+
+    u_hand.implement("native")(lambda img: img)
+    assert augment_ops.explain(u_hand) == "native (hand-written)"
+
+
+def test_trace_is_cached_per_variant():
+    from augment_ops.trace import trace_op
+
+    crop = augment_ops.get("center_crop")
+    assert trace_op(crop) is trace_op(crop)
+    assert trace_op(crop.with_params(size=3)) is not trace_op(crop)
+
+
+# -- paths agree on which inputs are valid; ops cannot write into their input ------------------
+@pytest.mark.slow
+def test_native_path_refuses_images_below_min_size(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((1, 9, 3), np.uint8)).save(tmp_path / "a.png")
+    Image.fromarray(np.zeros((6, 9, 3), np.uint8)).save(tmp_path / "b.png")
+    (tmp_path / "m.csv").write_text("path,label\na.png,0\nb.png,1\n")
+    for path in ("native", "numpy"):
+        with extsrc.Loader(tmp_path / "m.csv", batch_size=2, ops=["grid2x2"], op_path=path,
+                           device="cpu", shuffle=False, num_workers=0) as loader:
+            with pytest.raises(Exception) as info:
+                next(iter(loader))
+        text = str(info.value)
+        assert "op 'grid2x2' needs images of at least 2x2 pixels, got 1x9" in text, text
+        assert "line 2" in text and "a.png" in text, text
+        if path == "native":
+            assert "[native path]" in text
+
+
+@pytest.mark.slow
+def test_numpy_path_op_writing_into_its_input_is_refused(dataset):
+    with extsrc.Loader(dataset, batch_size=1, ops=[u_writes_input], device="cpu",
+                       shuffle=False, num_workers=0) as loader:
+        assert loader.op_paths == {"u_writes_input": "numpy"}
+        with pytest.raises(Exception) as info:
+            next(iter(loader))
+    text = str(info.value)
+    assert "op 'u_writes_input' raised ValueError: assignment destination is read-only" in text
+    assert "write into a copy, out = img.copy()" in text and "line 2 (" in text
+
+
+# -- random programs of the supported subset: numpy and the traced graph agree exactly ----------
+DTYPES = [np.uint8, np.int16, np.int32, np.float32, np.float64]
+SCALARS = st.one_of(st.integers(-3, 260), st.floats(-2.5, 300.0, allow_nan=False, width=32),
+                    st.sampled_from([np.uint8(7), np.int16(-5), np.float32(1.5), np.int64(3)]))
+BOUNDS = st.one_of(st.none(), st.integers(-40, 40), st.sampled_from([-100, 100, "h/2", "-w/3"]))
+
+
+def _bound(b, x, axis):
+    if b == "h/2":
+        return x.shape[axis] // 2
+    if b == "-w/3":
+        return -(x.shape[axis] // 3)
+    return b
+
+
+def _apply(step, x):
+    kind, arg = step
+    if kind == "slice":
+        (a, b), (c, d), step0 = arg
+        return x[_bound(a, x, 0):_bound(b, x, 0):step0, _bound(c, x, 1):_bound(d, x, 1)]
+    if kind == "flip":
+        return x[::-1] if arg == 0 else x[:, ::-1] if arg == 1 else x[..., ::-1]
+    if kind == "transpose":
+        return (x.transpose(1, 0, 2) if arg == 0 else np.swapaxes(x, 0, 1) if arg == 1
+                else np.rot90(x, arg))
+    if kind == "astype":
+        dt = np.dtype(arg)
+        if x.dtype.kind == "f" and dt.kind != "f":  # float -> int is defined only in range
+            info = np.iinfo(dt)
+            x = np.clip(x, info.min, info.max)
+        return x.astype(dt)
+    if kind == "arith":
+        op, c = arg
+        if op in ("//", "%") and x.dtype.kind == "f":  # float // and % are not lowered
+            q = np.floor(x / c)
+            return q if op == "//" else x - q * c
+        return {"+": lambda: x + c, "-": lambda: x - c, "*": lambda: x * c,
+                "r-": lambda: c - x, "/": lambda: x / c,
+                "//": lambda: x // c, "%": lambda: x % c}[op]()
+    if kind == "clip":
+        return np.clip(x, *arg)
+    if kind == "rint":
+        return np.rint(x) if x.dtype.kind == "f" else x
+    if kind == "where":
+        t, c = arg
+        return np.where(x > t, x, c)
+    if kind == "reduce":
+        how = arg
+        if how == "gray" and x.dtype != np.float32:
+            # float32 only: float64 products go through BLAS kernels that fuse multiply-adds
+            # (the tracer probes this and refuses them; see the fallback test).
+            x = x.astype(np.float32)
+        r = (x.sum(axis=2) if how == "sum" else x.mean(axis=-1) if how == "mean"
+             else x.max(axis=2) if how == "max" else x @ np.array([0.299, 0.587, 0.114],
+                                                                   np.float32))
+        return np.stack([r, r, r], axis=2)
+    if kind == "stack":
+        return (np.concatenate([x, x[:, ::-1]], axis=1) if arg == 0
+                else np.stack([x[..., 2], x[..., 0], x[..., 1]], axis=-1))
+    raise AssertionError(kind)
+
+
+STEPS = st.one_of(
+    st.tuples(st.just("slice"), st.tuples(st.tuples(BOUNDS, BOUNDS), st.tuples(BOUNDS, BOUNDS),
+                                          st.sampled_from([None, 1, -1]))),
+    st.tuples(st.just("flip"), st.integers(0, 2)),
+    st.tuples(st.just("transpose"), st.integers(0, 4)),
+    st.tuples(st.just("astype"), st.sampled_from(DTYPES)),
+    st.tuples(st.just("arith"), st.tuples(st.sampled_from(["+", "-", "*", "r-", "/"]), SCALARS)),
+    st.tuples(st.just("arith"), st.tuples(st.sampled_from(["//", "%"]),
+                                          st.sampled_from([3, -4, 7]))),
+    st.tuples(st.just("clip"), st.tuples(st.integers(-5, 100), st.integers(100, 300))),
+    st.tuples(st.just("rint"), st.just(None)),
+    st.tuples(st.just("where"), st.tuples(st.integers(0, 200), SCALARS)),
+    st.tuples(st.just("reduce"), st.sampled_from(["sum", "mean", "max", "gray"])),
+    st.tuples(st.just("stack"), st.integers(0, 1)),
+)
+
+
+def _numpy_or_none(program, img):
+    try:
+        with np.errstate(all="ignore"):
+            out = program(img)
+    except (OverflowError, TypeError, ValueError, ZeroDivisionError, IndexError):
+        return None
+    if out.size == 0 or not np.isfinite(out.astype(np.float64)).all():
+        return None
+    return out
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(steps=st.lists(STEPS, min_size=1, max_size=4),
+       sizes=st.lists(st.tuples(st.integers(1, 12).map(lambda v: 2 * v + 1),
+                                st.integers(1, 12).map(lambda v: 2 * v + 1)), min_size=3,
+                      max_size=3),
+       seed=st.integers(0, 2**16))
+def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
+    from hypothesis import assume
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    def program(img):
+        x = img
+        for s in steps:
+            x = _apply(s, x)
+        return x
+
+    rng = np.random.default_rng(seed)
+    imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in sizes]
+    refs = [_numpy_or_none(program, im) for im in imgs]
+    assume(all(r is not None for r in refs))
+    assume(len({(r.dtype, r.ndim) for r in refs}) == 1)
+    traced = trace_function(program, params={}, random=False, num_outputs=1,
+                            dtype=refs[0].dtype, ndim=refs[0].ndim)
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        pipe.set_outputs(*emit(traced, img))
+    pipe.build()
+    (out,) = pipe.run()
+    for k, ref in enumerate(refs):
+        got = np.array(out[k])
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (steps, sizes[k])
+        np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
+
+
+def test_trace_error_is_a_value_error_with_fields():
+    with pytest.raises(TraceError) as info:
+        trace_function(lambda img: img[::3], params={}, random=False, num_outputs=1,
+                       dtype=np.uint8, ndim=3)
+    e = info.value
+    assert isinstance(e, ValueError) and e.construct == "a slice step of 3 (only 1 and -1 are " \
+        "lowered)" and re.search(r"test_trace.py:\d+: trace_function\(lambda img: img\[::3\]",
+                                 e.location)
+
