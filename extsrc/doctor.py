@@ -277,7 +277,9 @@ def validate(
         encoders also leave such bytes in whole images, reported all the same, with libjpeg's
         words), wrong restart markers, inconsistent progressive scans. Other formats are
         decoded by Pillow, which finds what makes its decoder fail (damaged PNG/zlib data, CRC
-        errors, short data).
+        errors, short data); before that a PNG's image data is inflated and counted, because a
+        stream ending before the last row is refused by DALI ("Not enough image data") but
+        decoded by Pillow, the missing rows black.
 
         Never found: damage that still decodes as well-formed data (bytes replaced by others
         that happen to form valid codes of the right length: wrong pixels, valid stream);
