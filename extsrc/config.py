@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 import augment_ops
 from augment_ops.registry import Op
 from extsrc._dali import cuda_driver_initialized
@@ -56,6 +58,43 @@ def as_size(resize: Any) -> tuple[int, int] | None:
     ):
         return int(resize[0]), int(resize[1])
     raise ValueError(f"resize must be None, a positive int or (height, width), got {resize!r}")
+
+
+#: Element types DALI's ``fn.resize`` takes (uint8, int16, uint16 and float32, checked against
+#: DALI 2.4); any other declared by an op whose output is resized fails at the first batch.
+RESIZE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "int16", "float32")
+
+
+def check_resizable(
+    ops: Sequence[Op], transforms: Sequence[Op], resize: tuple[int, int] | None,
+    stages: Sequence[Any],
+) -> None:
+    """Refuse, naming the op, an op whose declared outputs ``resize`` would give DALI's resize
+    but that it cannot take: a dtype outside :data:`RESIZE_DTYPES`, or rank-2 (``ndim=2``)
+    outputs, which have no channel axis for DALI's HWC layout.
+
+    With ``resize``, every op output is resized, and the main image too unless ``stages``
+    replace the resize (the last transform makes the main image)."""
+    if resize is None:
+        return
+    resized = [(op, "ops") for op in ops]
+    if transforms and not stages:
+        resized.append((transforms[-1], "transforms"))
+    for op, where in resized:
+        dtype = np.dtype(op.dtype)
+        if dtype.name not in RESIZE_DTYPES:
+            raise ValueError(
+                f"op '{op.name}' (in {where}) declares {dtype.name} outputs, but resize={resize} "
+                f"resizes them and DALI's resize takes only {', '.join(RESIZE_DTYPES)}; declare "
+                f"dtype=np.float32 (returning .astype(np.float32)) or np.uint8 in @augment_op, "
+                "convert after the loader, or pass resize=None"
+            )
+        if op.ndim != 3:
+            raise ValueError(
+                f"op '{op.name}' (in {where}) declares rank-{op.ndim} outputs (ndim={op.ndim}), "
+                f"but resize={resize} resizes them and DALI's resize needs HWC images (rank 3); "
+                "return img[..., None] and declare ndim=3 in @augment_op, or pass resize=None"
+            )
 
 
 def cores_per_process() -> int:
@@ -162,6 +201,7 @@ class LoaderConfig:
                 f"output names {clash} are reserved for per-sample metadata; rename them"
             )
         object.__setattr__(self, "output_names", names)
+        check_resizable(self.ops, self.transforms, self.resize, self.stages)
         override = dict(self.op_path) if isinstance(self.op_path, tuple) else self.op_path
         for s in self.stages:
             if not callable(s):

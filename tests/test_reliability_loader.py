@@ -90,3 +90,55 @@ def test_case10_whole_and_interlaced_pngs_still_pass(tmp_path):
     with Loader(manifest, batch_size=1, shuffle=False, num_workers=0, num_threads=1) as loader:
         first = next(iter(loader))
     assert np.array_equal(first["image"][0].numpy(), img)
+
+
+# -- case 11: an op declaring what DALI's resize cannot take -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def resize_ops():
+    """Ops declaring each kind of output: float64 and rank 2 (DALI's resize refuses them),
+    float32 and int16 (it takes them)."""
+    from augment_ops import augment_op, unregister
+
+    made = {
+        "r11_f64": augment_op(name="r11_f64", dtype=np.float64)(lambda img: img.astype(np.float64)),
+        "r11_gray": augment_op(name="r11_gray", ndim=2)(lambda img: img[..., 0].copy()),
+        "r11_f32": augment_op(name="r11_f32", dtype=np.float32)(lambda img: img.astype(np.float32)),
+        "r11_i16": augment_op(name="r11_i16", dtype=np.int16)(lambda img: img.astype(np.int16)),
+    }
+    yield made
+    for name in made:
+        unregister(name)
+
+
+@pytest.mark.parametrize(("where", "op", "match"), [
+    ("ops", "r11_f64", r"op 'r11_f64' \(in ops\) declares float64 outputs, but resize=\(16, 16\)"
+                       r".*takes only uint8, uint16, int16, float32; declare dtype=np.float32"),
+    ("transforms", "r11_f64", r"op 'r11_f64' \(in transforms\) declares float64"),
+    ("ops", "r11_gray", r"op 'r11_gray' \(in ops\) declares rank-2 outputs .*HWC"),
+    ("transforms", "r11_gray", r"op 'r11_gray' \(in transforms\) declares rank-2"),
+])
+def test_case11_unresizable_op_refused_at_construction(tmp_path, resize_ops, where, op, match):
+    manifest = write_dataset(tmp_path, 4)
+    with pytest.raises(ValueError, match=match):
+        Loader(manifest, batch_size=2, resize=16, num_workers=0, num_threads=1, **{where: [op]})
+
+
+@pytest.mark.parametrize("op", ["r11_f32", "r11_i16"])
+def test_case11_resizable_dtypes_still_run(tmp_path, resize_ops, op):
+    manifest = write_dataset(tmp_path, 4)
+    with Loader(manifest, batch_size=2, resize=(16, 12), ops=[op], num_workers=0,
+                num_threads=1) as loader:
+        batch = next(iter(loader))
+    out = batch[f"{op}_0"]
+    assert tuple(out.shape) == (2, 16, 12, 3)
+    assert str(out.dtype) == f"torch.{resize_ops[op].dtype.name}"
+
+
+def test_case11_float64_without_resize_runs(tmp_path, resize_ops):
+    """Nothing resizes the op's output: float64 reaches torch as declared."""
+    manifest = write_dataset(tmp_path, 2, size=(20, 20))
+    with Loader(manifest, batch_size=1, ops=["r11_f64"], num_workers=0, num_threads=1) as loader:
+        batch = next(iter(loader))
+    assert str(batch["r11_f64_0"].dtype) == "torch.float64"
