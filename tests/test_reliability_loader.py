@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import pattern_image, png_interlaced, png_short_idat, write_dataset
 
+import extsrc.errors
 import extsrc.imagecheck
 from extsrc import Loader
 from extsrc.doctor import validate
@@ -142,3 +143,156 @@ def test_case11_float64_without_resize_runs(tmp_path, resize_ops):
     with Loader(manifest, batch_size=1, ops=["r11_f64"], num_workers=0, num_threads=1) as loader:
         batch = next(iter(loader))
     assert str(batch["r11_f64_0"].dtype) == "torch.float64"
+
+
+# -- class: every public argument of Loader, checked at construction -----------------------------
+
+BIG = 2**21
+# (arguments, the exception, what its message must say); a dataset of 8 samples, num_workers=0.
+BAD_ARGUMENTS = [
+    ({"batch_size": 2.0}, TypeError, r"Loader: batch_size must be an int .*got float 2\.0"),
+    ({"batch_size": True}, TypeError, r"batch_size must be an int"),
+    ({"batch_size": "4"}, TypeError, r"batch_size must be an int"),
+    ({"batch_size": 0}, ValueError, r"batch_size must be >= 1"),
+    ({"batch_size": -3}, ValueError, r"batch_size must be >= 1"),
+    ({"batch_size": BIG}, ValueError, r"batch_size must be >= 1 and <= 1,048,576"),
+    ({"batch_size": 8001}, ValueError, r"batch_size=8,001 is more than 1,000 times the 8 sample"),
+    ({"shard_id": 1.0, "num_shards": 2}, TypeError, r"shard_id must be an int"),
+    ({"shard_id": 2, "num_shards": 2}, ValueError, r"shard_id must be in \[0, num_shards=2\)"),
+    ({"shard_id": -1, "num_shards": 2}, ValueError, r"shard_id must be >= 0"),
+    ({"shard_id": 0, "num_shards": 0}, ValueError, r"num_shards must be >= 1"),
+    ({"shard_id": 0, "num_shards": BIG}, ValueError, r"num_shards must be >= 1 and <= "),
+    ({"shard_id": 0}, ValueError, r"shard_id was given but num_shards was not"),
+    ({"shuffle": "no"}, TypeError, r"Loader: shuffle must be True or False, got str 'no'"),
+    ({"shuffle": 1}, TypeError, r"shuffle must be True or False"),
+    ({"seed": -1}, ValueError, r"seed must be an int in \[0, 2\*\*63\)"),
+    ({"seed": 1.5}, ValueError, r"seed must be an int in"),
+    ({"seed": 2**63}, ValueError, r"seed must be an int in"),
+    ({"last_batch": "fill"}, ValueError, r"last_batch must be one of \['pad', 'drop', 'partial'\]"),
+    ({"last_batch": None}, ValueError, r"last_batch must be one of"),
+    ({"last_batch": 3}, TypeError, r"last_batch must be one of .*got int 3"),
+    ({"device": "tpu"}, ValueError, r"device must be None, 'cpu', 'cuda', 'cuda:N'"),
+    ({"device": 1.5}, TypeError, r"device must be None, .*got float 1\.5"),
+    ({"device": True}, TypeError, r"device must be None.*got a bool"),
+    ({"device": -1}, ValueError, r"GPU index must be >= 0"),
+    ({"num_workers": -1}, ValueError, r"num_workers must be >= 0 and <= 256"),
+    ({"num_workers": 1.5}, TypeError, r"num_workers must be an int or None"),
+    ({"num_workers": 10**6}, ValueError, r"num_workers must be >= 0 and <= 256"),
+    ({"num_threads": 0}, ValueError, r"num_threads must be >= 1 and <= 1,024"),
+    ({"num_threads": 2.0}, TypeError, r"num_threads must be an int or None"),
+    ({"start_method": "forkserver"}, ValueError, r"start_method must be one of \[None, 'fork'"),
+    ({"start_method": 1}, TypeError, r"start_method must be one of"),
+    ({"prefetch_queue_depth": 0}, ValueError, r"prefetch_queue_depth must be >= 1 and <= 64"),
+    ({"prefetch_queue_depth": 1.5}, TypeError, r"prefetch_queue_depth must be an int"),
+    ({"prefetch_queue_depth": 1000}, ValueError, r"prefetch_queue_depth must be >= 1 and <= 64"),
+    ({"op_path": "fast"}, ValueError, r"op_path must be None, one of \['numpy', "),
+    ({"op_path": 3}, TypeError, r"op_path must be None, one of"),
+    ({"op_path": ["numpy"]}, TypeError, r"op_path must be None, one of .*got list"),
+    ({"op_path": {"hflip": "fast"}, "ops": ["hflip"]}, ValueError, r"op_path for 'hflip' must be"),
+    ({"op_path": {"hflip": 1}, "ops": ["hflip"]}, TypeError, r"got the entry 'hflip': 1"),
+    ({"op_path": {"vflip": "numpy"}, "ops": ["hflip"]}, ValueError,
+     r"op_path names op\(s\) \['vflip'\] that the loader does not use"),
+    ({"stages": print}, TypeError, r"stages must be a sequence of callables .*wrap one stage"),
+    ({"stages": [3]}, TypeError, r"stages must be callables"),
+    ({"decoder": "gpu"}, ValueError, r"decoder must be one of \['auto', 'cpu', 'mixed'\]"),
+    ({"decoder": "mixed"}, ValueError, r"decoder='mixed' decodes on the GPU"),
+    ({"hw_decoder_load": 1.5}, ValueError, r"hw_decoder_load must be None .* in \[0, 1\]"),
+    ({"hw_decoder_load": "0.5"}, TypeError, r"hw_decoder_load must be None or a number"),
+    ({"on_error": "ignore"}, ValueError, r"on_error must be 'raise' or 'skip', got 'ignore'"),
+    ({"on_error": True}, TypeError, r"on_error must be 'raise' or 'skip', got bool"),
+    ({"max_pixels": 0}, ValueError, r"max_pixels must be >= 1"),
+    ({"max_pixels": 1.5e8}, TypeError, r"max_pixels must be an int or None"),
+    ({"max_file_bytes": 0}, ValueError, r"max_file_bytes must be >= 1 byte"),
+    ({"max_file_bytes": "1MB"}, TypeError, r"max_file_bytes must be a positive int"),
+    ({"validate_kwargs": {"n_jobs": 1}}, ValueError, r"validate_kwargs is used by on_error='skip'"),
+    ({"validate_kwargs": {"bogus": 1}, "on_error": "skip"}, TypeError,
+     r"validate_kwargs has unknown option\(s\) \['bogus'\]"),
+    ({"validate_kwargs": [1], "on_error": "skip"}, TypeError, r"validate_kwargs must be a dict"),
+    ({"watchdog": "yes"}, TypeError, r"watchdog must be True or False"),
+    ({"resize": 0}, ValueError, r"resize height must be >= 1 and <= 65,536"),
+    ({"resize": 2.5}, TypeError, r"resize must be None, a positive int or \(height, width\)"),
+    ({"resize": "16"}, TypeError, r"resize must be None, a positive int"),
+    ({"resize": (16,)}, TypeError, r"resize must be None, a positive int"),
+    ({"resize": (16, -1)}, ValueError, r"resize width must be >= 1"),
+    ({"resize": (16, 2.0)}, TypeError, r"resize width must be an int"),
+    ({"resize": 10**6}, ValueError, r"resize height must be >= 1 and <= 65,536"),
+    ({"output_map": "abc"}, TypeError, r"output_map must be None or a sequence of output names"),
+    ({"output_map": [1, 2]}, TypeError, r"output_map must be a sequence of names \(str\)"),
+    ({"output_map": ["image", "index"]}, ValueError, r"\['index'\] are reserved"),
+    ({"output_map": ["is_pad", "y"]}, ValueError, r"\['is_pad'\] are reserved"),
+    ({"output_map": ["x", "x"]}, ValueError, r"must be distinct non-empty strings"),
+    ({"output_map": ["x"]}, ValueError, r"output_map has 1 names but the loader has 2 outputs"),
+    ({"ops": 3}, TypeError, r"ops must be an op name, an augment_ops.Op or a sequence"),
+    ({"ops": ["nope"]}, KeyError, r"no op named 'nope'"),
+    ({"transforms": [3]}, TypeError, r"transforms must be a sequence of op names"),
+    ({"transforms": ["grid2x2"]}, ValueError, r"transform 'grid2x2' has 4 outputs"),
+]
+
+
+@pytest.fixture(scope="module")
+def eight(tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("args"), 8)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), BAD_ARGUMENTS,
+                         ids=[f"{k}={v!r}"[:40] for a, _, _ in BAD_ARGUMENTS
+                              for k, v in list(a.items())[:1]])
+def test_every_bad_argument_refused_at_construction_naming_it(eight, kwargs, error, match):
+    base = {"batch_size": 2, "num_workers": 0, "num_threads": 1, "device": "cpu"}
+    with pytest.raises(error, match=match):
+        Loader(eight, **{**base, **kwargs})
+
+
+def test_manifest_argument_refused_naming_it(tmp_path):
+    with pytest.raises(TypeError, match=r"manifest must be an extsrc\.Manifest or a manifest file"):
+        Loader(3, batch_size=2)
+    with pytest.raises(FileNotFoundError, match="manifest file not found"):
+        Loader(tmp_path / "none.csv", batch_size=2)
+
+
+def test_numpy_integers_are_taken_as_ints(eight):
+    """Where an int is due a numpy integer is as good, and is stored as a plain int, so the
+    resume state is JSON."""
+    import json
+
+    i = np.int64
+    loader = Loader(eight, batch_size=i(4), shard_id=i(0), num_shards=np.int32(1), seed=i(7),
+                    num_workers=i(0), num_threads=np.uint8(1), prefetch_queue_depth=i(2),
+                    resize=(i(16), np.int16(12)), max_pixels=i(10**6), max_file_bytes=i(10**6),
+                    device="cpu")
+    c = loader.config
+    assert (c.batch_size, c.seed, c.resize, loader.max_pixels) == (4, 7, (16, 12), 10**6)
+    assert all(type(v) is int for v in (c.batch_size, c.seed, c.num_workers, *c.resize))
+    json.dumps(loader.state_dict())
+    with loader:
+        batch = next(iter(loader))
+    assert tuple(batch["image"].shape) == (4, 16, 12, 3)
+    with pytest.raises(ValueError, match=r"asks for GPU 0 but no CUDA GPU is visible"):
+        Loader(eight, batch_size=2, device=i(0))  # a numpy index is read as a GPU index
+
+
+def test_batch_size_rule_counts_the_samples_read(eight):
+    """Up to 1,000 times the samples read is accepted (a padded batch repeats them)."""
+    with Loader(eight, batch_size=8000, num_workers=0, num_threads=1, device="cpu",
+                resize=4) as loader:
+        batch = next(iter(loader))
+    assert len(batch["index"]) == 8000 and int((~batch["is_pad"]).sum()) == 8
+
+
+def test_max_file_bytes_reaches_the_source_and_validate(tmp_path):
+    manifest, line, _ = with_file(tmp_path, png_short_idat(), n=4, at=1)
+    big = tmp_path / "images" / "00002.png"
+    big.write_bytes(big.read_bytes() + b"\0" * 4096)  # trailing bytes after IEND: a good PNG
+    limit = big.stat().st_size - 1
+    loader = Loader(manifest, batch_size=4, shuffle=False, num_workers=0, num_threads=1,
+                    resize=8, max_file_bytes=limit, device="cpu")
+    assert loader.source.max_file_bytes == limit
+    with pytest.raises(extsrc.errors.SampleReadError, match=r"line 4: .*00002\.png") as e:
+        run_epoch(loader)
+    assert e.value.reason == "file_too_large"
+    with pytest.warns(UserWarning, match="skipping 2 of 4"):
+        skipping = Loader(manifest, batch_size=2, num_workers=0, num_threads=1, resize=8,
+                          device="cpu", on_error="skip", max_file_bytes=limit,
+                          validate_kwargs={"n_jobs": 1, "progress": False})
+    assert sorted((p.line, p.reason) for p in skipping.skipped) == [
+        (line, "truncated"), (4, "file_too_large")]
