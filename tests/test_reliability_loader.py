@@ -296,3 +296,91 @@ def test_max_file_bytes_reaches_the_source_and_validate(tmp_path):
                           validate_kwargs={"n_jobs": 1, "progress": False})
     assert sorted((p.line, p.reason) for p in skipping.skipped) == [
         (line, "truncated"), (4, "file_too_large")]
+
+
+# -- class: every field of a resume state, checked before it is used ----------------------------
+
+
+def _set(key, value):
+    def change(state):
+        state[key] = value
+    return change
+
+
+def _drop(key):
+    def change(state):
+        del state[key]
+    return change
+
+
+def _config(key, value):
+    def change(state):
+        state["config"][key] = value
+    return change
+
+
+# (what is done to a good state of 4 batches per epoch, what the message must say)
+BAD_STATES = [
+    ("missing version", _drop("version"), r"keys \['version'\] are missing"),
+    ("missing epoch", _drop("epoch"), r"keys \['epoch'\] are missing"),
+    ("missing batch", _drop("batch"), r"keys \['batch'\] are missing"),
+    ("missing config", _drop("config"), r"keys \['config'\] are missing"),
+    ("extra key", _set("optimizer", {}), r"unexpected keys \['optimizer'\]"),
+    ("version 2", _set("version", 2), r"version 2 is not supported"),
+    ("version '1'", _set("version", "1"), r"version '1' is not supported"),
+    ("version True", _set("version", True), r"version True is not supported"),
+    ("version 1.0", _set("version", 1.0), r"version 1\.0 is not supported"),
+    ("epoch -1", _set("epoch", -1), r"epoch must be an int >= 0 and <= 2,147,483,647"),
+    ("epoch 2**40", _set("epoch", 2**40), r"epoch must be an int >= 0 and <= 2,147,483,647"),
+    ("epoch 1.0", _set("epoch", 1.0), r"epoch must be an int >= 0, got float 1\.0"),
+    ("epoch '1'", _set("epoch", "1"), r"epoch must be an int >= 0, got str '1'"),
+    ("epoch None", _set("epoch", None), r"epoch must be an int >= 0, got NoneType"),
+    ("epoch True", _set("epoch", True), r"epoch must be an int >= 0, got bool"),
+    ("batch -1", _set("batch", -1), r"batch must be an int >= 0 and <="),
+    ("batch 5 of 4", _set("batch", 5), r"batch must be an int >= 0 and <= 4 \(an epoch here has "
+                                       r"4 batches\), got 5; batch 5 is past the end"),
+    ("batch 2.5", _set("batch", 2.5), r"batch must be an int >= 0, got float 2\.5"),
+    ("batch [1]", _set("batch", [1]), r"batch must be an int >= 0, got list"),
+    ("config list", _set("config", [1]), r"'config' must be a dict, got list"),
+    ("config int keys", _set("config", {1: 2}), r"'config' keys must be strings, got 1"),
+    ("config field missing", lambda s: s["config"].pop("seed"),
+     r"seed: '<absent>' in the state, 3 here"),
+    ("config field wrong type", _config("batch_size", "2"), r"batch_size: '2' in the state, 2 "),
+    ("config field not JSON", _config("shuffle", np.arange(3)),
+     r"shuffle: '<not JSON: array\(\[0, 1, 2\]\)>' in the state, true here"),
+    ("config field extra", _config("colour", "red"), r"colour: 'red' in the state, "),
+]
+
+
+@pytest.fixture(scope="module")
+def state_loader(tmp_path_factory):
+    manifest = write_dataset(tmp_path_factory.mktemp("state"), 8)
+    return Loader(manifest, batch_size=2, seed=3, num_workers=0, num_threads=1, device="cpu",
+                  resize=8)
+
+
+@pytest.mark.parametrize(("what", "change", "match"), BAD_STATES,
+                         ids=[w for w, _, _ in BAD_STATES])
+def test_every_bad_state_field_refused_naming_it(state_loader, what, change, match):
+    import copy
+
+    from extsrc.errors import StateMismatchError
+
+    good = state_loader.state_dict()
+    state_loader.load_state_dict(copy.deepcopy(good))  # the good state itself is accepted
+    bad = copy.deepcopy(good)
+    state_loader.position.move_to(1, 3)
+    change(bad)
+    with pytest.raises(StateMismatchError, match=match):
+        state_loader.load_state_dict(bad)
+    assert (state_loader.position.epoch, state_loader.position.batch) == (1, 3)  # untouched
+
+
+def test_state_with_numpy_integers_and_at_an_epochs_end_is_taken(state_loader):
+    state = state_loader.state_dict()
+    state.update(epoch=np.int64(2), batch=np.int32(4))  # batch == batches per epoch: next epoch
+    state_loader.load_state_dict(state)
+    assert state_loader.position.due() == (3, 0)
+    with state_loader:
+        batch = next(iter(state_loader))
+    assert len(batch["index"]) == 2
