@@ -80,7 +80,8 @@ class Loader:
 
     Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
     decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
-    decoder still rejects is found by decoding its batch with Pillow. With ``on_error="raise"``
+    decoder still rejects is found by decoding its batch with Pillow, else by the sample number
+    DALI's error gives (a file only DALI refuses). With ``on_error="raise"``
     (default) the first bad file stops iteration with a :class:`~extsrc.errors.SampleReadError`
     / :class:`~extsrc.errors.BadImageError` naming the manifest line, the path and the reason;
     ``on_error="skip"`` runs :func:`extsrc.validate` (options: ``validate_kwargs``) up front,

@@ -384,3 +384,29 @@ def test_state_with_numpy_integers_and_at_an_epochs_end_is_taken(state_loader):
     with state_loader:
         batch = next(iter(state_loader))
     assert len(batch["index"]) == 2
+
+
+# -- the loader's messages escape file names -------------------------------------------------------
+
+HOSTILE = "x\x1b[2J\x1b[31m\u202e"
+
+
+@pytest.mark.parametrize("how", ["header check", "decode failure", "dali sample number"])
+def test_bad_file_messages_escape_the_name(tmp_path, monkeypatch, how):
+    """A file found bad before DALI (its header), by decoding the failed batch again, or from
+    DALI's sample number: each message names the file with its control characters escaped."""
+    if how == "dali sample number":
+        monkeypatch.setattr(extsrc.imagecheck, "_png_data_check", lambda data: None)
+    data = png_short_idat() if how != "header check" else png_short_idat()[:-12]  # no IEND
+    manifest = write_dataset(tmp_path, 4)
+    (tmp_path / "images" / f"{HOSTILE}.png").write_bytes(data)
+    text = manifest.read_text().replace("images/00001.png", f"images/{HOSTILE}.png")
+    manifest.write_text(text)
+    loader = Loader(manifest, batch_size=4, shuffle=False, num_workers=0, num_threads=1,
+                    resize=8, device="cpu")
+    with pytest.raises(BadImageError) as e:
+        run_epoch(loader)
+    message = str(e.value)
+    assert e.value.line == 3 and e.value.path.endswith(f"{HOSTILE}.png")
+    assert not any(c in message for c in "\x1b\u202e"), message
+    assert "x\\x1b[2J\\x1b[31m\\u202e.png" in message
