@@ -410,3 +410,46 @@ def test_bad_file_messages_escape_the_name(tmp_path, monkeypatch, how):
     assert e.value.line == 3 and e.value.path.endswith(f"{HOSTILE}.png")
     assert not any(c in message for c in "\x1b\u202e"), message
     assert "x\\x1b[2J\\x1b[31m\\u202e.png" in message
+
+
+# -- the presets' arguments ---------------------------------------------------------------------
+
+BAD_PRESETS = [
+    ("TrainPreset", {"crop": 0}, ValueError, r"TrainPreset: crop must be >= 1 and <= 65,536"),
+    ("TrainPreset", {"crop": 224.0}, TypeError, r"TrainPreset: crop must be an int"),
+    ("TrainPreset", {"crop": True}, TypeError, r"crop must be an int"),
+    ("TrainPreset", {"mirror_p": "0.5"}, TypeError, r"mirror_p must hold numbers, got str"),
+    ("TrainPreset", {"mirror_p": 1.5}, ValueError, r"mirror_p must be in \[0, 1\]"),
+    ("TrainPreset", {"random_area": (0.5,)}, ValueError, r"random_area \(lo, hi\) needs 2"),
+    ("TrainPreset", {"random_area": 0.5}, TypeError, r"random_area \(lo, hi\) must be a seq"),
+    ("TrainPreset", {"random_aspect_ratio": (2.0, 1.0)}, ValueError,
+     r"random_aspect_ratio must be \(lo, hi\) with 0 < lo <= hi"),
+    ("TrainPreset", {"mean": (1, 2)}, ValueError, r"mean \(R, G, B\) needs 3 values"),
+    ("TrainPreset", {"mean": (1, 2, float("nan"))}, ValueError, r"mean .* finite numbers"),
+    ("TrainPreset", {"std": "abc"}, TypeError, r"std \(R, G, B\) must be a sequence"),
+    ("TrainPreset", {"std": (1.0, 0.0, 1.0)}, ValueError, r"std values must be > 0"),
+    ("ValPreset", {"size": 0}, ValueError, r"ValPreset: size must be >= 1"),
+    ("ValPreset", {"size": 256.0}, TypeError, r"ValPreset: size must be an int"),
+    ("ValPreset", {"size": 100, "crop": 224}, ValueError, r"crop \(224\) is larger than"),
+]
+
+
+@pytest.mark.parametrize(("kind", "kwargs", "error", "match"), BAD_PRESETS,
+                         ids=[f"{k}-{next(iter(a))}" for k, a, _, _ in BAD_PRESETS])
+def test_every_bad_preset_argument_refused_naming_it(kind, kwargs, error, match):
+    from extsrc import presets
+
+    with pytest.raises(error, match=match):
+        getattr(presets, kind)(**kwargs)
+
+
+def test_presets_take_numpy_integers_and_check_the_preset_type(eight):
+    from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
+
+    p = ValPreset(size=np.int64(40), crop=np.int32(32))
+    assert (type(p.size), type(p.crop)) == (int, int)
+    assert TrainPreset(crop=np.int64(32)).crop == 32
+    with pytest.raises(TypeError, match="train_loader: preset must be a TrainPreset"):
+        train_loader(eight, batch_size=2, preset=p)
+    with pytest.raises(TypeError, match="val_loader: preset must be a ValPreset"):
+        val_loader(eight, batch_size=2, preset=TrainPreset())
