@@ -81,9 +81,10 @@ def as_size(resize: Any) -> tuple[int, int] | None:
 #: Largest ``batch_size`` accepted (2**20). A batch of 2**20 images of 64 x 64 pixels is already
 #: 12 GiB; a larger value is a mistake (a sample count passed as the batch size, say).
 MAX_BATCH_SIZE = 1 << 20
-#: ``batch_size`` may exceed the number of samples the loader reads at most this many times: a
-#: batch is padded with repeats up to its size (``last_batch="pad"``), so a batch size 1,000
-#: times the dataset is that many copies of every sample in every batch.
+#: ``batch_size`` may exceed the manifest's sample count (its good samples under
+#: ``on_error="skip"``) at most this many times: a batch is padded with repeats up to its size
+#: (``last_batch="pad"``), so a batch size 1,000 times the dataset is that many copies of every
+#: sample in every batch.
 MAX_BATCH_OVER_SAMPLES = 1000
 #: Largest ``num_shards`` (world size) accepted.
 MAX_SHARDS = 1 << 20
@@ -215,7 +216,7 @@ def check_batch_for_samples(batch_size: int, num_samples: int) -> None:
     if batch_size > MAX_BATCH_OVER_SAMPLES * num_samples:
         raise ValueError(
             f"Loader: batch_size={batch_size:,} is more than {MAX_BATCH_OVER_SAMPLES:,} times the "
-            f"{num_samples:,} sample(s) the loader reads, so every batch would repeat each "
+            f"{num_samples:,} sample(s) of the manifest, so every batch would repeat each "
             "sample over a thousand times; is batch_size the dataset size? Use a batch size of "
             "at most the number of samples"
         )

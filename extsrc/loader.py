@@ -101,7 +101,7 @@ class Loader:
     Arguments are checked at construction, each refused naming it: a :class:`TypeError` for a
     wrong type (numpy integers are taken where an int is due; floats, even ``4.0``, bools and
     strings are not), a :class:`ValueError` for a value out of range. The ranges:
-    ``1 <= batch_size <= 2**20`` and at most 1,000 times the samples the loader reads (a larger
+    ``1 <= batch_size <= 2**20`` and at most 1,000 times the manifest's samples (a larger
     batch would repeat every sample over a thousand times: the dataset size passed as the batch
     size, say); ``0 <= num_workers <= 256``; ``1 <= num_threads <= 1024``;
     ``1 <= prefetch_queue_depth <= 64``; ``0 <= seed < 2**63``; ``resize`` sides in

@@ -156,7 +156,8 @@ BAD_ARGUMENTS = [
     ({"batch_size": 0}, ValueError, r"batch_size must be >= 1"),
     ({"batch_size": -3}, ValueError, r"batch_size must be >= 1"),
     ({"batch_size": BIG}, ValueError, r"batch_size must be >= 1 and <= 1,048,576"),
-    ({"batch_size": 8001}, ValueError, r"batch_size=8,001 is more than 1,000 times the 8 sample"),
+    ({"batch_size": 8001}, ValueError,
+     r"batch_size=8,001 is more than 1,000 times the 8 sample\(s\) of the manifest"),
     ({"shard_id": 1.0, "num_shards": 2}, TypeError, r"shard_id must be an int"),
     ({"shard_id": 2, "num_shards": 2}, ValueError, r"shard_id must be in \[0, num_shards=2\)"),
     ({"shard_id": -1, "num_shards": 2}, ValueError, r"shard_id must be >= 0"),
@@ -272,7 +273,7 @@ def test_numpy_integers_are_taken_as_ints(eight):
 
 
 def test_batch_size_rule_counts_the_samples_read(eight):
-    """Up to 1,000 times the samples read is accepted (a padded batch repeats them)."""
+    """Up to 1,000 times the manifest's samples is accepted (a padded batch repeats them)."""
     with Loader(eight, batch_size=8000, num_workers=0, num_threads=1, device="cpu",
                 resize=4) as loader:
         batch = next(iter(loader))
