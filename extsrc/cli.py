@@ -141,15 +141,38 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
     preset = getattr(args, "preset", None)
     if preset is None or preset == "none":
-        return Loader(args.manifest, resize=resize, **common)
+        return Loader(_manifest_arg(args), resize=resize, **common)
     from extsrc import presets
 
     if resize is not None:
         common["resize"] = resize
     if preset == "train":
-        return presets.train_loader(args.manifest, crop=args.crop, **common)
+        return presets.train_loader(_manifest_arg(args), crop=args.crop, **common)
     size = args.size or round(args.crop * 256 / 224)
-    return presets.val_loader(args.manifest, size=size, crop=args.crop, **common)
+    return presets.val_loader(_manifest_arg(args), size=size, crop=args.crop, **common)
+
+
+def _manifest_arg(args: argparse.Namespace) -> Any:
+    """MANIFEST as given, or with ``--root``, read confined to that folder: relative paths
+    resolve against it and a path leading outside (``..``, an absolute path elsewhere, a
+    symlink pointing out) is refused, naming its line, before the file is opened."""
+    root = getattr(args, "root", None)
+    if root is None:
+        return args.manifest
+    from extsrc.manifest import read_manifest
+    from extsrc.textsafe import shown
+
+    if not os.path.isdir(root):
+        raise CliError(f"--root {shown(root)}: not a folder")
+    return read_manifest(args.manifest, root=root)
+
+
+def _add_root_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=None, metavar="DIR",
+                   help="confine the manifest to DIR: relative paths resolve against it, and "
+                        "a path leading outside it (.., an absolute path elsewhere, a symlink "
+                        "pointing out) is refused without being opened (default: paths resolve "
+                        "against the manifest's folder and may lead anywhere)")
 
 
 def _report_skipped(loader: Any) -> None:
@@ -191,6 +214,7 @@ def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> N
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
                    help="import a module or .py file that registers your own ops first "
                         "(repeatable)")
+    _add_root_option(p)
 
 
 def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> Any:
@@ -237,7 +261,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from extsrc.doctor import validate
 
-    report = validate(args.manifest, decode=not args.no_decode, n_jobs=args.jobs,
+    report = validate(_manifest_arg(args), decode=not args.no_decode, n_jobs=args.jobs,
                     progress=sys.stderr.isatty())
     print(report.summary(max_problems=args.max_problems))
     if args.write_clean and not report.ok:
@@ -372,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="problems to list (default: 20)")
     p.add_argument("--write-clean", default=None, metavar="CSV",
                    help="also write a manifest of the good samples to CSV")
+    _add_root_option(p)
     p.set_defaults(func=cmd_validate, imports=[])
 
     p = sub.add_parser("preview", help="render the first batch (image and every op output) "

@@ -8,14 +8,19 @@ seed, last-batch policy) are that module's.
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
+
+import numpy as np
 
 import augment_ops
-from augment_ops.registry import Op
+from augment_ops.registry import IMPLEMENTATIONS, Op
+from extsrc import argcheck
 from extsrc._dali import cuda_driver_initialized
+from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
@@ -26,6 +31,7 @@ __all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "LoaderConfig", "cores_pe
 #: whether it is a pad repeat (count it in no metric).
 METADATA_KEYS: tuple[str, ...] = ("index", "is_pad")
 _START_METHODS = ("fork", "spawn")
+_LAST_BATCH: tuple[str, ...] = get_args(LastBatch)
 
 #: Share of JPEGs that mixed decoding gives to the GPU's hardware decoder. DALI's own default is
 #: 0.65; on an H100 with 16 cores (2026-11-21, benchmarks/README.md) 0.85 ran extsrc 1.15x faster
@@ -38,24 +44,182 @@ def as_ops(value: Any, what: str) -> tuple[Op, ...]:
     if isinstance(value, (str, Op)):
         value = (value,)
     try:
-        return tuple(augment_ops.get(v) for v in value)
+        items = tuple(value)
     except TypeError:
+        items = (value,)
+    wrong = [v for v in items if not isinstance(v, (str, Op))]
+    if wrong:
         raise TypeError(
-            f"{what} must be a sequence of op names or augment_ops.Op objects, got {value!r}"
-        ) from None
+            f"{what} must be a sequence of op names or augment_ops.Op objects, got {value!r} "
+            f"({type(wrong[0]).__name__} {wrong[0]!r} is neither)"
+        )
+    return tuple(augment_ops.get(v) for v in items)
+
+
+#: Largest ``resize`` side accepted: 65,536 pixels (a 65,536 x 65,536 RGB image is 12 GiB).
+MAX_RESIZE_SIDE = 65_536
 
 
 def as_size(resize: Any) -> tuple[int, int] | None:
+    """``resize`` as ``(height, width)``: ``None``, a positive int (numpy ints too) for a square,
+    or a pair of them; each side at most :data:`MAX_RESIZE_SIDE`."""
     if resize is None:
         return None
-    if isinstance(resize, int) and not isinstance(resize, bool):
+    forms = "None, a positive int or (height, width)"
+    if isinstance(resize, numbers.Integral) and not isinstance(resize, bool):
         resize = (resize, resize)
-    if (
-        isinstance(resize, Sequence) and len(resize) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in resize)
+    elif isinstance(resize, (str, bytes)) or not isinstance(resize, Sequence) or len(resize) != 2:
+        raise TypeError(f"resize must be {forms}, got {type(resize).__name__} {resize!r}")
+    h, w = (
+        argcheck.check_int(v, f"resize {side}", minimum=1, maximum=MAX_RESIZE_SIDE,
+                           what=f"resize={resize!r}")
+        for side, v in zip(("height", "width"), resize, strict=True)
+    )
+    return h, w
+
+
+#: Largest ``batch_size`` accepted (2**20). A batch of 2**20 images of 64 x 64 pixels is already
+#: 12 GiB; a larger value is a mistake (a sample count passed as the batch size, say).
+MAX_BATCH_SIZE = 1 << 20
+#: ``batch_size`` may exceed the manifest's sample count (its good samples under
+#: ``on_error="skip"``) at most this many times: a batch is padded with repeats up to its size
+#: (``last_batch="pad"``), so a batch size 1,000 times the dataset is that many copies of every
+#: sample in every batch.
+MAX_BATCH_OVER_SAMPLES = 1000
+#: Largest ``num_shards`` (world size) accepted.
+MAX_SHARDS = 1 << 20
+#: Largest ``num_workers`` and ``num_threads``: each worker is a process holding a copy of the
+#: source (about 200 MB), each thread a DALI CPU thread.
+MAX_WORKERS = 256
+MAX_THREADS = 1024
+#: Largest ``prefetch_queue_depth``: each level holds a whole batch, decoded, in memory.
+MAX_PREFETCH = 64
+
+#: Element types DALI's ``fn.resize`` takes (uint8, int16, uint16 and float32, checked against
+#: DALI 2.4); any other declared by an op whose output is resized fails at the first batch.
+RESIZE_DTYPES: tuple[str, ...] = ("uint8", "uint16", "int16", "float32")
+
+
+def check_resizable(
+    ops: Sequence[Op], transforms: Sequence[Op], resize: tuple[int, int] | None,
+    stages: Sequence[Any],
+) -> None:
+    """Refuse, naming the op, an op whose declared outputs ``resize`` would give DALI's resize
+    but that it cannot take: a dtype outside :data:`RESIZE_DTYPES`, or rank-2 (``ndim=2``)
+    outputs, which have no channel axis for DALI's HWC layout.
+
+    With ``resize``, every op output is resized, and the main image too unless ``stages``
+    replace the resize (the last transform makes the main image)."""
+    if resize is None:
+        return
+    resized = [(op, "ops") for op in ops]
+    if transforms and not stages:
+        resized.append((transforms[-1], "transforms"))
+    for op, where in resized:
+        dtype = np.dtype(op.dtype)
+        if dtype.name not in RESIZE_DTYPES:
+            raise ValueError(
+                f"op '{op.name}' (in {where}) declares {dtype.name} outputs, but resize={resize} "
+                f"resizes them and DALI's resize takes only {', '.join(RESIZE_DTYPES)}; declare "
+                f"dtype=np.float32 (returning .astype(np.float32)) or np.uint8 in @augment_op, "
+                "convert after the loader, or pass resize=None"
+            )
+        if op.ndim != 3:
+            raise ValueError(
+                f"op '{op.name}' (in {where}) declares rank-{op.ndim} outputs (ndim={op.ndim}), "
+                f"but resize={resize} resizes them and DALI's resize needs HWC images (rank 3); "
+                "return img[..., None] and declare ndim=3 in @augment_op, or pass resize=None"
+            )
+
+
+#: ``validate`` options that ``Loader(validate_kwargs=...)`` may set (``manifest`` is the loader's).
+VALIDATE_OPTIONS: tuple[str, ...] = (
+    "decode", "n_jobs", "max_pixels", "progress", "chunk_size", "max_file_bytes",
+)
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """The loader's arguments that do not shape its output (how bad files and DALI's workers
+    are handled), checked at construction. ``max_pixels`` and ``max_file_bytes`` are ``None``
+    (no limit) or ints >= 1; ``validate_kwargs`` applies to ``on_error="skip"`` only and may set
+    :data:`VALIDATE_OPTIONS`."""
+
+    on_error: str = "raise"
+    max_pixels: int | None = None
+    max_file_bytes: int | None = None
+    validate_kwargs: Mapping[str, Any] | None = None
+    watchdog: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.on_error, str):
+            raise TypeError(
+                f"on_error must be 'raise' or 'skip', got {type(self.on_error).__name__} "
+                f"{self.on_error!r}"
+            )
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        object.__setattr__(self, "max_pixels", argcheck.check_int(
+            self.max_pixels, "Loader: max_pixels", minimum=1, allow_none=True,
+            what="largest pixel count an image header may declare"))
+        object.__setattr__(self, "max_file_bytes",
+                           check_max_file_bytes(self.max_file_bytes, "Loader: max_file_bytes"))
+        object.__setattr__(self, "watchdog", argcheck.check_bool(self.watchdog,
+                                                                 "Loader: watchdog"))
+        kw = self.validate_kwargs
+        if kw is None:
+            return
+        if not isinstance(kw, Mapping):
+            raise TypeError(
+                f"Loader: validate_kwargs must be a dict of extsrc.validate options or None, got "
+                f"{type(kw).__name__}"
+            )
+        unknown = sorted(str(k) for k in kw if k not in VALIDATE_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"Loader: validate_kwargs has unknown option(s) {unknown}; extsrc.validate "
+                f"takes {list(VALIDATE_OPTIONS)}"
+            )
+        if self.on_error != "skip":
+            raise ValueError(
+                "Loader: validate_kwargs is used by on_error='skip' only (it runs extsrc.validate "
+                "up front); pass on_error='skip' or drop validate_kwargs"
+            )
+
+
+def check_loader_arguments(*, output_map: Any, stages: Any, ops: Any, transforms: Any) -> None:
+    """The forms of the loader's sequence arguments, before they are made tuples: a string or a
+    non-iterable where a sequence is due is refused (``tuple("abc")`` would be three names)."""
+    if output_map is not None and (
+        isinstance(output_map, (str, bytes)) or not isinstance(output_map, Sequence)
     ):
-        return int(resize[0]), int(resize[1])
-    raise ValueError(f"resize must be None, a positive int or (height, width), got {resize!r}")
+        raise TypeError(
+            f"Loader: output_map must be None or a sequence of output names, got "
+            f"{type(output_map).__name__} {output_map!r}"
+        )
+    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
+        raise TypeError(
+            f"Loader: stages must be a sequence of callables stage(image, gpu=...), got "
+            f"{type(stages).__name__}; wrap one stage in a list"
+        )
+    for name, value in (("ops", ops), ("transforms", transforms)):
+        if not isinstance(value, (str, Op, Sequence)) or isinstance(value, bytes):
+            raise TypeError(
+                f"Loader: {name} must be an op name, an augment_ops.Op or a sequence of them, "
+                f"got {type(value).__name__} {value!r}"
+            )
+
+
+def check_batch_for_samples(batch_size: int, num_samples: int) -> None:
+    """Refuse a batch size more than :data:`MAX_BATCH_OVER_SAMPLES` times the number of samples
+    the loader reads: each batch would hold that many repeats of every sample."""
+    if batch_size > MAX_BATCH_OVER_SAMPLES * num_samples:
+        raise ValueError(
+            f"Loader: batch_size={batch_size:,} is more than {MAX_BATCH_OVER_SAMPLES:,} times the "
+            f"{num_samples:,} sample(s) of the manifest, so every batch would repeat each "
+            "sample over a thousand times; is batch_size the dataset size? Use a batch size of "
+            "at most the number of samples"
+        )
 
 
 def cores_per_process() -> int:
@@ -102,6 +266,7 @@ class LoaderConfig:
     op_paths: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
+        self._check_arguments()
         check_int("batch_size", self.batch_size, 1)
         check_seed(self.seed)
         check_last_batch(self.last_batch)
@@ -162,6 +327,7 @@ class LoaderConfig:
                 f"output names {clash} are reserved for per-sample metadata; rename them"
             )
         object.__setattr__(self, "output_names", names)
+        check_resizable(self.ops, self.transforms, self.resize, self.stages)
         override = dict(self.op_path) if isinstance(self.op_path, tuple) else self.op_path
         for s in self.stages:
             if not callable(s):
@@ -171,6 +337,47 @@ class LoaderConfig:
             (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
         )
         object.__setattr__(self, "op_paths", tuple(chosen.items()))
+
+    def _check_arguments(self) -> None:
+        """Types and ranges of the plain arguments, each refused naming it; numpy integers are
+        taken as ints (and stored as plain ints, so a state dict stays JSON)."""
+        ints = {
+            "batch_size": dict(minimum=1, maximum=MAX_BATCH_SIZE, what="samples per batch"),
+            "shard_id": dict(minimum=0, what="this process's shard, the global rank"),
+            "num_shards": dict(minimum=1, maximum=MAX_SHARDS, what="shards, the world size"),
+            "num_workers": dict(minimum=0, maximum=MAX_WORKERS, allow_none=True,
+                                what="DALI worker processes reading files"),
+            "num_threads": dict(minimum=1, maximum=MAX_THREADS, allow_none=True,
+                                what="DALI CPU threads"),
+            "prefetch_queue_depth": dict(minimum=1, maximum=MAX_PREFETCH,
+                                         what="batches DALI prepares ahead"),
+            "device_id": dict(minimum=0, allow_none=True),
+        }
+        for name, rule in ints.items():
+            object.__setattr__(self, name, argcheck.check_int(
+                getattr(self, name), f"Loader: {name}", **rule))  # type: ignore[arg-type]
+        check_seed(self.seed)  # the shard plan's rule: an int in [0, 2**63)
+        object.__setattr__(self, "seed", int(self.seed))
+        object.__setattr__(self, "shuffle", argcheck.check_bool(self.shuffle, "Loader: shuffle"))
+        for name, allowed in (("last_batch", _LAST_BATCH), ("decoder", ("auto", "cpu", "mixed")),
+                              ("start_method", (None, *_START_METHODS))):
+            value = getattr(self, name)
+            if not isinstance(value, (str, type(None))) or value not in allowed:
+                wrong_type = not isinstance(value, (str, type(None)))
+                raise (TypeError if wrong_type else ValueError)(
+                    f"Loader: {name} must be one of {list(allowed)}, got "
+                    f"{type(value).__name__} {value!r}"
+                )
+        load = self.hw_decoder_load
+        if load is not None and (isinstance(load, bool) or not isinstance(load, numbers.Real)):
+            raise TypeError(
+                f"Loader: hw_decoder_load must be None or a number in [0, 1], got "
+                f"{type(load).__name__} {load!r}"
+            )
+        if self.output_map is not None and not all(isinstance(n, str) for n in self.output_map):
+            raise TypeError(
+                f"Loader: output_map must be a sequence of names (str), got {self.output_map!r}"
+            )
 
     @property
     def workers(self) -> int:
@@ -198,5 +405,26 @@ class LoaderConfig:
 def normalise_op_path(
     op_path: str | Mapping[str, str] | None,
 ) -> str | tuple[tuple[str, str], ...] | None:
-    """``op_path`` as the frozen config holds it: a dict becomes sorted ``(name, path)`` pairs."""
-    return tuple(sorted(op_path.items())) if isinstance(op_path, Mapping) else op_path
+    """``op_path`` as the frozen config holds it: a dict becomes sorted ``(name, path)`` pairs.
+
+    Its forms are checked here, whatever ops there are: ``None``, one of
+    ``augment_ops.IMPLEMENTATIONS`` for every op, or a mapping of op names to those."""
+    forms = f"None, one of {list(IMPLEMENTATIONS)}, or a dict {{op name: path}}"
+    if op_path is None:
+        return None
+    if isinstance(op_path, str):
+        if op_path not in IMPLEMENTATIONS:
+            raise ValueError(f"Loader: op_path must be {forms}, got {op_path!r}")
+        return op_path
+    if not isinstance(op_path, Mapping):
+        raise TypeError(f"Loader: op_path must be {forms}, got {type(op_path).__name__} "
+                        f"{op_path!r}")
+    for name, path in op_path.items():
+        if not isinstance(name, str) or not isinstance(path, str):
+            raise TypeError(f"Loader: op_path must be {forms}; got the entry {name!r}: {path!r}")
+        if path not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"Loader: op_path for '{name}' must be one of {list(IMPLEMENTATIONS)}, got "
+                f"{path!r}"
+            )
+    return tuple(sorted(op_path.items()))

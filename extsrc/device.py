@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 __all__ = ["cuda_device_count", "resolve_device"]
@@ -29,8 +30,8 @@ def resolve_device(device: Any) -> int | None:
         device = device.type if device.index is None else f"{device.type}:{device.index}"
     if isinstance(device, bool):
         raise TypeError("device must be None, 'cpu', 'cuda', 'cuda:N' or a GPU index, got a bool")
-    if isinstance(device, int):
-        index = device
+    if isinstance(device, numbers.Integral):  # numpy integers too
+        index = int(device)
     elif isinstance(device, str):
         import torch
 
@@ -51,7 +52,7 @@ def resolve_device(device: Any) -> int | None:
     else:
         raise TypeError(
             f"device must be None, 'cpu', 'cuda', 'cuda:N' or a GPU index, got "
-            f"{type(device).__name__}"
+            f"{type(device).__name__} {device!r}"
         )
     if index < 0:
         raise ValueError(f"GPU index must be >= 0, got {index}")

@@ -277,7 +277,9 @@ def validate(
         encoders also leave such bytes in whole images, reported all the same, with libjpeg's
         words), wrong restart markers, inconsistent progressive scans. Other formats are
         decoded by Pillow, which finds what makes its decoder fail (damaged PNG/zlib data, CRC
-        errors, short data).
+        errors, short data); before that a PNG's image data is inflated and counted, because a
+        stream ending before the last row is refused by DALI ("Not enough image data") but
+        decoded by Pillow, the missing rows black.
 
         Never found: damage that still decodes as well-formed data (bytes replaced by others
         that happen to form valid codes of the right length: wrong pixels, valid stream);
@@ -287,7 +289,9 @@ def validate(
         when the loader meets it.
 
     Cost: libjpeg-turbo's strict decode costs about what Pillow's decode does (0.05 ms for a
-    101x99 JPEG, 5.6 ms for a 1000x990 one, against Pillow's 0.19 and 6.5 ms, one core).
+    101x99 JPEG, 5.6 ms for a 1000x990 one, against Pillow's 0.19 and 6.5 ms, one core). A PNG's
+    data is inflated twice, counted and then decoded: for a 1000x990 PNG the count took 3.5 ms
+    (smooth content, 5 KB) to 12 ms (noise, 3 MB) beside Pillow's 17 and 21 ms (one core).
 
     Returns a :class:`ValidationReport`; nothing is raised for bad files.
     """

@@ -20,9 +20,10 @@ from extsrc.errors import (
     PipelineError,
     WorkerDiedError,
 )
-from extsrc.imagecheck import check_file
+from extsrc.imagecheck import Finding, check_file
 from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
+from extsrc.textsafe import shown
 
 __all__ = ["InFlight", "explain", "worker_died"]
 
@@ -102,7 +103,7 @@ def explain(
         return _op_exception(f)
     if f.kind == "decode":
         return _decode_failure(f, at, lookahead, max_pixels)
-    return PipelineError(f"DALI failed while producing {at.where()}: {f.text}")
+    return PipelineError(f"DALI failed while producing {at.where()}: {shown(f.text)}")
 
 
 def _worker_exception(f: DaliFailure, at: InFlight) -> Exception:
@@ -145,9 +146,11 @@ def _decode_failure(
 ) -> Exception:
     found = _find_culprit(at, f.sample, lookahead, max_pixels)
     if found is None:
+        found = _named_by_dali(f, at)
+    if found is None:
         return PipelineError(
             f"DALI's image decoder failed on {at.where()}, but Pillow decodes every file of that "
-            f"batch; DALI said: {f.text}. Check these files (for example with "
+            f"batch; DALI said: {shown(f.text)}. Check these files (for example with "
             "extsrc.validate(manifest)) or re-encode them as plain JPEG/PNG"
         )
     i, finding = found
@@ -155,6 +158,22 @@ def _decode_failure(
     return bad_image_error(
         finding, source=m.source, line=m.lines[i], path=m.paths[i],
         prefix="DALI could not decode this file: ",
+    )
+
+
+def _named_by_dali(f: DaliFailure, at: InFlight) -> tuple[int, Finding] | None:
+    """The sample DALI's decoder named (``Failed to decode sample #k``: position ``k`` of the
+    failed batch), when no check of ours finds anything wrong with the batch's files. DALI
+    reports a failure with the iteration it happened in, so ``k`` indexes ``at``'s batch."""
+    if f.sample is None or at.batch >= len(at.source):
+        return None
+    idx = at.indices(at.batch)
+    if not 0 <= f.sample < len(idx):
+        return None
+    return idx[f.sample], Finding(
+        "corrupt",
+        f"the decoder refused it (sample #{f.sample} of the batch; DALI said: "
+        f"{shown(f.text)}), although Pillow decodes it",
     )
 
 

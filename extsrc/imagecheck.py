@@ -20,7 +20,9 @@ parsed as images.
 from __future__ import annotations
 
 import io
+import struct
 import warnings
+import zlib
 from dataclasses import dataclass
 
 from extsrc.fileread import (
@@ -29,6 +31,7 @@ from extsrc.fileread import (
     FileReadProblem,
     open_regular,
 )
+from extsrc.textsafe import shown
 
 __all__ = [
     "DALI_FORMATS",
@@ -86,7 +89,10 @@ class Finding:
     def describe(self, *, source: str, line: int, path: str, prefix: str = "") -> str:
         """The one wording of a finding about a manifest sample:
         ``<manifest> line <n>: <path>: <prefix><what> [<reason>]; <how to fix it>``."""
-        return f"{source} line {line}: {path}: {prefix}{self.message} [{self.reason}]; {self.fix}"
+        return (
+            f"{shown(source)} line {line}: {shown(path)}: {prefix}{self.message} "
+            f"[{self.reason}]; {self.fix}"
+        )
 
 
 def fix_for(reason: str) -> str:
@@ -333,6 +339,71 @@ def _libjpeg_check(data: bytes) -> object:
     return None
 
 
+# PNG colour types: samples per pixel.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+# Adam7 interlacing passes: (first column, first row, column step, row step).
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+          (0, 1, 1, 2))
+
+
+def _png_expected_bytes(w: int, h: int, depth: int, colour: int, interlace: int) -> int | None:
+    """Bytes of filtered scanlines a PNG of this header holds once inflated (``None``: a
+    header this check does not know)."""
+    channels = _PNG_CHANNELS.get(colour)
+    if channels is None or depth not in (1, 2, 4, 8, 16):
+        return None
+    bits = channels * depth
+
+    def rows(cols: int, n: int) -> int:
+        return 0 if cols <= 0 or n <= 0 else n * (1 + (cols * bits + 7) // 8)
+
+    if interlace == 0:
+        return rows(w, h)
+    if interlace != 1:
+        return None
+    return sum(rows(-(-(w - x0) // dx), -(-(h - y0) // dy)) for x0, y0, dx, dy in _ADAM7)
+
+
+def _png_data_check(data: bytes) -> Finding | None:
+    """Inflate a PNG's IDAT stream and compare its length with what the header declares.
+
+    libpng (DALI's PNG decoder) refuses a stream that ends before the last scanline ("Not enough
+    image data") while Pillow fills the missing rows with zeros without a word, so only this
+    count finds such a file before DALI meets it. Bytes are counted, not kept."""
+    try:
+        w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", data[16:29])
+    except struct.error:
+        return None
+    expected = _png_expected_bytes(w, h, depth, colour, interlace)
+    if expected is None:
+        return None
+    inflate = zlib.decompressobj()
+    got, i, n = 0, 8, len(data)
+    try:
+        while i + 8 <= n and got <= expected:
+            length = int.from_bytes(data[i:i + 4], "big")
+            kind = data[i + 4:i + 8]
+            if kind == b"IDAT":
+                chunk = data[i + 8:i + 8 + length]
+                while chunk and got <= expected:
+                    got += len(inflate.decompress(chunk, 1 << 20))
+                    chunk = inflate.unconsumed_tail
+            elif kind == b"IEND":
+                break
+            i += 12 + length
+        got += len(inflate.flush()) if got <= expected else 0
+    except zlib.error:
+        return None  # a damaged stream: Pillow's decode reports it, in its words
+    if got < expected:
+        return Finding(
+            "truncated",
+            f"the PNG's compressed image data ends early: it inflates to {got:,} of the "
+            f"{expected:,} bytes its {w}x{h} header needs (libpng, DALI's decoder: \"Not enough "
+            "image data\"; Pillow fills the missing rows with black)",
+        )
+    return None
+
+
 def decode_check(data: bytes) -> Finding | None:
     """Fully decode ``data``; a failure is ``truncated`` or ``corrupt``.
 
@@ -346,13 +417,21 @@ def decode_check(data: bytes) -> Finding | None:
     and inconsistent progressive scans. It cannot find damage that still decodes consistently
     (replaced bytes that happen to form valid codes of the right total length: an image whose
     pixels are wrong but whose data is well-formed), nor damage in metadata it ignores (EXIF,
-    ICC). Other formats, and JPEGs libjpeg-turbo does not read, are decoded with Pillow, which
-    finds only what makes its decoder fail.
+    ICC). PNGs first have their compressed image data inflated and counted: a stream that ends
+    before the last scanline is refused by libpng, DALI's decoder ("Not enough image data"),
+    while Pillow decodes it with the missing rows black. Other formats, JPEGs libjpeg-turbo does
+    not read, and PNGs past that count are decoded with Pillow, which finds only what makes its
+    decoder fail.
     """
-    if sniff_format(data[:16]) == "jpeg":
+    fmt = sniff_format(data[:16])
+    if fmt == "jpeg":
         verdict = _libjpeg_check(data)
         if verdict is not _UNDECIDED:
             return verdict  # type: ignore[return-value]
+    elif fmt == "png":
+        finding = _png_data_check(data)
+        if finding is not None:
+            return finding
     from PIL import Image
 
     try:

@@ -20,14 +20,18 @@ from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
     METADATA_KEYS,
     LoaderConfig,
+    LoaderOptions,
     as_ops,
     as_size,
+    check_batch_for_samples,
+    check_loader_arguments,
     cores_per_process,
     normalise_op_path,
 )
 from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
+from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
@@ -76,7 +80,8 @@ class Loader:
 
     Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
     decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
-    decoder still rejects is found by decoding its batch with Pillow. With ``on_error="raise"``
+    decoder still rejects is found by decoding its batch with Pillow, else by the sample number
+    DALI's error gives (a file only DALI refuses). With ``on_error="raise"``
     (default) the first bad file stops iteration with a :class:`~extsrc.errors.SampleReadError`
     / :class:`~extsrc.errors.BadImageError` naming the manifest line, the path and the reason;
     ``on_error="skip"`` runs :func:`extsrc.validate` (options: ``validate_kwargs``) up front,
@@ -88,6 +93,22 @@ class Loader:
     stopped, and iterating again resumes at the failed batch. ``watchdog=False`` calls DALI
     directly instead of through the watchdog thread (a killed worker can then hang the loop, as
     plain DALI does); it exists to measure what the watchdog costs.
+
+    ``max_file_bytes`` (default 256 MiB, the source's): a listed file larger than this is refused
+    before it is read, naming its line (``None``: no limit); ``on_error="skip"`` validates with
+    the same limit.
+
+    Arguments are checked at construction, each refused naming it: a :class:`TypeError` for a
+    wrong type (numpy integers are taken where an int is due; floats, even ``4.0``, bools and
+    strings are not), a :class:`ValueError` for a value out of range. The ranges:
+    ``1 <= batch_size <= 2**20`` and at most 1,000 times the manifest's samples (a larger
+    batch would repeat every sample over a thousand times: the dataset size passed as the batch
+    size, say); ``0 <= num_workers <= 256``; ``1 <= num_threads <= 1024``;
+    ``1 <= prefetch_queue_depth <= 64``; ``0 <= seed < 2**63``; ``resize`` sides in
+    ``[1, 65536]``; ``max_pixels`` and ``max_file_bytes`` ``>= 1`` or ``None``;
+    ``hw_decoder_load`` in ``[0, 1]``. ``output_map`` may not use ``index`` or ``is_pad``, and an op
+    whose outputs ``resize`` would resize must declare a dtype DALI's resize takes (uint8, uint16,
+    int16, float32) and HWC outputs (``ndim=3``). The rules live in :mod:`extsrc.config`.
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
     """
@@ -119,6 +140,7 @@ class Loader:
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         validate_kwargs: Mapping[str, Any] | None = None,
         watchdog: bool = True,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
         if isinstance(manifest, (str, os.PathLike)):
@@ -129,6 +151,13 @@ class Loader:
                 f"{type(manifest).__name__}"
             )
         self.manifest = manifest
+        check_loader_arguments(output_map=output_map, stages=stages, ops=ops,
+                               transforms=transforms)
+        #: The arguments about bad files and DALI's workers, checked.
+        self.options = LoaderOptions(
+            on_error=on_error, max_pixels=max_pixels, max_file_bytes=max_file_bytes,
+            validate_kwargs=validate_kwargs, watchdog=watchdog,
+        )
         self.config = LoaderConfig(
             batch_size=batch_size, ops=as_ops(ops, "ops"),
             transforms=as_ops(transforms, "transforms"),
@@ -140,11 +169,10 @@ class Loader:
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
         )
         check_main_guard(self.config.workers, self.config.method)  # before any reader starts
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.on_error = on_error
-        self.max_pixels = max_pixels
-        self.watchdog = bool(watchdog)
+        self.on_error = self.options.on_error
+        self.max_pixels = self.options.max_pixels
+        self.max_file_bytes = self.options.max_file_bytes
+        self.watchdog = self.options.watchdog
         if self.watchdog and self.config.workers > 0:
             _dali.check_version()  # the watchdog reads DALI's private worker pool
         #: The problems (``extsrc.Problem``) that ``on_error="skip"`` left out.
@@ -157,6 +185,9 @@ class Loader:
             self._indices = self._skip_bad(manifest, validate_kwargs)
         else:
             manifest.check_root()
+        check_batch_for_samples(
+            self.config.batch_size, len(manifest) if self._indices is None else len(self._indices)
+        )
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
@@ -305,6 +336,7 @@ class Loader:
             self.manifest, batch_size=c.batch_size, shard_id=c.shard_id, num_shards=c.num_shards,
             shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=self.max_pixels, indices=self._indices,
+            max_file_bytes=self.max_file_bytes,
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
@@ -313,7 +345,8 @@ class Loader:
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.
-        defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process()}
+        defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process(),
+                    "max_file_bytes": self.max_file_bytes}
         report = validate(manifest, **{**defaults, **dict(kwargs or {})})
         self.validation = report
         self.skipped = report.problems

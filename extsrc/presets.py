@@ -19,12 +19,15 @@ torch.Size([256, 3, 224, 224])
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from augment_ops.registry import Op
+from extsrc import argcheck
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest
 
@@ -42,13 +45,39 @@ IMAGENET_MEAN: tuple[float, float, float] = (0.485 * 255, 0.456 * 255, 0.406 * 2
 IMAGENET_STD: tuple[float, float, float] = (0.229 * 255, 0.224 * 255, 0.225 * 255)
 
 
-def _check_common(crop: int, mean: Sequence[float], std: Sequence[float]) -> None:
-    if isinstance(crop, bool) or not isinstance(crop, int) or crop < 1:
-        raise ValueError(f"crop must be an int >= 1, got {crop!r}")
-    if len(mean) != 3 or len(std) != 3:
-        raise ValueError(f"mean and std need 3 values (R, G, B), got {mean!r} and {std!r}")
-    if any(s <= 0 for s in std):
-        raise ValueError(f"std values must be > 0, got {std!r}")
+#: Largest ``crop`` / ``size`` accepted, as for the loader's ``resize``.
+MAX_SIDE = 65_536
+
+
+def _side(value: Any, name: str) -> int:
+    """A crop or resize side: an int (numpy integers too) in ``[1, MAX_SIDE]``."""
+    return cast(int, argcheck.check_int(value, name, minimum=1, maximum=MAX_SIDE, what="pixels"))
+
+
+def _reals(value: Any, name: str, n: int) -> tuple[float, ...]:
+    """``n`` finite real numbers (not bools, not strings), as floats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of {n} numbers, got {value!r}")
+    if len(value) != n:
+        raise ValueError(f"{name} needs {n} values, got {len(value)}: {value!r}")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must hold numbers, got {type(v).__name__} {v!r} in {value!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"{name} must hold finite numbers, got {value!r}")
+    return tuple(float(v) for v in value)
+
+
+def _check_common(preset: Any) -> None:
+    """``crop``, ``mean`` and ``std`` of a preset, checked and stored as plain numbers."""
+    kind = type(preset).__name__
+    object.__setattr__(preset, "crop", _side(preset.crop, f"{kind}: crop"))
+    mean = _reals(preset.mean, f"{kind}: mean (R, G, B)", 3)
+    std = _reals(preset.std, f"{kind}: std (R, G, B)", 3)
+    if any(v <= 0 for v in std):
+        raise ValueError(f"{kind}: std values must be > 0, got {preset.std!r}")
+    object.__setattr__(preset, "mean", mean)
+    object.__setattr__(preset, "std", std)
 
 
 @dataclass(frozen=True)
@@ -69,13 +98,17 @@ class TrainPreset:
     mirror_p: float = 0.5
 
     def __post_init__(self) -> None:
-        _check_common(self.crop, self.mean, self.std)
-        lo, hi = self.random_area
-        if not 0 < lo <= hi:
-            raise ValueError(f"random_area must be (lo, hi) with 0 < lo <= hi, got "
-                             f"{self.random_area!r}")
-        if not 0.0 <= self.mirror_p <= 1.0:
-            raise ValueError(f"mirror_p must be in [0, 1], got {self.mirror_p!r}")
+        _check_common(self)
+        for name in ("random_area", "random_aspect_ratio"):
+            lo, hi = _reals(getattr(self, name), f"TrainPreset: {name} (lo, hi)", 2)
+            if not 0 < lo <= hi:
+                raise ValueError(f"TrainPreset: {name} must be (lo, hi) with 0 < lo <= hi, got "
+                                 f"{getattr(self, name)!r}")
+            object.__setattr__(self, name, (lo, hi))
+        (p,) = _reals((self.mirror_p,), "TrainPreset: mirror_p", 1)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"TrainPreset: mirror_p must be in [0, 1], got {self.mirror_p!r}")
+        object.__setattr__(self, "mirror_p", p)
 
     def __call__(self, image: Any, *, gpu: bool) -> Any:
         from nvidia.dali import fn, types
@@ -104,9 +137,8 @@ class ValPreset:
     std: tuple[float, ...] = IMAGENET_STD
 
     def __post_init__(self) -> None:
-        _check_common(self.crop, self.mean, self.std)
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"size must be an int >= 1, got {self.size!r}")
+        _check_common(self)
+        object.__setattr__(self, "size", _side(self.size, "ValPreset: size"))
         if self.crop > self.size:
             raise ValueError(
                 f"crop ({self.crop}) is larger than the resized shorter side ({self.size}); "
@@ -145,6 +177,9 @@ def train_loader(
     ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is given. Pass
     ``preset=TrainPreset(...)`` to change more than the crop size.
     """
+    if preset is not None and not isinstance(preset, TrainPreset):
+        raise TypeError(f"train_loader: preset must be a TrainPreset or None, got "
+                        f"{type(preset).__name__}")
     preset = preset if preset is not None else TrainPreset(crop=crop)
     loader_kwargs.setdefault("shuffle", True)
     loader_kwargs.setdefault("last_batch", "drop")
@@ -169,6 +204,9 @@ def val_loader(
     batch may be short). ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is
     given.
     """
+    if preset is not None and not isinstance(preset, ValPreset):
+        raise TypeError(f"val_loader: preset must be a ValPreset or None, got "
+                        f"{type(preset).__name__}")
     preset = preset if preset is not None else ValPreset(size=size, crop=crop)
     loader_kwargs.setdefault("shuffle", False)
     loader_kwargs.setdefault("last_batch", "partial")

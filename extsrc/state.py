@@ -12,6 +12,12 @@ the sample order is a pure function of (seed, epoch) and every random op's gener
 function of (seed, epoch, sample index), the same config and position give exactly the batches
 an uninterrupted run would have given. A state saved under any other config is refused with the
 list of fields that differ.
+
+Every field is checked before any is used (:func:`check_fields`): exactly these four keys,
+``version`` the int this extsrc writes, ``epoch`` and ``batch`` ints (numpy integers too; never
+bools or floats) in range, ``config`` a dict with string keys; a value JSON cannot hold compares
+unequal. A refusal is a :class:`~extsrc.errors.StateMismatchError` naming the field, and the
+loader's position is left as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,9 +80,102 @@ def make_state(epoch: int, batch: int, config: Mapping[str, Any]) -> dict[str, A
             "config": dict(config)}
 
 
+def _as_json(v: Any) -> Any:
+    """``v`` as JSON gives it back, or ``"<not JSON: repr>"``."""
+    try:
+        return json.loads(json.dumps(v))
+    except (TypeError, ValueError):
+        return f"<not JSON: {_short_repr(v)}>"
+
+
 def _short(v: Any) -> str:
     text = json.dumps(v) if not isinstance(v, str) else repr(v)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+#: The keys of a state, and the largest epoch a state may hold (an epoch number beyond it is
+#: a corrupted state, not a training run).
+STATE_KEYS: tuple[str, ...] = ("version", "epoch", "batch", "config")
+MAX_EPOCH = 2**31 - 1
+
+
+def check_fields(
+    state: Any, num_batches: int | None = None
+) -> tuple[int, int, Mapping[str, Any]]:
+    """Every field of ``state`` checked before any is used, each refusal naming the field:
+    a mapping with exactly :data:`STATE_KEYS`; ``version`` the int :data:`STATE_VERSION`;
+    ``epoch`` an int in ``[0, MAX_EPOCH]``; ``batch`` an int in ``[0, num_batches]``
+    (``num_batches``: the next epoch's start; ``None``: ``MAX_EPOCH``, for a state whose
+    configuration is still to be compared); ``config`` a mapping with string keys. Integers
+    may be numpy integers (a state kept in an array); bools and floats are refused.
+    Returns ``(epoch, batch, config)``."""
+    if not isinstance(state, Mapping):
+        raise StateMismatchError(
+            f"a loader state must be the dict from Loader.state_dict(), got {type(state).__name__}"
+        )
+    missing = [k for k in STATE_KEYS if k not in state]
+    if missing:
+        hint = (f" (this dict holds {_keys(state)}: pass the loader's part of the checkpoint)"
+                if state else "")
+        raise StateMismatchError(
+            f"not a loader state: keys {missing} are missing (expected the dict from "
+            f"Loader.state_dict(), e.g. saved with json.dump){hint}"
+        )
+    extra = [k for k in state if k not in STATE_KEYS]
+    if extra:
+        raise StateMismatchError(
+            f"loader state: unexpected keys {_keys(extra)} (a state holds exactly "
+            f"{list(STATE_KEYS)}); pass the dict from Loader.state_dict() unchanged"
+        )
+    version = state["version"]
+    if not _is_int(version) or version != STATE_VERSION:
+        raise StateMismatchError(
+            f"loader state version {_short_repr(version)} is not supported (this extsrc writes "
+            f"version {STATE_VERSION})"
+        )
+    limits = {"epoch": (MAX_EPOCH, "epochs are counted from 0"),
+              "batch": (MAX_EPOCH, "batches are counted from 0") if num_batches is None else
+                       (num_batches, f"an epoch here has {num_batches} batches")}
+    values = {}
+    for name, (top, meaning) in limits.items():
+        v = state[name]
+        if not _is_int(v):
+            raise StateMismatchError(
+                f"loader state: {name} must be an int >= 0, got {type(v).__name__} "
+                f"{_short_repr(v)}"
+            )
+        if not 0 <= v <= top:
+            past = " is past the end of an epoch" if name == "batch" and v > top else ""
+            raise StateMismatchError(
+                f"loader state: {name} must be an int >= 0 and <= {top:,} ({meaning}), got "
+                f"{int(v):,}" + (f"; batch {int(v)}{past} ({num_batches} batches)" if past else "")
+            )
+        values[name] = int(v)
+    saved = state["config"]
+    if not isinstance(saved, Mapping):
+        raise StateMismatchError(
+            f"loader state: 'config' must be a dict, got {type(saved).__name__}"
+        )
+    bad_keys = [k for k in saved if not isinstance(k, str)]
+    if bad_keys:
+        raise StateMismatchError(
+            f"loader state: 'config' keys must be strings, got {_short_repr(bad_keys[0])}"
+        )
+    return values["epoch"], values["batch"], saved
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _short_repr(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _keys(keys: Any) -> str:
+    shown_keys = [_short_repr(k) for k in list(keys)[:8]]
+    return "[" + ", ".join(shown_keys) + (", ..." if len(keys) > 8 else "") + "]"
 
 
 def check_state(
@@ -87,30 +187,11 @@ def check_state(
     Raises :class:`~extsrc.errors.StateMismatchError` for a malformed state or one saved under a
     different configuration (the message lists every field that differs).
     """
-    if not isinstance(state, Mapping):
-        raise StateMismatchError(
-            f"a loader state must be the dict from Loader.state_dict(), got {type(state).__name__}"
-        )
-    missing = [k for k in ("version", "epoch", "batch", "config") if k not in state]
-    if missing:
-        raise StateMismatchError(
-            f"not a loader state: keys {missing} are missing (expected the dict from "
-            "Loader.state_dict(), e.g. saved with json.dump)"
-        )
-    if state["version"] != STATE_VERSION:
-        raise StateMismatchError(
-            f"loader state version {state['version']!r} is not supported (this extsrc writes "
-            f"version {STATE_VERSION})"
-        )
-    epoch, batch = state["epoch"], state["batch"]
-    for name, v in (("epoch", epoch), ("batch", batch)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise StateMismatchError(f"loader state: {name} must be an int >= 0, got {v!r}")
-    saved = state["config"]
-    if not isinstance(saved, Mapping):
-        raise StateMismatchError("loader state: 'config' must be a dict")
-    # Compare through JSON so a state that went through json.dump/json.load matches.
+    epoch, batch, saved = check_fields(state)
+    # Compare through JSON so a state that went through json.dump/json.load matches; a value
+    # JSON cannot hold (a corrupted state) compares unequal, by its repr.
     mine = json.loads(json.dumps(dict(config)))
+    saved = {k: _as_json(v) for k, v in saved.items()}
     diffs = []
     for key in sorted(set(mine) | set(saved)):
         a, b = saved.get(key, "<absent>"), mine.get(key, "<absent>")
@@ -129,8 +210,6 @@ def check_state(
             "Loader exactly as for the saved run (same manifest, batch_size, shards, seed, "
             "ops...), or start a fresh run without load_state_dict()"
         )
-    if batch > num_batches:
-        raise StateMismatchError(
-            f"loader state: batch {batch} is past the end of an epoch ({num_batches} batches)"
-        )
+    # After the comparison: under another configuration the epoch has another length.
+    check_fields(state, num_batches)
     return epoch, batch

@@ -110,6 +110,17 @@ def corrupt_jpeg() -> bytes:
     return bytes(data)
 
 
+def png_short_idat(h: int = 20, w: int = 21, rows: int = 10, interlace: bool = False) -> bytes:
+    """A PNG whose compressed image data is a complete zlib stream holding only ``rows`` of its
+    ``h`` scanlines (IEND and every CRC intact): Pillow decodes it (the missing rows black),
+    libpng, DALI's PNG decoder, refuses it ("Not enough image data")."""
+    img = pattern_image(3, h, w)
+    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(rows))
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, int(interlace))
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw)) + \
+        _chunk(b"IEND", b"")
+
+
 BAD_FILES = {
     # name: (file name, how to make it, reason validate reports, found without decoding?)
     "truncated_jpeg": ("a.jpg", truncated_jpeg, "truncated", True),
@@ -189,3 +200,19 @@ def children(*, zombies: bool = False) -> set[int]:
                 and b"resource_tracker" not in cmd:
             out.add(int(d))
     return out
+
+
+def png_interlaced(img: np.ndarray) -> bytes:
+    """An Adam7-interlaced 8-bit RGB PNG of ``img`` (HWC uint8; Pillow writes no interlaced
+    PNGs): each pass's pixels, row by row, filter byte 0."""
+    h, w = img.shape[:2]
+    passes = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2),
+              (0, 1, 1, 2))
+    raw = b"".join(
+        b"\x00" + img[y, x0::dx].tobytes()
+        for x0, y0, dx, dy in passes if x0 < w
+        for y in range(y0, h, dy)
+    )
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw)) + \
+        _chunk(b"IEND", b"")

@@ -174,3 +174,55 @@ def test_console_script_is_declared():
     if not ours:
         pytest.skip("extsrc is not installed (pip install -e .); the entry point is not on PATH")
     assert ours[0].value == "extsrc.cli:main"
+
+
+# -- --root: confining a manifest (issue 13, case 12) ----------------------------------------------
+
+
+@pytest.fixture()
+def escaping(tmp_path: Path) -> tuple[Path, Path]:
+    """A dataset under ``tmp/root`` whose manifest also lists ``../secret.txt`` (line 4) and the
+    same file by its absolute path (line 6): a text file with the first line of a passwd file.
+    Returns (root, manifest)."""
+    root = tmp_path / "root"
+    make_sample_dataset(root, n=6, size=(48, 64), fmt="png")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    manifest = root / "manifest.csv"
+    lines = manifest.read_text().splitlines()
+    label = lines[1].split(",")[1]
+    lines.insert(3, f"../secret.txt,{label}")
+    lines.insert(5, f"{secret},{label}")
+    manifest.write_text("\n".join(lines) + "\n")
+    return root, manifest
+
+
+def test_validate_root_refuses_paths_leading_out(tmp_path: Path, escaping):
+    root, manifest = escaping
+    p = run("validate", str(manifest), "--jobs", "1", cwd=tmp_path)  # no --root: followed
+    assert p.returncode == 1 and "not_an_image" in p.stdout, p.stdout
+    p = run("validate", str(manifest), "--jobs", "1", "--root", str(root), cwd=tmp_path)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert "line 4: " in p.stdout and "line 6: " in p.stdout, p.stdout
+    assert p.stdout.count("[outside_root]") == 2 and "not_an_image" not in p.stdout, p.stdout
+    assert "root:x" not in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("command", ["preview", "bench"])
+def test_loader_commands_root_refuses_paths_leading_out(tmp_path: Path, escaping, command):
+    root, manifest = escaping
+    extra = ["-o", str(tmp_path / "p.png")] if command == "preview" else ["--max-batches", "1"]
+    p = run(command, str(manifest), "--root", str(root), "--workers", "0", *extra, cwd=tmp_path)
+    assert_one_line_error(p, 2, "line 4: path ", "secret.txt", "outside the root")
+    assert "root:x" not in p.stdout + p.stderr
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_root_inside_runs_and_missing_root_is_bad_input(tmp_path: Path, data: Path):
+    p = run("preview", str(data / "manifest.csv"), "--root", str(data), "--workers", "0",
+            "-o", str(tmp_path / "p.png"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "p.png").exists()
+    p = run("validate", str(data / "manifest.csv"), "--root", str(tmp_path / "nowhere"),
+            cwd=tmp_path)
+    assert_one_line_error(p, 2, "--root ", "nowhere: not a folder")

@@ -96,9 +96,11 @@ def test_device_bogus(mixed, device):
         Loader(mixed, batch_size=4, device=device)
 
 
-@pytest.mark.parametrize("load", [-0.1, 1.5, "0.5", True])
-def test_hw_decoder_load_out_of_range(mixed, load):
-    with pytest.raises(ValueError, match=r"hw_decoder_load must be None .* in \[0, 1\]"):
+@pytest.mark.parametrize(("load", "error"), [
+    (-0.1, ValueError), (1.5, ValueError), ("0.5", TypeError), (True, TypeError),
+])
+def test_hw_decoder_load_out_of_range(mixed, load, error):
+    with pytest.raises(error, match=r"hw_decoder_load must be None .* in \[0, 1\]"):
         Loader(mixed, batch_size=4, device="cpu", hw_decoder_load=load)
 
 
