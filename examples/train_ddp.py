@@ -88,12 +88,29 @@ class SmallCNN(nn.Module):
         return self.head(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
-def build_model(num_classes: int) -> tuple[nn.Module, str]:
+def build_model(num_classes: int, arch: str = "resnet18") -> tuple[nn.Module, str]:
     try:
         import torchvision
     except ImportError:
         return SmallCNN(num_classes), "SmallCNN (torchvision not installed)"
-    return torchvision.models.resnet18(num_classes=num_classes), "resnet18"
+    return getattr(torchvision.models, arch)(num_classes=num_classes), arch
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its live children (the loader's DALI
+    reader processes) so far; without psutil, this process only."""
+    try:
+        import psutil
+    except ImportError:
+        return time.process_time()
+    me = psutil.Process()
+    total = sum(me.cpu_times()[:2])
+    for child in me.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.Error:  # a child that ended in between
+            pass
+    return total
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -103,6 +120,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-images", type=int, default=2048, help="images to generate")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
+    p.add_argument("--arch", choices=("resnet18", "resnet50"), default="resnet18",
+                   help="torchvision model (default resnet18)")
     p.add_argument("--steps", type=int, default=None,
                    help="cap on steps per epoch (a cut epoch restarts the loader's pipeline for "
                         "the next one, inside the timing: leave it unset to time whole epochs)")
@@ -201,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     # Size the head from the manifest, not a constant: a label >= num_classes is a device-side
     # assert on CUDA (seen on the GPU machine with a 1000-class manifest), not a clean error.
     num_classes = max(NUM_CLASSES, int(labels.max()) + 1)
-    model, model_name = build_model(num_classes)
+    model, model_name = build_model(num_classes, args.arch)
     model = model.to(device)
     if use_cuda:
         model = model.to(memory_format=torch.channels_last)
@@ -280,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
                 if distributed:
                     dist.barrier()
                 t0 = time.perf_counter()
+                cpu0 = cpu_seconds()
             x, y = (batch["x"], batch["y"]) if "x" in batch else to_input(batch)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_cuda):
                 logits = model(x)
@@ -295,18 +315,23 @@ def main(argv: list[str] | None = None) -> None:
                 images += x.shape[0]  # pads included: they are decoded and trained on too
     sync()
     elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
+    # Cores this rank kept busy while timed: training loop, DALI threads and reader processes.
+    cores_busy = (cpu_seconds() - cpu0) / elapsed if elapsed > 0 else 0.0
 
     ips = images / elapsed if elapsed > 0 else 0.0
     print(f"[rank {rank}/{world} {device}] {images} images in {elapsed:.2f} s: {ips:.1f} images/s "
           f"(loss {loss.item():.3f})", flush=True)
 
     per_rank = [ips]
+    per_rank_cores = [cores_busy]
     total = ips
     if distributed:
-        stats = torch.tensor([float(images), elapsed], dtype=torch.float64, device=device)
+        stats = torch.tensor([float(images), elapsed, cores_busy], dtype=torch.float64,
+                             device=device)
         gathered = [torch.zeros_like(stats) for _ in range(world)]
         dist.all_gather(gathered, stats)
         per_rank = [float(s[0] / s[1]) if s[1] > 0 else 0.0 for s in gathered]
+        per_rank_cores = [round(float(s[2]), 2) for s in gathered]
         slowest = max(float(s[1]) for s in gathered)
         total = sum(float(s[0]) for s in gathered) / slowest if slowest > 0 else 0.0
     if rank == 0:
@@ -322,6 +347,9 @@ def main(argv: list[str] | None = None) -> None:
                 "dali_threads": None if loader is None else loader.config.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,
+                "per_rank_cores_busy": per_rank_cores,
+                "cores_per_rank": (os.cpu_count() or 1)
+                / int(os.environ.get("LOCAL_WORLD_SIZE", world)),
                 "synthetic_per_epoch": args.synthetic_per_epoch,
                 "minimal_flags": sorted(
                     n for n in ("synthetic_float", "no_pad_mask",

@@ -39,6 +39,8 @@ def test_train_ddp_single_process_cpu(tmp_path, feed):
     assert row["tag"] == "t" and row["world_size"] == 1
     assert row["feed"] == ("extsrc" if feed == "extsrc" else "synthetic")
     assert row["synthetic_per_epoch"] == (feed == "synthetic per epoch")
+    (cores,) = row["per_rank_cores_busy"]
+    assert cores > 0 and row["cores_per_rank"] >= 1
     # 40 images / batch 8 = 5 steps an epoch, 2 epochs, min(5, 10 // 2) warm-up steps (with
     # --no-loader too: the steps are counted from the manifest as the loader counts them)
     assert row["timed_steps"] == 5 and row["total_images_per_s"] > 0
