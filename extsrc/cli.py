@@ -135,7 +135,7 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
     ops = _resolve_ops(_op_names(args.ops))
     common: dict[str, Any] = dict(
         batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
-        num_workers=args.workers, last_batch=last_batch,
+        num_workers=args.workers, last_batch=last_batch, resize_mode=args.resize_mode,
     )
     if args.skip_bad:
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
@@ -170,6 +170,10 @@ def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> N
     p.add_argument("--resize", type=_size, default=_UNSET, metavar="SIZE",
                    help="resize every image output to SIZE or HEIGHTxWIDTH so a batch stacks "
                         f"into one tensor; 0 for none (default: {resize_default})")
+    p.add_argument("--resize-mode", choices=("shorter_side", "stretch"), default="shorter_side",
+                   help="shorter_side: keep the aspect ratio, scale to cover SIZE and crop the "
+                        "centre (torchvision Resize + CenterCrop); stretch: scale each side to "
+                        "SIZE (default: shorter_side)")
     p.add_argument("--preset", choices=("none", "train", "val"), default="none",
                    help="run the standard ImageNet-style pipeline on the main image: train = "
                         "random resized crop + flip + normalise, val = resize + centre crop + "

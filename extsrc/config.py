@@ -16,6 +16,7 @@ from typing import Any
 import augment_ops
 from augment_ops.registry import Op
 from extsrc._dali import cuda_driver_initialized
+from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.oppaths import choose_paths
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
@@ -98,7 +99,13 @@ class LoaderConfig:
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
+    # The batch format of every image output (see extsrc.batchformat).
+    layout: Layout = "NHWC"
+    dtype: Dtype = "uint8"
+    normalize: Any = None
+    resize_mode: ResizeMode = "shorter_side"
     output_names: tuple[str, ...] = field(init=False)
+    batch_format: BatchFormat = field(init=False)
     op_paths: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +145,10 @@ class LoaderConfig:
             )
         if self.prefetch_queue_depth < 1:
             raise ValueError("prefetch_queue_depth must be >= 1")
+        fmt = BatchFormat(layout=self.layout, dtype=self.dtype, normalize=self.normalize,
+                          resize_mode=self.resize_mode)
+        object.__setattr__(self, "batch_format", fmt)
+        object.__setattr__(self, "normalize", fmt.normalize)
         defaults = default_output_names(self.ops)
         dup = sorted({n for n in defaults if defaults.count(n) > 1})
         if dup and self.output_map is None:

@@ -16,6 +16,7 @@ from typing import Any
 from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali.run import PipelineRun
+from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
     METADATA_KEYS,
@@ -90,6 +91,26 @@ class Loader:
     plain DALI does); it exists to measure what the watchdog costs.
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
+
+    Batch format of every image output (``image`` and the op outputs; see
+    :mod:`extsrc.batchformat`), made inside DALI (on the GPU when the loader runs there), after
+    the ops, in this order:
+
+    * ``resize`` (default ``None``: sizes as decoded, so a batch of differing sizes cannot
+      stack; an int for a square or ``(height, width)``) with ``resize_mode``:
+      ``"shorter_side"`` (default) scales keeping the aspect ratio until the image covers the
+      size, then crops the centre, like torchvision ``Resize(s)`` + ``CenterCrop(s)``: a
+      circle stays a circle and nothing is padded; ``"stretch"`` scales each side to the size;
+    * ``normalize``: ``None`` (default, pixel values 0-255), ``"scale"`` (divide by 255) or
+      ``(mean, std)`` per channel in pixel units 0-255 (``extsrc.presets.IMAGENET_MEAN`` /
+      ``IMAGENET_STD`` are torchvision's constants times 255): ``(x - mean) / std``;
+    * ``dtype``: ``"uint8"`` (default; needs ``normalize=None``), ``"float32"``,
+      ``"float16"`` or ``"bfloat16"`` (DALI has no bfloat16: made as float32, converted by torch
+      on the batch's device);
+    * ``layout``: ``"NHWC"`` (default, DALI's decoded layout) or ``"NCHW"`` (PyTorch's).
+
+    With ``stages`` (the presets) the main image is what the stages make; the format applies to
+    the op outputs.
     """
 
     def __init__(
@@ -119,6 +140,10 @@ class Loader:
         max_pixels: int | None = DEFAULT_MAX_PIXELS,
         validate_kwargs: Mapping[str, Any] | None = None,
         watchdog: bool = True,
+        layout: Layout = "NHWC",
+        dtype: Dtype = "uint8",
+        normalize: Normalize = None,
+        resize_mode: ResizeMode = "shorter_side",
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
         if isinstance(manifest, (str, os.PathLike)):
@@ -138,6 +163,7 @@ class Loader:
             num_threads=num_threads, start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
+            layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
         )
         check_main_guard(self.config.workers, self.config.method)  # before any reader starts
         if on_error not in ("raise", "skip"):
@@ -289,7 +315,7 @@ class Loader:
             pipe = build_pipeline(
                 self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
                 resize=c.resize, stages=c.stages, decoder=c.decoder,
-                hw_decoder_load=c.hw_decoder_load,
+                hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
             )
