@@ -29,12 +29,13 @@ from extsrc.config import (
 from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
+from extsrc.errors import PipelineError
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch
+from extsrc.sharding import LastBatch, check_int
 from extsrc.source import ShardedSource
 from extsrc.state import check_state, describe_ops, describe_stages, make_state
 
@@ -54,7 +55,8 @@ class Loader:
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
     ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``). ``len(loader)``
-    is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch.
+    is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch (see
+    :meth:`__iter__` for loops that stop early and :meth:`set_epoch`).
 
     ``device``: ``None`` (GPU 0 when one is visible, else CPU), ``"cpu"``, ``"cuda"``,
     ``"cuda:N"`` or a GPU index.
@@ -187,6 +189,10 @@ class Loader:
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
         self._run: PipelineRun | None = None  # the built DALI pipeline, kept across epochs
+        #: How many times a DALI pipeline was built (once, unless an epoch was left part-way,
+        #: the loader closed, an error stopped it, or the read position was moved).
+        self.pipeline_builds = 0
+        self._warned_abandoned = False
         self._epoch: Epoch | None = None  # the current epoch's iterator
 
     # -- public surface ---------------------------------------------------------------------------
@@ -220,17 +226,71 @@ class Loader:
 
     def __iter__(self) -> Epoch:
         """The next epoch's batches (the rest of the current one after an error or
-        :meth:`close`); builds the DALI pipeline if none is up."""
+        :meth:`close`); builds the DALI pipeline if none is up.
+
+        A loop that took all ``len(loader)`` batches without asking for one more (Lightning,
+        ``zip(range(len(loader)), loader)``) finished its epoch: the pipeline goes on to the
+        next one without a rebuild. A loop left part-way (a ``break``, a peek
+        ``next(iter(loader))``) abandons the rest of its epoch: this iteration is the next
+        epoch, with a warning (once per loader) saying so; :meth:`set_epoch` chooses the epoch
+        explicitly.
+        """
+        self._conclude()
         current, self._epoch = self._epoch, None
         if current is not None and current.started:
             # The previous epoch was left part-way (a `break`): this iteration is the next epoch.
             # Restarting the pipeline there costs one build and reads nothing; finishing the old
             # epoch would read, decode and augment every batch left in it (a million images
             # after a 100-batch probe of ImageNet).
+            if not self._warned_abandoned:
+                self._warned_abandoned = True
+                pos = self.position
+                warnings.warn(
+                    f"extsrc.Loader: epoch {pos.epoch} was left after {pos.batch} of "
+                    f"{pos.num_batches} batches; this iteration starts epoch {pos.epoch + 1}. "
+                    f"Call loader.set_epoch({pos.epoch}) first to read epoch {pos.epoch} from "
+                    "its start instead (or loader.set_epoch(n) before every epoch, as with "
+                    "DistributedSampler)",
+                    stacklevel=2,
+                )
             self.close()
             self.position.next_epoch()
         self._epoch = Epoch(self, self._ensure_run())
         return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` from its first batch (its shuffle and its
+        random op results), as ``DistributedSampler.set_epoch`` does.
+
+        Setting the epoch that comes next anyway (``set_epoch(e)`` before every epoch ``e`` of
+        a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
+        one after a part-way loop, restarts it there (one build, nothing read twice).
+        """
+        check_int("epoch", epoch, 0)
+        self._conclude()
+        current = self._epoch
+        if self.position.due() == (epoch, 0) and (current is None or not current.started):
+            return
+        self.close()
+        self.position.move_to(epoch, 0)
+
+    def _conclude(self) -> None:
+        """End the current epoch in place if every batch of it was taken: DALI's end of epoch is
+        read (the source stops at the epoch's end, so nothing of the next epoch was read) and
+        the pipeline resets for the next one."""
+        current = self._epoch
+        pos = self.position
+        if current is None or not current.started or pos.batch < pos.num_batches:
+            return
+        try:
+            next(current)
+        except StopIteration:
+            return
+        self.close()
+        raise PipelineError(
+            f"DALI gave a batch past the end of epoch {pos.epoch} ({pos.num_batches} batches); "
+            "this is a bug in extsrc, please report it"
+        )
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now.
@@ -319,6 +379,7 @@ class Loader:
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
             )
+            self.pipeline_builds += 1
             self._run = PipelineRun(
                 pipe, [*c.output_names, "__info"], workers=c.workers, device_id=c.device_id,
                 watchdog=self.watchdog,
