@@ -89,7 +89,7 @@ class LoaderConfig:
     num_shards: int = 1
     shuffle: bool = True
     seed: int = 0
-    last_batch: LastBatch = "pad"
+    last_batch: LastBatch = "partial"
     device_id: int | None = None
     num_workers: int | None = None
     num_threads: int | None = None

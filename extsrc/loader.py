@@ -54,9 +54,21 @@ class Loader:
 
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
-    ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``). ``len(loader)``
+    ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``, count it in no
+    metric). ``len(loader)``
     is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch (see
     :meth:`__iter__` for loops that stop early and :meth:`set_epoch`).
+
+    Defaults, chosen as a PyTorch ``DataLoader`` user expects them: ``shuffle=True``, ``seed=0``,
+    ``last_batch="partial"`` (``drop_last=False``: every sample once per epoch, the last batch
+    may be short, nothing repeated; under sharding every shard still gets the same number of
+    batches, see :mod:`extsrc.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
+    ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
+    ``num_workers=None`` and ``num_threads=None`` (from the core count),
+    ``prefetch_queue_depth=2``, ``op_path=None``, ``decoder="auto"``, ``on_error="raise"``,
+    ``max_pixels=DEFAULT_MAX_PIXELS``, ``watchdog=True``. ``last_batch="pad"`` fills the last
+    batches with repeats marked ``is_pad`` (every batch full: ``torch.compile`` without
+    recompiling for a short batch); ``"drop"`` leaves the remainder out.
 
     ``device``: ``None`` (GPU 0 when one is visible, else CPU), ``"cpu"``, ``"cuda"``,
     ``"cuda:N"`` or a GPU index.
@@ -128,7 +140,7 @@ class Loader:
         num_shards: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        last_batch: LastBatch = "pad",
+        last_batch: LastBatch = "partial",
         device: Any = None,
         num_workers: int | None = None,
         num_threads: int | None = None,

@@ -107,3 +107,22 @@ def test_set_epoch_checks_its_argument(png_dataset):
             loader.set_epoch(-1)
         with pytest.raises(TypeError, match="epoch must be an int"):
             loader.set_epoch("1")  # type: ignore[arg-type]
+
+
+def test_default_last_batch_is_partial_like_drop_last_false(png_dataset):
+    """23 samples, batch 5: five batches, the last of 3, every sample once, nothing padded; on
+    two shards both get the same number of batches (DDP ranks stay in step)."""
+    with _loader(png_dataset) as loader:
+        assert loader.config.last_batch == "partial"
+        batches = list(loader)
+    assert [len(b["index"]) for b in batches] == [5, 5, 5, 5, 3]
+    assert sorted(torch.cat([b["index"] for b in batches]).tolist()) == list(range(23))
+    assert not any(bool(b["is_pad"].any()) for b in batches)
+    shards = [_loader(png_dataset, shard_id=s, num_shards=2) for s in range(2)]
+    seen = []
+    for shard in shards:
+        with shard:
+            batches = list(shard)
+        seen.append(len(batches))
+        assert not any(bool(b["is_pad"].any()) for b in batches)
+    assert seen[0] == seen[1] == len(shards[0])
