@@ -287,11 +287,13 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
+    from extsrc.extras import require
     from extsrc.loader import Loader
     from extsrc.manifest import read_manifest
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
 
+    require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
     size = (96, 128)
     manifest_path = make_sample_dataset(out / "data", n=args.n, size=size, seed=args.seed)
@@ -354,8 +356,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
+    from extsrc.extras import require
     from extsrc.preview import image_outputs, render_batch
 
+    require("matplotlib", "preview", "extsrc preview")
     resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
     with _loader(args, batch_size=args.n, shuffle=args.shuffle, resize=resize) as loader:
         _report_skipped(loader)
