@@ -225,8 +225,10 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next batch belongs to (before a pipeline rolls past an epoch's end)."""
-        return self.position.epoch
+        """The epoch the next batch belongs to (after a loop that took every batch of epoch
+        ``e``, ``e + 1``; after one left part-way, still ``e``: the next ``iter()`` abandons
+        the rest of it, see :meth:`__iter__`)."""
+        return self.position.due()[0]
 
     @property
     def running(self) -> bool:

@@ -40,6 +40,7 @@ def test_len_loops_are_finished_epochs(png_dataset, workers):
         for _ in range(3):
             got.append(_len_loop(loader))
             assert loader.running
+            assert loader.epoch == len(got)
         assert loader.pipeline_builds == 1
         assert loader.state_dict()["epoch"] == 3 and loader.state_dict()["batch"] == 0
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
