@@ -53,6 +53,14 @@ class CliError(Exception):
 
 _UNSET: Any = object()  # --resize not given: each command picks its default
 
+#: --normalize choices and the Loader's normalize= for each (ImageNet constants in 0-255 units).
+_NORMALIZE: dict[str, Any] = {
+    "none": None,
+    "scale": "scale",
+    "imagenet": ((0.485 * 255, 0.456 * 255, 0.406 * 255), (0.229 * 255, 0.224 * 255,
+                                                           0.225 * 255)),
+}
+
 
 # -- argument types ------------------------------------------------------------------------------
 def _size(text: str) -> tuple[int, int] | None:
@@ -215,13 +223,18 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
     from extsrc.loader import Loader
 
     ops = _resolve_ops(_op_names(args.ops))
+    preset = getattr(args, "preset", None)
     common: dict[str, Any] = dict(
         batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
         num_workers=args.workers, last_batch=last_batch, resize_mode=args.resize_mode,
     )
+    if preset is None or preset == "none" or args.dtype is not None:
+        # The presets choose their own format (NCHW float32, ImageNet-normalised) unless told.
+        # Normalised values need a float dtype: float32 unless --dtype says which.
+        dtype = args.dtype or ("uint8" if args.normalize == "none" else "float32")
+        common.update(layout=args.layout, dtype=dtype, normalize=_NORMALIZE[args.normalize])
     if args.skip_bad:
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
-    preset = getattr(args, "preset", None)
     if preset is None or preset == "none":
         return Loader(args.manifest, resize=resize, **common)
     from extsrc import presets
@@ -257,6 +270,14 @@ def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> N
                    help="shorter_side: keep the aspect ratio, scale to cover SIZE and crop the "
                         "centre (torchvision Resize + CenterCrop); stretch: scale each side to "
                         "SIZE (default: shorter_side)")
+    p.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC",
+                   help="layout of the image outputs (default: NHWC)")
+    p.add_argument("--dtype", choices=("uint8", "float32", "float16", "bfloat16"), default=None,
+                   help="dtype of the image outputs (default: uint8; float32 with --normalize "
+                        "or --preset)")
+    p.add_argument("--normalize", choices=tuple(_NORMALIZE), default="none",
+                   help="none: pixel values 0-255; scale: divided by 255; imagenet: "
+                        "(x - mean) / std with torchvision's ImageNet constants (default: none)")
     p.add_argument("--preset", choices=("none", "train", "val"), default="none",
                    help="run the standard ImageNet-style pipeline on the main image: train = "
                         "random resized crop + flip + normalise, val = resize + centre crop + "
@@ -364,11 +385,19 @@ def cmd_preview(args: argparse.Namespace) -> int:
     with _loader(args, batch_size=args.n, shuffle=args.shuffle, resize=resize) as loader:
         _report_skipped(loader)
         batch = next(iter(loader))
-        render_batch(batch, max_samples=args.n, path=args.output,
+        # Floating-point images are drawn by undoing the normalisation they were given.
+        mean, std = {"none": ((0.0,) * 3, (1.0,) * 3), "scale": ((0.0,) * 3, (255.0,) * 3),
+                     "imagenet": _NORMALIZE["imagenet"]}[args.normalize]
+        if args.preset != "none" and args.dtype is None:
+            mean, std = _NORMALIZE["imagenet"]
+        render_batch(batch, max_samples=args.n, path=args.output, mean=mean, std=std,
                      classes=loader.manifest.classes)
     names = image_outputs(batch)
     rows, cols = min(args.n, len(batch["index"])), len(names)
-    shapes = ", ".join(f"{n} {'x'.join(map(str, batch[n].shape[1:]))}" for n in names)
+    shapes = ", ".join(
+        f"{n} {'x'.join(map(str, batch[n].shape[1:]))} {str(batch[n].dtype).removeprefix('torch.')}"
+        for n in names
+    )
     print(f"wrote {args.output} ({rows} samples x {cols} image outputs, device {loader.device}, "
           f"op paths {loader.op_paths})\noutputs (per sample): {shapes}")
     return EXIT_OK

@@ -43,7 +43,18 @@ def test_op_parameters_reach_the_ops(tmp_path: Path, data: Path):
             "--n", "2", "--workers", "0", "-o", "p.png", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     # 48x64 images: a 24x24 centre crop, and a quarter turn that swaps height and width.
-    assert "image 48x64x3, center_crop_0 24x24x3, rot90_0 64x48x3" in p.stdout
+    assert "image 48x64x3 uint8, center_crop_0 24x24x3 uint8, rot90_0 64x48x3 uint8" in p.stdout
+
+
+def test_batch_format_options(tmp_path: Path, data: Path):
+    p = run("preview", str(data), "--ops", "hflip", "--resize", "32", "--layout", "NCHW",
+            "--normalize", "imagenet", "--n", "2", "--workers", "0", "-o", "p.png", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "image 3x32x32 float32, hflip_0 3x32x32 float32" in p.stdout
+    p = run("preview", str(data), "--resize", "16x24", "--resize-mode", "stretch", "--dtype",
+            "float16", "--n", "2", "--workers", "0", "-o", "p.png", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "image 16x24x3 float16" in p.stdout
 
 
 def test_op_parameter_errors_name_the_fix(tmp_path: Path, data: Path):
