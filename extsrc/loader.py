@@ -338,7 +338,8 @@ class Loader:
 
         Call it before iterating or between epochs. A state from another configuration (batch
         size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
-        parameters) raises :class:`~extsrc.errors.StateMismatchError` listing what differs.
+        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
+        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs.
         """
         epoch, batch = check_state(state, self._state_config(), len(self))
         self.close()
@@ -359,6 +360,8 @@ class Loader:
             "ops": describe_ops(c.ops),
             "transforms": describe_ops(c.transforms),
             "resize": None if c.resize is None else list(c.resize),
+            # Which pixels a resized image keeps; layout, dtype and normalize only present them.
+            "resize_mode": c.resize_mode,
             "stages": describe_stages(c.stages),
         }
         if self._indices is not None:  # on_error="skip": which samples are read counts too

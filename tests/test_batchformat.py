@@ -164,6 +164,19 @@ def test_stretch_squashes_a_circle(tmp_path):
     assert _disc_aspect(image) == pytest.approx(0.5, abs=0.1)
 
 
+def test_resume_checks_the_resize_mode_not_the_presentation(png_dataset):
+    from extsrc import StateMismatchError
+
+    kw = dict(batch_size=5, resize=16, num_workers=0)
+    state = Loader(png_dataset, resize_mode="stretch", **kw).state_dict()
+    with pytest.raises(StateMismatchError, match="resize_mode: 'stretch' in the state, "
+                                                 "'shorter_side' here"):
+        Loader(png_dataset, **kw).load_state_dict(state)
+    # Layout, dtype and normalisation present the same pixels: a run may change them.
+    Loader(png_dataset, resize_mode="stretch", layout="NCHW", dtype="bfloat16",
+           normalize="scale", **kw).load_state_dict(state)
+
+
 @pytest.mark.gpu
 def test_format_on_the_gpu_matches_the_cpu(tmp_path):
     manifest = _same_size_pngs(tmp_path)
