@@ -13,8 +13,8 @@ seed, so a sample gets the same augmentation in any process, thread or batch ord
 each epoch. The transform is deep-copied once per process and thread (it is never shared, and the
 caller's object is never re-seeded), and the op pickles whenever the transform does.
 
-albumentations is pinned to 2.0.8, the last MIT-licensed release; its successor (AlbumentationsX)
-is AGPL.
+albumentations is optional (``pip install 'extsrc[albumentations]'``, 2.0.8, the last
+MIT-licensed release; its successor AlbumentationsX is AGPL).
 """
 
 from __future__ import annotations
@@ -98,6 +98,13 @@ def from_albumentations(
     raises unless ``replace=True``. Returns the :class:`~augment_ops.Op`, usable in
     ``Loader(ops=[...])`` / ``transforms=[...]`` by object or by name.
     """
+    try:
+        import albumentations  # noqa: F401  (the adapter is checked against 2.0.8)
+    except ImportError:
+        raise ImportError(
+            "augment_ops.from_albumentations needs albumentations, which is not installed; "
+            "install it with pip install 'extsrc[albumentations]' (albumentations 2.0.8)"
+        ) from None
     if not callable(transform) or not hasattr(transform, "set_random_state"):
         raise OpRegistrationError(
             f"from_albumentations needs an albumentations transform or Compose, got "

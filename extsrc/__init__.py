@@ -6,6 +6,7 @@ arithmetic lives in :func:`shard_indices`; :class:`ShardedSource` feeds raw byte
 and yields dicts of torch tensors.
 """
 
+from extsrc.batchformat import BatchFormat
 from extsrc.config import METADATA_KEYS, LoaderConfig
 from extsrc.doctor import Problem, ValidationReport, validate
 from extsrc.errors import (
@@ -23,6 +24,7 @@ from extsrc.errors import (
     StateMismatchError,
     WorkerDiedError,
 )
+from extsrc.extras import MissingExtraError
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
@@ -39,6 +41,7 @@ __all__ = [
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
     "BadImageError",
+    "BatchFormat",
     "DaliVersionError",
     "ExtsrcError",
     "LastBatch",
@@ -48,6 +51,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "ManifestFileNotFoundError",
+    "MissingExtraError",
     "OpError",
     "OpOutputError",
     "PathOutsideRootError",

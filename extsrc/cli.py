@@ -37,6 +37,7 @@ examples:
   extsrc validate data/train.csv
   extsrc preview data/train.csv --ops grid2x2 -o preview.png
   extsrc bench data/train.csv --ops grid2x2 hflip --batch-size 64
+  extsrc preview data/train.csv --ops center_crop:size=96,rot90:k=2
   extsrc bench data/train.csv --preset train --crop 224
   extsrc ops --import my_ops.py
 
@@ -51,6 +52,14 @@ class CliError(Exception):
 
 
 _UNSET: Any = object()  # --resize not given: each command picks its default
+
+#: --normalize choices and the Loader's normalize= for each (ImageNet constants in 0-255 units).
+_NORMALIZE: dict[str, Any] = {
+    "none": None,
+    "scale": "scale",
+    "imagenet": ((0.485 * 255, 0.456 * 255, 0.406 * 255), (0.229 * 255, 0.224 * 255,
+                                                           0.225 * 255)),
+}
 
 
 # -- argument types ------------------------------------------------------------------------------
@@ -117,14 +126,95 @@ def _import_user_ops(specs: Sequence[str]) -> None:
 
 
 def _op_names(values: Sequence[str] | None) -> list[str]:
-    """``--ops a b`` and ``--ops a,b`` both give ``[a, b]``."""
+    """``--ops a b`` and ``--ops a,b`` both give ``[a, b]`` (each ``NAME[:KEY=VALUE...]``)."""
     return [n for v in values or () for n in v.split(",") if n.strip()]
 
 
-def _resolve_ops(names: Sequence[str]) -> list[Any]:
+def _param_value(text: str) -> Any:
+    """An op parameter from the command line: ``true``/``false``, an int, a float, else the
+    string itself (``none`` is ``None``)."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _suggest(name: str, known: Sequence[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+
+
+def _resolve_op(spec: str) -> Any:
+    """``NAME`` or ``NAME:KEY=VALUE[:KEY=VALUE...]`` (e.g. ``center_crop:size=96``) to an op."""
     import augment_ops
 
-    return [augment_ops.get(n.strip()) for n in names]
+    name, *pairs = [part.strip() for part in spec.strip().split(":")]
+    if name not in augment_ops.available():
+        raise CliError(
+            f"--ops: no op named {name!r}; {_suggest(name, augment_ops.available())}"
+            "`extsrc ops` lists the registered ops (--import adds your own)"
+        )
+    op = augment_ops.get(name)
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise CliError(
+                f"--ops {spec}: expected NAME:KEY=VALUE (e.g. center_crop:size=96), got {pair!r}"
+            )
+        params[key.strip()] = _param_value(value.strip())
+    if not params:
+        return op
+    accepted = sorted(op_parameters(op))
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        hint = "".join(_suggest(k, accepted) for k in unknown)
+        raise CliError(
+            f"--ops {spec}: op {name!r} has no parameter {', '.join(map(repr, unknown))}; "
+            f"{hint}its parameters: "
+            f"{', '.join(accepted) if accepted else 'none'}"
+        )
+    return op.with_params(**params)
+
+
+def _resolve_ops(names: Sequence[str]) -> list[Any]:
+    return [_resolve_op(n) for n in names]
+
+
+def op_parameters(op: Any) -> dict[str, Any]:
+    """An op's parameters and their values: the function's defaults, with bound ones on top."""
+    import inspect
+
+    sig = inspect.signature(op.fn)
+    params = {
+        name: p.default for name, p in list(sig.parameters.items())[1:]
+        if name != "rng" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    }
+    return {**params, **dict(op.params)}
+
+
+#: Python-API advice in the library's messages, and what a CLI user does instead.
+_CLI_WORDING: tuple[tuple[str, str], ...] = (
+    ("run extsrc.validate(manifest) and train on report.clean_manifest(), or pass "
+     "on_error='skip' to Loader",
+     "run `extsrc validate MANIFEST` (--write-clean CSV writes the good samples), or pass "
+     "--skip-bad"),
+)
+
+
+def _cli_words(text: str) -> str:
+    for python, cli in _CLI_WORDING:
+        text = text.replace(python, cli)
+    return text
 
 
 def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
@@ -133,13 +223,18 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
     from extsrc.loader import Loader
 
     ops = _resolve_ops(_op_names(args.ops))
+    preset = getattr(args, "preset", None)
     common: dict[str, Any] = dict(
         batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
-        num_workers=args.workers, last_batch=last_batch,
+        num_workers=args.workers, last_batch=last_batch, resize_mode=args.resize_mode,
     )
+    if preset is None or preset == "none" or args.dtype is not None:
+        # The presets choose their own format (NCHW float32, ImageNet-normalised) unless told.
+        # Normalised values need a float dtype: float32 unless --dtype says which.
+        dtype = args.dtype or ("uint8" if args.normalize == "none" else "float32")
+        common.update(layout=args.layout, dtype=dtype, normalize=_NORMALIZE[args.normalize])
     if args.skip_bad:
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
-    preset = getattr(args, "preset", None)
     if preset is None or preset == "none":
         return Loader(_manifest_arg(args), resize=resize, **common)
     from extsrc import presets
@@ -189,10 +284,23 @@ def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> N
                    help="the labelled file list: CSV/TSV/text lines of `path,label`")
     p.add_argument("--ops", nargs="+", action="extend", metavar="OP",
                    help="registered ops to run on every image (see `extsrc ops`), e.g. "
-                        "--ops grid2x2 hflip (or grid2x2,hflip)")
+                        "--ops grid2x2 hflip (or grid2x2,hflip); parameters as "
+                        "NAME:KEY=VALUE[:KEY=VALUE], e.g. --ops center_crop:size=96,rot90:k=2")
     p.add_argument("--resize", type=_size, default=_UNSET, metavar="SIZE",
                    help="resize every image output to SIZE or HEIGHTxWIDTH so a batch stacks "
                         f"into one tensor; 0 for none (default: {resize_default})")
+    p.add_argument("--resize-mode", choices=("shorter_side", "stretch"), default="shorter_side",
+                   help="shorter_side: keep the aspect ratio, scale to cover SIZE and crop the "
+                        "centre (torchvision Resize + CenterCrop); stretch: scale each side to "
+                        "SIZE (default: shorter_side)")
+    p.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC",
+                   help="layout of the image outputs (default: NHWC)")
+    p.add_argument("--dtype", choices=("uint8", "float32", "float16", "bfloat16"), default=None,
+                   help="dtype of the image outputs (default: uint8; float32 with --normalize "
+                        "or --preset)")
+    p.add_argument("--normalize", choices=tuple(_NORMALIZE), default="none",
+                   help="none: pixel values 0-255; scale: divided by 255; imagenet: "
+                        "(x - mean) / std with torchvision's ImageNet constants (default: none)")
     p.add_argument("--preset", choices=("none", "train", "val"), default="none",
                    help="run the standard ImageNet-style pipeline on the main image: train = "
                         "random resized crop + flip + normalise, val = resize + centre crop + "
@@ -224,11 +332,13 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
+    from extsrc.extras import require
     from extsrc.loader import Loader
     from extsrc.manifest import read_manifest
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
 
+    require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
     size = (96, 128)
     manifest_path = make_sample_dataset(out / "data", n=args.n, size=size, seed=args.seed)
@@ -260,28 +370,60 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from extsrc.doctor import validate
+    from extsrc.errors import ManifestError
 
     report = validate(_manifest_arg(args), decode=not args.no_decode, n_jobs=args.jobs,
                     progress=sys.stderr.isatty())
-    print(report.summary(max_problems=args.max_problems))
-    if args.write_clean and not report.ok:
-        print(f"wrote the {len(report.ok_indices)} good samples to "
-              f"{report.write_clean(args.write_clean)}")
+    text = report.summary(max_problems=args.max_problems)
+    if not report.ok:
+        # The summary's closing advice speaks Python; say it with this command's options.
+        lines = text.splitlines()
+        if lines and lines[-1].startswith("Train on the"):
+            lines[-1] = (
+                f"Train on the {len(report.ok_indices)} good samples: rerun with --write-clean "
+                "CSV and use that manifest, or pass --skip-bad to `extsrc preview` / `extsrc "
+                "bench` (Python: Loader(on_error='skip'))"
+            )
+        text = "\n".join(lines).replace(
+            "(see report.problems)", f"(--max-problems {report.num_bad} lists them all)"
+        )
+    print(text)
+    if args.write_clean:
+        try:
+            out = report.write_clean(args.write_clean)
+        except ManifestError as e:
+            print(f"--write-clean: nothing written: {e.message}")
+        else:
+            what = (f"all {len(report.ok_indices)} samples (the manifest is clean)" if report.ok
+                    else f"the {len(report.ok_indices)} good samples")
+            print(f"wrote {what} to {out}")
     return EXIT_OK if report.ok else EXIT_FOUND
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
+    from extsrc.extras import require
     from extsrc.preview import image_outputs, render_batch
 
+    require("matplotlib", "preview", "extsrc preview")
     resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
     with _loader(args, batch_size=args.n, shuffle=args.shuffle, resize=resize) as loader:
         _report_skipped(loader)
         batch = next(iter(loader))
-        render_batch(batch, max_samples=args.n, path=args.output,
+        # Floating-point images are drawn by undoing the normalisation they were given.
+        mean, std = {"none": ((0.0,) * 3, (1.0,) * 3), "scale": ((0.0,) * 3, (255.0,) * 3),
+                     "imagenet": _NORMALIZE["imagenet"]}[args.normalize]
+        if args.preset != "none" and args.dtype is None:
+            mean, std = _NORMALIZE["imagenet"]
+        render_batch(batch, max_samples=args.n, path=args.output, mean=mean, std=std,
                      classes=loader.manifest.classes)
-    rows, cols = min(args.n, len(batch["index"])), len(image_outputs(batch))
+    names = image_outputs(batch)
+    rows, cols = min(args.n, len(batch["index"])), len(names)
+    shapes = ", ".join(
+        f"{n} {'x'.join(map(str, batch[n].shape[1:]))} {str(batch[n].dtype).removeprefix('torch.')}"
+        for n in names
+    )
     print(f"wrote {args.output} ({rows} samples x {cols} image outputs, device {loader.device}, "
-          f"op paths {loader.op_paths})")
+          f"op paths {loader.op_paths})\noutputs (per sample): {shapes}")
     return EXIT_OK
 
 
@@ -334,17 +476,19 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
     gpu = cuda_device_count() > 0
     rows = [("NAME", "OUTPUTS", "RANDOM", "PATHS", f"AUTO ({'gpu' if gpu else 'cpu'})",
-             "DESCRIPTION")]
+             "PARAMETERS (defaults)", "DESCRIPTION")]
     for op in augment_ops.iter_ops():
         auto = choose_paths([op], gpu=gpu)[op.name]
+        params = ",".join(f"{k}={v}" for k, v in op_parameters(op).items()) or "-"
         rows.append((op.name, str(op.num_outputs), "yes" if op.random else "no",
-                     ",".join(op.paths), auto, op.description))
+                     ",".join(op.paths), auto, params, op.description))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
     print("\nOutputs are named <op>_0, <op>_1, ... in the batch. Paths: numpy = your function "
           "(the reference), native = DALI operators, gpu = the same code on CuPy arrays; AUTO is "
-          "what a loader on this machine picks.")
+          "what a loader on this machine picks. Set parameters with --ops NAME:KEY=VALUE, e.g. "
+          "--ops center_crop:size=96,rot90:k=2.")
     # Native paths are generated by tracing the numpy function; say what stopped the others.
     untraced = [(op.name, augment_ops.explain(op)) for op in augment_ops.iter_ops()
                 if "native" not in op.paths]
@@ -395,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-problems", type=_positive, default=20, metavar="N",
                    help="problems to list (default: 20)")
     p.add_argument("--write-clean", default=None, metavar="CSV",
-                   help="also write a manifest of the good samples to CSV")
+                   help="also write a manifest of the good samples to CSV (all of them when "
+                        "the manifest is clean)")
     _add_root_option(p)
     p.set_defaults(func=cmd_validate, imports=[])
 
@@ -446,7 +591,7 @@ def _reason(e: BaseException) -> tuple[str, bool]:
     else:
         text = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return (lines[0] if lines else type(e).__name__), isinstance(e, ExtsrcError)
+    return _cli_words(lines[0] if lines else type(e).__name__), isinstance(e, ExtsrcError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

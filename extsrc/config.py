@@ -20,6 +20,7 @@ import augment_ops
 from augment_ops.registry import IMPLEMENTATIONS, Op
 from extsrc import argcheck
 from extsrc._dali import cuda_driver_initialized
+from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
 from extsrc.pipeline import default_output_names
@@ -252,7 +253,7 @@ class LoaderConfig:
     num_shards: int = 1
     shuffle: bool = True
     seed: int = 0
-    last_batch: LastBatch = "pad"
+    last_batch: LastBatch = "partial"
     device_id: int | None = None
     num_workers: int | None = None
     num_threads: int | None = None
@@ -262,7 +263,13 @@ class LoaderConfig:
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
+    # The batch format of every image output (see extsrc.batchformat).
+    layout: Layout = "NHWC"
+    dtype: Dtype = "uint8"
+    normalize: Any = None
+    resize_mode: ResizeMode = "shorter_side"
     output_names: tuple[str, ...] = field(init=False)
+    batch_format: BatchFormat = field(init=False)
     op_paths: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -303,6 +310,10 @@ class LoaderConfig:
             )
         if self.prefetch_queue_depth < 1:
             raise ValueError("prefetch_queue_depth must be >= 1")
+        fmt = BatchFormat(layout=self.layout, dtype=self.dtype, normalize=self.normalize,
+                          resize_mode=self.resize_mode)
+        object.__setattr__(self, "batch_format", fmt)
+        object.__setattr__(self, "normalize", fmt.normalize)
         defaults = default_output_names(self.ops)
         dup = sorted({n for n in defaults if defaults.count(n) > 1})
         if dup and self.output_map is None:

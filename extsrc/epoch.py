@@ -97,6 +97,13 @@ class Epoch(Iterator[dict[str, Any]]):
 
     def _to_torch(self, d: dict[str, Any]) -> dict[str, Any]:
         out = {name: d[name] for name in self._loader.config.output_names}
+        if self._loader.config.dtype == "bfloat16":
+            # DALI has no bfloat16: its float32 images convert here, on the batch's device.
+            import torch
+
+            n_images = len(out) - 1  # every output but the label
+            for name in self._loader.config.output_names[:n_images]:
+                out[name] = out[name].to(torch.bfloat16)
         info = d["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
         index, is_pad = info[:, 0].contiguous(), info[:, 2].bool()
         if self._loader.config.device_id is not None:

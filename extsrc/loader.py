@@ -16,6 +16,7 @@ from typing import Any
 from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali.run import PipelineRun
+from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
     METADATA_KEYS,
@@ -31,13 +32,14 @@ from extsrc.config import (
 from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
+from extsrc.errors import PipelineError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch
+from extsrc.sharding import LastBatch, check_int
 from extsrc.source import ShardedSource
 from extsrc.state import check_state, describe_ops, describe_stages, make_state
 
@@ -56,8 +58,21 @@ class Loader:
 
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
-    ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``). ``len(loader)``
-    is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch.
+    ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``, count it in no
+    metric). ``len(loader)``
+    is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch (see
+    :meth:`__iter__` for loops that stop early and :meth:`set_epoch`).
+
+    Defaults, chosen as a PyTorch ``DataLoader`` user expects them: ``shuffle=True``, ``seed=0``,
+    ``last_batch="partial"`` (``drop_last=False``: every sample once per epoch, the last batch
+    may be short, nothing repeated; under sharding every shard still gets the same number of
+    batches, see :mod:`extsrc.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
+    ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
+    ``num_workers=None`` and ``num_threads=None`` (from the core count),
+    ``prefetch_queue_depth=2``, ``op_path=None``, ``decoder="auto"``, ``on_error="raise"``,
+    ``max_pixels=DEFAULT_MAX_PIXELS``, ``watchdog=True``. ``last_batch="pad"`` fills the last
+    batches with repeats marked ``is_pad`` (every batch full: ``torch.compile`` without
+    recompiling for a short batch); ``"drop"`` leaves the remainder out.
 
     ``device``: ``None`` (GPU 0 when one is visible, else CPU), ``"cpu"``, ``"cuda"``,
     ``"cuda:N"`` or a GPU index.
@@ -111,6 +126,26 @@ class Loader:
     int16, float32) and HWC outputs (``ndim=3``). The rules live in :mod:`extsrc.config`.
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
+
+    Batch format of every image output (``image`` and the op outputs; see
+    :mod:`extsrc.batchformat`), made inside DALI (on the GPU when the loader runs there), after
+    the ops, in this order:
+
+    * ``resize`` (default ``None``: sizes as decoded, so a batch of differing sizes cannot
+      stack; an int for a square or ``(height, width)``) with ``resize_mode``:
+      ``"shorter_side"`` (default) scales keeping the aspect ratio until the image covers the
+      size, then crops the centre, like torchvision ``Resize(s)`` + ``CenterCrop(s)``: a
+      circle stays a circle and nothing is padded; ``"stretch"`` scales each side to the size;
+    * ``normalize``: ``None`` (default, pixel values 0-255), ``"scale"`` (divide by 255) or
+      ``(mean, std)`` per channel in pixel units 0-255 (``extsrc.presets.IMAGENET_MEAN`` /
+      ``IMAGENET_STD`` are torchvision's constants times 255): ``(x - mean) / std``;
+    * ``dtype``: ``"uint8"`` (default; needs ``normalize=None``), ``"float32"``,
+      ``"float16"`` or ``"bfloat16"`` (DALI has no bfloat16: made as float32, converted by torch
+      on the batch's device);
+    * ``layout``: ``"NHWC"`` (default, DALI's decoded layout) or ``"NCHW"`` (PyTorch's).
+
+    With ``stages`` (the presets) the main image is what the stages make; the format applies to
+    the op outputs.
     """
 
     def __init__(
@@ -126,7 +161,7 @@ class Loader:
         num_shards: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        last_batch: LastBatch = "pad",
+        last_batch: LastBatch = "partial",
         device: Any = None,
         num_workers: int | None = None,
         num_threads: int | None = None,
@@ -141,6 +176,10 @@ class Loader:
         validate_kwargs: Mapping[str, Any] | None = None,
         watchdog: bool = True,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        layout: Layout = "NHWC",
+        dtype: Dtype = "uint8",
+        normalize: Normalize = None,
+        resize_mode: ResizeMode = "shorter_side",
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
         if isinstance(manifest, (str, os.PathLike)):
@@ -167,6 +206,7 @@ class Loader:
             num_threads=num_threads, start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
+            layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
         )
         check_main_guard(self.config.workers, self.config.method)  # before any reader starts
         self.on_error = self.options.on_error
@@ -192,6 +232,10 @@ class Loader:
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
         self._run: PipelineRun | None = None  # the built DALI pipeline, kept across epochs
+        #: How many times a DALI pipeline was built (once, unless an epoch was left part-way,
+        #: the loader closed, an error stopped it, or the read position was moved).
+        self.pipeline_builds = 0
+        self._warned_abandoned = False
         self._epoch: Epoch | None = None  # the current epoch's iterator
 
     # -- public surface ---------------------------------------------------------------------------
@@ -212,8 +256,10 @@ class Loader:
 
     @property
     def epoch(self) -> int:
-        """The epoch the next batch belongs to (before a pipeline rolls past an epoch's end)."""
-        return self.position.epoch
+        """The epoch the next batch belongs to (after a loop that took every batch of epoch
+        ``e``, ``e + 1``; after one left part-way, still ``e``: the next ``iter()`` abandons
+        the rest of it, see :meth:`__iter__`)."""
+        return self.position.due()[0]
 
     @property
     def running(self) -> bool:
@@ -225,17 +271,71 @@ class Loader:
 
     def __iter__(self) -> Epoch:
         """The next epoch's batches (the rest of the current one after an error or
-        :meth:`close`); builds the DALI pipeline if none is up."""
+        :meth:`close`); builds the DALI pipeline if none is up.
+
+        A loop that took all ``len(loader)`` batches without asking for one more (Lightning,
+        ``zip(range(len(loader)), loader)``) finished its epoch: the pipeline goes on to the
+        next one without a rebuild. A loop left part-way (a ``break``, a peek
+        ``next(iter(loader))``) abandons the rest of its epoch: this iteration is the next
+        epoch, with a warning (once per loader) saying so; :meth:`set_epoch` chooses the epoch
+        explicitly.
+        """
+        self._conclude()
         current, self._epoch = self._epoch, None
         if current is not None and current.started:
             # The previous epoch was left part-way (a `break`): this iteration is the next epoch.
             # Restarting the pipeline there costs one build and reads nothing; finishing the old
             # epoch would read, decode and augment every batch left in it (a million images
             # after a 100-batch probe of ImageNet).
+            if not self._warned_abandoned:
+                self._warned_abandoned = True
+                pos = self.position
+                warnings.warn(
+                    f"extsrc.Loader: epoch {pos.epoch} was left after {pos.batch} of "
+                    f"{pos.num_batches} batches; this iteration starts epoch {pos.epoch + 1}. "
+                    f"Call loader.set_epoch({pos.epoch}) first to read epoch {pos.epoch} from "
+                    "its start instead (or loader.set_epoch(n) before every epoch, as with "
+                    "DistributedSampler)",
+                    stacklevel=2,
+                )
             self.close()
             self.position.next_epoch()
         self._epoch = Epoch(self, self._ensure_run())
         return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` from its first batch (its shuffle and its
+        random op results), as ``DistributedSampler.set_epoch`` does.
+
+        Setting the epoch that comes next anyway (``set_epoch(e)`` before every epoch ``e`` of
+        a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
+        one after a part-way loop, restarts it there (one build, nothing read twice).
+        """
+        check_int("epoch", epoch, 0)
+        self._conclude()
+        current = self._epoch
+        if self.position.due() == (epoch, 0) and (current is None or not current.started):
+            return
+        self.close()
+        self.position.move_to(epoch, 0)
+
+    def _conclude(self) -> None:
+        """End the current epoch in place if every batch of it was taken: DALI's end of epoch is
+        read (the source stops at the epoch's end, so nothing of the next epoch was read) and
+        the pipeline resets for the next one."""
+        current = self._epoch
+        pos = self.position
+        if current is None or not current.started or pos.batch < pos.num_batches:
+            return
+        try:
+            next(current)
+        except StopIteration:
+            return
+        self.close()
+        raise PipelineError(
+            f"DALI gave a batch past the end of epoch {pos.epoch} ({pos.num_batches} batches); "
+            "this is a bug in extsrc, please report it"
+        )
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now.
@@ -269,7 +369,8 @@ class Loader:
 
         Call it before iterating or between epochs. A state from another configuration (batch
         size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
-        parameters) raises :class:`~extsrc.errors.StateMismatchError` listing what differs.
+        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
+        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs.
         """
         epoch, batch = check_state(state, self._state_config(), len(self))
         self.close()
@@ -290,6 +391,8 @@ class Loader:
             "ops": describe_ops(c.ops),
             "transforms": describe_ops(c.transforms),
             "resize": None if c.resize is None else list(c.resize),
+            # Which pixels a resized image keeps; layout, dtype and normalize only present them.
+            "resize_mode": c.resize_mode,
             "stages": describe_stages(c.stages),
         }
         if self._indices is not None:  # on_error="skip": which samples are read counts too
@@ -320,10 +423,11 @@ class Loader:
             pipe = build_pipeline(
                 self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
                 resize=c.resize, stages=c.stages, decoder=c.decoder,
-                hw_decoder_load=c.hw_decoder_load,
+                hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
             )
+            self.pipeline_builds += 1
             self._run = PipelineRun(
                 pipe, [*c.output_names, "__info"], workers=c.workers, device_id=c.device_id,
                 watchdog=self.watchdog,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from augment_ops.registry import Op
+from extsrc.batchformat import BatchFormat
 from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
@@ -47,6 +48,7 @@ def build_pipeline(
     stages: Sequence[Any] = (),
     decoder: str = "auto",
     hw_decoder_load: float | None = None,
+    batch_format: BatchFormat | None = None,
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
@@ -58,6 +60,10 @@ def build_pipeline(
     GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
     is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
     nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
+
+    ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
+    normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
+    made by ``stages`` is left as they make it.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
@@ -131,12 +137,11 @@ def build_pipeline(
             images = [im.gpu() for im in images]
             label = label.gpu()
         main, extra_images = images[0], images[1:]
-        if resize is not None:
-            h, w = resize
-            extra_images = [fn.resize(im, resize_x=w, resize_y=h) for im in extra_images]
-            if not stages:
-                main = fn.resize(main, resize_x=w, resize_y=h)
-        for stage in stages:
+        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
+        extra_images = [fmt.finish(im, resize) for im in extra_images]
+        if not stages:
+            main = fmt.finish(main, resize)
+        for stage in stages:  # the stages make the main image in their own format
             main = stage(main, gpu=gpu)
         pipe.set_outputs(main, *extra_images, label, info)
     return pipe

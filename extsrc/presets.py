@@ -8,7 +8,9 @@ They do the job of the classic DALI recipe's ``HybridTrainPipe`` / ``HybridValPi
 A preset is a frozen dataclass whose ``__call__(image, *, gpu)`` adds DALI operators to the graph;
 :class:`extsrc.Loader` applies it to the main image through ``stages=`` (on the GPU when the loader
 runs there). Custom ops combine with it: they still see the decoded image, and their outputs are
-resized by the loader's ``resize=`` (HWC ``uint8``), while ``image`` becomes the preset's output.
+resized by the loader's ``resize=`` and given the preset's format (``layout="NCHW"``,
+``dtype="float32"``, ``normalize=(preset.mean, preset.std)``: pass other values to override),
+while ``image`` becomes the preset's output.
 
 >>> from extsrc.presets import train_loader, val_loader
 >>> train = train_loader("train.csv", batch_size=256)           # doctest: +SKIP
@@ -155,10 +157,16 @@ class ValPreset:
         )
 
 
-def _extra_resize(ops: Sequence[str | Op], crop: int, kwargs: dict[str, Any]) -> None:
+def _extra_resize(ops: Sequence[str | Op], crop: int, kwargs: dict[str, Any],
+                  preset: TrainPreset | ValPreset) -> None:
     # Op outputs are stacked into tensors too: give them the crop size unless told otherwise.
     if ops and "resize" not in kwargs:
         kwargs["resize"] = (crop, crop)
+    # ... and the preset's format (NCHW float32, its mean and std), so that every image output
+    # of a batch follows one convention.
+    kwargs.setdefault("layout", "NCHW")
+    kwargs.setdefault("dtype", "float32")
+    kwargs.setdefault("normalize", (preset.mean, preset.std))
 
 
 def train_loader(
@@ -174,7 +182,9 @@ def train_loader(
 
     Defaults: ``shuffle=True`` and ``last_batch="drop"`` (every batch full, every shard the same
     number of batches); any :class:`~extsrc.Loader` argument can be passed to override them.
-    ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is given. Pass
+    ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is given, in the
+    preset's format (NCHW ``float32``, normalised) unless ``layout``/``dtype``/``normalize`` are
+    given. Pass
     ``preset=TrainPreset(...)`` to change more than the crop size.
     """
     if preset is not None and not isinstance(preset, TrainPreset):
@@ -183,7 +193,7 @@ def train_loader(
     preset = preset if preset is not None else TrainPreset(crop=crop)
     loader_kwargs.setdefault("shuffle", True)
     loader_kwargs.setdefault("last_batch", "drop")
-    _extra_resize(ops, preset.crop, loader_kwargs)
+    _extra_resize(ops, preset.crop, loader_kwargs, preset)
     stages = (*loader_kwargs.pop("stages", ()), preset)
     return Loader(manifest, batch_size=batch_size, ops=ops, stages=stages, **loader_kwargs)
 
@@ -202,7 +212,8 @@ def val_loader(
 
     Defaults: ``shuffle=False`` and ``last_batch="partial"`` (every sample exactly once; the last
     batch may be short). ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is
-    given.
+    given, in the preset's format (NCHW ``float32``, normalised) unless ``layout``/``dtype``/
+    ``normalize`` are given.
     """
     if preset is not None and not isinstance(preset, ValPreset):
         raise TypeError(f"val_loader: preset must be a ValPreset or None, got "
@@ -210,6 +221,6 @@ def val_loader(
     preset = preset if preset is not None else ValPreset(size=size, crop=crop)
     loader_kwargs.setdefault("shuffle", False)
     loader_kwargs.setdefault("last_batch", "partial")
-    _extra_resize(ops, preset.crop, loader_kwargs)
+    _extra_resize(ops, preset.crop, loader_kwargs, preset)
     stages = (*loader_kwargs.pop("stages", ()), preset)
     return Loader(manifest, batch_size=batch_size, ops=ops, stages=stages, **loader_kwargs)

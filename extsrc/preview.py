@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from extsrc.extras import require
 from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["image_outputs", "preview", "render_batch", "to_display"]
@@ -127,7 +128,11 @@ def render_batch(
     the image outputs in order (``image``, then each op's outputs). Images may be HWC ``uint8`` or
     CHW floating point normalised with ``mean`` / ``std`` (undone for display); CUDA tensors are
     copied to the host. ``path``: also save the figure there (PNG).
+
+    Needs matplotlib (``pip install 'extsrc[preview]'``); without it raises
+    :class:`~extsrc.extras.MissingExtraError`.
     """
+    require("matplotlib", "preview", "extsrc.render_batch")
     from matplotlib.figure import Figure
 
     names = image_outputs(batch, label_key)
@@ -197,6 +202,8 @@ def preview(
     figure as a PNG there.
     """
     from extsrc.loader import Loader
+
+    require("matplotlib", "preview", "extsrc.preview")  # before building a loader
 
     if isinstance(source, Loader):
         loader, owned = source, False

@@ -167,7 +167,7 @@ def test_drop_with_too_few_samples(mixed):
 def test_two_shards_two_epochs_end_to_end(mixed):
     loaders = [
         Loader(mixed, batch_size=4, ops=["grid2x2"], resize=(16, 20), shard_id=s, num_shards=2,
-               device="cpu", num_workers=1, seed=11)
+               device="cpu", num_workers=1, seed=11, last_batch="pad")
         for s in range(2)
     ]
     try:
@@ -294,7 +294,8 @@ def plan_indices(epoch_: int) -> list[int]:
 
 @pytest.mark.slow
 def test_break_mid_epoch_then_next_epoch_is_full(mixed):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
+                last_batch="pad") as loader:
         assert len(loader) == 6
         for k, b in enumerate(loader):
             assert b["index"].tolist() == plan_indices(0)[4 * k:4 * k + 4]
@@ -310,7 +311,8 @@ def test_break_mid_epoch_then_next_epoch_is_full(mixed):
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [4, 5], ids=["second_to_last", "last"])
 def test_break_near_epoch_end_then_next_epoch_is_full(mixed, stop):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
+                last_batch="pad") as loader:
         for k, _ in enumerate(loader):
             if k == stop:
                 break
@@ -454,7 +456,8 @@ def test_a_dali_the_watchdog_does_not_know_is_refused_with_the_versions(mixed, m
 
 @pytest.mark.slow
 def test_an_epoch_owns_its_close_and_the_loop_continues_where_it_stopped(mixed):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3) as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
+                last_batch="pad") as loader:
         ep = iter(loader)
         first = [next(ep)["index"].tolist() for _ in range(2)]
         assert loader.running

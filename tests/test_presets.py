@@ -100,9 +100,10 @@ def test_train_shapes_randomness_and_ops(smooth: extsrc.Manifest):
                 for b in t:
                     assert b["image"].shape == (2, 3, 48, 48)
                     assert str(b["image"].dtype) == "torch.float32"
-                    # Ops see the decoded image; their outputs are resized to crop x crop.
-                    assert b["grid2x2_0"].shape == (2, 48, 48, 3)
-                    assert str(b["grid2x2_0"].dtype) == "torch.uint8"
+                    # Ops see the decoded image; their outputs are resized to crop x crop,
+                    # in the preset's format.
+                    assert b["grid2x2_0"].shape == (2, 3, 48, 48)
+                    assert str(b["grid2x2_0"].dtype) == "torch.float32"
                     out.append((b["index"].numpy().copy(), b["image"].numpy().copy()))
         return out
 

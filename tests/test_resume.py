@@ -115,7 +115,7 @@ def test_stale_iterator_after_load_state_dict_stops(manifest):
     ({"num_shards": 2, "shard_id": 1}, "num_shards: 1 in the state, 2 here"),
     ({"shuffle": False}, "shuffle: true in the state, false here"),
     ({"ops": ["random_hflip", augment_ops.get("random_crop").with_params(size=10)]}, "ops: "),
-    ({"last_batch": "drop"}, "last_batch: 'pad' in the state, 'drop' here"),
+    ({"last_batch": "drop"}, "last_batch: 'partial' in the state, 'drop' here"),
 ])
 def test_state_from_another_configuration_is_refused(manifest, change, field):
     state = Loader(manifest, **CONFIG).state_dict()

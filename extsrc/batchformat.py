@@ -1,0 +1,148 @@
+"""``BatchFormat``: how the image outputs of a batch are laid out, typed and normalised, and how
+they are resized to a common size; the DALI operators that do it inside the pipeline.
+
+Every image output (the main image and each op output) goes through the same steps, in this
+order, on the GPU when the loader runs there:
+
+1. resize to ``(h, w)``: ``resize_mode="shorter_side"`` scales the image, keeping its aspect
+   ratio, until it covers ``(h, w)`` (the shorter side becomes the requested size for a square
+   request), then crops the centre ``(h, w)``, like torchvision's ``Resize(s)`` +
+   ``CenterCrop(s)``; ``"stretch"`` scales each side to the requested size (circles become
+   ellipses when the aspect ratio changes);
+2. normalise: ``None`` keeps pixel values (0-255); ``"scale"`` divides by 255 (values in [0, 1]);
+   ``(mean, std)`` computes ``(x - mean) / std`` per channel, ``mean`` and ``std`` in pixel units
+   0-255 (torchvision's ImageNet constants times 255: :data:`extsrc.presets.IMAGENET_MEAN`);
+3. convert to ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``) and
+   ``layout`` (``"NHWC"`` or ``"NCHW"``).
+
+DALI 2.4 has no bfloat16 type: ``"bfloat16"`` outputs are made as float32 by DALI and converted
+by torch on the same device as the batch (:meth:`BatchFormat.torch_dtype`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+__all__ = ["BatchFormat", "Dtype", "Layout", "Normalize", "ResizeMode"]
+
+Layout = Literal["NHWC", "NCHW"]
+Dtype = Literal["uint8", "float32", "float16", "bfloat16"]
+ResizeMode = Literal["shorter_side", "stretch"]
+#: ``None``, ``"scale"`` or ``(mean, std)``: one number or one per channel each, in 0-255 units.
+Normalize = Literal["scale"] | tuple[Sequence[float], Sequence[float]] | None
+
+
+def _per_channel(name: str, value: Any) -> tuple[float, ...]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = (value,)
+    try:
+        values = tuple(float(v) for v in value if not isinstance(v, bool))
+        ok = len(values) == len(value) and len(values) > 0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"normalize {name} must be a number or a sequence of numbers (one per channel, in "
+            f"pixel units 0-255), got {value!r}"
+        )
+    return values
+
+
+@dataclass(frozen=True)
+class BatchFormat:
+    """Layout, dtype, normalisation and resize mode of the image outputs; checked at construction.
+
+    ``normalize`` is held as ``None``, ``"scale"`` or ``(mean_tuple, std_tuple)``.
+    """
+
+    layout: Layout = "NHWC"
+    dtype: Dtype = "uint8"
+    normalize: Any = None
+    resize_mode: ResizeMode = "shorter_side"
+
+    def __post_init__(self) -> None:
+        if self.layout not in get_args(Layout):
+            raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {self.layout!r}")
+        if self.dtype not in get_args(Dtype):
+            raise ValueError(
+                f"dtype must be one of {list(get_args(Dtype))} (a string), got {self.dtype!r}"
+            )
+        if self.resize_mode not in get_args(ResizeMode):
+            raise ValueError(
+                f"resize_mode must be 'shorter_side' (keep the aspect ratio, centre crop) or "
+                f"'stretch', got {self.resize_mode!r}"
+            )
+        norm = self.normalize
+        if norm is not None and norm != "scale":
+            if isinstance(norm, str) or not isinstance(norm, Sequence) or len(norm) != 2:
+                raise ValueError(
+                    "normalize must be None, 'scale' (divide by 255) or (mean, std) in pixel "
+                    f"units 0-255, e.g. extsrc.presets.IMAGENET_MEAN / IMAGENET_STD; got {norm!r}"
+                )
+            mean, std = _per_channel("mean", norm[0]), _per_channel("std", norm[1])
+            if any(s <= 0 for s in std):
+                raise ValueError(f"normalize std values must be > 0, got {std}")
+            if len(mean) != len(std) and 1 not in (len(mean), len(std)):
+                raise ValueError(
+                    f"normalize mean and std need the same number of channels, got {len(mean)} "
+                    f"and {len(std)}"
+                )
+            object.__setattr__(self, "normalize", (mean, std))
+        if self.normalize is not None and self.dtype == "uint8":
+            raise ValueError(
+                "normalize gives fractional values, which dtype='uint8' cannot hold; choose "
+                "dtype='float32' (or 'float16', 'bfloat16'), or normalize=None"
+            )
+
+    @property
+    def is_identity(self) -> bool:
+        """Whether the images leave DALI as decoded: HWC ``uint8``, pixel values kept."""
+        return self.layout == "NHWC" and self.dtype == "uint8" and self.normalize is None
+
+    def mean_std(self) -> tuple[list[float], list[float]]:
+        """``(mean, std)`` as DALI's ``crop_mirror_normalize`` takes them."""
+        if self.normalize is None:
+            return [0.0], [1.0]
+        if self.normalize == "scale":
+            return [0.0], [255.0]
+        mean, std = self.normalize
+        return list(mean), list(std)
+
+    def torch_dtype(self) -> Any:
+        """The torch dtype of the image outputs in a batch."""
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    def finish(self, image: Any, size: tuple[int, int] | None) -> Any:
+        """Add the DALI operators that resize ``image`` to ``size`` (``None``: keep its size) and
+        give it this format (bfloat16: float32 here, torch converts)."""
+        from nvidia.dali import fn, types
+
+        crop = None
+        if size is not None:
+            h, w = size
+            if self.resize_mode == "stretch":
+                image = fn.resize(image, resize_x=w, resize_y=h)
+            else:
+                # not_smaller: the scale that makes both sides at least (h, w), one of them equal
+                # (aspect ratio kept); the centre crop below cuts the other one down.
+                image = fn.resize(image, resize_x=w, resize_y=h, mode="not_smaller")
+                crop = (h, w)
+        if self.is_identity:
+            # Images leave as decoded (an op's declared dtype, float32 say, is kept): only the
+            # centre crop of "shorter_side", which fn.crop does without converting.
+            return image if crop is None else fn.crop(image, crop=crop)
+        dali_dtype = {
+            "uint8": types.UINT8, "float32": types.FLOAT, "float16": types.FLOAT16,
+            "bfloat16": types.FLOAT,
+        }[self.dtype]
+        mean, std = self.mean_std()
+        kw: dict[str, Any] = {}
+        if crop is not None:
+            kw["crop"] = crop  # centred: crop_pos_x/y default to 0.5
+        return fn.crop_mirror_normalize(
+            image, dtype=dali_dtype, output_layout=self.layout[1:], mean=mean, std=std, **kw,
+        )
