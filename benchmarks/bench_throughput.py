@@ -268,8 +268,9 @@ class Setup:
     def loader(self, **kw):
         import extsrc
 
+        # The baselines stretch every output to a square: so does extsrc here.
         return extsrc.Loader(self.manifest, batch_size=self.batch_size, ops=["grid2x2"],
-                             resize=self.resize, device=self.device, **kw)
+                             resize=self.resize, resize_mode="stretch", device=self.device, **kw)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,8 @@ def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, thr
 
     loader = extsrc.Loader(manifest, batch_size=batch_size, transforms=transforms, ops=ops,
                            op_path=op_path, resize=resize, device=device, num_threads=threads,
-                           num_workers=workers, last_batch="partial")
+                           num_workers=workers, last_batch="partial",
+                           resize_mode="stretch")  # as the ceiling and the DataLoader resize
 
     return Epochs(loader, op_paths=loader.op_paths)
 
