@@ -113,39 +113,21 @@ class Loader:
     before it is read, naming its line (``None``: no limit); ``on_error="skip"`` validates with
     the same limit.
 
-    Arguments are checked at construction, each refused naming it: a :class:`TypeError` for a
-    wrong type (numpy integers are taken where an int is due; floats, even ``4.0``, bools and
-    strings are not), a :class:`ValueError` for a value out of range. The ranges:
-    ``1 <= batch_size <= 2**20`` and at most 1,000 times the manifest's samples (a larger
-    batch would repeat every sample over a thousand times: the dataset size passed as the batch
-    size, say); ``0 <= num_workers <= 256``; ``1 <= num_threads <= 1024``;
-    ``1 <= prefetch_queue_depth <= 64``; ``0 <= seed < 2**63``; ``resize`` sides in
-    ``[1, 65536]``; ``max_pixels`` and ``max_file_bytes`` ``>= 1`` or ``None``;
-    ``hw_decoder_load`` in ``[0, 1]``. ``output_map`` may not use ``index`` or ``is_pad``, and an op
-    whose outputs ``resize`` would resize must declare a dtype DALI's resize takes (uint8, uint16,
-    int16, float32) and HWC outputs (``ndim=3``). The rules live in :mod:`extsrc.config`.
+    Arguments are checked at construction, each refused naming it (:class:`TypeError` for a
+    wrong type: numpy integers are taken where an int is due, floats and bools are not;
+    :class:`ValueError` for a value out of range, e.g. a batch larger than 1,000 times the
+    samples). The rules and ranges live in :mod:`extsrc.config`.
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
 
-    Batch format of every image output (``image`` and the op outputs; see
-    :mod:`extsrc.batchformat`), made inside DALI (on the GPU when the loader runs there), after
-    the ops, in this order:
-
-    * ``resize`` (default ``None``: sizes as decoded, so a batch of differing sizes cannot
-      stack; an int for a square or ``(height, width)``) with ``resize_mode``:
-      ``"shorter_side"`` (default) scales keeping the aspect ratio until the image covers the
-      size, then crops the centre, like torchvision ``Resize(s)`` + ``CenterCrop(s)``: a
-      circle stays a circle and nothing is padded; ``"stretch"`` scales each side to the size;
-    * ``normalize``: ``None`` (default, pixel values 0-255), ``"scale"`` (divide by 255) or
-      ``(mean, std)`` per channel in pixel units 0-255 (``extsrc.presets.IMAGENET_MEAN`` /
-      ``IMAGENET_STD`` are torchvision's constants times 255): ``(x - mean) / std``;
-    * ``dtype``: ``"uint8"`` (default; needs ``normalize=None``), ``"float32"``,
-      ``"float16"`` or ``"bfloat16"`` (DALI has no bfloat16: made as float32, converted by torch
-      on the batch's device);
-    * ``layout``: ``"NHWC"`` (default, DALI's decoded layout) or ``"NCHW"`` (PyTorch's).
-
-    With ``stages`` (the presets) the main image is what the stages make; the format applies to
-    the op outputs.
+    Batch format of every image output (``image`` and the op outputs), made inside DALI after
+    the ops (on the GPU when the loader runs there); :mod:`extsrc.batchformat` has the details.
+    ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``) with
+    ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
+    ``Resize(s)`` + ``CenterCrop(s)``) or ``"stretch"``; ``normalize`` ``None`` (0-255),
+    ``"scale"`` (/ 255) or ``(mean, std)`` in 0-255 units; ``dtype`` ``"uint8"`` (needs
+    ``normalize=None``), ``"float32"``, ``"float16"`` or ``"bfloat16"``; ``layout`` ``"NHWC"``
+    or ``"NCHW"``. With ``stages`` (the presets) the format applies to the op outputs.
     """
 
     def __init__(
