@@ -30,6 +30,7 @@ import numpy as np
 from extsrc.argcheck import check_bool, check_int
 from extsrc.errors import ManifestError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
+from extsrc.folders import sample_where
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.textsafe import shown
@@ -53,7 +54,7 @@ class Problem:
     def __str__(self) -> str:
         # Escaped: a file name may carry terminal control sequences.
         return (
-            f"{shown(self.source)} line {self.line}: {shown(self.path)}: {self.message} "
+            f"{sample_where(self.source, self.line)}: {shown(self.path)}: {self.message} "
             f"[{self.reason}]"
         )
 

@@ -22,7 +22,7 @@ from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.textsafe import shown
 
-__all__ = ["IMAGE_EXTENSIONS", "is_folder_source", "read_folder", "sample_where"]
+__all__ = ["IMAGE_EXTENSIONS", "is_folder_source", "read_folder", "reworded_fix", "sample_where"]
 
 #: File extensions (lower case) listed by default: the image formats DALI's decoder reads.
 IMAGE_EXTENSIONS: tuple[str, ...] = (
@@ -47,6 +47,14 @@ def sample_where(source: str, line: int | str, *, plural: bool = False) -> str:
     if is_folder_source(source):
         return f"folder {shown(source)}, sample{s} {line}"
     return f"{shown(source)} line{s} {line}"
+
+
+def reworded_fix(fix: str, source: str | None) -> str:
+    """``fix`` (how to fix a bad sample) for a folder dataset, which has no line to drop."""
+    if source is None or not is_folder_source(source):
+        return fix
+    return fix.replace("drop the line", "delete the file").replace(
+        "fix the path in the manifest", "rename the file")
 
 
 def _check_extensions(extensions: object) -> tuple[str, ...]:
