@@ -30,7 +30,7 @@ import numpy as np
 from extsrc.argcheck import check_bool, check_int
 from extsrc.errors import ManifestError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
-from extsrc.folders import sample_where
+from extsrc.folders import reworded_fix, sample_where
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.textsafe import shown
@@ -342,8 +342,8 @@ def validate(
         f = Finding("outside_root", f"outside the root {shown(manifest.root)}")
         found[i] = (f.reason, f"{f.message}; {f.fix}")  # as _check_chunk words its findings
     problems = tuple(
-        Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r, message=msg,
-                source=manifest.source)
+        Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r,
+                message=reworded_fix(msg, manifest.source), source=manifest.source)
         for i, (r, msg) in sorted(found.items())
     )
     ok = np.ones(n, dtype=bool)
