@@ -247,8 +247,8 @@ def validate(
     """Check every file of ``manifest`` and report the bad ones with their lines and reasons.
 
     Args:
-        manifest: a :class:`~extsrc.manifest.Manifest` or a manifest file path (read with
-            :func:`~extsrc.manifest.read_manifest` defaults).
+        manifest: a :class:`~extsrc.manifest.Manifest`, or the path of a manifest file or of a
+            folder dataset (read with :func:`~extsrc.manifest.read_manifest` defaults).
         decode: also decode every image fully (much slower than the header checks, which read
             only the first and last 64 KiB of large files). See "What is found" below.
         n_jobs: worker processes (joblib convention: ``-1`` all cores, ``-2`` all but one, ``1``
@@ -298,7 +298,7 @@ def validate(
     """
     if not isinstance(manifest, (Manifest, str, bytes, os.PathLike)):
         raise TypeError(
-            "validate: manifest must be an extsrc.Manifest or a manifest file path, got "
+            "validate: manifest must be an extsrc.Manifest or a manifest file or folder path, got "
             f"{type(manifest).__name__}"
         )
     decode = check_bool(decode, "validate: decode")
