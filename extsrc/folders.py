@@ -15,12 +15,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.textsafe import shown
+
+if TYPE_CHECKING:
+    from extsrc.manifest import Manifest
 
 __all__ = ["IMAGE_EXTENSIONS", "is_folder_source", "read_folder", "reworded_fix", "sample_where"]
 
@@ -127,9 +131,9 @@ def read_folder(
     allow_empty: bool = False,
     root: str | os.PathLike[str] | None = None,
     allow_outside_root: bool = False,
-):  # -> Manifest (annotated in Manifest.from_folder; importing it here would be circular)
+) -> Manifest:
     """The folder dataset under ``folder``; see :meth:`extsrc.Manifest.from_folder`."""
-    from extsrc.manifest import Manifest
+    from extsrc.manifest import Manifest  # here: extsrc.manifest imports this module lazily
 
     fn = "Manifest.from_folder"
     if not isinstance(folder, (str, os.PathLike)):
@@ -180,11 +184,13 @@ def read_folder(
     labels: list[int] = []
     counts: list[int] = []
     skipped_by_class: list[list[str]] = []
+    top_stat = os.stat(top)
+    top_key = (top_stat.st_dev, top_stat.st_ino)
     for k, d in enumerate(class_dirs):
         files: list[str] = []
         skipped: list[str] = []
         st = os.stat(d)
-        _walk_files(d, exts, ((st.st_dev, st.st_ino),), files, skipped)
+        _walk_files(d, exts, (top_key, (st.st_dev, st.st_ino)), files, skipped)
         paths += files
         labels += [k] * len(files)
         counts.append(len(files))

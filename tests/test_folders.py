@@ -200,9 +200,10 @@ def test_symlinked_folders_and_files_are_followed_and_checked_against_the_root(t
     assert read_manifest(data, allow_outside_root=True).root is None
 
 
-def test_symlink_loop_is_refused(tmp_path):
+@pytest.mark.parametrize("target", ["cat", "."])
+def test_symlink_loop_is_refused(tmp_path, target):
     tree(tmp_path, {"cat": 1})
-    (tmp_path / "cat" / "again").symlink_to(tmp_path / "cat", target_is_directory=True)
+    (tmp_path / "cat" / "again").symlink_to(tmp_path / target, target_is_directory=True)
     with pytest.raises(ManifestError, match=r"cat/again: a symlink loop"):
         Manifest.from_folder(tmp_path)
 
