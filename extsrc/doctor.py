@@ -30,6 +30,7 @@ import numpy as np
 from extsrc.argcheck import check_bool, check_int
 from extsrc.errors import ManifestError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
+from extsrc.folders import reworded_fix, sample_where
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.textsafe import shown
@@ -53,7 +54,7 @@ class Problem:
     def __str__(self) -> str:
         # Escaped: a file name may carry terminal control sequences.
         return (
-            f"{shown(self.source)} line {self.line}: {shown(self.path)}: {self.message} "
+            f"{sample_where(self.source, self.line)}: {shown(self.path)}: {self.message} "
             f"[{self.reason}]"
         )
 
@@ -246,8 +247,8 @@ def validate(
     """Check every file of ``manifest`` and report the bad ones with their lines and reasons.
 
     Args:
-        manifest: a :class:`~extsrc.manifest.Manifest` or a manifest file path (read with
-            :func:`~extsrc.manifest.read_manifest` defaults).
+        manifest: a :class:`~extsrc.manifest.Manifest`, or the path of a manifest file or of a
+            folder dataset (read with :func:`~extsrc.manifest.read_manifest` defaults).
         decode: also decode every image fully (much slower than the header checks, which read
             only the first and last 64 KiB of large files). See "What is found" below.
         n_jobs: worker processes (joblib convention: ``-1`` all cores, ``-2`` all but one, ``1``
@@ -297,7 +298,7 @@ def validate(
     """
     if not isinstance(manifest, (Manifest, str, bytes, os.PathLike)):
         raise TypeError(
-            "validate: manifest must be an extsrc.Manifest or a manifest file path, got "
+            "validate: manifest must be an extsrc.Manifest or a manifest file or folder path, got "
             f"{type(manifest).__name__}"
         )
     decode = check_bool(decode, "validate: decode")
@@ -341,8 +342,8 @@ def validate(
         f = Finding("outside_root", f"outside the root {shown(manifest.root)}")
         found[i] = (f.reason, f"{f.message}; {f.fix}")  # as _check_chunk words its findings
     problems = tuple(
-        Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r, message=msg,
-                source=manifest.source)
+        Problem(index=i, line=manifest.lines[i], path=manifest.paths[i], reason=r,
+                message=reworded_fix(msg, manifest.source), source=manifest.source)
         for i, (r, msg) in sorted(found.items())
     )
     ok = np.ones(n, dtype=bool)

@@ -20,6 +20,7 @@ from extsrc.errors import (
     PipelineError,
     WorkerDiedError,
 )
+from extsrc.folders import sample_where
 from extsrc.imagecheck import Finding, check_file
 from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
@@ -46,7 +47,8 @@ class InFlight:
         idx = self.indices(self.batch)
         m = self.source.manifest
         lines = ", ".join(str(m.lines[i]) for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
-        return f"epoch {self.epoch} batch {self.batch} ({m.source} lines {lines})"
+        where = sample_where(m.source, lines, plural=True)
+        return f"epoch {self.epoch} batch {self.batch} ({where})"
 
 
 def worker_died(dead: list[tuple[int, int]], at: InFlight) -> WorkerDiedError:

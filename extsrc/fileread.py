@@ -28,6 +28,7 @@ import os
 import stat
 
 from extsrc.errors import PathOutsideRootError, SampleReadError
+from extsrc.folders import reworded_fix
 from extsrc.textsafe import shown
 
 __all__ = [
@@ -103,7 +104,8 @@ def sample_read_error(
     ``line``."""
     cls = PathOutsideRootError if problem.reason == "outside_root" else SampleReadError
     return cls(
-        f"{where}: {shown(path)}: {problem.message} [{problem.reason}]; {problem.fix}.{hint}",
+        f"{where}: {shown(path)}: {problem.message} [{problem.reason}]; "
+        f"{reworded_fix(problem.fix, source)}.{hint}",
         path=path, reason=problem.reason, source=source, line=line,
     )
 

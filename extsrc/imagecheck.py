@@ -31,6 +31,7 @@ from extsrc.fileread import (
     FileReadProblem,
     open_regular,
 )
+from extsrc.folders import reworded_fix, sample_where
 from extsrc.textsafe import shown
 
 __all__ = [
@@ -88,10 +89,11 @@ class Finding:
 
     def describe(self, *, source: str, line: int, path: str, prefix: str = "") -> str:
         """The one wording of a finding about a manifest sample:
-        ``<manifest> line <n>: <path>: <prefix><what> [<reason>]; <how to fix it>``."""
+        ``<manifest> line <n>: <path>: <prefix><what> [<reason>]; <how to fix it>``
+        (``folder <root>/, sample <n>: ...`` for a folder dataset)."""
         return (
-            f"{shown(source)} line {line}: {shown(path)}: {prefix}{self.message} "
-            f"[{self.reason}]; {self.fix}"
+            f"{sample_where(source, line)}: {shown(path)}: {prefix}{self.message} "
+            f"[{self.reason}]; {reworded_fix(self.fix, source)}"
         )
 
 

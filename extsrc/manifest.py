@@ -10,7 +10,12 @@ In every layout blank lines and full-line ``#`` comments are skipped, a UTF-8 BO
 endings are accepted, and every sample remembers its 1-based line in the file so that errors
 anywhere in extsrc can point at ``manifest.csv line 17``.
 
-Public API: :func:`read_manifest` and :class:`Manifest` (plus ``Manifest.from_lists``).
+A folder of class sub-folders (``train/cat/1.jpg``) is read as a manifest too:
+:meth:`Manifest.from_folder`, or :func:`read_manifest` given the folder (see
+:mod:`extsrc.folders`).
+
+Public API: :func:`read_manifest` and :class:`Manifest` (plus ``Manifest.from_lists`` and
+``Manifest.from_folder``).
 """
 
 from __future__ import annotations
@@ -84,9 +89,10 @@ class Manifest:
             ``(N, k)`` for ``k`` label columns; all values are ``>= 0``.
         classes: sorted class names when the (single) label column held names; ``labels`` are
             then indices into it. ``None`` when labels were integers.
-        lines: 1-based line number in ``source`` of every sample.
+        lines: 1-based line number in ``source`` of every sample (for a folder: its 1-based
+            sample number in the listing order).
         source: the manifest path as given to :func:`read_manifest` (``"<from_lists>"`` for
-            :meth:`from_lists`).
+            :meth:`from_lists`; for :meth:`from_folder`, the folder with a trailing ``/``).
         root: the folder every path must stay inside (symlinks followed), set by
             ``read_manifest(root=...)`` unless ``allow_outside_root=True``; ``None``: no limit.
             The Loader, :func:`extsrc.validate` and the source refuse paths outside it
@@ -146,6 +152,13 @@ class Manifest:
     def __len__(self) -> int:
         return len(self.paths)
 
+    def where(self, index: int) -> str:
+        """Where sample ``index`` (0-based) comes from, as messages name it:
+        ``train.csv line 17``, or ``folder train/, sample 17`` for a folder dataset."""
+        from extsrc.folders import sample_where
+
+        return sample_where(self.source, self.lines[index])
+
     def outside_root(self, *, follow_symlinks: bool = False) -> list[int]:
         """Indices of paths outside :attr:`root` (none when ``root`` is ``None``).
 
@@ -177,11 +190,13 @@ class Manifest:
         if not bad:
             return
         from extsrc.errors import PathOutsideRootError
+        from extsrc.folders import is_folder_source, sample_where
 
-        listed = "; ".join(f"line {self.lines[i]}: {shown(self.paths[i])}" for i in bad[:5])
+        unit = "sample" if is_folder_source(self.source) else "line"
+        listed = "; ".join(f"{unit} {self.lines[i]}: {shown(self.paths[i])}" for i in bad[:5])
         more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
         raise PathOutsideRootError(
-            f"{shown(self.source)} line {self.lines[bad[0]]}: path {shown(self.paths[bad[0]])} is "
+            f"{sample_where(self.source, self.lines[bad[0]])}: path {shown(self.paths[bad[0]])} is "
             f"outside the root {shown(self.root)} ({len(bad)} of {len(self)} paths are: "
             f"{listed}{more}); fix the "
             "paths, or pass allow_outside_root=True to read_manifest if this is intended"
@@ -321,6 +336,61 @@ class Manifest:
             source=loc.source,
         )
 
+    @classmethod
+    def from_folder(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        extensions: Iterable[str] | None = None,
+        allow_empty: bool = False,
+        allow_outside_root: bool = False,
+    ) -> Manifest:
+        """A folder dataset: every image under ``root/<class>/`` is a sample of that class.
+
+        ImageFolder layout (``train/cat/1.jpg``, ``train/dog/2.png``): each sub-folder of
+        ``root`` is a class; ``classes`` is their sorted names and labels index into it. When
+        every class folder's name is a non-negative integer (``0/``, ``7/``, ``012/``), those
+        integers are the labels and ``classes`` is ``None``.
+
+        Args:
+            root: the dataset folder.
+            extensions: the file types listed, case-insensitive (``[".jpg", "png"]``); default:
+                the image formats DALI decodes (:data:`extsrc.folders.IMAGE_EXTENSIONS`: jpg,
+                jpeg, png, bmp, tif, tiff, webp, pnm, ppm, pgm, pbm, jp2).
+            allow_empty: keep a class folder without images as a class without samples.
+            allow_outside_root: allow symlinks that lead outside ``root``.
+
+        Rules:
+            * Order: sorted by relative path, compared folder by folder (class by class), so
+              the same tree always gives the same samples, labels and fingerprint.
+            * Class folders are searched recursively (``cat/2024/1.jpg`` is a ``cat``).
+            * Names starting with ``.`` (``.DS_Store``, ``.ipynb_checkpoints``) are skipped,
+              files and folders, at every level.
+            * Files without one of ``extensions`` are skipped (``notes.txt``, ``Thumbs.db``),
+              in the root and in class folders; an image file directly in ``root`` belongs to
+              no class and is refused, naming it.
+            * A class folder with no listed file is refused, naming it (an empty class shifts
+              every later label), unless ``allow_empty=True``. Two integer folder names of one
+              number (``7/``, ``07/``) are refused.
+            * Symlinked folders and files are followed (a symlink loop is refused). ``root``
+              becomes :attr:`root`: a file whose real path lies outside it is refused, naming
+              it, when the manifest is used, as for ``read_manifest(root=...)``;
+              ``allow_outside_root=True`` lifts that.
+            * There are no lines: :attr:`source` is ``root`` as given with a trailing ``/``,
+              :attr:`lines` the 1-based sample numbers, and messages name a sample as
+              ``folder train/, sample 17: <its path>``.
+
+        Raises:
+            ManifestFileNotFoundError: ``root`` is not a folder.
+            ManifestError: a rule above is broken, or no image file was found.
+        """
+        from extsrc.folders import read_folder
+
+        return read_folder(
+            root, extensions=extensions, allow_empty=allow_empty,
+            allow_outside_root=allow_outside_root,
+        )
+
 
 def read_manifest(
     path: str | os.PathLike[str],
@@ -336,10 +406,14 @@ def read_manifest(
     """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
 
     Args:
-        path: the manifest file (UTF-8, optional BOM, LF or CRLF line endings).
+        path: the manifest file (UTF-8, optional BOM, LF or CRLF line endings), or a folder of
+            class sub-folders: then this is ``Manifest.from_folder(path, root=root,
+            allow_outside_root=allow_outside_root)`` (its rules apply; ``sep``, ``path_col``,
+            ``label_cols`` and ``header`` must keep their defaults).
         root: folder that relative paths resolve against; default: the manifest's folder.
             Paths become ``os.path.normpath(os.path.join(root, p))``; symlinks are not
             followed, absolute paths are kept. A relative ``root`` is taken from the cwd.
+            For a folder dataset: the folder its files must stay inside; default: itself.
         sep: field separator. ``None`` sniffs the first non-blank, non-``#`` line: a tab means
             TSV, else a comma means CSV, else fields are separated by runs of whitespace.
         path_col: the path column, by header name or 0-based position. Default: the header
@@ -408,6 +482,20 @@ def read_manifest(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )
     source = os.fsdecode(os.fspath(path))
+    if os.path.isdir(source):
+        given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
+        if header != "infer":
+            given["header"] = header
+        set_args = [f"{k}={v!r}" for k, v in given.items() if v is not None]
+        if set_args:
+            raise ManifestError(
+                f"{shown(source)}: is a folder, read as a folder dataset (one sub-folder per "
+                f"class), which has no columns; drop {', '.join(set_args)}, or pass the "
+                ".csv/.tsv/.txt manifest file"
+            )
+        from extsrc.folders import read_folder
+
+        return read_folder(source, root=root, allow_outside_root=allow_outside_root)
     where = shown(source)  # the manifest's name as messages show it
     text = _read_text(source)
     # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.

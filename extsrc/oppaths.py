@@ -28,6 +28,7 @@ import numpy as np
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import explain
 from extsrc.errors import OpError
+from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
 from extsrc.seeding import counter_uniform, name_salt, sample_rng
 
@@ -116,7 +117,7 @@ class BatchOpRunner:
 
     def where(self, index: int) -> str:
         m = self.manifest
-        return f"{m.source} line {m.lines[index]} ({m.paths[index]})"
+        return f"{sample_where(m.source, m.lines[index])} ({m.paths[index]})"
 
     def rng(self, index: int, epoch: int) -> np.random.Generator | None:
         return sample_rng(self.seed, epoch, index, self.salt) if self.op.random else None
@@ -212,7 +213,7 @@ class SizeCheck:
                 raise OpContractError(
                     f"op '{self.op.name}' needs images of at least {self.op.min_size}x"
                     f"{self.op.min_size} pixels, got {int(shape[0])}x{int(shape[1])} [sample "
-                    f"{m.source} line {m.lines[i]} ({m.paths[i]})] [native path]"
+                    f"{sample_where(m.source, m.lines[i])} ({m.paths[i]})] [native path]"
                 )
         return shapes
 

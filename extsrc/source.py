@@ -22,6 +22,7 @@ from extsrc.fileread import (
     read_regular,
     sample_read_error,
 )
+from extsrc.folders import reworded_fix
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
 from extsrc.manifest import Manifest
 from extsrc.orphan import exit_with_parent
@@ -183,14 +184,15 @@ class ShardedSource:
         """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
         m = self.manifest
         path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
-        where = f"{shown(m.source)} line {m.lines[index]}"
+        where = m.where(index)
         try:
             data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
         except FileReadProblem as e:
             raise sample_read_error(e, where, path, UP_FRONT_HINT, **fields) from None
         if not data:
+            fix = reworded_fix(fix_for("empty"), m.source)
             raise SampleReadError(
-                f"{where}: {shown(path)} is empty (0 bytes); {fix_for('empty')}.{UP_FRONT_HINT}",
+                f"{where}: {shown(path)} is empty (0 bytes); {fix}.{UP_FRONT_HINT}",
                 path=path, reason="empty", **fields)
         if self.check_images:
             finding = check_bytes(data, max_pixels=self.max_pixels)
