@@ -174,7 +174,8 @@ def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, nu
     with pipe:
         jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
                                            num_outputs=2, batch=True, batch_info=True,
-                                           parallel=True)
+                                           parallel=True,
+                                           prefetch_queue_depth=max(1, num_workers))
         kw = {} if hw_decoder_load is None or not gpu else {"hw_decoder_load": hw_decoder_load}
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                 **kw)

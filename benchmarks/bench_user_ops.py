@@ -129,7 +129,8 @@ def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_de
     with pipe:
         jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
                                            num_outputs=2, batch=True, batch_info=True,
-                                           parallel=workers > 0)
+                                           **({"parallel": True, "prefetch_queue_depth": workers}
+                                              if workers > 0 else {}))
         kw = {"hw_decoder_load": hw_decoder_load} if gpu and hw_decoder_load is not None else {}
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                 **kw)

@@ -84,13 +84,17 @@ def build_pipeline(
         py_num_workers=max(1, num_workers),
         py_start_method=start_method,
     )
+    # Batches the readers prepare ahead: DALI's default, 1, keeps one reader busy at a time.
+    # One per reader took extsrc from 12-15k to 18-19k images/s on an H100
+    # (benchmarks/README.md, "Reader depth"). DALI takes the argument only with readers.
+    readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
     with pipe:
         encoded, label, info = fn.external_source(
             source=source,
             num_outputs=len(SOURCE_OUTPUTS),
             batch=True,
             batch_info=True,
-            parallel=num_workers > 0,
+            **readers,
         )
         if decoder == "auto":
             decoder = "mixed" if gpu else "cpu"
