@@ -184,8 +184,8 @@ def root_with_link_out(tmp_path: Path, n: int) -> tuple[Path, Path]:
 
 def children(*, zombies: bool = False) -> set[int]:
     """Live child processes of this process, from /proc (psutil is not a dependency), leaving
-    out helpers that outlive a loader by design (joblib's loky pool, multiprocessing's tracker);
-    ``zombies=True`` counts exited but unreaped ones too."""
+    out the resource trackers that multiprocessing and loky start once per process by design
+    (one each, idle); ``zombies=True`` counts exited but unreaped ones too."""
     me, out = os.getpid(), set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -196,7 +196,7 @@ def children(*, zombies: bool = False) -> set[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and (zombies or fields[0] != "Z") and b"loky" not in cmd \
+        if int(fields[1]) == me and (zombies or fields[0] != "Z") \
                 and b"resource_tracker" not in cmd:
             out.add(int(d))
     return out

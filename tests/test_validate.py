@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import (
     BAD_FILES,
+    children,
     dataset_with_bad,
     encode,
     huge_png,
@@ -223,32 +224,13 @@ def test_validate_accepts_a_path_and_reports_good(tmp_path):
 
 # -- no worker processes left behind (case 9) -----------------------------------------------------
 
-
-def child_processes() -> list[tuple[int, bytes]]:
-    """Live children of this process, from /proc, except the resource trackers that
-    multiprocessing and loky start once per process by design (one each, idle)."""
-    me, out = os.getpid(), []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z" and b"resource_tracker" not in cmd:
-            out.append((int(d), cmd[:120]))
-    return out
-
-
 def test_validate_leaves_no_worker_processes(tmp_path):
     """Case 9: joblib's pool kept its workers alive ~300 s after validate returned."""
     mpath, _ = dataset_with_bad(tmp_path, ["zero_byte", "text_as_jpg"], n=24)
-    assert child_processes() == []
+    assert children() == set()
     report = validate(mpath, n_jobs=2, chunk_size=4, progress=False)
     assert report.num_bad == 2
-    assert child_processes() == []
+    assert children() == set()
 
 
 def test_skip_policy_leaves_no_worker_processes(tmp_path):
@@ -260,7 +242,7 @@ def test_skip_policy_leaves_no_worker_processes(tmp_path):
                                validate_kwargs={"n_jobs": 2, "chunk_size": 2, "progress": False})
     with loader:
         assert sum(len(b["index"]) for b in loader) >= 12
-    assert child_processes() == []
+    assert children() == set()
 
 
 # -- arguments -----------------------------------------------------------------------------------
