@@ -114,17 +114,28 @@ class PILDataset:
         return len(self.pairs)
 
     def __getitem__(self, i):
-        import torch
-        from PIL import Image
-
         path, label = self.pairs[i]
-        with Image.open(path) as im:
-            img = np.asarray(im.convert("RGB"))
-        outs = [img, *grid2x2(img)]
-        size = (self.resize, self.resize)
-        arrs = [np.asarray(Image.fromarray(np.ascontiguousarray(o)).resize(size, Image.BILINEAR))
-                for o in outs]
-        return [torch.from_numpy(a) for a in arrs] + [torch.tensor(label, dtype=torch.int64)]
+        img = pil_rgb(path)
+        return resized_tensors([img, *grid2x2(img)], self.resize, label)
+
+
+def pil_rgb(path: str) -> np.ndarray:
+    """The file decoded by PIL as an HWC uint8 RGB array."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB"))
+
+
+def resized_tensors(outs, resize: int, label: int) -> list:
+    """Each image resized to ``resize`` x ``resize`` (PIL bilinear) as a tensor, then the label."""
+    import torch
+    from PIL import Image
+
+    size = (resize, resize)
+    arrs = [np.asarray(Image.fromarray(np.ascontiguousarray(o)).resize(size, Image.BILINEAR))
+            for o in outs]
+    return [torch.from_numpy(a) for a in arrs] + [torch.tensor(label, dtype=torch.int64)]
 
 
 def torch_dataloader(manifest, *, batch_size, resize, num_workers, pin_memory):

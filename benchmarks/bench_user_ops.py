@@ -78,14 +78,12 @@ class OpDataset:
         return len(self.pairs)
 
     def __getitem__(self, i):
-        import torch
-        from PIL import Image
+        from baselines import pil_rgb, resized_tensors
 
         import augment_ops
 
         path, label = self.pairs[i]
-        with Image.open(path) as im:
-            img = np.asarray(im.convert("RGB"))
+        img = pil_rgb(path)
         rng = np.random.default_rng([self.seed, self.epoch, i])
         for name in self.transforms:
             op = augment_ops.get(name)
@@ -94,10 +92,7 @@ class OpDataset:
         for name in self.ops:
             op = augment_ops.get(name)
             outs += op.apply(img, rng if op.random else None)
-        size = (self.resize, self.resize)
-        arrs = [np.asarray(Image.fromarray(np.ascontiguousarray(o)).resize(size, Image.BILINEAR))
-                for o in outs]
-        return [torch.from_numpy(a) for a in arrs] + [torch.tensor(label, dtype=torch.int64)]
+        return resized_tensors(outs, self.resize, label)
 
 
 def _import_user_ops(_worker_id=None):
