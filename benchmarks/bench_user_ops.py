@@ -7,7 +7,11 @@ to ``--resize`` (224x224), with labels, batch 128, over generated 500x375 JPEGs
 - ``auto``: ``extsrc.Loader`` with its automatic choice (the traced ``native`` path when the op
   traces; ``loader.op_paths`` and ``augment_ops.explain`` are recorded);
 - ``gpu``: the op's own code on CuPy arrays (GPU only);
-- ``numpy``: the op through ``python_function`` on the CPU (GPU decoding on a GPU);
+- ``numpy``: the op through ``python_function`` on the CPU (GPU decoding on a GPU), one sample
+  after another in DALI's thread (``op_workers=0``);
+- ``pool``: the numpy path with its op pool of worker processes (``op_pool="process"``,
+  ``--op-workers``, default: every core), the automatic choice for ops that do not trace;
+- ``threads``: the numpy path with a pool of threads (``op_pool="thread"``);
 - ``dataloader``: a PyTorch ``DataLoader``, one worker per core, PIL decoding, the same numpy op,
   PIL bilinear resizes.
 
@@ -41,7 +45,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-PATHS = ("auto", "gpu", "numpy", "dataloader")
+PATHS = ("auto", "gpu", "numpy", "pool", "threads", "dataloader")
+#: The numpy path's variants: (op_workers given by --op-workers?, op_pool).
+NUMPY_VARIANTS = {"numpy": (False, "process"), "pool": (True, "process"),
+                  "threads": (True, "thread")}
 
 
 class Epochs:
@@ -139,12 +146,13 @@ def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_de
 
 
 def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, threads, workers,
-                  device):
+                  device, op_workers=None, op_pool="process"):
     import extsrc
 
     loader = extsrc.Loader(manifest, batch_size=batch_size, transforms=transforms, ops=ops,
                            op_path=op_path, resize=resize, device=device, num_threads=threads,
-                           num_workers=workers, last_batch="partial",
+                           num_workers=workers, last_batch="partial", op_workers=op_workers,
+                           op_pool=op_pool,
                            resize_mode="stretch")  # as the ceiling and the DataLoader resize
 
     return Epochs(loader, op_paths=loader.op_paths)
@@ -215,6 +223,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="DALI threads (extsrc, ceiling)")
     ap.add_argument("--dataloader-workers", type=int, default=None,
                     help="DataLoader workers (default: one per core)")
+    ap.add_argument("--op-workers", type=int, default=None,
+                    help="op pool size of the pool/threads paths (default: every core)")
     ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
     ap.add_argument("--min-seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=1)
@@ -264,6 +274,12 @@ def main(argv=None) -> int:
                     lambda tr=tr, ops=ops: dataloader_epochs(
                         str(manifest), transforms=tr, ops=ops, workers=dl_workers, gpu=gpu,
                         **common))
+            elif p in NUMPY_VARIANTS:
+                pooled, kind = NUMPY_VARIANTS[p]
+                variants[f"{entry}:{p}"] = (
+                    lambda tr=tr, ops=ops, pooled=pooled, kind=kind: extsrc_epochs(
+                        str(manifest), transforms=tr, ops=ops, op_path="numpy", device=device,
+                        op_workers=args.op_workers if pooled else 0, op_pool=kind, **dali_kw))
             else:
                 variants[f"{entry}:{p}"] = (
                     lambda tr=tr, ops=ops, p=p: extsrc_epochs(
@@ -281,7 +297,8 @@ def main(argv=None) -> int:
         "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes),
                     "generate_s": round(gen_s, 1), "image_size": "500x375"},
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
-                     "dataloader_workers": dl_workers, "warmup_batches": args.warmup,
+                     "dataloader_workers": dl_workers, "op_workers": args.op_workers or cores,
+                     "warmup_batches": args.warmup,
                      "min_seconds": args.min_seconds, "repeats": args.repeats,
                      "hw_decoder_load": DEFAULT_HW_DECODER_LOAD if gpu else None},
         "explain": {n: explain(n) for tr, ops in suite.values() for n in (*tr, *ops)},
@@ -316,6 +333,10 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
         for other in ("numpy", "dataloader"):
             if tp.get(f"{entry}:{other}"):
                 row[f"auto/{other}"] = round(auto / tp[f"{entry}:{other}"], 2)
+                for pooled in ("pool", "threads"):
+                    if tp.get(f"{entry}:{pooled}"):
+                        row[f"{pooled}/{other}"] = round(
+                            tp[f"{entry}:{pooled}"] / tp[f"{entry}:{other}"], 2)
         row["auto_op_paths"] = results["throughput"].get(f"{entry}:auto", {}).get("op_paths")
         table.append(row)
     results["table"] = table
@@ -331,11 +352,13 @@ def print_table(results: dict) -> None:
     no_op = results["throughput"].get("extsrc_resize", {}).get("images_per_s", 0)
     print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {no_op:,.0f}"
           f" ({results['extsrc_resize/ceiling']}x)")
-    print("| op | auto | gpu | numpy | DataLoader | auto/ceiling | auto paths |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| op | auto | gpu | numpy | pool | threads | DataLoader | auto/ceiling | pool/numpy |"
+          " pool/DataLoader | auto paths |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in results["table"]:
         cells = [f"{row[p]:,.0f}" if row[p] else "-" for p in PATHS]
         print(f"| {row['op']} | {' | '.join(cells)} | {row['auto/ceiling']:.2f} | "
+              f"{row.get('pool/numpy', '-')} | {row.get('pool/dataloader', '-')} | "
               f"{row['auto_op_paths']} |")
 
 

@@ -23,6 +23,7 @@ from extsrc._dali import cuda_driver_initialized
 from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
+from extsrc.oppool import POOL_KINDS, check_picklable
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
 
@@ -230,7 +231,16 @@ def cores_per_process() -> int:
         local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         local = 1
-    return max(1, (os.cpu_count() or 1) // local)
+    return max(1, available_cores() // local)
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's cpuset),
+    not the machine's core count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -241,7 +251,8 @@ class LoaderConfig:
     DALI worker processes that read files (0: read in the main thread); ``None`` picks one from the
     core count. ``start_method`` ``None`` picks ``"spawn"`` on a GPU (safe after CUDA is
     initialised) and ``"fork"`` on the CPU (``"spawn"`` there too once CUDA is up in the process,
-    as DALI cannot fork then).
+    as DALI cannot fork then). ``op_workers`` and ``op_pool`` size and choose the pool that runs
+    the numpy path's ops (:mod:`extsrc.oppool`; see :attr:`op_pool_workers`).
     """
 
     batch_size: int
@@ -260,6 +271,8 @@ class LoaderConfig:
     start_method: str | None = None
     prefetch_queue_depth: int = 2
     op_path: str | tuple[tuple[str, str], ...] | None = None
+    op_workers: int | None = None
+    op_pool: str = "process"
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
@@ -348,6 +361,9 @@ class LoaderConfig:
             (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
         )
         object.__setattr__(self, "op_paths", tuple(chosen.items()))
+        if self.op_pool == "process" and self.op_pool_workers > 1:
+            for op in self.numpy_ops:
+                check_picklable(op)
 
     def _check_arguments(self) -> None:
         """Types and ranges of the plain arguments, each refused naming it; numpy integers are
@@ -360,6 +376,8 @@ class LoaderConfig:
                                 what="DALI worker processes reading files"),
             "num_threads": dict(minimum=1, maximum=MAX_THREADS, allow_none=True,
                                 what="DALI CPU threads"),
+            "op_workers": dict(minimum=0, maximum=MAX_WORKERS, allow_none=True,
+                               what="workers running the numpy path's ops"),
             "prefetch_queue_depth": dict(minimum=1, maximum=MAX_PREFETCH,
                                          what="batches DALI prepares ahead"),
             "device_id": dict(minimum=0, allow_none=True),
@@ -371,7 +389,8 @@ class LoaderConfig:
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "shuffle", argcheck.check_bool(self.shuffle, "Loader: shuffle"))
         for name, allowed in (("last_batch", _LAST_BATCH), ("decoder", ("auto", "cpu", "mixed")),
-                              ("start_method", (None, *_START_METHODS))):
+                              ("start_method", (None, *_START_METHODS)),
+                              ("op_pool", POOL_KINDS)):
             value = getattr(self, name)
             if not isinstance(value, (str, type(None))) or value not in allowed:
                 wrong_type = not isinstance(value, (str, type(None)))
@@ -401,6 +420,23 @@ class LoaderConfig:
         if self.num_threads is not None:
             return self.num_threads
         return max(2, min(12, cores_per_process() - self.workers))
+
+    @property
+    def numpy_ops(self) -> tuple[Op, ...]:
+        """The ops and transforms that run on the numpy path."""
+        paths = dict(self.op_paths)
+        return tuple(op for op in (*self.transforms, *self.ops) if paths[op.name] == "numpy")
+
+    @property
+    def op_pool_workers(self) -> int:
+        """Workers of the numpy path's op pool; 0 or 1: the ops run in DALI's thread, no pool.
+        ``None`` (default): every core this process may use (see :func:`cores_per_process`),
+        when any op runs on the numpy path."""
+        if not self.numpy_ops:
+            return 0
+        if self.op_workers is not None:
+            return self.op_workers
+        return cores_per_process()
 
     @property
     def method(self) -> str:

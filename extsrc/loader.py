@@ -37,6 +37,7 @@ from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int
@@ -81,7 +82,12 @@ class Loader:
     device supports (``"native"`` DALI operators, then ``"gpu"`` CuPy on a GPU, then ``"numpy"``
     ``python_function`` on the CPU); a string forces one path for every op (``"numpy"``: the
     user's numpy functions as written); a dict forces it per op name. ``loader.op_paths``
-    reports the choice.
+    reports the choice. Ops on the numpy path run for the samples of a batch in parallel:
+    ``op_workers`` (``None``: the cores this process may use, its CPU affinity divided by
+    ``LOCAL_WORLD_SIZE`` under torchrun; ``0``: one after another in DALI's thread) worker
+    processes (``op_pool="process"``, started at the first batch, ended by :meth:`close`) or
+    threads (``op_pool="thread"``: no copies, for ops that release the GIL, as numpy's array
+    loops and OpenCV do). The batches are the same whatever the number of workers.
     ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
     forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
@@ -150,6 +156,8 @@ class Loader:
         start_method: str | None = None,
         prefetch_queue_depth: int = 2,
         op_path: str | Mapping[str, str] | None = None,
+        op_workers: int | None = None,
+        op_pool: str = "process",
         stages: Sequence[Any] = (),
         decoder: str = "auto",
         hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD,
@@ -187,6 +195,7 @@ class Loader:
             last_batch=last_batch, device_id=resolve_device(device), num_workers=num_workers,
             num_threads=num_threads, start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
+            op_workers=op_workers, op_pool=op_pool,
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
             layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
         )
@@ -214,6 +223,10 @@ class Loader:
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
         self._run: PipelineRun | None = None  # the built DALI pipeline, kept across epochs
+        workers = self.config.op_pool_workers
+        #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
+        #: thread); its workers start with the first batch and end with :meth:`close`.
+        self.op_pool = OpPool(workers, self.config.op_pool) if workers > 1 else None
         #: How many times a DALI pipeline was built (once, unless an epoch was left part-way,
         #: the loader closed, an error stopped it, or the read position was moved).
         self.pipeline_builds = 0
@@ -329,6 +342,8 @@ class Loader:
         run, self._run = self._run, None
         if run is not None:
             run.close()
+        if self.op_pool is not None:
+            self.op_pool.close()
 
     # -- resume -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -408,6 +423,7 @@ class Loader:
                 hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
                 device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
                 start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
+                op_pool=self.op_pool,
             )
             self.pipeline_builds += 1
             self._run = PipelineRun(

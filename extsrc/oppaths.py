@@ -18,19 +18,22 @@ gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy
 
 from __future__ import annotations
 
-import traceback
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import explain
-from extsrc.errors import OpError
+from extsrc.errors import ExtsrcError, OpError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
+from extsrc.opworker import apply_sample, failure_info
 from extsrc.seeding import counter_uniform, name_salt, sample_rng
+
+if TYPE_CHECKING:
+    from extsrc.oppool import OpPool
 
 __all__ = [
     "RAISED", "BatchOpRunner", "CounterDraws", "GpuBatchOpRunner", "SizeCheck", "choose_paths",
@@ -39,7 +42,7 @@ __all__ = [
 
 #: The last errors the runners raised in this process. DALI re-raises an op's error as text;
 #: the loader finds the error object here again, with its fields (op, line, path).
-RAISED: deque[OpError] = deque(maxlen=8)
+RAISED: deque[ExtsrcError] = deque(maxlen=8)
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -109,11 +112,13 @@ class BatchOpRunner:
     the manifest line.
     """
 
-    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
+    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0,
+                 pool: OpPool | None = None) -> None:
         self.op = op
         self.seed = seed
         self.salt = op_salt(op.name, occurrence)
         self.manifest = manifest
+        self.pool = pool
 
     def where(self, index: int) -> str:
         m = self.manifest
@@ -123,36 +128,40 @@ class BatchOpRunner:
         return sample_rng(self.seed, epoch, index, self.salt) if self.op.random else None
 
     def run_one(self, img: Any, index: int, epoch: int) -> tuple[Any, ...]:
-        # The op gets a read-only view: an op writing into its input would otherwise change
-        # batch["image"] and the other ops' inputs.
-        img = img.view()
-        img.flags.writeable = False
         try:
-            return self.op.apply(img, self.rng(index, epoch))
-        except OpContractError as e:
-            raise OpContractError(f"{e} [sample {self.where(index)}]") from None
+            return apply_sample(self.op, img, self.rng(index, epoch))
         except Exception as e:
-            tb = "".join(traceback.format_exception(e)).rstrip()
-            hint = ""
-            if isinstance(e, ValueError) and "read-only" in str(e):
-                hint = ("; ops must not change their input image: write into a copy, "
-                        "out = img.copy()")
-            m = self.manifest
-            err = OpError(
-                f"op '{self.op.name}' raised {type(e).__name__}: {e}{hint} [sample "
-                f"{self.where(index)}]",
-                op=self.op.name, source=m.source, line=m.lines[index], path=m.paths[index],
-                detail=f"Original traceback of the op:\n{tb}",
-            )
-            RAISED.append(err)
-            raise err from e
+            info = failure_info(e)
+            raise self.failure(index, info) from (None if info["contract"] else e)
+
+    def failure(self, index: int, info: dict[str, Any]) -> Exception:
+        """The error of the op failing on sample ``index``, from :func:`failure_info` (made here
+        or in an op worker process): the op's contract error, or an :class:`OpError` naming the
+        op, the manifest line and the path, with the op's own traceback."""
+        if info["contract"]:
+            return OpContractError(f"{info['message']} [sample {self.where(index)}]")
+        hint = ""
+        if info["readonly"]:
+            hint = "; ops must not change their input image: write into a copy, out = img.copy()"
+        m = self.manifest
+        err = OpError(
+            f"op '{self.op.name}' raised {info['type']}: {info['message']}{hint} [sample "
+            f"{self.where(index)}]",
+            op=self.op.name, source=m.source, line=m.lines[index], path=m.paths[index],
+            detail=f"Original traceback of the op:\n{info['traceback']}",
+        )
+        RAISED.append(err)
+        return err
 
     def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
         # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
-        results = [
-            self.run_one(im, int(info[0]), int(info[1]))
-            for im, info in zip(images, infos, strict=True)
-        ]
+        if self.pool is not None and len(images) > 1:
+            results = self.pool.run(self, images, infos)
+        else:
+            results = [
+                self.run_one(im, int(info[0]), int(info[1]))
+                for im, info in zip(images, infos, strict=True)
+            ]
         return _transpose(results, self.op.num_outputs)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
 from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
+from extsrc.oppool import OpPool
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
@@ -49,6 +50,7 @@ def build_pipeline(
     decoder: str = "auto",
     hw_decoder_load: float | None = None,
     batch_format: BatchFormat | None = None,
+    op_pool: OpPool | None = None,
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
@@ -60,6 +62,9 @@ def build_pipeline(
     GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
     is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
     nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
+
+    ``op_pool`` runs the numpy path's ops over a batch's samples in parallel (``None``: in
+    DALI's thread, one sample after another).
 
     ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
     normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
@@ -116,7 +121,7 @@ def build_pipeline(
                 host_img = img.cpu() if img.device == "gpu" else img
                 outs = fn.python_function(
                     host_img, info, function=BatchOpRunner(op, seed=seed, manifest=manifest,
-                                           occurrence=occurrence),
+                                           occurrence=occurrence, pool=op_pool),
                     num_outputs=op.num_outputs, batch_processing=True,
                 )
             else:  # gpu

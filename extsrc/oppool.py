@@ -1,0 +1,333 @@
+"""Run the numpy path's ops for the samples of a batch in parallel.
+
+The numpy path calls the user's function once per sample inside one DALI ``python_function``
+per batch (:class:`extsrc.oppaths.BatchOpRunner`). Called in that thread, every op of every
+sample runs on one core. An :class:`OpPool` spreads a batch's samples over ``workers``:
+
+- ``"process"`` (the default): worker processes (:mod:`extsrc.opworker`). Each is a fresh
+  interpreter started with fork and exec, so it works from notebooks and from scripts without
+  an ``if __name__ == "__main__":`` guard, and it receives the ops by value where they live in
+  ``__main__`` (cloudpickle). Images travel through shared memory: one
+  anonymous memory file (``memfd``) per worker for its inputs and one per (worker, op) for its
+  outputs, mapped by both processes. These files have no name in ``/dev/shm``: the memory goes
+  when the last process holding it ends, however it ends. The outputs are handed to DALI as
+  views of that memory; DALI copies them into its own buffers before the ``python_function``
+  call returns, and the next call of the same op is the first to write there again.
+- ``"thread"``: a thread pool in this process. No copies and no processes; it scales when the
+  op spends its time where the GIL is released (numpy's array loops, OpenCV), and not at all for
+  Python loops.
+
+Each worker takes one contiguous share of the batch. The samples' generators come from
+(seed, epoch, manifest index, op), as on the serial path, so the batches are the same whatever
+the number of workers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from extsrc.errors import WorkerDiedError
+from extsrc.opworker import ALIGN, recv_message, send_message
+
+if TYPE_CHECKING:
+    from extsrc.oppaths import BatchOpRunner
+
+__all__ = ["POOL_KINDS", "OpPool", "check_picklable", "split"]
+
+#: The kinds of pool: worker processes, or threads of this process.
+POOL_KINDS = ("process", "thread")
+
+# Pools not yet closed, closed at interpreter exit (before the socket objects go).
+_OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
+
+
+def split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges cutting ``range(n)`` into at most ``parts`` contiguous shares whose
+    sizes differ by at most one (no empty share)."""
+    parts = max(1, min(parts, n))
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for k in range(parts):
+        hi = lo + base + (k < extra)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def _dumps(obj: Any) -> bytes:
+    import cloudpickle
+
+    return cloudpickle.dumps(obj)
+
+
+def check_picklable(op: Any) -> None:
+    """Refuse, at construction, an op that cannot be sent to worker processes."""
+    try:
+        _dumps(op)
+    except Exception as e:
+        raise ValueError(
+            f"op '{op.name}' cannot be sent to op worker processes ({type(e).__name__}: {e}); "
+            "run it in threads with op_pool='thread', or in the DALI thread with op_workers=0"
+        ) from None
+
+
+def _memory_file(name: str) -> int:
+    """A file descriptor of anonymous shared memory (memfd; an unlinked temporary file where
+    memfd does not exist)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(name, os.MFD_CLOEXEC)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    fd, path = tempfile.mkstemp(prefix=name, dir=shm)
+    os.unlink(path)
+    return fd
+
+
+class _Mapped:
+    """A memory file and this process's map of it, mapped again when it grows."""
+
+    def __init__(self, name: str) -> None:
+        self.fd = _memory_file(name)
+        self.map: mmap.mmap | None = None
+        self.size = 0
+
+    def ensure(self, size: int, *, grow: bool) -> None:
+        size = max(size, 1)
+        if grow and size > os.fstat(self.fd).st_size:
+            os.ftruncate(self.fd, size)
+        if self.map is None or size > self.size:
+            # Arrays still viewing the old map keep it alive; it is freed with them.
+            self.size = os.fstat(self.fd).st_size
+            self.map = mmap.mmap(self.fd, self.size)
+
+    def close(self) -> None:
+        self.map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _Worker:
+    """One worker process, its socket and its shared memory."""
+
+    def __init__(self, rank: int) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from extsrc.opworker import main; main()",
+                 str(child.fileno()), str(os.getpid())],
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+            )
+        finally:
+            child.close()
+        self.rank = rank
+        self.sock = parent
+        self.inputs = _Mapped(f"extsrc-op-in-{rank}")
+        self.outputs: dict[int, _Mapped] = {}
+        self.ops: set[int] = set()
+        send_message(self.sock, ("path", list(sys.path)))
+        self.inputs.ensure(1 << 20, grow=True)
+        send_message(self.sock, ("in", self.inputs.size), (self.inputs.fd,))
+
+    def register(self, key: int, payload: bytes) -> None:
+        if key in self.ops:
+            return
+        out = _Mapped(f"extsrc-op-out-{self.rank}-{key}")
+        out.ensure(1 << 20, grow=True)
+        self.outputs[key] = out
+        send_message(self.sock, ("op", key, payload))
+        send_message(self.sock, ("out", key, out.size), (out.fd,))
+        self.ops.add(key)
+
+    def died(self) -> str:
+        """How the process ended, in words (it is waited for briefly)."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            hint = " (the out-of-memory killer sends it)" if name == "SIGKILL" else ""
+            return f"was killed by {name}{hint}"
+        return f"exited with code {code}"
+
+    def close(self) -> None:
+        try:
+            send_message(self.sock, ("exit",))
+        except OSError:
+            pass
+        self.sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.inputs.close()
+        for m in self.outputs.values():
+            m.close()
+
+
+class OpPool:
+    """Runs an op's numpy path over the samples of a batch with ``workers`` processes or threads
+    (``kind``, one of :data:`POOL_KINDS`). Started at its first batch; :meth:`close` ends the
+    workers and frees their memory, and a later batch starts them again."""
+
+    def __init__(self, workers: int, kind: str = "process") -> None:
+        if kind not in POOL_KINDS:
+            raise ValueError(f"op_pool must be one of {list(POOL_KINDS)}, got {kind!r}")
+        if workers < 1:
+            raise ValueError(f"an op pool needs at least one worker, got {workers}")
+        self.workers = workers
+        self.kind = kind
+        self._lock = threading.Lock()  # one batch at a time: DALI may run two ops at once
+        self._procs: list[_Worker] = []
+        self._threads: ThreadPoolExecutor | None = None
+        # (op, seed, salt) -> key: a pipeline built again reuses its ops' keys and memory.
+        self._keys: dict[tuple[int, int, int], tuple[Any, int, bytes]] = {}
+
+    # -- running ----------------------------------------------------------------------------------
+    def run(self, runner: BatchOpRunner, images: Sequence[np.ndarray],
+            infos: Sequence[np.ndarray]) -> list[tuple[np.ndarray, ...]]:
+        """``runner``'s op on every sample (info rows: manifest index, epoch, pad flag), in the
+        batch's order; the first failing sample's error, worded as the serial path words it."""
+        ids = [(int(info[0]), int(info[1])) for info in infos]
+        with self._lock:
+            if self.kind == "thread":
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(self.workers, "extsrc-op")
+                    _OPEN.add(self)
+                return list(self._threads.map(
+                    lambda a: runner.run_one(a[0], *a[1]), zip(images, ids, strict=True)))
+            return self._run_processes(runner, images, ids)
+
+    def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
+        """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
+        pipeline never share a key (their salts differ), so never their output memory."""
+        k = (id(runner.op), runner.seed, runner.salt)
+        known = self._keys.get(k)
+        if known is None or known[0] is not runner.op:
+            payload = _dumps((runner.op, runner.seed, runner.salt))
+            known = (runner.op, len(self._keys), payload)
+            self._keys[k] = known
+        return known[1], known[2]
+
+    def _start(self) -> None:
+        if not self._procs:
+            try:
+                for rank in range(self.workers):
+                    self._procs.append(_Worker(rank))
+            except BaseException:
+                self.close()
+                raise
+            _OPEN.add(self)
+
+    def _run_processes(self, runner: BatchOpRunner, images: Sequence[np.ndarray],
+                       ids: list[tuple[int, int]]) -> list[tuple[np.ndarray, ...]]:
+        self._start()
+        key, payload = self._key(runner)
+        shares = split(len(images), len(self._procs))
+        busy: list[tuple[_Worker, int, int]] = []
+        try:
+            for w, (lo, hi) in zip(self._procs, shares, strict=False):
+                w.register(key, payload)
+                items, offset = [], 0
+                for img in images[lo:hi]:
+                    offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                w.inputs.ensure(offset, grow=True)
+                offset = 0
+                for i, img in enumerate(images[lo:hi], lo):
+                    view = np.ndarray(img.shape, dtype=img.dtype, buffer=w.inputs.map,
+                                      offset=offset)
+                    np.copyto(view, img)
+                    items.append((offset, img.shape, img.dtype.str, *ids[i]))
+                    offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                send_message(w.sock, ("run", key, offset, items))
+                busy.append((w, lo, hi))
+            results: list[tuple[np.ndarray, ...]] = []
+            failure: tuple[int, dict[str, Any]] | None = None
+            for w, lo, _hi in busy:  # every reply is read, so each socket stays in step
+                reply, _ = recv_message(w.sock)
+                if reply[0] == "error":
+                    if failure is None:
+                        failure = (lo + reply[1], reply[2])
+                    continue
+                _, placed, size = reply
+                out = w.outputs[key]
+                out.ensure(size, grow=False)
+                for sample in placed:
+                    results.append(tuple(
+                        np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=off)
+                        for off, shape, dt in sample))
+        except (EOFError, ConnectionError, BrokenPipeError) as e:
+            err = self._died(runner, busy, ids, e)
+            self.close()
+            raise err from None
+        if failure is not None:
+            pos, info = failure
+            raise runner.failure(ids[pos][0], info)
+        return results
+
+    def _died(self, runner: BatchOpRunner, busy: list[tuple[_Worker, int, int]],
+              ids: list[tuple[int, int]], cause: BaseException) -> WorkerDiedError:
+        from extsrc.oppaths import RAISED
+
+        dead = next((b for b in busy if b[0].proc.poll() is not None), None)
+        if dead is None:
+            dead = busy[-1] if busy else (self._procs[0], 0, 0)
+        w, lo, hi = dead
+        where = ", ".join(runner.where(ids[i][0]) for i in range(lo, min(hi, lo + 3)))
+        more = f" and {hi - lo - 3} more" if hi - lo > 3 else ""
+        err = WorkerDiedError(
+            f"op worker process {w.proc.pid} {w.died()} while running op '{runner.op.name}' on "
+            f"samples {where}{more}. The op ran in a separate process (op_pool='process'); "
+            "a crash in native code or too little memory ends it. The other op workers were "
+            "stopped; iterating again starts new ones",
+            op=runner.op.name,
+        )
+        RAISED.append(err)
+        return err
+
+    # -- lifetime ---------------------------------------------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' ids (empty before the first batch and after :meth:`close`)."""
+        return [w.proc.pid for w in self._procs]
+
+    def close(self) -> None:
+        """End the workers (waiting for them) and free their shared memory."""
+        procs, self._procs = self._procs, []
+        threads, self._threads = self._threads, None
+        for w in procs:
+            w.close()
+        if threads is not None:
+            threads.shutdown(wait=True)
+        _OPEN.discard(self)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+@atexit.register
+def _close_all() -> None:
+    for pool in list(_OPEN):
+        pool.close()

@@ -1,0 +1,183 @@
+"""One worker process of :class:`extsrc.oppool.OpPool`: runs the numpy path's ops on samples.
+
+Started as ``python -c "from extsrc.opworker import main; main()" FD PARENT_PID`` (fork and exec: a fresh interpreter that
+imports numpy and the ops it is sent, never the user's ``__main__``). ``FD`` is its end of a
+Unix socket pair to the parent; everything else arrives on it:
+
+- ``("path", sys_path)``: the parent's import path, so ops pickled by reference import the
+  same modules;
+- ``("op", key, payload)``: an op, its seed and generator salt, pickled by value where needed
+  (cloudpickle), so ops defined in a notebook cell or a script's ``__main__`` work;
+- ``("in", size)`` / ``("out", key, size)`` followed by a file descriptor: the shared memory the
+  parent copies inputs into, and the memory this worker writes one op's outputs into;
+- ``("run", key, in_size, items)``: apply op ``key`` to the samples ``items`` (offset, shape,
+  dtype, manifest index, epoch) in the input memory; the reply lists each output's offset,
+  shape and dtype in the output memory, or the first sample's failure.
+
+The process ignores SIGINT (Ctrl-C in a terminal reaches the whole process group; the parent
+decides what stops) and exits when the socket closes or its parent dies.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import traceback
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ALIGN", "apply_sample", "failure_info", "main", "recv_message", "send_message"]
+
+#: Byte alignment of every array placed in shared memory (cache lines, and SIMD loads).
+ALIGN = 64
+_HEADER = struct.Struct("<QI")  # payload bytes, file descriptors attached
+
+
+def send_message(sock: socket.socket, obj: Any, fds: tuple[int, ...] = ()) -> None:
+    """One framed message: a header (carrying ``fds`` as SCM_RIGHTS) then the pickled object."""
+    payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    header = _HEADER.pack(len(payload), len(fds))
+    if fds:
+        socket.send_fds(sock, [header], list(fds))
+    else:
+        sock.sendall(header)
+    sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int, into: bytearray) -> None:
+    view = memoryview(into)
+    got = len(into) - n
+    while got < len(into):
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise EOFError("the other end of the op worker's socket closed")
+        got += k
+
+
+def recv_message(sock: socket.socket) -> tuple[Any, list[int]]:
+    """The next message of :func:`send_message` and the file descriptors it carried."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 8)
+    if not data:
+        raise EOFError("the other end of the op worker's socket closed")
+    header = bytearray(data) + bytearray(_HEADER.size - len(data))
+    if len(data) < _HEADER.size:
+        _recv_exact(sock, _HEADER.size - len(data), header)
+    size, _nfds = _HEADER.unpack(header)
+    payload = bytearray(size)
+    _recv_exact(sock, size, payload)
+    return pickle.loads(payload), fds
+
+
+def failure_info(e: BaseException) -> dict[str, Any]:
+    """What the parent needs to word an op's failure as the serial numpy path does."""
+    from augment_ops.registry import OpContractError
+
+    return {
+        "contract": isinstance(e, OpContractError),
+        "type": type(e).__name__,
+        "message": str(e),
+        "readonly": isinstance(e, ValueError) and "read-only" in str(e),
+        "traceback": "".join(traceback.format_exception(e)).rstrip(),
+    }
+
+
+def apply_sample(op: Any, img: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
+    """The numpy path's call of one op on one sample: a read-only view in (an op writing into its
+    input would change the other outputs' input), the checked outputs out."""
+    img = img.view()
+    img.flags.writeable = False
+    return op.apply(img, rng)
+
+
+class _Memory:
+    """A shared memory file (a file descriptor from the parent) mapped at its current size,
+    mapped again when it has grown."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self.fd = fd
+        self.map: mmap.mmap | None = None
+        self.size = 0
+        self.ensure(size)
+
+    def ensure(self, size: int) -> None:
+        size = max(size, 1)
+        if size > os.fstat(self.fd).st_size:
+            os.ftruncate(self.fd, size)
+        if self.map is None or size > self.size:
+            # The old map stays valid for arrays still viewing it; it is freed with them.
+            self.size = os.fstat(self.fd).st_size
+            self.map = mmap.mmap(self.fd, self.size)
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _run(op: Any, seed: int, salt: int, inputs: _Memory, out: _Memory,
+         items: list[tuple[int, tuple[int, ...], str, int, int]]) -> tuple[Any, ...]:
+    from extsrc.seeding import sample_rng
+
+    results: list[list[tuple[int, tuple[int, ...], str]]] = []
+    offset = 0
+    for pos, (in_off, shape, dtype, index, epoch) in enumerate(items):
+        img = np.ndarray(shape, dtype=np.dtype(dtype), buffer=inputs.map, offset=in_off)
+        try:
+            rng = sample_rng(seed, epoch, index, salt) if op.random else None
+            outs = apply_sample(op, img, rng)
+        except Exception as e:
+            return ("error", pos, failure_info(e))
+        placed = []
+        for o in outs:
+            n = _aligned(o.nbytes)
+            out.ensure(offset + n)
+            view = np.ndarray(o.shape, dtype=o.dtype, buffer=out.map, offset=offset)
+            np.copyto(view, o)
+            placed.append((offset, o.shape, o.dtype.str))
+            offset += n
+        results.append(placed)
+    return ("ok", results, out.size)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    fd, parent = int(argv[0]), int(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from extsrc.orphan import exit_with_parent
+
+    exit_with_parent(owner_pid=parent)
+    sock = socket.socket(fileno=fd)
+    ops: dict[int, tuple[Any, int, int]] = {}
+    inputs: _Memory | None = None
+    outputs: dict[int, _Memory] = {}
+    while True:
+        try:
+            msg, fds = recv_message(sock)
+        except (EOFError, ConnectionError):
+            return
+        kind = msg[0]
+        if kind == "path":
+            sys.path[:] = msg[1]
+        elif kind == "op":
+            ops[msg[1]] = pickle.loads(msg[2])
+        elif kind == "in":
+            inputs = _Memory(fds[0], msg[1])
+        elif kind == "out":
+            outputs[msg[1]] = _Memory(fds[0], msg[2])
+        elif kind == "run":
+            _, key, in_size, items = msg
+            assert inputs is not None
+            inputs.ensure(in_size)
+            op, seed, salt = ops[key]
+            send_message(sock, _run(op, seed, salt, inputs, outputs[key], items))
+        elif kind == "exit":
+            return
+
+
+if __name__ == "__main__":
+    main()
