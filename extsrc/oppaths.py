@@ -19,7 +19,7 @@ gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from extsrc.oppool import OpPool
 
 __all__ = [
-    "RAISED", "BatchOpRunner", "CounterDraws", "GpuBatchOpRunner", "SizeCheck", "choose_paths",
-    "native_outputs", "op_salt",
+    "RAISED", "BatchOpRunner", "CounterDraws", "DeviceBatchOpRunner", "GpuBatchOpRunner",
+    "SizeCheck", "choose_paths", "native_outputs", "op_salt",
 ]
 
 #: The last errors the runners raised in this process. DALI re-raises an op's error as text;
@@ -203,6 +203,77 @@ class GpuBatchOpRunner(BatchOpRunner):
                 ) from e
             results.append(tuple(cupy.ascontiguousarray(o) for o in outs))
         return _transpose(results, self.op.num_outputs)
+
+
+class _DeviceImage:
+    """A GPU image as :meth:`OpPool.run` takes it: a torch tensor with numpy's dtype."""
+
+    __slots__ = ("dtype", "nbytes", "shape", "tensor")
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor = tensor
+        self.shape = tuple(tensor.shape)
+        self.dtype = np.dtype(str(tensor.dtype).removeprefix("torch."))
+        self.nbytes = tensor.numel() * tensor.element_size()
+
+
+def _copy_device_image(dst: np.ndarray, src: _DeviceImage) -> None:
+    import torch
+
+    torch.from_numpy(dst).copy_(src.tensor)
+
+
+def _pin(m: Any) -> Callable[[], None] | None:
+    """Page-lock a map of the op pool's memory, so copies to and from the GPU are direct DMA;
+    left pageable (slower copies, same results) where CUDA refuses. Returns the undo."""
+    import ctypes
+
+    import torch
+
+    ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    cudart = torch.cuda.cudart()
+    if int(cudart.cudaHostRegister(ptr, len(m), 0)) != 0:
+        return None
+    return lambda: cudart.cudaHostUnregister(ptr)
+
+
+class DeviceBatchOpRunner(BatchOpRunner):
+    """The numpy path of a GPU loader with an op pool: each GPU-decoded image is copied straight
+    into the pool's (page-locked) shared memory, the workers run the op, and the outputs go
+    back to the GPU; through ``dl_tensor_python_function(device="gpu")`` and torch, so no host
+    buffers of DALI's are in between (``benchmarks/numpy_path_cost.py`` measures why: an identity
+    ``python_function`` on host copies halves the pipeline's throughput)."""
+
+    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0,
+                 pool: OpPool, device_id: int) -> None:
+        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence, pool=pool)
+        self.device_id = device_id
+        if pool.kind == "process" and pool.on_map is None:
+            pool.on_map = _pin
+        # The previous batch's outputs: DALI copies them on its own stream after this call
+        # returns, and synchronises that stream before the next call, when they can go.
+        self._previous: list[Any] = []
+
+    def __call__(self, images: list[Any], infos: list[Any]) -> Any:
+        import torch
+        from torch.utils.dlpack import from_dlpack, to_dlpack
+
+        with torch.cuda.device(self.device_id):
+            imgs = [from_dlpack(x) for x in images]
+            rows = torch.stack([from_dlpack(x) for x in infos]).cpu().numpy()
+            assert self.pool is not None
+            if self.pool.kind == "process":
+                results = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
+                                        copy_in=_copy_device_image)
+            else:
+                results = self.pool.run(self, [t.cpu().numpy() for t in imgs], rows)
+            device = torch.device("cuda", self.device_id)
+            outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device, non_blocking=True)
+                          for o in sample) for sample in results]
+            torch.cuda.current_stream().synchronize()  # the pool's memory is free again
+        self._previous = outs
+        capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]
+        return _transpose(capsules, self.op.num_outputs)
 
 
 class SizeCheck:

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ _OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
 def split(n: int, parts: int) -> list[tuple[int, int]]:
     """``[lo, hi)`` ranges cutting ``range(n)`` into at most ``parts`` contiguous shares whose
     sizes differ by at most one (no empty share)."""
+    if n <= 0:
+        return []
     parts = max(1, min(parts, n))
     base, extra = divmod(n, parts)
     out, lo = [], 0
@@ -102,6 +104,13 @@ class _Mapped:
         self.fd = _memory_file(name)
         self.map: mmap.mmap | None = None
         self.size = 0
+        self.undo: Callable[[], None] | None = None  # of the pool's on_map
+
+    def release(self) -> None:
+        """Undo the pool's on_map for the current map (before it is replaced or dropped)."""
+        undo, self.undo = self.undo, None
+        if undo is not None:
+            undo()
 
     def ensure(self, size: int, *, grow: bool) -> None:
         size = max(size, 1)
@@ -113,6 +122,7 @@ class _Mapped:
             self.map = mmap.mmap(self.fd, self.size)
 
     def close(self) -> None:
+        self.release()
         self.map = None
         if self.fd >= 0:
             os.close(self.fd)
@@ -141,15 +151,17 @@ class _Worker:
         self.inputs.ensure(1 << 20, grow=True)
         send_message(self.sock, ("in", self.inputs.size), (self.inputs.fd,))
 
-    def register(self, key: int, payload: bytes) -> None:
+    def register(self, key: int, payload: bytes) -> bool:
+        """Send op ``key`` and its output memory (True), unless this worker has them (False)."""
         if key in self.ops:
-            return
+            return False
         out = _Mapped(f"extsrc-op-out-{self.rank}-{key}")
         out.ensure(1 << 20, grow=True)
         self.outputs[key] = out
         send_message(self.sock, ("op", key, payload))
         send_message(self.sock, ("out", key, out.size), (out.fd,))
         self.ops.add(key)
+        return True
 
     def died(self) -> str:
         """How the process ended, in words (it is waited for briefly)."""
@@ -201,12 +213,32 @@ class OpPool:
         self._threads: ThreadPoolExecutor | None = None
         # (op, seed, salt) -> key: a pipeline built again reuses its ops' keys and memory.
         self._keys: dict[tuple[int, int, int], tuple[Any, int, bytes]] = {}
+        #: Called with every new map of the workers' memory (to page-lock it for the GPU); it
+        #: returns what undoes that, called before the map is dropped.
+        self.on_map: Callable[[mmap.mmap], Callable[[], None] | None] | None = None
+
+    def _mapped(self, m: _Mapped) -> None:
+        if self.on_map is not None and m.map is not None:
+            m.undo = self.on_map(m.map)
+
+    def _ensure(self, m: _Mapped, size: int, *, grow: bool) -> None:
+        if m.map is None or size > m.size:
+            m.release()
+            m.ensure(size, grow=grow)
+            self._mapped(m)
 
     # -- running ----------------------------------------------------------------------------------
-    def run(self, runner: BatchOpRunner, images: Sequence[np.ndarray],
-            infos: Sequence[np.ndarray]) -> list[tuple[np.ndarray, ...]]:
+    def run(self, runner: BatchOpRunner, images: Sequence[Any], infos: Sequence[Any], *,
+            copy_in: Callable[[np.ndarray, Any], None] = np.copyto,
+            ) -> list[tuple[np.ndarray, ...]]:
         """``runner``'s op on every sample (info rows: manifest index, epoch, pad flag), in the
-        batch's order; the first failing sample's error, worded as the serial path words it."""
+        batch's order; the first failing sample's error, worded as the serial path words it.
+
+        ``images`` are numpy arrays, or (worker processes only) objects with ``shape``, numpy
+        ``dtype`` and ``nbytes`` that ``copy_in(destination_array, image)`` copies into the
+        workers' memory (GPU tensors: one device-to-host copy each, no host buffer between).
+        The outputs of worker processes are views of their memory, valid until this op's next
+        batch."""
         ids = [(int(info[0]), int(info[1])) for info in infos]
         with self._lock:
             if self.kind == "thread":
@@ -215,7 +247,7 @@ class OpPool:
                     _OPEN.add(self)
                 return list(self._threads.map(
                     lambda a: runner.run_one(a[0], *a[1]), zip(images, ids, strict=True)))
-            return self._run_processes(runner, images, ids)
+            return self._run_processes(runner, images, ids, copy_in)
 
     def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
         """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
@@ -233,36 +265,42 @@ class OpPool:
             try:
                 for rank in range(self.workers):
                     self._procs.append(_Worker(rank))
+                    self._mapped(self._procs[-1].inputs)
             except BaseException:
                 self.close()
                 raise
             _OPEN.add(self)
 
-    def _run_processes(self, runner: BatchOpRunner, images: Sequence[np.ndarray],
-                       ids: list[tuple[int, int]]) -> list[tuple[np.ndarray, ...]]:
+    def _run_processes(self, runner: BatchOpRunner, images: Sequence[Any],
+                       ids: list[tuple[int, int]], copy_in: Callable[[np.ndarray, Any], None],
+                       ) -> list[tuple[np.ndarray, ...]]:
         self._start()
         key, payload = self._key(runner)
         shares = split(len(images), len(self._procs))
         busy: list[tuple[_Worker, int, int]] = []
+        at: tuple[_Worker, int, int] = (self._procs[0], 0, 0)  # the worker being talked to
         try:
             for w, (lo, hi) in zip(self._procs, shares, strict=False):
-                w.register(key, payload)
+                at = (w, lo, hi)
+                if w.register(key, payload):
+                    self._mapped(w.outputs[key])
                 items, offset = [], 0
                 for img in images[lo:hi]:
                     offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
-                w.inputs.ensure(offset, grow=True)
+                self._ensure(w.inputs, offset, grow=True)
                 offset = 0
                 for i, img in enumerate(images[lo:hi], lo):
-                    view = np.ndarray(img.shape, dtype=img.dtype, buffer=w.inputs.map,
-                                      offset=offset)
-                    np.copyto(view, img)
-                    items.append((offset, img.shape, img.dtype.str, *ids[i]))
+                    shape = tuple(img.shape)
+                    view = np.ndarray(shape, dtype=img.dtype, buffer=w.inputs.map, offset=offset)
+                    copy_in(view, img)
+                    items.append((offset, shape, img.dtype.str, *ids[i]))
                     offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
                 send_message(w.sock, ("run", key, offset, items))
                 busy.append((w, lo, hi))
             results: list[tuple[np.ndarray, ...]] = []
             failure: tuple[int, dict[str, Any]] | None = None
-            for w, lo, _hi in busy:  # every reply is read, so each socket stays in step
+            for at in busy:  # every reply is read, so each socket stays in step
+                w, lo, _hi = at
                 reply, _ = recv_message(w.sock)
                 if reply[0] == "error":
                     if failure is None:
@@ -270,13 +308,13 @@ class OpPool:
                     continue
                 _, placed, size = reply
                 out = w.outputs[key]
-                out.ensure(size, grow=False)
+                self._ensure(out, size, grow=False)
                 for sample in placed:
                     results.append(tuple(
                         np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=off)
                         for off, shape, dt in sample))
-        except (EOFError, ConnectionError, BrokenPipeError) as e:
-            err = self._died(runner, busy, ids, e)
+        except (EOFError, ConnectionError, BrokenPipeError):
+            err = self._died(runner, at, ids)
             self.close()
             raise err from None
         if failure is not None:
@@ -284,14 +322,11 @@ class OpPool:
             raise runner.failure(ids[pos][0], info)
         return results
 
-    def _died(self, runner: BatchOpRunner, busy: list[tuple[_Worker, int, int]],
-              ids: list[tuple[int, int]], cause: BaseException) -> WorkerDiedError:
+    def _died(self, runner: BatchOpRunner, at: tuple[_Worker, int, int],
+              ids: list[tuple[int, int]]) -> WorkerDiedError:
         from extsrc.oppaths import RAISED
 
-        dead = next((b for b in busy if b[0].proc.poll() is not None), None)
-        if dead is None:
-            dead = busy[-1] if busy else (self._procs[0], 0, 0)
-        w, lo, hi = dead
+        w, lo, hi = at
         where = ", ".join(runner.where(ids[i][0]) for i in range(lo, min(hi, lo + 3)))
         more = f" and {hi - lo - 3} more" if hi - lo > 3 else ""
         err = WorkerDiedError(

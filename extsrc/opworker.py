@@ -1,7 +1,8 @@
 """One worker process of :class:`extsrc.oppool.OpPool`: runs the numpy path's ops on samples.
 
-Started as ``python -c "from extsrc.opworker import main; main()" FD PARENT_PID`` (fork and exec: a fresh interpreter that
-imports numpy and the ops it is sent, never the user's ``__main__``). ``FD`` is its end of a
+Started as ``python -c "from extsrc.opworker import main; main()" FD PARENT_PID`` (fork and
+exec: a fresh interpreter that imports numpy and the ops it is sent, never the user's
+``__main__``). ``FD`` is its end of a
 Unix socket pair to the parent; everything else arrives on it:
 
 - ``("path", sys_path)``: the parent's import path, so ops pickled by reference import the

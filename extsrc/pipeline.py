@@ -11,7 +11,12 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
-from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
+from extsrc.oppaths import (
+    BatchOpRunner,
+    DeviceBatchOpRunner,
+    GpuBatchOpRunner,
+    native_outputs,
+)
 from extsrc.oppool import OpPool
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 
@@ -116,6 +121,15 @@ def build_pipeline(
             if path == "native":
                 outs = native_outputs(op, img, info, seed=seed, manifest=manifest,
                                       occurrence=occurrence)
+            elif path == "numpy" and img.device == "gpu" and op_pool is not None:
+                # The op pool copies GPU images into its own memory and uploads the outputs.
+                outs = fn.dl_tensor_python_function(
+                    img, fn.copy(info).gpu(),
+                    function=DeviceBatchOpRunner(op, seed=seed, manifest=manifest,
+                                                 occurrence=occurrence, pool=op_pool,
+                                                 device_id=device_id),
+                    num_outputs=op.num_outputs, batch_processing=True, device="gpu",
+                )
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img

@@ -59,13 +59,15 @@ def read_failure(msg: str) -> DaliFailure:
     flags = {"pool_lost": "receiving interrupted" in low or "sending tasks" in low,
              "uneven_shapes": "uniform shape" in msg}
     start = msg.find(_TRACEBACK)
-    if start >= 0 and "worker" in msg[:start].lower():
+    k = msg.find(_OP_MARKER)
+    # An op's error may carry its own traceback (and any path may contain "worker"): the op
+    # marker before the traceback decides.
+    if start >= 0 and "worker" in msg[:start].lower() and not 0 <= k < start:
         tb = msg[start:].rstrip()
         lines = tb.splitlines()
         last_frame = max((k for k, ln in enumerate(lines) if ln.startswith("  ")), default=0)
         exc_type, message = _split_exception("\n".join(lines[last_frame + 1:]).strip())
         return DaliFailure("worker", text, exc_type, message, traceback=tb, **flags)
-    k = msg.find(_OP_MARKER)
     if k >= 0:
         body = msg[k + len(_OP_MARKER):]
         body = body.rpartition("\n\nAt:\n")[0] or body

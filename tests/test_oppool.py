@@ -1,0 +1,276 @@
+"""The numpy path's op pool (extsrc.oppool): the same batches as one thread, errors that name the
+sample, ops from __main__, and no process or memory left behind however the run ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import children, has_gpu, write_dataset
+
+import augment_ops
+import extsrc
+from augment_ops import augment_op
+from extsrc.config import cores_per_process
+from extsrc.errors import OpError, WorkerDiedError
+from extsrc.oppool import OpPool, split
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@augment_op(replace=True, num_outputs=2)
+def pool_test_jitter_tiles(img, rng):
+    """Random and multi-output: a brightness draw, then the top and bottom halves."""
+    out = np.clip(img.astype(np.float32) * rng.uniform(0.5, 1.5), 0, 255).astype(np.uint8)
+    h = out.shape[0] // 2
+    return out[:h], out[h:]
+
+
+@augment_op(replace=True)
+def pool_test_flip_rows(img):
+    """A strided view (negative step) as the output."""
+    return img[::-1]
+
+
+@augment_op(replace=True)
+def pool_test_fails_on_odd(img, rng):
+    if img.shape[1] % 2:
+        raise ZeroDivisionError("odd width")
+    return img
+
+
+@augment_op(replace=True)
+def pool_test_crashes(img):
+    # Sample 3 (its first pixel is 3 * 13, see helpers.pattern_image) kills its process in the
+    # middle of a batch. A pixel test, not a size test: the tracer would run both branches of
+    # a size test, in this process.
+    if int(img[0, 0, 0]) == 39:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return img
+
+
+def _batches(manifest, ops, **kw) -> list[dict]:
+    loader = extsrc.Loader(manifest, batch_size=6, transforms=ops[:1], ops=ops[1:], resize=16,
+                           op_path="numpy", device="cpu", shuffle=True, seed=3, **kw)
+    try:
+        return [{k: v.clone() for k, v in b.items()} for _ in range(2) for b in loader]
+    finally:
+        loader.close()
+
+
+def test_split_covers_every_sample_once():
+    for n in range(0, 40):
+        for parts in range(1, 20):
+            shares = split(n, parts)
+            assert [i for lo, hi in shares for i in range(lo, hi)] == list(range(n))
+            sizes = [hi - lo for lo, hi in shares]
+            assert all(s > 0 for s in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)
+
+
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_pool_gives_the_serial_batches(tmp_path, kind):
+    manifest = write_dataset(tmp_path, 15, fmt="png")
+    ops = ["pool_test_flip_rows", "pool_test_jitter_tiles"]
+    serial = _batches(manifest, ops, op_workers=0)
+    pooled = _batches(manifest, ops, op_workers=3, op_pool=kind)
+    assert len(serial) == len(pooled) == 6
+    for a, b in zip(serial, pooled, strict=True):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert a[k].equal(b[k]), k
+    # the op really ran: the flip and the draws changed pixels
+    assert not serial[0]["pool_test_jitter_tiles_0"].equal(serial[3]["pool_test_jitter_tiles_0"])
+
+
+def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
+    manifest = write_dataset(tmp_path, 8)
+    before = children()
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=["pool_test_flip_rows"],
+                           op_path="numpy", device="cpu", resize=16, op_workers=2, num_workers=0)
+    assert loader.op_pool is not None and loader.op_pool.pids == []  # started lazily
+    for _ in loader:
+        break
+    pids = set(loader.op_pool.pids)
+    assert len(pids) == 2 and pids <= children() - before
+    loader.close()
+    assert children() - before == set()
+    assert len(next(iter(loader))["label"]) == 4  # iterating again starts new workers
+    assert len(loader.op_pool.pids) == 2 and set(loader.op_pool.pids).isdisjoint(pids)
+    loader.close()
+    assert children() - before == set()
+
+
+def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path):
+    manifest = write_dataset(tmp_path, 8, size=(20, 20))  # widths 20, 21, 22, 23, ...
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=["pool_test_fails_on_odd"],
+                           op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
+    with pytest.raises(OpError) as info:
+        next(iter(loader))
+    err = info.value
+    assert err.op == "pool_test_fails_on_odd" and err.line == 3  # sample 1: header + 2
+    assert err.path.endswith("00001.png")
+    assert "ZeroDivisionError: odd width" in str(err)
+    assert 'raise ZeroDivisionError("odd width")' in err.detail  # the worker's own traceback
+    loader.close()
+
+
+def test_a_worker_killed_mid_batch_is_reported_and_nothing_is_left(tmp_path):
+    manifest = write_dataset(tmp_path, 8, size=(20, 20))  # PNG: pixels kept exactly
+    before = children()
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=["pool_test_crashes"],
+                           op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerDiedError) as info:
+        next(iter(loader))
+    assert time.monotonic() - t0 < 60  # no hang
+    msg = str(info.value)
+    assert "SIGKILL" in msg and "pool_test_crashes" in msg and "manifest.csv" in msg
+    loader.close()
+    assert children() - before == set()
+
+
+def test_an_op_that_cannot_be_pickled_is_refused_at_construction(tmp_path):
+    manifest = write_dataset(tmp_path, 4)
+    lock = threading.Lock()
+    op = augment_ops.Op(name="holds_a_lock", fn=lambda img, lock=lock: img)
+    with pytest.raises(ValueError, match="op_pool='thread'"):
+        extsrc.Loader(manifest, batch_size=2, transforms=[op], op_path="numpy", device="cpu",
+                      resize=16, op_workers=2)
+    # threads take it as it is
+    loader = extsrc.Loader(manifest, batch_size=2, transforms=[op], op_path="numpy",
+                           device="cpu", resize=16, op_workers=2, op_pool="thread")
+    assert sum(len(b["label"]) for b in loader) == 4
+    loader.close()
+
+
+def test_op_workers_come_from_the_cpu_affinity_and_the_local_world(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert cores_per_process() == 3
+    manifest = write_dataset(tmp_path, 4)
+    loader = extsrc.Loader(manifest, batch_size=2, transforms=["pool_test_flip_rows"],
+                           op_path="numpy", device="cpu", resize=16, num_workers=0)
+    assert loader.op_pool is not None and loader.op_pool.workers == 3
+    no_numpy = extsrc.Loader(manifest, batch_size=2, device="cpu", num_workers=0)
+    assert no_numpy.op_pool is None  # nothing runs on the numpy path: no pool
+
+
+def test_pool_arguments_are_checked(tmp_path):
+    manifest = write_dataset(tmp_path, 4)
+    with pytest.raises(ValueError, match="op_pool"):
+        extsrc.Loader(manifest, batch_size=2, op_pool="fibers", device="cpu")
+    with pytest.raises(ValueError, match="op_workers"):
+        extsrc.Loader(manifest, batch_size=2, op_workers=-1, device="cpu")
+    with pytest.raises(ValueError, match="at least one worker"):
+        OpPool(0)
+
+
+_SCRIPT = """
+import os, sys
+import numpy as np
+import extsrc
+from augment_ops import augment_op
+
+# no `if __name__ == "__main__":` guard, the op lives in __main__, a constant beside it
+LEVELS = (np.arange(256) // 64 * 64).astype(np.uint8)
+
+@augment_op(replace=True)
+def main_posterize(img):
+    return np.full_like(img, LEVELS[200])
+
+loader = extsrc.Loader(sys.argv[1], batch_size=4, transforms=["main_posterize"],
+                       op_path="numpy", device="cpu", resize=16, op_workers=2, num_workers=0,
+                       shuffle=False)
+batch = next(iter(loader))
+assert (batch["image"].numpy() == 192).all(), "op did not run"
+print("PIDS", *loader.op_pool.pids, flush=True)
+if sys.argv[2] == "wait":
+    import time
+    time.sleep(60)
+loader.close()
+print("DONE", flush=True)
+"""
+
+
+def _script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(_SCRIPT))
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_an_op_defined_in_a_scripts_main_runs_in_the_workers(tmp_path):
+    manifest = write_dataset(tmp_path, 8)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(_script(tmp_path)), str(manifest), "go"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "DONE" in out.stdout
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
+def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
+    manifest = write_dataset(tmp_path, 8)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(manifest), "wait"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=tmp_path)
+    try:
+        line = ""
+        while not line.startswith("PIDS"):
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read()[-2000:]
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        # Ctrl-C in a terminal signals the whole process group; the workers ignore it and
+        # leave when their parent does.
+        proc.send_signal(getattr(signal, how))
+        for p in pids:
+            if how == "SIGINT":
+                os.kill(p, signal.SIGINT)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_gpu_loader_pool_gives_the_serial_batches(tmp_path, kind):
+    manifest = write_dataset(tmp_path, 30, fmt="jpg", size=(61, 83))
+    ops = ["pool_test_flip_rows", "pool_test_jitter_tiles"]
+
+    def batches(**kw):
+        loader = extsrc.Loader(manifest, batch_size=7, transforms=ops[:1], ops=ops[1:], resize=24,
+                               op_path="numpy", device="cuda", seed=5, **kw)
+        try:
+            return [{k: v.cpu().clone() for k, v in b.items()} for _ in range(2) for b in loader]
+        finally:
+            loader.close()
+
+    serial, pooled = batches(op_workers=0), batches(op_workers=3, op_pool=kind)
+    assert len(serial) == len(pooled) == 10
+    for a, b in zip(serial, pooled, strict=True):
+        for k in a:
+            assert a[k].equal(b[k]), k
