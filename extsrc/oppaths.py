@@ -220,7 +220,14 @@ class _DeviceImage:
 def _copy_device_image(dst: np.ndarray, src: _DeviceImage) -> None:
     import torch
 
-    torch.from_numpy(dst).copy_(src.tensor)
+    # Asynchronous into page-locked memory; the pool calls _copies_done before a worker reads.
+    torch.from_numpy(dst).copy_(src.tensor, non_blocking=True)
+
+
+def _copies_done() -> None:
+    import torch
+
+    torch.cuda.current_stream().synchronize()
 
 
 def _pin(m: Any) -> Callable[[], None] | None:
@@ -235,6 +242,16 @@ def _pin(m: Any) -> Callable[[], None] | None:
     if int(cudart.cudaHostRegister(ptr, len(m), 0)) != 0:
         return None
     return lambda: cudart.cudaHostUnregister(ptr)
+
+
+def _typed(buf: Any, offset: int, shape: tuple[int, ...], dtype: str) -> Any:
+    """The array at ``offset`` of a uint8 GPU buffer, as a tensor of ``dtype`` and ``shape``."""
+    import torch
+
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) * dt.itemsize
+    torch_dtype = torch.from_numpy(np.empty(0, dt)).dtype
+    return buf[offset:offset + n].view(torch_dtype).view(shape)
 
 
 class DeviceBatchOpRunner(BatchOpRunner):
@@ -262,14 +279,22 @@ class DeviceBatchOpRunner(BatchOpRunner):
             imgs = [from_dlpack(x) for x in images]
             rows = torch.stack([from_dlpack(x) for x in infos]).cpu().numpy()
             assert self.pool is not None
+            device = torch.device("cuda", self.device_id)
             if self.pool.kind == "process":
-                results = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
-                                        copy_in=_copy_device_image)
+                # One upload per worker: its outputs lie together in its memory.
+                spans: list[Any] = []
+                self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
+                              copy_in=_copy_device_image, copied=_copies_done, spans=spans)
+                outs = []
+                for m, used, placed in spans:
+                    host = torch.from_numpy(np.frombuffer(m, np.uint8, count=used))
+                    buf = host.to(device, non_blocking=True)
+                    outs += [tuple(_typed(buf, off, shape, dt) for off, shape, dt in sample)
+                             for sample in placed]
             else:
                 results = self.pool.run(self, [t.cpu().numpy() for t in imgs], rows)
-            device = torch.device("cuda", self.device_id)
-            outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device, non_blocking=True)
-                          for o in sample) for sample in results]
+                outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device)
+                              for o in sample) for sample in results]
             torch.cuda.current_stream().synchronize()  # the pool's memory is free again
         self._previous = outs
         capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]

@@ -129,6 +129,16 @@ class _Mapped:
             self.fd = -1
 
 
+def _worker_env() -> dict[str, str]:
+    """The workers' environment: this process's, with glibc's malloc told to keep freed memory.
+    Ops make image-sized temporaries; by default each is a fresh mmap whose pages fault in and
+    are zeroed again for every sample, which costs more than many ops' arithmetic."""
+    env = dict(os.environ)
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
+    env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
+    return env
+
+
 class _Worker:
     """One worker process, its socket and its shared memory."""
 
@@ -138,7 +148,7 @@ class _Worker:
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", "from extsrc.opworker import main; main()",
                  str(child.fileno()), str(os.getpid())],
-                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL,
+                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=_worker_env(),
             )
         finally:
             child.close()
@@ -230,15 +240,20 @@ class OpPool:
     # -- running ----------------------------------------------------------------------------------
     def run(self, runner: BatchOpRunner, images: Sequence[Any], infos: Sequence[Any], *,
             copy_in: Callable[[np.ndarray, Any], None] = np.copyto,
+            copied: Callable[[], None] | None = None,
+            spans: list[tuple[mmap.mmap, int, list[Any]]] | None = None,
             ) -> list[tuple[np.ndarray, ...]]:
         """``runner``'s op on every sample (info rows: manifest index, epoch, pad flag), in the
         batch's order; the first failing sample's error, worded as the serial path words it.
 
         ``images`` are numpy arrays, or (worker processes only) objects with ``shape``, numpy
         ``dtype`` and ``nbytes`` that ``copy_in(destination_array, image)`` copies into the
-        workers' memory (GPU tensors: one device-to-host copy each, no host buffer between).
-        The outputs of worker processes are views of their memory, valid until this op's next
-        batch."""
+        workers' memory (GPU tensors: one device-to-host copy each, no host buffer between);
+        ``copied()`` is called before a worker is given the images copied for it (to wait for
+        asynchronous copies). The outputs of worker processes are views of their memory, valid
+        until this op's next batch; ``spans``, if given, receives per worker the map, the bytes
+        its outputs take from the start, and their (offset, shape, dtype) per sample, in batch
+        order (to move them elsewhere with one copy per worker)."""
         ids = [(int(info[0]), int(info[1])) for info in infos]
         with self._lock:
             if self.kind == "thread":
@@ -247,7 +262,7 @@ class OpPool:
                     _OPEN.add(self)
                 return list(self._threads.map(
                     lambda a: runner.run_one(a[0], *a[1]), zip(images, ids, strict=True)))
-            return self._run_processes(runner, images, ids, copy_in)
+            return self._run_processes(runner, images, ids, copy_in, copied, spans)
 
     def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
         """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
@@ -273,6 +288,8 @@ class OpPool:
 
     def _run_processes(self, runner: BatchOpRunner, images: Sequence[Any],
                        ids: list[tuple[int, int]], copy_in: Callable[[np.ndarray, Any], None],
+                       copied: Callable[[], None] | None,
+                       spans: list[tuple[mmap.mmap, int, list[Any]]] | None,
                        ) -> list[tuple[np.ndarray, ...]]:
         self._start()
         key, payload = self._key(runner)
@@ -295,6 +312,8 @@ class OpPool:
                     copy_in(view, img)
                     items.append((offset, shape, img.dtype.str, *ids[i]))
                     offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                if copied is not None:
+                    copied()
                 send_message(w.sock, ("run", key, offset, items))
                 busy.append((w, lo, hi))
             results: list[tuple[np.ndarray, ...]] = []
@@ -313,6 +332,10 @@ class OpPool:
                     results.append(tuple(
                         np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=off)
                         for off, shape, dt in sample))
+                if spans is not None and out.map is not None:
+                    used = max((off + int(np.prod(shape)) * np.dtype(dt).itemsize
+                                for sample in placed for off, shape, dt in sample), default=0)
+                    spans.append((out.map, used, placed))
         except (EOFError, ConnectionError, BrokenPipeError):
             err = self._died(runner, at, ids)
             self.close()

@@ -217,7 +217,8 @@ def _alive(pid: int) -> bool:
 
 def test_an_op_defined_in_a_scripts_main_runs_in_the_workers(tmp_path):
     manifest = write_dataset(tmp_path, 8)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     out = subprocess.run([sys.executable, str(_script(tmp_path)), str(manifest), "go"],
                          capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -227,7 +228,8 @@ def test_an_op_defined_in_a_scripts_main_runs_in_the_workers(tmp_path):
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
 def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
     manifest = write_dataset(tmp_path, 8)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(manifest), "wait"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             cwd=tmp_path)
