@@ -11,8 +11,13 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
-from extsrc.oppaths import BatchOpRunner, GpuBatchOpRunner, native_outputs
-from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+from extsrc.oppaths import (
+    BatchOpRunner,
+    GpuBatchOpRunner,
+    native_outputs,
+    native_sample_scalars,
+)
+from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
 
@@ -88,10 +93,21 @@ def build_pipeline(
     # One per reader took extsrc from 12-15k to 18-19k images/s on an H100
     # (benchmarks/README.md, "Reader depth"). DALI takes the argument only with readers.
     readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
+    # Each use of an op in order, with its occurrence (the same op twice draws independent
+    # numbers) and, for a traced random op on the native path, what the readers compute for it.
+    uses: list[tuple[Op, int, Any]] = []
+    seen: dict[str, int] = {}
+    for op in (*transforms, *ops):
+        occurrence = seen.get(op.name, 0)
+        seen[op.name] = occurrence + 1
+        program = (native_sample_scalars(op, seed=seed, occurrence=occurrence)
+                   if op_paths[op.name] == "native" else None)
+        uses.append((op, occurrence, program))
+    programs = [p for _, _, p in uses if p is not None]
     with pipe:
-        encoded, label, info = fn.external_source(
-            source=source,
-            num_outputs=len(SOURCE_OUTPUTS),
+        encoded, label, info, *values = fn.external_source(
+            source=ReaderValues(source, programs) if programs else source,
+            num_outputs=len(SOURCE_OUTPUTS) + sum(len(p.nodes) for p in programs),
             batch=True,
             batch_info=True,
             **readers,
@@ -102,15 +118,16 @@ def build_pipeline(
         if decoder == "mixed" and hw_decoder_load is not None:
             decode_kw["hw_decoder_load"] = float(hw_decoder_load)
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
-        seen: dict[str, int] = {}
+        pending = iter(uses)
 
         def run(op: Op, img: Any) -> list[Any]:
             path = op_paths[op.name]
-            occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
-            seen[op.name] = occurrence + 1
+            _, occurrence, program = next(pending)
             if path == "native":
-                outs = native_outputs(op, img, info, seed=seed, manifest=manifest,
-                                      occurrence=occurrence)
+                count = len(program.nodes) if program is not None else 0
+                outs = native_outputs(op, img, info, manifest=manifest,
+                                      sample_values=values[:count])
+                del values[:count]
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img

@@ -382,6 +382,45 @@ def test_native_path_refuses_images_below_min_size(tmp_path):
             assert "[native path]" in text
 
 
+def _run_checked(sizes: list[tuple[int, int]], calls: list) -> list[np.ndarray]:
+    """grid2x2's traced graph, with its min_size check, on one batch of images of ``sizes``."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.trace import trace_op
+
+    def check(shapes, infos):
+        calls.append(([tuple(int(v) for v in s) for s in shapes], [int(i[0]) for i in infos]))
+        raise ValueError("an image is too small")
+
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
+    info = np.array([[10 + k, 0, 0] for k in range(len(sizes))], np.int64)
+    pipe = Pipeline(batch_size=len(sizes), num_threads=1, device_id=None,
+                    prefetch_queue_depth=1)
+    with pipe:
+        img, inf = fn.external_source(source=lambda: (imgs, info), num_outputs=2, batch=True,
+                                      layout=["HWC", ""])
+        pipe.set_outputs(*emit(trace_op(augment_ops.get("grid2x2")), img, info=inf,
+                               check=check, min_size=2))
+    pipe.build()
+    outs = pipe.run()
+    return [np.array(out[k]) for out in outs for k in range(len(sizes))]
+
+
+def test_native_min_size_check_calls_python_only_for_a_batch_with_a_small_image():
+    calls: list = []
+    got = _run_checked([(5, 7), (2, 2), (9, 4)], calls)
+    assert calls == []  # no image below 2x2: DALI never calls the check
+    grid = augment_ops.get("grid2x2")
+    refs = [grid.apply(pattern_image(k, h, w))[j] for j in range(4)
+            for k, (h, w) in enumerate([(5, 7), (2, 2), (9, 4)])]
+    for g, r in zip(got, refs, strict=True):
+        np.testing.assert_array_equal(g, r)
+    with pytest.raises(Exception, match="an image is too small"):
+        _run_checked([(5, 7), (1, 9), (6, 6)], calls)
+    assert calls == [([(1, 9, 3)], [11])]  # the small image alone, with its info row
+
+
 @pytest.mark.slow
 def test_numpy_path_op_writing_into_its_input_is_refused(dataset):
     with extsrc.Loader(dataset, batch_size=1, ops=[u_writes_input], device="cpu",
