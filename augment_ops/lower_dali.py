@@ -127,6 +127,15 @@ class _Emitter:
 
     def _where(self, n: Node) -> Any:
         c, a, b = n.args
+        if n.ndim == 0 and n.dtype.kind in "iu" and c.op == "bin" and c.attrs[0] == "less":
+            # The clamps of sizes and bounds: one operator instead of a bitwise select.
+            import nvidia.dali.math as dmath
+
+            x, y = c.args
+            if a is x and b is y:
+                return dmath.min(*_on_device(self.value(a), self.value(b)))
+            if a is y and b is x:
+                return dmath.max(*_on_device(self.value(a), self.value(b)))
         return where(self.value(c), self.value(a), self.value(b), n.dtype,
                      a.value if a.op == "const" else None, b.value if b.op == "const" else None)
 

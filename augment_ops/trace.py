@@ -660,15 +660,16 @@ def _lower(d: Dim) -> float | None:
         a, b = d.args
         name = d.attrs[0]
         la, lb = _lower(a), _lower(b)
-        if name == "subtract" and _at_most(b, a):
-            return 0
+        if name == "subtract":
+            known = [0] if _at_most(b, a) else []
+            if la is not None and b.op == "const":
+                known.append(la - float(b.value.max()))
+            return builtins.max(known) if known else None
         if la is None or lb is None:
             return la if name == "maximum" and la is not None else (
                 lb if name == "maximum" else None)
         if name == "add":
             return la + lb
-        if name == "subtract" and b.op == "const":
-            return la - float(b.value.max())
         if name == "minimum":
             return builtins.min(la, lb)
         if name == "maximum":
@@ -697,15 +698,20 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     else:
         lo, up = _lower(src), _upper(src)
         if src.dtype.kind in "iu":
+            # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
             info = np.iinfo(src.dtype)
-            lo = float(info.min) if lo is None else lo
-            up = float(info.max) if up is None else up
+            lo = int(info.min) if lo is None else lo
+            up = int(info.max) if up is None else up
     if dst.kind in "iu":
         info = np.iinfo(dst)
         if lo is None or up is None or lo < info.min or up > info.max:
             return float(info.min), float(info.max)
         return math.floor(lo), math.floor(up)
     return lo, up
+
+
+#: An upper bound of an image side: one of 2**40 pixels would take terabytes.
+_MAX_SIDE = 2**40
 
 
 def _upper(d: Dim) -> float | None:
@@ -716,6 +722,10 @@ def _upper(d: Dim) -> float | None:
         return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "input":
         return 255
+    if d.op == "in_dim":
+        return _MAX_SIDE
+    if d.op == "uniform":
+        return 1
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS:
@@ -732,6 +742,9 @@ def _upper(d: Dim) -> float | None:
         if name == "minimum":
             known = [u for u in (ua, ub) if u is not None]
             return builtins.min(known) if known else None
+        if name == "subtract":
+            lb = _lower(b)
+            return None if ua is None or lb is None else ua - lb
         if ua is None or ub is None:
             return None
         if name == "add":
@@ -752,11 +765,28 @@ def _nonneg(d: Dim) -> bool:
     return lo is not None and lo >= 0
 
 
+def _same_value(d: Node) -> Node:
+    """``d`` without the casts that keep every value (int64 of a size, a widening)."""
+    while d.op == "cast" and np.can_cast(d.args[0].dtype, d.dtype):
+        d = d.args[0]
+    return d
+
+
+def _is_zero(d: Dim) -> bool:
+    return (isinstance(d, int) and d == 0) or (
+        isinstance(d, Node) and d.op == "const" and d.value.size == 1 and d.value.item() == 0)
+
+
 def _at_most(a: Dim, b: Dim) -> bool:
     """Whether ``a <= b`` for every sample, ``b`` a size (>= 0)."""
+    if isinstance(a, Node) and isinstance(b, Node) and _same_value(a) is _same_value(b):
+        return True
     if a is b or (isinstance(a, int) and isinstance(b, int) and a <= b):
         return True
     if isinstance(a, int) and a <= 0 and _nonneg(b):
+        return True
+    if isinstance(a, Node) and a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
+            and a.value.item() <= 0 and _nonneg(b):
         return True
     if not isinstance(a, Node):
         return False
@@ -772,6 +802,10 @@ def _at_most(a: Dim, b: Dim) -> bool:
         if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
             return _at_most(x, b)
         if name == "subtract" and _nonneg(y):
+            return _at_most(x, b)
+        if name == "add" and _is_zero(x):
+            return _at_most(y, b)
+        if name == "add" and _is_zero(y):
             return _at_most(x, b)
     if isinstance(b, Node) and b.op == "bin" and b.attrs[0] == "add" and (
             (b.args[0] is a and _nonneg(b.args[1])) or (b.args[1] is a and _nonneg(b.args[0]))):

@@ -10,6 +10,12 @@ against the same loader with no op, on two generated datasets:
   costs whatever the image size: its per-sample scalars (sizes, bounds, draws, checks) and its
   operators' fixed costs.
 
+``--graph`` adds the most direct measure: the traced op's DALI graph alone (``emit``) on a batch
+of pre-made 8x8 to 16x16 images from an external source, no decoding and no resizing, against
+the same pipeline without the op, in milliseconds per batch; with the time that numpy takes to
+compute the op's per-sample scalars for a batch outside DALI (the readers' share, in the code
+that has one).
+
 Every image output of ``large`` is resized (stretched) to ``--resize``, as in
 ``bench_user_ops.py``. Each measurement builds the loader, skips ``--warmup`` batches and times
 ``--batches-large`` (``--batches-small``) batches; the
@@ -90,6 +96,74 @@ def measure(manifest: Path, transforms, ops, args, *, resize: int, batches: int)
             "op_paths": paths}
 
 
+def graph_overhead(name: str, transforms, ops, args) -> dict:
+    """ms per batch of the traced graphs of ``transforms`` then ``ops`` on tiny images, beside
+    the same pipeline without them (``name == "no_op"``)."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    import augment_ops
+    import augment_ops.lower_dali as lower
+    import extsrc
+    from augment_ops.trace import trace_op
+    from extsrc import oppaths
+
+    batch = args.batch_size
+    rng = np.random.default_rng(0)
+    imgs = [rng.integers(0, 256, (int(rng.integers(8, 17)), int(rng.integers(8, 17)), 3),
+                         dtype=np.uint8) for _ in range(batch)]
+    info = np.stack([np.arange(batch), np.zeros(batch, np.int64), np.zeros(batch, np.int64)],
+                    axis=1).astype(np.int64)
+    manifest = extsrc.Manifest.from_lists([f"{i}.jpg" for i in range(batch)], [0] * batch)
+    reader_s = 0.0
+    new_api = hasattr(lower, "SampleScalars")
+    pipe = Pipeline(batch_size=batch, num_threads=args.threads, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        inf = fn.external_source(source=lambda: info, batch=True)
+        outs, image = [], img
+        for k, op_name in enumerate((*transforms, *ops)):
+            op = augment_ops.get(op_name)
+            traced = trace_op(op)
+            check = oppaths.SizeCheck(op, manifest) if op.min_size > 1 else None
+            if new_api:
+                program = oppaths.native_sample_scalars(op, seed=0)
+                values = []
+                if program is not None:
+                    arrays = program(info[:, 0], info[:, 1])
+                    start = time.perf_counter()
+                    for _ in range(20):
+                        program(info[:, 0], info[:, 1])
+                    reader_s += (time.perf_counter() - start) / 20
+                    values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                              for a in arrays]
+                got = lower.emit(traced, image, sample_values=values, info=inf, check=check,
+                                 min_size=op.min_size)
+            else:
+                uniform = (oppaths.CounterDraws(0, oppaths.op_salt(op.name))
+                           if traced.num_draws else None)
+                got = lower.emit(traced, image, info=inf, uniform=uniform, check=check)
+            if k < len(transforms):
+                (image,) = got
+            else:
+                outs += got
+        pipe.set_outputs(image, *outs)
+    pipe.build()
+    for _ in range(5):
+        pipe.run()
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        for _ in range(args.graph_batches):
+            pipe.run()
+        times.append(1e3 * (time.perf_counter() - start) / args.graph_batches)
+    del pipe
+    gc.collect()
+    return {"ms_per_batch": round(statistics.median(times), 3),
+            "repeats_ms": [round(t, 3) for t in times],
+            "reader_ms_per_batch": round(1e3 * reader_s, 3)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="/tmp/extsrc-bench-native")
@@ -104,6 +178,8 @@ def main() -> None:
     p.add_argument("--batches-small", type=int, default=40)
     p.add_argument("--batches-large", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--graph", action="store_true", help="also time the traced graphs alone")
+    p.add_argument("--graph-batches", type=int, default=200)
     p.add_argument("--ops", default=None, help="comma-separated subset of user_ops.SUITE")
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -125,7 +201,7 @@ def main() -> None:
 
     data = Path(args.data)
     manifests = {}
-    for ds in args.datasets.split(","):
+    for ds in filter(None, args.datasets.split(",")):
         if ds == "large":
             manifests[ds], _ = make_dataset(data / "large", args.n)
         else:
@@ -144,6 +220,14 @@ def main() -> None:
                       f"{got['images_per_s']:8.0f} img/s", flush=True)
 
     results: dict[str, dict] = {}
+    if args.graph:
+        graph = {name: graph_overhead(name, *spec, args) for name, spec in variants.items()}
+        for name, g in graph.items():
+            g["ms_over_no_op"] = round(g["ms_per_batch"] - graph["no_op"]["ms_per_batch"], 3)
+            print(f"graph {name:20s} {g['ms_per_batch']:8.3f} ms/batch "
+                  f"(+{g['ms_over_no_op']:6.3f}), readers {g['reader_ms_per_batch']:.3f} ms",
+                  flush=True)
+        results["graph"] = graph
     for ds, per in rounds.items():
         base = statistics.median(g["ms_per_batch"] for g in per["no_op"])
         results[ds] = {}
@@ -178,6 +262,8 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for ds, per in results.items():
         for name, r in per.items():
+            if ds == "graph":
+                continue
             print(f"{ds:5s} {name:20s} {r['ms_per_batch']:8.2f} ms/batch "
                   f"(+{r['ms_over_no_op']:6.2f}) {r['images_per_s']:8.0f} img/s")
 
