@@ -112,10 +112,19 @@ class _Emitter:
     # -- elementwise
     def _cast(self, n: Node) -> Any:
         (x,) = n.args
+        if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
+            # Already integral: nothing to truncate before the conversion.
+            from nvidia.dali import fn
+
+            return fn.cast(self.value(x), dtype=_dali_type(n.dtype))
         return cast(self.value(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
     def _bin(self, n: Node) -> Any:
         a, b = n.args
+        if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
+            return self.value(a)  # integer bounds such as h - 0, y + 0: no operator
+        if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
+            return self.value(b)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
         if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
             return binary(n.attrs[0], self.value(a), self.value(b), np.dtype(np.uint64))
@@ -238,6 +247,13 @@ class _Emitter:
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)
+
+
+_ROUNDING = ("floor", "ceil", "rint", "trunc")
+
+
+def _is_zero(n: Node) -> bool:
+    return n.op == "const" and n.value.ndim == 0 and n.value.item() == 0
 
 
 def _sub(a: Any, b: Any) -> Any:
