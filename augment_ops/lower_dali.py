@@ -4,8 +4,10 @@ The operators run on whichever device the image is on. Per-sample scalars (sizes
 branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GPU only where an
 elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone
 are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
-graph as external-source outputs. No Python runs per batch in the graph. numpy's semantics are
-kept where DALI's differ:
+graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
+check calls Python only for a batch holding a too-small image, to raise). Facts the tracer knows
+(sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
+bounds take a few operators. numpy's semantics are kept where DALI's differ:
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
