@@ -537,6 +537,15 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         shape = fn._conditional.merge(shape_ok, checked, predicate=ok)
         # A reshape to its own shape shares the image's memory; it orders the check first.
         em.image = fn.reshape(image, shape=shape)
-    # Later stages (resize) read the layout, which elementwise operators may not keep.
-    return [fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
+    # Later stages (resize) read the layout, which elementwise operators may not keep; slices
+    # and rectangle fills of the input keep it, and spare the operator.
+    return [em.value(n) if _keeps_layout(n) else
+            fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]
+
+
+def _keeps_layout(n: Node) -> bool:
+    """Whether DALI gives ``n`` the input's HWC layout: slices and rectangle fills of it do."""
+    while n.op in ("slice", "fill") and n.ndim == 3:
+        n = n.args[0]
+    return n.op == "input"
