@@ -118,16 +118,14 @@ def build_pipeline(
         if decoder == "mixed" and hw_decoder_load is not None:
             decode_kw["hw_decoder_load"] = float(hw_decoder_load)
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
-        pending = iter(uses)
+        drawn = iter(values)  # the readers' values, in the order of `programs`
 
-        def run(op: Op, img: Any) -> list[Any]:
+        def run(use: tuple[Op, int, Any], img: Any) -> list[Any]:
+            op, occurrence, program = use
             path = op_paths[op.name]
-            _, occurrence, program = next(pending)
             if path == "native":
-                count = len(program.nodes) if program is not None else 0
-                outs = native_outputs(op, img, info, manifest=manifest,
-                                      sample_values=values[:count])
-                del values[:count]
+                mine = [next(drawn) for _ in program.nodes] if program is not None else []
+                outs = native_outputs(op, img, info, manifest=manifest, sample_values=mine)
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
@@ -149,11 +147,11 @@ def build_pipeline(
                 )
             return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
-        for op in transforms:
-            (image,) = run(op, image)
+        for use in uses[:len(transforms)]:
+            (image,) = run(use, image)
         images = [image]
-        for op in ops:
-            images += run(op, image)
+        for use in uses[len(transforms):]:
+            images += run(use, image)
         if gpu:
             images = [im.gpu() for im in images]
             label = label.gpu()
