@@ -560,6 +560,57 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
 
 
+CROP_FORMULAS = {
+    "centre": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 2),
+    "third": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 3),
+    "end": lambda x, s: _crop(x, s, lambda n, c: n - c),
+    "start": lambda x, s: _crop(x, s, lambda n, c: 0),
+    "plus-minus": lambda x, s: _crop(x, s, lambda n, c: ((n - c) + 1) - 1),
+    # Bounds that do leave the image for some sizes: their clamps must stay.
+    "overhang": lambda x, s: x[x.shape[0] // 2:x.shape[0] // 2 + s, :s],
+    "negative": lambda x, s: x[x.shape[0] - s:, max(0, x.shape[1] - s) - 1:],
+    "length": lambda x, s: _row_at_length(x, s),
+}
+
+
+def _row_at_length(x, size):
+    """The row at the length of an overhanging slice: wrong if the slice's size is unclamped."""
+    k = x[x.shape[0] // 2:x.shape[0] // 2 + size].shape[0]
+    return x[k - 1:k]
+
+
+def _crop(x, size, offset):
+    h, w = x.shape[:2]
+    ch, cw = min(size, h), min(size, w)
+    y, z = offset(h, ch), offset(w, cw)
+    return x[y:y + ch, z:z + cw]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(formula=st.sampled_from(sorted(CROP_FORMULAS)), size=st.integers(1, 24),
+       sizes=st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=2, max_size=2))
+def test_crops_whose_clamps_the_tracer_drops_equal_numpy(formula, size, sizes):
+    """Bounds the tracer proves in range (``(h - ch) // 2 + ch <= h``, ...) get no run-time
+    clamp; the crop must still equal numpy's for sizes above and below the crop."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    def program(img):
+        return CROP_FORMULAS[formula](img, size)
+
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
+    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=np.uint8,
+                            ndim=3)
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        pipe.set_outputs(*emit(traced, img))
+    pipe.build()
+    (out,) = pipe.run()
+    for k, im in enumerate(imgs):
+        np.testing.assert_array_equal(np.array(out[k]), program(im), err_msg=str(sizes[k]))
+
+
 def test_trace_error_is_a_value_error_with_fields():
     with pytest.raises(TraceError) as info:
         trace_function(lambda img: img[::3], params={}, random=False, num_outputs=1,
