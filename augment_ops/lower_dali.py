@@ -1,9 +1,13 @@
 """Emit a traced op (:mod:`augment_ops.trace`) as DALI operators on the image's DataNode.
 
 The operators run on whichever device the image is on. Per-sample scalars (sizes, slice bounds,
-random draws, branch conditions) are computed by numpy in one CPU ``python_function`` per batch
-(:class:`ScalarProgram`) and copied to the GPU only where an elementwise operator mixes them with
-GPU pixels. numpy's semantics are kept where DALI's differ:
+branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GPU only where an
+elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone
+are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
+graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
+check calls Python only for a batch holding a too-small image, to raise). Facts the tracer knows
+(sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
+bounds take a few operators. numpy's semantics are kept where DALI's differ:
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
@@ -17,14 +21,14 @@ GPU pixels. numpy's semantics are kept where DALI's differ:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace import Node, Traced
 
-__all__ = ["emit"]
+__all__ = ["SampleScalars", "emit", "sample_scalar_nodes"]
 
 
 def _dali_type(dt: np.dtype) -> Any:
@@ -73,7 +77,16 @@ class _Emitter:
     def __init__(self, image: Any) -> None:
         self.image = image
         self.shape: Any = None
+        self.dims: dict[int, Any] = {}
         self.memo: dict[int, Any] = {}
+
+    def dim(self, axis: int) -> Any:
+        """The input's size along ``axis``, a per-sample int64 scalar (one operator per axis)."""
+        if axis not in self.dims:
+            if self.shape is None:
+                self.shape = self.image.shape()
+            self.dims[axis] = self.shape[axis]
+        return self.dims[axis]
 
     def value(self, n: Node | int) -> Any:
         if not isinstance(n, Node):
@@ -89,9 +102,11 @@ class _Emitter:
         return self.image
 
     def _in_dim(self, n: Node) -> Any:
-        if self.shape is None:
-            self.shape = self.image.shape()
-        return self.shape[n.attrs[0]]
+        return self.dim(n.attrs[0])
+
+    def _uniform(self, n: Node) -> Any:
+        raise ValueError("a random traced op takes its draws from SampleScalars; pass "
+                         "sample_values= to emit")
 
     def _const(self, n: Node) -> Any:
         return _constant(n.value, n.dtype)
@@ -99,10 +114,19 @@ class _Emitter:
     # -- elementwise
     def _cast(self, n: Node) -> Any:
         (x,) = n.args
+        if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
+            # Already integral: nothing to truncate before the conversion.
+            from nvidia.dali import fn
+
+            return fn.cast(self.value(x), dtype=_dali_type(n.dtype))
         return cast(self.value(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
     def _bin(self, n: Node) -> Any:
         a, b = n.args
+        if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
+            return self.value(a)  # integer bounds such as h - 0, y + 0: no operator
+        if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
+            return self.value(b)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
         if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
             return binary(n.attrs[0], self.value(a), self.value(b), np.dtype(np.uint64))
@@ -114,6 +138,15 @@ class _Emitter:
 
     def _where(self, n: Node) -> Any:
         c, a, b = n.args
+        if n.ndim == 0 and n.dtype.kind in "iu" and c.op == "bin" and c.attrs[0] == "less":
+            # The clamps of sizes and bounds: one operator instead of a bitwise select.
+            import nvidia.dali.math as dmath
+
+            x, y = c.args
+            if a is x and b is y:
+                return dmath.min(*_on_device(self.value(a), self.value(b)))
+            if a is y and b is x:
+                return dmath.max(*_on_device(self.value(a), self.value(b)))
         return where(self.value(c), self.value(a), self.value(b), n.dtype,
                      a.value if a.op == "const" else None, b.value if b.op == "const" else None)
 
@@ -216,6 +249,13 @@ class _Emitter:
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)
+
+
+_ROUNDING = ("floor", "ceil", "rint", "trunc")
+
+
+def _is_zero(n: Node) -> bool:
+    return n.op == "const" and n.value.ndim == 0 and n.value.item() == 0
 
 
 def _sub(a: Any, b: Any) -> Any:
@@ -376,27 +416,24 @@ def where(c: Any, a: Any, b: Any, dt: np.dtype, a_const: Any = None, b_const: An
     return out if bits_dt == dt else fn.reinterpret(out, dtype=_dali_type(dt))
 
 
-class ScalarProgram:
-    """The per-sample scalars of a traced op (sizes, slice bounds, draws, branch conditions),
-    evaluated with numpy for a whole batch in one ``python_function`` call.
+class SampleScalars:
+    """The per-sample scalars of a traced op that depend on its random draws but not on the image
+    (``rng.uniform(a, b)``, ``rng.random() < p``, the draw of ``rng.integers`` before it meets a
+    size), evaluated by numpy for a batch of samples from their (manifest index, epoch).
 
-    Scalar arithmetic as DALI operators costs one operator per step (a crop's bounds and its
-    draws take dozens); here it is one Python call per batch, with numpy's own semantics.
-    ``uniform(index, epoch, slot)`` gives the draws (float64 arrays); ``check(shapes, infos)``
-    may refuse a batch (the op's min_size).
+    The loader runs it in the source's reader processes, beside the file bytes
+    (:class:`extsrc.source.ReaderValues`): the numbers arrive in the graph as external-source
+    outputs, with numpy's own semantics and no Python call in the pipeline.
+    ``uniform(index, epoch, slot)`` gives the draws (float64 arrays). Picklable.
     """
 
-    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray] | None,
-                 check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None) -> None:
+    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray]) -> None:
         self.nodes = nodes
         self.uniform = uniform
-        self.check = check
 
-    def __call__(self, shapes: list[np.ndarray], infos: list[np.ndarray]) -> Any:
-        if self.check is not None:
-            self.check(shapes, infos)
-        shape = np.stack(shapes).astype(np.int64)
-        info = np.stack(infos) if infos else np.zeros((len(shapes), 3), np.int64)
+    def __call__(self, index: np.ndarray, epoch: np.ndarray) -> list[np.ndarray]:
+        """One array of shape ``(len(index),)`` per node, of the node's dtype."""
+        count = len(index)
         memo: dict[int, np.ndarray] = {}
 
         def ev(n: Node | int) -> Any:
@@ -405,12 +442,10 @@ class ScalarProgram:
             got = memo.get(id(n))
             if got is not None:
                 return got
-            if n.op == "in_dim":
-                got = shape[:, n.attrs[0]]
-            elif n.op == "const":
+            if n.op == "const":
                 got = n.value
             elif n.op == "uniform":
-                got = self.uniform(info[:, 0], info[:, 1], n.attrs[0])
+                got = self.uniform(index, epoch, n.attrs[0])
             elif n.op == "cast":
                 got = np.asarray(ev(n.args[0])).astype(n.dtype)
             elif n.op == "bin":
@@ -420,68 +455,97 @@ class ScalarProgram:
             elif n.op == "where":
                 got = np.where(*(ev(a) for a in n.args))
             else:
-                raise ValueError(f"not a scalar node: {n}")
-            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (len(shapes),))
+                raise ValueError(f"not a scalar of the draws alone: {n}")
+            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count,))
             memo[id(n)] = got
             return got
 
-        if not self.nodes:
-            return shapes
         with np.errstate(all="ignore"):
-            outs = [ev(n) for n in self.nodes]
-        per_output = tuple([np.array(v[i]) for i in range(len(shapes))] for v in outs)
-        return per_output if len(per_output) != 1 else per_output[0]
+            return [np.ascontiguousarray(ev(n)) for n in self.nodes]
 
 
-def _scalar_boundary(outputs: tuple[Node, ...]) -> list[Node]:
-    """The pixel-independent scalar nodes that array operators read (bounds, fills, branch
-    conditions, elementwise operands), in a stable order."""
+def sample_scalar_nodes(traced: Traced) -> list[Node]:
+    """The scalars of ``traced`` that :class:`SampleScalars` computes: those depending on draws
+    and not on the image, which the graph's other nodes read, in a stable order (empty for an
+    op without draws)."""
+    if not traced.num_draws:
+        return []
+    on_image: dict[int, bool] = {}
+
+    def image_dependent(n: Node) -> bool:
+        got = on_image.get(id(n))
+        if got is None:
+            got = n.pixel or n.op == "in_dim" or any(
+                isinstance(a, Node) and image_dependent(a) for a in n.args)
+            on_image[id(n)] = got
+        return got
+
     seen: set[int] = set()
     found: dict[int, Node] = {}
-    stack = list(outputs)
+    stack = list(traced.outputs)
     while stack:
         n = stack.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
         for a in n.args:
-            if not isinstance(a, Node):
+            if not isinstance(a, Node) or a.op == "const":
                 continue
-            if a.ndim == 0 and not a.pixel and a.op != "const":
+            if a.ndim == 0 and not image_dependent(a):
                 found.setdefault(id(a), a)
             else:
                 stack.append(a)
     return list(found.values())
 
 
-def emit(traced: Traced, image: Any, *, info: Any = None,
-         uniform: Callable[..., np.ndarray] | None = None,
-         check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None) -> list[Any]:
+def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
+         check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
+         min_size: int = 1) -> list[Any]:
     """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
 
-    Per-sample scalars run in one CPU ``python_function`` per batch (:class:`ScalarProgram`),
-    which reads ``image.shape()`` and, for random ops or a ``check``, ``info`` (per-sample
-    manifest index, epoch, pad flag); ``uniform(index, epoch, slot)`` gives a random op's draws.
+    Every per-sample scalar is a DALI CPU operator on ``image.shape()``, except those of
+    :func:`sample_scalar_nodes`, which a random op must pass as ``sample_values`` (DataNodes of
+    per-sample scalars in that order, made by :class:`SampleScalars`).
+
+    ``check`` (with ``min_size`` > 1 and ``info``, the pipeline's per-sample manifest index,
+    epoch and pad flag): images smaller than ``min_size`` on either side are split off and
+    ``check(shapes, infos)`` is called on them alone, to raise; DALI does not call it for a batch
+    without such images, so the common case costs no Python call. The op's input depends on the
+    check, so it runs before any operator of the op could fail on a too-small image.
     """
     from nvidia.dali import fn
 
     em = _Emitter(image)
-    scalars = _scalar_boundary(traced.outputs)
-    if scalars or check is not None:
-        if (traced.num_draws or check is not None) and info is None:
-            raise ValueError("a random op or a check needs the pipeline's info; pass info=")
-        inputs = [image.shape()] + ([info] if info is not None else [])
-        program = ScalarProgram(scalars, uniform, check)
-        outs = fn.python_function(*inputs, function=program if info is not None else (
-            lambda shapes: program(shapes, [])), batch_processing=True,
-            num_outputs=max(1, len(scalars)))
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-        if not scalars:
-            # A check alone: the image takes its shape from the check's output, so DALI keeps
-            # the check in the graph.
-            em.image = fn.reshape(image, shape=outs[0])
-        for n, out in zip(scalars, outs, strict=False):
-            em.memo[id(n)] = out
-    # Later stages (resize) read the layout, which elementwise operators may not keep.
-    return [fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
+    em.shape = image.shape()
+    nodes = sample_scalar_nodes(traced)
+    if len(sample_values) != len(nodes):
+        raise ValueError(
+            f"the traced op needs {len(nodes)} per-sample value(s) made by SampleScalars from its "
+            f"draws; got {len(sample_values)}")
+    for n, value in zip(nodes, sample_values, strict=True):
+        em.memo[id(n)] = value
+    if check is not None and min_size > 1:
+        if info is None:
+            raise ValueError("a check needs the pipeline's info; pass info=")
+        import nvidia.dali.math as dmath
+
+        ok = dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64)
+        shape_ok, shape_small = fn._conditional.split(em.shape, predicate=ok)
+        _, info_small = fn._conditional.split(info, predicate=ok)
+        checked = fn.python_function(shape_small, info_small, function=check,
+                                     batch_processing=True, num_outputs=1)
+        shape = fn._conditional.merge(shape_ok, checked, predicate=ok)
+        # A reshape to its own shape shares the image's memory; it orders the check first.
+        em.image = fn.reshape(image, shape=shape)
+    # Later stages (resize) read the layout, which elementwise operators may not keep; slices
+    # and rectangle fills of the input keep it, and spare the operator.
+    return [em.value(n) if _keeps_layout(n) else
+            fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]
+
+
+def _keeps_layout(n: Node) -> bool:
+    """Whether DALI gives ``n`` the input's HWC layout: slices and rectangle fills of it do."""
+    while n.op in ("slice", "fill") and n.ndim == 3:
+        n = n.args[0]
+    return n.op == "input"

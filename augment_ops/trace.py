@@ -660,15 +660,16 @@ def _lower(d: Dim) -> float | None:
         a, b = d.args
         name = d.attrs[0]
         la, lb = _lower(a), _lower(b)
-        if name == "subtract" and _at_most(b, a):
-            return 0
+        if name == "subtract":
+            known = [0] if _at_most(b, a) else []
+            if la is not None and b.op == "const":
+                known.append(la - float(b.value.max()))
+            return builtins.max(known) if known else None
         if la is None or lb is None:
             return la if name == "maximum" and la is not None else (
                 lb if name == "maximum" else None)
         if name == "add":
             return la + lb
-        if name == "subtract" and b.op == "const":
-            return la - float(b.value.max())
         if name == "minimum":
             return builtins.min(la, lb)
         if name == "maximum":
@@ -697,15 +698,20 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     else:
         lo, up = _lower(src), _upper(src)
         if src.dtype.kind in "iu":
+            # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
             info = np.iinfo(src.dtype)
-            lo = float(info.min) if lo is None else lo
-            up = float(info.max) if up is None else up
+            lo = int(info.min) if lo is None else lo
+            up = int(info.max) if up is None else up
     if dst.kind in "iu":
         info = np.iinfo(dst)
         if lo is None or up is None or lo < info.min or up > info.max:
             return float(info.min), float(info.max)
         return math.floor(lo), math.floor(up)
     return lo, up
+
+
+#: An upper bound of an image side: one of 2**40 pixels would take terabytes.
+_MAX_SIDE = 2**40
 
 
 def _upper(d: Dim) -> float | None:
@@ -716,6 +722,10 @@ def _upper(d: Dim) -> float | None:
         return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "input":
         return 255
+    if d.op == "in_dim":
+        return _MAX_SIDE
+    if d.op == "uniform":
+        return 1
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS:
@@ -732,6 +742,9 @@ def _upper(d: Dim) -> float | None:
         if name == "minimum":
             known = [u for u in (ua, ub) if u is not None]
             return builtins.min(known) if known else None
+        if name == "subtract":
+            lb = _lower(b)
+            return None if ua is None or lb is None else ua - lb
         if ua is None or ub is None:
             return None
         if name == "add":
@@ -752,32 +765,124 @@ def _nonneg(d: Dim) -> bool:
     return lo is not None and lo >= 0
 
 
+def _same_value(d: Node) -> Node:
+    """``d`` without the casts that keep every value (int64 of a size, a widening) and without
+    integer ``+ 0`` and ``- 0``."""
+    while True:
+        if d.op == "cast" and np.can_cast(d.args[0].dtype, d.dtype):
+            d = d.args[0]
+        elif d.op == "bin" and d.dtype.kind in "iu" and d.attrs[0] in ("add", "subtract") \
+                and _is_zero(d.args[1]):
+            d = d.args[0]
+        elif d.op == "bin" and d.dtype.kind in "iu" and d.attrs[0] == "add" \
+                and _is_zero(d.args[0]):
+            d = d.args[1]
+        else:
+            return d
+
+
+def _is_zero(d: Dim) -> bool:
+    return (isinstance(d, int) and d == 0) or (
+        isinstance(d, Node) and d.op == "const" and d.value.size == 1 and d.value.item() == 0)
+
+
+def _same(x: Any, y: Any) -> bool:
+    return isinstance(x, Node) and isinstance(y, Node) and _same_value(x) is _same_value(y)
+
+
+def _keeps_values(d: Node) -> bool:
+    """Whether integer cast ``d`` keeps every value its source can take."""
+    src = d.args[0]
+    if np.can_cast(src.dtype, d.dtype):
+        return True
+    lo, up = _lower(src), _upper(src)
+    info = np.iinfo(d.dtype)
+    return lo is not None and up is not None and lo >= info.min and up <= info.max
+
+
+def _min_operands(d: Node) -> tuple[Node, Node] | None:
+    """``(x, y)`` when ``d`` is ``min(x, y)``, as ``np.minimum`` or as a clamp
+    ``np.where(x < y, x, y)``."""
+    if d.op == "bin" and d.attrs[0] == "minimum":
+        return d.args
+    if d.op == "where" and d.args[0].op == "bin" and d.args[0].attrs[0] == "less":
+        x, y = d.args[0].args
+        if d.args[1] is x and d.args[2] is y:
+            return x, y
+    return None
+
+
+def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
+    """Whether ``p <= n - q`` for every sample, from how ``p`` was computed: ``n - q`` itself,
+    ``(n - q) // k``, ``min(n - q, ...)``, ``((n - q) + c) - c``, as offsets and crops write
+    them."""
+    p = _same_value(p)
+    if p.op != "bin":
+        return False
+    x, y = p.args
+    name = p.attrs[0]
+    if name == "subtract" and _same(x, n):
+        lo, up = _lower(y), _upper(q)
+        if _same(y, q) or (lo is not None and up is not None and lo >= up):
+            return True  # n - r <= n - q for r >= q
+    if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
+        return _at_most_minus(x, n, q)
+    if name == "minimum":
+        return _at_most_minus(x, n, q) or _at_most_minus(y, n, q)
+    if name == "add" and _is_zero(x):
+        return _at_most_minus(y, n, q)
+    if name == "subtract" and y.op == "const" and y.value.size == 1:
+        inner = _same_value(x)
+        if inner.op == "bin" and inner.attrs[0] == "add" and inner.args[1].op == "const" \
+                and inner.args[1].value.size == 1 \
+                and inner.args[1].value.item() <= y.value.item():
+            return _at_most_minus(inner.args[0], n, q)  # (d + c1) - c2 <= d for c1 <= c2
+    return False
+
+
 def _at_most(a: Dim, b: Dim) -> bool:
     """Whether ``a <= b`` for every sample, ``b`` a size (>= 0)."""
-    if a is b or (isinstance(a, int) and isinstance(b, int) and a <= b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    if a is b or _same(a, b):
         return True
     if isinstance(a, int) and a <= 0 and _nonneg(b):
         return True
     if not isinstance(a, Node):
         return False
-    if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu":
-        return _at_most(a.args[0], b)
+    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
+            and a.value.item() <= 0 and _nonneg(b):
+        return True
+    if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu" \
+            and _keeps_values(a) and _at_most(a.args[0], b):
+        return True
     if a.op == "bin":
         x, y = a.args
         name = a.attrs[0]
-        if name == "minimum":
-            return _at_most(x, b) or _at_most(y, b)
-        if name == "maximum":
-            return _at_most(x, b) and _at_most(y, b)
-        if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
-            return _at_most(x, b)
-        if name == "subtract" and _nonneg(y):
-            return _at_most(x, b)
-    if isinstance(b, Node) and b.op == "bin" and b.attrs[0] == "add" and (
-            (b.args[0] is a and _nonneg(b.args[1])) or (b.args[1] is a and _nonneg(b.args[0]))):
-        return True  # a <= a + (something >= 0)
-    if a.op == "where":
-        return _at_most(a.args[1], b) and _at_most(a.args[2], b)
+        if name == "minimum" and (_at_most(x, b) or _at_most(y, b)):
+            return True
+        if name == "maximum" and _at_most(x, b) and _at_most(y, b):
+            return True
+        if name == "floor_divide" and _nonneg(x) and y.op == "const" and \
+                (y.value >= 1).all() and _at_most(x, b):
+            return True
+        if name == "subtract" and _nonneg(y) and _at_most(x, b):
+            return True
+        if name == "add" and ((_is_zero(x) and _at_most(y, b)) or (_is_zero(y) and _at_most(x, b))):
+            return True
+        if name == "add" and (_at_most_minus(x, b, y) or _at_most_minus(y, b, x)):
+            return True  # (n - q) // 2 + q <= n
+    if a.op == "where" and _at_most(a.args[1], b) and _at_most(a.args[2], b):
+        return True
+    if isinstance(b, Node):
+        bb = _same_value(b)
+        if bb.op == "bin" and bb.attrs[0] == "add" and (
+                (_same(bb.args[0], a) and _nonneg(bb.args[1]))
+                or (_same(bb.args[1], a) and _nonneg(bb.args[0]))):
+            return True  # a <= a + (something >= 0)
+        pair = _min_operands(bb)
+        if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
+            return True
     return False
 
 

@@ -16,9 +16,10 @@ from extsrc.oppaths import (
     DeviceBatchOpRunner,
     GpuBatchOpRunner,
     native_outputs,
+    native_sample_scalars,
 )
 from extsrc.oppool import OpPool
-from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
 
@@ -98,10 +99,21 @@ def build_pipeline(
     # One per reader took extsrc from 12-15k to 18-19k images/s on an H100
     # (benchmarks/README.md, "Reader depth"). DALI takes the argument only with readers.
     readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
+    # Each use of an op in order, with its occurrence (the same op twice draws independent
+    # numbers) and, for a traced random op on the native path, what the readers compute for it.
+    uses: list[tuple[Op, int, Any]] = []
+    seen: dict[str, int] = {}
+    for op in (*transforms, *ops):
+        occurrence = seen.get(op.name, 0)
+        seen[op.name] = occurrence + 1
+        program = (native_sample_scalars(op, seed=seed, occurrence=occurrence)
+                   if op_paths[op.name] == "native" else None)
+        uses.append((op, occurrence, program))
+    programs = [p for _, _, p in uses if p is not None]
     with pipe:
-        encoded, label, info = fn.external_source(
-            source=source,
-            num_outputs=len(SOURCE_OUTPUTS),
+        encoded, label, info, *values = fn.external_source(
+            source=ReaderValues(source, programs) if programs else source,
+            num_outputs=len(SOURCE_OUTPUTS) + sum(len(p.nodes) for p in programs),
             batch=True,
             batch_info=True,
             **readers,
@@ -112,15 +124,14 @@ def build_pipeline(
         if decoder == "mixed" and hw_decoder_load is not None:
             decode_kw["hw_decoder_load"] = float(hw_decoder_load)
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
-        seen: dict[str, int] = {}
+        drawn = iter(values)  # the readers' values, in the order of `programs`
 
-        def run(op: Op, img: Any) -> list[Any]:
+        def run(use: tuple[Op, int, Any], img: Any) -> list[Any]:
+            op, occurrence, program = use
             path = op_paths[op.name]
-            occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
-            seen[op.name] = occurrence + 1
             if path == "native":
-                outs = native_outputs(op, img, info, seed=seed, manifest=manifest,
-                                      occurrence=occurrence)
+                mine = [next(drawn) for _ in program.nodes] if program is not None else []
+                outs = native_outputs(op, img, info, manifest=manifest, sample_values=mine)
             elif path == "numpy" and img.device == "gpu" and op_pool is not None:
                 # The op pool copies GPU images into its own memory and uploads the outputs.
                 outs = fn.dl_tensor_python_function(
@@ -151,11 +162,11 @@ def build_pipeline(
                 )
             return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
-        for op in transforms:
-            (image,) = run(op, image)
+        for use in uses[:len(transforms)]:
+            (image,) = run(use, image)
         images = [image]
-        for op in ops:
-            images += run(op, image)
+        for use in uses[len(transforms):]:
+            images += run(use, image)
         if gpu:
             images = [im.gpu() for im in images]
             label = label.gpu()

@@ -65,12 +65,12 @@ def counter_uniform(seed: int, epoch: Any, index: Any, salt: int, slot: int) -> 
     """Uniform draws in [0, 1) of a traced random op, vectorised over ``epoch`` and ``index``.
 
     A pure function of (seed, epoch, manifest index, op salt, draw slot): splitmix64 over the
-    sample's identity, 53 bits to a float64. The traced path calls this very function inside the
-    DALI graph, in the op's scalar program (one ``python_function`` per batch over the pipeline's
-    ``info``; see ``augment_ops.lower_dali.ScalarProgram``), so :func:`counter_rng` replays it on
-    numpy bit for bit. (The same hash as DALI uint64 arithmetic operators took about 20 operators
-    per op and made a traced ``random_crop`` 3.5x slower on the CPU: 14 ms against 4 ms per batch
-    of 32 224x224 images.)
+    sample's identity, 53 bits to a float64. The traced path calls this very function in the
+    source's reader processes (``augment_ops.lower_dali.SampleScalars`` through
+    ``extsrc.source.ReaderValues``), so :func:`counter_rng` replays it on numpy bit for bit.
+    (The same hash as DALI uint64 arithmetic operators took about 20 operators per op and made a
+    traced ``random_crop`` 3.5x slower on the CPU: 14 ms against 4 ms per batch of 32 224x224
+    images.)
     """
     idx = np.asarray(index, dtype=np.int64).astype(np.uint64)
     ep = np.asarray(epoch, dtype=np.int64).astype(np.uint64)

@@ -4,12 +4,14 @@ It reads raw file bytes (no decoding: DALI decodes) for the samples that :mod:`e
 assigns to this shard, and returns them with their labels and their identity (manifest index,
 epoch, pad flag), so every output can be traced back to its manifest line. It is a small picklable
 class rather than a closure so that DALI can ship it to worker processes (``parallel=True``).
+:class:`ReaderValues` adds per-sample values computed from that identity (the draws of traced
+random ops), so the reader processes compute them instead of the pipeline.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,7 +31,7 @@ from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
 from extsrc.textsafe import shown
 
-__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ShardedSource", "bad_image_error"]
+__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
 
 #: What one call returns, in order: encoded bytes (one array per sample), labels (one int64
 #: array for the batch) and info (one int64 array for the batch, columns ``INFO_COLUMNS``).
@@ -221,3 +223,28 @@ class ShardedSource:
             f"shard {self.shard_id}/{self.num_shards}, last_batch={self.last_batch!r}, "
             f"{self._num_batches} batches/epoch)"
         )
+
+
+class ReaderValues:
+    """A source's outputs followed by per-sample values that depend on each sample's identity
+    only: ``program(index, epoch)`` returns one array of shape ``(B,)`` per value, for the
+    batch's manifest indices and epochs (``info``'s first two columns). The traced native path's
+    draws (:func:`extsrc.oppaths.native_sample_scalars`) come this way, computed in the reader
+    processes in parallel with the file reading, so the pipeline spends no Python call on them.
+    The values are a pure function of (seed, epoch, manifest index, op): the number of readers and
+    a resume do not change them.
+    """
+
+    def __init__(self, source: ShardedSource,
+                 programs: Sequence[Callable[[np.ndarray, np.ndarray], list[np.ndarray]]]) -> None:
+        self.source = source
+        self.programs = tuple(programs)
+
+    def __call__(self, info: Any) -> tuple[Any, ...]:
+        encoded, labels, rows = self.source(info)
+        index, epoch = rows[:, 0], rows[:, 1]
+        values = [v for program in self.programs for v in program(index, epoch)]
+        return (encoded, labels, rows, *values)
+
+    def __len__(self) -> int:
+        return len(self.source)

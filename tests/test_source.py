@@ -14,7 +14,7 @@ from helpers import write_dataset
 from extsrc.errors import SampleReadError
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.sharding import shard_plan
-from extsrc.source import INFO_COLUMNS, SOURCE_OUTPUTS, ShardedSource
+from extsrc.source import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
 BIG_LABELS = [300, 70000, 2**40, 7, 255, 256]
 
@@ -138,6 +138,29 @@ def test_pickle_round_trip(manifest):
     assert clone.manifest == manifest
     for epoch_idx in (0, 1):
         assert_batches_equal(run_epoch(clone, epoch_idx), run_epoch(src, epoch_idx))
+
+
+def test_reader_values_follow_the_source_outputs_and_pickle(manifest):
+    """A traced random op's draw scalars, computed beside the bytes: random_hflip's branch
+    condition is ``counter_uniform(...) < p`` for each sample of the batch, whichever process
+    (a pickled copy, as DALI's readers get) computes it."""
+    import augment_ops
+    from extsrc.oppaths import native_sample_scalars, op_salt
+    from extsrc.seeding import counter_uniform
+
+    program = native_sample_scalars(augment_ops.get("random_hflip").with_params(p=0.3), seed=5)
+    src = ReaderValues(ShardedSource(manifest, batch_size=4, seed=1, start_epoch=2), [program])
+    assert len(src) == len(src.source)
+    out = src(info(1))
+    assert len(out) == len(SOURCE_OUTPUTS) + 1
+    rows, (flip,) = out[2], out[3:]
+    expected = counter_uniform(5, rows[:, 1], rows[:, 0], op_salt("random_hflip"), 0) < 0.3
+    assert flip.dtype == np.bool_ and flip.shape == (4,)
+    np.testing.assert_array_equal(flip, expected)
+    assert (rows[:, 1] == 2).all()
+    again = pickle.loads(pickle.dumps(src))(info(1))
+    for a, b in zip(out[1:], again[1:], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_start_epoch_and_start_batch_shift(manifest):

@@ -382,6 +382,45 @@ def test_native_path_refuses_images_below_min_size(tmp_path):
             assert "[native path]" in text
 
 
+def _run_checked(sizes: list[tuple[int, int]], calls: list) -> list[np.ndarray]:
+    """grid2x2's traced graph, with its min_size check, on one batch of images of ``sizes``."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.trace import trace_op
+
+    def check(shapes, infos):
+        calls.append(([tuple(int(v) for v in s) for s in shapes], [int(i[0]) for i in infos]))
+        raise ValueError("an image is too small")
+
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
+    info = np.array([[10 + k, 0, 0] for k in range(len(sizes))], np.int64)
+    pipe = Pipeline(batch_size=len(sizes), num_threads=1, device_id=None,
+                    prefetch_queue_depth=1)
+    with pipe:
+        img, inf = fn.external_source(source=lambda: (imgs, info), num_outputs=2, batch=True,
+                                      layout=["HWC", ""])
+        pipe.set_outputs(*emit(trace_op(augment_ops.get("grid2x2")), img, info=inf,
+                               check=check, min_size=2))
+    pipe.build()
+    outs = pipe.run()
+    return [np.array(out[k]) for out in outs for k in range(len(sizes))]
+
+
+def test_native_min_size_check_calls_python_only_for_a_batch_with_a_small_image():
+    calls: list = []
+    got = _run_checked([(5, 7), (2, 2), (9, 4)], calls)
+    assert calls == []  # no image below 2x2: DALI never calls the check
+    grid = augment_ops.get("grid2x2")
+    refs = [grid.apply(pattern_image(k, h, w))[j] for j in range(4)
+            for k, (h, w) in enumerate([(5, 7), (2, 2), (9, 4)])]
+    for g, r in zip(got, refs, strict=True):
+        np.testing.assert_array_equal(g, r)
+    with pytest.raises(Exception, match="an image is too small"):
+        _run_checked([(5, 7), (1, 9), (6, 6)], calls)
+    assert calls == [([(1, 9, 3)], [11])]  # the small image alone, with its info row
+
+
 @pytest.mark.slow
 def test_numpy_path_op_writing_into_its_input_is_refused(dataset):
     with extsrc.Loader(dataset, batch_size=1, ops=[u_writes_input], device="cpu",
@@ -519,6 +558,57 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
         got = np.array(out[k])
         assert got.dtype == ref.dtype and got.shape == ref.shape, (steps, sizes[k])
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
+
+
+CROP_FORMULAS = {
+    "centre": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 2),
+    "third": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 3),
+    "end": lambda x, s: _crop(x, s, lambda n, c: n - c),
+    "start": lambda x, s: _crop(x, s, lambda n, c: 0),
+    "plus-minus": lambda x, s: _crop(x, s, lambda n, c: ((n - c) + 1) - 1),
+    # Bounds that do leave the image for some sizes: their clamps must stay.
+    "overhang": lambda x, s: x[x.shape[0] // 2:x.shape[0] // 2 + s, :s],
+    "negative": lambda x, s: x[x.shape[0] - s:, max(0, x.shape[1] - s) - 1:],
+    "length": lambda x, s: _row_at_length(x, s),
+}
+
+
+def _row_at_length(x, size):
+    """The row at the length of an overhanging slice: wrong if the slice's size is unclamped."""
+    k = x[x.shape[0] // 2:x.shape[0] // 2 + size].shape[0]
+    return x[k - 1:k]
+
+
+def _crop(x, size, offset):
+    h, w = x.shape[:2]
+    ch, cw = min(size, h), min(size, w)
+    y, z = offset(h, ch), offset(w, cw)
+    return x[y:y + ch, z:z + cw]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(formula=st.sampled_from(sorted(CROP_FORMULAS)), size=st.integers(1, 24),
+       sizes=st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=2, max_size=2))
+def test_crops_whose_clamps_the_tracer_drops_equal_numpy(formula, size, sizes):
+    """Bounds the tracer proves in range (``(h - ch) // 2 + ch <= h``, ...) get no run-time
+    clamp; the crop must still equal numpy's for sizes above and below the crop."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    def program(img):
+        return CROP_FORMULAS[formula](img, size)
+
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
+    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=np.uint8,
+                            ndim=3)
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        pipe.set_outputs(*emit(traced, img))
+    pipe.build()
+    (out,) = pipe.run()
+    for k, im in enumerate(imgs):
+        np.testing.assert_array_equal(np.array(out[k]), program(im), err_msg=str(sizes[k]))
 
 
 def test_trace_error_is_a_value_error_with_fields():
