@@ -33,6 +33,7 @@ from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
+from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
@@ -402,19 +403,40 @@ class Loader:
             if (self.source.start_epoch, self.source.start_batch) != (epoch, batch):
                 self.source = self._make_source(epoch, batch)
             c = self.config
-            pipe = build_pipeline(
-                self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
-                resize=c.resize, stages=c.stages, decoder=c.decoder,
-                hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
-                device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
-                start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-            )
+            pipe = self._build_pipeline()
             self.pipeline_builds += 1
             self._run = PipelineRun(
-                pipe, [*c.output_names, "__info"], workers=c.workers, device_id=c.device_id,
-                watchdog=self.watchdog,
+                pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
+                device_id=c.device_id, watchdog=self.watchdog,
             )
         return self._run
+
+    #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`).
+    _hidden_outputs: tuple[str, ...] = ("__info",)
+
+    def _build_pipeline(self) -> Any:
+        """The DALI pipeline over ``self.source`` (defined, not built)."""
+        c = self.config
+        return build_pipeline(
+            self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
+            resize=c.resize, stages=c.stages, decoder=c.decoder,
+            hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
+            device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
+            start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
+        )
+
+    def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
+        outputs, as CPU tensors."""
+        info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+        return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
+
+    def _explain(self, e: Exception, at: InFlight) -> Exception:
+        """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
+        c = self.config
+        assert self._run is not None  # an epoch is running
+        return explain(e, at, run=self._run, resize=c.resize, max_pixels=self.max_pixels,
+                       lookahead=c.prefetch_queue_depth + 2)
 
     def _make_source(self, start_epoch: int, start_batch: int) -> ShardedSource:
         c = self.config
