@@ -32,6 +32,7 @@ from extsrc.manifest import Manifest, read_manifest
 from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
 from extsrc.preview import render_batch
 from extsrc.sample_data import make_sample_dataset
+from extsrc.sample_videos import make_sample_videos
 from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
 from extsrc.video import VideoLoader
@@ -76,6 +77,7 @@ __all__ = [
     "WorkerDiedError",
     "epoch_permutation",
     "make_sample_dataset",
+    "make_sample_videos",
     "probe_video",
     "read_manifest",
     "render_batch",

@@ -310,3 +310,14 @@ def test_vp9_webm_clips(tmp_path: Path) -> None:
     with loader(m, batch_size=1, clip="uniform", clips_per_video=2) as ld:
         for batch in ld:
             check_clips(batch, ClipSpec(5, 2))
+
+
+def test_sample_videos_written_without_opencv_decode_frame_by_frame(tmp_path: Path) -> None:
+    root = extsrc.make_sample_videos(tmp_path, 2, frames=20)
+    info = probe_video((root / "right" / "000.avi").read_bytes())
+    assert (info.codec, info.num_frames, info.width, info.height) == ("mjpeg", 20, 96, 64)
+    with loader(root, batch_size=2, sequence_length=4, stride=5, clip="uniform") as ld:
+        batch = next(iter(ld))
+    assert ld.manifest.classes is not None and list(ld.manifest.classes) == ["down", "right"]
+    green = batch["video"].numpy()[..., 1].mean(axis=(2, 3))  # background level 4 * frame
+    assert np.round(green / 4).astype(int).tolist() == [[0, 5, 10, 15]] * 2
