@@ -320,4 +320,5 @@ def test_sample_videos_written_without_opencv_decode_frame_by_frame(tmp_path: Pa
         batch = next(iter(ld))
     assert ld.manifest.classes is not None and list(ld.manifest.classes) == ["down", "right"]
     green = batch["video"].numpy()[..., 1].mean(axis=(2, 3))  # background level 4 * frame
-    assert np.round(green / 4).astype(int).tolist() == [[0, 5, 10, 15]] * 2
+    assert batch["start_frame"].tolist() == [2, 2]  # one uniform clip: the centre one
+    assert np.round(green / 4).astype(int).tolist() == [[2, 7, 12, 17]] * 2
