@@ -175,6 +175,13 @@ class Loader:
         self.manifest = manifest
         check_loader_arguments(output_map=output_map, stages=stages, ops=ops,
                                transforms=transforms)
+        if not self._takes_clips:
+            for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
+                if op.on_clips:
+                    raise ValueError(
+                        f"Loader: op '{op.name}' works on whole video clips (ndim=4); use it "
+                        "with extsrc.VideoLoader, or register an op on HWC images (ndim=3)"
+                    )
         #: The arguments about bad files and DALI's workers, checked.
         self.options = LoaderOptions(
             on_error=on_error, max_pixels=max_pixels, max_file_bytes=max_file_bytes,
@@ -220,6 +227,9 @@ class Loader:
         self.pipeline_builds = 0
         self._warned_abandoned = False
         self._epoch: Epoch | None = None  # the current epoch's iterator
+
+    #: Whether ops on whole video clips (``ndim=4``) are accepted (video loaders).
+    _takes_clips = False
 
     # -- public surface ---------------------------------------------------------------------------
     @property

@@ -73,8 +73,9 @@ class VideoLoader(Loader):
 
     Ops (registered with ``@augment_op``) run on the numpy path, once per frame, and a random op
     draws the same numbers for every frame of a clip (a random crop cuts the same window from
-    each frame); ``transforms`` replace the clip, ``ops`` add outputs. ``loader.op_paths``
-    reports ``"numpy"`` for each.
+    each frame); an op declared with ``ndim=4`` gets the whole ``(F, H, W, C)`` clip at once
+    and returns clips. ``transforms`` replace the clip, ``ops`` add outputs.
+    ``loader.op_paths`` reports ``"numpy"`` for each.
 
     Bad files: each video's container is read before DALI sees it; a file that is not a video,
     is cut short, holds no video track, is in a codec DALI cannot decode on the loader's device
@@ -87,6 +88,8 @@ class VideoLoader(Loader):
     ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
     ``set_epoch``, ``close``) is :class:`~extsrc.loader.Loader`'s.
     """
+
+    _takes_clips = True
 
     def __init__(
         self,
@@ -136,10 +139,10 @@ class VideoLoader(Loader):
                 names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
             output_map = (*names, "label")
         for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
-            if op.ndim != 3:
+            if op.ndim == 2:
                 raise ValueError(
-                    f"VideoLoader: op '{op.name}' declares rank-{op.ndim} outputs; ops run on "
-                    "each HWC frame of a clip and must return HWC frames (ndim=3)"
+                    f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
+                    "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
                 )
         super().__init__(
             _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,

@@ -3,7 +3,8 @@ every frame of a clip -> resize -> outputs.
 
 Registered ops run on the numpy path, frame by frame, with the same random draws for every frame
 of a clip (:class:`ClipOpRunner`): a random crop takes the same window from each frame, so the
-clip does not jitter. This module knows DALI but not PyTorch.
+clip does not jitter. Ops declared on whole clips (``ndim=4``) get the clip at once. This module
+knows DALI but not PyTorch.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class ClipOpRunner(BatchOpRunner):
     """The numpy path of one op over a batch of clips ``(F, H, W, C)``: the op runs on every
     frame, and a random op gets, for every frame of a clip, a generator in the same state, made
     from (seed, epoch, manifest index, op, clip number). Each output is the frames' outputs
-    stacked, ``(F, h, w, c)``."""
+    stacked, ``(F, h, w, c)``. An op on whole clips (``ndim=4``) runs once per clip, with that
+    generator."""
 
     #: The clip number of the clip being run (its generator's last key).
     _clip = 0
@@ -45,6 +47,8 @@ class ClipOpRunner(BatchOpRunner):
 
     def run_clip(self, clip: np.ndarray, index: int, epoch: int, number: int) -> tuple[Any, ...]:
         self._clip = number
+        if self.op.on_clips:  # declared ndim=4: the whole clip at once
+            return self.run_one(clip, index, epoch)
         # run_one makes a fresh generator for every frame: the same draws for each.
         frames = [self.run_one(frame, index, epoch) for frame in clip]
         return tuple(np.stack([f[k] for f in frames]) for k in range(self.op.num_outputs))

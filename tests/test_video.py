@@ -322,3 +322,26 @@ def test_sample_videos_written_without_opencv_decode_frame_by_frame(tmp_path: Pa
     green = batch["video"].numpy()[..., 1].mean(axis=(2, 3))  # background level 4 * frame
     assert batch["start_frame"].tolist() == [2, 2]  # one uniform clip: the centre one
     assert np.round(green / 4).astype(int).tolist() == [[2, 7, 12, 17]] * 2
+
+
+@augment_ops.augment_op(name="t_clip_reverse_tail", ndim=4, replace=True)
+def _reverse_tail(clip, rng):
+    """A clip op: the clip backwards from a random frame on (kept length)."""
+    k = int(rng.integers(1, len(clip)))
+    return np.concatenate([clip[:k], clip[k:][::-1]])
+
+
+def test_clip_ops_get_the_whole_clip_and_image_loaders_refuse_them(videos: Path) -> None:
+    with loader(videos / "train.csv", transforms=["t_clip_reverse_tail"], resize=16,
+                batch_size=5) as ld:
+        batch = next(iter(ld))
+    assert tuple(batch["video"].shape) == (5, 5, 16, 16, 3)
+    for clip, start in zip(batch["video"].numpy(), batch["start_frame"].tolist(), strict=True):
+        frames = [start + 2 * f for f in range(5)]
+        got = frame_numbers(clip)
+        k = next(i for i in range(1, 5) if got[i:] == frames[i:][::-1])
+        assert got[:k] == frames[:k]
+    assert augment_ops.get("t_clip_reverse_tail").paths == ("numpy",)
+    with pytest.raises(ValueError, match=r"op 't_clip_reverse_tail' works on whole video clips"):
+        extsrc.Loader(videos / "train.csv", batch_size=2, ops=["t_clip_reverse_tail"],
+                      device="cpu")
