@@ -86,4 +86,5 @@ def validate_videos(
     ok_indices = np.array([i for i, f in enumerate(found) if f is None], dtype=np.int64)
     ok_indices.flags.writeable = False
     return ValidationReport(manifest=manifest, problems=problems, ok_indices=ok_indices,
-                            decode=False, max_pixels=None, seconds=time.perf_counter() - t0)
+                            decode=False, max_pixels=None, seconds=time.perf_counter() - t0,
+                            media="video")

@@ -4,6 +4,10 @@ MJPEG and VP8/VP9 compression within a level or two."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -345,3 +349,29 @@ def test_clip_ops_get_the_whole_clip_and_image_loaders_refuse_them(videos: Path)
     with pytest.raises(ValueError, match=r"op 't_clip_reverse_tail' works on whole video clips"):
         extsrc.Loader(videos / "train.csv", batch_size=2, ops=["t_clip_reverse_tail"],
                       device="cpu")
+
+
+def test_validate_checks_videos_as_videos(bad_manifest: Path, videos: Path) -> None:
+    report = extsrc.validate(bad_manifest, progress=False, device="cpu")  # auto: all videos
+    assert report.media == "video"
+    assert [(p.line, p.reason) for p in report.problems] == [
+        (3, "truncated"), (4, "not_video"), (5, "unsupported_codec")]
+    assert "cut short" in report.summary()
+    too_short = extsrc.validate(videos / "train.csv", progress=False, device="cpu",
+                                clips=ClipSpec(12, 2))  # span 23: videos of 21 frames fail
+    assert [(p.line, p.reason) for p in too_short.problems] == [(3, "too_short")]
+
+
+def test_validate_command_line_on_videos(bad_manifest: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run(
+        [sys.executable, "-m", "extsrc", "validate", str(bad_manifest), "--device", "cpu",
+         "--sequence-length", "4", "--write-clean", str(bad_manifest.parent / "clean.csv")],
+        capture_output=True, text=True, timeout=120, cwd=bad_manifest.parent,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert p.returncode == 1, p.stderr
+    assert re.search(r"line 5: .*mpeg4\.mp4: its codec is MPEG-4 Part 2", p.stdout)
+    assert "VideoLoader(on_error='skip')" in p.stdout
+    clean = extsrc.read_manifest(bad_manifest.parent / "clean.csv")
+    assert [Path(x).name for x in clean.paths] == ["good.avi", "good2.avi"]
