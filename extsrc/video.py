@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from augment_ops.registry import Op
+from extsrc._dali.messages import read_failure
 from extsrc.batchformat import Dtype, Normalize, ResizeMode
 from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
@@ -26,8 +27,8 @@ from extsrc.sharding import LastBatch
 from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
 from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
-from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS
-from extsrc.videosource import VIDEO_HINT, VideoSource
+from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
+from extsrc.videosource import VIDEO_HINT, VideoSource, find_undecodable
 
 __all__ = ["VIDEO_METADATA_KEYS", "VideoLayout", "VideoLoader"]
 
@@ -194,24 +195,31 @@ class VideoLoader(Loader):
         if isinstance(e, ExtsrcError):
             return e
         source = at.source
-        if isinstance(source, VideoSource) and at.batch < len(source):
+        in_batch = isinstance(source, VideoSource) and at.batch < len(source)
+        f = read_failure(str(e))
+        if in_batch and f.kind == "worker":
             # A bad video in a worker process: the same batch read again here gives the error
             # object with its fields (line, path, reason, codec).
             try:
-                source.clip_batch(at.epoch, at.batch)
+                source.clip_batch(at.epoch, at.batch)  # type: ignore[attr-defined]
             except ExtsrcError as err:
                 return err
-        err = explain(e, at, run=self._run, resize=self.config.resize, max_pixels=None,
-                      lookahead=0)
-        if isinstance(err, PipelineError) or not isinstance(err, ExtsrcError):
-            text = str(e).split("encountered:", 1)[-1].strip().splitlines()
-            said = " | ".join(ln.strip() for ln in text if ln.strip())[:400]
-            return PipelineError(
-                f"DALI's video decoder failed while producing {at.where()}; DALI said: "
-                f"{shown(said)}. Check these files by decoding them (ffmpeg -v error -i FILE "
-                f"-f null -) or re-encode them.{VIDEO_HINT}"
-            )
-        return err
+        if f.kind in ("worker", "op") or f.uneven_shapes or f.pool_lost:
+            # Dead workers, an op's error, frames of different sizes: the Loader's wording.
+            return explain(e, at, run=self._run, resize=self.config.resize, max_pixels=None,
+                           lookahead=0)
+        if in_batch:  # the decoder refused a file whose container reads well: which one?
+            found = find_undecodable(source, at.epoch, at.batch)  # type: ignore[arg-type]
+            if found is not None:
+                i, said = found
+                problem = VideoProbeProblem(
+                    "corrupt", f"DALI's video decoder refuses it (DALI said: {said})")
+                return source.bad_video(i, problem)  # type: ignore[attr-defined]
+        return PipelineError(
+            f"DALI's video decoder failed while producing {at.where()}; DALI said: "
+            f"{shown(f.text)}. Check these files by decoding them (ffmpeg -v error -i FILE "
+            f"-f null -) or re-encode them.{VIDEO_HINT}"
+        )
 
     def _state_config(self) -> dict[str, Any]:
         config = super()._state_config()

@@ -59,6 +59,8 @@ VIDEO_REASONS: dict[str, tuple[str, str]] = {
         "re-encode it, e.g. ffmpeg -i IN -c:v libvpx-vp9 OUT.webm (VP9 decodes on the CPU and "
         "the GPU), or load on a GPU (H.264, HEVC, AV1, MPEG-4)",
     ),
+    "corrupt": ("DALI's video decoder refuses the file's frame data",
+                "re-encode the file (ffmpeg -i IN -c:v libvpx-vp9 OUT.webm) or drop the line"),
     "too_short": ("the video has fewer frames than one clip spans",
                   "use a shorter sequence_length or stride, pass short_videos='pad', or drop "
                   "the line"),
@@ -69,10 +71,12 @@ class VideoProbeProblem(Exception):
     """Why a file cannot be read as a video: ``reason`` (a code of :data:`VIDEO_REASONS`) and
     ``message`` (what is wrong; the caller adds the manifest line and the path)."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, codec: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        #: The video's codec, when the problem is about it (``unsupported_codec``).
+        self.codec = codec
 
     @property
     def fix(self) -> str:

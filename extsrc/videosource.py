@@ -25,6 +25,7 @@ from extsrc.textsafe import shown
 from extsrc.videoclips import ClipSpec, ShortVideoError, clip_start
 from extsrc.videoprobe import (
     CODEC_NAMES,
+    CPU_CODECS,
     VideoInfo,
     VideoProbeProblem,
     probe_video,
@@ -58,9 +59,43 @@ def check_video(data: bytes | memoryview, codecs: frozenset[str], device: str) -
         raise VideoProbeProblem(
             "unsupported_codec",
             f"its codec is {info.codec_name} ({info.container} container), which DALI does not "
-            f"decode {where}; DALI decodes {known} there",
+            f"decode {where}; DALI decodes {known} there", codec=info.codec,
         )
     return info
+
+
+def find_undecodable(source: VideoSource, epoch: int, b: int, limit: int = 64
+                     ) -> tuple[int, str] | None:
+    """The first clip of batch ``b`` that DALI's CPU video decoder refuses, decoded alone:
+    ``(manifest index, DALI's words)``; ``None`` when each decodes alone (or its codec has no
+    CPU decoder to try). For the error path only: it builds one small pipeline per clip."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from extsrc._dali.messages import dali_text
+
+    indices, _ = source.plan(epoch).batch(b)
+    _, _, _, starts, _ = source.clip_batch(epoch, b)
+    c = source.clips
+    for i, start in list(zip(indices.tolist(), starts.tolist(), strict=True))[:limit]:
+        data = source.read(i)
+        if probe_video(memoryview(data)).codec not in CPU_CODECS:
+            continue
+        pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
+        with pipe:
+            enc = fn.external_source(name="encoded")
+            pipe.set_outputs(fn.decoders.video(
+                enc, start_frame=int(start), sequence_length=c.sequence_length,
+                stride=c.stride, pad_mode="edge"))
+        try:
+            pipe.build()
+            pipe.feed_input("encoded", [data])
+            pipe.run()
+        except Exception as e:
+            return i, dali_text(str(e))
+        finally:
+            del pipe
+    return None
 
 
 class VideoSource(ShardedSource):
@@ -134,10 +169,7 @@ class VideoSource(ShardedSource):
         try:
             return check_video(memoryview(data), self.codecs, self.device)
         except VideoProbeProblem as e:
-            codec = None
-            if e.reason == "unsupported_codec":
-                codec = probe_video(memoryview(data)).codec
-            raise self.bad_video(index, e, codec) from None
+            raise self.bad_video(index, e, e.codec) from None
 
     def start(self, index: int, info: VideoInfo, epoch: int, clip: int) -> int:
         try:

@@ -416,3 +416,22 @@ def test_spawned_reader_processes_give_the_same_clips(videos: Path) -> None:
     with loader(videos / "train.csv", num_workers=1, start_method="spawn", **kw) as ld:
         spawned = [(b["index"].tolist(), b["start_frame"].tolist()) for b in ld]
     assert spawned == here
+
+
+def test_frame_data_the_decoder_refuses_is_named_by_line(videos: Path, tmp_path: Path) -> None:
+    import struct
+
+    data = bytearray((videos / "v0.avi").read_bytes())
+    j = data.index(b"movi") + 4
+    while data[j:j + 4] == b"00dc":  # every frame's JPEG zeroed; the headers stay intact
+        n = struct.unpack_from("<I", data, j + 4)[0]
+        data[j + 8:j + 8 + n] = bytes(n)
+        j += 8 + n + (n & 1)
+    (tmp_path / "zeros.avi").write_bytes(data)
+    assert probe_video(bytes(data)).num_frames == LENGTHS[0]  # the container reads well
+    m = extsrc.Manifest.from_lists([str(videos / "v1.avi"), str(tmp_path / "zeros.avi")], [0, 1])
+    with pytest.raises(extsrc.BadVideoError, match=r"line 2: .*zeros\.avi: DALI's video decoder "
+                       r"refuses it \(DALI said: .*\) \[corrupt\]") as e:
+        for _ in loader(m, num_workers=1):
+            pass
+    assert (e.value.line, e.value.reason) == (2, "corrupt")
