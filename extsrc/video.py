@@ -81,7 +81,9 @@ class VideoLoader(Loader):
     Bad files: each video's container is read before DALI sees it; a file that is not a video,
     is cut short, holds no video track, is in a codec DALI cannot decode on the loader's device
     or is too short raises :class:`~extsrc.errors.BadVideoError` naming the manifest line, the
-    path and the codec (``on_error="raise"``), or is left out after
+    path and the codec (``on_error="raise"``); when DALI's decoder still fails, the clips of
+    the failed batch are decoded one by one to name the file (reason ``"corrupt"``). Bad files
+    are left out after
     :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
     ``loader.skipped``).
 
@@ -145,6 +147,12 @@ class VideoLoader(Loader):
                     f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
                     "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
                 )
+        clash = sorted(set(output_map) & set(VIDEO_METADATA_KEYS))
+        if clash:
+            raise ValueError(
+                f"VideoLoader: output names {clash} are reserved for per-clip metadata; rename "
+                "them in output_map"
+            )
         super().__init__(
             _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,
             resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
