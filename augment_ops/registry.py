@@ -76,8 +76,11 @@ class Op:
             raise OpRegistrationError(
                 f"op '{self.name}': num_outputs must be an int >= 1, got {self.num_outputs!r}"
             )
-        if self.ndim not in (2, 3):
-            raise OpRegistrationError(f"op '{self.name}': ndim must be 2 or 3, got {self.ndim!r}")
+        if self.ndim not in (2, 3, 4):
+            raise OpRegistrationError(
+                f"op '{self.name}': ndim must be 2 or 3 (an op on one image), or 4 (an op on a "
+                f"whole video clip, FHWC, for extsrc.VideoLoader), got {self.ndim!r}"
+            )
         if self.tolerance < 0:
             raise OpRegistrationError(f"op '{self.name}': tolerance must be >= 0")
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
@@ -90,10 +93,10 @@ class Op:
         self, img: np.ndarray, rng: np.random.Generator | None = None
     ) -> tuple[np.ndarray, ...]:
         """Run the numpy reference on one image and return its outputs as a checked tuple."""
-        if min(img.shape[:2]) < self.min_size:
+        if min(self.spatial(img.shape)) < self.min_size:
             raise OpContractError(
                 f"op '{self.name}' needs images of at least {self.min_size}x{self.min_size} "
-                f"pixels, got {img.shape[0]}x{img.shape[1]}"
+                f"pixels, got {'x'.join(str(d) for d in self.spatial(img.shape))}"
             )
         kwargs = dict(self.params)
         if self.random:
@@ -102,6 +105,15 @@ class Op:
             kwargs["rng"] = rng
         out = self.fn(img, **kwargs)
         return self.check_outputs(out)
+
+    @property
+    def on_clips(self) -> bool:
+        """Whether the op takes a whole video clip ``(F, H, W, C)`` (declared ``ndim=4``)."""
+        return self.ndim == 4
+
+    def spatial(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Height and width of an input of this op (a clip's frames for a clip op)."""
+        return tuple(shape[1:3] if self.on_clips else shape[:2])
 
     def check_outputs(self, out: Any, array_type: type = np.ndarray) -> tuple[Any, ...]:
         """Normalise ``out`` to a tuple of arrays, or say how it breaks the contract.
@@ -132,7 +144,7 @@ class Op:
             if o.ndim != self.ndim:
                 raise OpContractError(
                     f"op '{self.name}' output {k} has rank {o.ndim} (shape {o.shape}), declared "
-                    f"ndim={self.ndim} (HWC images are rank 3)"
+                    f"ndim={self.ndim} (HWC images are rank 3, FHWC clips rank 4)"
                 )
             if 0 in o.shape:
                 raise OpContractError(
@@ -206,6 +218,8 @@ class Op:
         """
         from augment_ops.trace import traces
 
+        if self.on_clips:  # the tracer and the hand-written paths work on HWC images
+            return ("numpy",)
         has = set(_IMPLEMENTATIONS.get(self, {}))
         if "native" not in has and traces(self):
             has.add("native")
@@ -270,7 +284,9 @@ def augment_op(
     """Register a numpy function as an augmentation op; usable bare or with arguments.
 
     ``fn(img)`` takes one HWC ``uint8`` image and returns an array or a tuple of ``num_outputs``
-    arrays of ``dtype`` and rank ``ndim``. A parameter named ``rng`` makes the op random: it then
+    arrays of ``dtype`` and rank ``ndim``. ``ndim=4`` declares an op on whole video clips instead:
+    ``fn(clip)`` takes an ``(F, H, W, C)`` clip and returns clips (``extsrc.VideoLoader`` only,
+    numpy path only). A parameter named ``rng`` makes the op random: it then
     receives a ``np.random.Generator`` derived from (seed, epoch, sample index), so results are the
     same whatever process or order runs it. Other parameters need defaults (bind them with
     :meth:`Op.with_params`). ``gpu=True`` says the function also runs unchanged on CuPy arrays

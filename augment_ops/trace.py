@@ -1744,6 +1744,9 @@ _CACHE: weakref.WeakKeyDictionary[Any, Traced | TraceError] = weakref.WeakKeyDic
 def trace_op(op: Any) -> Traced:
     """The traced graph of a registered op (cached per op variant); raises :class:`TraceError`."""
     got = _CACHE.get(op)
+    if got is None and getattr(op, "on_clips", False):
+        got = TraceError("an op on whole video clips (ndim=4) runs on the numpy path only")
+        _CACHE[op] = got
     if got is None:
         try:
             got = trace_function(op.fn, params=dict(op.params), random=op.random,
@@ -1774,6 +1777,8 @@ def explain(name_or_op: Any) -> str:
     from augment_ops.registry import get
 
     op = get(name_or_op)
+    if op.on_clips:
+        return "numpy: an op on whole video clips (ndim=4) runs on the numpy path only"
     if "native" in op.impls:
         return "native (hand-written)"
     try:

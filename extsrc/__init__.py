@@ -11,6 +11,7 @@ from extsrc.config import METADATA_KEYS, LoaderConfig
 from extsrc.doctor import Problem, ValidationReport, validate
 from extsrc.errors import (
     BadImageError,
+    BadVideoError,
     DaliVersionError,
     ExtsrcError,
     MainGuardError,
@@ -31,8 +32,13 @@ from extsrc.manifest import Manifest, read_manifest
 from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
 from extsrc.preview import render_batch
 from extsrc.sample_data import make_sample_dataset
+from extsrc.sample_videos import make_sample_videos
 from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
 from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+from extsrc.video import VideoLoader
+from extsrc.videocheck import validate_videos
+from extsrc.videoclips import ClipSpec
+from extsrc.videoprobe import VideoInfo, probe_video
 
 __version__ = "0.1.0"
 
@@ -41,7 +47,9 @@ __all__ = [
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
     "BadImageError",
+    "BadVideoError",
     "BatchFormat",
+    "ClipSpec",
     "DaliVersionError",
     "ExtsrcError",
     "LastBatch",
@@ -64,9 +72,13 @@ __all__ = [
     "TrainPreset",
     "ValPreset",
     "ValidationReport",
+    "VideoInfo",
+    "VideoLoader",
     "WorkerDiedError",
     "epoch_permutation",
     "make_sample_dataset",
+    "make_sample_videos",
+    "probe_video",
     "read_manifest",
     "render_batch",
     "shard_indices",
@@ -74,4 +86,5 @@ __all__ = [
     "train_loader",
     "val_loader",
     "validate",
+    "validate_videos",
 ]

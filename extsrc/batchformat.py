@@ -116,9 +116,13 @@ class BatchFormat:
 
         return getattr(torch, self.dtype)
 
-    def finish(self, image: Any, size: tuple[int, int] | None) -> Any:
+    def finish(self, image: Any, size: tuple[int, int] | None,
+               output_layout: str | None = None) -> Any:
         """Add the DALI operators that resize ``image`` to ``size`` (``None``: keep its size) and
-        give it this format (bfloat16: float32 here, torch converts)."""
+        give it this format (bfloat16: float32 here, torch converts). ``output_layout``
+        replaces the per-sample layout ``layout`` gives (``"HWC"``/``"CHW"``), for inputs of
+        another layout: a video clip ``"FHWC"`` becomes ``"FHWC"``, ``"FCHW"`` or ``"CFHW"``,
+        each frame resized alike."""
         from nvidia.dali import fn, types
 
         crop = None
@@ -131,7 +135,8 @@ class BatchFormat:
                 # (aspect ratio kept); the centre crop below cuts the other one down.
                 image = fn.resize(image, resize_x=w, resize_y=h, mode="not_smaller")
                 crop = (h, w)
-        if self.is_identity:
+        natural = output_layout is None or output_layout in ("HWC", "FHWC")
+        if self.is_identity and natural:
             # Images leave as decoded (an op's declared dtype, float32 say, is kept): only the
             # centre crop of "shorter_side", which fn.crop does without converting.
             return image if crop is None else fn.crop(image, crop=crop)
@@ -144,5 +149,6 @@ class BatchFormat:
         if crop is not None:
             kw["crop"] = crop  # centred: crop_pos_x/y default to 0.5
         return fn.crop_mirror_normalize(
-            image, dtype=dali_dtype, output_layout=self.layout[1:], mean=mean, std=std, **kw,
+            image, dtype=dali_dtype, output_layout=output_layout or self.layout[1:], mean=mean,
+            std=std, **kw,
         )

@@ -372,8 +372,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from extsrc.doctor import validate
     from extsrc.errors import ManifestError
 
+    clips = None
+    if args.sequence_length is not None:
+        from extsrc.videoclips import ClipSpec
+
+        try:
+            clips = ClipSpec(args.sequence_length, args.stride)
+        except ValueError as e:
+            raise CliError(f"--sequence-length/--stride: {e}") from None
     report = validate(_manifest_arg(args), decode=not args.no_decode, n_jobs=args.jobs,
-                    progress=sys.stderr.isatty())
+                      progress=sys.stderr.isatty(), media=args.media, device=args.device,
+                      clips=clips)
     text = report.summary(max_problems=args.max_problems)
     if not report.ok:
         # The summary's closing advice speaks Python; say it with this command's options.
@@ -383,6 +392,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"Train on the {len(report.ok_indices)} good samples: rerun with --write-clean "
                 "CSV and use that manifest, or pass --skip-bad to `extsrc preview` / `extsrc "
                 "bench` (Python: Loader(on_error='skip'))"
+            ) if report.media == "image" else (
+                f"Train on the {len(report.ok_indices)} good videos: rerun with --write-clean "
+                "CSV and use that manifest (Python: VideoLoader(on_error='skip'))"
             )
         text = "\n".join(lines).replace(
             "(see report.problems)", f"(--max-problems {report.num_bad} lists them all)"
@@ -527,7 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check that every file in a manifest can be read",
                        description="Read MANIFEST and check every file it lists (missing, "
-                                   "unreadable, empty, not an image, truncated, corrupt). Prints "
+                                   "unreadable, empty, not an image, truncated, corrupt; for "
+                                   "videos: not a video, cut short, a codec DALI cannot decode "
+                                   "on the device, too short for a clip). Prints "
                                    "one line per problem (manifest line, path, reason, fix); "
                                    "exits 1 if there is any.")
     p.add_argument("manifest", metavar="MANIFEST", help="the labelled file list")
@@ -541,6 +555,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write-clean", default=None, metavar="CSV",
                    help="also write a manifest of the good samples to CSV (all of them when "
                         "the manifest is clean)")
+    p.add_argument("--media", choices=["auto", "image", "video"], default="auto",
+                   help="check the files as images or videos (default: auto, videos when "
+                        "every path has a video extension or the folder holds videos only)")
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                   help="videos: refuse codecs DALI cannot decode on DEVICE (auto, cpu, cuda; "
+                        "default: auto)")
+    p.add_argument("--sequence-length", type=_positive, default=None, metavar="N",
+                   help="videos: also refuse videos shorter than one clip of N frames")
+    p.add_argument("--stride", type=_positive, default=1, metavar="S",
+                   help="videos: frames between a clip's frames, with --sequence-length "
+                        "(default: 1)")
     _add_root_option(p)
     p.set_defaults(func=cmd_validate, imports=[])
 

@@ -126,7 +126,7 @@ def check_resizable(
                 f"dtype=np.float32 (returning .astype(np.float32)) or np.uint8 in @augment_op, "
                 "convert after the loader, or pass resize=None"
             )
-        if op.ndim != 3:
+        if op.ndim == 2:  # 3: HWC images; 4: FHWC clips (video loaders), resized frame by frame
             raise ValueError(
                 f"op '{op.name}' (in {where}) declares rank-{op.ndim} outputs (ndim={op.ndim}), "
                 f"but resize={resize} resizes them and DALI's resize needs HWC images (rank 3); "

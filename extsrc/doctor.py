@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
@@ -70,6 +71,8 @@ class ValidationReport:
     decode: bool
     max_pixels: int | None
     seconds: float
+    #: What the files were checked as: ``"image"`` or ``"video"`` (see :func:`validate`).
+    media: str = "image"
 
     @property
     def ok(self) -> bool:
@@ -169,16 +172,25 @@ class ValidationReport:
         if self.ok:
             return head
         lines = [head]
-        lines += [f"  {reason}: {n}  ({REASONS.get(reason, '')})" for reason, n in
+        lines += [f"  {reason}: {n}  ({self._meaning(reason)})" for reason, n in
                   self.counts.items()]
         lines += [f"  {p}" for p in self.problems[:max_problems]]
         if self.num_bad > max_problems:
             lines.append(f"  ... and {self.num_bad - max_problems} more (see report.problems)")
         lines.append(
             f"Train on the {len(self.ok_indices)} good samples with report.clean_manifest() or "
-            "report.write_clean('clean.csv'), or pass on_error='skip' to extsrc.Loader."
+            "report.write_clean('clean.csv'), or pass on_error='skip' to extsrc."
+            f"{'VideoLoader' if self.media == 'video' else 'Loader'}."
         )
         return "\n".join(lines)
+
+    def _meaning(self, reason: str) -> str:
+        if self.media == "video":
+            from extsrc.videoprobe import VIDEO_REASONS
+
+            if reason in VIDEO_REASONS:
+                return VIDEO_REASONS[reason][0]
+        return REASONS.get(reason, "")
 
     def __str__(self) -> str:
         return self.summary()
@@ -234,6 +246,37 @@ def _run_chunks(
         executor.shutdown(wait=True, kill_workers=not finished)
 
 
+def _read_media(
+    manifest: Manifest | str | bytes | os.PathLike[str], media: str
+) -> tuple[Manifest, str]:
+    """The manifest read (a folder of videos with the video extensions) and ``media`` resolved
+    (``"auto"``: see :func:`validate`)."""
+    from extsrc.videoprobe import VIDEO_EXTENSIONS
+
+    if not isinstance(manifest, Manifest):
+        path = manifest
+        if os.path.isdir(path) and media != "image":
+            try:
+                videos = Manifest.from_folder(path, extensions=VIDEO_EXTENSIONS)
+            except ManifestError:
+                if media == "video":
+                    raise
+                videos = None
+            if videos is not None:
+                if media == "video":
+                    return videos, "video"
+                try:  # a folder of videos, unless it holds images too
+                    return read_manifest(path), "image"
+                except ManifestError:
+                    return videos, "video"
+        manifest = read_manifest(path)
+    if media == "auto":
+        exts = tuple(VIDEO_EXTENSIONS)
+        video = len(manifest) > 0 and all(p.lower().endswith(exts) for p in manifest.paths)
+        media = "video" if video else "image"
+    return manifest, media
+
+
 def validate(
     manifest: Manifest | str | os.PathLike[str],
     *,
@@ -243,8 +286,19 @@ def validate(
     progress: bool = True,
     chunk_size: int | None = None,
     max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+    media: Literal["auto", "image", "video"] = "auto",
+    device: Any = None,
+    clips: Any = None,
 ) -> ValidationReport:
     """Check every file of ``manifest`` and report the bad ones with their lines and reasons.
+
+    ``media``: ``"image"``, ``"video"``, or ``"auto"`` (default): videos when every listed path
+    ends with a video extension (:data:`extsrc.videoprobe.VIDEO_EXTENSIONS`), or when a folder
+    holds videos and no images. Videos get :func:`extsrc.videocheck.validate_videos`'s checks
+    (container, truncation, codec, and with ``clips``, a :class:`~extsrc.videoclips.ClipSpec`,
+    the length), against the codecs DALI decodes on ``device`` (``None``: the GPU when one is
+    visible, as the loaders pick it); ``decode``, ``max_pixels`` and ``chunk_size`` concern
+    images only.
 
     Args:
         manifest: a :class:`~extsrc.manifest.Manifest`, or the path of a manifest file or of a
@@ -313,8 +367,19 @@ def validate(
     chunk_size = check_int(chunk_size, "validate: chunk_size", minimum=1, allow_none=True,
                            what="files per task")
     max_file_bytes = check_max_file_bytes(max_file_bytes, "validate: max_file_bytes")
-    if not isinstance(manifest, Manifest):
-        manifest = read_manifest(manifest)
+    if media not in ("auto", "image", "video"):
+        raise ValueError(f"validate: media must be 'auto', 'image' or 'video', got {media!r}")
+    manifest, media = _read_media(manifest, media)
+    if media == "video":
+        from joblib import effective_n_jobs
+
+        from extsrc.device import resolve_device
+        from extsrc.videocheck import validate_videos
+        from extsrc.videoprobe import CPU_CODECS, GPU_CODECS
+
+        codecs = CPU_CODECS if resolve_device(device) is None else GPU_CODECS
+        return validate_videos(manifest, clips=clips, codecs=codecs,
+                               n_jobs=effective_n_jobs(n_jobs), max_file_bytes=max_file_bytes)
     t0 = time.perf_counter()
     n = len(manifest)
     root_real = None if manifest.root is None else os.path.realpath(manifest.root)

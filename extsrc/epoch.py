@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from extsrc._dali.run import PipelineRun, WorkersDied
 from extsrc.errors import PipelineError
-from extsrc.failures import InFlight, explain, worker_died
+from extsrc.failures import InFlight, worker_died
 
 if TYPE_CHECKING:
     from extsrc.loader import Loader
@@ -72,11 +72,7 @@ class Epoch(Iterator[dict[str, Any]]):
             self.close()
             raise
         except Exception as e:
-            c = loader.config
-            err = explain(
-                e, self._in_flight(), run=self._run, resize=c.resize, max_pixels=loader.max_pixels,
-                lookahead=c.prefetch_queue_depth + 2,
-            )
+            err = loader._explain(e, self._in_flight())
             self.close()  # workers and threads stop now; the position stays at this batch
             if err is e:
                 raise
@@ -104,13 +100,11 @@ class Epoch(Iterator[dict[str, Any]]):
             n_images = len(out) - 1  # every output but the label
             for name in self._loader.config.output_names[:n_images]:
                 out[name] = out[name].to(torch.bfloat16)
-        info = d["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
-        index, is_pad = info[:, 0].contiguous(), info[:, 2].bool()
+        meta = self._loader._metadata(d)
         if self._loader.config.device_id is not None:
             # Page-locked, so `.to("cuda", non_blocking=True)` (to mask pads in the loss) is a
             # real async copy; from pageable memory torch waits for the GPU to go idle first,
             # every step, and the CPU stops running ahead of the GPU.
-            index, is_pad = index.pin_memory(), is_pad.pin_memory()
-        out["index"] = index
-        out["is_pad"] = is_pad
+            meta = {k: v.pin_memory() for k, v in meta.items()}
+        out.update(meta)
         return out

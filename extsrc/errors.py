@@ -81,6 +81,19 @@ class BadImageError(SampleReadError):
     """
 
 
+class BadVideoError(SampleReadError):
+    """A listed file exists but is not a video the loader can read: not a video container, cut
+    short, without a video track or frames, in a codec DALI cannot decode on the loader's device
+    (``codec`` names it), or shorter than one clip (``short_videos="error"``).
+
+    The message names the manifest file and line, the path, the reason and how to fix it.
+    """
+
+    def __init__(self, message: str = "", *, codec: str | None = None, **fields: object) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.codec = codec
+
+
 class PathOutsideRootError(ManifestError):
     """A manifest path resolves outside the ``root`` given to ``read_manifest`` (``..``, an
     absolute path elsewhere, or a symlink pointing out). Opt out with ``allow_outside_root=True``.

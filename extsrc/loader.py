@@ -33,6 +33,7 @@ from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
+from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
@@ -182,6 +183,13 @@ class Loader:
         self.manifest = manifest
         check_loader_arguments(output_map=output_map, stages=stages, ops=ops,
                                transforms=transforms)
+        if not self._takes_clips:
+            for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
+                if op.on_clips:
+                    raise ValueError(
+                        f"Loader: op '{op.name}' works on whole video clips (ndim=4); use it "
+                        "with extsrc.VideoLoader, or register an op on HWC images (ndim=3)"
+                    )
         #: The arguments about bad files and DALI's workers, checked.
         self.options = LoaderOptions(
             on_error=on_error, max_pixels=max_pixels, max_file_bytes=max_file_bytes,
@@ -232,6 +240,9 @@ class Loader:
         self.pipeline_builds = 0
         self._warned_abandoned = False
         self._epoch: Epoch | None = None  # the current epoch's iterator
+
+    #: Whether ops on whole video clips (``ndim=4``) are accepted (video loaders).
+    _takes_clips = False
 
     # -- public surface ---------------------------------------------------------------------------
     @property
@@ -417,20 +428,41 @@ class Loader:
             if (self.source.start_epoch, self.source.start_batch) != (epoch, batch):
                 self.source = self._make_source(epoch, batch)
             c = self.config
-            pipe = build_pipeline(
-                self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
-                resize=c.resize, stages=c.stages, decoder=c.decoder,
-                hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
-                device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
-                start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-                op_pool=self.op_pool,
-            )
+            pipe = self._build_pipeline()
             self.pipeline_builds += 1
             self._run = PipelineRun(
-                pipe, [*c.output_names, "__info"], workers=c.workers, device_id=c.device_id,
-                watchdog=self.watchdog,
+                pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
+                device_id=c.device_id, watchdog=self.watchdog,
             )
         return self._run
+
+    #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`).
+    _hidden_outputs: tuple[str, ...] = ("__info",)
+
+    def _build_pipeline(self) -> Any:
+        """The DALI pipeline over ``self.source`` (defined, not built)."""
+        c = self.config
+        return build_pipeline(
+            self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
+            resize=c.resize, stages=c.stages, decoder=c.decoder,
+            hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
+            device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
+            start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
+            op_pool=self.op_pool,
+        )
+
+    def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
+        outputs, as CPU tensors."""
+        info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+        return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
+
+    def _explain(self, e: Exception, at: InFlight) -> Exception:
+        """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
+        c = self.config
+        assert self._run is not None  # an epoch is running
+        return explain(e, at, run=self._run, resize=c.resize, max_pixels=self.max_pixels,
+                       lookahead=c.prefetch_queue_depth + 2)
 
     def _make_source(self, start_epoch: int, start_batch: int) -> ShardedSource:
         c = self.config

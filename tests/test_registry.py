@@ -133,7 +133,7 @@ def test_not_callable_refused():
     ("kwargs", "match"),
     [
         (dict(num_outputs=0), r"num_outputs must be an int >= 1, got 0"),
-        (dict(ndim=4), r"ndim must be 2 or 3, got 4"),
+        (dict(ndim=5), r"ndim must be 2 or 3 \(an op on one image\), or 4 .*got 5"),
         (dict(tolerance=-1.0), r"tolerance must be >= 0"),
     ],
 )

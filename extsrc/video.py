@@ -1,0 +1,270 @@
+"""``VideoLoader``: batches of video clips from a labelled manifest, through DALI's video decoder.
+
+A :class:`~extsrc.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
+folder of class folders holding videos), sharding, ``last_batch``, seed, resume, ``on_error``,
+``output_map``, ``device`` and DDP behaviour, the same epochs and errors; only the source
+(:class:`~extsrc.videosource.VideoSource`), the graph (:mod:`extsrc.videopipeline`) and the
+batch's keys differ.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from augment_ops.registry import Op
+from extsrc._dali.messages import read_failure
+from extsrc.batchformat import Dtype, Normalize, ResizeMode
+from extsrc.config import as_ops
+from extsrc.errors import ExtsrcError, PipelineError
+from extsrc.failures import InFlight, explain
+from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.loader import Loader
+from extsrc.manifest import Manifest, read_manifest
+from extsrc.sharding import LastBatch
+from extsrc.textsafe import shown
+from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
+from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
+from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
+from extsrc.videosource import VIDEO_HINT, VideoSource, find_undecodable
+
+__all__ = ["VIDEO_METADATA_KEYS", "VideoLayout", "VideoLoader"]
+
+VideoLayout = Literal["NFHWC", "NFCHW", "NCFHW"]
+#: Keys every video batch carries besides the named outputs.
+VIDEO_METADATA_KEYS: tuple[str, ...] = ("index", "is_pad", "start_frame", "num_frames")
+
+
+def _read(manifest: Manifest | str | os.PathLike[str]) -> Manifest:
+    """A manifest path or a folder of class folders holding videos, read."""
+    if isinstance(manifest, (str, os.PathLike)):
+        if os.path.isdir(manifest):
+            return Manifest.from_folder(manifest, extensions=VIDEO_EXTENSIONS)
+        return read_manifest(manifest)
+    return manifest  # type: ignore[return-value]
+
+
+class VideoLoader(Loader):
+    """Iterate epochs of batches of video clips as ``dict[name, torch.Tensor]``.
+
+    Each manifest line names a video file (AVI, Matroska/WebM or MP4/MOV) and its label; a
+    folder works too (each sub-folder a class, :meth:`Manifest.from_folder` with
+    :data:`~extsrc.videoprobe.VIDEO_EXTENSIONS`). The DALI graph: raw bytes read in worker
+    processes -> ``fn.decoders.video`` (the CPU decodes VP8, VP9 and Motion JPEG; on a GPU NVDEC
+    also decodes H.264, HEVC, AV1 and MPEG-4) -> ``transforms`` and ``ops`` on every frame of
+    the clip -> ``resize`` of every frame -> outputs.
+
+    Clips (:mod:`extsrc.videoclips`): ``sequence_length`` frames every ``stride`` frames;
+    ``clip="random"`` (default) starts each at a frame drawn from (seed, epoch, manifest index,
+    clip number), ``"uniform"`` spreads ``clips_per_video`` clips evenly over the video,
+    ``"center"`` takes the middle one. With ``clips_per_video=K`` every video gives ``K``
+    samples per epoch, each sharded, shuffled and counted as one. ``short_videos="error"``
+    (default) refuses a video shorter than one clip's span naming its line; ``"pad"`` starts
+    such a clip at frame 0 and repeats the last frame.
+
+    Batch: ``video`` ``(B, F, H, W, C)`` (``layout="NFHWC"``; ``"NFCHW"`` gives
+    ``(B, F, C, H, W)``, ``"NCFHW"`` ``(B, C, F, H, W)`` as video models take it), ``uint8`` or
+    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loader.Loader`; ``<op>_<k>`` for each op
+    output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
+    (the clip's first frame) and ``num_frames`` (the video's frame count), all ``(B,)``.
+    ``resize`` and ``resize_mode`` apply to every frame alike; without ``resize`` the videos of a
+    batch must share one frame size.
+
+    Ops (registered with ``@augment_op``) run on the numpy path, once per frame, and a random op
+    draws the same numbers for every frame of a clip (a random crop cuts the same window from
+    each frame); an op declared with ``ndim=4`` gets the whole ``(F, H, W, C)`` clip at once
+    and returns clips. ``transforms`` replace the clip, ``ops`` add outputs.
+    ``loader.op_paths`` reports ``"numpy"`` for each.
+
+    Bad files: each video's container is read before DALI sees it; a file that is not a video,
+    is cut short, holds no video track, is in a codec DALI cannot decode on the loader's device
+    or is too short raises :class:`~extsrc.errors.BadVideoError` naming the manifest line, the
+    path and the codec (``on_error="raise"``); when DALI's decoder still fails, the clips of
+    the failed batch are decoded one by one to name the file (reason ``"corrupt"``). Bad files
+    are left out after
+    :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
+    ``loader.skipped``).
+
+    Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
+    ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
+    ``set_epoch``, ``close``) is :class:`~extsrc.loader.Loader`'s.
+    """
+
+    _takes_clips = True
+
+    def __init__(
+        self,
+        manifest: Manifest | str | os.PathLike[str],
+        *,
+        batch_size: int,
+        sequence_length: int,
+        stride: int = 1,
+        clip: ClipPolicy = "random",
+        clips_per_video: int = 1,
+        short_videos: ShortVideos = "error",
+        ops: Sequence[str | Op] = (),
+        transforms: Sequence[str | Op] = (),
+        resize: int | tuple[int, int] | None = None,
+        resize_mode: ResizeMode = "shorter_side",
+        layout: VideoLayout = "NFHWC",
+        dtype: Dtype = "uint8",
+        normalize: Normalize = None,
+        output_map: Sequence[str] | None = None,
+        shard_id: int | None = None,
+        num_shards: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        last_batch: LastBatch = "partial",
+        device: Any = None,
+        num_workers: int | None = None,
+        num_threads: int | None = None,
+        start_method: str | None = None,
+        prefetch_queue_depth: int = 2,
+        on_error: str = "raise",
+        validate_kwargs: Mapping[str, Any] | None = None,
+        watchdog: bool = True,
+        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+    ) -> None:
+        #: The clip policy, checked.
+        self.clips = ClipSpec(sequence_length=sequence_length, stride=stride, clip=clip,
+                              clips_per_video=clips_per_video, short_videos=short_videos)
+        if not isinstance(layout, str) or layout not in VIDEO_LAYOUTS:
+            raise ValueError(
+                f"VideoLoader: layout must be one of {list(VIDEO_LAYOUTS)}, got "
+                f"{layout!r}"
+            )
+        self.layout = layout
+        if output_map is None:  # the Loader's names, with the clip called "video"
+            names = ["video"]
+            for op in as_ops(ops, "ops"):
+                names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
+            output_map = (*names, "label")
+        for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
+            if op.ndim == 2:
+                raise ValueError(
+                    f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
+                    "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
+                )
+        clash = sorted(set(output_map) & set(VIDEO_METADATA_KEYS))
+        if clash:
+            raise ValueError(
+                f"VideoLoader: output names {clash} are reserved for per-clip metadata; rename "
+                "them in output_map"
+            )
+        super().__init__(
+            _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,
+            resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
+            shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
+            num_workers=num_workers, num_threads=num_threads, start_method=start_method,
+            prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", on_error=on_error,
+            max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,
+            max_file_bytes=max_file_bytes, dtype=dtype, normalize=normalize,
+            resize_mode=resize_mode, decoder="cpu",
+        )
+
+    # -- what differs from Loader -----------------------------------------------------------------
+    @property
+    def codecs(self) -> frozenset[str]:
+        """The codecs DALI decodes on this loader's device."""
+        return CPU_CODECS if self.config.device_id is None else GPU_CODECS
+
+    def _make_source(self, start_epoch: int, start_batch: int) -> VideoSource:
+        c = self.config
+        return VideoSource(
+            self.manifest, clips=self.clips, codecs=self.codecs,
+            device="cpu" if c.device_id is None else "gpu", batch_size=c.batch_size,
+            shard_id=c.shard_id, num_shards=c.num_shards, shuffle=c.shuffle, seed=c.seed,
+            last_batch=c.last_batch, start_epoch=start_epoch, start_batch=start_batch,
+            max_pixels=None, indices=self._indices, max_file_bytes=self.max_file_bytes,
+        )
+
+    _hidden_outputs = ("__info", "__clip")
+
+    def _build_pipeline(self) -> Any:
+        c = self.config
+        assert isinstance(self.source, VideoSource)
+        return build_video_pipeline(
+            self.source, clips=self.clips, ops=c.ops, transforms=c.transforms, resize=c.resize,
+            batch_format=c.batch_format, layout=self.layout, device_id=c.device_id,
+            num_threads=c.threads, num_workers=c.workers, start_method=c.method,
+            prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
+        )
+
+    def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
+        meta = super()._metadata(outputs)
+        clip = outputs["__clip"]  # columns: CLIP_COLUMNS (start_frame, clip, num_frames)
+        meta["start_frame"] = clip[:, 0].contiguous()
+        meta["num_frames"] = clip[:, 2].contiguous()
+        return meta
+
+    def _explain(self, e: Exception, at: InFlight) -> Exception:
+        if isinstance(e, ExtsrcError):
+            return e
+        source = at.source
+        in_batch = isinstance(source, VideoSource) and at.batch < len(source)
+        f = read_failure(str(e))
+        if in_batch and f.kind == "worker":
+            # A bad video in a worker process: the same batch read again here gives the error
+            # object with its fields (line, path, reason, codec).
+            try:
+                source.clip_batch(at.epoch, at.batch)  # type: ignore[attr-defined]
+            except ExtsrcError as err:
+                return err
+        if f.kind in ("worker", "op") or f.uneven_shapes or f.pool_lost:
+            # Dead workers, an op's error, frames of different sizes: the Loader's wording.
+            return explain(e, at, run=self._run, resize=self.config.resize, max_pixels=None,
+                           lookahead=0)
+        if in_batch:  # the decoder refused a file whose container reads well: which one?
+            found = find_undecodable(source, at.epoch, at.batch)  # type: ignore[arg-type]
+            if found is not None:
+                i, said = found
+                problem = VideoProbeProblem(
+                    "corrupt", f"DALI's video decoder refuses it (DALI said: {said})")
+                return source.bad_video(i, problem)  # type: ignore[attr-defined]
+        return PipelineError(
+            f"DALI's video decoder failed while producing {at.where()}; DALI said: "
+            f"{shown(f.text)}. Check these files by decoding them (ffmpeg -v error -i FILE "
+            f"-f null -) or re-encode them.{VIDEO_HINT}"
+        )
+
+    def _state_config(self) -> dict[str, Any]:
+        config = super()._state_config()
+        c = self.clips
+        config["video"] = {"sequence_length": c.sequence_length, "stride": c.stride,
+                           "clip": c.clip, "clips_per_video": c.clips_per_video,
+                           "short_videos": c.short_videos}
+        return config
+
+    def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
+        """on_error="skip": read every video's container up front; the good videos' indices."""
+        from extsrc.videocheck import validate_videos
+
+        report = validate_videos(manifest, clips=self.clips, codecs=self.codecs,
+                                 max_file_bytes=self.max_file_bytes, **dict(kwargs or {}))
+        self.validation = report
+        self.skipped = report.problems
+        if not report.problems:
+            return None
+        if len(report.ok_indices) == 0:
+            report.clean_manifest()  # raises: nothing is left to train on
+        warnings.warn(
+            f"extsrc.VideoLoader(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+            f"videos of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
+            "loader.skipped lists them all; batch['index'] still refers to the original "
+            "manifest",
+            stacklevel=3,
+        )
+        return report.ok_indices
+
+    def __repr__(self) -> str:
+        c, v = self.config, self.clips
+        return (
+            f"VideoLoader({len(self.manifest)} videos, batch_size={c.batch_size}, "
+            f"sequence_length={v.sequence_length}, stride={v.stride}, clip={v.clip!r}, "
+            f"clips_per_video={v.clips_per_video}, outputs={list(c.output_names)}, "
+            f"device={self.device!r}, shard {c.shard_id}/{c.num_shards}, "
+            f"{len(self)} batches/epoch)"
+        )
+
