@@ -44,38 +44,46 @@ VARIANTS = ("extsrc", "dataloader", "dali_reader")
 
 
 # -- data ------------------------------------------------------------------------------------------
+def _encode(job: tuple) -> None:
+    """Write one video of moving noise (a window sliding over a fixed noise image)."""
+    import av
+
+    path, k, frames, height, width, codec, gop, suffix = job
+    base = np.random.default_rng(0).integers(0, 256, (height + frames, width + frames, 3),
+                                             dtype=np.uint8)
+    tmp = path.with_name(path.stem + ".part" + suffix)
+    with av.open(str(tmp), "w") as c:
+        s = c.add_stream(codec, rate=30)
+        s.width, s.height = width, height
+        s.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
+        s.gop_size = gop
+        if codec == "libvpx-vp9":
+            s.options = {"deadline": "realtime", "cpu-used": "8", "row-mt": "1"}
+        elif codec == "libx264":
+            s.options = {"preset": "veryfast"}
+        for i in range(frames):
+            img = np.ascontiguousarray(base[i + k % 7:i + k % 7 + height, i:i + width])
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    tmp.rename(path)
+
+
 def make_videos(root: Path, *, n: int, frames: int, height: int, width: int, codec: str,
                 gop: int) -> list[tuple[str, int]]:
-    """``n`` videos (moving noise), two classes; reused when already there."""
-    import av
+    """``n`` videos (moving noise), two classes, encoded in parallel; reused when there."""
+    from concurrent.futures import ProcessPoolExecutor
 
     suffix = {"libx264": ".mp4", "h264": ".mp4", "libvpx-vp9": ".webm", "mjpeg": ".avi"}[codec]
     root.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    base = rng.integers(0, 256, (height + frames, width + frames, 3), dtype=np.uint8)
-    out = []
-    for k in range(n):
-        path = root / f"v{k:04d}_{frames}f_{height}p{suffix}"
-        if not path.exists():
-            tmp = path.with_name(path.stem + ".part" + suffix)
-            with av.open(str(tmp), "w") as c:
-                s = c.add_stream(codec, rate=30)
-                s.width, s.height = width, height
-                s.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
-                s.gop_size = gop
-                if codec == "libvpx-vp9":
-                    s.options = {"deadline": "realtime", "cpu-used": "8", "row-mt": "1"}
-                elif codec == "libx264":
-                    s.options = {"preset": "veryfast"}
-                for i in range(frames):
-                    img = np.ascontiguousarray(base[i + k % 7:i + k % 7 + height, i:i + width])
-                    for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                        c.mux(p)
-                for p in s.encode():
-                    c.mux(p)
-            tmp.rename(path)
-        out.append((str(path), k % 2))
-    return out
+    paths = [root / f"v{k:04d}_{frames}f_{height}p{suffix}" for k in range(n)]
+    jobs = [(p, k, frames, height, width, codec, gop, suffix)
+            for k, p in enumerate(paths) if not p.exists()]
+    if jobs:
+        with ProcessPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0)))) as pool:
+            list(pool.map(_encode, jobs))
+    return [(str(p), k % 2) for k, p in enumerate(paths)]
 
 
 # -- variants --------------------------------------------------------------------------------------

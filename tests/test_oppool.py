@@ -18,7 +18,6 @@ from helpers import children, has_gpu, write_dataset
 
 import augment_ops
 import extsrc
-from augment_ops import augment_op
 from extsrc.config import cores_per_process
 from extsrc.errors import OpError, WorkerDiedError
 from extsrc.oppool import OpPool, split
@@ -26,35 +25,40 @@ from extsrc.oppool import OpPool, split
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@augment_op(replace=True, num_outputs=2)
-def pool_test_jitter_tiles(img, rng):
+# Op objects, not registered: the contract harness runs every registered op, and these fail on
+# purpose.
+def _jitter_tiles(img, rng):
     """Random and multi-output: a brightness draw, then the top and bottom halves."""
     out = np.clip(img.astype(np.float32) * rng.uniform(0.5, 1.5), 0, 255).astype(np.uint8)
     h = out.shape[0] // 2
     return out[:h], out[h:]
 
 
-@augment_op(replace=True)
-def pool_test_flip_rows(img):
+def _flip_rows(img):
     """A strided view (negative step) as the output."""
     return img[::-1]
 
 
-@augment_op(replace=True)
-def pool_test_fails_on_odd(img, rng):
+def _fails_on_odd(img, rng):
     if img.shape[1] % 2:
         raise ZeroDivisionError("odd width")
     return img
 
 
-@augment_op(replace=True)
-def pool_test_crashes(img):
+def _crashes(img):
     # Sample 3 (its first pixel is 3 * 13, see helpers.pattern_image) kills its process in the
     # middle of a batch. A pixel test, not a size test: the tracer would run both branches of
     # a size test, in this process.
     if int(img[0, 0, 0]) == 39:
         os.kill(os.getpid(), signal.SIGKILL)
     return img
+
+
+JITTER_TILES = augment_ops.Op(name="pool_test_jitter_tiles", fn=_jitter_tiles, num_outputs=2,
+                              random=True)
+FLIP_ROWS = augment_ops.Op(name="pool_test_flip_rows", fn=_flip_rows)
+FAILS_ON_ODD = augment_ops.Op(name="pool_test_fails_on_odd", fn=_fails_on_odd, random=True)
+CRASHES = augment_ops.Op(name="pool_test_crashes", fn=_crashes)
 
 
 def _batches(manifest, ops, **kw) -> list[dict]:
@@ -78,7 +82,7 @@ def test_split_covers_every_sample_once():
 @pytest.mark.parametrize("kind", ["process", "thread"])
 def test_pool_gives_the_serial_batches(tmp_path, kind):
     manifest = write_dataset(tmp_path, 15, fmt="png")
-    ops = ["pool_test_flip_rows", "pool_test_jitter_tiles"]
+    ops = [FLIP_ROWS, JITTER_TILES]
     serial = _batches(manifest, ops, op_workers=0)
     pooled = _batches(manifest, ops, op_workers=3, op_pool=kind)
     assert len(serial) == len(pooled) == 6
@@ -93,7 +97,7 @@ def test_pool_gives_the_serial_batches(tmp_path, kind):
 def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
     manifest = write_dataset(tmp_path, 8)
     before = children()
-    loader = extsrc.Loader(manifest, batch_size=4, transforms=["pool_test_flip_rows"],
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS],
                            op_path="numpy", device="cpu", resize=16, op_workers=2, num_workers=0)
     assert loader.op_pool is not None and loader.op_pool.pids == []  # started lazily
     for _ in loader:
@@ -110,7 +114,7 @@ def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
 
 def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path):
     manifest = write_dataset(tmp_path, 8, size=(20, 20))  # widths 20, 21, 22, 23, ...
-    loader = extsrc.Loader(manifest, batch_size=8, transforms=["pool_test_fails_on_odd"],
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_ODD],
                            op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
     with pytest.raises(OpError) as info:
         next(iter(loader))
@@ -125,7 +129,7 @@ def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path)
 def test_a_worker_killed_mid_batch_is_reported_and_nothing_is_left(tmp_path):
     manifest = write_dataset(tmp_path, 8, size=(20, 20))  # PNG: pixels kept exactly
     before = children()
-    loader = extsrc.Loader(manifest, batch_size=8, transforms=["pool_test_crashes"],
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=[CRASHES],
                            op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
     t0 = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:
@@ -157,7 +161,7 @@ def test_op_workers_come_from_the_cpu_affinity_and_the_local_world(monkeypatch, 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert cores_per_process() == 3
     manifest = write_dataset(tmp_path, 4)
-    loader = extsrc.Loader(manifest, batch_size=2, transforms=["pool_test_flip_rows"],
+    loader = extsrc.Loader(manifest, batch_size=2, transforms=[FLIP_ROWS],
                            op_path="numpy", device="cpu", resize=16, num_workers=0)
     assert loader.op_pool is not None and loader.op_pool.workers == 3
     no_numpy = extsrc.Loader(manifest, batch_size=2, device="cpu", num_workers=0)
@@ -261,7 +265,7 @@ def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
 @pytest.mark.parametrize("kind", ["process", "thread"])
 def test_gpu_loader_pool_gives_the_serial_batches(tmp_path, kind):
     manifest = write_dataset(tmp_path, 30, fmt="jpg", size=(61, 83))
-    ops = ["pool_test_flip_rows", "pool_test_jitter_tiles"]
+    ops = [FLIP_ROWS, JITTER_TILES]
 
     def batches(**kw):
         loader = extsrc.Loader(manifest, batch_size=7, transforms=ops[:1], ops=ops[1:], resize=24,

@@ -200,12 +200,18 @@ def test_paths_outside_root_are_found(tmp_path):
 
 
 def test_nothing_unpickles_user_files():
-    """The package never unpickles / joblib.loads / np.loads with pickles a file it is given."""
+    """The package never unpickles / joblib.loads / np.loads with pickles a file it is given.
+
+    One module unpickles, and no file: extsrc/opworker.py reads the messages its parent process
+    sends over a private socket pair (the ops to run, sample positions), never data from disk."""
     pkg = Path(extsrc.__file__).parent
+    allowed = {pkg / "opworker.py"}
     banned = re.compile(r"pickle\.loads?\(|joblib\.load\(|\bload\(.*allow_pickle\s*=\s*True|"
                         r"torch\.load\(|dill\.|cloudpickle\.load|shelve\.open|yaml\.load\(")
     offenders = []
     for f in [*pkg.rglob("*.py"), *(pkg.parent / "augment_ops").rglob("*.py")]:
+        if f in allowed:
+            continue
         for n, line in enumerate(f.read_text().splitlines(), 1):
             if banned.search(line):
                 offenders.append(f"{f}:{n}: {line.strip()}")
