@@ -5,7 +5,8 @@ with the habits of real augmentation code (Python ``int()`` around draws, ``max`
 bounds, ``if rng.random() < p``, float64 arithmetic from mixing ``uint8`` with Python floats,
 ``copy()`` then slice assignment). ``gpu=True`` says the same code also runs on CuPy arrays,
 which is what a user who wants the ``gpu`` path declares. ``posterize`` uses a lookup table
-(fancy indexing), which the tracer does not lower: it shows the fallback.
+(fancy indexing) and ``box_blur`` ``np.pad``, which the tracer does not lower: they show the
+fallback, ``box_blur`` with an op heavier than decoding.
 
 The module registers its ops on import, in every process that imports it (DataLoader workers
 and DALI's spawned readers included).
@@ -71,6 +72,20 @@ def posterize(img):
     return _LEVELS[img]
 
 
+@augment_op(replace=True)
+def box_blur(img, k=5):
+    """Mean over a k x k window from shifted slices of an edge-padded copy (no scipy): a heavy
+    op (k * k passes over the image) that does not trace (np.pad)."""
+    pad = k // 2
+    h, w = img.shape[:2]
+    p = np.pad(img.astype(np.float32), ((pad, pad), (pad, pad), (0, 0)), mode="edge")
+    acc = np.zeros(img.shape, np.float32)
+    for dy in range(k):
+        for dx in range(k):
+            acc += p[dy:dy + h, dx:dx + w]
+    return (acc / (k * k)).astype(np.uint8)
+
+
 #: The suite: name -> (transforms, ops) for ``extsrc.Loader``. Single-output ops replace the image
 #: (``transforms``), so their pipeline does the same resize work as the resize-only ceiling;
 #: ``tiles`` adds four outputs, each resized too.
@@ -82,4 +97,5 @@ SUITE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cutout": (("cutout",), ()),
     "chain_jitter_tiles": (("jitter",), ("tiles",)),
     "posterize": (("posterize",), ()),
+    "box_blur": (("box_blur",), ()),
 }

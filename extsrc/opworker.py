@@ -175,7 +175,11 @@ def main(argv: list[str] | None = None) -> None:
             assert inputs is not None
             inputs.ensure(in_size)
             op, seed, salt = ops[key]
-            send_message(sock, _run(op, seed, salt, inputs, outputs[key], items))
+            reply = _run(op, seed, salt, inputs, outputs[key], items)
+            try:
+                send_message(sock, reply)
+            except OSError:  # the parent closed the pool while this batch ran
+                return
         elif kind == "exit":
             return
 
