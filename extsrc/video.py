@@ -158,7 +158,9 @@ class VideoLoader(Loader):
             resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
             shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
             num_workers=num_workers, num_threads=num_threads, start_method=start_method,
-            prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", on_error=on_error,
+            # Clip ops run per frame in DALI's thread: no op pool (extsrc.oppool) for video yet.
+            prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
+            on_error=on_error,
             max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,
             max_file_bytes=max_file_bytes, dtype=dtype, normalize=normalize,
             resize_mode=resize_mode, decoder="cpu",
