@@ -118,6 +118,11 @@ def _import_user_ops(specs: Sequence[str]) -> None:
             module = importlib.util.module_from_spec(mod_spec)
             sys.modules[name] = module
             mod_spec.loader.exec_module(module)
+            # The op pool's workers cannot import a module known only by this name: its ops
+            # and their helpers travel to them by value.
+            import cloudpickle
+
+            cloudpickle.register_pickle_by_value(module)
         else:
             try:
                 importlib.import_module(spec)

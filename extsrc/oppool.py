@@ -12,7 +12,10 @@ sample runs on one core. An :class:`OpPool` spreads a batch's samples over ``wor
   outputs, mapped by both processes. These files have no name in ``/dev/shm``: the memory goes
   when the last process holding it ends, however it ends. The outputs are handed to DALI as
   views of that memory; DALI copies them into its own buffers before the ``python_function``
-  call returns, and the next call of the same op is the first to write there again.
+  call returns, and the next call of the same op is the first to write there again (a batch
+  that fails part-way closes the pool, so no worker is left writing). A worker sees an op as
+  it was pickled when the pool started: state an op changes later reaches the workers only
+  after :meth:`OpPool.close` (the loader's ``close()``).
 - ``"thread"``: a thread pool in this process. No copies and no processes; it scales when the
   op spends its time where the GIL is released (numpy's array loops, OpenCV), and not at all for
   Python loops.
@@ -32,14 +35,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from extsrc.errors import WorkerDiedError
+from extsrc.errors import OpError, PipelineError, WorkerDiedError
 from extsrc.opworker import ALIGN, recv_message, send_message
 
 if TYPE_CHECKING:
@@ -49,6 +53,8 @@ __all__ = ["POOL_KINDS", "OpPool", "check_picklable", "split"]
 
 #: The kinds of pool: worker processes, or threads of this process.
 POOL_KINDS = ("process", "thread")
+#: Seconds :meth:`OpPool.close` gives workers still running a sample, all together.
+EXIT_SECONDS = 2.0
 
 # Pools not yet closed, closed at interpreter exit (before the socket objects go).
 _OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
@@ -130,10 +136,13 @@ class _Mapped:
 
 
 def _worker_env() -> dict[str, str]:
-    """The workers' environment: this process's, with glibc's malloc told to keep freed memory.
-    Ops make image-sized temporaries; by default each is a fresh mmap whose pages fault in and
-    are zeroed again for every sample, which costs more than many ops' arithmetic."""
+    """The workers' environment: this process's, with its import path (``sys.path``, which a
+    notebook may have changed at run time) as ``PYTHONPATH``, so the worker finds extsrc and
+    the ops' modules from its first import; and glibc's malloc told to keep freed memory: ops
+    make image-sized temporaries, by default each a fresh mmap whose pages fault in and are
+    zeroed again for every sample, which costs more than many ops' arithmetic."""
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p or os.getcwd() for p in sys.path)
     env.setdefault("MALLOC_MMAP_THRESHOLD_", str(32 << 20))
     env.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 << 20))
     return env
@@ -157,7 +166,6 @@ class _Worker:
         self.inputs = _Mapped(f"extsrc-op-in-{rank}")
         self.outputs: dict[int, _Mapped] = {}
         self.ops: set[int] = set()
-        send_message(self.sock, ("path", list(sys.path)))
         self.inputs.ensure(1 << 20, grow=True)
         send_message(self.sock, ("in", self.inputs.size), (self.inputs.fd,))
 
@@ -190,14 +198,19 @@ class _Worker:
             return f"was killed by {name}{hint}"
         return f"exited with code {code}"
 
-    def close(self) -> None:
+    def ask_to_exit(self) -> None:
+        """Tell the worker to exit (it does after the sample it is on) and close the socket."""
         try:
             send_message(self.sock, ("exit",))
         except OSError:
             pass
         self.sock.close()
+
+    def end(self, deadline: float) -> None:
+        """Wait for the process until ``deadline`` (``time.monotonic``), then kill it; free the
+        memory."""
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -219,9 +232,10 @@ class OpPool:
         self.workers = workers
         self.kind = kind
         self._lock = threading.Lock()  # one batch at a time: DALI may run two ops at once
+        self.closing = False  # set by close(): a batch cut short by it is not a crash
         self._procs: list[_Worker] = []
         self._threads: ThreadPoolExecutor | None = None
-        # (op, seed, salt) -> key: a pipeline built again reuses its ops' keys and memory.
+        # (op, seed, salt) -> key, number and pickled op, until close().
         self._keys: dict[tuple[int, int, int], tuple[Any, int, bytes]] = {}
         #: Called with every new map of the workers' memory (to page-lock it for the GPU); it
         #: returns what undoes that, called before the map is dropped.
@@ -260,8 +274,10 @@ class OpPool:
                 if self._threads is None:
                     self._threads = ThreadPoolExecutor(self.workers, "extsrc-op")
                     _OPEN.add(self)
-                return list(self._threads.map(
-                    lambda a: runner.run_one(a[0], *a[1]), zip(images, ids, strict=True)))
+                futures = [self._threads.submit(runner.run_one, img, *i)
+                           for img, i in zip(images, ids, strict=True)]
+                wait(futures)  # all of them, so none runs on after a failure is raised
+                return [f.result() for f in futures]
             return self._run_processes(runner, images, ids, copy_in, copied, spans)
 
     def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
@@ -276,6 +292,7 @@ class OpPool:
         return known[1], known[2]
 
     def _start(self) -> None:
+        self.closing = False
         if not self._procs:
             try:
                 for rank in range(self.workers):
@@ -304,6 +321,8 @@ class OpPool:
                 items, offset = [], 0
                 for img in images[lo:hi]:
                     offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                if offset > w.inputs.size:  # grown at least twofold: few remaps and re-pins
+                    offset = max(offset, 2 * w.inputs.size)
                 self._ensure(w.inputs, offset, grow=True)
                 offset = 0
                 for i, img in enumerate(images[lo:hi], lo):
@@ -323,7 +342,7 @@ class OpPool:
                 reply, _ = recv_message(w.sock)
                 if reply[0] == "error":
                     if failure is None:
-                        failure = (lo + reply[1], reply[2])
+                        failure = (lo + reply[1] if reply[1] >= 0 else -1, reply[2])
                     continue
                 _, placed, size = reply
                 out = w.outputs[key]
@@ -337,11 +356,26 @@ class OpPool:
                                 for sample in placed for off, shape, dt in sample), default=0)
                     spans.append((out.map, used, placed))
         except (EOFError, ConnectionError, BrokenPipeError):
+            if self.closing:  # close() from another thread (Ctrl-C, loader.close()): no crash
+                raise PipelineError(
+                    f"the op pool was closed while op '{runner.op.name}' ran") from None
             err = self._died(runner, at, ids)
             self.close()
             raise err from None
+        except BaseException:
+            # Replies still owed would be read by the next batch as its own: start afresh.
+            self.close()
+            raise
         if failure is not None:
             pos, info = failure
+            if pos < 0:
+                raise OpError(
+                    f"op '{runner.op.name}' could not be loaded in an op worker process: "
+                    f"{info['type']}: {info['message']}. Workers are fresh interpreters: what "
+                    "the op uses must be importable there, or defined in __main__ (sent by "
+                    "value); or run the op with op_pool='thread' or op_workers=0",
+                    op=runner.op.name, detail=f"Traceback in the op worker:\n{info['traceback']}",
+                )
             raise runner.failure(ids[pos][0], info)
         return results
 
@@ -369,13 +403,20 @@ class OpPool:
         return [w.proc.pid for w in self._procs]
 
     def close(self) -> None:
-        """End the workers (waiting for them) and free their shared memory."""
+        """End the workers and free their shared memory. A worker still running a sample gets
+        :data:`EXIT_SECONDS` (one deadline for all) before it is killed. The ops are pickled
+        again when the pool starts again, so workers see their state as it is then."""
+        self.closing = True
         procs, self._procs = self._procs, []
         threads, self._threads = self._threads, None
         for w in procs:
-            w.close()
+            w.ask_to_exit()
+        deadline = time.monotonic() + EXIT_SECONDS
+        for w in procs:
+            w.end(deadline)
         if threads is not None:
             threads.shutdown(wait=True)
+        self._keys.clear()
         _OPEN.discard(self)
 
     def __del__(self) -> None:

@@ -5,15 +5,16 @@ exec: a fresh interpreter that imports numpy and the ops it is sent, never the u
 ``__main__``). ``FD`` is its end of a
 Unix socket pair to the parent; everything else arrives on it:
 
-- ``("path", sys_path)``: the parent's import path, so ops pickled by reference import the
-  same modules;
 - ``("op", key, payload)``: an op, its seed and generator salt, pickled by value where needed
   (cloudpickle), so ops defined in a notebook cell or a script's ``__main__`` work;
 - ``("in", size)`` / ``("out", key, size)`` followed by a file descriptor: the shared memory the
   parent copies inputs into, and the memory this worker writes one op's outputs into;
 - ``("run", key, in_size, items)``: apply op ``key`` to the samples ``items`` (offset, shape,
   dtype, manifest index, epoch) in the input memory; the reply lists each output's offset,
-  shape and dtype in the output memory, or the first sample's failure.
+  shape and dtype in the output memory, or the first sample's failure (position -1: the op
+  itself could not be unpickled here).
+
+The import path is the parent's, passed as ``PYTHONPATH``.
 
 The process ignores SIGINT (Ctrl-C in a terminal reaches the whole process group; the parent
 decides what stops) and exits when the socket closes or its parent dies.
@@ -116,6 +117,12 @@ class _Memory:
             self.map = mmap.mmap(self.fd, self.size)
 
 
+def _grown(needed: int, size: int) -> int:
+    """A new size for memory of ``size`` bytes that must hold ``needed``: at least double, so
+    a batch of growing images remaps (and the parent re-pins) a few times, not per sample."""
+    return needed if needed <= size else max(needed, 2 * size)
+
+
 def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -133,14 +140,17 @@ def _run(op: Any, seed: int, salt: int, inputs: _Memory, out: _Memory,
             outs = apply_sample(op, img, rng)
         except Exception as e:
             return ("error", pos, failure_info(e))
-        placed = []
-        for o in outs:
-            n = _aligned(o.nbytes)
-            out.ensure(offset + n)
-            view = np.ndarray(o.shape, dtype=o.dtype, buffer=out.map, offset=offset)
-            np.copyto(view, o)
-            placed.append((offset, o.shape, o.dtype.str))
-            offset += n
+        try:  # a failure here is the worker's, not the op's, but it ends the batch the same
+            placed = []
+            for o in outs:
+                n = _aligned(o.nbytes)
+                out.ensure(_grown(offset + n, out.size))
+                view = np.ndarray(o.shape, dtype=o.dtype, buffer=out.map, offset=offset)
+                np.copyto(view, o)
+                placed.append((offset, o.shape, o.dtype.str))
+                offset += n
+        except Exception as e:
+            return ("error", pos, failure_info(e))
         results.append(placed)
     return ("ok", results, out.size)
 
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
 
     exit_with_parent(owner_pid=parent)
     sock = socket.socket(fileno=fd)
-    ops: dict[int, tuple[Any, int, int]] = {}
+    ops: dict[int, tuple[Any, int, int] | Exception] = {}
     inputs: _Memory | None = None
     outputs: dict[int, _Memory] = {}
     while True:
@@ -162,10 +172,11 @@ def main(argv: list[str] | None = None) -> None:
         except (EOFError, ConnectionError):
             return
         kind = msg[0]
-        if kind == "path":
-            sys.path[:] = msg[1]
-        elif kind == "op":
-            ops[msg[1]] = pickle.loads(msg[2])
+        if kind == "op":
+            try:
+                ops[msg[1]] = pickle.loads(msg[2])
+            except Exception as e:  # reported when the op is first run
+                ops[msg[1]] = e
         elif kind == "in":
             inputs = _Memory(fds[0], msg[1])
         elif kind == "out":
@@ -174,8 +185,12 @@ def main(argv: list[str] | None = None) -> None:
             _, key, in_size, items = msg
             assert inputs is not None
             inputs.ensure(in_size)
-            op, seed, salt = ops[key]
-            reply = _run(op, seed, salt, inputs, outputs[key], items)
+            loaded = ops[key]
+            if isinstance(loaded, Exception):
+                reply: tuple[Any, ...] = ("error", -1, failure_info(loaded))
+            else:
+                op, seed, salt = loaded
+                reply = _run(op, seed, salt, inputs, outputs[key], items)
             try:
                 send_message(sock, reply)
             except OSError:  # the parent closed the pool while this batch ran

@@ -45,6 +45,30 @@ def _fails_on_odd(img, rng):
     return img
 
 
+def _fails_on_sample_6(img):
+    if int(img[0, 0, 0]) == 6 * 13:  # see helpers.pattern_image
+        raise KeyError("sample six")
+    return img
+
+
+def _flip_cols(img):
+    return img[:, ::-1]
+
+
+def _raise_on_load():
+    raise RuntimeError("cannot be rebuilt here")
+
+
+class _LoadsNowhere:
+    """An op function that pickles, but whose unpickling raises (in the op worker)."""
+
+    def __call__(self, img):
+        return img
+
+    def __reduce__(self):
+        return (_raise_on_load, ())
+
+
 def _crashes(img):
     # Sample 3 (its first pixel is 3 * 13, see helpers.pattern_image) kills its process in the
     # middle of a batch. A pixel test, not a size test: the tracer would run both branches of
@@ -59,6 +83,8 @@ JITTER_TILES = augment_ops.Op(name="pool_test_jitter_tiles", fn=_jitter_tiles, n
 FLIP_ROWS = augment_ops.Op(name="pool_test_flip_rows", fn=_flip_rows)
 FAILS_ON_ODD = augment_ops.Op(name="pool_test_fails_on_odd", fn=_fails_on_odd, random=True)
 CRASHES = augment_ops.Op(name="pool_test_crashes", fn=_crashes)
+FAILS_ON_6 = augment_ops.Op(name="pool_test_fails_on_6", fn=_fails_on_sample_6)
+FLIP_COLS = augment_ops.Op(name="pool_test_flip_cols", fn=_flip_cols)
 
 
 def _batches(manifest, ops, **kw) -> list[dict]:
@@ -82,7 +108,8 @@ def test_split_covers_every_sample_once():
 @pytest.mark.parametrize("kind", ["process", "thread"])
 def test_pool_gives_the_serial_batches(tmp_path, kind):
     manifest = write_dataset(tmp_path, 15, fmt="png")
-    ops = [FLIP_ROWS, JITTER_TILES]
+    # a transform, then two ops on its output that DALI may run at the same time
+    ops = [FLIP_ROWS, JITTER_TILES, FLIP_COLS]
     serial = _batches(manifest, ops, op_workers=0)
     pooled = _batches(manifest, ops, op_workers=3, op_pool=kind)
     assert len(serial) == len(pooled) == 6
@@ -90,8 +117,11 @@ def test_pool_gives_the_serial_batches(tmp_path, kind):
         assert a.keys() == b.keys()
         for k in a:
             assert a[k].equal(b[k]), k
-    # the op really ran: the flip and the draws changed pixels
-    assert not serial[0]["pool_test_jitter_tiles_0"].equal(serial[3]["pool_test_jitter_tiles_0"])
+    # the ops ran: without them the images differ
+    plain = _batches(manifest, [augment_ops.Op(name="pool_test_same", fn=lambda img: img)],
+                     op_workers=0)
+    assert not plain[0]["image"].equal(serial[0]["image"])
+    assert not serial[0]["image"].equal(serial[0]["pool_test_flip_cols_0"])
 
 
 def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
@@ -123,6 +153,28 @@ def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path)
     assert err.path.endswith("00001.png")
     assert "ZeroDivisionError: odd width" in str(err)
     assert 'raise ZeroDivisionError("odd width")' in err.detail  # the worker's own traceback
+    loader.close()
+
+
+def test_a_failure_in_a_later_workers_share_names_that_sample(tmp_path):
+    manifest = write_dataset(tmp_path, 8)  # PNG: pixels kept exactly
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_6], op_path="numpy",
+                           device="cpu", resize=16, op_workers=2, shuffle=False)
+    with pytest.raises(OpError) as info:  # samples 4-7 are the second worker's
+        next(iter(loader))
+    assert info.value.line == 8 and info.value.path.endswith("00006.png")
+    assert "KeyError: 'sample six'" in str(info.value)
+    loader.close()
+
+
+def test_an_op_that_cannot_be_rebuilt_in_a_worker_is_named(tmp_path):
+    manifest = write_dataset(tmp_path, 4)
+    op = augment_ops.Op(name="pool_test_loads_nowhere", fn=_LoadsNowhere())
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[op], op_path="numpy",
+                           device="cpu", resize=16, op_workers=2)
+    with pytest.raises(OpError, match="could not be loaded in an op worker process") as info:
+        next(iter(loader))
+    assert "cannot be rebuilt here" in str(info.value)
     loader.close()
 
 
@@ -236,7 +288,7 @@ def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     proc = subprocess.Popen([sys.executable, str(_script(tmp_path)), str(manifest), "wait"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=tmp_path)
+                            cwd=tmp_path, start_new_session=True)  # its own process group
     try:
         line = ""
         while not line.startswith("PIDS"):
@@ -244,12 +296,16 @@ def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
             assert line or proc.poll() is None, proc.stderr.read()[-2000:]
         pids = [int(p) for p in line.split()[1:]]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
-        # Ctrl-C in a terminal signals the whole process group; the workers ignore it and
+        # Ctrl-C in a terminal signals the whole process group: the workers ignore it, and
         # leave when their parent does.
-        proc.send_signal(getattr(signal, how))
         for p in pids:
-            if how == "SIGINT":
-                os.kill(p, signal.SIGINT)
+            ignored = int(next(ln for ln in Path(f"/proc/{p}/status").read_text().splitlines()
+                               if ln.startswith("SigIgn:")).split()[1], 16)
+            assert ignored & (1 << (signal.SIGINT - 1))
+        if how == "SIGINT":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 10
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
