@@ -430,3 +430,27 @@ class OpPool:
 def _close_all() -> None:
     for pool in list(_OPEN):
         pool.close()
+
+
+def _forget_in_child() -> None:
+    """In a process forked from one with open pools (DALI's fork-started readers, a DataLoader
+    worker): drop the inherited sockets and memory files, which would otherwise keep a closed
+    pool's shared memory alive for as long as the child lives. The workers are the parent's."""
+    for pool in list(_OPEN):
+        for w in pool._procs:
+            w.sock.close()
+            for m in (w.inputs, *w.outputs.values()):
+                m.undo = None  # the page-locking belongs to the parent's CUDA context
+                if m.map is not None:
+                    try:
+                        m.map.close()  # its own duplicate of the descriptor goes too
+                    except BufferError:  # arrays still view it: it goes with them
+                        pass
+                m.close()
+        pool._procs, pool._threads = [], None
+        pool._lock = threading.Lock()
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

@@ -193,6 +193,32 @@ def test_a_worker_killed_mid_batch_is_reported_and_nothing_is_left(tmp_path):
     assert children() - before == set()
 
 
+def _pool_files() -> list[str]:
+    """This process's open memory files of op pools (memfd names)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+    return [link for link in out if "extsrc-op-" in link]
+
+
+def test_a_forked_child_lets_go_of_the_pools_memory(tmp_path):
+    manifest = write_dataset(tmp_path, 8)
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS], op_path="numpy",
+                           device="cpu", resize=16, op_workers=2, num_workers=0)
+    next(iter(loader))
+    assert len(set(_pool_files())) == 4  # inputs and one op's outputs, per worker
+    pid = os.fork()
+    if pid == 0:  # the child: exit at once, telling what it still holds
+        os._exit(min(len(_pool_files()), 100))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    loader.close()
+    assert _pool_files() == []
+
+
 def test_an_op_that_cannot_be_pickled_is_refused_at_construction(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     lock = threading.Lock()
