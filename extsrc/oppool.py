@@ -434,8 +434,9 @@ def _close_all() -> None:
 
 def _forget_in_child() -> None:
     """In a process forked from one with open pools (DALI's fork-started readers, a DataLoader
-    worker): drop the inherited sockets and memory files, which would otherwise keep a closed
-    pool's shared memory alive for as long as the child lives. The workers are the parent's."""
+    worker): drop the inherited sockets (a worker would not see its pool end while a child
+    holds one) and memory files, and unmap the memory where no array of the child views it.
+    The workers are the parent's."""
     for pool in list(_OPEN):
         for w in pool._procs:
             w.sock.close()

@@ -3,6 +3,7 @@ sample, ops from __main__, and no process or memory left behind however the run 
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -193,30 +194,40 @@ def test_a_worker_killed_mid_batch_is_reported_and_nothing_is_left(tmp_path):
     assert children() - before == set()
 
 
-def _pool_files() -> list[str]:
-    """This process's open memory files of op pools (memfd names)."""
+def _open_links() -> list[str]:
+    """What this process's file descriptors point at."""
     out = []
     for fd in os.listdir("/proc/self/fd"):
         try:
             out.append(os.readlink(f"/proc/self/fd/{fd}"))
         except OSError:
             continue
-    return [link for link in out if "extsrc-op-" in link]
+    return out
 
 
-def test_a_forked_child_lets_go_of_the_pools_memory(tmp_path):
+def test_a_forked_child_lets_go_of_the_pools_sockets(tmp_path):
     manifest = write_dataset(tmp_path, 8)
     loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS], op_path="numpy",
                            device="cpu", resize=16, op_workers=2, num_workers=0)
     next(iter(loader))
-    assert len(set(_pool_files())) == 4  # inputs and one op's outputs, per worker
+    sockets = {f"socket:[{os.fstat(w.sock.fileno()).st_ino}]" for w in loader.op_pool._procs}
+    assert len(sockets) == 2 and sockets <= set(_open_links())
     pid = os.fork()
-    if pid == 0:  # the child: exit at once, telling what it still holds
-        os._exit(min(len(_pool_files()), 100))
+    if pid == 0:  # the child: exit at once, telling how many of the pool's sockets it holds
+        os._exit(len(sockets & set(_open_links())))
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+    memory = {os.fstat(m.fd).st_ino for w in loader.op_pool._procs
+              for m in (w.inputs, *w.outputs.values())}
     loader.close()
-    assert _pool_files() == []
+    gc.collect()  # arrays that viewed the memory go, and their maps with them
+    still = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            still.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+        except OSError:
+            continue
+    assert len(memory) == 4 and not memory & still
 
 
 def test_an_op_that_cannot_be_pickled_is_refused_at_construction(tmp_path):
