@@ -8,7 +8,10 @@ decodes them, and resizes to 224x224 on the GPU. In between:
 - ``gpu_decode+pyfn``: the same with an identity ``python_function`` (batch) on the host copy:
   the numpy path with an op that does nothing;
 - ``gpu_decode+pool``, ``gpu_decode+threads``: that identity op run by extsrc's op pool
-  (worker processes, or threads);
+  (worker processes, or threads) inside the host ``python_function``, images copied from
+  DALI's host buffers into the pool's memory. A GPU loader no longer does this: its pool takes
+  the images from GPU memory (``extsrc.oppaths.DeviceBatchOpRunner``), the design these
+  figures led to;
 - ``cpu_decode``: DALI's CPU decoder, then the upload; ``cpu_decode+pyfn``: with the identity
   ``python_function``;
 - ``gpu_decode+pyfn_gpu``: an identity ``python_function(device="gpu")`` on CuPy arrays.
