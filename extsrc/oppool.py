@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from extsrc.errors import OpError, PipelineError, WorkerDiedError
-from extsrc.opworker import ALIGN, recv_message, send_message
+from extsrc.opworker import MappedFile, aligned, grown, recv_message, send_message
 
 if TYPE_CHECKING:
     from extsrc.oppaths import BatchOpRunner
@@ -103,13 +103,11 @@ def _memory_file(name: str) -> int:
     return fd
 
 
-class _Mapped:
-    """A memory file and this process's map of it, mapped again when it grows."""
+class _Mapped(MappedFile):
+    """A new memory file and this process's map of it, with what undoes the pool's on_map."""
 
     def __init__(self, name: str) -> None:
-        self.fd = _memory_file(name)
-        self.map: mmap.mmap | None = None
-        self.size = 0
+        super().__init__(_memory_file(name))
         self.undo: Callable[[], None] | None = None  # of the pool's on_map
 
     def release(self) -> None:
@@ -117,15 +115,6 @@ class _Mapped:
         undo, self.undo = self.undo, None
         if undo is not None:
             undo()
-
-    def ensure(self, size: int, *, grow: bool) -> None:
-        size = max(size, 1)
-        if grow and size > os.fstat(self.fd).st_size:
-            os.ftruncate(self.fd, size)
-        if self.map is None or size > self.size:
-            # Arrays still viewing the old map keep it alive; it is freed with them.
-            self.size = os.fstat(self.fd).st_size
-            self.map = mmap.mmap(self.fd, self.size)
 
     def close(self) -> None:
         self.release()
@@ -318,19 +307,15 @@ class OpPool:
                 at = (w, lo, hi)
                 if w.register(key, payload):
                     self._mapped(w.outputs[key])
+                needed = sum(aligned(img.nbytes) for img in images[lo:hi])
+                self._ensure(w.inputs, grown(needed, w.inputs.size), grow=True)
                 items, offset = [], 0
-                for img in images[lo:hi]:
-                    offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
-                if offset > w.inputs.size:  # grown at least twofold: few remaps and re-pins
-                    offset = max(offset, 2 * w.inputs.size)
-                self._ensure(w.inputs, offset, grow=True)
-                offset = 0
                 for i, img in enumerate(images[lo:hi], lo):
                     shape = tuple(img.shape)
                     view = np.ndarray(shape, dtype=img.dtype, buffer=w.inputs.map, offset=offset)
                     copy_in(view, img)
                     items.append((offset, shape, img.dtype.str, *ids[i]))
-                    offset += (img.nbytes + ALIGN - 1) // ALIGN * ALIGN
+                    offset += aligned(img.nbytes)
                 if copied is not None:
                     copied()
                 send_message(w.sock, ("run", key, offset, items))

@@ -34,7 +34,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "apply_sample", "failure_info", "main", "recv_message", "send_message"]
+__all__ = [
+    "ALIGN", "MappedFile", "aligned", "apply_sample", "failure_info", "grown", "main",
+    "recv_message", "send_message",
+]
 
 #: Byte alignment of every array placed in shared memory (cache lines, and SIMD loads).
 ALIGN = 64
@@ -97,19 +100,19 @@ def apply_sample(op: Any, img: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
     return op.apply(img, rng)
 
 
-class _Memory:
-    """A shared memory file (a file descriptor from the parent) mapped at its current size,
-    mapped again when it has grown."""
+class MappedFile:
+    """A shared memory file (a file descriptor) and this process's map of it at its current
+    size, mapped again when it has grown. Both the pool and its workers hold one per memory."""
 
-    def __init__(self, fd: int, size: int) -> None:
+    def __init__(self, fd: int) -> None:
         self.fd = fd
         self.map: mmap.mmap | None = None
         self.size = 0
-        self.ensure(size)
 
-    def ensure(self, size: int) -> None:
+    def ensure(self, size: int, *, grow: bool = True) -> None:
+        """Map at least ``size`` bytes, first growing the file to them if ``grow``."""
         size = max(size, 1)
-        if size > os.fstat(self.fd).st_size:
+        if grow and size > os.fstat(self.fd).st_size:
             os.ftruncate(self.fd, size)
         if self.map is None or size > self.size:
             # The old map stays valid for arrays still viewing it; it is freed with them.
@@ -117,17 +120,18 @@ class _Memory:
             self.map = mmap.mmap(self.fd, self.size)
 
 
-def _grown(needed: int, size: int) -> int:
+def grown(needed: int, size: int) -> int:
     """A new size for memory of ``size`` bytes that must hold ``needed``: at least double, so
     a batch of growing images remaps (and the parent re-pins) a few times, not per sample."""
     return needed if needed <= size else max(needed, 2 * size)
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
+    """``n`` bytes rounded up to :data:`ALIGN`."""
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _run(op: Any, seed: int, salt: int, inputs: _Memory, out: _Memory,
+def _run(op: Any, seed: int, salt: int, inputs: MappedFile, out: MappedFile,
          items: list[tuple[int, tuple[int, ...], str, int, int]]) -> tuple[Any, ...]:
     from extsrc.seeding import sample_rng
 
@@ -143,8 +147,8 @@ def _run(op: Any, seed: int, salt: int, inputs: _Memory, out: _Memory,
         try:  # a failure here is the worker's, not the op's, but it ends the batch the same
             placed = []
             for o in outs:
-                n = _aligned(o.nbytes)
-                out.ensure(_grown(offset + n, out.size))
+                n = aligned(o.nbytes)
+                out.ensure(grown(offset + n, out.size))
                 view = np.ndarray(o.shape, dtype=o.dtype, buffer=out.map, offset=offset)
                 np.copyto(view, o)
                 placed.append((offset, o.shape, o.dtype.str))
@@ -164,8 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     exit_with_parent(owner_pid=parent)
     sock = socket.socket(fileno=fd)
     ops: dict[int, tuple[Any, int, int] | Exception] = {}
-    inputs: _Memory | None = None
-    outputs: dict[int, _Memory] = {}
+    inputs: MappedFile | None = None
+    outputs: dict[int, MappedFile] = {}
     while True:
         try:
             msg, fds = recv_message(sock)
@@ -178,9 +182,11 @@ def main(argv: list[str] | None = None) -> None:
             except Exception as e:  # reported when the op is first run
                 ops[msg[1]] = e
         elif kind == "in":
-            inputs = _Memory(fds[0], msg[1])
+            inputs = MappedFile(fds[0])
+            inputs.ensure(msg[1])
         elif kind == "out":
-            outputs[msg[1]] = _Memory(fds[0], msg[2])
+            outputs[msg[1]] = MappedFile(fds[0])
+            outputs[msg[1]].ensure(msg[2])
         elif kind == "run":
             _, key, in_size, items = msg
             assert inputs is not None
