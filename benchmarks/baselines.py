@@ -198,3 +198,29 @@ def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, nu
     pipe.build()
     return DALIGenericIterator(pipe, ["data0", "data1", "data2", "data3", "data4", "label"],
                                last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+
+
+def pipeline_rate(pipe, *, warmup: int, seconds: float) -> tuple[int, float]:
+    """Run a built DALI pipeline over a source that ends its epochs (``StopIteration``, then
+    ``reset``): ``warmup`` untimed batches, then batches for at least ``seconds``. Returns the
+    images timed and the seconds they took, the last batch finished."""
+    import time
+
+    def run():
+        try:
+            return pipe.run()
+        except StopIteration:  # the source's epoch ended
+            pipe.reset()
+            return pipe.run()
+
+    for _ in range(warmup):
+        run()
+    start, images = time.perf_counter(), 0
+    while True:
+        out = run()
+        images += len(out[1])
+        if time.perf_counter() - start >= seconds:
+            break
+    if type(out[0]).__name__ == "TensorListGPU":
+        out[0].as_cpu()  # waits for the GPU's work on it
+    return images, time.perf_counter() - start

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 
 
 def dali_rate(pairs, build, *, threads: int, seconds: float) -> float:
-    from baselines import RawSource
+    from baselines import RawSource, pipeline_rate
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
@@ -37,18 +37,8 @@ def dali_rate(pairs, build, *, threads: int, seconds: float) -> float:
         pipe.set_outputs(build(jpegs), labels)
     pipe.build()
 
-    def run():
-        try:
-            return pipe.run()
-        except StopIteration:  # the source's epoch ended
-            pipe.reset()
-            return pipe.run()
-
-    run()
-    start, images = time.perf_counter(), 0
-    while time.perf_counter() - start < seconds:
-        images += len(run()[1])
-    return images / (time.perf_counter() - start)
+    images, elapsed = pipeline_rate(pipe, warmup=1, seconds=seconds)
+    return images / elapsed
 
 
 def pil_rate(pairs, resize: bool) -> float:

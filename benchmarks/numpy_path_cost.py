@@ -89,25 +89,12 @@ def build(variant: str, pairs, *, batch_size: int, threads: int, workers: int, p
 
 def measure(variant: str, pairs, *, min_seconds: float, **kw) -> dict:
     import torch  # noqa: F401  (CUDA context as in training)
+    from baselines import pipeline_rate
 
     t0 = time.perf_counter()
     pipe, pool = build(variant, pairs, **kw)
-
-    def run():
-        try:
-            return pipe.run()
-        except StopIteration:  # the source's epoch ended
-            pipe.reset()
-            return pipe.run()
-
-    for _ in range(4):
-        run()
-    start, images = time.perf_counter(), 0
-    while time.perf_counter() - start < min_seconds:
-        out = run()
-        images += len(out[1])
-    out[0].as_cpu()  # the last batch is done
-    elapsed = time.perf_counter() - start
+    start = time.perf_counter()
+    images, elapsed = pipeline_rate(pipe, warmup=4, seconds=min_seconds)
     if pool is not None:
         pool.close()
     return {"images_per_s": round(images / elapsed, 1), "images": images,
