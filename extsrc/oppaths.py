@@ -19,6 +19,7 @@ gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -246,13 +247,20 @@ def _pin(m: Any) -> Callable[[], None] | None:
     return lambda: cudart.cudaHostUnregister(ptr)
 
 
-def _typed(buf: Any, offset: int, shape: tuple[int, ...], dtype: str) -> Any:
-    """The array at ``offset`` of a uint8 GPU buffer, as a tensor of ``dtype`` and ``shape``."""
+@functools.cache
+def _torch_dtype(dtype: str) -> tuple[Any, int]:
+    """torch's dtype for numpy's ``dtype`` string, and its item size (once per dtype: this runs
+    for every output of every sample)."""
     import torch
 
     dt = np.dtype(dtype)
-    n = int(np.prod(shape)) * dt.itemsize
-    torch_dtype = torch.from_numpy(np.empty(0, dt)).dtype
+    return torch.from_numpy(np.empty(0, dt)).dtype, dt.itemsize
+
+
+def _typed(buf: Any, offset: int, shape: tuple[int, ...], dtype: str) -> Any:
+    """The array at ``offset`` of a uint8 GPU buffer, as a tensor of ``dtype`` and ``shape``."""
+    torch_dtype, itemsize = _torch_dtype(dtype)
+    n = int(np.prod(shape)) * itemsize
     return buf[offset:offset + n].view(torch_dtype).view(shape)
 
 
