@@ -13,7 +13,7 @@ of ``--batch-size`` clips. Variants:
 - ``dali_reader``: DALI's ``fn.readers.video`` (GPU only) on the same files, then ``fn.resize``.
 
 Videos are generated at start with PyAV: a smooth random texture with fine grain sliding one
-pixel a frame, so the bit rate is that of camera footage, not of pure noise. They are encoded: H.264
+pixel a frame, encoded at ``--bitrate`` (4 Mb/s, the rate of 720p camera footage) as H.264
 (``libx264``, a key frame every ``--gop`` frames) for a GPU, VP9 for ``--device cpu`` (DALI's
 CPU decoder has no H.264); ``--codec`` overrides. Each measurement runs ``--warmup`` whole epochs,
 then times whole epochs until ``--min-seconds`` have passed; ``--repeats`` interleaves the
@@ -51,7 +51,7 @@ def _encode(job: tuple) -> None:
     import av
     import cv2
 
-    path, k, frames, height, width, codec, gop, suffix = job
+    path, k, frames, height, width, codec, gop, bitrate, suffix = job
     rng = np.random.default_rng(k)
     size = (width + frames, height + frames)
     coarse = rng.integers(0, 256, (size[1] // 24 + 2, size[0] // 24 + 2, 3), dtype=np.uint8)
@@ -64,6 +64,8 @@ def _encode(job: tuple) -> None:
         s.width, s.height = width, height
         s.pix_fmt = "yuvj420p" if codec == "mjpeg" else "yuv420p"
         s.gop_size = gop
+        if bitrate and codec != "mjpeg":
+            s.bit_rate = bitrate
         if codec == "libvpx-vp9":
             s.options = {"deadline": "realtime", "cpu-used": "8", "row-mt": "1"}
         elif codec == "libx264":
@@ -78,14 +80,14 @@ def _encode(job: tuple) -> None:
 
 
 def make_videos(root: Path, *, n: int, frames: int, height: int, width: int, codec: str,
-                gop: int) -> list[tuple[str, int]]:
+                gop: int, bitrate: int = 0) -> list[tuple[str, int]]:
     """``n`` videos (a sliding texture), two classes, encoded in parallel; reused when there."""
     from concurrent.futures import ProcessPoolExecutor
 
     suffix = {"libx264": ".mp4", "h264": ".mp4", "libvpx-vp9": ".webm", "mjpeg": ".avi"}[codec]
     root.mkdir(parents=True, exist_ok=True)
-    paths = [root / f"v{k:04d}_{frames}f_{height}p{suffix}" for k in range(n)]
-    jobs = [(p, k, frames, height, width, codec, gop, suffix)
+    paths = [root / f"v{k:04d}_{frames}f_{height}p_{bitrate // 1000}k{suffix}" for k in range(n)]
+    jobs = [(p, k, frames, height, width, codec, gop, bitrate, suffix)
             for k, p in enumerate(paths) if not p.exists()]
     if jobs:
         with ProcessPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0)))) as pool:
@@ -226,6 +228,8 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--codec", default=None, help="PyAV encoder: libx264, libvpx-vp9, mjpeg")
     ap.add_argument("--gop", type=int, default=60, help="frames between key frames")
+    ap.add_argument("--bitrate", type=float, default=4.0,
+                    help="Mb/s (4: 720p camera footage); 0 leaves the encoder's default")
     ap.add_argument("--sequence-length", type=int, default=16)
     ap.add_argument("--stride", type=int, default=4)
     ap.add_argument("--resize", type=int, default=224)
@@ -247,7 +251,8 @@ def main(argv=None):
     args.threads = args.threads or max(2, min(12, cores - 4))
     codec = args.codec or ("libx264" if gpu else "libvpx-vp9")
     pairs = make_videos(args.data / codec, n=args.n, frames=args.frames, height=args.height,
-                        width=args.width, codec=codec, gop=args.gop)
+                        width=args.width, codec=codec, gop=args.gop,
+                        bitrate=int(args.bitrate * 1e6))
     def installed(name: str) -> bool:
         try:
             __import__(name)
@@ -297,7 +302,7 @@ def main(argv=None):
                     "platform": platform.platform(), "python": platform.python_version(),
                     "dali": nvidia.dali.__version__, "torch": torch.__version__},
         "job": {"videos": args.n, "frames": args.frames, "size": [args.height, args.width],
-                "codec": codec, "gop": args.gop, "sequence_length": args.sequence_length,
+                "codec": codec, "gop": args.gop, "bitrate_mbps": args.bitrate, "sequence_length": args.sequence_length,
                 "stride": args.stride, "resize": args.resize, "batch_size": args.batch_size,
                 "dataloader_threads_per_worker": 1},
         "clips_per_s": results, "median_clips_per_s": medians, "ratios": ratios,
