@@ -11,6 +11,7 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
+from extsrc.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
 from extsrc.oppaths import (
     BatchOpRunner,
     DeviceBatchOpRunner,
@@ -74,7 +75,9 @@ def build_pipeline(
 
     ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
     normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
-    made by ``stages`` is left as they make it.
+    made by ``stages`` is left as they make it. Without a GPU, uint8 images are resized by Pillow
+    on the host (:mod:`extsrc.hostresize`): by the numpy-path op that made them, in its worker,
+    or else by a resize-only step through the same pool.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
@@ -125,8 +128,16 @@ def build_pipeline(
             decode_kw["hw_decoder_load"] = float(hw_decoder_load)
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
         drawn = iter(values)  # the readers' values, in the order of `programs`
+        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
+        host = (HostResize(resize, fmt.resize_mode)
+                if not gpu and resize is not None and not stages else None)
 
-        def run(use: tuple[Op, int, Any], img: Any) -> list[Any]:
+        def fuses(op: Op) -> bool:
+            """Whether the op's numpy runner resizes its outputs itself (see hostresize)."""
+            return (host is not None and op_paths[op.name] == "numpy"
+                    and host_resizable(op.dtype, op.ndim))
+
+        def run(use: tuple[Op, int, Any], img: Any, resized: bool = False) -> list[Any]:
             op, occurrence, program = use
             path = op_paths[op.name]
             if path == "native":
@@ -144,8 +155,9 @@ def build_pipeline(
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
+                runs = ResizedOutputs(op, host) if resized and host is not None else op
                 outs = fn.python_function(
-                    host_img, info, function=BatchOpRunner(op, seed=seed, manifest=manifest,
+                    host_img, info, function=BatchOpRunner(runs, seed=seed, manifest=manifest,
                                            occurrence=occurrence, pool=op_pool),
                     num_outputs=op.num_outputs, batch_processing=True,
                 )
@@ -162,19 +174,39 @@ def build_pipeline(
                 )
             return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
-        for use in uses[:len(transforms)]:
-            (image,) = run(use, image)
-        images = [image]
-        for use in uses[len(transforms):]:
-            images += run(use, image)
+        # (image, whether it is resized already, whether the host may resize it)
+        n_transforms = len(transforms)
+        main: tuple[Any, bool, bool] = (image, False, True)
+        for k, use in enumerate(uses[:n_transforms]):
+            # Only the last transform's outputs are final, and only when no op reads them.
+            fuse = fuses(use[0]) and k == n_transforms - 1 and len(uses) == n_transforms
+            (image,) = run(use, image, resized=fuse)
+            main = (image, fuse, host_resizable(use[0].dtype, use[0].ndim))
+        images = [main]
+        for use in uses[n_transforms:]:
+            fuse = fuses(use[0])
+            ok = host_resizable(use[0].dtype, use[0].ndim)
+            images += [(im, fuse, ok) for im in run(use, image, resized=fuse)]
+        finished = []
+        for k, (im, done, ok) in enumerate(images):
+            if host is not None and ok and not done:
+                # A resize-only step on the host, through the pool (see hostresize).
+                im = fn.python_function(
+                    im, info, function=BatchOpRunner(ResizeOnly(host), seed=seed,
+                                                     manifest=manifest, occurrence=k,
+                                                     pool=op_pool),
+                    num_outputs=1, batch_processing=True,
+                )
+                done = True
+            finished.append((im, done))
+        images = [im.gpu() if gpu else im for im, _ in finished]
         if gpu:
-            images = [im.gpu() for im in images]
             label = label.gpu()
         main, extra_images = images[0], images[1:]
-        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
-        extra_images = [fmt.finish(im, resize) for im in extra_images]
+        extra_images = [fmt.finish(im, None if done else resize)
+                        for im, (_, done) in zip(extra_images, finished[1:], strict=True)]
         if not stages:
-            main = fmt.finish(main, resize)
+            main = fmt.finish(main, None if finished[0][1] else resize)
         for stage in stages:  # the stages make the main image in their own format
             main = stage(main, gpu=gpu)
         pipe.set_outputs(main, *extra_images, label, info)

@@ -1,0 +1,118 @@
+"""CPU loaders resize uint8 images with Pillow on the host (extsrc.hostresize): the sizes, the
+centre cut, and that the loader's outputs are exactly that resize of each decoded image, made
+once, whatever runs the op."""
+
+from __future__ import annotations
+
+import csv
+
+import augment_ops
+import numpy as np
+import pytest
+from helpers import write_dataset
+from PIL import Image
+
+import extsrc
+from extsrc.hostresize import HostResize
+
+
+def _pil(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Pillow's bilinear resize to ``size`` (h, w), written out independently of HostResize."""
+    mode = {3: "RGB", 2: "L"}[img.ndim]
+    return np.asarray(Image.fromarray(img, mode).resize(size[::-1], Image.BILINEAR))
+
+
+@pytest.mark.parametrize("shape", [(33, 47, 3), (47, 33, 3), (5, 7, 3), (40, 40), (9, 200, 4)])
+@pytest.mark.parametrize("size", [(16, 16), (24, 10), (64, 64)])
+def test_outputs_have_the_requested_size_in_both_modes(shape, size):
+    img = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    for mode in ("shorter_side", "stretch"):
+        out = HostResize(size, mode)(img)
+        assert out.shape == size + shape[2:], (mode, out.shape)
+        assert out.dtype == np.uint8 and out.flags.c_contiguous
+
+
+def test_stretch_is_pillows_bilinear_resize():
+    img = np.random.default_rng(1).integers(0, 256, (33, 47, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(HostResize((16, 20), "stretch")(img), _pil(img, (16, 20)))
+    gray = img[..., 0].copy()
+    np.testing.assert_array_equal(HostResize((16, 20), "stretch")(gray), _pil(gray, (16, 20)))
+
+
+def test_shorter_side_scales_to_cover_then_cuts_the_centre():
+    # 40x80: the shorter side (40) goes to 20, the width to 40, then the centre 20x20 is kept
+    img = np.zeros((40, 80, 3), np.uint8)
+    img[:, :20] = 50  # the left and right quarters are cut away
+    img[:, 60:] = 200
+    img[:, 20:60] = 120
+    out = HostResize((20, 20), "shorter_side")(img)
+    assert HostResize((20, 20)).scaled_size(40, 80) == (20, 40)
+    np.testing.assert_array_equal(out, _pil(img, (20, 40))[:, 10:30])
+    # the kept centre; its border columns blend with the cut quarters (the filter's reach)
+    assert (out[:, 1:-1] == 120).all() and out[:, 0].max() < 120 < out[:, -1].min()
+    # a tall image: the top and bottom are cut
+    assert HostResize((20, 20)).scaled_size(80, 40) == (40, 20)
+
+
+def test_four_channels_are_resized_each_alike():
+    img = np.random.default_rng(2).integers(0, 256, (30, 30, 4), dtype=np.uint8)
+    img[..., 3] = 0  # an alpha of 0 must not change the colours (Pillow's RGBA resize would)
+    out = HostResize((12, 12), "stretch")(img)
+    for c in range(4):
+        np.testing.assert_array_equal(out[..., c], _pil(np.ascontiguousarray(img[..., c]),
+                                                        (12, 12)))
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="positive"):
+        HostResize((0, 4))
+    with pytest.raises(ValueError, match="shorter_side"):
+        HostResize((4, 4), "crop")
+    with pytest.raises(ValueError, match="uint8"):
+        HostResize((4, 4))(np.zeros((8, 8, 3), np.float32))
+
+
+def _decoded(manifest) -> list[np.ndarray]:
+    with open(manifest) as f:
+        rows = list(csv.DictReader(f))
+    return [np.asarray(Image.open(manifest.parent / r["path"]).convert("RGB")) for r in rows]
+
+
+def _flip(img):
+    return img[:, ::-1].copy()
+
+
+FLIP = augment_ops.Op(name="hostresize_test_flip", fn=_flip)
+
+
+@pytest.mark.parametrize("op_workers", [0, 2])
+def test_cpu_loader_outputs_are_one_host_resize_of_each_image(tmp_path, op_workers):
+    # PNG: DALI's decoding is exact, so the expected images can be made here with Pillow
+    manifest = write_dataset(tmp_path, 10, fmt="png", size=(33, 47))
+    decoded = _decoded(manifest)
+    rs = HostResize((16, 20), "shorter_side")
+    with extsrc.Loader(manifest, batch_size=5, resize=(16, 20), ops=[FLIP], op_path="numpy",
+                       device="cpu", op_workers=op_workers) as loader:
+        seen = 0
+        for batch in loader:
+            for k, i in enumerate(batch["index"].tolist()):
+                np.testing.assert_array_equal(batch["image"][k].numpy(), rs(decoded[i]))
+                np.testing.assert_array_equal(batch["hostresize_test_flip_0"][k].numpy(),
+                                              rs(_flip(decoded[i])))
+                seen += 1
+    assert seen == 10
+
+
+def test_float_op_outputs_are_resized_by_dali_and_formats_still_apply(tmp_path):
+    def to_float(img):
+        return img.astype(np.float32) / 2
+
+    op = augment_ops.Op(name="hostresize_test_float", fn=to_float, dtype=np.float32)
+    manifest = write_dataset(tmp_path, 6, fmt="png")
+    with extsrc.Loader(manifest, batch_size=3, resize=8, ops=[op], op_path="numpy",
+                       device="cpu", layout="NCHW", dtype="float32") as loader:
+        batch = next(iter(loader))
+    assert batch["image"].shape == (3, 3, 8, 8)
+    assert batch["hostresize_test_float_0"].shape == (3, 3, 8, 8)
+    # the halved values survive (DALI resized the float output; Pillow would refuse it)
+    assert 0 < batch["hostresize_test_float_0"].max() <= 128
