@@ -10,6 +10,7 @@ batch's keys differ.
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -28,7 +29,12 @@ from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
 from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
 from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
-from extsrc.videosource import VIDEO_HINT, VideoSource, find_undecodable
+from extsrc.videosource import VIDEO_HINT, VideoSource, find_too_small, find_undecodable
+
+#: DALI's words when NVDEC refuses a frame size, e.g. "Video is too small in at least one
+#: dimension. Provided: 64x48 vs supported:128x128" (DALI 2.4, frames_decoder_gpu.cc).
+_TOO_SMALL = re.compile(r"too small in at least one dimension\. Provided: \d+x\d+ vs "
+                        r"supported: ?(?P<w>\d+)x(?P<h>\d+)")
 
 __all__ = ["VIDEO_METADATA_KEYS", "VideoLayout", "VideoLoader"]
 
@@ -218,6 +224,18 @@ class VideoLoader(Loader):
             # Dead workers, an op's error, frames of different sizes: the Loader's wording.
             return explain(e, at, run=self._run, resize=self.config.resize, max_pixels=None,
                            lookahead=0)
+        small = _TOO_SMALL.search(f.text)
+        if in_batch and small is not None:
+            # NVDEC's smallest frame for the codec (DALI reads it from the GPU's capabilities).
+            min_size = (int(small["w"]), int(small["h"]))
+            hit = find_too_small(source, at.epoch, at.batch, min_size)  # type: ignore[arg-type]
+            if hit is not None:
+                i, (w, h) = hit
+                problem = VideoProbeProblem(
+                    "too_small_for_gpu",
+                    f"its frames are {w}x{h}; the GPU's video decoder takes this codec from "
+                    f"{min_size[0]}x{min_size[1]} up")
+                return source.bad_video(i, problem)  # type: ignore[attr-defined]
         if in_batch:  # the decoder refused a file whose container reads well: which one?
             found = find_undecodable(source, at.epoch, at.batch)  # type: ignore[arg-type]
             if found is not None:

@@ -61,6 +61,9 @@ VIDEO_REASONS: dict[str, tuple[str, str]] = {
     ),
     "corrupt": ("DALI's video decoder refuses the file's frame data",
                 "re-encode the file (ffmpeg -i IN -c:v libvpx-vp9 OUT.webm) or drop the line"),
+    "too_small_for_gpu": ("the frames are smaller than the GPU's video decoder (NVDEC) takes",
+                          "load these videos with device='cpu' (VP8, VP9, Motion JPEG), "
+                          "re-encode them larger, or drop the lines"),
     "too_short": ("the video has fewer frames than one clip spans",
                   "use a shorter sequence_length or stride, pass short_videos='pad', or drop "
                   "the line"),

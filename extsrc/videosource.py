@@ -98,6 +98,19 @@ def find_undecodable(source: VideoSource, epoch: int, b: int, limit: int = 64
     return None
 
 
+def find_too_small(source: VideoSource, epoch: int, b: int, min_size: tuple[int, int]
+                   ) -> tuple[int, tuple[int, int]] | None:
+    """The first video of batch ``b`` whose frames (as its container says) are narrower or lower
+    than ``min_size`` ``(width, height)``, the smallest the GPU's decoder takes for its codec:
+    ``(manifest index, (width, height))``; ``None`` when none is (or no container says)."""
+    indices, _ = source.plan(epoch).batch(b)
+    for i in dict.fromkeys(indices.tolist()):
+        info = probe_video(memoryview(source.read(i)))
+        if 0 < info.width < min_size[0] or 0 < info.height < min_size[1]:
+            return i, (info.width, info.height)
+    return None
+
+
 class VideoSource(ShardedSource):
     """Clip batches of one shard, for ``fn.external_source(batch=True, batch_info=True)``.
 

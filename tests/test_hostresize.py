@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import csv
 
-import augment_ops
 import numpy as np
 import pytest
 from helpers import write_dataset
 from PIL import Image
 
+import augment_ops
 import extsrc
 from extsrc.hostresize import HostResize
 

@@ -401,7 +401,8 @@ def write_h264(path: Path, n: int) -> Path:
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["vp9", "h264"])
 def test_gpu_decodes_exactly_the_requested_frames(tmp_path: Path, kind: str) -> None:
-    paths = [write_video(tmp_path / f"{k}.webm", n, "VP90") if kind == "vp9"
+    # NVDEC takes VP9 from 128x128 up (H.264 from 48x16): see the next test for smaller ones
+    paths = [write_video(tmp_path / f"{k}.webm", n, "VP90", size=(128, 128)) if kind == "vp9"
              else write_h264(tmp_path / f"{k}.mp4", n) for k, n in enumerate((30, 40, 33))]
     m = extsrc.Manifest.from_lists([str(p) for p in paths], [0, 1, 2])
     with loader(m, device="cuda", clip="uniform", clips_per_video=2, num_workers=1,
@@ -413,6 +414,32 @@ def test_gpu_decodes_exactly_the_requested_frames(tmp_path: Path, kind: str) -> 
             check_clips({**batch, "video": batch["video"].cpu()}, ClipSpec(5, 2))
             n += len(batch["label"])
     assert n == 6
+
+
+@pytest.mark.gpu
+def test_gpu_names_a_video_too_small_for_its_decoder(tmp_path: Path) -> None:
+    paths = [write_video(tmp_path / "big.webm", 12, "VP90", size=(128, 128)),
+             write_video(tmp_path / "small.webm", 12, "VP90", size=(64, 48))]
+    m = extsrc.Manifest.from_lists([str(p) for p in paths], [0, 1])
+    with loader(m, device="cuda", num_workers=1) as ld, pytest.raises(
+            extsrc.BadVideoError) as e:
+        next(iter(ld))
+    assert (e.value.line, e.value.reason) == (2, "too_small_for_gpu")
+    assert "64x48" in str(e.value) and "device='cpu'" in str(e.value)
+
+
+def test_the_videos_too_small_for_the_gpu_decoder_are_found_by_their_container(
+        tmp_path: Path) -> None:
+    from extsrc.videosource import find_too_small
+
+    paths = [write_video(tmp_path / f"{k}.avi", 12, size=size)
+             for k, size in enumerate([(64, 48), (160, 128), (40, 200)])]
+    m = extsrc.Manifest.from_lists([str(p) for p in paths], [0, 1, 2])
+    with loader(m, batch_size=3) as ld:
+        source = ld.source
+        assert find_too_small(source, 0, 0, (128, 128)) == (0, (64, 48))
+        assert find_too_small(source, 0, 0, (40, 16)) is None
+        assert find_too_small(source, 0, 0, (48, 16)) == (2, (40, 200))
 
 
 def test_spawned_reader_processes_give_the_same_clips(videos: Path) -> None:
