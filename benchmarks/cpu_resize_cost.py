@@ -3,7 +3,10 @@
 Raw DALI pipelines (a parallel raw-byte external source, one reader, ``--threads`` DALI
 threads) over the JPEGs of ``data.py``: decoding alone, decoding and resizing to 224x224 with
 DALI's defaults (linear, antialiased), and without antialiasing; then Pillow in one thread,
-decoding alone and decoding plus a bilinear resize (Pillow antialiases when it shrinks).
+decoding alone and decoding plus a bilinear resize (Pillow antialiases when it shrinks); and
+the resize alone on one core, in milliseconds per image: DALI's ``fn.resize`` (one thread, over
+a batch of the decoded images) against ``extsrc.hostresize.HostResize`` (Pillow), the resize CPU
+loaders use.
 
     python benchmarks/cpu_resize_cost.py --n 256 --out results/cpu_resize_cost.json
 """
@@ -53,6 +56,46 @@ def pil_rate(pairs, resize: bool) -> float:
     return 128 / (time.perf_counter() - start)
 
 
+def resize_ms(pairs) -> dict[str, float]:
+    """Milliseconds per image to resize 128 decoded images to 224x224 on one core."""
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def
+    from PIL import Image
+
+    sys.path.insert(0, str(HERE.parent))
+    from extsrc.hostresize import HostResize
+
+    imgs = []
+    for path, _ in pairs[:128]:
+        with Image.open(path) as im:
+            imgs.append(np.asarray(im.convert("RGB")))
+    out: dict[str, float] = {}
+    for name, aa in (("dali_resize_one_thread", True), ("dali_resize_no_antialias_one_thread",
+                                                         False)):
+        @pipeline_def(batch_size=len(imgs), num_threads=1, device_id=None)
+        def pipe(aa=aa):
+            x = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+            return fn.resize(x, resize_x=224, resize_y=224, antialias=aa)
+
+        p = pipe()
+        p.build()
+        p.run()
+        start = time.perf_counter()
+        for _ in range(3):
+            p.run()
+        out[name] = round((time.perf_counter() - start) / (3 * len(imgs)) * 1e3, 3)
+        del p
+    for name, mode in (("hostresize_stretch", "stretch"),
+                       ("hostresize_shorter_side", "shorter_side")):
+        rs = HostResize((224, 224), mode)
+        start = time.perf_counter()
+        for _ in range(3):
+            for im in imgs:
+                rs(im)
+        out[name] = round((time.perf_counter() - start) / (3 * len(imgs)) * 1e3, 3)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="/tmp/extsrc-bench-data")
@@ -83,13 +126,16 @@ def main(argv=None) -> int:
     rates["pil_decode+resize_one_thread"] = round(pil_rate(pairs, True), 1)
     for k, v in rates.items():
         print(f"| {k} | {v:,.0f} |")
+    ms = resize_ms(pairs)
+    for k, v in ms.items():
+        print(f"| {k} | {v} ms |")
     if args.out:
         Path(args.out).write_text(json.dumps({
             "date": datetime.date.today().isoformat(),
             "command": "python " + " ".join(sys.argv),
             "machine": {"cpu_cores": len(os.sched_getaffinity(0)),
                         "platform": platform.platform()},
-            "images_per_s": rates}, indent=1) + "\n")
+            "images_per_s": rates, "resize_ms_per_image": ms}, indent=1) + "\n")
     return 0
 
 

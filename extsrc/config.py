@@ -358,7 +358,8 @@ class LoaderConfig:
                 raise TypeError(f"stages must be callables stage(image, gpu=...), got {s!r}")
         # Transforms and ops are chosen together: a transform named in op_path is honoured too.
         chosen = choose_paths(
-            (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
+            (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override,
+            pool=(self.op_workers if self.op_workers is not None else cores_per_process()) > 1,
         )
         object.__setattr__(self, "op_paths", tuple(chosen.items()))
         if self.op_pool == "process" and self.op_pool_workers > 1:
@@ -428,11 +429,17 @@ class LoaderConfig:
         return tuple(op for op in (*self.transforms, *self.ops) if paths[op.name] == "numpy")
 
     @property
+    def host_resizes(self) -> bool:
+        """Whether uint8 images are resized on the host (:mod:`extsrc.hostresize`): on the CPU,
+        with a ``resize`` and no ``stages``."""
+        return self.device_id is None and self.resize is not None and not self.stages
+
+    @property
     def op_pool_workers(self) -> int:
         """Workers of the numpy path's op pool; 0 or 1: the ops run in DALI's thread, no pool.
         ``None`` (default): every core this process may use (see :func:`cores_per_process`),
-        when any op runs on the numpy path."""
-        if not self.numpy_ops:
+        when any op runs on the numpy path or images are resized on the host."""
+        if not self.numpy_ops and not self.host_resizes:
             return 0
         if self.op_workers is not None:
             return self.op_workers

@@ -14,7 +14,13 @@
   path's generator, other numbers, and no Python call per batch in the graph.
 
 The automatic choice is the fastest path the op declares and the device supports: native, then
-gpu (on a GPU), then numpy. A parity test holds every declared path to the numpy reference.
+gpu (on a GPU), then numpy; except on the CPU with an op pool, where a traced op that computes on
+pixel values (casts, arithmetic, reductions) runs on the numpy path. There DALI's CPU operators
+make one pass over the image per operator, in float64 where a draw is a float64 scalar, while
+numpy in the pool's workers runs on every core with the op's own dtypes: measured on 2 cores,
+the numpy path ran a brightness jitter and a grayscale at twice the native path's speed, and
+flips and cutout (which only move or fill pixels) a little slower (``benchmarks/README.md``). A
+parity test holds every declared path to the numpy reference.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
-from augment_ops.trace import explain
+from augment_ops.trace import Node, TraceError, explain, trace_op
 from extsrc.errors import ExtsrcError, OpError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
@@ -59,10 +65,38 @@ def _cupy_available() -> bool:
     return True
 
 
+#: Traced operations on arrays that compute new values (the rest slice, flip, fill, select).
+_PIXEL_MATH = frozenset({"cast", "bin", "un", "where", "reduce", "full"})
+
+
+def computes_on_pixels(op: Op) -> bool:
+    """Whether the op's traced graph computes on pixel values, not only moves or fills them
+    (``False`` for an op that does not trace or has a hand-written native lowering)."""
+    if implementation(op, "native") is not None:
+        return False
+    try:
+        traced = trace_op(op)
+    except TraceError:
+        return False
+    seen: set[int] = set()
+    stack = list(traced.outputs)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH:
+            return True
+        stack.extend(a for a in n.args if isinstance(a, Node))
+    return False
+
+
 def choose_paths(
-    ops: Sequence[Op], *, gpu: bool, override: str | Mapping[str, str] | None = None
+    ops: Sequence[Op], *, gpu: bool, override: str | Mapping[str, str] | None = None,
+    pool: bool = False,
 ) -> dict[str, str]:
     """Pick a path per op name: ``override`` (one path for all, or per op name) else automatic.
+    ``pool``: the numpy path would run on an op pool (see the module for what that changes).
 
     An override naming a path the op does not declare, or that the device cannot run, is an error
     that lists what the op offers.
@@ -101,6 +135,8 @@ def choose_paths(
             continue
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
+        if choice == "native" and not gpu and pool and computes_on_pixels(op):
+            choice = "numpy"
         if choice == "gpu" and not _cupy_available():
             choice = "native" if "native" in offered else "numpy"
         chosen[op.name] = choice

@@ -113,6 +113,38 @@ def test_automatic_choice_prefers_native_then_gpu_then_numpy():
         augment_ops.unregister("blur_outside_numpy")
 
 
+def _brightness(img):
+    return np.clip(img.astype(np.float32) * 1.2, 0, 255).astype(np.uint8)
+
+
+def _corners(img):
+    h, w = img.shape[:2]
+    out = img.copy()
+    out[: h // 4, : w // 4] = 0
+    return out[:, ::-1]
+
+
+def test_on_the_cpu_with_an_op_pool_pixel_arithmetic_runs_on_the_numpy_path(tmp_path):
+    math = augment_ops.Op(name="paths_test_brightness", fn=_brightness)
+    moves = augment_ops.Op(name="paths_test_corners", fn=_corners)
+    ops = [math, moves, augment_ops.get("grid2x2"), augment_ops.get("grayscale")]
+    assert choose_paths(ops, gpu=False, pool=True) == {
+        "paths_test_brightness": "numpy", "paths_test_corners": "native",
+        "grid2x2": "native", "grayscale": "numpy"}
+    for kw in ({"gpu": False, "pool": False}, {"gpu": True, "pool": True}):
+        assert set(choose_paths(ops, **kw).values()) == {"native"}, kw
+    # a loader: op workers (the default, on more than one core) or none
+    from helpers import write_dataset
+
+    manifest = write_dataset(tmp_path, 4)
+    with extsrc.Loader(manifest, batch_size=2, transforms=[math], device="cpu",
+                       op_workers=2) as loader:
+        assert loader.op_paths == {"paths_test_brightness": "numpy"}
+    with extsrc.Loader(manifest, batch_size=2, transforms=[math], device="cpu",
+                       op_workers=0) as loader:
+        assert loader.op_paths == {"paths_test_brightness": "native"}
+
+
 def test_override_forces_a_path_and_refuses_undeclared_ones():
     ops = [augment_ops.get("grid2x2"), _untraceable_op()]
     try:
