@@ -9,9 +9,11 @@ check calls Python only for a batch holding a too-small image, to raise). Facts 
 (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
 bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
 (it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
-x bounds) are computed together, as per-sample vectors (:meth:`_Emitter.vector`), and a
-rectangle fill leaves the clamps of its bounds at 0 and at the image's size to ``fn.erase``,
-which clips its region to the image. numpy's semantics are kept where DALI's differ:
+x bounds) are computed together, as per-sample vectors (:meth:`_Emitter.vector`): a crop whose
+starts are computed alike is one ``fn.slice`` on vectors of starts and sizes, and a rectangle
+fill's anchor and size are vectors too, the clamps of its bounds at 0 and at the image's size
+left to ``fn.erase``, which clips its region to the image. numpy's semantics are kept where
+DALI's differ:
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
@@ -222,6 +224,53 @@ class _Emitter:
                           _constant_node(v.value if isinstance(v, Node) else v, dt)
                           for v in lanes])
 
+    def _alike(self, lanes: Sequence[Any]) -> bool:
+        """Whether :meth:`vector` computes ``lanes`` with operators shared by all lanes (not by
+        stacking scalars), none of them a constant."""
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if len(nodes) != len(lanes) or any(n.op == "const" or id(n) in self.given
+                                           for n in nodes):
+            return False
+        if all(n.op == "in_dim" for n in nodes):
+            return True
+        return nodes[0].op in _LANEWISE and len({_lane_key(n) for n in nodes}) == 1
+
+    def _scalar_cost(self, roots: Sequence[Any]) -> int:
+        """About how many operators the scalars ``roots`` take that are not made yet."""
+        seen: set[int] = set()
+
+        def visit(d: Any) -> int:
+            if not isinstance(d, Node) or id(d) in seen or id(d) in self.memo or d.op == "const":
+                return 0
+            seen.add(id(d))
+            own = 0 if _free(d) else 1
+            return own + sum(visit(a) for a in d.args)
+        return sum(visit(d) for d in roots)
+
+    def _vector_cost(self, lanes: Sequence[Any], seen: set) -> int:
+        """About how many operators :meth:`vector` takes for ``lanes`` that are not made yet."""
+        key = tuple(id(v) if isinstance(v, Node) else ("v", v) for v in lanes)
+        if key in self.vmemo or key in seen:
+            return 0
+        seen.add(key)
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if all(v.op == "const" for v in nodes):
+            return 1
+        if len(nodes) == len(lanes) and all(v.op == "in_dim" for v in nodes):
+            return 1
+        if not self._alike(lanes):
+            return 1 + self._scalar_cost(lanes)
+        first = nodes[0]
+        cost = 0 if _free(first) else 1
+        done: set[int] = set()
+        for k, a in enumerate(first.args):
+            if isinstance(a, Node) and id(a) not in done:
+                done.add(id(a))
+                sub = [n.args[k] for n in nodes]
+                cost += (self._scalar_cost([a]) if all(v is a for v in sub)
+                         else self._vector_cost(sub, seen))
+        return cost
+
     def _operand(self, lanes: list[Node]) -> Any:
         """An argument of a lanewise operator: the scalar itself where every lane has the same
         one (DALI broadcasts it), else the vector of the lanes."""
@@ -238,6 +287,24 @@ class _Emitter:
 
     # -- layout
     def _slice(self, n: Node) -> Any:
+        axes = list(n.attrs)
+        los = [n.args[1 + 2 * k] for k in range(len(axes))]
+        his = [n.args[2 + 2 * k] for k in range(len(axes))]
+        if len(axes) > 1 and self._alike(los):
+            # Starts computed alike on every axis (a crop's y and x): one fn.slice takes them and
+            # the sizes as vectors, where the cheaper.
+            sizes = [_difference(hi, lo) for lo, hi in zip(los, his, strict=True)]
+            seen: set = set()
+            cost = self._vector_cost(los, seen) + (
+                self._vector_cost(sizes, seen) if None not in sizes else
+                self._vector_cost(his, seen) + 1)
+            if cost < self._scalar_cost(los + his):
+                from nvidia.dali import fn
+
+                start = self.vector(los)
+                size = self.vector(sizes) if None not in sizes else binary(
+                    "subtract", self.vector(his), start, np.dtype(np.int64))
+                return fn.slice(self.value(n.args[0]), start, size, axes=axes)
         key: list[slice] = [slice(None)] * (max(n.attrs) + 1)
         for k, axis in enumerate(n.attrs):
             key[axis] = slice(self.value(n.args[1 + 2 * k]), self.value(n.args[2 + 2 * k]))
@@ -367,6 +434,48 @@ def _lane_key(n: Node) -> tuple:
     if n.op == "where" and isinstance(n.args[0], Node) and n.args[0].op == "bin":
         args.append(tuple(x is y for x in n.args[1:] for y in n.args[0].args))
     return (n.op, n.attrs, n.dtype.str, tuple(args))
+
+
+def _free(n: Node) -> bool:
+    """Whether lowering ``n`` takes no operator of its own (a cast to its own dtype, ``+ 0``, a
+    minimum known to be its first operand)."""
+    if n.op == "cast":
+        return n.dtype == n.args[0].dtype
+    if n.op == "bin":
+        a, b = n.args
+        return n.attrs[1:] == ("first",) or (
+            n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b)) or (
+            n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a))
+    return False
+
+
+def _difference(hi: Any, lo: Any) -> Any:
+    """``hi - lo`` as a node or int where it needs no operator (``(y + ch) - y`` is ``ch``),
+    else None."""
+    d = _constant_difference(hi, lo)
+    if d is not None:
+        return d
+    if _is_zero_dim(lo):
+        return hi
+    h = _strip_same(hi)
+    if isinstance(h, Node) and h.op == "bin" and h.attrs[0] == "add" and h.dtype == np.int64:
+        a, b = h.args
+        if _strip_same(a) is _strip_same(lo):
+            return b
+        if _strip_same(b) is _strip_same(lo):
+            return a
+    return None
+
+
+def _is_zero_dim(d: Any) -> bool:
+    return (not isinstance(d, Node) and d == 0) or (isinstance(d, Node) and _is_zero(d))
+
+
+def _strip_same(d: Any) -> Any:
+    """``d`` without casts to its own dtype (weak to strong)."""
+    while isinstance(d, Node) and d.op == "cast" and d.dtype == d.args[0].dtype:
+        d = d.args[0]
+    return d
 
 
 def _exact_float64_of_int(a: Node) -> Node | None:

@@ -448,7 +448,7 @@ def _bound(b, x, axis):
     if b == "-w/3":
         return -(x.shape[axis] // 3)
     if b == "max(0,h/2-9)":  # a start clamped by the user, as cutout's
-        return max(0, x.shape[axis] // 2 - 9)
+        return np.maximum(x.shape[axis] // 2 - 9, 0)
     if b == "h/2+9":  # a stop past the end for small images
         return x.shape[axis] // 2 + 9
     if b == "int(h*0.4)":  # a size times a float: float64 arithmetic on an int64
@@ -742,3 +742,11 @@ def test_cutout_graph_computes_both_axes_with_shared_operators():
     does the size (y + 32) - (y - 32): 9 operators besides the draws' external sources, where one
     per axis and per step took 32."""
     assert _operator_count(_fill_cutout, True, size=64) <= 9
+
+
+@pytest.mark.parametrize(("name", "bound"), [("center_crop", 6), ("random_crop", 10)])
+def test_crop_graphs_slice_once_with_vector_bounds(name, bound):
+    """A crop's starts and sizes along y and x are vectors computed together, and one fn.slice
+    takes them (center_crop took 12 operators, random_crop 20 besides its draws)."""
+    op = augment_ops.get(name)
+    assert _operator_count(op.fn, op.random, size=64) <= bound
