@@ -7,7 +7,13 @@ are computed by numpy in the source's reader processes (:class:`SampleScalars`) 
 graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
 check calls Python only for a batch holding a too-small image, to raise). Facts the tracer knows
 (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
-bounds take a few operators. numpy's semantics are kept where DALI's differ:
+bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
+(it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
+x bounds) are computed together, as per-sample vectors (:meth:`_Emitter.vector`): a crop whose
+starts are computed alike is one ``fn.slice`` on vectors of starts and sizes, and a rectangle
+fill's anchor and size are vectors too, the clamps of its bounds at 0 and at the image's size
+left to ``fn.erase``, which clips its region to the image. numpy's semantics are kept where
+DALI's differ:
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
@@ -26,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace import Node, Traced
+from augment_ops.trace import Node, Traced, _lower, _upper
 
 __all__ = ["SampleScalars", "emit", "sample_scalar_nodes"]
 
@@ -79,6 +85,9 @@ class _Emitter:
         self.shape: Any = None
         self.dims: dict[int, Any] = {}
         self.memo: dict[int, Any] = {}
+        self.vmemo: dict[tuple, Any] = {}
+        #: Nodes whose values come from outside the graph (``sample_values``).
+        self.given: set[int] = set()
 
     def dim(self, axis: int) -> Any:
         """The input's size along ``axis``, a per-sample int64 scalar (one operator per axis)."""
@@ -112,31 +121,46 @@ class _Emitter:
         return _constant(n.value, n.dtype)
 
     # -- elementwise
-    def _cast(self, n: Node) -> Any:
+    # The scalar operators take ``val``, the DALI value of an argument: ``self.value`` for one
+    # node, or the vector of the argument across lanes (:meth:`vector`).
+    def _cast(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
         (x,) = n.args
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
             # Already integral: nothing to truncate before the conversion.
             from nvidia.dali import fn
 
-            return fn.cast(self.value(x), dtype=_dali_type(n.dtype))
-        return cast(self.value(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
+            return fn.cast(val(x), dtype=_dali_type(n.dtype))
+        return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
-    def _bin(self, n: Node) -> Any:
+    def _bin(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
         a, b = n.args
+        if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
+            return val(a)
         if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
-            return self.value(a)  # integer bounds such as h - 0, y + 0: no operator
+            return val(a)  # integer bounds such as h - 0, y + 0: no operator
         if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
-            return self.value(b)
+            return val(b)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
+        if n.attrs[0] in ("add", "subtract", "multiply") and n.dtype == np.float64:
+            ia, ib = _exact_float64_of_int(a), _exact_float64_of_int(b)
+            if (ia is None) != (ib is None):
+                # int64 with float64 is float64 in DALI as in numpy, the int64 converted exactly
+                # (|x| <= 2**53): the cast takes no operator of its own.
+                return binary(n.attrs[0], val(a if ia is None else ia),
+                              val(b if ib is None else ib), n.dtype)
         if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
-            return binary(n.attrs[0], self.value(a), self.value(b), np.dtype(np.uint64))
-        return binary(n.attrs[0], self.value(a), self.value(b), a.dtype, b_negative=sign)
+            return binary(n.attrs[0], val(a), val(b), np.dtype(np.uint64))
+        return binary(n.attrs[0], val(a), val(b), a.dtype, b_negative=sign)
 
-    def _un(self, n: Node) -> Any:
+    def _un(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
         (x,) = n.args
-        return unary(n.attrs[0], self.value(x), x.dtype, nonneg=n.attrs[1:] == ("nonneg",))
+        return unary(n.attrs[0], val(x), x.dtype, nonneg=n.attrs[1:] == ("nonneg",))
 
-    def _where(self, n: Node) -> Any:
+    def _where(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
         c, a, b = n.args
         if n.ndim == 0 and n.dtype.kind in "iu" and c.op == "bin" and c.attrs[0] == "less":
             # The clamps of sizes and bounds: one operator instead of a bitwise select.
@@ -144,11 +168,115 @@ class _Emitter:
 
             x, y = c.args
             if a is x and b is y:
-                return dmath.min(*_on_device(self.value(a), self.value(b)))
+                return dmath.min(*_on_device(val(a), val(b)))
             if a is y and b is x:
-                return dmath.max(*_on_device(self.value(a), self.value(b)))
-        return where(self.value(c), self.value(a), self.value(b), n.dtype,
+                return dmath.max(*_on_device(val(a), val(b)))
+        return where(val(c), val(a), val(b), n.dtype,
                      a.value if a.op == "const" else None, b.value if b.op == "const" else None)
+
+    # -- vectors of scalars
+    def vector(self, lanes: Sequence[Node | int]) -> Any:
+        """The per-sample scalars ``lanes`` (of one dtype) as one per-sample 1-D tensor.
+
+        Lanes computed alike (the same operator and attributes on arguments that are themselves
+        alike, as the y and x bounds of a rectangle are) take one operator for all lanes at each
+        step of the computation, where each scalar would take one of its own; sizes along
+        consecutive axes are one subscript of the image's shape. Lanes that differ are computed
+        apart and stacked."""
+        key = tuple(id(v) if isinstance(v, Node) else ("v", v) for v in lanes)
+        got = self.vmemo.get(key)
+        if got is None:
+            got = self._vector(list(lanes))
+            self.vmemo[key] = got
+        return got
+
+    def _vector(self, lanes: list[Node | int]) -> Any:
+        from nvidia.dali import fn
+
+        nodes = [v if isinstance(v, Node) else None for v in lanes]
+        if all(n is not None and n.op == "const" for n in nodes) or not any(nodes):
+            values = [v.value if isinstance(v, Node) else v for v in lanes]
+            dt = nodes[0].dtype if nodes[0] is not None else np.dtype(np.int64)
+            return _constant_node(np.array(values, dtype=dt), dt)
+        if all(n is not None and n.op == "in_dim" for n in nodes):
+            axes = [n.attrs[0] for n in nodes]
+            if axes == list(range(axes[0], axes[0] + len(axes))):
+                self.dim(axes[0])  # the shape operator
+                return self.shape[axes[0]:axes[0] + len(axes)]
+        first = nodes[0]
+        if first is not None and first.op in _LANEWISE and first.ndim == 0 and \
+                all(n is not None and id(n) not in self.given for n in nodes) and \
+                len({_lane_key(n) for n in nodes}) == 1:
+            # The lanes of each argument of the first lane (and of the int64 under an exact
+            # float64 cast, which _bin may take instead), made into operands when used.
+            lanes_of: dict[int, list[Node]] = {}
+            for k, a in enumerate(first.args):
+                if isinstance(a, Node):
+                    lanes_of.setdefault(id(a), [n.args[k] for n in nodes])
+                    inner = _exact_float64_of_int(a)
+                    if inner is not None:
+                        lanes_of.setdefault(id(inner),
+                                            [_exact_float64_of_int(n.args[k]) for n in nodes])
+            return getattr(self, "_" + first.op)(
+                first, val=lambda a: self._operand(lanes_of[id(a)]))
+        dt = next(n.dtype for n in nodes if n is not None)
+        return fn.stack(*[self.value(v) if isinstance(v, Node) and v.op != "const" else
+                          _constant_node(v.value if isinstance(v, Node) else v, dt)
+                          for v in lanes])
+
+    def _alike(self, lanes: Sequence[Any]) -> bool:
+        """Whether :meth:`vector` computes ``lanes`` with operators shared by all lanes (not by
+        stacking scalars), none of them a constant."""
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if len(nodes) != len(lanes) or any(n.op == "const" or id(n) in self.given
+                                           for n in nodes):
+            return False
+        if all(n.op == "in_dim" for n in nodes):
+            return True
+        return nodes[0].op in _LANEWISE and len({_lane_key(n) for n in nodes}) == 1
+
+    def _scalar_cost(self, roots: Sequence[Any]) -> int:
+        """About how many operators the scalars ``roots`` take that are not made yet."""
+        seen: set[int] = set()
+
+        def visit(d: Any) -> int:
+            if not isinstance(d, Node) or id(d) in seen or id(d) in self.memo or d.op == "const":
+                return 0
+            seen.add(id(d))
+            own = 0 if _free(d) else 1
+            return own + sum(visit(a) for a in d.args)
+        return sum(visit(d) for d in roots)
+
+    def _vector_cost(self, lanes: Sequence[Any], seen: set) -> int:
+        """About how many operators :meth:`vector` takes for ``lanes`` that are not made yet."""
+        key = tuple(id(v) if isinstance(v, Node) else ("v", v) for v in lanes)
+        if key in self.vmemo or key in seen:
+            return 0
+        seen.add(key)
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if all(v.op == "const" for v in nodes):
+            return 1
+        if len(nodes) == len(lanes) and all(v.op == "in_dim" for v in nodes):
+            return 1
+        if not self._alike(lanes):
+            return 1 + self._scalar_cost(lanes)
+        first = nodes[0]
+        cost = 0 if _free(first) else 1
+        done: set[int] = set()
+        for k, a in enumerate(first.args):
+            if isinstance(a, Node) and id(a) not in done:
+                done.add(id(a))
+                sub = [n.args[k] for n in nodes]
+                cost += (self._scalar_cost([a]) if all(v is a for v in sub)
+                         else self._vector_cost(sub, seen))
+        return cost
+
+    def _operand(self, lanes: list[Node]) -> Any:
+        """An argument of a lanewise operator: the scalar itself where every lane has the same
+        one (DALI broadcasts it), else the vector of the lanes."""
+        if all(v is lanes[0] for v in lanes):
+            return self.value(lanes[0])
+        return self.vector(lanes)
 
     def _full(self, n: Node) -> Any:
         from nvidia.dali import fn
@@ -159,6 +287,24 @@ class _Emitter:
 
     # -- layout
     def _slice(self, n: Node) -> Any:
+        axes = list(n.attrs)
+        los = [n.args[1 + 2 * k] for k in range(len(axes))]
+        his = [n.args[2 + 2 * k] for k in range(len(axes))]
+        if len(axes) > 1 and self._alike(los):
+            # Starts computed alike on every axis (a crop's y and x): one fn.slice takes them and
+            # the sizes as vectors, where the cheaper.
+            sizes = [_difference(hi, lo) for lo, hi in zip(los, his, strict=True)]
+            seen: set = set()
+            cost = self._vector_cost(los, seen) + (
+                self._vector_cost(sizes, seen) if None not in sizes else
+                self._vector_cost(his, seen) + 1)
+            if cost < self._scalar_cost(los + his):
+                from nvidia.dali import fn
+
+                start = self.vector(los)
+                size = self.vector(sizes) if None not in sizes else binary(
+                    "subtract", self.vector(his), start, np.dtype(np.int64))
+                return fn.slice(self.value(n.args[0]), start, size, axes=axes)
         key: list[slice] = [slice(None)] * (max(n.attrs) + 1)
         for k, axis in enumerate(n.attrs):
             key[axis] = slice(self.value(n.args[1 + 2 * k]), self.value(n.args[2 + 2 * k]))
@@ -218,25 +364,39 @@ class _Emitter:
         from nvidia.dali import fn, types
 
         x, y0, y1, x0, x1, v = n.args
-        size = [_sub(self.value(y1), self.value(y0)), _sub(self.value(x1), self.value(x0))]
-        lo = [self.value(y0), self.value(x0)]
+        # fn.erase clips its region to the image (a part outside is not written, a shape <= 0
+        # writes nothing), so the clamps that put numpy's bounds into 0..size need no operator.
+        lo = [_unclamped_start(y0), _unclamped_start(x0)]
+        hi = [_unclamped_stop(y1, x.shape[0], y0), _unclamped_stop(x1, x.shape[1], x0)]
+        sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
+        if all(isinstance(b, int) for b in lo):
+            anchor: Any = [float(b) for b in lo]
+        else:
+            anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
+        if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
+            shape: Any = [float(d) for d in sizes]
+        else:
+            shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
+                                   np.dtype(np.int64)), dtype=types.FLOAT)
         axes = [0, 1]
         if n.attrs:
             c0, c1 = n.attrs
-            lo.append(c0)
-            size.append(c1 - c0)
             axes.append(2)
+            anchor = [*anchor, float(c0)] if isinstance(anchor, list) else fn.cat(
+                anchor, _constant_node([c0], np.dtype(np.float32)))
+            shape = [*shape, float(c1 - c0)] if isinstance(shape, list) else fn.cat(
+                shape, _constant_node([c1 - c0], np.dtype(np.float32)))
         data = self.value(x)
         exact_fill = n.dtype in (np.uint8, np.int8, np.uint16, np.int16, np.float32)
         if v.op == "const" and exact_fill:
-            return fn.erase(data, anchor=_f32_vec(lo), shape=_f32_vec(size), axes=axes,
+            return fn.erase(data, anchor=anchor, shape=shape, axes=axes,
                             fill_value=float(v.value))
         if exact_fill:
-            return fn.erase(data, anchor=_f32_vec(lo), shape=_f32_vec(size), axes=axes,
+            return fn.erase(data, anchor=anchor, shape=shape, axes=axes,
                             fill_value=fn.cast(self.value(v), dtype=types.FLOAT))
         # Values float32 cannot hold exactly: erase a mask, then select.
-        mask = fn.erase(fn.zeros_like(data, dtype=types.UINT8), anchor=_f32_vec(lo),
-                        shape=_f32_vec(size), axes=axes, fill_value=1)
+        mask = fn.erase(fn.zeros_like(data, dtype=types.UINT8), anchor=anchor, shape=shape,
+                        axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
 
     # -- branches
@@ -252,23 +412,221 @@ class _Emitter:
 
 
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
+#: Scalar operators :meth:`_Emitter.vector` applies to all lanes at once.
+_LANEWISE = ("cast", "bin", "un", "where")
+
+
+def _lane_key(n: Node) -> tuple:
+    """What the lowering of ``n`` decides from, besides its arguments' values: lanes with equal
+    keys are lowered by the same operators (constant arguments, argument kinds, and which
+    arguments are the same node, as in the clamp ``where(x < y, x, y)``)."""
+    args: list[Any] = []
+    for a in n.args:
+        if not isinstance(a, Node):
+            args.append(("int", a))
+        elif a.op == "const":
+            args.append(("const", a.dtype.str, a.value.shape, a.value.tobytes()))
+        else:
+            same = next(j for j, b in enumerate(n.args) if b is a)
+            name = a.attrs[0] if a.op in ("un", "bin") else None
+            args.append((a.op, name, a.dtype.str, a.ndim, same,
+                         _exact_float64_of_int(a) is not None))
+    if n.op == "where" and isinstance(n.args[0], Node) and n.args[0].op == "bin":
+        args.append(tuple(x is y for x in n.args[1:] for y in n.args[0].args))
+    return (n.op, n.attrs, n.dtype.str, tuple(args))
+
+
+def _free(n: Node) -> bool:
+    """Whether lowering ``n`` takes no operator of its own (a cast to its own dtype, ``+ 0``, a
+    minimum known to be its first operand)."""
+    if n.op == "cast":
+        return n.dtype == n.args[0].dtype
+    if n.op == "bin":
+        a, b = n.args
+        return n.attrs[1:] == ("first",) or (
+            n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b)) or (
+            n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a))
+    return False
+
+
+def _difference(hi: Any, lo: Any) -> Any:
+    """``hi - lo`` as a node or int where it needs no operator (``(y + ch) - y`` is ``ch``),
+    else None."""
+    d = _constant_difference(hi, lo)
+    if d is not None:
+        return d
+    if _is_zero_dim(lo):
+        return hi
+    h = _strip_same(hi)
+    if isinstance(h, Node) and h.op == "bin" and h.attrs[0] == "add" and h.dtype == np.int64:
+        a, b = h.args
+        if _strip_same(a) is _strip_same(lo):
+            return b
+        if _strip_same(b) is _strip_same(lo):
+            return a
+    return None
+
+
+def _is_zero_dim(d: Any) -> bool:
+    return (not isinstance(d, Node) and d == 0) or (isinstance(d, Node) and _is_zero(d))
+
+
+def _strip_same(d: Any) -> Any:
+    """``d`` without casts to its own dtype (weak to strong)."""
+    while isinstance(d, Node) and d.op == "cast" and d.dtype == d.args[0].dtype:
+        d = d.args[0]
+    return d
+
+
+def _exact_float64_of_int(a: Node) -> Node | None:
+    """``x`` where ``a`` is ``float64(x)`` of an int64 ``x`` the tracer bounds by 2**53 (so
+    the conversion is exact), else None."""
+    while a.op == "cast" and a.dtype == a.args[0].dtype:  # weak to strong float64
+        a = a.args[0]
+    if not (a.op == "cast" and a.dtype == np.float64 and a.args[0].dtype == np.int64):
+        return None
+    x = a.args[0]
+    lo, up = _lower(x), _upper(x)
+    if lo is None or up is None or lo < -(2**53) or up > 2**53:
+        return None
+    return x
+
+
+def _constant_node(value: Any, dt: np.dtype) -> Any:
+    """A constant (scalar or array) of dtype ``dt`` as a DataNode, exactly."""
+    from nvidia.dali import fn
+
+    dt = np.dtype(dt)
+    arr = np.asarray(value, dtype=dt)
+    if dt == np.float64 or (dt == np.uint64 and (arr > np.iinfo(np.int64).max).any()):
+        return _constant(arr, dt)  # by the bit pattern
+    flat = arr.reshape(-1).tolist()
+    data = {"fdata": [float(v) for v in flat]} if dt.kind == "f" else {
+        "idata": [int(v) for v in flat]}
+    return fn.constant(**data, shape=list(arr.shape), dtype=_dali_type(dt))
 
 
 def _is_zero(n: Node) -> bool:
     return n.op == "const" and n.value.ndim == 0 and n.value.item() == 0
 
 
-def _sub(a: Any, b: Any) -> Any:
-    return a - b
+def _strip(d: Any) -> Any:
+    """``d`` without the casts that keep every value (int64 of a weak int64, a widening)."""
+    while isinstance(d, Node) and d.op == "cast" and np.can_cast(d.args[0].dtype, d.dtype):
+        d = d.args[0]
+    return d
 
 
-def _f32_vec(items: list[Any]) -> Any:
-    from nvidia.dali import fn, types
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same per-sample value, up to casts that keep every
+    value."""
+    a, b = _strip(a), _strip(b)
+    return a is b if isinstance(a, Node) else (not isinstance(b, Node) and a == b)
 
-    if all(isinstance(v, int) for v in items):
-        return [float(v) for v in items]
-    return fn.stack(*[fn.cast(v, dtype=types.FLOAT) if _is_dn(v) else
-                      fn.constant(fdata=[float(v)], shape=[]) for v in items])
+
+def _clamp_operands(d: Any) -> tuple[str, Node, Node] | None:
+    """``("min" | "max", x, y)`` when ``d`` is ``np.minimum(x, y)`` / ``np.maximum(x, y)`` or
+    the tracer's clamp ``np.where(x < y, x, y)`` / ``np.where(x < y, y, x)``, maybe under casts
+    that keep every value."""
+    d = _strip(d)
+    if not isinstance(d, Node) or d.ndim != 0:
+        return None
+    if d.op == "bin" and d.attrs[0] in ("minimum", "maximum"):
+        return ("min" if d.attrs[0] == "minimum" else "max", *d.args)
+    if d.op == "where" and d.args[0].op == "bin" and d.args[0].attrs[0] == "less":
+        c, a, b = d.args
+        x, y = c.args
+        if a is x and b is y:
+            return ("min", x, y)
+        if a is y and b is x:
+            return ("max", x, y)
+    return None
+
+
+#: The most negative start a rectangle fill passes to ``fn.erase`` unclamped: float32 holds
+#: every integer from -2**23 to 2**24, so anchor, size and their sum stay exact for sides up to
+#: 2**23 (the fill clamps a start it cannot bound so).
+_MIN_START = -(2**23)
+
+
+def _unclamped_start(lo: Any) -> Any:
+    """A rectangle's start without its clamps at 0 (``max(0, s)``), which a clipping fill does
+    itself: the region ``[max(0, s), e)`` within ``0..n`` is ``[s, e)`` within ``0..n``."""
+    while (got := _clamp_operands(lo)) is not None and got[0] == "max" and (
+            _is_zero(got[1]) or _is_zero(got[2])):
+        s = got[2] if _is_zero(got[1]) else got[1]
+        low = _lower(s)
+        if low is None or low < _MIN_START:
+            break
+        lo = s
+    return lo
+
+
+def _unclamped_stop(hi: Any, n: Any, lo: Any) -> Any:
+    """A rectangle's stop without its clamps at the axis's size ``n`` (``min(n, e)``) and at its
+    start (``max(e, lo)``, which makes an empty region of a negative size): ``[s, min(n, e))``
+    and ``[s, max(e, s))`` within ``0..n`` are ``[s, e)`` within ``0..n``.
+
+    The stops peeled so are >= 0 (numpy's bounds, clamped at 0 or known >= 0 by the tracer, are
+    what these clamps enclose), so a size ``e - s`` cannot wrap around, and one above float32's
+    exact range still reaches past ``n``."""
+    while (got := _clamp_operands(hi)) is not None:
+        kind, a, b = got
+        if kind == "min" and (_same(a, n) or _same(b, n)):
+            e = b if _same(a, n) else a
+        elif kind == "max" and (_same(a, lo) or _same(b, lo)):
+            e = b if _same(a, lo) else a
+        else:
+            break
+        if not _at_least_zero(e):
+            break
+        hi = e
+    return hi
+
+
+def _base_and_offset(d: Any) -> tuple[Node | None, int]:
+    """``(base, c)`` with ``d == base + c`` in int64 arithmetic (``base`` None: ``d`` is ``c``),
+    through additions and subtractions of constants."""
+    offset = 0
+    while True:
+        if not isinstance(d, Node):
+            return None, offset + int(d)
+        while d.op == "cast" and d.dtype == d.args[0].dtype:
+            d = d.args[0]
+        if d.op == "const" and d.dtype.kind in "iu" and d.value.ndim == 0:
+            return None, offset + int(d.value)
+        if d.op != "bin" or d.dtype != np.int64 or d.attrs[0] not in ("add", "subtract"):
+            return d, offset
+        a, b = d.args
+        if b.op == "const" and b.value.ndim == 0:
+            offset += int(b.value) if d.attrs[0] == "add" else -int(b.value)
+            d = a
+        elif a.op == "const" and a.value.ndim == 0 and d.attrs[0] == "add":
+            offset += int(a.value)
+            d = b
+        else:
+            return d, offset
+
+
+def _constant_difference(hi: Any, lo: Any) -> int | None:
+    """``hi - lo`` where it is the same for every sample (``(y + 32) - (y - 32)``), as int64
+    arithmetic wraps it, else None."""
+    if hi is None or lo is None:
+        return None
+    (bh, ch), (bl, cl) = _base_and_offset(hi), _base_and_offset(lo)
+    if bh is not bl:
+        return None
+    return (ch - cl + 2**63) % 2**64 - 2**63
+
+
+def _at_least_zero(d: Any) -> bool:
+    """Whether ``d >= 0`` for every sample: known to the tracer, or a clamp ``max(0, x)``."""
+    if not isinstance(d, Node):
+        return d >= 0
+    low = _lower(d)
+    got = _clamp_operands(d)
+    return (low is not None and low >= 0) or (
+        got is not None and got[0] == "max" and (_is_zero(got[1]) or _is_zero(got[2])))
 
 
 # -- numpy semantics on DALI operators ----------------------------------------------------------
@@ -524,6 +882,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
             f"draws; got {len(sample_values)}")
     for n, value in zip(nodes, sample_values, strict=True):
         em.memo[id(n)] = value
+        em.given.add(id(n))
     if check is not None and min_size > 1:
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")

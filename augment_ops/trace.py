@@ -1379,6 +1379,33 @@ def _math(name: str, x: Any) -> Any:
     return ufunc(name, x) if isinstance(x, Sym) else getattr(np, name)(np.float64(x))
 
 
+def _floor_below(span: Any) -> bool:
+    """Whether ``floor(u * float(span)) <= span - 1`` for every float64 ``u`` in [0, 1), so that
+    the clamp of ``rng.integers`` changes no value.
+
+    Proof, for an integer ``1 <= span <= 2**53`` (exact as a float64): ``u <= 1 - 2**-53``, the
+    largest float64 below 1, so the exact product is at most ``span - e`` with
+    ``e = span * 2**-53``. Let ``2**j <= span < 2**(j+1)``. For ``span == 2**j`` that product is
+    a float64 itself, below ``span``. Otherwise the float64s next to ``span`` are ``2**(j-52)``
+    apart and ``e > 2**(j-53)``, half that gap: the product is more than half a gap below
+    ``span`` and rounds to at most ``span - 2**(j-52)``. Rounding is monotonic, so every
+    ``fl(u * span) < span``, whose floor is at most ``span - 1``."""
+    if isinstance(span, Sym):
+        if span.dtype.kind not in "iu":
+            return False
+        lo, up = _lower(span.node), _upper(span.node)
+        return lo is not None and up is not None and lo >= 1 and up <= 2**53
+    return isinstance(span, (int, np.integer)) and 1 <= int(span) <= 2**53
+
+
+def _noop_minimum(n: Node) -> Node:
+    """``n``, a ``np.minimum(a, b)`` known to equal ``a``, marked so: the tracer keeps its facts
+    (``<= b``) and the DALI lowering emits no operator for it."""
+    if n.op != "bin" or n.attrs != ("minimum",):
+        return n
+    return _new("bin", n.args, ("minimum", "first"), n.dtype, n.shape, n.weak)
+
+
 class DrawRng:
     """The generator a traced random op sees: ``np.random.Generator``'s scalar methods, each
     built from uniform draws ``uniform(slot)`` in [0, 1).
@@ -1432,6 +1459,8 @@ class DrawRng:
         last = span - 1
         if isinstance(k, Sym):
             k = ufunc("minimum", k, last)
+            if _floor_below(span):
+                k = Sym(_noop_minimum(k.node))
             low = Sym(cast_node(low.node, np.int64)) if isinstance(low, Sym) else np.int64(low)
             out = ufunc("add", low, k)
         else:

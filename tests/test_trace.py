@@ -437,7 +437,9 @@ def test_numpy_path_op_writing_into_its_input_is_refused(dataset):
 DTYPES = [np.uint8, np.int16, np.int32, np.float32, np.float64]
 SCALARS = st.one_of(st.integers(-3, 260), st.floats(-2.5, 300.0, allow_nan=False, width=32),
                     st.sampled_from([np.uint8(7), np.int16(-5), np.float32(1.5), np.int64(3)]))
-BOUNDS = st.one_of(st.none(), st.integers(-40, 40), st.sampled_from([-100, 100, "h/2", "-w/3"]))
+BOUNDS = st.one_of(st.none(), st.integers(-40, 40),
+                  st.sampled_from([-100, 100, "h/2", "-w/3", "max(0,h/2-9)", "h/2+9",
+                                   "int(h*0.4)"]))
 
 
 def _bound(b, x, axis):
@@ -445,6 +447,12 @@ def _bound(b, x, axis):
         return x.shape[axis] // 2
     if b == "-w/3":
         return -(x.shape[axis] // 3)
+    if b == "max(0,h/2-9)":  # a start clamped by the user, as cutout's
+        return np.maximum(x.shape[axis] // 2 - 9, 0)
+    if b == "h/2+9":  # a stop past the end for small images
+        return x.shape[axis] // 2 + 9
+    if b == "int(h*0.4)":  # a size times a float: float64 arithmetic on an int64
+        return np.floor(x.shape[axis] * 0.4).astype(np.int64)
     return b
 
 
@@ -492,6 +500,12 @@ def _apply(step, x):
     if kind == "stack":
         return (np.concatenate([x, x[:, ::-1]], axis=1) if arg == 0
                 else np.stack([x[..., 2], x[..., 0], x[..., 1]], axis=-1))
+    if kind == "fill":
+        (a, b), (c, d), value, channel = arg
+        out = x.copy()
+        key = (slice(_bound(a, x, 0), _bound(b, x, 0)), slice(_bound(c, x, 1), _bound(d, x, 1)))
+        out[key + ((channel,) if channel is not None and x.ndim == 3 else ())] = value
+        return out
     raise AssertionError(kind)
 
 
@@ -509,6 +523,9 @@ STEPS = st.one_of(
     st.tuples(st.just("where"), st.tuples(st.integers(0, 200), SCALARS)),
     st.tuples(st.just("reduce"), st.sampled_from(["sum", "mean", "max", "gray"])),
     st.tuples(st.just("stack"), st.integers(0, 1)),
+    st.tuples(st.just("fill"), st.tuples(st.tuples(BOUNDS, BOUNDS), st.tuples(BOUNDS, BOUNDS),
+                                         st.sampled_from([0, 7, 200, -3, 1.5]),
+                                         st.sampled_from([None, 1, slice(0, 2)]))),
 )
 
 
@@ -620,3 +637,116 @@ def test_trace_error_is_a_value_error_with_fields():
         "lowered)" and re.search(r"test_trace.py:\d+: trace_function\(lambda img: img\[::3\]",
                                  e.location)
 
+
+
+# -- rectangle fills at random places: the bounds' lanes share operators, fn.erase clips -------
+def _fill_cutout(img, rng, size):
+    h, w = img.shape[:2]
+    y = int(rng.integers(0, h))
+    x = int(rng.integers(0, w))
+    out = img.copy()
+    out[max(0, y - size // 2):y + size // 2, max(0, x - size // 2):x + size // 2] = 0
+    return out
+
+
+def _fill_corner(img, rng, size):
+    h, w = img.shape[:2]
+    out = img.copy()
+    out[int(rng.integers(0, h)):, :int(rng.integers(0, w)) + size] = 7
+    y = rng.integers(0, h)
+    out[:min(h - 1, y + size), y:] = 9  # a stop clamped below the size: the clamp stays
+    return out
+
+
+def _fill_channel(img, rng, size):
+    h, w = img.shape[:2]
+    y, x = rng.integers(0, h), rng.integers(0, w)
+    out = img.copy()
+    out[max(0, y - size):min(h, y + size), x:x + size, 1] = 200
+    return out
+
+
+def _fill_wrapping(img, rng, size):
+    """Starts that go negative wrap around (numpy's negative index), in int32 (a fill float32
+    cannot hold exactly)."""
+    h, w = img.shape[:2]
+    y, x = rng.integers(0, h), rng.integers(0, w)
+    out = img.astype(np.int32)
+    out[y - size:y + size, x - size:] = -70000
+    return out
+
+
+FILLS = {"cutout": _fill_cutout, "corner": _fill_corner, "channel": _fill_channel,
+         "wrapping": _fill_wrapping}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(sorted(FILLS)), size=st.integers(1, 12),
+       sizes=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9)), min_size=4, max_size=4),
+       epoch=st.integers(0, 3))
+def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, size, sizes,
+                                                                        epoch):
+    """The draws, bounds and clamps of a fill run as vectors of the y and x lanes, and fn.erase
+    clips the unclamped rectangle; the result must be numpy's, for images down to one pixel."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
+
+    func = FILLS[name]
+    sizes = [(1, 1), (1, 7), (7, 1), *sizes]
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
+    ref0 = func(imgs[0], counter_rng(SEED, 0, 0, 5), size)
+    traced = trace_function(func, params={"size": size}, random=True, num_outputs=1,
+                            dtype=ref0.dtype, ndim=3)
+    index = np.arange(len(imgs), dtype=np.int64)
+    epochs = np.full(len(imgs), epoch, np.int64)
+    program = SampleScalars(sample_scalar_nodes(traced),
+                            lambda i, e, slot: counter_uniform(SEED, e, i, 5, slot))
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                  for a in program(index, epochs)]
+        pipe.set_outputs(*emit(traced, img, sample_values=values))
+    pipe.build()
+    (out,) = pipe.run()
+    for k, im in enumerate(imgs):
+        ref = func(im, counter_rng(SEED, epoch, k, 5), size)
+        np.testing.assert_array_equal(np.array(out[k]), ref, err_msg=f"{name} on {sizes[k]}")
+
+
+def _operator_count(func, random: bool, **params) -> int:
+    """The DALI operators of ``func``'s traced graph, its inputs' external sources excluded."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.lower_dali import sample_scalar_nodes
+
+    traced = trace_function(func, params=params, random=random, num_outputs=1, dtype=np.uint8,
+                            ndim=3)
+    imgs = [pattern_image(0, 5, 6)]
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        values = [fn.external_source(source=lambda: [np.float64(0.5)], batch=True)
+                  for _ in sample_scalar_nodes(traced)]
+        pipe.set_outputs(*emit(traced, img, sample_values=values))
+    pipe.build()
+    return len(pipe._ops) - 1 - len(values)
+
+
+def test_cutout_graph_computes_both_axes_with_shared_operators():
+    """Cutout's y and x bounds share each operator (the draws' stack, the shape, u * size,
+    floor, the casts, the start), the clamps of rng.integers and of the bounds take none, nor
+    does the size (y + 32) - (y - 32): 9 operators besides the draws' external sources, where one
+    per axis and per step took 32."""
+    assert _operator_count(_fill_cutout, True, size=64) <= 9
+
+
+@pytest.mark.parametrize(("name", "bound"), [("center_crop", 6), ("random_crop", 10)])
+def test_crop_graphs_slice_once_with_vector_bounds(name, bound):
+    """A crop's starts and sizes along y and x are vectors computed together, and one fn.slice
+    takes them (center_crop took 12 operators, random_crop 20 besides its draws)."""
+    op = augment_ops.get(name)
+    assert _operator_count(op.fn, op.random, size=64) <= bound
