@@ -488,16 +488,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_ops(args: argparse.Namespace) -> int:
     import augment_ops
-    from extsrc.config import cores_per_process
     from extsrc.device import cuda_device_count
     from extsrc.oppaths import choose_paths
 
     gpu = cuda_device_count() > 0
-    pool = cores_per_process() > 1  # a loader's default op pool
     rows = [("NAME", "OUTPUTS", "RANDOM", "PATHS", f"AUTO ({'gpu' if gpu else 'cpu'})",
              "PARAMETERS (defaults)", "DESCRIPTION")]
     for op in augment_ops.iter_ops():
-        auto = choose_paths([op], gpu=gpu, pool=pool)[op.name]
+        auto = choose_paths([op], gpu=gpu)[op.name]
         params = ",".join(f"{k}={v}" for k, v in op_parameters(op).items()) or "-"
         rows.append((op.name, str(op.num_outputs), "yes" if op.random else "no",
                      ",".join(op.paths), auto, params, op.description))

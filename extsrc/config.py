@@ -358,8 +358,7 @@ class LoaderConfig:
                 raise TypeError(f"stages must be callables stage(image, gpu=...), got {s!r}")
         # Transforms and ops are chosen together: a transform named in op_path is honoured too.
         chosen = choose_paths(
-            (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override,
-            pool=(self.op_workers if self.op_workers is not None else cores_per_process()) > 1,
+            (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
         )
         object.__setattr__(self, "op_paths", tuple(chosen.items()))
         if self.op_pool == "process" and self.op_pool_workers > 1:

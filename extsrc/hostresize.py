@@ -15,6 +15,7 @@ they do not depend on the number or kind of op workers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,9 @@ class HostResize:
         if self.mode == "stretch":
             return h, w
         scale = max(h / height, w / width)
-        return max(h, round(height * scale)), max(w, round(width * scale))
+        # Rounded half up, as DALI's resize rounds its output size.
+        return (max(h, math.floor(height * scale + 0.5)),
+                max(w, math.floor(width * scale + 0.5)))
 
     def __call__(self, img: np.ndarray) -> np.ndarray:
         from PIL import Image
@@ -71,7 +74,8 @@ class HostResize:
                                        .resize((sw, sh), Image.BILINEAR))
                             for c in range(img.shape[2])], axis=-1)
         h, w = self.size
-        top, left = (sh - h) // 2, (sw - w) // 2
+        # The centre, rounded half up as DALI's crop places it (crop_pos 0.5).
+        top, left = (sh - h + 1) // 2, (sw - w + 1) // 2
         return np.ascontiguousarray(out[top:top + h, left:left + w])
 
 

@@ -14,13 +14,15 @@
   path's generator, other numbers, and no Python call per batch in the graph.
 
 The automatic choice is the fastest path the op declares and the device supports: native, then
-gpu (on a GPU), then numpy; except on the CPU with an op pool, where a traced op that computes on
-pixel values (casts, arithmetic, reductions) runs on the numpy path. There DALI's CPU operators
-make one pass over the image per operator, in float64 where a draw is a float64 scalar, while
-numpy in the pool's workers runs on every core with the op's own dtypes: measured on 2 cores,
-the numpy path ran a brightness jitter and a grayscale at twice the native path's speed, and
-flips and cutout (which only move or fill pixels) a little slower (``benchmarks/README.md``). A
-parity test holds every declared path to the numpy reference.
+gpu (on a GPU), then numpy; except on the CPU, where a traced op that computes new pixel values
+(casts, arithmetic, comparisons, masked selections, reductions) runs on the numpy path: DALI's
+CPU operators make one pass over the image per operator, while numpy runs the op in the op
+pool's workers on every core. Measured on 2 cores, the numpy path ran a brightness jitter and a
+grayscale at twice the native path's speed, and flips and cutout (which only move or fill
+pixels) a little slower (``benchmarks/README.md``). The choice depends on the op and the device
+only, never on the number of op workers, so a seed gives the same batches on any machine of
+that device (the two paths of a random op draw different numbers). A parity test holds every
+declared path to the numpy reference.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ _PIXEL_MATH = frozenset({"cast", "bin", "un", "where", "reduce", "full"})
 
 
 def computes_on_pixels(op: Op) -> bool:
-    """Whether the op's traced graph computes on pixel values, not only moves or fills them
+    """Whether the op's traced graph computes new pixel values (casts, arithmetic, comparisons,
+    masked selections, reductions), not only moves them or fills rectangles with a constant
     (``False`` for an op that does not trace or has a hand-written native lowering)."""
     if implementation(op, "native") is not None:
         return False
@@ -91,12 +94,21 @@ def computes_on_pixels(op: Op) -> bool:
     return False
 
 
+def _picklable(op: Op) -> bool:
+    from extsrc.oppool import check_picklable
+
+    try:
+        check_picklable(op)
+    except ValueError:
+        return False
+    return True
+
+
 def choose_paths(
-    ops: Sequence[Op], *, gpu: bool, override: str | Mapping[str, str] | None = None,
-    pool: bool = False,
+    ops: Sequence[Op], *, gpu: bool, override: str | Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Pick a path per op name: ``override`` (one path for all, or per op name) else automatic.
-    ``pool``: the numpy path would run on an op pool (see the module for what that changes).
+    """Pick a path per op name: ``override`` (one path for all, or per op name) else automatic
+    (see the module; an op that cannot be sent to op worker processes keeps its native path).
 
     An override naming a path the op does not declare, or that the device cannot run, is an error
     that lists what the op offers.
@@ -135,7 +147,7 @@ def choose_paths(
             continue
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
-        if choice == "native" and not gpu and pool and computes_on_pixels(op):
+        if choice == "native" and not gpu and computes_on_pixels(op) and _picklable(op):
             choice = "numpy"
         if choice == "gpu" and not _cupy_available():
             choice = "native" if "native" in offered else "numpy"

@@ -116,3 +116,33 @@ def test_float_op_outputs_are_resized_by_dali_and_formats_still_apply(tmp_path):
     assert batch["hostresize_test_float_0"].shape == (3, 3, 8, 8)
     # the halved values survive (DALI resized the float output; Pillow would refuse it)
     assert 0 < batch["hostresize_test_float_0"].max() <= 128
+
+
+@pytest.mark.parametrize("shape", [(20, 23), (16, 19), (17, 16), (2, 47), (5, 2), (33, 47),
+                                   (47, 33), (100, 61)])
+@pytest.mark.parametrize("size", [(16, 16), (7, 13)])
+def test_shorter_side_geometry_is_dalis(shape, size):
+    # DALI's resize(mode="not_smaller") then crop is what a GPU loader does: the same scaled size
+    # and the same centre window (rounded alike), so CPU and GPU loaders cut the same region.
+    from nvidia.dali import fn, pipeline_def
+
+    h, w = size
+    rs = HostResize(size, "shorter_side")
+    img = np.zeros((*shape, 3), np.uint8)
+    sh, sw = rs.scaled_size(*shape)
+    coords = np.zeros((sh, sw, 3), np.uint8)  # each pixel holds its own row and column
+    coords[..., 0] = np.arange(sh)[:, None]
+    coords[..., 1] = np.arange(sw)[None, :]
+
+    @pipeline_def(batch_size=1, num_threads=1, device_id=None)
+    def pipe():
+        a = fn.external_source(source=lambda: [img], batch=True, layout="HWC")
+        b = fn.external_source(source=lambda: [coords], batch=True, layout="HWC")
+        return fn.resize(a, resize_x=w, resize_y=h, mode="not_smaller"), fn.crop(b, crop=size)
+
+    p = pipe()
+    p.build()
+    scaled, cropped = (np.asarray(o[0]) for o in p.run())
+    assert scaled.shape[:2] == (sh, sw)
+    assert rs.scaled_size(sh, sw) == (sh, sw)  # so rs(coords) only cuts the centre
+    np.testing.assert_array_equal(rs(coords), cropped)

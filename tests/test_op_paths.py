@@ -124,25 +124,39 @@ def _corners(img):
     return out[:, ::-1]
 
 
-def test_on_the_cpu_with_an_op_pool_pixel_arithmetic_runs_on_the_numpy_path(tmp_path):
+def _random_brightness(img, rng):
+    return np.clip(img.astype(np.float32) * rng.uniform(0.5, 1.5), 0, 255).astype(np.uint8)
+
+
+def test_on_the_cpu_pixel_arithmetic_runs_on_the_numpy_path(tmp_path):
     math = augment_ops.Op(name="paths_test_brightness", fn=_brightness)
     moves = augment_ops.Op(name="paths_test_corners", fn=_corners)
     ops = [math, moves, augment_ops.get("grid2x2"), augment_ops.get("grayscale")]
-    assert choose_paths(ops, gpu=False, pool=True) == {
+    assert choose_paths(ops, gpu=False) == {
         "paths_test_brightness": "numpy", "paths_test_corners": "native",
         "grid2x2": "native", "grayscale": "numpy"}
-    for kw in ({"gpu": False, "pool": False}, {"gpu": True, "pool": True}):
-        assert set(choose_paths(ops, **kw).values()) == {"native"}, kw
-    # a loader: op workers (the default, on more than one core) or none
+    assert set(choose_paths(ops, gpu=True).values()) == {"native"}
+    # An op that cannot go to worker processes keeps its native path.
+    lock = __import__("threading").Lock()
+    unpicklable = augment_ops.Op(name="paths_test_locked",
+                                 fn=lambda img: (img.astype(np.float32) * (1 + 0 * id(lock)))
+                                 .astype(np.uint8))
+    assert choose_paths([unpicklable], gpu=False) == {"paths_test_locked": "native"}
+
+
+def test_the_cpu_path_choice_and_batches_do_not_depend_on_the_op_workers(tmp_path):
     from helpers import write_dataset
 
-    manifest = write_dataset(tmp_path, 4)
-    with extsrc.Loader(manifest, batch_size=2, transforms=[math], device="cpu",
-                       op_workers=2) as loader:
-        assert loader.op_paths == {"paths_test_brightness": "numpy"}
-    with extsrc.Loader(manifest, batch_size=2, transforms=[math], device="cpu",
-                       op_workers=0) as loader:
-        assert loader.op_paths == {"paths_test_brightness": "native"}
+    op = augment_ops.Op(name="paths_test_random_brightness", fn=_random_brightness, random=True)
+    manifest = write_dataset(tmp_path, 8)
+    got = []
+    for workers in (0, 1, 2):
+        with extsrc.Loader(manifest, batch_size=4, transforms=[op], device="cpu", resize=16,
+                           seed=3, op_workers=workers) as loader:
+            assert loader.op_paths == {"paths_test_random_brightness": "numpy"}
+            got.append([b["image"].clone() for b in loader])
+    for other in got[1:]:
+        assert all(a.equal(b) for a, b in zip(got[0], other, strict=True))
 
 
 def test_override_forces_a_path_and_refuses_undeclared_ones():

@@ -370,7 +370,8 @@ def shm_refs(pid):
         pass
     return refs
 
-loader = extsrc.Loader(sys.argv[1], batch_size=2, device="cpu", num_workers=2,
+# op_workers=0: the only child processes are DALI's two readers (no op pool resizing)
+loader = extsrc.Loader(sys.argv[1], batch_size=2, device="cpu", num_workers=2, op_workers=0,
                        start_method="fork", resize=16, shuffle=False, prefetch_queue_depth=1)
 res = {"batches": 0, "killed": None}
 t_kill = None
