@@ -1,8 +1,8 @@
 """Resizing on the host with Pillow, for CPU loaders: in the op workers, right after the op.
 
-DALI's CPU resize (linear with antialiasing, its default) takes 3.95 ms for a 500x375 image
+DALI's CPU resize (linear with antialiasing, its default) takes 3.3 ms for a 500x375 image
 to 224x224 on one core; Pillow's bilinear resize, which also widens its filter when shrinking,
-takes 1.75 ms (``benchmarks/cpu_resize_cost.py``). On a machine without a GPU that difference
+takes 1.6 ms (``benchmarks/cpu_resize_cost.py``). On a machine without a GPU that difference
 decides whether extsrc keeps up with a PyTorch DataLoader, so CPU loaders resize their uint8
 image outputs with Pillow: in the op pool's workers, after the op that made them, or in a
 resize-only step for images no numpy op made. GPU loaders resize with DALI on the GPU.

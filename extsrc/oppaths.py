@@ -15,11 +15,13 @@
 
 The automatic choice is the fastest path the op declares and the device supports: native, then
 gpu (on a GPU), then numpy; except on the CPU, where a traced op that computes new pixel values
-(casts, arithmetic, comparisons, masked selections, reductions) runs on the numpy path: DALI's
-CPU operators make one pass over the image per operator, while numpy runs the op in the op
-pool's workers on every core. Measured on 2 cores, the numpy path ran a brightness jitter and a
-grayscale at twice the native path's speed, and flips and cutout (which only move or fill
-pixels) a little slower (``benchmarks/README.md``). The choice depends on the op and the device
+(casts, arithmetic, comparisons, masked selections, reductions) or has several outputs runs on
+the numpy path: DALI's CPU operators make one pass over the image per operator, while numpy
+runs the op in the op pool's workers on every core, and resizes all its outputs there in the
+same step (a native op's outputs each take a resize step of their own). Measured on 2 cores,
+the numpy path ran a brightness jitter and a grayscale at twice the native path's speed and
+four tiles at 1.3 times, and flips and cutout (one output, pixels only moved or filled) within
+10% (``benchmarks/README.md``). The choice depends on the op and the device
 only, never on the number of op workers, so a seed gives the same batches on any machine of
 that device (the two paths of a random op draw different numbers). A parity test holds every
 declared path to the numpy reference.
@@ -147,7 +149,8 @@ def choose_paths(
             continue
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
-        if choice == "native" and not gpu and computes_on_pixels(op) and _picklable(op):
+        if (choice == "native" and not gpu and (op.num_outputs > 1 or computes_on_pixels(op))
+                and _picklable(op)):
             choice = "numpy"
         if choice == "gpu" and not _cupy_available():
             choice = "native" if "native" in offered else "numpy"
