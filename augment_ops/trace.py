@@ -26,7 +26,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,6 +167,18 @@ class Traced:
     outputs: tuple[Node, ...]
     num_draws: int
     num_paths: int
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node the outputs depend on, each once (outputs first, then their arguments)."""
+        seen: set[int] = set()
+        stack = list(self.outputs)
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            yield n
+            stack.extend(a for a in n.args if isinstance(a, Node))
 
 
 # -- dtype rules, asked of numpy ---------------------------------------------------------------

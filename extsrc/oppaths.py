@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
-from augment_ops.trace import Node, TraceError, explain, trace_op
+from augment_ops.trace import TraceError, explain, trace_op
 from extsrc.errors import ExtsrcError, OpError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
@@ -83,17 +83,7 @@ def computes_on_pixels(op: Op) -> bool:
         traced = trace_op(op)
     except TraceError:
         return False
-    seen: set[int] = set()
-    stack = list(traced.outputs)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        if n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH:
-            return True
-        stack.extend(a for a in n.args if isinstance(a, Node))
-    return False
+    return any(n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH for n in traced.nodes())
 
 
 def _picklable(op: Op) -> bool:
