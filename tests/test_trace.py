@@ -540,6 +540,23 @@ def _numpy_or_none(program, img):
     return out
 
 
+def _emit_on(traced, imgs: list[np.ndarray], values=()) -> list[np.ndarray]:
+    """``traced`` run by a DALI CPU pipeline on ``imgs`` (one batch), each output sample as an
+    array; ``values``: the op's per-sample scalars (``SampleScalars`` arrays), in order."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                         for a in values]
+        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
+    pipe.build()
+    (out,) = pipe.run()
+    return [np.array(out[k]) for k in range(len(imgs))]
+
+
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(steps=st.lists(STEPS, min_size=1, max_size=4),
@@ -549,8 +566,6 @@ def _numpy_or_none(program, img):
        seed=st.integers(0, 2**16))
 def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
     from hypothesis import assume
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
 
     def program(img):
         x = img
@@ -565,14 +580,9 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
     assume(len({(r.dtype, r.ndim) for r in refs}) == 1)
     traced = trace_function(program, params={}, random=False, num_outputs=1,
                             dtype=refs[0].dtype, ndim=refs[0].ndim)
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        pipe.set_outputs(*emit(traced, img))
-    pipe.build()
-    (out,) = pipe.run()
+    outs = _emit_on(traced, imgs)
     for k, ref in enumerate(refs):
-        got = np.array(out[k])
+        got = outs[k]
         assert got.dtype == ref.dtype and got.shape == ref.shape, (steps, sizes[k])
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
 
@@ -609,8 +619,6 @@ def _crop(x, size, offset):
 def test_crops_whose_clamps_the_tracer_drops_equal_numpy(formula, size, sizes):
     """Bounds the tracer proves in range (``(h - ch) // 2 + ch <= h``, ...) get no run-time
     clamp; the crop must still equal numpy's for sizes above and below the crop."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
 
     def program(img):
         return CROP_FORMULAS[formula](img, size)
@@ -618,14 +626,9 @@ def test_crops_whose_clamps_the_tracer_drops_equal_numpy(formula, size, sizes):
     imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]
     traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=np.uint8,
                             ndim=3)
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        pipe.set_outputs(*emit(traced, img))
-    pipe.build()
-    (out,) = pipe.run()
+    outs = _emit_on(traced, imgs)
     for k, im in enumerate(imgs):
-        np.testing.assert_array_equal(np.array(out[k]), program(im), err_msg=str(sizes[k]))
+        np.testing.assert_array_equal(outs[k], program(im), err_msg=str(sizes[k]))
 
 
 def test_trace_error_is_a_value_error_with_fields():
@@ -688,8 +691,6 @@ def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, s
                                                                         epoch):
     """The draws, bounds and clamps of a fill run as vectors of the y and x lanes, and fn.erase
     clips the unclamped rectangle; the result must be numpy's, for images down to one pixel."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
 
     from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 
@@ -703,17 +704,10 @@ def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, s
     epochs = np.full(len(imgs), epoch, np.int64)
     program = SampleScalars(sample_scalar_nodes(traced),
                             lambda i, e, slot: counter_uniform(SEED, e, i, 5, slot))
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
-                  for a in program(index, epochs)]
-        pipe.set_outputs(*emit(traced, img, sample_values=values))
-    pipe.build()
-    (out,) = pipe.run()
+    outs = _emit_on(traced, imgs, program(index, epochs))
     for k, im in enumerate(imgs):
         ref = func(im, counter_rng(SEED, epoch, k, 5), size)
-        np.testing.assert_array_equal(np.array(out[k]), ref, err_msg=f"{name} on {sizes[k]}")
+        np.testing.assert_array_equal(outs[k], ref, err_msg=f"{name} on {sizes[k]}")
 
 
 def _operator_count(func, random: bool, **params) -> int:
