@@ -332,16 +332,19 @@ class DeviceBatchOpRunner(BatchOpRunner):
             assert self.pool is not None
             device = torch.device("cuda", self.device_id)
             if self.pool.kind == "process":
-                # One upload per worker: its outputs lie together in its memory.
-                spans: list[Any] = []
-                self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
-                              copy_in=_copy_device_image, copied=_copies_done, spans=spans)
-                outs = []
-                for m, used, placed in spans:
-                    host = torch.from_numpy(np.frombuffer(m, np.uint8, count=used))
+                # One upload per chunk of samples, as its reply arrives: its outputs lie
+                # together in its worker's memory.
+                def upload(m: Any, start: int, end: int,
+                           placed: list[Any]) -> list[tuple[Any, ...]]:
+                    host = torch.from_numpy(np.frombuffer(m, np.uint8, count=end - start,
+                                                          offset=start))
                     buf = host.to(device, non_blocking=True)
-                    outs += [tuple(_typed(buf, off, shape, dt) for off, shape, dt in sample)
-                             for sample in placed]
+                    return [tuple(_typed(buf, off - start, shape, dt) for off, shape, dt in s)
+                            for s in placed]
+
+                outs = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
+                                     copy_in=_copy_device_image, copied=_copies_done,
+                                     on_outputs=upload)
             else:
                 results = self.pool.run(self, [t.cpu().numpy() for t in imgs], rows)
                 outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device)

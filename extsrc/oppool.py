@@ -7,15 +7,16 @@ sample runs on one core. An :class:`OpPool` spreads a batch's samples over ``wor
 - ``"process"`` (the default): worker processes (:mod:`extsrc.opworker`). Each is a fresh
   interpreter started with fork and exec, so it works from notebooks and from scripts without
   an ``if __name__ == "__main__":`` guard, and it receives the ops by value where they live in
-  ``__main__`` (cloudpickle). Images travel through shared memory: one
-  anonymous memory file (``memfd``) per worker for its inputs and one per (worker, op) for its
-  outputs, mapped by both processes. These files have no name in ``/dev/shm``: the memory goes
-  when the last process holding it ends, however it ends. The outputs are handed to DALI as
-  views of that memory; DALI copies them into its own buffers before the ``python_function``
-  call returns, and the next call of the same op is the first to write there again (a batch
-  that fails part-way closes the pool, so no worker is left writing). A worker sees an op as
-  it was pickled when the pool started: state an op changes later reaches the workers only
-  after :meth:`OpPool.close` (the loader's ``close()``).
+  ``__main__`` (cloudpickle). Images travel through shared memory: one anonymous memory file
+  (``memfd``) for the batch's inputs, mapped by every worker, and one per (worker, op) for its
+  outputs, mapped by the pool and that worker. These files have no name in ``/dev/shm``: the
+  memory goes when the last process holding it ends, however it ends. The outputs are handed
+  to DALI as views of that memory (or copied to the GPU as each chunk's reply arrives); DALI
+  copies them into its own buffers before the ``python_function`` call returns, and the next
+  call of the same op is the first to write there again (a batch that fails part-way closes
+  the pool, so no worker is left writing). A worker sees an op as it was pickled when the pool
+  started: state an op changes later reaches the workers only after :meth:`OpPool.close` (the
+  loader's ``close()``).
 - ``"thread"``: a thread pool in this process. No copies and no processes; it scales when the
   op spends its time where the GIL is released (numpy's array loops, OpenCV), and not at all for
   Python loops.
@@ -30,6 +31,7 @@ from __future__ import annotations
 import atexit
 import mmap
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -49,10 +51,13 @@ from extsrc.opworker import MappedFile, aligned, grown, recv_message, send_messa
 if TYPE_CHECKING:
     from extsrc.oppaths import BatchOpRunner
 
-__all__ = ["POOL_KINDS", "OpPool", "check_picklable", "split"]
+__all__ = ["POOL_KINDS", "OpPool", "check_picklable", "chunks"]
 
 #: The kinds of pool: worker processes, or threads of this process.
 POOL_KINDS = ("process", "thread")
+#: ``on_outputs(map, start, end, placed)`` of :meth:`OpPool.run`: one chunk's results.
+OnOutputs = Callable[[mmap.mmap, int, int, list[list[tuple[int, tuple[int, ...], str]]]],
+                     list[tuple[Any, ...]]]
 #: Seconds :meth:`OpPool.close` gives workers still running a sample, all together.
 EXIT_SECONDS = 2.0
 
@@ -60,18 +65,21 @@ EXIT_SECONDS = 2.0
 _OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
 
 
-def split(n: int, parts: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` ranges cutting ``range(n)`` into at most ``parts`` contiguous shares whose
-    sizes differ by at most one (no empty share)."""
+def chunks(n: int, workers: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges cutting ``range(n)`` in order, for ``workers`` that each take the next
+    chunk when they are free (guided self-scheduling): each chunk is a ``2 * workers``-th of what
+    is left, rounded up, but no smaller than a ``4 * workers``-th of the batch (each chunk costs
+    a message both ways). The first chunks keep every worker busy; the last ones are small, so
+    the workers finish close together."""
     if n <= 0:
         return []
-    parts = max(1, min(parts, n))
-    base, extra = divmod(n, parts)
+    workers = max(1, workers)
+    smallest = max(1, -(-n // (4 * workers)))
     out, lo = [], 0
-    for k in range(parts):
-        hi = lo + base + (k < extra)
-        out.append((lo, hi))
-        lo = hi
+    while lo < n:
+        size = max(smallest, -(-(n - lo) // (2 * workers)))
+        out.append((lo, min(n, lo + size)))
+        lo = out[-1][1]
     return out
 
 
@@ -140,7 +148,7 @@ def _worker_env() -> dict[str, str]:
 class _Worker:
     """One worker process, its socket and its shared memory."""
 
-    def __init__(self, rank: int) -> None:
+    def __init__(self, rank: int, inputs: _Mapped) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
@@ -152,11 +160,9 @@ class _Worker:
             child.close()
         self.rank = rank
         self.sock = parent
-        self.inputs = _Mapped(f"extsrc-op-in-{rank}")
         self.outputs: dict[int, _Mapped] = {}
         self.ops: set[int] = set()
-        self.inputs.ensure(1 << 20, grow=True)
-        send_message(self.sock, ("in", self.inputs.size), (self.inputs.fd,))
+        send_message(self.sock, ("in", inputs.size), (inputs.fd,))
 
     def register(self, key: int, payload: bytes) -> bool:
         """Send op ``key`` and its output memory (True), unless this worker has them (False)."""
@@ -203,7 +209,6 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.inputs.close()
         for m in self.outputs.values():
             m.close()
 
@@ -223,6 +228,7 @@ class OpPool:
         self._lock = threading.Lock()  # one batch at a time: DALI may run two ops at once
         self.closing = False  # set by close(): a batch cut short by it is not a crash
         self._procs: list[_Worker] = []
+        self._inputs: _Mapped | None = None  # the batch's images, mapped by every worker
         self._threads: ThreadPoolExecutor | None = None
         # (op, seed, salt) -> key, number and pickled op, until close().
         self._keys: dict[tuple[int, int, int], tuple[Any, int, bytes]] = {}
@@ -244,19 +250,21 @@ class OpPool:
     def run(self, runner: BatchOpRunner, images: Sequence[Any], infos: Sequence[Any], *,
             copy_in: Callable[[np.ndarray, Any], None] = np.copyto,
             copied: Callable[[], None] | None = None,
-            spans: list[tuple[mmap.mmap, int, list[Any]]] | None = None,
-            ) -> list[tuple[np.ndarray, ...]]:
+            on_outputs: OnOutputs | None = None,
+            ) -> list[tuple[Any, ...]]:
         """``runner``'s op on every sample (info rows: manifest index, epoch, pad flag), in the
         batch's order; the first failing sample's error, worded as the serial path words it.
 
         ``images`` are numpy arrays, or (worker processes only) objects with ``shape``, numpy
         ``dtype`` and ``nbytes`` that ``copy_in(destination_array, image)`` copies into the
         workers' memory (GPU tensors: one device-to-host copy each, no host buffer between);
-        ``copied()`` is called before a worker is given the images copied for it (to wait for
-        asynchronous copies). The outputs of worker processes are views of their memory, valid
-        until this op's next batch; ``spans``, if given, receives per worker the map, the bytes
-        its outputs take from the start, and their (offset, shape, dtype) per sample, in batch
-        order (to move them elsewhere with one copy per worker)."""
+        ``copied()`` is called before a worker is given images copied for it, and before a map
+        of the workers' memory is replaced (to wait for asynchronous copies). The outputs of
+        worker processes are views of their memory, valid until this op's next batch; or, with
+        ``on_outputs``, what it returns for each chunk as the chunk's reply arrives: it gets the
+        worker's map, the byte range ``[start, end)`` the chunk's outputs take there, and their
+        (offset, shape, dtype) per sample, in batch order (to move them elsewhere with one copy
+        per chunk, while the other chunks still run)."""
         ids = [(int(info[0]), int(info[1])) for info in infos]
         with self._lock:
             if self.kind == "thread":
@@ -267,7 +275,7 @@ class OpPool:
                            for img, i in zip(images, ids, strict=True)]
                 wait(futures)  # all of them, so none runs on after a failure is raised
                 return [f.result() for f in futures]
-            return self._run_processes(runner, images, ids, copy_in, copied, spans)
+            return self._run_processes(runner, images, ids, copy_in, copied, on_outputs)
 
     def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
         """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
@@ -284,9 +292,11 @@ class OpPool:
         self.closing = False
         if not self._procs:
             try:
+                self._inputs = _Mapped("extsrc-op-in")
+                self._inputs.ensure(1 << 20, grow=True)
+                self._mapped(self._inputs)
                 for rank in range(self.workers):
-                    self._procs.append(_Worker(rank))
-                    self._mapped(self._procs[-1].inputs)
+                    self._procs.append(_Worker(rank, self._inputs))
             except BaseException:
                 self.close()
                 raise
@@ -294,52 +304,86 @@ class OpPool:
 
     def _run_processes(self, runner: BatchOpRunner, images: Sequence[Any],
                        ids: list[tuple[int, int]], copy_in: Callable[[np.ndarray, Any], None],
-                       copied: Callable[[], None] | None,
-                       spans: list[tuple[mmap.mmap, int, list[Any]]] | None,
-                       ) -> list[tuple[np.ndarray, ...]]:
+                       copied: Callable[[], None] | None, on_outputs: OnOutputs | None,
+                       ) -> list[tuple[Any, ...]]:
         self._start()
         key, payload = self._key(runner)
-        shares = split(len(images), len(self._procs))
-        busy: list[tuple[_Worker, int, int]] = []
+        for w in self._procs:
+            if w.register(key, payload):
+                self._mapped(w.outputs[key])
+        inputs = self._inputs
+        assert inputs is not None
+        # Every image in the shared input memory, in batch order.
+        offsets, total = [], 0
+        for img in images:
+            offsets.append(total)
+            total += aligned(img.nbytes)
+        self._ensure(inputs, grown(total, inputs.size), grow=True)
+        todo = chunks(len(images), len(self._procs))
+        copied_up_to = 0  # images[:copied_up_to] are in the input memory
+
+        def copy_until(hi: int) -> None:
+            nonlocal copied_up_to
+            for i in range(copied_up_to, hi):
+                img = images[i]
+                copy_in(np.ndarray(tuple(img.shape), dtype=img.dtype, buffer=inputs.map,
+                                   offset=offsets[i]), img)
+            if hi > copied_up_to and copied is not None:
+                copied()
+            copied_up_to = max(copied_up_to, hi)
+
+        def send(w: _Worker, lo: int, hi: int) -> None:
+            items = [(offsets[i], tuple(images[i].shape), images[i].dtype.str, *ids[i])
+                     for i in range(lo, hi)]
+            start = ends.get(w, 0)
+            send_message(w.sock, ("run", key, inputs.size, items, start))
+            busy[w.sock] = (w, lo, hi)
+
+        results: list[tuple[Any, ...] | None] = [None] * len(images)
+        busy: dict[socket.socket, tuple[_Worker, int, int]] = {}
+        ends: dict[_Worker, int] = {}  # where each worker's next outputs start in its memory
+        failure: tuple[int, dict[str, Any]] | None = None
         at: tuple[_Worker, int, int] = (self._procs[0], 0, 0)  # the worker being talked to
+        nxt = 0
         try:
-            for w, (lo, hi) in zip(self._procs, shares, strict=False):
-                at = (w, lo, hi)
-                if w.register(key, payload):
-                    self._mapped(w.outputs[key])
-                needed = sum(aligned(img.nbytes) for img in images[lo:hi])
-                self._ensure(w.inputs, grown(needed, w.inputs.size), grow=True)
-                items, offset = [], 0
-                for i, img in enumerate(images[lo:hi], lo):
-                    shape = tuple(img.shape)
-                    view = np.ndarray(shape, dtype=img.dtype, buffer=w.inputs.map, offset=offset)
-                    copy_in(view, img)
-                    items.append((offset, shape, img.dtype.str, *ids[i]))
-                    offset += aligned(img.nbytes)
-                if copied is not None:
-                    copied()
-                send_message(w.sock, ("run", key, offset, items))
-                busy.append((w, lo, hi))
-            results: list[tuple[np.ndarray, ...]] = []
-            failure: tuple[int, dict[str, Any]] | None = None
-            for at in busy:  # every reply is read, so each socket stays in step
-                w, lo, _hi = at
-                reply, _ = recv_message(w.sock)
-                if reply[0] == "error":
-                    if failure is None:
-                        failure = (lo + reply[1] if reply[1] >= 0 else -1, reply[2])
-                    continue
-                _, placed, size = reply
-                out = w.outputs[key]
-                self._ensure(out, size, grow=False)
-                for sample in placed:
-                    results.append(tuple(
-                        np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=off)
-                        for off, shape, dt in sample))
-                if spans is not None and out.map is not None:
-                    used = max((off + int(np.prod(shape)) * np.dtype(dt).itemsize
-                                for sample in placed for off, shape, dt in sample), default=0)
-                    spans.append((out.map, used, placed))
+            # One chunk per worker as soon as its images are there, then the rest of the copies
+            # while those run.
+            for w in self._procs[:len(todo)]:
+                at = (w, *todo[nxt])
+                copy_until(todo[nxt][1])
+                send(w, *todo[nxt])
+                nxt += 1
+            copy_until(len(images))
+            while busy:  # every reply is read, so each socket stays in step
+                ready, _, _ = select.select(list(busy), [], [])
+                for sock in ready:
+                    at = busy.pop(sock)
+                    w, lo, hi = at
+                    reply, _ = recv_message(sock)
+                    if reply[0] == "error":
+                        pos = lo + reply[1] if reply[1] >= 0 else -1
+                        if failure is None or pos < failure[0]:
+                            failure = (pos, reply[2])
+                    else:
+                        _, placed, size, end = reply
+                        out = w.outputs[key]
+                        if out.map is None or size > out.size:
+                            if copied is not None:
+                                copied()  # no copy may still read the map being replaced
+                            self._ensure(out, size, grow=False)
+                        start = min((o for sample in placed for o, _, _ in sample), default=end)
+                        if on_outputs is not None:
+                            results[lo:hi] = on_outputs(out.map, start, end, placed)
+                        else:
+                            results[lo:hi] = [tuple(
+                                np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=o)
+                                for o, shape, dt in sample) for sample in placed]
+                        ends[w] = end
+                    # Chunks past a failing sample are not run: the serial path stops there.
+                    if nxt < len(todo) and (failure is None or todo[nxt][0] < failure[0]):
+                        at = (w, *todo[nxt])
+                        send(w, *todo[nxt])
+                        nxt += 1
         except (EOFError, ConnectionError, BrokenPipeError):
             if self.closing:  # close() from another thread (Ctrl-C, loader.close()): no crash
                 raise PipelineError(
@@ -362,7 +406,7 @@ class OpPool:
                     op=runner.op.name, detail=f"Traceback in the op worker:\n{info['traceback']}",
                 )
             raise runner.failure(ids[pos][0], info)
-        return results
+        return results  # type: ignore[return-value]  (every chunk ran: no failure)
 
     def _died(self, runner: BatchOpRunner, at: tuple[_Worker, int, int],
               ids: list[tuple[int, int]]) -> WorkerDiedError:
@@ -399,6 +443,9 @@ class OpPool:
         deadline = time.monotonic() + EXIT_SECONDS
         for w in procs:
             w.end(deadline)
+        inputs, self._inputs = self._inputs, None
+        if inputs is not None:
+            inputs.close()
         if threads is not None:
             threads.shutdown(wait=True)
         self._keys.clear()
@@ -423,17 +470,20 @@ def _forget_in_child() -> None:
     holds one) and memory files, and unmap the memory where no array of the child views it.
     The workers are the parent's."""
     for pool in list(_OPEN):
+        mems = [m for w in pool._procs for m in w.outputs.values()]
+        if pool._inputs is not None:
+            mems.append(pool._inputs)
         for w in pool._procs:
             w.sock.close()
-            for m in (w.inputs, *w.outputs.values()):
-                m.undo = None  # the page-locking belongs to the parent's CUDA context
-                if m.map is not None:
-                    try:
-                        m.map.close()  # its own duplicate of the descriptor goes too
-                    except BufferError:  # arrays still view it: it goes with them
-                        pass
-                m.close()
-        pool._procs, pool._threads = [], None
+        for m in mems:
+            m.undo = None  # the page-locking belongs to the parent's CUDA context
+            if m.map is not None:
+                try:
+                    m.map.close()  # its own duplicate of the descriptor goes too
+                except BufferError:  # arrays still view it: it goes with them
+                    pass
+            m.close()
+        pool._procs, pool._threads, pool._inputs = [], None, None
         pool._lock = threading.Lock()
     _OPEN.clear()
 

@@ -9,10 +9,11 @@ Unix socket pair to the parent; everything else arrives on it:
   (cloudpickle), so ops defined in a notebook cell or a script's ``__main__`` work;
 - ``("in", size)`` / ``("out", key, size)`` followed by a file descriptor: the shared memory the
   parent copies inputs into, and the memory this worker writes one op's outputs into;
-- ``("run", key, in_size, items)``: apply op ``key`` to the samples ``items`` (offset, shape,
-  dtype, manifest index, epoch) in the input memory; the reply lists each output's offset,
-  shape and dtype in the output memory, or the first sample's failure (position -1: the op
-  itself could not be unpickled here).
+- ``("run", key, in_size, items, start)``: apply op ``key`` to the samples ``items`` (offset,
+  shape, dtype, manifest index, epoch) in the input memory, writing the outputs one after
+  another from byte ``start`` of the output memory; the reply lists each output's offset,
+  shape and dtype there, the memory's size and where the outputs end, or the first sample's
+  failure (position -1: the op itself could not be unpickled here).
 
 The import path is the parent's, passed as ``PYTHONPATH``.
 
@@ -132,11 +133,11 @@ def aligned(n: int) -> int:
 
 
 def _run(op: Any, seed: int, salt: int, inputs: MappedFile, out: MappedFile,
-         items: list[tuple[int, tuple[int, ...], str, int, int]]) -> tuple[Any, ...]:
+         items: list[tuple[int, tuple[int, ...], str, int, int]], start: int) -> tuple[Any, ...]:
     from extsrc.seeding import sample_rng
 
     results: list[list[tuple[int, tuple[int, ...], str]]] = []
-    offset = 0
+    offset = start
     for pos, (in_off, shape, dtype, index, epoch) in enumerate(items):
         img = np.ndarray(shape, dtype=np.dtype(dtype), buffer=inputs.map, offset=in_off)
         try:
@@ -156,7 +157,7 @@ def _run(op: Any, seed: int, salt: int, inputs: MappedFile, out: MappedFile,
         except Exception as e:
             return ("error", pos, failure_info(e))
         results.append(placed)
-    return ("ok", results, out.size)
+    return ("ok", results, out.size, offset)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             outputs[msg[1]] = MappedFile(fds[0])
             outputs[msg[1]].ensure(msg[2])
         elif kind == "run":
-            _, key, in_size, items = msg
+            _, key, in_size, items, start = msg
             assert inputs is not None
             inputs.ensure(in_size)
             loaded = ops[key]
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                 reply: tuple[Any, ...] = ("error", -1, failure_info(loaded))
             else:
                 op, seed, salt = loaded
-                reply = _run(op, seed, salt, inputs, outputs[key], items)
+                reply = _run(op, seed, salt, inputs, outputs[key], items, start)
             try:
                 send_message(sock, reply)
             except OSError:  # the parent closed the pool while this batch ran

@@ -21,7 +21,7 @@ import augment_ops
 import extsrc
 from extsrc.config import cores_per_process
 from extsrc.errors import OpError, WorkerDiedError
-from extsrc.oppool import OpPool, split
+from extsrc.oppool import OpPool, chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,6 +48,17 @@ def _fails_on_odd(img, rng):
 
 def _fails_on_sample_6(img):
     if int(img[0, 0, 0]) == 6 * 13:  # see helpers.pattern_image
+        raise KeyError("sample six")
+    return img
+
+
+def _fails_on_2_late_and_on_6_at_once(img):
+    """Samples 2 and 6 fail; sample 2 only after a while, so sample 6's failure arrives first."""
+    first = int(img[0, 0, 0])
+    if first == 2 * 13:
+        time.sleep(0.5)
+        raise KeyError("sample two")
+    if first == 6 * 13:
         raise KeyError("sample six")
     return img
 
@@ -86,6 +97,8 @@ FAILS_ON_ODD = augment_ops.Op(name="pool_test_fails_on_odd", fn=_fails_on_odd, r
 CRASHES = augment_ops.Op(name="pool_test_crashes", fn=_crashes)
 FAILS_ON_6 = augment_ops.Op(name="pool_test_fails_on_6", fn=_fails_on_sample_6)
 FLIP_COLS = augment_ops.Op(name="pool_test_flip_cols", fn=_flip_cols)
+FAILS_ON_2_AND_6 = augment_ops.Op(name="pool_test_fails_on_2_and_6",
+                                  fn=_fails_on_2_late_and_on_6_at_once)
 
 
 def _batches(manifest, ops, **kw) -> list[dict]:
@@ -97,13 +110,20 @@ def _batches(manifest, ops, **kw) -> list[dict]:
         loader.close()
 
 
-def test_split_covers_every_sample_once():
-    for n in range(0, 40):
-        for parts in range(1, 20):
-            shares = split(n, parts)
-            assert [i for lo, hi in shares for i in range(lo, hi)] == list(range(n))
-            sizes = [hi - lo for lo, hi in shares]
-            assert all(s > 0 for s in sizes) and (not sizes or max(sizes) - min(sizes) <= 1)
+def test_chunks_cover_every_sample_once_in_order_large_ones_first():
+    for n in range(0, 300, 7):
+        for workers in range(1, 20):
+            cut = chunks(n, workers)
+            assert [i for lo, hi in cut for i in range(lo, hi)] == list(range(n))
+            sizes = [hi - lo for lo, hi in cut]
+            assert all(s > 0 for s in sizes)
+            assert sizes == sorted(sizes, reverse=True)
+            # no fewer chunks than workers can take (every worker starts at once), and a bounded
+            # number of messages: at most about 4 per worker and a few more
+            assert len(cut) >= min(n, workers)
+            assert len(cut) <= 4 * workers + 2 * workers * (1 + n.bit_length())
+    sizes = [hi - lo for lo, hi in chunks(128, 16)]
+    assert sizes[:8] == [4] * 8 and max(sizes[-8:]) == 2  # 128 images, 16 workers
 
 
 @pytest.mark.parametrize("kind", ["process", "thread"])
@@ -168,6 +188,18 @@ def test_a_failure_in_a_later_workers_share_names_that_sample(tmp_path):
     loader.close()
 
 
+def test_of_two_failing_samples_the_first_in_the_batch_is_named(tmp_path):
+    # As on the serial path, whichever worker's failure arrives first.
+    manifest = write_dataset(tmp_path, 8)
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_2_AND_6],
+                           op_path="numpy", device="cpu", resize=16, op_workers=3, shuffle=False)
+    with pytest.raises(OpError) as info:
+        next(iter(loader))
+    assert info.value.line == 4 and info.value.path.endswith("00002.png")
+    assert "sample two" in str(info.value)
+    loader.close()
+
+
 def test_an_op_that_cannot_be_rebuilt_in_a_worker_is_named(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     op = augment_ops.Op(name="pool_test_loads_nowhere", fn=_LoadsNowhere())
@@ -217,8 +249,9 @@ def test_a_forked_child_lets_go_of_the_pools_sockets(tmp_path):
         os._exit(len(sockets & set(_open_links())))
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    memory = {os.fstat(m.fd).st_ino for w in loader.op_pool._procs
-              for m in (w.inputs, *w.outputs.values())}
+    pool = loader.op_pool
+    memory = {os.fstat(m.fd).st_ino
+              for m in (pool._inputs, *(m for w in pool._procs for m in w.outputs.values()))}
     loader.close()
     gc.collect()  # arrays that viewed the memory go, and their maps with them
     still = set()
@@ -227,7 +260,7 @@ def test_a_forked_child_lets_go_of_the_pools_sockets(tmp_path):
             still.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
         except OSError:
             continue
-    assert len(memory) == 4 and not memory & still
+    assert len(memory) == 3 and not memory & still  # the inputs, each worker's outputs
 
 
 def test_an_op_that_cannot_be_pickled_is_refused_at_construction(tmp_path):
