@@ -342,14 +342,17 @@ class DeviceBatchOpRunner(BatchOpRunner):
                     return [tuple(_typed(buf, off - start, shape, dt) for off, shape, dt in s)
                             for s in placed]
 
-                outs = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
-                                     copy_in=_copy_device_image, copied=_copies_done,
-                                     on_outputs=upload)
+                try:
+                    outs = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
+                                         copy_in=_copy_device_image, copied=_copies_done,
+                                         on_outputs=upload)
+                finally:  # also when a sample failed: earlier chunks' uploads may still run
+                    torch.cuda.current_stream().synchronize()  # the pool's memory is free
             else:
                 results = self.pool.run(self, [t.cpu().numpy() for t in imgs], rows)
                 outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device)
                               for o in sample) for sample in results]
-            torch.cuda.current_stream().synchronize()  # the pool's memory is free again
+                torch.cuda.current_stream().synchronize()
         self._previous = outs
         capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]
         return _transpose(capsules, self.op.num_outputs)

@@ -21,9 +21,13 @@ sample runs on one core. An :class:`OpPool` spreads a batch's samples over ``wor
   op spends its time where the GIL is released (numpy's array loops, OpenCV), and not at all for
   Python loops.
 
-Each worker takes one contiguous share of the batch. The samples' generators come from
-(seed, epoch, manifest index, op), as on the serial path, so the batches are the same whatever
-the number of workers.
+Worker processes take the batch in chunks (:func:`chunks`): large ones first, smaller ones as
+the batch runs out, each given to the first worker that is free. A worker slowed down by the
+rest of the machine then takes fewer samples instead of holding the batch up (with equal
+shares, the slowest of 16 workers finished about 14 ms after the first, for 128 images of
+500x375 on an H100 machine; ``benchmarks/op_pool_timeline.py``). The samples' generators come
+from (seed, epoch, manifest index, op), as on the serial path, so the batches are the same
+whatever the number of workers and whichever worker ran a sample.
 """
 
 from __future__ import annotations
@@ -98,6 +102,16 @@ def check_picklable(op: Any) -> None:
             f"op '{op.name}' cannot be sent to op worker processes ({type(e).__name__}: {e}); "
             "run it in threads with op_pool='thread', or in the DALI thread with op_workers=0"
         ) from None
+
+
+def _wait_quietly(copied: Callable[[], None] | None) -> None:
+    """Wait for asynchronous copies from or into the pool's memory before it is unmapped, on a
+    path that is raising already (its own failure would hide the first)."""
+    if copied is not None:
+        try:
+            copied()
+        except Exception:
+            pass
 
 
 def _memory_file(name: str) -> int:
@@ -308,9 +322,6 @@ class OpPool:
                        ) -> list[tuple[Any, ...]]:
         self._start()
         key, payload = self._key(runner)
-        for w in self._procs:
-            if w.register(key, payload):
-                self._mapped(w.outputs[key])
         inputs = self._inputs
         assert inputs is not None
         # Every image in the shared input memory, in batch order.
@@ -337,15 +348,22 @@ class OpPool:
                      for i in range(lo, hi)]
             start = ends.get(w, 0)
             send_message(w.sock, ("run", key, inputs.size, items, start))
-            busy[w.sock] = (w, lo, hi)
+            busy[w.sock.fileno()] = (w, lo, hi, start)
+            # poll, not select: select takes no descriptor numbers from 1024 on
+            poller.register(w.sock, select.POLLIN)
 
         results: list[tuple[Any, ...] | None] = [None] * len(images)
-        busy: dict[socket.socket, tuple[_Worker, int, int]] = {}
+        busy: dict[int, tuple[_Worker, int, int, int]] = {}  # socket fd -> chunk sent to it
+        poller = select.poll()
         ends: dict[_Worker, int] = {}  # where each worker's next outputs start in its memory
         failure: tuple[int, dict[str, Any]] | None = None
         at: tuple[_Worker, int, int] = (self._procs[0], 0, 0)  # the worker being talked to
         nxt = 0
         try:
+            for w in self._procs:
+                at = (w, 0, 0)
+                if w.register(key, payload):
+                    self._mapped(w.outputs[key])
             # One chunk per worker as soon as its images are there, then the rest of the copies
             # while those run.
             for w in self._procs[:len(todo)]:
@@ -355,11 +373,11 @@ class OpPool:
                 nxt += 1
             copy_until(len(images))
             while busy:  # every reply is read, so each socket stays in step
-                ready, _, _ = select.select(list(busy), [], [])
-                for sock in ready:
-                    at = busy.pop(sock)
-                    w, lo, hi = at
-                    reply, _ = recv_message(sock)
+                for fd, _event in poller.poll():
+                    w, lo, hi, start = busy.pop(fd)
+                    poller.unregister(fd)
+                    at = (w, lo, hi)
+                    reply, _ = recv_message(w.sock)
                     if reply[0] == "error":
                         pos = lo + reply[1] if reply[1] >= 0 else -1
                         if failure is None or pos < failure[0]:
@@ -371,9 +389,12 @@ class OpPool:
                             if copied is not None:
                                 copied()  # no copy may still read the map being replaced
                             self._ensure(out, size, grow=False)
-                        start = min((o for sample in placed for o, _, _ in sample), default=end)
                         if on_outputs is not None:
-                            results[lo:hi] = on_outputs(out.map, start, end, placed)
+                            got = on_outputs(out.map, start, end, placed)
+                            if len(got) != hi - lo:
+                                raise RuntimeError(f"on_outputs gave {len(got)} results for "
+                                                   f"{hi - lo} samples")
+                            results[lo:hi] = got
                         else:
                             results[lo:hi] = [tuple(
                                 np.ndarray(shape, dtype=np.dtype(dt), buffer=out.map, offset=o)
@@ -384,15 +405,21 @@ class OpPool:
                         at = (w, *todo[nxt])
                         send(w, *todo[nxt])
                         nxt += 1
-        except (EOFError, ConnectionError, BrokenPipeError):
+        except (EOFError, OSError) as e:
             if self.closing:  # close() from another thread (Ctrl-C, loader.close()): no crash
                 raise PipelineError(
                     f"the op pool was closed while op '{runner.op.name}' ran") from None
+            if not isinstance(e, (EOFError, ConnectionError)):  # not the worker's end
+                _wait_quietly(copied)
+                self.close()
+                raise
             err = self._died(runner, at, ids)
+            _wait_quietly(copied)
             self.close()
             raise err from None
         except BaseException:
             # Replies still owed would be read by the next batch as its own: start afresh.
+            _wait_quietly(copied)
             self.close()
             raise
         if failure is not None:

@@ -121,7 +121,7 @@ def test_chunks_cover_every_sample_once_in_order_large_ones_first():
             # no fewer chunks than workers can take (every worker starts at once), and a bounded
             # number of messages: at most about 4 per worker and a few more
             assert len(cut) >= min(n, workers)
-            assert len(cut) <= 4 * workers + 2 * workers * (1 + n.bit_length())
+            assert len(cut) <= 4 * workers + 1
     sizes = [hi - lo for lo, hi in chunks(128, 16)]
     assert sizes[:8] == [4] * 8 and max(sizes[-8:]) == 2  # 128 images, 16 workers
 
@@ -181,7 +181,7 @@ def test_a_failure_in_a_later_workers_share_names_that_sample(tmp_path):
     manifest = write_dataset(tmp_path, 8)  # PNG: pixels kept exactly
     loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_6], op_path="numpy",
                            device="cpu", resize=16, op_workers=2, shuffle=False)
-    with pytest.raises(OpError) as info:  # samples 4-7 are the second worker's
+    with pytest.raises(OpError) as info:  # sample 6 is in a chunk that does not start at 0
         next(iter(loader))
     assert info.value.line == 8 and info.value.path.endswith("00006.png")
     assert "KeyError: 'sample six'" in str(info.value)
@@ -198,6 +198,89 @@ def test_of_two_failing_samples_the_first_in_the_batch_is_named(tmp_path):
     assert info.value.line == 4 and info.value.path.endswith("00002.png")
     assert "sample two" in str(info.value)
     loader.close()
+
+
+def _grows(img, rng):
+    """Outputs that grow along the batch (their worker's memory grows in the middle of it)."""
+    k = int(img[0, 0, 0]) // 13 + 1
+    return np.full((k * 100, 1000, 3), k, np.uint8), np.full((k, k, 3), k, np.uint8)
+
+
+GROWS = augment_ops.Op(name="pool_test_grows", fn=_grows, num_outputs=2, random=True)
+
+
+def test_chunk_outputs_reach_on_outputs_in_batch_order_through_growing_memory(tmp_path):
+    from extsrc.manifest import read_manifest
+    from extsrc.oppaths import BatchOpRunner
+
+    manifest = read_manifest(write_dataset(tmp_path, 12))
+    pool = OpPool(3)
+    runner = BatchOpRunner(GROWS, seed=1, manifest=manifest, pool=pool)
+    waits = []
+
+    def on_outputs(m, start, end, placed):
+        # one chunk: its outputs lie in [start, end) of its worker's memory, in sample order
+        assert 0 <= start <= end <= len(m)
+        assert all(start <= off and off + int(np.prod(shape)) * np.dtype(dt).itemsize <= end
+                   for sample in placed for off, shape, dt in sample)
+        block = bytes(m[start:end])  # what a copy of the range would carry
+        return [tuple(np.frombuffer(block, dt, int(np.prod(shape)), off - start).reshape(shape)
+                      for off, shape, dt in sample) for sample in placed]
+
+    try:
+        for _ in range(2):  # the second batch reuses the memory grown by the first
+            images = [np.full((4, 4, 3), 13 * i, np.uint8) for i in range(12)]
+            infos = [np.array([i, 0, 0]) for i in range(12)]
+            out = pool.run(runner, images, infos, copied=lambda: waits.append(1),
+                           on_outputs=on_outputs)
+            assert [int(o[0][0, 0, 0]) for o in out] == list(range(1, 13))
+            assert [o[0].shape for o in out] == [((i + 1) * 100, 1000, 3) for i in range(12)]
+            assert all((o[0] == i + 1).all() and (o[1] == i + 1).all() for i, o in enumerate(out))
+        assert waits  # asked to wait for copies before a map was replaced
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_died_between_batches_is_reported_and_replaced(tmp_path):
+    manifest = write_dataset(tmp_path, 24)
+    before = children()
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS], op_path="numpy",
+                           device="cpu", resize=16, op_workers=2, num_workers=0)
+    try:
+        it = iter(loader)
+        got = [next(it)]
+        victim = loader.op_pool.pids[1]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.5)  # the worker is gone before the next batches
+        with pytest.raises(WorkerDiedError, match="SIGKILL"):
+            for _ in range(5):  # batches DALI made before the kill still come first
+                got.append(next(it))
+        loader.close()
+        got += list(loader)  # new workers, and the rest of the epoch from the failed batch
+        assert victim not in loader.op_pool.pids
+        assert sorted(int(i) for b in got for i in b["index"]) == list(range(24))
+    finally:
+        loader.close()
+    assert children() - before == set()
+
+
+def test_the_pool_works_with_socket_numbers_past_1024(tmp_path):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    manifest = write_dataset(tmp_path, 8)
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        serial = _batches(manifest, [FLIP_ROWS, JITTER_TILES], op_workers=0)
+        pooled = _batches(manifest, [FLIP_ROWS, JITTER_TILES], op_workers=2)
+        assert all(a[k].equal(b[k]) for a, b in zip(serial, pooled, strict=True) for k in a)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_an_op_that_cannot_be_rebuilt_in_a_worker_is_named(tmp_path):
