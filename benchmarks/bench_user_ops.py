@@ -47,9 +47,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+#: Suite ops that ``_hand_written`` has.
+HAND_WRITTEN = ("tiles", "random_flip", "jitter", "gray", "cutout")
 #: Epochs one iteration of the DataLoader baseline covers (see ``dataloader_epochs``).
 DL_EPOCHS = 8
-PATHS = ("auto", "gpu", "numpy", "pool", "threads", "dataloader")
+PATHS = ("auto", "gpu", "numpy", "pool", "threads", "dataloader", "handwritten")
 #: The numpy path's variants: (op_workers given by --op-workers?, op_pool).
 NUMPY_VARIANTS = {"numpy": (False, "process"), "pool": (True, "process"),
                   "threads": (True, "thread")}
@@ -126,7 +128,40 @@ def dataloader_epochs(manifest, *, transforms, ops, batch_size, resize, workers,
     return Epochs(dl, gpu=gpu)
 
 
-def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_decoder_load):
+def _hand_written(name: str, img):
+    """The suite's ops as someone fluent in DALI writes them by hand (the same results as
+    ``user_ops.py`` in distribution, not draw for draw): what "native DALI speed" means for
+    each op. Every output is a list entry."""
+    from nvidia.dali import fn, math, types
+
+    if name == "tiles":
+        h, w = img.shape()[0], img.shape()[1]
+        hh, hw = h // 2, w // 2
+        return [img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]]
+    if name == "random_flip":
+        return [fn.flip(img, horizontal=fn.random.coin_flip(probability=0.5))]
+    if name == "jitter":
+        c = fn.random.uniform(range=[0.8, 1.2])
+        b = fn.random.uniform(range=[-0.2, 0.2]) * 255
+        out = (fn.cast(img, dtype=types.FLOAT) - 128) * c + 128 + b
+        return [fn.cast(math.clamp(out, 0, 255), dtype=types.UINT8)]
+    if name == "gray":
+        y = img[:, :, 0] * 0.299 + img[:, :, 1] * 0.587 + img[:, :, 2] * 0.114
+        y = fn.cast(y, dtype=types.UINT8)
+        return [fn.stack(y, y, y, axis=2)]
+    if name == "cutout":
+        shape = fn.cast(img.shape()[0:2], dtype=types.FLOAT)
+        centre = fn.random.uniform(range=[0.0, 1.0], shape=[2]) * shape
+        return [fn.erase(img, anchor=centre - 32, shape=[64.0, 64.0], axis_names="HW",
+                         fill_value=0)]
+    raise KeyError(name)
+
+
+def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_decoder_load,
+                   steps=()):
+    """Raw DALI: parallel external source of raw bytes -> decode -> resize. ``steps``: suite op
+    names written by hand in DALI (``_hand_written``), run between decoding and resizing as
+    extsrc runs transforms (the first replaces the image) and ops (more outputs)."""
     from baselines import RawSource, read_pairs
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
@@ -143,10 +178,17 @@ def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_de
         kw = {"hw_decoder_load": hw_decoder_load} if gpu and hw_decoder_load is not None else {}
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                 **kw)
-        pipe.set_outputs(fn.resize(img, resize_x=resize, resize_y=resize),
-                         labels.gpu() if gpu else labels)
+        transforms, ops = steps if steps else ((), ())
+        for name in transforms:
+            (img,) = _hand_written(name, img)
+        images = [img]
+        for name in ops:
+            images += _hand_written(name, img)
+        outs = [fn.resize(im, resize_x=resize, resize_y=resize) for im in images]
+        pipe.set_outputs(*outs, labels.gpu() if gpu else labels)
     pipe.build()
-    it = DALIGenericIterator(pipe, ["image", "label"], last_batch_policy=LastBatchPolicy.PARTIAL,
+    names = [f"image{k}" for k in range(len(outs))]
+    it = DALIGenericIterator(pipe, [*names, "label"], last_batch_policy=LastBatchPolicy.PARTIAL,
                              auto_reset=True)
 
     return Epochs(it)
@@ -279,7 +321,14 @@ def main(argv=None) -> int:
         for p in paths:
             if p == "gpu" and not every_op_gpu:
                 continue
-            if p == "dataloader":
+            if p == "handwritten":
+                if not all(n in HAND_WRITTEN for n in (*tr, *ops)):
+                    continue
+                variants[f"{entry}:{p}"] = (
+                    lambda tr=tr, ops=ops: ceiling_epochs(
+                        str(manifest), gpu=gpu, hw_decoder_load=DEFAULT_HW_DECODER_LOAD,
+                        steps=(tr, ops), **dali_kw))
+            elif p == "dataloader":
                 variants[f"{entry}:{p}"] = (
                     lambda tr=tr, ops=ops: dataloader_epochs(
                         str(manifest), transforms=tr, ops=ops, workers=dl_workers, gpu=gpu,
@@ -340,6 +389,9 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
         auto = tp.get(f"{entry}:auto", 0)
         row = {"op": entry, **{p: tp.get(f"{entry}:{p}") for p in PATHS}}
         row["auto/ceiling"] = round(auto / ceiling, 3)
+        if tp.get(f"{entry}:handwritten"):
+            row["handwritten/ceiling"] = round(tp[f"{entry}:handwritten"] / ceiling, 3)
+            row["auto/handwritten"] = round(auto / tp[f"{entry}:handwritten"], 3)
         for other in ("numpy", "dataloader"):
             if tp.get(f"{entry}:{other}"):
                 row[f"auto/{other}"] = round(auto / tp[f"{entry}:{other}"], 2)
@@ -362,12 +414,13 @@ def print_table(results: dict) -> None:
     no_op = results["throughput"].get("extsrc_resize", {}).get("images_per_s", 0)
     print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {no_op:,.0f}"
           f" ({results['extsrc_resize/ceiling']}x)")
-    print("| op | auto | gpu | numpy | pool | threads | DataLoader | auto/ceiling | pool/numpy |"
-          " pool/DataLoader | auto paths |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| op | auto | gpu | numpy | pool | threads | DataLoader | hand-written DALI |"
+          " auto/ceiling | auto/hand-written | pool/numpy | pool/DataLoader | auto paths |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in results["table"]:
         cells = [f"{row[p]:,.0f}" if row[p] else "-" for p in PATHS]
         print(f"| {row['op']} | {' | '.join(cells)} | {row['auto/ceiling']:.2f} | "
+              f"{row.get('auto/handwritten', '-')} | "
               f"{row.get('pool/numpy', '-')} | {row.get('pool/dataloader', '-')} | "
               f"{row['auto_op_paths']} |")
 
