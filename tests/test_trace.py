@@ -643,13 +643,7 @@ def test_trace_error_is_a_value_error_with_fields():
 
 
 # -- rectangle fills at random places: the bounds' lanes share operators, fn.erase clips -------
-def _fill_cutout(img, rng, size):
-    h, w = img.shape[:2]
-    y = int(rng.integers(0, h))
-    x = int(rng.integers(0, w))
-    out = img.copy()
-    out[max(0, y - size // 2):y + size // 2, max(0, x - size // 2):x + size // 2] = 0
-    return out
+_fill_cutout = u_cutout.fn  # the user's cutout, as a plain function
 
 
 def _fill_corner(img, rng, size):
