@@ -254,8 +254,13 @@ class OpPool:
         if self.on_map is not None and m.map is not None:
             m.undo = self.on_map(m.map)
 
-    def _ensure(self, m: _Mapped, size: int, *, grow: bool) -> None:
+    def _ensure(self, m: _Mapped, size: int, *, grow: bool,
+                copied: Callable[[], None] | None = None) -> None:
+        """Map at least ``size`` bytes of ``m``; a new map is made only after ``copied()`` (no
+        asynchronous copy may still read or write the map being replaced)."""
         if m.map is None or size > m.size:
+            if copied is not None and m.map is not None:
+                copied()
             m.release()
             m.ensure(size, grow=grow)
             self._mapped(m)
@@ -329,7 +334,7 @@ class OpPool:
         for img in images:
             offsets.append(total)
             total += aligned(img.nbytes)
-        self._ensure(inputs, grown(total, inputs.size), grow=True)
+        self._ensure(inputs, grown(total, inputs.size), grow=True, copied=copied)
         todo = chunks(len(images), len(self._procs))
         copied_up_to = 0  # images[:copied_up_to] are in the input memory
 
@@ -385,10 +390,7 @@ class OpPool:
                     else:
                         _, placed, size, end = reply
                         out = w.outputs[key]
-                        if out.map is None or size > out.size:
-                            if copied is not None:
-                                copied()  # no copy may still read the map being replaced
-                            self._ensure(out, size, grow=False)
+                        self._ensure(out, size, grow=False, copied=copied)
                         if on_outputs is not None:
                             got = on_outputs(out.map, start, end, placed)
                             if len(got) != hi - lo:
