@@ -5,8 +5,9 @@ The job: ``--n`` generated videos of ``--frames`` frames at ``--height`` x ``--w
 to ``--resize`` x ``--resize`` (stretched: the same job for every variant), with labels, batches
 of ``--batch-size`` clips. Variants:
 
-- ``extsrc``: ``extsrc.VideoLoader`` (raw bytes read by worker processes, ``fn.decoders.video``,
-  on the GPU through NVDEC);
+- ``extsrc``: ``extsrc.VideoLoader`` (raw bytes read by worker processes, each clip's window of
+  its file cut there, ``fn.decoders.video``, on the GPU through NVDEC);
+- ``extsrc_whole``: the same with ``windows=False``: DALI gets every whole file;
 - ``dataloader_decord``, ``dataloader_pyav``: a PyTorch ``DataLoader`` with one worker per core,
   each decoding with decord (resizing while decoding) or PyAV (seek to the key frame, decode,
   resize); each skipped when its decoder is not installed. Ratios are taken against the faster;
@@ -41,7 +42,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-VARIANTS = ("extsrc", "dataloader_decord", "dataloader_pyav", "dali_reader")
+VARIANTS = ("extsrc", "extsrc_whole", "dataloader_decord", "dataloader_pyav", "dali_reader")
 DECODERS = {"dataloader_decord": "decord", "dataloader_pyav": "av"}
 
 
@@ -96,14 +97,14 @@ def make_videos(root: Path, *, n: int, frames: int, height: int, width: int, cod
 
 
 # -- variants --------------------------------------------------------------------------------------
-def extsrc_epochs(pairs, args, gpu):
+def extsrc_epochs(pairs, args, gpu, windows=True):
     import extsrc
 
     m = extsrc.Manifest.from_lists([p for p, _ in pairs], [y for _, y in pairs])
     return extsrc.VideoLoader(
         m, batch_size=args.batch_size, sequence_length=args.sequence_length, stride=args.stride,
         clip="random", resize=args.resize, resize_mode="stretch", device="cuda" if gpu else "cpu",
-        num_workers=args.workers, num_threads=args.threads, last_batch="drop",
+        num_workers=args.workers, num_threads=args.threads, last_batch="drop", windows=windows,
     )
 
 
@@ -262,6 +263,7 @@ def main(argv=None):
 
     makers = {
         "extsrc": lambda: extsrc_epochs(pairs, args, gpu),
+        "extsrc_whole": lambda: extsrc_epochs(pairs, args, gpu, windows=False),
         "dali_reader": (lambda: dali_reader_epochs(pairs, args)) if gpu else None,
     }
     for v, backend in DECODERS.items():
@@ -287,7 +289,7 @@ def main(argv=None):
     ratios = {}
     loaders = [medians[v] for v in DECODERS if v in medians]
     if "extsrc" in medians:
-        for v in (*DECODERS, "dali_reader"):
+        for v in ("extsrc_whole", *DECODERS, "dali_reader"):
             if v in medians:
                 ratios[f"extsrc/{v}"] = medians["extsrc"] / medians[v]
         if loaders:

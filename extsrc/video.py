@@ -93,6 +93,12 @@ class VideoLoader(Loader):
     :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
     ``loader.skipped``).
 
+    Windows (:mod:`extsrc.videotrim`): DALI decodes every frame from a file's first to a clip's
+    start, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the
+    original in the reader processes: the samples from the last IDR key frame before the clip
+    to the clip's last frame (MP4/MOV). Where no cut is provably safe the whole file is decoded.
+    ``windows=False`` always hands DALI the whole file.
+
     Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
     ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
     ``set_epoch``, ``close``) is :class:`~extsrc.loader.Loader`'s.
@@ -132,7 +138,12 @@ class VideoLoader(Loader):
         validate_kwargs: Mapping[str, Any] | None = None,
         watchdog: bool = True,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        windows: bool = True,
     ) -> None:
+        if not isinstance(windows, bool):
+            raise TypeError(f"VideoLoader: windows must be True or False, got {windows!r}")
+        #: Whether each clip's decoder gets only its window of the file (extsrc.videotrim).
+        self.windows = windows
         #: The clip policy, checked.
         self.clips = ClipSpec(sequence_length=sequence_length, stride=stride, clip=clip,
                               clips_per_video=clips_per_video, short_videos=short_videos)
@@ -186,6 +197,7 @@ class VideoLoader(Loader):
             shard_id=c.shard_id, num_shards=c.num_shards, shuffle=c.shuffle, seed=c.seed,
             last_batch=c.last_batch, start_epoch=start_epoch, start_batch=start_batch,
             max_pixels=None, indices=self._indices, max_file_bytes=self.max_file_bytes,
+            windows=self.windows,
         )
 
     _hidden_outputs = ("__info", "__clip")

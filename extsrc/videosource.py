@@ -30,6 +30,7 @@ from extsrc.videoprobe import (
     VideoProbeProblem,
     probe_video,
 )
+from extsrc.videotrim import clip_window
 
 __all__ = ["CLIP_COLUMNS", "VIDEO_SOURCE_OUTPUTS", "VideoSource", "check_video"]
 
@@ -75,10 +76,10 @@ def find_undecodable(source: VideoSource, epoch: int, b: int, limit: int = 64
     from extsrc._dali.messages import dali_text
 
     indices, _ = source.plan(epoch).batch(b)
-    _, _, _, starts, _ = source.clip_batch(epoch, b)
+    encoded, _, _, starts, _ = source.clip_batch(epoch, b)  # what DALI was handed
     c = source.clips
-    for i, start in list(zip(indices.tolist(), starts.tolist(), strict=True))[:limit]:
-        data = source.read(i)
+    clips = zip(indices.tolist(), encoded, starts.tolist(), strict=True)
+    for i, data, start in list(clips)[:limit]:
         if probe_video(memoryview(data)).codec not in CPU_CODECS:
             continue
         pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
@@ -115,9 +116,11 @@ class VideoSource(ShardedSource):
     """Clip batches of one shard, for ``fn.external_source(batch=True, batch_info=True)``.
 
     Arguments as :class:`~extsrc.source.ShardedSource`, plus ``clips`` (the
-    :class:`~extsrc.videoclips.ClipSpec`), ``codecs`` (what DALI decodes on the loader's device)
-    and ``device`` (``"cpu"`` or ``"gpu"``, for messages). ``indices`` are the videos read (manifest
-    indices; ``None``: all); ``len(source)`` counts batches of clips.
+    :class:`~extsrc.videoclips.ClipSpec`), ``codecs`` (what DALI decodes on the loader's device),
+    ``device`` (``"cpu"`` or ``"gpu"``, for messages) and ``windows`` (hand DALI each clip's
+    window of its file, :func:`~extsrc.videotrim.clip_window`, instead of the whole file).
+    ``indices`` are the videos read (manifest indices; ``None``: all); ``len(source)`` counts
+    batches of clips.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class VideoSource(ShardedSource):
         codecs: frozenset[str],
         device: str = "cpu",
         indices: Sequence[int] | np.ndarray | None = None,
+        windows: bool = True,
         **kwargs: Any,
     ) -> None:
         videos = np.arange(len(manifest), dtype=np.int64) if indices is None else np.asarray(
@@ -139,6 +143,7 @@ class VideoSource(ShardedSource):
         self.clips = clips
         self.codecs = codecs
         self.device = device
+        self.windows = windows
         self._clip_numbers: tuple[int, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -212,16 +217,22 @@ class VideoSource(ShardedSource):
         clip_numbers = self.clip_numbers(epoch, b)
         encoded = []
         clip = np.empty((len(indices), len(CLIP_COLUMNS)), dtype=np.int64)
+        starts = np.empty(len(indices), dtype=np.int32)  # each clip's first frame in `encoded`
+        span = self.clips.span
         for j, (i, k) in enumerate(zip(indices, clip_numbers, strict=True)):
             data = self.read(int(i))
             video = self.probe(int(i), data)
-            clip[j] = (self.start(int(i), video, epoch, int(k)), k, video.num_frames)
+            start = self.start(int(i), video, epoch, int(k))
+            clip[j] = (start, k, video.num_frames)
+            if self.windows:
+                window = clip_window(data, video, start, start + span - 1)
+                data, start = window.data, start - window.offset
+            starts[j] = start
             encoded.append(data)
         labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
         meta = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
         meta[:, 0] = indices
         meta[:, 1] = epoch
         meta[:, 2] = is_pad
-        starts = np.ascontiguousarray(clip[:, 0], dtype=np.int32)
         return encoded, labels, meta, starts, clip
 

@@ -1,0 +1,408 @@
+"""Clip windows: hand DALI's video decoder only the part of a file one clip needs.
+
+DALI 2.4's ``fn.decoders.video`` builds no frame index for in-memory files, so it decodes every
+frame from the first up to a clip's start: a clip late in a long file costs the whole file.
+:func:`clip_window` instead cuts a new, smaller file in the same container from the original's
+bytes: the samples from the last safe key frame at or before the clip's first frame up to the
+last sample the clip needs, with their sample tables rebuilt. The decoder then starts there.
+
+A cut is made only where it provably decodes to the same frames; anywhere else the original
+bytes are returned (``offset`` 0), so a file this module does not understand costs time, never
+correctness. A cut point is a sample that
+
+* the container marks as a sync sample (a key frame);
+* is an IDR picture for H.264 (NAL type 5) and HEVC (types 19 and 20): other intra pictures
+  (open GOPs, CRA) may be followed by frames that reference frames before them;
+* splits the presentation order exactly: every sample before it in decode order is presented
+  before it, every later one after it (no leading pictures, as B-frames of an open GOP are).
+
+The window ends at the last sample, in decode order, that any frame up to the clip's last
+frame needs; frames of the window presented after the clip's last frame are never asked for.
+
+Containers: MP4/MOV (ISO base media, not fragmented) with one sample description and a trivial
+edit list. Others are returned whole (``offset`` 0).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from extsrc.videoprobe import VideoInfo, VideoProbeProblem, _boxes, _find
+
+__all__ = ["ClipWindow", "clip_window"]
+
+
+@dataclass(frozen=True)
+class ClipWindow:
+    """What to hand the decoder for one clip: ``data`` (the window's bytes, or the whole file's)
+    and ``offset``, the original frame number of the window's frame 0; the clip's first frame
+    in the window is ``start - offset``."""
+
+    data: np.ndarray
+    offset: int
+
+
+def clip_window(data: np.ndarray, info: VideoInfo, first: int, last: int) -> ClipWindow:
+    """The window of ``data`` (a video file's bytes, ``uint8``) that decodes frames ``first`` to
+    ``last`` (presentation order, inclusive) exactly as the whole file does; the whole file
+    (``offset`` 0) where no cut is both useful and safe."""
+    whole = ClipWindow(data, 0)
+    if first <= 0:
+        return whole
+    if info.container == "mp4":
+        cut = _mp4_window(memoryview(data).cast("B"), info.codec, first, last)
+    else:
+        cut = None
+    if cut is None:
+        return whole
+    out, offset = cut
+    return ClipWindow(np.frombuffer(out, dtype=np.uint8), offset)
+
+
+# -- MP4 / MOV -------------------------------------------------------------------------------------
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return struct.pack(">I4s", 8 + len(payload), kind) + payload
+
+
+def _full(mv: memoryview, s: int, e: int) -> tuple[int, memoryview]:
+    """(version, payload after version and flags) of a full box's payload [s, e)."""
+    return mv[s], mv[s + 4:e]
+
+
+def _u32s(buf: memoryview, count: int, width: int = 1, start: int = 4) -> np.ndarray:
+    """``count`` big-endian records of ``width`` uint32 each, after a 4-byte entry count."""
+    need = start + 4 * count * width
+    if len(buf) < need:
+        raise ValueError("sample table shorter than its entry count")
+    return np.frombuffer(buf[start:need], dtype=">u4").reshape(count, width).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Samples:
+    sizes: np.ndarray    # bytes of each sample, decode order
+    offsets: np.ndarray  # file offset of each sample
+    deltas: np.ndarray   # decode-time delta of each sample
+    ctts: np.ndarray | None  # composition offset of each sample (signed), or None
+    ctts_version: int
+    sync: np.ndarray | None  # bool per sample; None: every sample is a sync sample
+    pts: np.ndarray      # presentation time of each sample
+    rank: np.ndarray     # presentation index of each sample
+
+
+def _mp4_window(mv: memoryview, codec: str, first: int, last: int) -> tuple[bytes, int] | None:
+    try:
+        return _mp4_cut(mv, codec, first, last)
+    except (ValueError, KeyError, struct.error, IndexError, OverflowError, VideoProbeProblem):
+        return None  # tables this reader does not follow: the whole file decodes as before
+
+
+def _mp4_cut(mv: memoryview, codec: str, first: int, last: int) -> tuple[bytes, int] | None:
+    top = {kind: (s, e) for kind, s, e in _boxes(mv, 0, len(mv)) if kind in (
+        b"ftyp", b"moov", b"moof")}
+    if b"moov" not in top or b"moof" in top:
+        return None  # fragmented files keep their samples in fragments
+    moov = top[b"moov"]
+    if _find(mv, *moov, (b"mvex",))[0] >= 0:
+        return None
+    trak = None
+    for kind, s, e in _boxes(mv, *moov):
+        if kind == b"trak":
+            hs, he = _find(mv, s, e, (b"mdia", b"hdlr"))
+            if hs >= 0 and he - hs >= 12 and bytes(mv[hs + 8:hs + 12]) == b"vide":
+                trak = (s, e)
+                break
+    if trak is None:
+        return None
+    stbl = _find(mv, *trak, (b"mdia", b"minf", b"stbl"))
+    if stbl[0] < 0 or not _self_contained(mv, trak):
+        return None
+    samples = _mp4_samples(mv, stbl)
+    if samples is None or not _trivial_edits(mv, trak, moov, samples):
+        return None
+    n = len(samples.sizes)
+    if not 0 < first <= last or first >= n:
+        return None
+    last = min(last, n - 1)
+    k = _cut_point(mv, stbl, samples, codec, first)
+    if k <= 0:
+        return None
+    order = np.empty(n, dtype=np.int64)
+    order[samples.rank] = np.arange(n)
+    end = int(order[k:last + 1].max()) + 1  # decode positions k..end-1 hold frames k..last
+    if int(samples.offsets[k:end].min()) < 0 or int(
+            (samples.offsets[k:end] + samples.sizes[k:end]).max()) > len(mv):
+        return None
+    return _mp4_write(mv, top.get(b"ftyp"), moov, trak, stbl, samples, k, end), k
+
+
+def _trivial_edits(mv: memoryview, trak: tuple[int, int], moov: tuple[int, int],
+                   samples: _Samples) -> bool:
+    """True when the track's edit list (if any) hides no sample: empty edits (a delay), then
+    one edit at rate 1 that starts at or before the first presentation time and lasts to the
+    last. A cut file carries no edit list, so it must not need one."""
+    s, e = _find(mv, *trak, (b"edts", b"elst"))
+    if s < 0:
+        return True
+    version, body = _full(mv, s, e)
+    (count,) = struct.unpack_from(">I", body, 0)
+    fmt, step = (">QqHH", 20) if version == 1 else (">IiHH", 12)
+    media = []
+    for j in range(count):
+        duration, media_time, rate, _frac = struct.unpack_from(fmt, body, 4 + j * step)
+        if media_time != -1:  # -1: an empty edit, a delay before the track, hiding nothing
+            media.append((duration, media_time, rate))
+    if len(media) != 1:
+        return False
+    duration, media_time, rate = media[0]
+    pts = samples.pts
+    if rate != 1 or not 0 <= media_time <= int(pts.min()):
+        return False
+    if duration == 0:
+        return True
+    movie_scale, media_scale = _scales(mv, moov, trak)
+    shown = duration * media_scale / movie_scale  # in media time units
+    frame = int(samples.deltas.max())
+    return media_time + shown + frame >= int((pts + samples.deltas).max())
+
+
+def _scales(mv: memoryview, moov: tuple[int, int], trak: tuple[int, int]) -> tuple[int, int]:
+    """(movie timescale, media timescale)."""
+    out = []
+    for s, _e in (_find(mv, *moov, (b"mvhd",)), _find(mv, *trak, (b"mdia", b"mdhd"))):
+        out.append(struct.unpack_from(">I", mv, s + (20 if mv[s] == 1 else 12))[0] or 1)
+    return out[0], out[1]
+
+
+def _self_contained(mv: memoryview, trak: tuple[int, int]) -> bool:
+    s, e = _find(mv, *trak, (b"mdia", b"minf", b"dinf", b"dref"))
+    if s < 0:
+        return True
+    for kind, s2, _e2 in _boxes(mv, s + 8, e):
+        if kind in (b"url ", b"urn ") and not (mv[s2 + 3] & 1):
+            return False  # samples in another file
+    return True
+
+
+def _mp4_samples(mv: memoryview, stbl: tuple[int, int]) -> _Samples | None:
+    boxes = {kind: (s, e) for kind, s, e in _boxes(mv, *stbl)}
+    if not {b"stsd", b"stsz", b"stsc", b"stts"} <= boxes.keys():
+        return None  # stz2 (compact sizes) is not read
+    if b"stco" not in boxes and b"co64" not in boxes:
+        return None
+    _v, stsz = _full(mv, *boxes[b"stsz"])
+    size, n = struct.unpack_from(">II", stsz, 0)
+    if n == 0:
+        return None
+    sizes = (np.full(n, size, dtype=np.int64) if size else _u32s(stsz, n, start=8)[:, 0])
+
+    _v, stsc = _full(mv, *boxes[b"stsc"])
+    (count,) = struct.unpack_from(">I", stsc, 0)
+    runs = _u32s(stsc, count, 3)
+    if count == 0 or runs[0, 0] != 1 or np.any(runs[:, 2] != runs[0, 2]):
+        return None  # one sample description only: the cut file copies it as the only one
+    if b"co64" in boxes:
+        _v, co = _full(mv, *boxes[b"co64"])
+        (chunks,) = struct.unpack_from(">I", co, 0)
+        if len(co) < 4 + 8 * chunks:
+            return None
+        chunk_offsets = np.frombuffer(co[4:4 + 8 * chunks], dtype=">u8").astype(np.int64)
+    else:
+        _v, co = _full(mv, *boxes[b"stco"])
+        (chunks,) = struct.unpack_from(">I", co, 0)
+        chunk_offsets = _u32s(co, chunks)[:, 0]
+    firsts = runs[:, 0] - 1
+    if np.any(np.diff(firsts) <= 0) or firsts[-1] >= chunks:
+        return None
+    lengths = np.diff(np.append(firsts, chunks))
+    per_chunk = np.repeat(runs[:, 1], lengths)
+    chunk_end = np.cumsum(per_chunk)  # one past each chunk's last sample
+    if len(chunk_end) == 0 or int(chunk_end[-1]) < n:
+        return None
+    chunk_of = np.searchsorted(chunk_end, np.arange(n), side="right")
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    chunk_first = np.minimum(chunk_end - per_chunk, n - 1)  # first sample of each chunk
+    offsets = chunk_offsets[chunk_of] + starts - starts[chunk_first[chunk_of]]
+
+    _v, stts = _full(mv, *boxes[b"stts"])
+    (count,) = struct.unpack_from(">I", stts, 0)
+    t = _u32s(stts, count, 2)
+    if int(t[:, 0].sum()) != n:
+        return None
+    deltas = np.repeat(t[:, 1], t[:, 0])
+
+    ctts = None
+    ctts_version = 0
+    if b"ctts" in boxes:
+        ctts_version, body = _full(mv, *boxes[b"ctts"])
+        (count,) = struct.unpack_from(">I", body, 0)
+        c = _u32s(body, count, 2)
+        if int(c[:, 0].sum()) != n:
+            return None
+        # FFmpeg reads both versions' offsets as signed; so does this.
+        ctts = np.repeat(c[:, 1].astype(np.uint32).view(np.int32).astype(np.int64), c[:, 0])
+
+    sync = None
+    if b"stss" in boxes:
+        _v, body = _full(mv, *boxes[b"stss"])
+        (count,) = struct.unpack_from(">I", body, 0)
+        numbers = _u32s(body, count)[:, 0] - 1
+        sync = np.zeros(n, dtype=bool)
+        sync[numbers[(numbers >= 0) & (numbers < n)]] = True
+
+    dts = np.concatenate([[0], np.cumsum(deltas)[:-1]])
+    pts = dts + (ctts if ctts is not None else 0)
+    rank = np.empty(n, dtype=np.int64)
+    rank[np.argsort(pts, kind="stable")] = np.arange(n)
+    return _Samples(sizes, offsets, deltas, ctts, ctts_version, sync, pts, rank)
+
+
+def _cut_point(mv: memoryview, stbl: tuple[int, int], samples: _Samples, codec: str,
+               first: int) -> int:
+    """The last safe cut point (decode position) whose frame is at or before ``first``; 0 for
+    none. At a safe point k, decode positions 0..k-1 hold exactly frames 0..k-1 and position k
+    holds frame k (so nothing before it is presented after it, and nothing after before)."""
+    rank = samples.rank
+    n = len(rank)
+    head_max = np.maximum.accumulate(rank)
+    safe = rank == np.arange(n)
+    safe[1:] &= head_max[:-1] == np.arange(n - 1)
+    if samples.sync is not None:
+        safe &= samples.sync
+    candidates = np.flatnonzero(safe[:first + 1])[::-1]
+    nal = _nal_reader(mv, stbl, codec)
+    for k in candidates[:16].tolist():  # a few tries: IDR pictures are rarely far apart
+        if k == 0:
+            return 0
+        if nal is None or nal(mv, int(samples.offsets[k]), int(samples.sizes[k])):
+            return int(k)
+    return 0
+
+
+def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ignore[no-untyped-def]
+    """For H.264 and HEVC, a function telling whether a sample is an IDR picture; None for
+    codecs whose sync samples are safe as they are."""
+    if codec not in ("h264", "hevc"):
+        return None
+    s, _e = _find(mv, *stbl, (b"stsd",))
+    # stsd: full box header, entry count, then the sample entry: size, type, 78 bytes of
+    # visual sample entry fields, then its boxes (avcC, hvcC, ...).
+    entry = s + 8
+    (entry_size,) = struct.unpack_from(">I", mv, entry)
+    conf = {kind: (s2, e2) for kind, s2, e2 in _boxes(mv, entry + 86, entry + entry_size)}
+    if codec == "h264":
+        if b"avcC" not in conf:
+            return _never
+        length_size = (mv[conf[b"avcC"][0] + 4] & 3) + 1
+        idr = {5}
+        shift, mask = 0, 0x1F
+    else:
+        if b"hvcC" not in conf:
+            return _never
+        length_size = (mv[conf[b"hvcC"][0] + 21] & 3) + 1
+        idr = {19, 20}
+        shift, mask = 1, 0x3F
+
+    def is_idr(buf: memoryview, offset: int, size: int) -> bool:
+        i, end = offset, offset + size
+        while i + length_size < end:
+            length = int.from_bytes(buf[i:i + length_size], "big")
+            i += length_size
+            if length == 0 or i + length > end:
+                return False
+            if (buf[i] >> shift) & mask in idr:
+                return True
+            i += length
+        return False
+
+    return is_idr
+
+
+def _never(buf: memoryview, offset: int, size: int) -> bool:
+    return False
+
+
+def _patch_duration(payload: bytes, at_v0: int, at_v1: int, value: int) -> bytes:
+    b = bytearray(payload)
+    if b[0] == 1:
+        struct.pack_into(">Q", b, at_v1, value)
+    else:
+        struct.pack_into(">I", b, at_v0, min(value, 0xFFFFFFFF))
+    return bytes(b)
+
+
+def _runs(values: np.ndarray) -> np.ndarray:
+    """(count, value) rows of the runs of equal values, as stts and ctts store them."""
+    change = np.flatnonzero(np.diff(values)) + 1
+    starts = np.concatenate([[0], change])
+    counts = np.diff(np.append(starts, len(values)))
+    return np.stack([counts, values[starts]], axis=1)
+
+
+def _table(kind: bytes, rows: np.ndarray, version: int = 0, signed: bool = False) -> bytes:
+    rows = np.asarray(rows, dtype=np.int64)
+    body = rows.astype(">i4" if signed else ">u4").tobytes()
+    count = len(rows)
+    return _box(kind, struct.pack(">BxxxI", version, count) + body)
+
+
+def _mp4_write(mv: memoryview, ftyp: tuple[int, int] | None, moov: tuple[int, int],
+               trak: tuple[int, int], stbl: tuple[int, int], samples: _Samples, k: int,
+               end: int) -> bytes:
+    """An MP4 holding the video track's samples k..end-1 (decode order), one chunk."""
+    sl = slice(k, end)
+    sizes, offsets = samples.sizes[sl], samples.offsets[sl]
+    media_duration = int(samples.deltas[sl].sum())
+
+    movie_scale, media_scale = _scales(mv, moov, trak)
+    mvhd = bytes(mv[slice(*_find(mv, *moov, (b"mvhd",)))])
+    movie_duration = media_duration * movie_scale // media_scale
+
+    stbl_boxes = {kind: (s, e) for kind, s, e in _boxes(mv, *stbl)}
+    parts = [_box(b"stsd", bytes(mv[slice(*stbl_boxes[b"stsd"])])),
+             _table(b"stts", _runs(samples.deltas[sl]))]
+    if samples.ctts is not None:
+        parts.append(_table(b"ctts", _runs(samples.ctts[sl]), samples.ctts_version,
+                            signed=True))
+    if samples.sync is not None:
+        parts.append(_table(b"stss", (np.flatnonzero(samples.sync[sl]) + 1)[:, None]))
+    parts.append(_box(b"stsz", struct.pack(">BxxxII", 0, 0, len(sizes))
+                      + sizes.astype(">u4").tobytes()))
+    parts.append(_table(b"stsc", np.array([[1, len(sizes), 1]])))
+    chunk_at = len(parts)
+    parts.append(b"")  # stco, once the moov's size is known
+
+    def moov_bytes(chunk_offset: int) -> bytes:
+        parts[chunk_at] = _table(b"stco", np.array([[chunk_offset]]))
+        new_stbl = _box(b"stbl", b"".join(parts))
+        minf = b""
+        for kind, s, e in _boxes(mv, *_find(mv, *trak, (b"mdia", b"minf"))):
+            if kind in (b"vmhd", b"dinf"):
+                minf += _box(kind, bytes(mv[s:e]))
+        minf += new_stbl
+        mdia = b""
+        for kind, s, e in _boxes(mv, *_find(mv, *trak, (b"mdia",))):
+            if kind == b"mdhd":
+                mdia += _box(kind, _patch_duration(bytes(mv[s:e]), 16, 24, media_duration))
+            elif kind == b"hdlr":
+                mdia += _box(kind, bytes(mv[s:e]))
+        mdia += _box(b"minf", minf)
+        tkhd_s, tkhd_e = _find(mv, *trak, (b"tkhd",))
+        tkhd = _box(b"tkhd", _patch_duration(bytes(mv[tkhd_s:tkhd_e]), 20, 28, movie_duration))
+        new_trak = _box(b"trak", tkhd + _box(b"mdia", mdia))
+        return _box(b"moov", _box(b"mvhd", _patch_duration(mvhd, 16, 24, movie_duration))
+                    + new_trak)
+
+    head = _box(b"ftyp", bytes(mv[slice(*ftyp)])) if ftyp else _box(
+        b"ftyp", b"isom\x00\x00\x02\x00isomiso2mp41")
+    size = len(moov_bytes(0))
+    payload_at = len(head) + size + 8
+    moov_out = moov_bytes(payload_at)
+    body = b"".join(bytes(mv[o:o + z]) for o, z in zip(offsets.tolist(), sizes.tolist(),
+                                                         strict=True))
+    if 8 + len(body) > 0xFFFFFFFF:
+        raise ValueError("window too large for a 32-bit mdat")
+    return head + moov_out + struct.pack(">I4s", 8 + len(body), b"mdat") + body

@@ -1,0 +1,250 @@
+"""Clip windows (extsrc.videotrim): a cut file decodes to exactly the frames of the whole file.
+
+Videos are written by OpenCV (VP9 and Motion JPEG in MP4/MOV, which DALI decodes on the CPU)
+with every frame's number in its grey level, and, where PyAV is installed, by x264 with
+B-frames, B-pyramids and open GOPs (decoded by PyAV: FFmpeg, as DALI's demuxer).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import extsrc
+from extsrc.videoclips import ClipSpec
+from extsrc.videoprobe import probe_video
+from extsrc.videotrim import clip_window
+
+cv2 = pytest.importorskip("cv2")
+
+STEP = 6
+W, H = 64, 48
+N = 40
+
+
+def write(path: Path, fourcc: str, n: int = N) -> Path:
+    vw = cv2.VideoWriter(str(path), cv2.CAP_FFMPEG, cv2.VideoWriter_fourcc(*fourcc), 10, (W, H))
+    if not vw.isOpened():
+        pytest.skip(f"this OpenCV build writes no {fourcc} into {path.suffix}")
+    for i in range(n):
+        vw.write(np.full((H, W, 3), i * STEP, np.uint8))
+    vw.release()
+    try:
+        written = probe_video(path.read_bytes()).num_frames
+    except Exception as e:
+        pytest.skip(f"this OpenCV build wrote no readable {fourcc} into {path.suffix}: {e}")
+    if written != n:
+        pytest.skip(f"this OpenCV build wrote {written} of {n} {fourcc} frames")
+    return path
+
+
+def numbers(clip: np.ndarray) -> list[int]:
+    return [round(float(f.mean()) / STEP) for f in clip]
+
+
+def dali_clip(data: np.ndarray, start: int, length: int, stride: int) -> np.ndarray:
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
+    with pipe:
+        enc = fn.external_source(name="enc")
+        pipe.set_outputs(fn.decoders.video(enc, start_frame=start, sequence_length=length,
+                                           stride=stride, pad_mode="edge"))
+    pipe.build()
+    pipe.feed_input("enc", [data])
+    (out,) = pipe.run()
+    return np.array(out[0])
+
+
+@pytest.fixture(scope="module")
+def vp9(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("trim") / "vp9.mp4", "VP90")
+
+
+@pytest.mark.parametrize("first", [0, 5, 11, 12, 13, 25, 30, 39])
+def test_window_decodes_the_frames_of_the_whole_file(vp9: Path, first: int) -> None:
+    data = np.fromfile(vp9, np.uint8)
+    info = probe_video(data)
+    length, stride = 3, 2
+    last = min(first + (length - 1) * stride, N - 1)
+    window = clip_window(data, info, first, last)
+    whole = dali_clip(data, first, length, stride)
+    cut = dali_clip(window.data, first - window.offset, length, stride)
+    assert numbers(whole) == [min(first + k * stride, N - 1) for k in range(length)]
+    np.testing.assert_array_equal(cut, whole)
+    assert window.offset <= first
+    # OpenCV's FFmpeg puts a VP9 key frame every 12 frames: a clip after the first is cut there.
+    assert window.offset == (first // 12) * 12
+    if window.offset:
+        assert window.data.nbytes < data.nbytes
+
+
+def test_all_intra_files_are_cut_at_the_clip_itself(tmp_path: Path) -> None:
+    data = np.fromfile(write(tmp_path / "mjpeg.mov", "MJPG"), np.uint8)
+    info = probe_video(data)
+    window = clip_window(data, info, 17, 23)
+    assert window.offset == 17
+    assert probe_video(window.data).num_frames == 7  # frames 17..23, nothing after
+    assert numbers(dali_clip(window.data, 0, 4, 2)) == [17, 19, 21, 23]
+
+
+def test_loader_gives_the_same_batches_with_and_without_windows(vp9: Path) -> None:
+    m = extsrc.Manifest.from_lists([str(vp9)] * 3, [0, 1, 2])
+    kw = {"batch_size": 4, "sequence_length": 4, "stride": 3, "device": "cpu", "clip": "random",
+          "clips_per_video": 4, "num_workers": 0, "num_threads": 1, "shuffle": True, "seed": 3}
+    spec = ClipSpec(sequence_length=4, stride=3, clip="random", clips_per_video=4)
+    got = {}
+    for windows in (True, False):
+        with extsrc.VideoLoader(m, windows=windows, **kw) as loader:
+            got[windows] = [(b["video"].numpy(), b["start_frame"].numpy(), b["label"].numpy())
+                            for b in loader]
+    starts = np.concatenate([s for _, s, _ in got[True]])
+    assert (starts >= 12).sum() >= 3  # clips the windows cut
+    for (v1, s1, y1), (v0, s0, y0) in zip(got[True], got[False], strict=True):
+        np.testing.assert_array_equal(v1, v0)
+        np.testing.assert_array_equal(s1, s0)
+        np.testing.assert_array_equal(y1, y0)
+        for clip, start in zip(v1, s1.tolist(), strict=True):
+            assert numbers(clip) == spec.frames(start)
+
+
+def test_windows_must_be_a_bool(vp9: Path) -> None:
+    with pytest.raises(TypeError, match="windows must be True or False"):
+        extsrc.VideoLoader(str(vp9.parent), batch_size=1, sequence_length=2, windows="yes",
+                           device="cpu")
+
+
+# -- what is left whole ---------------------------------------------------------------------------
+def _patched(data: np.ndarray, box: bytes, at: int, value: bytes) -> np.ndarray:
+    raw = bytearray(data.tobytes())
+    i = raw.index(box) + 4  # the box's payload
+    raw[i + at:i + at + len(value)] = value
+    return np.frombuffer(bytes(raw), np.uint8)
+
+
+def test_an_edit_list_that_hides_frames_leaves_the_file_whole(vp9: Path) -> None:
+    data = np.fromfile(vp9, np.uint8)
+    info = probe_video(data)
+    if b"elst" not in data.tobytes():
+        pytest.skip("this OpenCV build writes no edit list")
+    # elst v0: version+flags, count, then (duration, media_time, rate): start one frame late.
+    edited = _patched(data, b"elst", 12, struct.pack(">i", 1024))
+    assert clip_window(edited, info, 30, 35).offset == 0
+
+
+def test_samples_past_the_end_leave_the_file_whole(vp9: Path) -> None:
+    data = np.fromfile(vp9, np.uint8)
+    info = probe_video(data)
+    stco = data.tobytes().index(b"stco") + 4
+    (count,) = struct.unpack_from(">I", data.tobytes(), stco + 4)
+    last = stco + 8 + 4 * (count - 1)
+    moved = _patched(data, b"stco", 8 + 4 * (count - 1), struct.pack(">I", len(data) - 4))
+    assert moved[last:last + 4].tobytes() == struct.pack(">I", len(data) - 4)
+    assert clip_window(moved, info, 30, 35).offset == 0
+
+
+def test_other_containers_and_first_clips_are_left_whole(tmp_path: Path, vp9: Path) -> None:
+    avi = np.fromfile(write(tmp_path / "v.avi", "MJPG"), np.uint8)
+    assert clip_window(avi, probe_video(avi), 20, 25).data is avi
+    data = np.fromfile(vp9, np.uint8)
+    assert clip_window(data, probe_video(data), 0, 5).data is data
+
+
+def test_damaged_tables_never_raise(vp9: Path) -> None:
+    data = np.fromfile(vp9, np.uint8)
+    info = probe_video(data)
+    raw = data.tobytes()
+    moov = raw.index(b"moov") - 4
+    rng = np.random.default_rng(0)
+    for _ in range(1000):
+        b = bytearray(raw)
+        for i in rng.integers(moov, moov + 800, size=3).tolist():
+            b[i] = int(rng.integers(0, 256))
+        window = clip_window(np.frombuffer(bytes(b), np.uint8), info, 30, 35)
+        assert 0 <= window.offset <= 30
+
+
+# -- x264: B-frames, pyramids, open GOPs ---------------------------------------------------------
+def _x264(path: Path, params: str, n: int = 90) -> np.ndarray:
+    av = pytest.importorskip("av")
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 255, (64 + n, 96 + n, 3), dtype=np.uint8)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=30)
+        s.width, s.height, s.pix_fmt, s.gop_size = 96, 64, "yuv420p", 12
+        s.options = {"preset": "veryfast", "x264-params": params}
+        for i in range(n):
+            img = np.ascontiguousarray(base[i:i + 64, i:i + 96])
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return np.fromfile(path, np.uint8)
+
+
+def _av_frames(data: np.ndarray) -> list[np.ndarray]:
+    import av
+
+    with av.open(io.BytesIO(data.tobytes())) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+
+
+@pytest.mark.parametrize(("params", "cuts"), [
+    ("bframes=3", True), ("bframes=3:b-pyramid=normal", True), ("bframes=0", True),
+    ("bframes=3:open-gop=1", False),  # its key frames after the first are not IDR
+])
+def test_x264_windows_decode_like_the_whole_file(tmp_path: Path, params: str, cuts: bool) -> None:
+    data = _x264(tmp_path / "x.mp4", params)
+    info = probe_video(data)
+    whole = _av_frames(data)
+    offsets = []
+    for first in range(0, 75, 4):
+        last = first + 15
+        window = clip_window(data, info, first, last)
+        got = _av_frames(window.data)
+        offsets.append(window.offset)
+        for f in range(first, last + 1):
+            np.testing.assert_array_equal(got[f - window.offset], whole[f])
+    assert any(offsets) == cuts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", ["bframes=3:b-pyramid=normal", "bframes=0"])
+def test_gpu_windows_decode_like_the_whole_file(tmp_path: Path, params: str) -> None:
+    av = pytest.importorskip("av")
+    n = 96
+    paths = []
+    for k in range(3):
+        path = tmp_path / f"{k}.mp4"
+        with av.open(str(path), "w") as c:
+            s = c.add_stream("libx264", rate=30)
+            s.width, s.height, s.pix_fmt, s.gop_size = 128, 128, "yuv420p", 12
+            s.options = {"x264-params": params}
+            for i in range(n):
+                img = np.full((128, 128, 3), (i * 2 + k) % 256, np.uint8)
+                for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                    c.mux(p)
+            for p in s.encode():
+                c.mux(p)
+        paths.append(str(path))
+    m = extsrc.Manifest.from_lists(paths, [0, 1, 2])
+    kw = {"batch_size": 4, "sequence_length": 6, "stride": 3, "device": "cuda", "clip": "random",
+          "clips_per_video": 8, "num_workers": 1, "shuffle": True, "seed": 5}
+    got = {}
+    for windows in (True, False):
+        with extsrc.VideoLoader(m, windows=windows, **kw) as loader:
+            got[windows] = [(b["video"].cpu().numpy(), b["start_frame"].numpy(),
+                             b["label"].cpu().numpy()) for b in loader]
+    assert len(got[True]) == 6
+    for (v1, s1, y1), (v0, s0, y0) in zip(got[True], got[False], strict=True):
+        np.testing.assert_array_equal(s1, s0)
+        np.testing.assert_array_equal(y1, y0)
+        np.testing.assert_array_equal(v1, v0)
+        for clip, start, label in zip(v1, s1.tolist(), y1.tolist(), strict=True):
+            want = [((start + f * 3) * 2 + label) % 256 for f in range(6)]
+            assert [round(float(f.mean())) for f in clip] == pytest.approx(want, abs=1)
