@@ -99,16 +99,15 @@ def build_video_pipeline(
     readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
     manifest = source.manifest
     with pipe:
-        encoded, label, info, start, clip = fn.external_source(
+        encoded, label, info, frames, clip = fn.external_source(
             source=source, num_outputs=len(VIDEO_SOURCE_OUTPUTS), batch=True, batch_info=True,
             **readers,
         )
-        # pad_mode="edge": a clip of a video shorter than its span (short_videos="pad")
-        # repeats the last frame; VideoSource refuses such videos with short_videos="error".
-        video = fn.decoders.video(
-            encoded, device="mixed" if gpu else "cpu", start_frame=start,
-            sequence_length=clips.sequence_length, stride=clips.stride, pad_mode="edge",
-        )
+        # `frames` numbers each clip's frames in the bytes it was handed (the file, or the
+        # clip's window of it, extsrc.videotrim); frames past a short video's end
+        # (short_videos="pad") are its last frame, repeated, in that list already.
+        video = fn.decoders.video(encoded, device="mixed" if gpu else "cpu", frames=frames,
+                                  pad_mode="edge")
         seen: dict[str, int] = {}
 
         def run(op: Op, clip_node: Any) -> list[Any]:

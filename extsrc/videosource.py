@@ -34,10 +34,11 @@ from extsrc.videotrim import clip_window
 
 __all__ = ["CLIP_COLUMNS", "VIDEO_SOURCE_OUTPUTS", "VideoSource", "check_video"]
 
-#: What one call returns, in order: encoded bytes (one array per clip), labels, info (as
-#: :data:`extsrc.source.INFO_COLUMNS`), each clip's first frame (``int32``, ``(B,)``, DALI's
-#: ``start_frame`` argument) and ``clip`` (``int64``, ``(B, 3)``, :data:`CLIP_COLUMNS`).
-VIDEO_SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "info", "start_frame", "clip")
+#: What one call returns, in order: encoded bytes (one array per clip: the file, or the clip's
+#: window of it), labels, info (as :data:`extsrc.source.INFO_COLUMNS`), each clip's frames
+#: numbered as in its encoded bytes (``int32``, ``(B, sequence_length)``, DALI's ``frames``
+#: argument) and ``clip`` (``int64``, ``(B, 3)``, :data:`CLIP_COLUMNS`).
+VIDEO_SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "info", "frames", "clip")
 #: Columns of the ``clip`` output: first frame, clip number within its video, the video's frames.
 CLIP_COLUMNS: tuple[str, ...] = ("start_frame", "clip", "num_frames")
 
@@ -76,18 +77,16 @@ def find_undecodable(source: VideoSource, epoch: int, b: int, limit: int = 64
     from extsrc._dali.messages import dali_text
 
     indices, _ = source.plan(epoch).batch(b)
-    encoded, _, _, starts, _ = source.clip_batch(epoch, b)  # what DALI was handed
-    c = source.clips
-    clips = zip(indices.tolist(), encoded, starts.tolist(), strict=True)
-    for i, data, start in list(clips)[:limit]:
+    encoded, _, _, frames, _ = source.clip_batch(epoch, b)  # what DALI was handed
+    clips = zip(indices.tolist(), encoded, frames, strict=True)
+    for i, data, wanted in list(clips)[:limit]:
         if probe_video(memoryview(data)).codec not in CPU_CODECS:
             continue
         pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
         with pipe:
             enc = fn.external_source(name="encoded")
-            pipe.set_outputs(fn.decoders.video(
-                enc, start_frame=int(start), sequence_length=c.sequence_length,
-                stride=c.stride, pad_mode="edge"))
+            pipe.set_outputs(fn.decoders.video(enc, frames=[int(f) for f in wanted],
+                                               pad_mode="edge"))
         try:
             pipe.build()
             pipe.feed_input("encoded", [data])
@@ -217,22 +216,25 @@ class VideoSource(ShardedSource):
         clip_numbers = self.clip_numbers(epoch, b)
         encoded = []
         clip = np.empty((len(indices), len(CLIP_COLUMNS)), dtype=np.int64)
-        starts = np.empty(len(indices), dtype=np.int32)  # each clip's first frame in `encoded`
-        span = self.clips.span
+        c = self.clips
+        frames = np.empty((len(indices), c.sequence_length), dtype=np.int32)
+        steps = np.arange(c.sequence_length, dtype=np.int64) * c.stride
         for j, (i, k) in enumerate(zip(indices, clip_numbers, strict=True)):
             data = self.read(int(i))
             video = self.probe(int(i), data)
             start = self.start(int(i), video, epoch, int(k))
             clip[j] = (start, k, video.num_frames)
+            # Past the end (short_videos="pad"): the last frame, repeated.
+            wanted = np.minimum(start + steps, video.num_frames - 1)
             if self.windows:
-                window = clip_window(data, video, start, start + span - 1)
-                data, start = window.data, start - window.offset
-            starts[j] = start
+                window = clip_window(data, video, wanted)
+                data, wanted = window.data, window.frames
+            frames[j] = wanted
             encoded.append(data)
         labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
         meta = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
         meta[:, 0] = indices
         meta[:, 1] = epoch
         meta[:, 2] = is_pad
-        return encoded, labels, meta, starts, clip
+        return encoded, labels, meta, frames, clip
 

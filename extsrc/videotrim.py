@@ -16,8 +16,12 @@ correctness. A cut point is a sample that
 * splits the presentation order exactly: every sample before it in decode order is presented
   before it, every later one after it (no leading pictures, as B-frames of an open GOP are).
 
-The window ends at the last sample, in decode order, that any frame up to the clip's last
-frame needs; frames of the window presented after the clip's last frame are never asked for.
+The window ends at the last sample, in decode order, that a frame of the clip needs. Inside it,
+samples no other frame references and the clip does not take are left out as well: H.264
+pictures whose slices all have ``nal_ref_idc`` 0 (most B-frames), and every frame the clip does
+not take of an all-intra codec (Motion JPEG). So a clip of 16 frames taken every 4 decodes its
+key frame, the reference frames between, and its own 16 frames. The decoder is then handed the
+window's own frame numbers of the clip's frames (DALI's ``frames`` argument).
 
 Containers: MP4/MOV (ISO base media, not fragmented) with one sample description and a trivial
 edit list. Others are returned whole (``offset`` 0).
@@ -38,28 +42,30 @@ __all__ = ["ClipWindow", "clip_window"]
 @dataclass(frozen=True)
 class ClipWindow:
     """What to hand the decoder for one clip: ``data`` (the window's bytes, or the whole file's)
-    and ``offset``, the original frame number of the window's frame 0; the clip's first frame
-    in the window is ``start - offset``."""
+    and ``frames``, the clip's frames numbered as in ``data`` (``int32``); ``first``, the
+    original number of the window's frame 0 (0 for the whole file)."""
 
     data: np.ndarray
-    offset: int
+    frames: np.ndarray
+    first: int = 0
 
 
-def clip_window(data: np.ndarray, info: VideoInfo, first: int, last: int) -> ClipWindow:
-    """The window of ``data`` (a video file's bytes, ``uint8``) that decodes frames ``first`` to
-    ``last`` (presentation order, inclusive) exactly as the whole file does; the whole file
-    (``offset`` 0) where no cut is both useful and safe."""
-    whole = ClipWindow(data, 0)
-    if first <= 0:
+def clip_window(data: np.ndarray, info: VideoInfo, frames: np.ndarray | list[int]) -> ClipWindow:
+    """The window of ``data`` (a video file's bytes, ``uint8``) that decodes the clip's
+    ``frames`` (original frame numbers, presentation order, each below ``info.num_frames``)
+    exactly as the whole file does; the whole file where no cut is both useful and safe."""
+    wanted = np.asarray(frames, dtype=np.int64)
+    whole = ClipWindow(data, wanted.astype(np.int32), 0)
+    if len(wanted) == 0 or wanted.min() < 0 or wanted.max() >= info.num_frames:
         return whole
     if info.container == "mp4":
-        cut = _mp4_window(memoryview(data).cast("B"), info.codec, first, last)
+        cut = _mp4_window(memoryview(data).cast("B"), info.codec, wanted)
     else:
         cut = None
     if cut is None:
         return whole
-    out, offset = cut
-    return ClipWindow(np.frombuffer(out, dtype=np.uint8), offset)
+    out, renumbered, first = cut
+    return ClipWindow(np.frombuffer(out, dtype=np.uint8), renumbered.astype(np.int32), first)
 
 
 # -- MP4 / MOV -------------------------------------------------------------------------------------
@@ -85,6 +91,7 @@ class _Samples:
     sizes: np.ndarray    # bytes of each sample, decode order
     offsets: np.ndarray  # file offset of each sample
     deltas: np.ndarray   # decode-time delta of each sample
+    dts: np.ndarray      # decode time of each sample
     ctts: np.ndarray | None  # composition offset of each sample (signed), or None
     ctts_version: int
     sync: np.ndarray | None  # bool per sample; None: every sample is a sync sample
@@ -92,14 +99,16 @@ class _Samples:
     rank: np.ndarray     # presentation index of each sample
 
 
-def _mp4_window(mv: memoryview, codec: str, first: int, last: int) -> tuple[bytes, int] | None:
+def _mp4_window(mv: memoryview, codec: str, wanted: np.ndarray
+                ) -> tuple[bytes, np.ndarray, int] | None:
     try:
-        return _mp4_cut(mv, codec, first, last)
+        return _mp4_cut(mv, codec, wanted)
     except (ValueError, KeyError, struct.error, IndexError, OverflowError, VideoProbeProblem):
         return None  # tables this reader does not follow: the whole file decodes as before
 
 
-def _mp4_cut(mv: memoryview, codec: str, first: int, last: int) -> tuple[bytes, int] | None:
+def _mp4_cut(mv: memoryview, codec: str, wanted: np.ndarray
+             ) -> tuple[bytes, np.ndarray, int] | None:
     top = {kind: (s, e) for kind, s, e in _boxes(mv, 0, len(mv)) if kind in (
         b"ftyp", b"moov", b"moof")}
     if b"moov" not in top or b"moof" in top:
@@ -123,19 +132,26 @@ def _mp4_cut(mv: memoryview, codec: str, first: int, last: int) -> tuple[bytes, 
     if samples is None or not _trivial_edits(mv, trak, moov, samples):
         return None
     n = len(samples.sizes)
-    if not 0 < first <= last or first >= n:
+    if int(wanted.max()) >= n:
         return None
-    last = min(last, n - 1)
-    k = _cut_point(mv, stbl, samples, codec, first)
-    if k <= 0:
-        return None
+    nal = _nal_reader(mv, stbl, codec)
+    k = _cut_point(mv, samples, nal, int(wanted.min()))
     order = np.empty(n, dtype=np.int64)
     order[samples.rank] = np.arange(n)
-    end = int(order[k:last + 1].max()) + 1  # decode positions k..end-1 hold frames k..last
+    # Every reference precedes its user in decode order: k..end-1 holds all the clip needs.
+    end = int(order[wanted].max()) + 1
     if int(samples.offsets[k:end].min()) < 0 or int(
             (samples.offsets[k:end] + samples.sizes[k:end]).max()) > len(mv):
         return None
-    return _mp4_write(mv, top.get(b"ftyp"), moov, trak, stbl, samples, k, end), k
+    keep = np.arange(k, end)
+    taken = np.isin(samples.rank[keep], wanted)
+    droppable = _droppable(mv, samples, codec, nal, keep)
+    keep = keep[taken | ~droppable]
+    if k == 0 and len(keep) == end:
+        return None  # nothing to leave out
+    shown = np.sort(samples.rank[keep])  # the window's frames, in presentation order
+    renumbered = np.searchsorted(shown, wanted)
+    return _mp4_write(mv, top.get(b"ftyp"), moov, trak, stbl, samples, keep), renumbered, k
 
 
 def _trivial_edits(mv: memoryview, trak: tuple[int, int], moov: tuple[int, int],
@@ -257,11 +273,10 @@ def _mp4_samples(mv: memoryview, stbl: tuple[int, int]) -> _Samples | None:
     pts = dts + (ctts if ctts is not None else 0)
     rank = np.empty(n, dtype=np.int64)
     rank[np.argsort(pts, kind="stable")] = np.arange(n)
-    return _Samples(sizes, offsets, deltas, ctts, ctts_version, sync, pts, rank)
+    return _Samples(sizes, offsets, deltas, dts, ctts, ctts_version, sync, pts, rank)
 
 
-def _cut_point(mv: memoryview, stbl: tuple[int, int], samples: _Samples, codec: str,
-               first: int) -> int:
+def _cut_point(mv: memoryview, samples: _Samples, nal, first: int) -> int:  # type: ignore[no-untyped-def]
     """The last safe cut point (decode position) whose frame is at or before ``first``; 0 for
     none. At a safe point k, decode positions 0..k-1 hold exactly frames 0..k-1 and position k
     holds frame k (so nothing before it is presented after it, and nothing after before)."""
@@ -273,18 +288,34 @@ def _cut_point(mv: memoryview, stbl: tuple[int, int], samples: _Samples, codec: 
     if samples.sync is not None:
         safe &= samples.sync
     candidates = np.flatnonzero(safe[:first + 1])[::-1]
-    nal = _nal_reader(mv, stbl, codec)
     for k in candidates[:16].tolist():  # a few tries: IDR pictures are rarely far apart
         if k == 0:
             return 0
-        if nal is None or nal(mv, int(samples.offsets[k]), int(samples.sizes[k])):
+        if nal is None or 5 in nal(mv, int(samples.offsets[k]), int(samples.sizes[k]))[0]:
             return int(k)
     return 0
 
 
+def _droppable(mv: memoryview, samples: _Samples, codec: str, nal, keep: np.ndarray  # type: ignore[no-untyped-def]
+               ) -> np.ndarray:
+    """Which samples of ``keep`` no other frame references: all of an all-intra codec's; the
+    H.264 pictures whose slices all have ``nal_ref_idc`` 0 and that carry no parameter sets."""
+    if codec == "mjpeg":
+        return np.ones(len(keep), dtype=bool)
+    out = np.zeros(len(keep), dtype=bool)
+    if codec != "h264" or nal is None:
+        return out
+    for j, s in enumerate(keep.tolist()):
+        types, refs = nal(mv, int(samples.offsets[s]), int(samples.sizes[s]))
+        slices = [r for t, r in zip(types, refs, strict=True) if t in (1, 5)]
+        out[j] = bool(slices) and not any(slices) and not ({5, 7, 8} & set(types))
+    return out
+
+
 def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ignore[no-untyped-def]
-    """For H.264 and HEVC, a function telling whether a sample is an IDR picture; None for
-    codecs whose sync samples are safe as they are."""
+    """For H.264 and HEVC, a function giving a sample's NAL unit types and ``nal_ref_idc``
+    values (HEVC: its IDR types reported as 5, H.264's); None for other codecs. A sample it
+    cannot walk gives ``([], [])``: neither an IDR nor droppable."""
     if codec not in ("h264", "hevc"):
         return None
     s, _e = _find(mv, *stbl, (b"stsd",))
@@ -297,32 +328,38 @@ def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ign
         if b"avcC" not in conf:
             return _never
         length_size = (mv[conf[b"avcC"][0] + 4] & 3) + 1
-        idr = {5}
-        shift, mask = 0, 0x1F
+        hevc = False
     else:
         if b"hvcC" not in conf:
             return _never
         length_size = (mv[conf[b"hvcC"][0] + 21] & 3) + 1
-        idr = {19, 20}
-        shift, mask = 1, 0x3F
+        hevc = True
 
-    def is_idr(buf: memoryview, offset: int, size: int) -> bool:
+    def units(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int]]:
+        types: list[int] = []
+        refs: list[int] = []
         i, end = offset, offset + size
         while i + length_size < end:
             length = int.from_bytes(buf[i:i + length_size], "big")
             i += length_size
             if length == 0 or i + length > end:
-                return False
-            if (buf[i] >> shift) & mask in idr:
-                return True
+                return [], []
+            head = buf[i]
+            if hevc:
+                t = (head >> 1) & 0x3F
+                types.append(5 if t in (19, 20) else 100 + t)  # never an H.264 type
+                refs.append(1)
+            else:
+                types.append(head & 0x1F)
+                refs.append((head >> 5) & 3)
             i += length
-        return False
+        return types, refs
 
-    return is_idr
+    return units
 
 
-def _never(buf: memoryview, offset: int, size: int) -> bool:
-    return False
+def _never(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int]]:
+    return [], []
 
 
 def _patch_duration(payload: bytes, at_v0: int, at_v1: int, value: int) -> bytes:
@@ -350,12 +387,15 @@ def _table(kind: bytes, rows: np.ndarray, version: int = 0, signed: bool = False
 
 
 def _mp4_write(mv: memoryview, ftyp: tuple[int, int] | None, moov: tuple[int, int],
-               trak: tuple[int, int], stbl: tuple[int, int], samples: _Samples, k: int,
-               end: int) -> bytes:
-    """An MP4 holding the video track's samples k..end-1 (decode order), one chunk."""
-    sl = slice(k, end)
+               trak: tuple[int, int], stbl: tuple[int, int], samples: _Samples,
+               keep: np.ndarray) -> bytes:
+    """An MP4 holding the video track's samples ``keep`` (decode positions, ascending), one
+    chunk, each at its original decode and presentation time (less the first's decode time)."""
+    sl = keep
     sizes, offsets = samples.sizes[sl], samples.offsets[sl]
-    media_duration = int(samples.deltas[sl].sum())
+    dts = samples.dts[sl]
+    deltas = np.append(np.diff(dts), samples.deltas[sl][-1])
+    media_duration = int(deltas.sum())
 
     movie_scale, media_scale = _scales(mv, moov, trak)
     mvhd = bytes(mv[slice(*_find(mv, *moov, (b"mvhd",)))])
@@ -363,7 +403,7 @@ def _mp4_write(mv: memoryview, ftyp: tuple[int, int] | None, moov: tuple[int, in
 
     stbl_boxes = {kind: (s, e) for kind, s, e in _boxes(mv, *stbl)}
     parts = [_box(b"stsd", bytes(mv[slice(*stbl_boxes[b"stsd"])])),
-             _table(b"stts", _runs(samples.deltas[sl]))]
+             _table(b"stts", _runs(deltas))]
     if samples.ctts is not None:
         parts.append(_table(b"ctts", _runs(samples.ctts[sl]), samples.ctts_version,
                             signed=True))

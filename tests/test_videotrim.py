@@ -46,15 +46,15 @@ def numbers(clip: np.ndarray) -> list[int]:
     return [round(float(f.mean()) / STEP) for f in clip]
 
 
-def dali_clip(data: np.ndarray, start: int, length: int, stride: int) -> np.ndarray:
+def dali_clip(data: np.ndarray, frames: list[int] | np.ndarray) -> np.ndarray:
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
     with pipe:
         enc = fn.external_source(name="enc")
-        pipe.set_outputs(fn.decoders.video(enc, start_frame=start, sequence_length=length,
-                                           stride=stride, pad_mode="edge"))
+        pipe.set_outputs(fn.decoders.video(enc, frames=[int(f) for f in frames],
+                                           pad_mode="edge"))
     pipe.build()
     pipe.feed_input("enc", [data])
     (out,) = pipe.run()
@@ -70,27 +70,31 @@ def vp9(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_window_decodes_the_frames_of_the_whole_file(vp9: Path, first: int) -> None:
     data = np.fromfile(vp9, np.uint8)
     info = probe_video(data)
-    length, stride = 3, 2
-    last = min(first + (length - 1) * stride, N - 1)
-    window = clip_window(data, info, first, last)
-    whole = dali_clip(data, first, length, stride)
-    cut = dali_clip(window.data, first - window.offset, length, stride)
-    assert numbers(whole) == [min(first + k * stride, N - 1) for k in range(length)]
+    wanted = [min(first + k * 2, N - 1) for k in range(3)]
+    window = clip_window(data, info, wanted)
+    whole = dali_clip(data, wanted)
+    cut = dali_clip(window.data, window.frames)
+    assert numbers(whole) == wanted
     np.testing.assert_array_equal(cut, whole)
-    assert window.offset <= first
     # OpenCV's FFmpeg puts a VP9 key frame every 12 frames: a clip after the first is cut there.
-    assert window.offset == (first // 12) * 12
-    if window.offset:
+    assert window.first == (first // 12) * 12
+    if window.first:
         assert window.data.nbytes < data.nbytes
+        assert window.frames.tolist() == [f - window.first for f in wanted]
 
 
 def test_all_intra_files_are_cut_at_the_clip_itself(tmp_path: Path) -> None:
     data = np.fromfile(write(tmp_path / "mjpeg.mov", "MJPG"), np.uint8)
     info = probe_video(data)
-    window = clip_window(data, info, 17, 23)
-    assert window.offset == 17
-    assert probe_video(window.data).num_frames == 7  # frames 17..23, nothing after
-    assert numbers(dali_clip(window.data, 0, 4, 2)) == [17, 19, 21, 23]
+    window = clip_window(data, info, [17, 19, 21, 23, 23])
+    assert window.first == 17
+    assert probe_video(window.data).num_frames == 4  # frames 17, 19, 21 and 23 only
+    assert window.frames.tolist() == [0, 1, 2, 3, 3]
+    assert numbers(dali_clip(window.data, window.frames)) == [17, 19, 21, 23, 23]
+    # The first clip of a file too: only its frames.
+    window = clip_window(data, info, [0, 5, 10])
+    assert probe_video(window.data).num_frames == 3
+    assert numbers(dali_clip(window.data, window.frames)) == [0, 5, 10]
 
 
 def test_loader_gives_the_same_batches_with_and_without_windows(vp9: Path) -> None:
@@ -134,7 +138,7 @@ def test_an_edit_list_that_hides_frames_leaves_the_file_whole(vp9: Path) -> None
         pytest.skip("this OpenCV build writes no edit list")
     # elst v0: version+flags, count, then (duration, media_time, rate): start one frame late.
     edited = _patched(data, b"elst", 12, struct.pack(">i", 1024))
-    assert clip_window(edited, info, 30, 35).offset == 0
+    assert clip_window(edited, info, [30, 35]).data is edited
 
 
 def test_samples_past_the_end_leave_the_file_whole(vp9: Path) -> None:
@@ -145,14 +149,15 @@ def test_samples_past_the_end_leave_the_file_whole(vp9: Path) -> None:
     last = stco + 8 + 4 * (count - 1)
     moved = _patched(data, b"stco", 8 + 4 * (count - 1), struct.pack(">I", len(data) - 4))
     assert moved[last:last + 4].tobytes() == struct.pack(">I", len(data) - 4)
-    assert clip_window(moved, info, 30, 35).offset == 0
+    assert clip_window(moved, info, [30, 35]).data is moved
 
 
 def test_other_containers_and_first_clips_are_left_whole(tmp_path: Path, vp9: Path) -> None:
     avi = np.fromfile(write(tmp_path / "v.avi", "MJPG"), np.uint8)
-    assert clip_window(avi, probe_video(avi), 20, 25).data is avi
+    assert clip_window(avi, probe_video(avi), [20, 25]).data is avi
     data = np.fromfile(vp9, np.uint8)
-    assert clip_window(data, probe_video(data), 0, 5).data is data
+    assert clip_window(data, probe_video(data), [0, 5]).data is data  # VP9 drops nothing
+    assert clip_window(data, probe_video(data), [30, N]).data is data  # past the end
 
 
 def test_damaged_tables_never_raise(vp9: Path) -> None:
@@ -165,8 +170,8 @@ def test_damaged_tables_never_raise(vp9: Path) -> None:
         b = bytearray(raw)
         for i in rng.integers(moov, moov + 800, size=3).tolist():
             b[i] = int(rng.integers(0, 256))
-        window = clip_window(np.frombuffer(bytes(b), np.uint8), info, 30, 35)
-        assert 0 <= window.offset <= 30
+        window = clip_window(np.frombuffer(bytes(b), np.uint8), info, [30, 35])
+        assert 0 <= window.first <= 30 and window.frames.shape == (2,)
 
 
 # -- x264: B-frames, pyramids, open GOPs ---------------------------------------------------------
@@ -202,15 +207,20 @@ def test_x264_windows_decode_like_the_whole_file(tmp_path: Path, params: str, cu
     data = _x264(tmp_path / "x.mp4", params)
     info = probe_video(data)
     whole = _av_frames(data)
-    offsets = []
-    for first in range(0, 75, 4):
-        last = first + 15
-        window = clip_window(data, info, first, last)
-        got = _av_frames(window.data)
-        offsets.append(window.offset)
-        for f in range(first, last + 1):
-            np.testing.assert_array_equal(got[f - window.offset], whole[f])
-    assert any(offsets) == cuts
+    firsts, dropped = [], 0
+    for first in range(0, 75, 3):
+        for stride in (1, 4):
+            wanted = [first + k * stride for k in range(16) if first + k * stride < len(whole)]
+            window = clip_window(data, info, wanted)
+            got = _av_frames(window.data)
+            firsts.append(window.first)
+            for f, w in zip(wanted, window.frames.tolist(), strict=True):
+                np.testing.assert_array_equal(got[w], whole[f])
+            # Frames of the window up to the clip's last, against the frames that span holds.
+            dropped += (wanted[-1] - window.first) - int(window.frames[-1])
+    assert any(firsts) == cuts
+    if "bframes=3" in params:
+        assert dropped > 0  # non-reference B-frames the clips do not take
 
 
 @pytest.mark.gpu
