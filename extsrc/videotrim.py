@@ -38,6 +38,12 @@ from extsrc.videoprobe import VideoInfo, VideoProbeProblem, _boxes, _find
 
 __all__ = ["ClipWindow", "clip_window"]
 
+#: Codecs whose key frames this module can check in the bitstream (IDR pictures for H.264 and
+#: HEVC, the key-frame flag of VP8 and VP9; every Motion JPEG frame is one). Others stay whole.
+_CUTTABLE = frozenset({"h264", "hevc", "mjpeg", "vp8", "vp9"})
+#: NAL unit types of parameter sets, as ``_nal_reader`` reports them (HEVC's offset by 100).
+_PARAMETER_SETS = frozenset({7, 8, 132, 133, 134})
+
 
 @dataclass(frozen=True)
 class ClipWindow:
@@ -103,28 +109,32 @@ def _mp4_window(mv: memoryview, codec: str, wanted: np.ndarray
                 ) -> tuple[bytes, np.ndarray, int] | None:
     try:
         return _mp4_cut(mv, codec, wanted)
-    except (ValueError, KeyError, struct.error, IndexError, OverflowError, VideoProbeProblem):
+    except (ValueError, KeyError, struct.error, IndexError, OverflowError, MemoryError,
+            VideoProbeProblem):
         return None  # tables this reader does not follow: the whole file decodes as before
 
 
 def _mp4_cut(mv: memoryview, codec: str, wanted: np.ndarray
              ) -> tuple[bytes, np.ndarray, int] | None:
-    top = {kind: (s, e) for kind, s, e in _boxes(mv, 0, len(mv)) if kind in (
-        b"ftyp", b"moov", b"moof")}
-    if b"moov" not in top or b"moof" in top:
-        return None  # fragmented files keep their samples in fragments
+    if codec not in _CUTTABLE:
+        return None
+    found = [(kind, s, e) for kind, s, e in _boxes(mv, 0, len(mv))]
+    kinds = [kind for kind, _s, _e in found]
+    if kinds.count(b"moov") != 1 or b"moof" in kinds:
+        return None  # fragments, or a second moov FFmpeg would not read
+    top = {kind: (s, e) for kind, s, e in found}
     moov = top[b"moov"]
     if _find(mv, *moov, (b"mvex",))[0] >= 0:
         return None
-    trak = None
+    video = []
     for kind, s, e in _boxes(mv, *moov):
         if kind == b"trak":
             hs, he = _find(mv, s, e, (b"mdia", b"hdlr"))
             if hs >= 0 and he - hs >= 12 and bytes(mv[hs + 8:hs + 12]) == b"vide":
-                trak = (s, e)
-                break
-    if trak is None:
-        return None
+                video.append((s, e))
+    if len(video) != 1:
+        return None  # which of several tracks the decoder takes is its own choice
+    trak = video[0]
     stbl = _find(mv, *trak, (b"mdia", b"minf", b"stbl"))
     if stbl[0] < 0 or not _self_contained(mv, trak):
         return None
@@ -135,7 +145,9 @@ def _mp4_cut(mv: memoryview, codec: str, wanted: np.ndarray
     if int(wanted.max()) >= n:
         return None
     nal = _nal_reader(mv, stbl, codec)
-    k = _cut_point(mv, samples, nal, int(wanted.min()))
+    if nal is _never or not _starts_clean(mv, samples, codec, nal):
+        return None
+    k = _cut_point(mv, samples, codec, nal, int(wanted.min()))
     order = np.empty(n, dtype=np.int64)
     order[samples.rank] = np.arange(n)
     # Every reference precedes its user in decode order: k..end-1 holds all the clip needs.
@@ -143,6 +155,9 @@ def _mp4_cut(mv: memoryview, codec: str, wanted: np.ndarray
     if int(samples.offsets[k:end].min()) < 0 or int(
             (samples.offsets[k:end] + samples.sizes[k:end]).max()) > len(mv):
         return None
+    if samples.ctts is None and codec in ("h264", "hevc") and _reorders(
+            mv, samples, codec, nal, k, end):
+        return None  # B-frames without composition offsets: the decoder's order is not known
     keep = np.arange(k, end)
     taken = np.isin(samples.rank[keep], wanted)
     droppable = _droppable(mv, samples, codec, nal, keep)
@@ -179,9 +194,8 @@ def _trivial_edits(mv: memoryview, trak: tuple[int, int], moov: tuple[int, int],
     if duration == 0:
         return True
     movie_scale, media_scale = _scales(mv, moov, trak)
-    shown = duration * media_scale / movie_scale  # in media time units
-    frame = int(samples.deltas.max())
-    return media_time + shown + frame >= int((pts + samples.deltas).max())
+    shown = duration * media_scale // movie_scale  # media time units, rounded down
+    return media_time + shown > int(pts.max())  # FFmpeg drops frames at or past the end
 
 
 def _scales(mv: memoryview, moov: tuple[int, int], trak: tuple[int, int]) -> tuple[int, int]:
@@ -210,15 +224,17 @@ def _mp4_samples(mv: memoryview, stbl: tuple[int, int]) -> _Samples | None:
         return None
     _v, stsz = _full(mv, *boxes[b"stsz"])
     size, n = struct.unpack_from(">II", stsz, 0)
-    if n == 0:
-        return None
+    if n == 0 or n > len(mv) or n * max(size, 1) > len(mv):
+        return None  # more samples than bytes: not a table to trust
     sizes = (np.full(n, size, dtype=np.int64) if size else _u32s(stsz, n, start=8)[:, 0])
+    if int(sizes.min()) == 0:
+        return None  # a sample of no bytes gives no frame: frame numbers are not sample numbers
 
     _v, stsc = _full(mv, *boxes[b"stsc"])
     (count,) = struct.unpack_from(">I", stsc, 0)
     runs = _u32s(stsc, count, 3)
-    if count == 0 or runs[0, 0] != 1 or np.any(runs[:, 2] != runs[0, 2]):
-        return None  # one sample description only: the cut file copies it as the only one
+    if count == 0 or runs[0, 0] != 1 or np.any(runs[:, 2] != 1):
+        return None  # the first sample description only: the cut file copies it as such
     if b"co64" in boxes:
         _v, co = _full(mv, *boxes[b"co64"])
         (chunks,) = struct.unpack_from(">I", co, 0)
@@ -276,7 +292,8 @@ def _mp4_samples(mv: memoryview, stbl: tuple[int, int]) -> _Samples | None:
     return _Samples(sizes, offsets, deltas, dts, ctts, ctts_version, sync, pts, rank)
 
 
-def _cut_point(mv: memoryview, samples: _Samples, nal, first: int) -> int:  # type: ignore[no-untyped-def]
+def _cut_point(mv: memoryview, samples: _Samples, codec: str, nal, first: int  # type: ignore[no-untyped-def]
+               ) -> int:
     """The last safe cut point (decode position) whose frame is at or before ``first``; 0 for
     none. At a safe point k, decode positions 0..k-1 hold exactly frames 0..k-1 and position k
     holds frame k (so nothing before it is presented after it, and nothing after before)."""
@@ -291,9 +308,90 @@ def _cut_point(mv: memoryview, samples: _Samples, nal, first: int) -> int:  # ty
     for k in candidates[:16].tolist():  # a few tries: IDR pictures are rarely far apart
         if k == 0:
             return 0
-        if nal is None or 5 in nal(mv, int(samples.offsets[k]), int(samples.sizes[k]))[0]:
+        if _is_key(mv, samples, codec, nal, k) and _carries_sets(mv, samples, nal, k):
             return int(k)
     return 0
+
+
+def _is_key(mv: memoryview, samples: _Samples, codec: str, nal, k: int) -> bool:  # type: ignore[no-untyped-def]
+    """Whether sample ``k`` decodes without any earlier sample, read from its bitstream."""
+    at, size = int(samples.offsets[k]), int(samples.sizes[k])
+    if codec == "mjpeg":
+        return True
+    if codec in ("h264", "hevc"):
+        return 5 in nal(mv, at, size)[0]
+    head = bytes(mv[at:at + 2])
+    if len(head) < 2:
+        return False
+    if codec == "vp8":
+        return head[0] & 1 == 0  # the frame tag's inverse key-frame bit
+    # VP9: frame_marker (2 bits, 0b10), profile (2 bits, a reserved zero bit after profile 3),
+    # show_existing_frame, frame_type (0: key frame).
+    bits = (head[0] << 8) | head[1]
+    if bits >> 14 != 2:
+        return False
+    profile = ((bits >> 13) & 1) | (((bits >> 12) & 1) << 1)
+    pos = 12 if profile < 3 else 11  # bits left after the profile (and the reserved bit)
+    show_existing = (bits >> (pos - 1)) & 1
+    frame_type = (bits >> (pos - 2)) & 1
+    return show_existing == 0 and frame_type == 0
+
+
+def _carries_sets(mv: memoryview, samples: _Samples, nal, k: int) -> bool:  # type: ignore[no-untyped-def]
+    """False when the first sample carries its own parameter sets (they may differ from the
+    sample description's) and sample ``k`` does not repeat them."""
+    if nal is None:
+        return True
+    first = set(nal(mv, int(samples.offsets[0]), int(samples.sizes[0]))[0]) & _PARAMETER_SETS
+    if not first:
+        return True
+    return first <= set(nal(mv, int(samples.offsets[k]), int(samples.sizes[k]))[0])
+
+
+def _starts_clean(mv: memoryview, samples: _Samples, codec: str, nal) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the file starts with a key frame presented first: otherwise the decoder may drop
+    leading frames it cannot decode, and its frame numbers would not be the samples' ranks."""
+    return int(samples.rank[0]) == 0 and _is_key(mv, samples, codec, nal, 0)
+
+
+def _reorders(mv: memoryview, samples: _Samples, codec: str, nal, k: int, end: int) -> bool:  # type: ignore[no-untyped-def]
+    """For a file without composition offsets: whether a picture of samples ``k..end-1`` may
+    be presented out of decode order (an H.264 B slice; any HEVC file; a slice not read)."""
+    if codec != "h264":
+        return True
+    for j in range(k, end):
+        at = int(samples.offsets[j])
+        types, _refs, starts = nal(mv, at, int(samples.sizes[j]))
+        heads = [p for t, p in zip(types, starts, strict=True) if t in (1, 5)]
+        if not heads:
+            return True
+        slice_type = _h264_slice_type(mv, heads[0] + 1, at + int(samples.sizes[j]))
+        if slice_type is None or slice_type % 5 == 1:
+            return True
+    return False
+
+
+def _h264_slice_type(mv: memoryview, i: int, end: int) -> int | None:
+    """slice_type of the slice header at ``i`` (after the NAL header): the second ue(v), after
+    first_mb_in_slice; None when it does not fit in the first 8 bytes."""
+    raw = bytes(mv[i:min(i + 8, end)])
+    if b"\x00\x00\x03" in raw:
+        return None  # emulation prevention bytes: not read here
+    bits = int.from_bytes(raw, "big")
+    width = 8 * len(raw)
+    pos = 0
+    values = []
+    for _ in range(2):
+        zeros = 0
+        while pos < width and not (bits >> (width - 1 - pos)) & 1:
+            zeros += 1
+            pos += 1
+        if pos + zeros + 1 > width:
+            return None
+        value = (bits >> (width - pos - zeros - 1)) & ((1 << (zeros + 1)) - 1)
+        values.append(value - 1)
+        pos += zeros + 1
+    return values[1]
 
 
 def _droppable(mv: memoryview, samples: _Samples, codec: str, nal, keep: np.ndarray  # type: ignore[no-untyped-def]
@@ -303,19 +401,21 @@ def _droppable(mv: memoryview, samples: _Samples, codec: str, nal, keep: np.ndar
     if codec == "mjpeg":
         return np.ones(len(keep), dtype=bool)
     out = np.zeros(len(keep), dtype=bool)
-    if codec != "h264" or nal is None:
+    if codec != "h264":
         return out
     for j, s in enumerate(keep.tolist()):
-        types, refs = nal(mv, int(samples.offsets[s]), int(samples.sizes[s]))
+        types, refs, _starts = nal(mv, int(samples.offsets[s]), int(samples.sizes[s]))
         slices = [r for t, r in zip(types, refs, strict=True) if t in (1, 5)]
         out[j] = bool(slices) and not any(slices) and not ({5, 7, 8} & set(types))
     return out
 
 
 def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ignore[no-untyped-def]
-    """For H.264 and HEVC, a function giving a sample's NAL unit types and ``nal_ref_idc``
-    values (HEVC: its IDR types reported as 5, H.264's); None for other codecs. A sample it
-    cannot walk gives ``([], [])``: neither an IDR nor droppable."""
+    """For H.264 and HEVC, a function giving a sample's NAL unit types, ``nal_ref_idc`` values
+    and NAL payload positions (HEVC: its IDR types reported as 5, H.264's; others as 100 +
+    type); None for other codecs. A sample it cannot walk gives empty lists: neither an IDR
+    nor droppable. ``_never`` (nothing is an IDR) when the sample description holds no
+    parameter sets."""
     if codec not in ("h264", "hevc"):
         return None
     s, _e = _find(mv, *stbl, (b"stsd",))
@@ -325,25 +425,27 @@ def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ign
     (entry_size,) = struct.unpack_from(">I", mv, entry)
     conf = {kind: (s2, e2) for kind, s2, e2 in _boxes(mv, entry + 86, entry + entry_size)}
     if codec == "h264":
-        if b"avcC" not in conf:
+        if b"avcC" not in conf or not _avcc_has_sets(mv, *conf[b"avcC"]):
             return _never
         length_size = (mv[conf[b"avcC"][0] + 4] & 3) + 1
         hevc = False
     else:
-        if b"hvcC" not in conf:
+        if b"hvcC" not in conf or not _hvcc_has_sets(mv, *conf[b"hvcC"]):
             return _never
         length_size = (mv[conf[b"hvcC"][0] + 21] & 3) + 1
         hevc = True
 
-    def units(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int]]:
+    def units(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int], list[int]]:
         types: list[int] = []
         refs: list[int] = []
+        starts: list[int] = []
         i, end = offset, offset + size
         while i + length_size < end:
             length = int.from_bytes(buf[i:i + length_size], "big")
             i += length_size
             if length == 0 or i + length > end:
-                return [], []
+                return [], [], []
+            starts.append(i)
             head = buf[i]
             if hevc:
                 t = (head >> 1) & 0x3F
@@ -353,13 +455,44 @@ def _nal_reader(mv: memoryview, stbl: tuple[int, int], codec: str):  # type: ign
                 types.append(head & 0x1F)
                 refs.append((head >> 5) & 3)
             i += length
-        return types, refs
+        return types, refs, starts
 
     return units
 
 
-def _never(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int]]:
-    return [], []
+def _never(buf: memoryview, offset: int, size: int) -> tuple[list[int], list[int], list[int]]:
+    return [], [], []
+
+
+def _avcc_has_sets(mv: memoryview, s: int, e: int) -> bool:
+    """Whether an avcC record holds at least one SPS and one PPS."""
+    if e - s < 7 or not mv[s + 5] & 0x1F:
+        return False
+    i = s + 6
+    for _ in range(mv[s + 5] & 0x1F):
+        if i + 2 > e:
+            return False
+        i += 2 + int.from_bytes(mv[i:i + 2], "big")
+    return i < e and mv[i] > 0
+
+
+def _hvcc_has_sets(mv: memoryview, s: int, e: int) -> bool:
+    """Whether an hvcC record holds a VPS, an SPS and a PPS."""
+    if e - s < 23:
+        return False
+    i, found = s + 23, set()
+    for _ in range(mv[s + 22]):
+        if i + 3 > e:
+            return False
+        kind, count = mv[i] & 0x3F, int.from_bytes(mv[i + 1:i + 3], "big")
+        i += 3
+        for _ in range(count):
+            if i + 2 > e:
+                return False
+            i += 2 + int.from_bytes(mv[i:i + 2], "big")
+        if count:
+            found.add(kind)
+    return {32, 33, 34} <= found
 
 
 def _patch_duration(payload: bytes, at_v0: int, at_v1: int, value: int) -> bytes:

@@ -258,3 +258,53 @@ def test_gpu_windows_decode_like_the_whole_file(tmp_path: Path, params: str) -> 
         for clip, start, label in zip(v1, s1.tolist(), y1.tolist(), strict=True):
             want = [((start + f * 3) * 2 + label) % 256 for f in range(6)]
             assert [round(float(f.mean())) for f in clip] == pytest.approx(want, abs=1)
+
+
+def _renamed(data: np.ndarray, box: bytes, to: bytes = b"free") -> np.ndarray:
+    raw = data.tobytes()
+    assert raw.count(box) == 1
+    return np.frombuffer(raw.replace(box, to), np.uint8)
+
+
+def test_tables_that_change_frame_numbers_leave_the_file_whole(vp9: Path) -> None:
+    data = np.fromfile(vp9, np.uint8)
+    info = probe_video(data)
+    raw = data.tobytes()
+    assert clip_window(data, info, [30, 35]).first == 24  # cut, as a reference
+    # A second moov (FFmpeg reads the first), appended after the file.
+    s = raw.index(b"moov") - 4
+    (size,) = struct.unpack_from(">I", raw, s)
+    twice = np.frombuffer(raw + raw[s:s + size], np.uint8)
+    assert clip_window(twice, info, [30, 35]).data is twice
+    # Samples of the second sample description.
+    stsc = raw.index(b"stsc") + 4
+    other = _patched(data, b"stsc", 16, struct.pack(">I", 2))
+    assert other[stsc + 16:stsc + 20].tobytes() == struct.pack(">I", 2)
+    assert clip_window(other, info, [30, 35]).data is other
+    if b"elst" in raw:  # an edit list ending before the last frame hides it
+        short = _patched(data, b"elst", 8, struct.pack(">I", 1))
+        assert clip_window(short, info, [30, 35]).data is short
+
+
+def test_key_frames_are_read_from_the_bitstream_without_a_sync_table(vp9: Path) -> None:
+    data = _renamed(np.fromfile(vp9, np.uint8), b"stss")
+    info = probe_video(data)
+    for first in (13, 30, 37):
+        wanted = [first, min(first + 2, N - 1)]
+        window = clip_window(data, info, wanted)
+        assert window.first == (first // 12) * 12  # VP9 key frames, not every sample
+        np.testing.assert_array_equal(dali_clip(window.data, window.frames),
+                                      dali_clip(data, wanted))
+
+
+def test_x264_b_frames_without_composition_offsets_are_left_whole(tmp_path: Path) -> None:
+    data = _renamed(_x264(tmp_path / "x.mp4", "bframes=3"), b"ctts")
+    info = probe_video(data)
+    assert clip_window(data, info, [40, 44, 48]).data is data
+    flat = _renamed(_x264(tmp_path / "p.mp4", "bframes=0"), b"stss")  # no ctts written
+    whole = _av_frames(flat)
+    window = clip_window(flat, probe_video(flat), [40, 44, 48])
+    assert window.first == 36
+    got = _av_frames(window.data)
+    for f, w in zip([40, 44, 48], window.frames.tolist(), strict=True):
+        np.testing.assert_array_equal(got[w], whole[f])
