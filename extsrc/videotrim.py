@@ -10,7 +10,7 @@ A cut is made only where it provably decodes to the same frames; anywhere else t
 bytes are returned (``offset`` 0), so a file this module does not understand costs time, never
 correctness. A cut point is a sample that
 
-* the container marks as a sync sample (a key frame);
+* the container marks as a sync sample, and its bitstream says is a key frame;
 * is an IDR picture for H.264 (NAL type 5) and HEVC (types 19 and 20): other intra pictures
   (open GOPs, CRA) may be followed by frames that reference frames before them;
 * splits the presentation order exactly: every sample before it in decode order is presented
@@ -23,8 +23,11 @@ not take of an all-intra codec (Motion JPEG). So a clip of 16 frames taken every
 key frame, the reference frames between, and its own 16 frames. The decoder is then handed the
 window's own frame numbers of the clip's frames (DALI's ``frames`` argument).
 
-Containers: MP4/MOV (ISO base media, not fragmented) with one sample description and a trivial
-edit list. Others are returned whole (``offset`` 0).
+Containers: MP4/MOV (ISO base media, not fragmented) with one video track, its first sample
+description, no zero-size samples and an edit list that hides nothing; codecs: H.264, HEVC,
+VP8, VP9 (key frames read from the bitstream, not only the sync table) and Motion JPEG. Files
+starting with anything but a key frame, and H.264/HEVC without composition offsets whose
+pictures may be reordered, are returned whole, as are other containers and codecs.
 """
 
 from __future__ import annotations

@@ -21,25 +21,14 @@ from extsrc.videotrim import clip_window
 
 cv2 = pytest.importorskip("cv2")
 
-STEP = 6
+from test_video import STEP, write_video  # noqa: E402  (the frame-numbered writer)
+
 W, H = 64, 48
 N = 40
 
 
 def write(path: Path, fourcc: str, n: int = N) -> Path:
-    vw = cv2.VideoWriter(str(path), cv2.CAP_FFMPEG, cv2.VideoWriter_fourcc(*fourcc), 10, (W, H))
-    if not vw.isOpened():
-        pytest.skip(f"this OpenCV build writes no {fourcc} into {path.suffix}")
-    for i in range(n):
-        vw.write(np.full((H, W, 3), i * STEP, np.uint8))
-    vw.release()
-    try:
-        written = probe_video(path.read_bytes()).num_frames
-    except Exception as e:
-        pytest.skip(f"this OpenCV build wrote no readable {fourcc} into {path.suffix}: {e}")
-    if written != n:
-        pytest.skip(f"this OpenCV build wrote {written} of {n} {fourcc} frames")
-    return path
+    return write_video(path, n, fourcc, size=(W, H))
 
 
 def numbers(clip: np.ndarray) -> list[int]:
