@@ -94,10 +94,11 @@ class VideoLoader(Loader):
     ``loader.skipped``).
 
     Windows (:mod:`extsrc.videotrim`): DALI decodes every frame from a file's first to a clip's
-    start, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the
-    original in the reader processes: the samples from the last IDR key frame before the clip
-    to the clip's last frame (MP4/MOV). Where no cut is provably safe the whole file is decoded.
-    ``windows=False`` always hands DALI the whole file.
+    last, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the
+    original in the reader processes (MP4/MOV): the samples from the last key frame before the
+    clip to the clip's last frame, less the frames nothing references that the clip does not
+    take. Where no cut is provably safe the whole file is decoded. ``windows=False`` always
+    hands DALI the whole file.
 
     Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
     ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
@@ -206,7 +207,7 @@ class VideoLoader(Loader):
         c = self.config
         assert isinstance(self.source, VideoSource)
         return build_video_pipeline(
-            self.source, clips=self.clips, ops=c.ops, transforms=c.transforms, resize=c.resize,
+            self.source, ops=c.ops, transforms=c.transforms, resize=c.resize,
             batch_format=c.batch_format, layout=self.layout, device_id=c.device_id,
             num_threads=c.threads, num_workers=c.workers, start_method=c.method,
             prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,

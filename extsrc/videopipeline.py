@@ -18,7 +18,6 @@ from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
 from extsrc.oppaths import BatchOpRunner
 from extsrc.pipeline import dali_seed
-from extsrc.videoclips import ClipSpec
 from extsrc.videosource import VIDEO_SOURCE_OUTPUTS, VideoSource
 
 __all__ = ["VIDEO_LAYOUTS", "ClipOpRunner", "build_video_pipeline"]
@@ -67,7 +66,6 @@ class ClipOpRunner(BatchOpRunner):
 def build_video_pipeline(
     source: VideoSource,
     *,
-    clips: ClipSpec,
     ops: Sequence[Op],
     transforms: Sequence[Op],
     resize: tuple[int, int] | None,

@@ -216,16 +216,14 @@ class VideoSource(ShardedSource):
         clip_numbers = self.clip_numbers(epoch, b)
         encoded = []
         clip = np.empty((len(indices), len(CLIP_COLUMNS)), dtype=np.int64)
-        c = self.clips
-        frames = np.empty((len(indices), c.sequence_length), dtype=np.int32)
-        steps = np.arange(c.sequence_length, dtype=np.int64) * c.stride
+        frames = np.empty((len(indices), self.clips.sequence_length), dtype=np.int32)
         for j, (i, k) in enumerate(zip(indices, clip_numbers, strict=True)):
             data = self.read(int(i))
             video = self.probe(int(i), data)
             start = self.start(int(i), video, epoch, int(k))
             clip[j] = (start, k, video.num_frames)
             # Past the end (short_videos="pad"): the last frame, repeated.
-            wanted = np.minimum(start + steps, video.num_frames - 1)
+            wanted = np.minimum(self.clips.frames(start), video.num_frames - 1)
             if self.windows:
                 window = clip_window(data, video, wanted)
                 data, wanted = window.data, window.frames

@@ -7,7 +7,7 @@ bytes: the samples from the last safe key frame at or before the clip's first fr
 last sample the clip needs, with their sample tables rebuilt. The decoder then starts there.
 
 A cut is made only where it provably decodes to the same frames; anywhere else the original
-bytes are returned (``offset`` 0), so a file this module does not understand costs time, never
+bytes are returned, so a file this module does not understand costs time, never
 correctness. A cut point is a sample that
 
 * the container marks as a sync sample, and its bitstream says is a key frame;
@@ -527,10 +527,8 @@ def _mp4_write(mv: memoryview, ftyp: tuple[int, int] | None, moov: tuple[int, in
                keep: np.ndarray) -> bytes:
     """An MP4 holding the video track's samples ``keep`` (decode positions, ascending), one
     chunk, each at its original decode and presentation time (less the first's decode time)."""
-    sl = keep
-    sizes, offsets = samples.sizes[sl], samples.offsets[sl]
-    dts = samples.dts[sl]
-    deltas = np.append(np.diff(dts), samples.deltas[sl][-1])
+    sizes, offsets = samples.sizes[keep], samples.offsets[keep]
+    deltas = np.append(np.diff(samples.dts[keep]), samples.deltas[keep][-1])
     media_duration = int(deltas.sum())
 
     movie_scale, media_scale = _scales(mv, moov, trak)
@@ -541,10 +539,10 @@ def _mp4_write(mv: memoryview, ftyp: tuple[int, int] | None, moov: tuple[int, in
     parts = [_box(b"stsd", bytes(mv[slice(*stbl_boxes[b"stsd"])])),
              _table(b"stts", _runs(deltas))]
     if samples.ctts is not None:
-        parts.append(_table(b"ctts", _runs(samples.ctts[sl]), samples.ctts_version,
+        parts.append(_table(b"ctts", _runs(samples.ctts[keep]), samples.ctts_version,
                             signed=True))
     if samples.sync is not None:
-        parts.append(_table(b"stss", (np.flatnonzero(samples.sync[sl]) + 1)[:, None]))
+        parts.append(_table(b"stss", (np.flatnonzero(samples.sync[keep]) + 1)[:, None]))
     parts.append(_box(b"stsz", struct.pack(">BxxxII", 0, 0, len(sizes))
                       + sizes.astype(">u4").tobytes()))
     parts.append(_table(b"stsc", np.array([[1, len(sizes), 1]])))
