@@ -152,6 +152,12 @@ class _Emitter:
                               val(b if ib is None else ib), n.dtype)
         if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
             return binary(n.attrs[0], val(a), val(b), np.dtype(np.uint64))
+        bounds = _clamp_bounds(n)
+        if bounds is not None:
+            import nvidia.dali.math as dmath
+
+            x, lo, hi = bounds
+            return dmath.clamp(val(x), _constant(lo, n.dtype), _constant(hi, n.dtype))
         return binary(n.attrs[0], val(a), val(b), a.dtype, b_negative=sign)
 
     def _un(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
@@ -522,6 +528,45 @@ def _same(a: Any, b: Any) -> bool:
     value."""
     a, b = _strip(a), _strip(b)
     return a is b if isinstance(a, Node) else (not isinstance(b, Node) and a == b)
+
+
+def _scalar_const(d: Any) -> float | int | None:
+    """The value of a scalar constant node that is not NaN, else ``None``."""
+    if not isinstance(d, Node) or d.op != "const" or d.value is None or d.value.ndim != 0:
+        return None
+    v = d.value.item()
+    return None if v != v else v
+
+
+def _clamp_bounds(n: Node) -> tuple[Node, Any, Any] | None:
+    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds
+    (``minimum(maximum(x, lo), hi)`` or ``maximum(minimum(x, hi), lo)``, ``lo <= hi``), or, for
+    floats, one side of it (``np.maximum(x, lo)``: ``hi`` is +inf). One ``math.clamp`` then
+    replaces two full-image passes, and it keeps numpy's NaN, which DALI's ``min``/``max`` drop
+    (``max(nan, 0)`` is 0 in DALI 2.4). Integer ``minimum``/``maximum`` alone are left as they
+    are: one operator either way, and exact."""
+    if n.op != "bin" or n.attrs not in (("minimum",), ("maximum",)) or n.ndim == 0:
+        return None
+    outer = n.attrs[0]
+    a, b = n.args
+    bound, x = _scalar_const(b), a
+    if bound is None:
+        bound, x = _scalar_const(a), b
+    if bound is None or not isinstance(x, Node):
+        return None
+    inner = "maximum" if outer == "minimum" else "minimum"
+    if x.op == "bin" and x.attrs == (inner,) and x.dtype == n.dtype:
+        ia, ib = x.args
+        other, y = _scalar_const(ib), ia
+        if other is None:
+            other, y = _scalar_const(ia), ib
+        if other is not None and isinstance(y, Node):
+            lo, hi = (other, bound) if outer == "minimum" else (bound, other)
+            if lo <= hi:
+                return y, lo, hi
+    if n.dtype.kind != "f":
+        return None
+    return (x, -np.inf, bound) if outer == "minimum" else (x, bound, np.inf)
 
 
 def _clamp_operands(d: Any) -> tuple[str, Node, Node] | None:

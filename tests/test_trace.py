@@ -587,6 +587,47 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
 
 
+CLIPS = {
+    "clip": lambda y: np.clip(y, 0, 255),
+    "clip-reversed": lambda y: np.maximum(np.minimum(y, 200.5), -3),
+    "maximum": lambda y: np.maximum(y, 0.5),
+    "minimum": lambda y: np.minimum(1.5, y),
+    "empty-range": lambda y: np.clip(y, 10, 5),  # lo > hi: numpy gives hi everywhere
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_clips_with_constant_bounds_keep_numpy_nan_and_take_one_operator(name):
+    """``np.clip`` and one-sided float ``np.maximum``/``np.minimum`` with constant bounds lower
+    to one ``math.clamp`` each, which keeps numpy's NaN (DALI's ``max(nan, 0)`` is 0)."""
+
+    def program(img):
+        x = img.astype(np.float32) - 128
+        return CLIPS[name](x / x * x)  # NaN where the pixel is 128, inf nowhere
+
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(7, 9), (12, 5)])]
+    imgs[0][0, :3] = 128
+    traced = trace_function(program, params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    outs = _emit_on(traced, imgs)
+    for k, im in enumerate(imgs):
+        with np.errstate(all="ignore"):
+            ref = program(im)
+        assert np.isnan(ref).any() == (k == 0)
+        np.testing.assert_array_equal(outs[k], ref, err_msg=name)
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
+    with pipe:
+        pipe.set_outputs(*emit(traced, fn.external_source(name="img", layout="HWC")))
+    pipe.build()
+    exprs = [o._op._init_args.get("expression_desc", "").split("(")[0] for o in pipe._ops]
+    # lo > hi is no clip: each side is a clamp of its own
+    assert exprs.count("clamp") == (2 if name == "empty-range" else 1), exprs
+    assert "min" not in exprs and "max" not in exprs, exprs
+
+
 CROP_FORMULAS = {
     "centre": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 2),
     "third": lambda x, s: _crop(x, s, lambda n, c: (n - c) // 3),
