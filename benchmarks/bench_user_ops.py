@@ -26,7 +26,8 @@ Each measurement builds the loader, skips ``--warmup`` batches, then times batch
 epochs, until at least ``--min-seconds`` have passed. The DataLoader runs in its steady state:
 one ``iter()`` covers several shuffled epochs, so its workers never wait at an epoch boundary.
 ``--repeats N`` interleaves N rounds of every variant and
-reports medians with every repeat. Compare variants inside one run, as ratios.
+reports medians with every repeat, and each ratio taken within every round with the median of
+those (``paired``). Compare variants inside one run, as ratios.
 """
 
 from __future__ import annotations
@@ -280,6 +281,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
     ap.add_argument("--min-seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--bound", action="store_true",
+                    help="also time each single-op entry's op alone (no decoding, no resizing) "
+                         "in one process and in one process per core, with the op workers' "
+                         "malloc settings: the most any numpy path can deliver")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     args = ap.parse_args(argv)
 
@@ -362,6 +367,18 @@ def main(argv=None) -> int:
                      "hw_decoder_load": DEFAULT_HW_DECODER_LOAD if gpu else None},
         "explain": {n: explain(n) for tr, ops in suite.values() for n in (*tr, *ops)},
     }
+    if args.bound:
+        from op_pool_timeline import compute_bound
+
+        results["bound"] = {}
+        for entry, (tr, ops) in suite.items():
+            if len((*tr, *ops)) != 1:
+                continue
+            (name,) = (*tr, *ops)
+            results["bound"][entry] = {
+                "1_process": compute_bound(name, 1, worker_malloc=True),
+                f"{cores}_processes": compute_bound(name, cores, worker_malloc=True)}
+            print(f"[bound] {entry}: {results['bound'][entry]}", flush=True)
     runs: dict[str, list[dict]] = {}
     for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
         for name, make in variants.items():
@@ -400,6 +417,11 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
                         row[f"{pooled}/{other}"] = round(
                             tp[f"{entry}:{pooled}"] / tp[f"{entry}:{other}"], 2)
         row["auto_op_paths"] = results["throughput"].get(f"{entry}:auto", {}).get("op_paths")
+        row["paired"] = paired_ratios(runs, entry)
+        bound = results.get("bound", {}).get(entry)
+        if bound and tp.get(f"{entry}:dataloader"):
+            # The op alone on every core, over the DataLoader: above this no numpy path goes.
+            row["bound/dataloader"] = round(max(bound.values()) / tp[f"{entry}:dataloader"], 2)
         table.append(row)
     results["table"] = table
     results["ceiling_images_per_s"] = tp.get("ceiling")
@@ -407,6 +429,33 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(results, indent=1) + "\n")
+
+
+#: The ratios ``paired_ratios`` takes within each round: (numerator, denominator) variants.
+PAIRS = {"auto/ceiling": ("{e}:auto", "ceiling"),
+         "handwritten/ceiling": ("{e}:handwritten", "ceiling"),
+         "auto/handwritten": ("{e}:auto", "{e}:handwritten"),
+         "pool/numpy": ("{e}:pool", "{e}:numpy"),
+         "pool/dataloader": ("{e}:pool", "{e}:dataloader"),
+         "threads/numpy": ("{e}:threads", "{e}:numpy"),
+         "threads/dataloader": ("{e}:threads", "{e}:dataloader")}
+
+
+def paired_ratios(runs: dict[str, list[dict]], entry: str) -> dict:
+    """Each ratio of :data:`PAIRS` taken within every round, with the median over the rounds:
+    the two variants of a pair ran within minutes of each other, so drift of the machine over
+    the run (other tenants, clocks) cancels in the ratio, where a ratio of medians may take its
+    two medians from different rounds."""
+    out = {}
+    for key, (num, den) in PAIRS.items():
+        a, b = runs.get(num.format(e=entry)), runs.get(den.format(e=entry))
+        if not a or not b:
+            continue
+        per_round = [round(x["images_per_s"] / y["images_per_s"], 3)
+                     for x, y in zip(a, b, strict=True) if x["images_per_s"] and y["images_per_s"]]
+        if per_round:
+            out[key] = {"median": float(np.median(per_round)), "rounds": per_round}
+    return out
 
 
 def print_table(results: dict) -> None:
@@ -417,6 +466,10 @@ def print_table(results: dict) -> None:
     print("| op | auto | gpu | numpy | pool | threads | DataLoader | hand-written DALI |"
           " auto/ceiling | auto/hand-written | pool/numpy | pool/DataLoader | auto paths |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row in results["table"]:
+        paired = {k: v["median"] for k, v in row.get("paired", {}).items()}
+        if paired:
+            print(f"[paired] {row['op']}: {paired}")
     for row in results["table"]:
         cells = [f"{row[p]:,.0f}" if row[p] else "-" for p in PATHS]
         print(f"| {row['op']} | {' | '.join(cells)} | {row['auto/ceiling']:.2f} | "

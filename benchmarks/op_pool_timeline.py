@@ -55,15 +55,26 @@ def _spin(args: tuple[str, float]) -> int:
     return n
 
 
-def compute_bound(name: str, procs: int, seconds: float = 2.0) -> float:
-    """Images/s of the op alone in ``procs`` processes at once."""
+def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
+                  worker_malloc: bool = False) -> float:
+    """Images/s of the op alone in ``procs`` processes at once; ``worker_malloc``: with the op
+    pool workers' malloc settings (``extsrc.oppool._worker_env``), as the op pool runs it."""
     import multiprocessing as mp
 
-    with mp.get_context("spawn").Pool(procs) as pool:
-        pool.map(_spin, [(name, 0.1)] * procs)  # imports done before timing
-        t = time.perf_counter()
-        counts = pool.map(_spin, [(name, seconds)] * procs)
-        dt = time.perf_counter() - t
+    from extsrc.oppool import _worker_env
+
+    saved = dict(os.environ)
+    if worker_malloc:  # read by glibc when each spawned process starts
+        os.environ.update({k: v for k, v in _worker_env().items() if k.startswith("MALLOC_")})
+    try:
+        with mp.get_context("spawn").Pool(procs) as pool:
+            pool.map(_spin, [(name, 0.1)] * procs)  # imports done before timing
+            t = time.perf_counter()
+            counts = pool.map(_spin, [(name, seconds)] * procs)
+            dt = time.perf_counter() - t
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return round(sum(counts) / dt, 1)
 
 
