@@ -540,20 +540,25 @@ def _numpy_or_none(program, img):
     return out
 
 
-def _emit_on(traced, imgs: list[np.ndarray], values=()) -> list[np.ndarray]:
-    """``traced`` run by a DALI CPU pipeline on ``imgs`` (one batch), each output sample as an
-    array; ``values``: the op's per-sample scalars (``SampleScalars`` arrays), in order."""
+def _emit_on(traced, imgs: list[np.ndarray], values=(), gpu: bool = False) -> list[np.ndarray]:
+    """``traced`` run by a DALI CPU pipeline (``gpu``: on GPU 0) on ``imgs`` (one batch), each
+    output sample as an array; ``values``: the op's per-sample scalars (``SampleScalars``
+    arrays), in order."""
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=0 if gpu else None)
     with pipe:
         img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        if gpu:
+            img = img.gpu()
         sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
                          for a in values]
         pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
     pipe.build()
     (out,) = pipe.run()
+    if gpu:
+        out = out.as_cpu()
     return [np.array(out[k]) for k in range(len(imgs))]
 
 
@@ -596,17 +601,40 @@ CLIPS = {
 }
 
 
+def _clip_program(name):
+    def program(img):
+        x = img.astype(np.float32) - 128
+        return CLIPS[name](x / x * x)  # NaN where the pixel is 128, inf nowhere
+
+    return program
+
+
+def _clip_images():
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(7, 9), (12, 5)])]
+    imgs[0][0, :3] = 128
+    return imgs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_clips_keep_numpy_nan_on_gpu(name):
+    program = _clip_program(name)
+    imgs = _clip_images()
+    traced = trace_function(program, params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    outs = _emit_on(traced, imgs, gpu=True)
+    for k, im in enumerate(imgs):
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(outs[k], program(im), err_msg=name)
+
+
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_clips_with_constant_bounds_keep_numpy_nan_and_take_one_operator(name):
     """``np.clip`` and one-sided float ``np.maximum``/``np.minimum`` with constant bounds lower
     to one ``math.clamp`` each, which keeps numpy's NaN (DALI's ``max(nan, 0)`` is 0)."""
 
-    def program(img):
-        x = img.astype(np.float32) - 128
-        return CLIPS[name](x / x * x)  # NaN where the pixel is 128, inf nowhere
-
-    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(7, 9), (12, 5)])]
-    imgs[0][0, :3] = 128
+    program = _clip_program(name)
+    imgs = _clip_images()
     traced = trace_function(program, params={}, random=False, num_outputs=1,
                             dtype=np.float32, ndim=3)
     outs = _emit_on(traced, imgs)
