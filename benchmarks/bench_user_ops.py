@@ -433,6 +433,8 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
 
 #: The ratios ``paired_ratios`` takes within each round: (numerator, denominator) variants.
 PAIRS = {"auto/ceiling": ("{e}:auto", "ceiling"),
+         "auto/numpy": ("{e}:auto", "{e}:numpy"),
+         "auto/dataloader": ("{e}:auto", "{e}:dataloader"),
          "handwritten/ceiling": ("{e}:handwritten", "ceiling"),
          "auto/handwritten": ("{e}:auto", "{e}:handwritten"),
          "pool/numpy": ("{e}:pool", "{e}:numpy"),
