@@ -539,29 +539,23 @@ def _scalar_const(d: Any) -> float | int | None:
 
 
 def _clamp_bounds(n: Node) -> tuple[Node, Any, Any] | None:
-    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds,
-    ``minimum(maximum(x, lo), hi)`` or ``maximum(minimum(x, hi), lo)`` with ``lo <= hi``: one
-    ``math.clamp`` then replaces two full-image passes. The values are numpy's, NaN aside: a NaN
-    stays NaN on the CPU and becomes ``lo`` on the GPU (DALI 2.4's ``clamp``; its ``max`` gives
-    the other operand on both devices, as before)."""
-    if n.op != "bin" or n.attrs not in (("minimum",), ("maximum",)) or n.ndim == 0:
+    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds
+    and ``lo <= hi`` (the tracer marks a clip's ``minimum``): one ``math.clamp`` then replaces
+    two full-image passes. The clamp keeps ``x`` where it equals a bound, as ``np.clip`` does
+    (``np.minimum``/``np.maximum`` written out give their second operand, which differs for
+    -0.0 and 0.0, so they keep their own operators). NaN stays NaN on the CPU and becomes
+    ``lo`` on the GPU (DALI 2.4's ``clamp``; DALI's ``max`` drops it on both devices)."""
+    if n.op != "bin" or n.attrs != ("minimum", "clip") or n.ndim == 0:
         return None
-    outer = n.attrs[0]
-    a, b = n.args
-    bound, x = _scalar_const(b), a
-    if bound is None:
-        bound, x = _scalar_const(a), b
-    inner = "maximum" if outer == "minimum" else "minimum"
-    if bound is None or not isinstance(x, Node) or x.op != "bin" or x.attrs != (inner,) or \
+    x, bound = n.args
+    hi = _scalar_const(bound)
+    if hi is None or not isinstance(x, Node) or x.op != "bin" or x.attrs != ("maximum",) or \
             x.dtype != n.dtype:
         return None
-    ia, ib = x.args
-    other, y = _scalar_const(ib), ia
-    if other is None:
-        other, y = _scalar_const(ia), ib
-    if other is None or not isinstance(y, Node):
+    y, other = x.args
+    lo = _scalar_const(other)
+    if lo is None or not isinstance(y, Node):
         return None
-    lo, hi = (other, bound) if outer == "minimum" else (bound, other)
     return (y, lo, hi) if lo <= hi else None
 
 

@@ -1128,6 +1128,13 @@ def _clip(x: Any, lo: Any, hi: Any) -> Any:
         out = ufunc("maximum", out, lo)
     if hi is not None:
         out = ufunc("minimum", out, hi)
+    if lo is not None and isinstance(out, Sym) and out.node.op == "bin" and \
+            out.node.attrs == ("minimum",) and out.node.ndim > 0:
+        # np.clip keeps x where it equals a bound (-0.0 clipped at 0 stays -0.0), where
+        # np.minimum and np.maximum give their second operand: marked, so the lowering may
+        # use a clamp for np.clip only (augment_ops.lower_dali._clamp_bounds).
+        n = out.node
+        out = Sym(_new("bin", n.args, ("minimum", "clip"), n.dtype, n.shape, n.weak))
     return out
 
 

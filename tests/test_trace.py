@@ -592,17 +592,20 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
 
 
+#: name -> (program tail, whether it is np.clip (one clamp), what a NaN gives on CPU, on GPU;
+#: None: NaN, as numpy).
 CLIPS = {
-    "clip": lambda y: np.clip(y, 0, 255),
-    "clip-reversed": lambda y: np.maximum(np.minimum(y, 200.5), -3),
-    "empty-range": lambda y: np.clip(y, 10, 5),  # lo > hi: numpy gives hi everywhere
+    "clip": (lambda y: np.clip(y, 0, 255), True, None, 0),
+    "method": (lambda y: y.clip(-3, 200.5), True, None, -3),
+    "empty-range": (lambda y: np.clip(y, 10, 5), False, 5, 5),  # lo > hi: hi everywhere
+    "written-out": (lambda y: np.minimum(np.maximum(y, 0), 255), False, 0, 0),
 }
 
 
 def _clip_program(name):
     def program(img):
         x = img.astype(np.float32) - 128
-        return CLIPS[name](x / x * x)  # NaN where the pixel is 128, inf nowhere
+        return CLIPS[name][0](x / x * x)  # NaN where the pixel is 128, inf nowhere
 
     return program
 
@@ -624,15 +627,7 @@ def _check_clips(name, outs, imgs, nan_to):
         np.testing.assert_array_equal(outs[k], ref, err_msg=name)
 
 
-@pytest.mark.parametrize("name", sorted(CLIPS))
-def test_clips_with_constant_bounds_take_one_operator(name):
-    """``np.clip`` with constant bounds lowers to one ``math.clamp`` (``lo > hi``, which is no
-    clip, to numpy's two steps); the CPU keeps numpy's NaN through the clamp."""
-    imgs = _clip_images()
-    traced = trace_function(_clip_program(name), params={}, random=False, num_outputs=1,
-                            dtype=np.float32, ndim=3)
-    _check_clips(name, _emit_on(traced, imgs), imgs,
-                 nan_to=5 if name == "empty-range" else None)  # DALI's max drops NaN
+def _arithmetic_names(traced) -> list[str]:
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
@@ -640,23 +635,54 @@ def test_clips_with_constant_bounds_take_one_operator(name):
     with pipe:
         pipe.set_outputs(*emit(traced, fn.external_source(name="img", layout="HWC")))
     pipe.build()
-    exprs = [o._op._init_args.get("expression_desc", "").split("(")[0] for o in pipe._ops]
-    if name == "empty-range":
-        assert "clamp" not in exprs and "max" in exprs and "min" in exprs, exprs
-    else:
+    return [o._op._init_args.get("expression_desc", "").split("(")[0] for o in pipe._ops]
+
+
+@pytest.mark.parametrize("name", sorted(CLIPS))
+def test_np_clip_with_constant_bounds_takes_one_operator(name):
+    """``np.clip`` with constant bounds ``lo <= hi`` lowers to one ``math.clamp``, which keeps
+    numpy's NaN on the CPU; other forms keep DALI's ``max`` and ``min``."""
+    _, clamps, nan_cpu, _ = CLIPS[name]
+    imgs = _clip_images()
+    traced = trace_function(_clip_program(name), params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    _check_clips(name, _emit_on(traced, imgs), imgs, nan_to=nan_cpu)
+    exprs = _arithmetic_names(traced)
+    if clamps:
         assert exprs.count("clamp") == 1 and "min" not in exprs and "max" not in exprs, exprs
+    else:
+        assert "clamp" not in exprs and "max" in exprs and "min" in exprs, exprs
+
+
+@pytest.mark.parametrize("form", ["clip", "written-out"])
+def test_clips_keep_numpy_signed_zero(form):
+    """``np.clip`` keeps ``x`` where it equals a bound (-0.0 at 0 stays -0.0); ``np.maximum``
+    gives its second operand (+0.0): both as numpy, to the bit."""
+
+    def program(img):
+        z = (img.astype(np.float32) - img.astype(np.float32)) * -1.0  # -0.0 everywhere
+        y = np.where(img > 30, z, -z)  # and +0.0 where the pixel is at most 30
+        return np.clip(y, 0, 255) if form == "clip" else np.minimum(np.maximum(y, 0), 255)
+
+    imgs = [pattern_image(k, 6, 7) for k in range(2)]
+    traced = trace_function(program, params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    outs = _emit_on(traced, imgs)
+    for k, im in enumerate(imgs):
+        ref = program(im)
+        assert np.signbit(ref).any() == (form == "clip")
+        np.testing.assert_array_equal(outs[k].view(np.uint32), ref.view(np.uint32))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(CLIPS))
 def test_clips_on_gpu_equal_numpy_nan_aside(name):
-    """On the GPU a NaN becomes the lower bound (DALI's clamp); without the clamp (lo > hi)
-    DALI's max and min make it the upper one, on either device."""
+    """On the GPU a NaN becomes the lower bound through a clamp, and a bound through DALI's
+    ``max`` and ``min``, as on the CPU."""
     imgs = _clip_images()
     traced = trace_function(_clip_program(name), params={}, random=False, num_outputs=1,
                             dtype=np.float32, ndim=3)
-    got = {"clip": 0, "clip-reversed": -3, "empty-range": 5}[name]
-    _check_clips(name, _emit_on(traced, imgs, gpu=True), imgs, nan_to=got)
+    _check_clips(name, _emit_on(traced, imgs, gpu=True), imgs, nan_to=CLIPS[name][3])
 
 
 CROP_FORMULAS = {
