@@ -401,16 +401,16 @@ def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
 
     @augment_ops.augment_op(name="t_slow", replace=True)
     def _slow(img):
-        time.sleep(0.02)
+        time.sleep(0.05)
         return img
 
     m = read_manifest(write_dataset(tmp_path, 48, fmt="png"))
     got = []
     # op_path="numpy": traced, the op would lose its sleep (a side effect, not array code).
     with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu", num_workers=1,
-                seed=6, op_path="numpy") as loader:
+                seed=6, op_path="numpy", op_workers=2) as loader:
         # Armed at the first batch, so Ctrl-C lands mid-epoch whatever the build takes; the
-        # remaining 11 batches take about 0.9 s of op time.
+        # remaining 11 batches take about 1.1 s on two op workers, well after the 0.3 s.
         timer = threading.Timer(0.3, _thread.interrupt_main)
         with pytest.raises(KeyboardInterrupt):
             for b in loader:
