@@ -81,11 +81,14 @@ class HostResize:
 
 class ResizedOutputs:
     """An op whose outputs leave resized: what the numpy path runs on a CPU loader in place of
-    the op, so the resize happens in the worker that ran it. Picklable when the op is."""
+    the op, so the resize happens in the worker that ran it. ``with_input``: the op's input
+    image leaves resized too, as a first output (the main image of a loader with ops, which
+    would otherwise make a trip of its own through the pool). Picklable when the op is."""
 
-    def __init__(self, op: Any, resize: HostResize) -> None:
+    def __init__(self, op: Any, resize: HostResize, with_input: bool = False) -> None:
         self.op = op
         self.resize = resize
+        self.with_input = with_input
 
     @property
     def name(self) -> str:
@@ -97,10 +100,11 @@ class ResizedOutputs:
 
     @property
     def num_outputs(self) -> int:
-        return self.op.num_outputs
+        return self.op.num_outputs + self.with_input
 
     def apply(self, img: np.ndarray, rng: Any = None) -> tuple[np.ndarray, ...]:
-        return tuple(self.resize(o) for o in self.op.apply(img, rng))
+        outs = tuple(self.resize(o) for o in self.op.apply(img, rng))
+        return (self.resize(img), *outs) if self.with_input else outs
 
 
 class ResizeOnly:

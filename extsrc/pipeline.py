@@ -137,7 +137,8 @@ def build_pipeline(
             return (host is not None and op_paths[op.name] == "numpy"
                     and host_resizable(op.dtype, op.ndim))
 
-        def run(use: tuple[Op, int, Any], img: Any, resized: bool = False) -> list[Any]:
+        def run(use: tuple[Op, int, Any], img: Any, resized: bool = False,
+                with_input: bool = False) -> list[Any]:
             op, occurrence, program = use
             path = op_paths[op.name]
             if path == "native":
@@ -155,11 +156,12 @@ def build_pipeline(
             elif path == "numpy":
                 # A GPU-decoded image comes back to host memory for the user's numpy code.
                 host_img = img.cpu() if img.device == "gpu" else img
-                runs = ResizedOutputs(op, host) if resized and host is not None else op
+                runs = (ResizedOutputs(op, host, with_input=with_input)
+                        if resized and host is not None else op)
                 outs = fn.python_function(
                     host_img, info, function=BatchOpRunner(runs, seed=seed, manifest=manifest,
                                            occurrence=occurrence, pool=op_pool),
-                    num_outputs=op.num_outputs, batch_processing=True,
+                    num_outputs=runs.num_outputs, batch_processing=True,
                 )
             else:  # gpu
                 # Only random ops need the sample identities (for their generators).
@@ -186,7 +188,14 @@ def build_pipeline(
         for use in uses[n_transforms:]:
             fuse = fuses(use[0])
             ok = host_resizable(use[0].dtype, use[0].ndim)
-            images += [(im, fuse, ok) for im in run(use, image, resized=fuse)]
+            # The first op whose worker resizes its outputs also resizes its input, the main
+            # image, when that still needs it: one trip through the pool instead of two (a
+            # copy of every decoded image fewer per batch).
+            carry = fuse and not images[0][1] and images[0][2]
+            outs = run(use, image, resized=fuse, with_input=carry)
+            if carry:
+                images[0] = (outs.pop(0), True, True)
+            images += [(im, fuse, ok) for im in outs]
         finished = []
         for k, (im, done, ok) in enumerate(images):
             if host is not None and ok and not done:

@@ -103,6 +103,46 @@ def test_cpu_loader_outputs_are_one_host_resize_of_each_image(tmp_path, op_worke
     assert seen == 10
 
 
+@pytest.mark.parametrize("op_workers", [0, 2])
+def test_transform_output_resized_by_the_op_that_reads_it(tmp_path, op_workers):
+    manifest = write_dataset(tmp_path, 6, fmt="png", size=(33, 47))
+    decoded = _decoded(manifest)
+    rs = HostResize((16, 20), "shorter_side")
+    with extsrc.Loader(manifest, batch_size=3, resize=(16, 20), transforms=[FLIP], ops=[FLIP],
+                       op_path="numpy", device="cpu", op_workers=op_workers) as loader:
+        seen = 0
+        for batch in loader:
+            for k, i in enumerate(batch["index"].tolist()):
+                np.testing.assert_array_equal(batch["image"][k].numpy(), rs(_flip(decoded[i])))
+                np.testing.assert_array_equal(batch["hostresize_test_flip_0"][k].numpy(),
+                                              rs(decoded[i]))
+                seen += 1
+    assert seen == 6
+
+
+def _python_functions(loader) -> int:
+    pipe = loader._build_pipeline()
+    pipe.build()
+    return sum(type(o._op).__name__ == "PythonFunction" for o in pipe._ops)
+
+
+def test_main_image_is_resized_by_the_first_op_that_resizes_its_outputs(tmp_path):
+    """The decoded image and an op's outputs go through the op pool once per batch: the op's
+    worker resizes its input too. A transform's output feeding ops is resized by the first
+    of them; an op whose outputs the host cannot resize (float) leaves it to a step of its
+    own."""
+    manifest = write_dataset(tmp_path, 4, fmt="png", size=(33, 47))
+    to_float = augment_ops.Op(name="hostresize_test_float2",
+                              fn=lambda img: img.astype(np.float32), dtype=np.float32)
+    two = {"ops": [FLIP, FLIP], "output_map": ["image", "a", "b", "label"]}
+    cases = [({"ops": [FLIP]}, 1), (two, 2),
+             ({"transforms": [FLIP], "ops": [FLIP]}, 2), ({"ops": [to_float]}, 2)]
+    for kwargs, expected in cases:
+        with extsrc.Loader(manifest, batch_size=2, resize=8, op_path="numpy", device="cpu",
+                           op_workers=0, **kwargs) as loader:
+            assert _python_functions(loader) == expected, kwargs
+
+
 def test_float_op_outputs_are_resized_by_dali_and_formats_still_apply(tmp_path):
     def to_float(img):
         return img.astype(np.float32) / 2
