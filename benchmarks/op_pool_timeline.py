@@ -63,9 +63,10 @@ def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
 
     from extsrc.oppool import _worker_env
 
-    saved = dict(os.environ)
+    malloc = {k: v for k, v in _worker_env().items() if k.startswith("MALLOC_")}
+    saved = {k: os.environ.get(k) for k in malloc}
     if worker_malloc:  # read by glibc when each spawned process starts
-        os.environ.update({k: v for k, v in _worker_env().items() if k.startswith("MALLOC_")})
+        os.environ.update(malloc)
     try:
         with mp.get_context("spawn").Pool(procs) as pool:
             pool.map(_spin, [(name, 0.1)] * procs)  # imports done before timing
@@ -73,8 +74,11 @@ def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
             counts = pool.map(_spin, [(name, seconds)] * procs)
             dt = time.perf_counter() - t
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return round(sum(counts) / dt, 1)
 
 

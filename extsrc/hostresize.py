@@ -4,8 +4,9 @@ DALI's CPU resize (linear with antialiasing, its default) takes 3.3 ms for a 500
 to 224x224 on one core; Pillow's bilinear resize, which also widens its filter when shrinking,
 takes 1.6 ms (``benchmarks/cpu_resize_cost.py``). On a machine without a GPU that difference
 decides whether extsrc keeps up with a PyTorch DataLoader, so CPU loaders resize their uint8
-image outputs with Pillow: in the op pool's workers, after the op that made them, or in a
-resize-only step for images no numpy op made. GPU loaders resize with DALI on the GPU.
+image outputs with Pillow: in the op pool's workers, after the op that made them (the main
+image with the outputs of the first such op that reads it), or in a resize-only step for the
+other images. GPU loaders resize with DALI on the GPU.
 
 The sizes follow :class:`extsrc.batchformat.BatchFormat`'s modes: ``"stretch"`` scales each side
 to the requested size; ``"shorter_side"`` scales, keeping the aspect ratio, until the image covers

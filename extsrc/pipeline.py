@@ -76,8 +76,9 @@ def build_pipeline(
     ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
     normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
     made by ``stages`` is left as they make it. Without a GPU, uint8 images are resized by Pillow
-    on the host (:mod:`extsrc.hostresize`): by the numpy-path op that made them, in its worker,
-    or else by a resize-only step through the same pool.
+    on the host (:mod:`extsrc.hostresize`): by the numpy-path op that made them, in its worker
+    (the main image by the first such op that reads it), or else by a resize-only step through
+    the same pool.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
