@@ -571,8 +571,8 @@ class Sym:
         perm[a], perm[b] = perm[b], perm[a]
         return self.transpose(perm)
 
-    def clip(self, a_min: Any = None, a_max: Any = None) -> Any:
-        return _clip(self, a_min, a_max)
+    def clip(self, min: Any = None, max: Any = None, out: Any = None, **kwargs: Any) -> Any:
+        return _np_clip(self, min, max, out, **kwargs)
 
     def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
         return _reduce("sum", self, axis, dtype, keepdims)
@@ -1138,6 +1138,20 @@ def _clip(x: Any, lo: Any, hi: Any) -> Any:
     return out
 
 
+def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
+             min: Any = None, max: Any = None, **kwargs: Any) -> Any:
+    """``np.clip`` and ``ndarray.clip`` with numpy 2's keywords: ``min=``/``max=`` are the
+    bounds; ``out=`` and ufunc keywords (``dtype=``, ``casting=``, ``where=``) are refused, so
+    the op falls back instead of being traced without them."""
+    if out is not None or kwargs:
+        names = ["out"] * (out is not None) + sorted(kwargs)
+        raise TraceError(f"np.clip with {', '.join(n + '=' for n in names)}")
+    if (min is not None or max is not None) and (a_min is not None or a_max is not None):
+        raise TraceError("np.clip with both a_min/a_max and min/max")
+    lo, hi = (min, max) if min is not None or max is not None else (a_min, a_max)
+    return _clip(a, lo, hi)
+
+
 def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
@@ -1346,7 +1360,7 @@ def _method(name: str) -> Callable[..., Any]:
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "clip": lambda a, a_min=None, a_max=None, **kw: _clip(a, a_min, a_max),
+    "clip": lambda a, *args, **kwargs: _np_clip(a, *args, **kwargs),
     "where": lambda c, *ab: _where(c, *ab) if len(ab) == 2 else _refuse("np.where(cond)"),
     "concatenate": _np_concatenate,
     "stack": _np_stack,

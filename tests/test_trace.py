@@ -654,6 +654,38 @@ def test_np_clip_with_constant_bounds_takes_one_operator(name):
         assert "clamp" not in exprs and "max" in exprs and "min" in exprs, exprs
 
 
+CLIP_KEYWORDS = {
+    "np-min-max": lambda img: np.clip(img, min=10, max=200),
+    "np-max-only": lambda img: np.clip(img, max=100),
+    "method-min": lambda img: img.clip(min=50),
+    "method-positional": lambda img: img.clip(20, 90),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLIP_KEYWORDS))
+def test_np_clip_keywords_trace_to_numpy(name):
+    """numpy 2's ``min=``/``max=`` keywords are the bounds (they were once dropped silently)."""
+    program = CLIP_KEYWORDS[name]
+    imgs = [pattern_image(k, h, w) * 4 for k, (h, w) in enumerate([(7, 9), (12, 5)])]
+    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=np.uint8,
+                            ndim=3)
+    outs = _emit_on(traced, imgs)
+    for k, im in enumerate(imgs):
+        assert not np.array_equal(program(im), im)  # the clip changes something
+        np.testing.assert_array_equal(outs[k], program(im), err_msg=name)
+
+
+@pytest.mark.parametrize("call", [
+    lambda img: np.clip(img, 0, 100, dtype=np.int16),
+    lambda img: np.clip(img, 0, 100, casting="unsafe"),
+    lambda img: np.clip(img, 0, 100, min=3),
+    lambda img: img.clip(0, 100, out=np.empty((1,), np.uint8)),
+], ids=["dtype", "casting", "both-bounds", "out"])
+def test_np_clip_keywords_that_are_not_lowered_are_refused(call):
+    with pytest.raises(TraceError, match=r"np\.clip with"):
+        trace_function(call, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
+
+
 @pytest.mark.parametrize("form", ["clip", "written-out"])
 def test_clips_keep_numpy_signed_zero(form):
     """``np.clip`` keeps ``x`` where it equals a bound (-0.0 at 0 stays -0.0); ``np.maximum``
