@@ -396,30 +396,50 @@ def test_seed_must_be_a_non_negative_int(mixed):
 @pytest.mark.slow
 def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
     import _thread
+    import signal
+    import sys
+    import threading
     import time
 
     calls = []
+    main = threading.main_thread().ident
+
+    def main_waits_for_a_batch() -> bool:
+        f = sys._current_frames().get(main)
+        while f is not None:
+            if f.f_code.co_name == "_watch":  # extsrc._dali.run: waiting for DALI's batch
+                return True
+            f = f.f_back
+        return False
 
     @augment_ops.augment_op(name="t_slow", replace=True)
     def _slow(img):
-        # Ctrl-C once, from DALI's thread while the loop waits for a batch: mid-epoch whatever
-        # the machine's speed (a timer could fire after the epoch on a fast one).
+        # Ctrl-C once, from DALI's thread, mid-epoch, at a moment the loop waits inside the
+        # loader for a batch (Ctrl-C in the loop's own code is a `break`: see __iter__).
         calls.append(1)
         if len(calls) == 18:
+            deadline = time.monotonic() + 10
+            while not main_waits_for_a_batch() and time.monotonic() < deadline:
+                time.sleep(0.001)
             _thread.interrupt_main()
         time.sleep(0.01)
         return img
 
     m = read_manifest(write_dataset(tmp_path, 48, fmt="png"))
     got = []
+    # A test run started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and then interrupt_main() does nothing: Python's own handler, for this test.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     # op_path="numpy": traced, the op would lose its side effects (not array code);
     # op_workers=0: it runs in this process, where the interrupt is.
     with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu", num_workers=1,
                 seed=6, op_path="numpy", op_workers=0) as loader:
-        with pytest.raises(KeyboardInterrupt):
-            for b in loader:
-                got += b["index"].tolist()
-                time.sleep(0.01)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                for b in loader:
+                    got += b["index"].tolist()
+        finally:
+            signal.signal(signal.SIGINT, handler)
         assert loader.epoch == 0 and 0 < len(got) < 48
         for b in loader:  # the same epoch, from the batch that was interrupted
             got += b["index"].tolist()
