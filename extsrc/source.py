@@ -209,12 +209,17 @@ class ShardedSource:
             raise StopIteration
         indices, is_pad = self.plan(epoch).batch(b)
         encoded = [self.read(int(i)) for i in indices]
+        return (encoded, *self.labels_and_info(indices, epoch, is_pad))
+
+    def labels_and_info(self, indices: np.ndarray, epoch: int,
+                        is_pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's ``label`` and ``info`` outputs (``INFO_COLUMNS``) for its samples."""
         labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
         info = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
         info[:, 0] = indices
         info[:, 1] = epoch
         info[:, 2] = is_pad
-        return encoded, labels, info
+        return labels, info
 
     def __repr__(self) -> str:
         n = len(self.manifest) if self.indices is None else len(self.indices)

@@ -20,7 +20,7 @@ from extsrc.errors import BadVideoError
 from extsrc.folders import reworded_fix
 from extsrc.orphan import exit_with_parent
 from extsrc.sharding import ShardPlan, shard_plan
-from extsrc.source import INFO_COLUMNS, ShardedSource
+from extsrc.source import ShardedSource
 from extsrc.textsafe import shown
 from extsrc.videoclips import ClipSpec, ShortVideoError, clip_start
 from extsrc.videoprobe import (
@@ -229,10 +229,6 @@ class VideoSource(ShardedSource):
                 data, wanted = window.data, window.frames
             frames[j] = wanted
             encoded.append(data)
-        labels = np.ascontiguousarray(self.manifest.labels[indices], dtype=np.int64)
-        meta = np.empty((len(indices), len(INFO_COLUMNS)), dtype=np.int64)
-        meta[:, 0] = indices
-        meta[:, 1] = epoch
-        meta[:, 2] = is_pad
+        labels, meta = self.labels_and_info(indices, epoch, is_pad)
         return encoded, labels, meta, frames, clip
 
