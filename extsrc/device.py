@@ -1,11 +1,16 @@
-"""Turn the ``device`` argument, written as torch users write it, into a DALI ``device_id``."""
+"""Turn the ``device`` argument, written as torch users write it, into a DALI ``device_id``;
+and the few CUDA driver calls extsrc makes itself (binding a thread to the GPU's context,
+page-locking the op pool's memory)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import numbers
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["cuda_device_count", "resolve_device"]
+__all__ = ["cuda_device_count", "pin_host_memory", "resolve_device", "use_cuda_device"]
 
 
 def cuda_device_count() -> int:
@@ -63,3 +68,64 @@ def resolve_device(device: Any) -> int | None:
             "DALI's CPU-only pipeline, or check CUDA_VISIBLE_DEVICES"
         )
     return index
+
+
+
+
+@functools.cache
+def _libcuda() -> Any:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+def _driver(call: str, *args: Any) -> None:
+    code = int(getattr(_libcuda(), call)(*args))
+    if code != 0:
+        raise RuntimeError(f"the CUDA driver's {call} failed with error {code}")
+
+
+@functools.cache
+def _primary_context(device_id: int) -> ctypes.c_void_p:
+    """GPU ``device_id``'s primary context, retained once for the life of the process (torch
+    and DALI hold it for that long anyway)."""
+    ctx, dev = ctypes.c_void_p(), ctypes.c_int()
+    _driver("cuInit", 0)
+    _driver("cuDeviceGet", ctypes.byref(dev), device_id)
+    _driver("cuDevicePrimaryCtxRetain", ctypes.byref(ctx), dev)
+    return ctx
+
+
+def use_cuda_device(device_id: int) -> None:
+    """Make GPU ``device_id``'s primary CUDA context (the one torch and DALI use) current in
+    the calling thread, whichever thread it is.
+
+    ``torch.cuda.set_device`` alone leaves a thread without a context when the device already
+    is the thread's current one (device 0): driver calls made there fail with
+    ``CUDA_ERROR_INVALID_CONTEXT`` (seen on an H100, from a second thread that fed CUDA tensors
+    to a DALI pipeline). So the driver API binds the context itself."""
+    import torch
+
+    torch.cuda.set_device(device_id)
+    _driver("cuCtxSetCurrent", _primary_context(device_id))
+
+
+def pin_host_memory(address: int, size: int, device_id: int) -> Callable[[], None] | None:
+    """Page-lock ``size`` bytes at ``address`` for GPU ``device_id`` (direct DMA copies);
+    returns what undoes it, or ``None`` where the driver refuses (the memory then stays
+    pageable: slower copies, same results). Through the driver API, from any thread: the
+    runtime API records a refusal as its last error, which torch then raises at its next
+    check, from an unrelated call (seen on an H100: a ``cudaHostRegister`` refused with
+    ``cudaErrorHostMemoryAlreadyRegistered`` came back as an op's ``AcceleratorError``)."""
+    use_cuda_device(device_id)
+    try:
+        _driver("cuMemHostRegister_v2", ctypes.c_void_p(address), ctypes.c_size_t(size), 0)
+    except RuntimeError:
+        return None
+
+    def undo() -> None:
+        use_cuda_device(device_id)
+        try:
+            _driver("cuMemHostUnregister", ctypes.c_void_p(address))
+        except RuntimeError:
+            pass  # not registered any more (a context reset): nothing to undo
+
+    return undo

@@ -38,6 +38,7 @@ import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
+from extsrc.device import pin_host_memory
 from extsrc.errors import ExtsrcError, OpError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
@@ -274,18 +275,12 @@ def _copies_done() -> None:
     torch.cuda.current_stream().synchronize()
 
 
-def _pin(m: Any) -> Callable[[], None] | None:
+def _pin(m: Any, device_id: int) -> Callable[[], None] | None:
     """Page-lock a map of the op pool's memory, so copies to and from the GPU are direct DMA;
     left pageable (slower copies, same results) where CUDA refuses. Returns the undo."""
     import ctypes
 
-    import torch
-
-    ptr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    cudart = torch.cuda.cudart()
-    if int(cudart.cudaHostRegister(ptr, len(m), 0)) != 0:
-        return None
-    return lambda: cudart.cudaHostUnregister(ptr)
+    return pin_host_memory(ctypes.addressof(ctypes.c_char.from_buffer(m)), len(m), device_id)
 
 
 @functools.cache
@@ -317,7 +312,7 @@ class DeviceBatchOpRunner(BatchOpRunner):
         super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence, pool=pool)
         self.device_id = device_id
         if pool.kind == "process" and pool.on_map is None:
-            pool.on_map = _pin
+            pool.on_map = functools.partial(_pin, device_id=device_id)
         # The previous batch's outputs: DALI copies them on its own stream after this call
         # returns, and synchronises that stream before the next call, when they can go.
         self._previous: list[Any] = []

@@ -489,3 +489,33 @@ def test_gpu_loader_pool_gives_the_serial_batches(tmp_path, kind):
     for a, b in zip(serial, pooled, strict=True):
         for k in a:
             assert a[k].equal(b[k]), k
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
+def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
+    import ctypes
+    import mmap
+    import threading
+
+    import torch
+
+    from extsrc.device import pin_host_memory
+
+    m = mmap.mmap(-1, 1 << 20)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    undo = pin_host_memory(address, len(m), 0)
+    assert undo is not None
+    # The same range again is refused (already registered): None, and no error left behind
+    # for torch's next check to raise.
+    assert pin_host_memory(address, len(m), 0) is None
+    x = torch.ones(4, device="cuda:0") * 2
+    torch.cuda.synchronize()
+    assert x.sum().item() == 8
+    # Undone from another thread, which starts without a current context.
+    t = threading.Thread(target=undo)
+    t.start()
+    t.join()
+    again = pin_host_memory(address, len(m), 0)
+    assert again is not None
+    again()
