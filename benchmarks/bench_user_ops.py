@@ -11,8 +11,6 @@ to ``--resize`` (224x224), with labels, batch 128, over generated 500x375 JPEGs
   after another in DALI's thread (``op_workers=0``);
 - ``pool``: the numpy path with its op pool of worker processes (``op_pool="process"``,
   ``--op-workers``, default: every core), the automatic choice for ops that do not trace;
-  the pool works beside DALI, between a decoding and a resizing pipeline (``extsrc.stage``);
-- ``pool_inline``: the same pool inside one pipeline (``op_overlap=False``);
 - ``threads``: the numpy path with a pool of threads (``op_pool="thread"``);
 - ``dataloader``: a PyTorch ``DataLoader``, one worker per core, PIL decoding, the same numpy op,
   PIL bilinear resizes.
@@ -54,10 +52,10 @@ sys.path.insert(0, str(HERE.parent))
 HAND_WRITTEN = ("tiles", "random_flip", "jitter", "gray", "cutout")
 #: Epochs one iteration of the DataLoader baseline covers (see ``dataloader_epochs``).
 DL_EPOCHS = 8
-PATHS = ("auto", "gpu", "numpy", "pool", "pool_inline", "threads", "dataloader", "handwritten")
-#: The numpy path's variants: (op_workers given by --op-workers?, op_pool, op_overlap).
-NUMPY_VARIANTS = {"numpy": (False, "process", True), "pool": (True, "process", True),
-                  "pool_inline": (True, "process", False), "threads": (True, "thread", True)}
+PATHS = ("auto", "gpu", "numpy", "pool", "threads", "dataloader", "handwritten")
+#: The numpy path's variants: (op_workers given by --op-workers?, op_pool).
+NUMPY_VARIANTS = {"numpy": (False, "process"), "pool": (True, "process"),
+                  "threads": (True, "thread")}
 
 
 class Epochs:
@@ -198,13 +196,13 @@ def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_de
 
 
 def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, threads, workers,
-                  device, op_workers=None, op_pool="process", op_overlap=True):
+                  device, op_workers=None, op_pool="process"):
     import extsrc
 
     loader = extsrc.Loader(manifest, batch_size=batch_size, transforms=transforms, ops=ops,
                            op_path=op_path, resize=resize, device=device, num_threads=threads,
                            num_workers=workers, last_batch="partial", op_workers=op_workers,
-                           op_pool=op_pool, op_overlap=op_overlap,
+                           op_pool=op_pool,
                            resize_mode="stretch")  # as the ceiling and the DataLoader resize
 
     return Epochs(loader, op_paths=loader.op_paths)
@@ -341,13 +339,11 @@ def main(argv=None) -> int:
                         str(manifest), transforms=tr, ops=ops, workers=dl_workers, gpu=gpu,
                         **common))
             elif p in NUMPY_VARIANTS:
-                pooled, kind, overlap = NUMPY_VARIANTS[p]
+                pooled, kind = NUMPY_VARIANTS[p]
                 variants[f"{entry}:{p}"] = (
-                    lambda tr=tr, ops=ops, pooled=pooled, kind=kind, overlap=overlap:
-                    extsrc_epochs(
+                    lambda tr=tr, ops=ops, pooled=pooled, kind=kind: extsrc_epochs(
                         str(manifest), transforms=tr, ops=ops, op_path="numpy", device=device,
-                        op_workers=args.op_workers if pooled else 0, op_pool=kind,
-                        op_overlap=overlap, **dali_kw))
+                        op_workers=args.op_workers if pooled else 0, op_pool=kind, **dali_kw))
             else:
                 variants[f"{entry}:{p}"] = (
                     lambda tr=tr, ops=ops, p=p: extsrc_epochs(
@@ -416,7 +412,7 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
         for other in ("numpy", "dataloader"):
             if tp.get(f"{entry}:{other}"):
                 row[f"auto/{other}"] = round(auto / tp[f"{entry}:{other}"], 2)
-                for pooled in ("pool", "pool_inline", "threads"):
+                for pooled in ("pool", "threads"):
                     if tp.get(f"{entry}:{pooled}"):
                         row[f"{pooled}/{other}"] = round(
                             tp[f"{entry}:{pooled}"] / tp[f"{entry}:{other}"], 2)
@@ -443,8 +439,6 @@ PAIRS = {"auto/ceiling": ("{e}:auto", "ceiling"),
          "auto/handwritten": ("{e}:auto", "{e}:handwritten"),
          "pool/numpy": ("{e}:pool", "{e}:numpy"),
          "pool/dataloader": ("{e}:pool", "{e}:dataloader"),
-         "pool/pool_inline": ("{e}:pool", "{e}:pool_inline"),
-         "pool_inline/dataloader": ("{e}:pool_inline", "{e}:dataloader"),
          "threads/numpy": ("{e}:threads", "{e}:numpy"),
          "threads/dataloader": ("{e}:threads", "{e}:dataloader")}
 
@@ -471,9 +465,9 @@ def print_table(results: dict) -> None:
     no_op = results["throughput"].get("extsrc_resize", {}).get("images_per_s", 0)
     print(f"\nceiling {ceiling:,.0f} images/s; extsrc, no op: {no_op:,.0f}"
           f" ({results['extsrc_resize/ceiling']}x)")
-    print(f"| op | {' | '.join(PATHS)} | auto/ceiling | auto/handwritten | pool/numpy | "
-          "pool/dataloader | auto paths |")
-    print("|---|" + "---:|" * (len(PATHS) + 4) + "---|")
+    print("| op | auto | gpu | numpy | pool | threads | DataLoader | hand-written DALI |"
+          " auto/ceiling | auto/hand-written | pool/numpy | pool/DataLoader | auto paths |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in results["table"]:
         paired = {k: v["median"] for k, v in row.get("paired", {}).items()}
         if paired:

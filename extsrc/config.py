@@ -252,8 +252,7 @@ class LoaderConfig:
     core count. ``start_method`` ``None`` picks ``"spawn"`` on a GPU (safe after CUDA is
     initialised) and ``"fork"`` on the CPU (``"spawn"`` there too once CUDA is up in the process,
     as DALI cannot fork then). ``op_workers`` and ``op_pool`` size and choose the pool that runs
-    the numpy path's ops (:mod:`extsrc.oppool`; see :attr:`op_pool_workers`); ``op_overlap``
-    lets that pool work beside DALI's reading, decoding and resizing (see :attr:`split`).
+    the numpy path's ops (:mod:`extsrc.oppool`; see :attr:`op_pool_workers`).
     """
 
     batch_size: int
@@ -274,7 +273,6 @@ class LoaderConfig:
     op_path: str | tuple[tuple[str, str], ...] | None = None
     op_workers: int | None = None
     op_pool: str = "process"
-    op_overlap: bool = True
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
@@ -390,8 +388,6 @@ class LoaderConfig:
         check_seed(self.seed)  # the shard plan's rule: an int in [0, 2**63)
         object.__setattr__(self, "seed", int(self.seed))
         object.__setattr__(self, "shuffle", argcheck.check_bool(self.shuffle, "Loader: shuffle"))
-        object.__setattr__(self, "op_overlap",
-                           argcheck.check_bool(self.op_overlap, "Loader: op_overlap"))
         for name, allowed in (("last_batch", _LAST_BATCH), ("decoder", ("auto", "cpu", "mixed")),
                               ("start_method", (None, *_START_METHODS)),
                               ("op_pool", POOL_KINDS)):
@@ -447,13 +443,6 @@ class LoaderConfig:
         if self.op_workers is not None:
             return self.op_workers
         return cores_per_process()
-
-    @property
-    def split(self) -> bool:
-        """Whether the numpy path runs between two DALI pipelines (:mod:`extsrc.stage`):
-        ``op_overlap``, an op pool, and every op and transform on the numpy path."""
-        return (self.op_overlap and self.op_pool_workers > 1
-                and all(path == "numpy" for _, path in self.op_paths))
 
     @property
     def method(self) -> str:

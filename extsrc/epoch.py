@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from extsrc._dali.run import PipelineRun, WorkersDied
 from extsrc.errors import PipelineError
 from extsrc.failures import InFlight, worker_died
-from extsrc.stage import StageFailure
 
 if TYPE_CHECKING:
     from extsrc.loader import Loader
@@ -72,12 +71,6 @@ class Epoch(Iterator[dict[str, Any]]):
             # abandoned), so the next `for` restarts cleanly at this same batch.
             self.close()
             raise
-        except StageFailure as f:  # split pipelines: the batch it happened on, ahead of `pos`
-            at = InFlight(loader.source, f.epoch, f.batch)
-            err = f.error if isinstance(f.error, Exception) else PipelineError(repr(f.error))
-            err = loader._explain(err, at)
-            self.close()
-            raise err from None
         except Exception as e:
             err = loader._explain(e, self._in_flight())
             self.close()  # workers and threads stop now; the position stays at this batch

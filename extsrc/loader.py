@@ -43,7 +43,6 @@ from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int
 from extsrc.source import ShardedSource
-from extsrc.stage import SplitPipelines, SplitRun
 from extsrc.state import check_state, describe_ops, describe_stages, make_state
 
 __all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig"]
@@ -89,11 +88,7 @@ class Loader:
     ``LOCAL_WORLD_SIZE`` under torchrun; ``0``: one after another in DALI's thread) worker
     processes (``op_pool="process"``, started at the first batch, ended by :meth:`close`) or
     threads (``op_pool="thread"``: no copies, for ops that release the GIL, as numpy's array
-    loops and OpenCV do). The batches are the same whatever the number of workers. When every
-    op and transform runs on the numpy path, the pool works beside DALI: one pipeline reads and
-    decodes, a thread of extsrc runs the ops through the pool, a second pipeline resizes
-    (:mod:`extsrc.stage`); ``op_overlap=False`` keeps the ops inside one pipeline, where the
-    pool waits while DALI decodes and resizes.
+    loops and OpenCV do). The batches are the same whatever the number of workers.
     ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
     forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
@@ -164,7 +159,6 @@ class Loader:
         op_path: str | Mapping[str, str] | None = None,
         op_workers: int | None = None,
         op_pool: str = "process",
-        op_overlap: bool = True,
         stages: Sequence[Any] = (),
         decoder: str = "auto",
         hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD,
@@ -209,7 +203,7 @@ class Loader:
             last_batch=last_batch, device_id=resolve_device(device), num_workers=num_workers,
             num_threads=num_threads, start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
-            op_workers=op_workers, op_pool=op_pool, op_overlap=op_overlap,
+            op_workers=op_workers, op_pool=op_pool,
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
             layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
         )
@@ -436,14 +430,10 @@ class Loader:
             c = self.config
             pipe = self._build_pipeline()
             self.pipeline_builds += 1
-            names = [*c.output_names, *self._hidden_outputs]
-            if isinstance(pipe, SplitPipelines):
-                self._run = SplitRun(pipe, names, workers=c.workers, device_id=c.device_id,
-                                     watchdog=self.watchdog, start_epoch=epoch,
-                                     start_batch=batch, pool=self.op_pool)
-            else:
-                self._run = PipelineRun(pipe, names, workers=c.workers, device_id=c.device_id,
-                                        watchdog=self.watchdog)
+            self._run = PipelineRun(
+                pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
+                device_id=c.device_id, watchdog=self.watchdog,
+            )
         return self._run
 
     #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`).
@@ -458,7 +448,7 @@ class Loader:
             hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
             device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
             start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-            op_pool=self.op_pool, split=c.split,
+            op_pool=self.op_pool,
         )
 
     def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -198,17 +198,16 @@ class BatchOpRunner:
         RAISED.append(err)
         return err
 
-    def run_batch(self, images: Sequence[np.ndarray], infos: Any) -> list[tuple[Any, ...]]:
-        """The op on every sample, in order: a tuple of outputs per sample. ``infos``: one row
-        per sample, (manifest index, epoch, is_pad) (see extsrc.source.INFO_COLUMNS). The
-        pool's outputs are views of its workers' memory, valid until this op's next batch."""
-        if self.pool is not None and len(images) > 1:
-            return self.pool.run(self, images, infos)
-        return [self.run_one(im, int(info[0]), int(info[1]))
-                for im, info in zip(images, infos, strict=True)]
-
     def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
-        return _transpose(self.run_batch(images, infos), self.op.num_outputs)
+        # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
+        if self.pool is not None and len(images) > 1:
+            results = self.pool.run(self, images, infos)
+        else:
+            results = [
+                self.run_one(im, int(info[0]), int(info[1]))
+                for im, info in zip(images, infos, strict=True)
+            ]
+        return _transpose(results, self.op.num_outputs)
 
 
 class GpuBatchOpRunner(BatchOpRunner):
@@ -325,19 +324,7 @@ class DeviceBatchOpRunner(BatchOpRunner):
         with torch.cuda.device(self.device_id):
             imgs = [from_dlpack(x) for x in images]
             rows = torch.stack([from_dlpack(x) for x in infos]).cpu().numpy()
-            outs = self.run_batch(imgs, rows)
-        self._previous = outs
-        capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]
-        return _transpose(capsules, self.op.num_outputs)
-
-    def run_batch(self, images: Sequence[Any], infos: Any) -> list[tuple[Any, ...]]:
-        """The op on every sample of CUDA tensors ``images``: per sample, a tuple of CUDA
-        tensors of its own (uploaded from the workers' memory; the copies are done when this
-        returns). ``infos``: the rows of :meth:`BatchOpRunner.run_batch`, on the host."""
-        import torch
-
-        assert self.pool is not None
-        with torch.cuda.device(self.device_id):
+            assert self.pool is not None
             device = torch.device("cuda", self.device_id)
             if self.pool.kind == "process":
                 # One upload per chunk of samples, as its reply arrives: its outputs lie
@@ -351,16 +338,19 @@ class DeviceBatchOpRunner(BatchOpRunner):
                             for s in placed]
 
                 try:
-                    return self.pool.run(self, [_DeviceImage(t) for t in images], infos,
+                    outs = self.pool.run(self, [_DeviceImage(t) for t in imgs], rows,
                                          copy_in=_copy_device_image, copied=_copies_done,
                                          on_outputs=upload)
                 finally:  # also when a sample failed: earlier chunks' uploads may still run
                     torch.cuda.current_stream().synchronize()  # the pool's memory is free
-            results = self.pool.run(self, [t.cpu().numpy() for t in images], infos)
-            outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device)
-                          for o in sample) for sample in results]
-            torch.cuda.current_stream().synchronize()
-            return outs
+            else:
+                results = self.pool.run(self, [t.cpu().numpy() for t in imgs], rows)
+                outs = [tuple(torch.from_numpy(np.ascontiguousarray(o)).to(device)
+                              for o in sample) for sample in results]
+                torch.cuda.current_stream().synchronize()
+        self._previous = outs
+        capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]
+        return _transpose(capsules, self.op.num_outputs)
 
 
 class SizeCheck:

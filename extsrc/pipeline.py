@@ -21,7 +21,6 @@ from extsrc.oppaths import (
 )
 from extsrc.oppool import OpPool
 from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
-from extsrc.stage import SplitPipelines, StageRecorder
 
 __all__ = ["build_pipeline", "default_output_names"]
 
@@ -59,7 +58,6 @@ def build_pipeline(
     hw_decoder_load: float | None = None,
     batch_format: BatchFormat | None = None,
     op_pool: OpPool | None = None,
-    split: bool = False,
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
@@ -82,12 +80,6 @@ def build_pipeline(
     (the main image by the first such op that reads it), or else by a resize-only step through
     the same pool.
 
-    ``split`` (every op on the numpy path, with an op pool): instead of one pipeline, a
-    :class:`~extsrc.stage.SplitPipelines`: a front pipeline that reads and decodes, the numpy
-    ops as a :class:`~extsrc.stage.NumpyStage` that a thread of extsrc runs through the op
-    pool, and a back pipeline that receives the stage's images and finishes them (see
-    :mod:`extsrc.stage` for why).
-
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
     """
@@ -96,20 +88,17 @@ def build_pipeline(
 
     gpu = device_id is not None
     manifest = source.manifest  # info's indices refer to it
-
-    def new_pipeline() -> Any:
-        return Pipeline(
-            batch_size=source.batch_size,
-            num_threads=num_threads,
-            device_id=device_id,
-            # DALI's own randomness (the presets' crops and flips) must differ between shards
-            # and continue differently after a resume; numpy ops do not use it.
-            seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
-            prefetch_queue_depth=prefetch_queue_depth,
-            py_num_workers=max(1, num_workers),
-            py_start_method=start_method,
-        )
-
+    pipe = Pipeline(
+        batch_size=source.batch_size,
+        num_threads=num_threads,
+        device_id=device_id,
+        # DALI's own randomness (the presets' crops and flips) must differ between shards and
+        # continue differently after a resume; numpy ops do not use it.
+        seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
+        prefetch_queue_depth=prefetch_queue_depth,
+        py_num_workers=max(1, num_workers),
+        py_start_method=start_method,
+    )
     # Batches the readers prepare ahead: DALI's default, 1, keeps one reader busy at a time.
     # One per reader took extsrc from 12-15k to 18-19k images/s on an H100
     # (benchmarks/README.md, "Reader depth"). DALI takes the argument only with readers.
@@ -125,18 +114,24 @@ def build_pipeline(
                    if op_paths[op.name] == "native" else None)
         uses.append((op, occurrence, program))
     programs = [p for _, _, p in uses if p is not None]
-    if split and (programs or any(op_paths[op.name] != "numpy" for op, _, _ in uses)):
-        raise ValueError("split pipelines take ops on the numpy path only")
-    if decoder == "auto":
-        decoder = "mixed" if gpu else "cpu"
-    fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
-    host = (HostResize(resize, fmt.resize_mode)
-            if not gpu and resize is not None and not stages else None)
-
-    def augment(image: Any, info: Any, drawn: Any, step: Any) -> list[tuple[Any, bool]]:
-        """The transforms and ops on the decoded ``image``: every image output, with whether it
-        is resized already. ``step(runner, image, num_outputs)`` places a numpy-path runner:
-        in the DALI graph, or in the numpy stage of split pipelines."""
+    with pipe:
+        encoded, label, info, *values = fn.external_source(
+            source=ReaderValues(source, programs) if programs else source,
+            num_outputs=len(SOURCE_OUTPUTS) + sum(len(p.nodes) for p in programs),
+            batch=True,
+            batch_info=True,
+            **readers,
+        )
+        if decoder == "auto":
+            decoder = "mixed" if gpu else "cpu"
+        decode_kw = {}
+        if decoder == "mixed" and hw_decoder_load is not None:
+            decode_kw["hw_decoder_load"] = float(hw_decoder_load)
+        image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
+        drawn = iter(values)  # the readers' values, in the order of `programs`
+        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
+        host = (HostResize(resize, fmt.resize_mode)
+                if not gpu and resize is not None and not stages else None)
 
         def fuses(op: Op) -> bool:
             """Whether the op's numpy runner resizes its outputs itself (see hostresize)."""
@@ -149,28 +144,37 @@ def build_pipeline(
             path = op_paths[op.name]
             if path == "native":
                 mine = [next(drawn) for _ in program.nodes] if program is not None else []
-                return native_outputs(op, img, info, manifest=manifest, sample_values=mine)
-            if path == "numpy" and img.device == "gpu" and op_pool is not None:
+                outs = native_outputs(op, img, info, manifest=manifest, sample_values=mine)
+            elif path == "numpy" and img.device == "gpu" and op_pool is not None:
                 # The op pool copies GPU images into its own memory and uploads the outputs.
-                return step(DeviceBatchOpRunner(op, seed=seed, manifest=manifest,
-                                                occurrence=occurrence, pool=op_pool,
-                                                device_id=device_id), img, op.num_outputs)
-            if path == "numpy":
+                outs = fn.dl_tensor_python_function(
+                    img, fn.copy(info).gpu(),
+                    function=DeviceBatchOpRunner(op, seed=seed, manifest=manifest,
+                                                 occurrence=occurrence, pool=op_pool,
+                                                 device_id=device_id),
+                    num_outputs=op.num_outputs, batch_processing=True, device="gpu",
+                )
+            elif path == "numpy":
+                # A GPU-decoded image comes back to host memory for the user's numpy code.
+                host_img = img.cpu() if img.device == "gpu" else img
                 runs = (ResizedOutputs(op, host, with_input=with_input)
                         if resized and host is not None else op)
-                return step(BatchOpRunner(runs, seed=seed, manifest=manifest,
-                                          occurrence=occurrence, pool=op_pool),
-                            img, runs.num_outputs)
-            # gpu. Only random ops need the sample identities (for their generators).
-            # A copy: a CPU node that also feeds a GPU transfer is placed in pinned memory,
-            # which torch.from_dlpack rejects when `info` is handed to torch (seen on H100).
-            extra = [fn.copy(info).gpu()] if op.random else []
-            outs = fn.python_function(
-                img.gpu(), *extra,
-                function=GpuBatchOpRunner(op, seed=seed, manifest=manifest,
-                                          occurrence=occurrence),
-                num_outputs=op.num_outputs, batch_processing=True, device="gpu",
-            )
+                outs = fn.python_function(
+                    host_img, info, function=BatchOpRunner(runs, seed=seed, manifest=manifest,
+                                           occurrence=occurrence, pool=op_pool),
+                    num_outputs=runs.num_outputs, batch_processing=True,
+                )
+            else:  # gpu
+                # Only random ops need the sample identities (for their generators).
+                # A copy: a CPU node that also feeds a GPU transfer is placed in pinned memory,
+                # which torch.from_dlpack rejects when `info` is handed to torch (seen on H100).
+                extra = [fn.copy(info).gpu()] if op.random else []
+                outs = fn.python_function(
+                    img.gpu(), *extra,
+                    function=GpuBatchOpRunner(op, seed=seed, manifest=manifest,
+                                              occurrence=occurrence),
+                    num_outputs=op.num_outputs, batch_processing=True, device="gpu",
+                )
             return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
         # (image, whether it is resized already, whether the host may resize it)
@@ -197,15 +201,15 @@ def build_pipeline(
         for k, (im, done, ok) in enumerate(images):
             if host is not None and ok and not done:
                 # A resize-only step on the host, through the pool (see hostresize).
-                (im,) = step(BatchOpRunner(ResizeOnly(host), seed=seed, manifest=manifest,
-                                           occurrence=k, pool=op_pool), im, 1)
+                im = fn.python_function(
+                    im, info, function=BatchOpRunner(ResizeOnly(host), seed=seed,
+                                                     manifest=manifest, occurrence=k,
+                                                     pool=op_pool),
+                    num_outputs=1, batch_processing=True,
+                )
                 done = True
             finished.append((im, done))
-        return finished
-
-    def finish(finished: list[tuple[Any, bool]], label: Any, info: Any) -> list[Any]:
-        """The pipeline's outputs from the image outputs (with whether each is resized)."""
-        images = [im.gpu() if gpu and im.device != "gpu" else im for im, _ in finished]
+        images = [im.gpu() if gpu else im for im, _ in finished]
         if gpu:
             label = label.gpu()
         main, extra_images = images[0], images[1:]
@@ -215,56 +219,5 @@ def build_pipeline(
             main = fmt.finish(main, None if finished[0][1] else resize)
         for stage in stages:  # the stages make the main image in their own format
             main = stage(main, gpu=gpu)
-        return [main, *extra_images, label, info]
-
-    def in_graph(info: Any) -> Any:
-        def step(runner: Any, img: Any, num_outputs: int) -> list[Any]:
-            if isinstance(runner, DeviceBatchOpRunner):
-                outs = fn.dl_tensor_python_function(
-                    img, fn.copy(info).gpu(), function=runner, num_outputs=num_outputs,
-                    batch_processing=True, device="gpu",
-                )
-            else:
-                # A GPU-decoded image comes back to host memory for the user's numpy code.
-                host_img = img.cpu() if img.device == "gpu" else img
-                outs = fn.python_function(host_img, info, function=runner,
-                                          num_outputs=num_outputs, batch_processing=True)
-            return list(outs) if isinstance(outs, (tuple, list)) else [outs]
-
-        return step
-
-    front = new_pipeline()
-    with front:
-        encoded, label, info, *values = fn.external_source(
-            source=ReaderValues(source, programs) if programs else source,
-            num_outputs=len(SOURCE_OUTPUTS) + sum(len(p.nodes) for p in programs),
-            batch=True,
-            batch_info=True,
-            **readers,
-        )
-        decode_kw = {}
-        if decoder == "mixed" and hw_decoder_load is not None:
-            decode_kw["hw_decoder_load"] = float(hw_decoder_load)
-        image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
-        if split:
-            front.set_outputs(image, label, info)
-        else:
-            finished = augment(image, info, iter(values), in_graph(info))
-            front.set_outputs(*finish(finished, label, info))
-    if not split:
-        return front
-    # The numpy stage: the same steps, recorded for the stage's thread instead of placed in a
-    # graph; the back pipeline receives the images they make.
-    recorder = StageRecorder(device_id=device_id)
-    finished = augment(recorder.input, None, iter(()), recorder)
-    stage = recorder.stage([im for im, _ in finished])
-    back = new_pipeline()
-    with back:
-        feed = stage.feed
-        outs = fn.external_source(source=feed.images, num_outputs=len(stage.outputs),
-                                  device="gpu" if gpu else "cpu", batch=True)
-        label, info = fn.external_source(source=feed.meta, num_outputs=2, batch=True)
-        by_slot = dict(zip(stage.outputs, outs, strict=True))
-        back.set_outputs(*finish([(by_slot[im.index], done) for im, done in finished],
-                                 label, info))
-    return SplitPipelines(front, back, stage)
+        pipe.set_outputs(main, *extra_images, label, info)
+    return pipe

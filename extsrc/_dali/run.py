@@ -51,9 +51,6 @@ class PipelineRun:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         self.pipe = pipe
-        #: The pipeline whose worker processes run the source (another one's for split
-        #: pipelines, see :mod:`extsrc.stage`).
-        self.reader_pipe = pipe
         self._workers = workers
         self._device_id = device_id
         self._watchdog = watchdog
@@ -73,12 +70,8 @@ class PipelineRun:
         not raise), instead of :class:`~extsrc.errors.DaliVersionError`."""
         if self._workers == 0 or self.pipe is None:
             return []
-        return self._processes_of(self.pipe, strict)
-
-    @staticmethod
-    def _processes_of(pipe: Any, strict: bool) -> list[Any]:
         try:
-            return worker_processes(pipe)
+            return worker_processes(self.pipe)
         except DaliVersionError:
             if strict:
                 raise
@@ -99,14 +92,10 @@ class PipelineRun:
         try:
             return self._watch(future, procs)
         except KeyboardInterrupt:
-            self._interrupted()
             # Never leave DALI's call running while another thread touches the iterator.
             if not wait([future], 5.0).done:
                 self.stuck = True
             raise
-
-    def _interrupted(self) -> None:
-        """Called on Ctrl-C while the helper thread waits for DALI (a hook for split runs)."""
 
     def _call(self) -> Any:
         """``next()`` for the helper thread, on the caller's CUDA stream: torch's current
@@ -135,7 +124,7 @@ class PipelineRun:
             if now - dead_since < DEAD_WORKER_GRACE:
                 continue
             stop_processes(procs)
-            wake_queues(self.reader_pipe, len(procs))
+            wake_queues(self.pipe, len(procs))
             if not wait([future], 2.0).done:
                 self.stuck = True  # abandoned: close() will not wait on that pipeline
             raise WorkersDied(dead)
