@@ -284,7 +284,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bound", action="store_true",
                     help="also time each single-op entry's op alone (no decoding, no resizing) "
                          "in one process and in one process per core, with the op workers' "
-                         "malloc settings: the most any numpy path can deliver")
+                         "malloc settings: the most any numpy path can deliver; on every core "
+                         "also over 64 distinct images, out of the caches as in the pool")
     ap.add_argument("--out", default=None, help="write the full results as JSON here")
     args = ap.parse_args(argv)
 
@@ -377,7 +378,10 @@ def main(argv=None) -> int:
             (name,) = (*tr, *ops)
             results["bound"][entry] = {
                 "1_process": compute_bound(name, 1, worker_malloc=True),
-                f"{cores}_processes": compute_bound(name, cores, worker_malloc=True)}
+                f"{cores}_processes": compute_bound(name, cores, worker_malloc=True),
+                # Images out of the caches, as the pool gets them (DMA'd into its memory).
+                f"{cores}_processes_64_images": compute_bound(name, cores, worker_malloc=True,
+                                                              images=64)}
             print(f"[bound] {entry}: {results['bound'][entry]}", flush=True)
     runs: dict[str, list[dict]] = {}
     for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
@@ -422,6 +426,10 @@ def summarise(results: dict, runs: dict[str, list[dict]], suite: dict, *, rounds
         if bound and tp.get(f"{entry}:dataloader"):
             # The op alone on every core, over the DataLoader: above this no numpy path goes.
             row["bound/dataloader"] = round(max(bound.values()) / tp[f"{entry}:dataloader"], 2)
+        cold = (bound or {}).get(f"{results['machine']['cpu_cores']}_processes_64_images")
+        if cold and tp.get(f"{entry}:pool"):
+            # How much of the op's speed on out-of-cache images the pool keeps.
+            row["pool/cold_bound"] = round(tp[f"{entry}:pool"] / cold, 2)
         table.append(row)
     results["table"] = table
     results["ceiling_images_per_s"] = tp.get("ceiling")

@@ -37,16 +37,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
-def _spin(args: tuple[str, float]) -> int:
-    """Images the op handles in ``seconds`` in this process."""
-    name, seconds = args
+def _spin(args: tuple[str, float, int]) -> int:
+    """Images the op handles in ``seconds`` in this process, cycling over ``images`` distinct
+    images (8 stay in the caches; 64, 36 MB a process, do not, as in the op pool)."""
+    name, seconds, images = args
     import user_ops  # noqa: F401  (registers the ops)
 
     import augment_ops
 
     op = augment_ops.get(name)
     rng = np.random.default_rng(0)
-    imgs = [rng.integers(0, 255, (375, 500, 3), dtype=np.uint8) for _ in range(8)]
+    imgs = [rng.integers(0, 255, (375, 500, 3), dtype=np.uint8) for _ in range(images)]
     n, t = 0, time.perf_counter()
     while time.perf_counter() - t < seconds:
         for im in imgs:
@@ -56,9 +57,10 @@ def _spin(args: tuple[str, float]) -> int:
 
 
 def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
-                  worker_malloc: bool = False) -> float:
+                  worker_malloc: bool = False, images: int = 8) -> float:
     """Images/s of the op alone in ``procs`` processes at once; ``worker_malloc``: with the op
-    pool workers' malloc settings (``extsrc.oppool._worker_env``), as the op pool runs it."""
+    pool workers' malloc settings (``extsrc.oppool._worker_env``), as the op pool runs it;
+    ``images``: distinct images each process cycles over (see ``_spin``)."""
     import multiprocessing as mp
 
     from extsrc.oppool import _worker_env
@@ -69,9 +71,9 @@ def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
         os.environ.update(malloc)
     try:
         with mp.get_context("spawn").Pool(procs) as pool:
-            pool.map(_spin, [(name, 0.1)] * procs)  # imports done before timing
+            pool.map(_spin, [(name, 0.1, images)] * procs)  # imports done before timing
             t = time.perf_counter()
-            counts = pool.map(_spin, [(name, seconds)] * procs)
+            counts = pool.map(_spin, [(name, seconds, images)] * procs)
             dt = time.perf_counter() - t
     finally:
         for k, v in saved.items():
