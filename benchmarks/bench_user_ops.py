@@ -61,8 +61,9 @@ NUMPY_VARIANTS = {"numpy": (False, "process"), "pool": (True, "process"),
 class Epochs:
     """One variant under measurement: ``epoch()`` iterates one epoch; ``close()`` lets it go."""
 
-    def __init__(self, iterable, *, gpu: bool = False, op_paths=None) -> None:
+    def __init__(self, iterable, *, gpu: bool = False, op_paths=None, dali=None) -> None:
         self.iterable, self.gpu, self.op_paths = iterable, gpu, op_paths
+        self.dali = dali  # extsrc: the DALI threads and readers the loader chose
 
     def epoch(self):
         for batch in self.iterable:
@@ -205,7 +206,8 @@ def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, thr
                            op_pool=op_pool,
                            resize_mode="stretch")  # as the ceiling and the DataLoader resize
 
-    return Epochs(loader, op_paths=loader.op_paths)
+    return Epochs(loader, op_paths=loader.op_paths,
+                  dali={"threads": loader.config.threads, "readers": loader.config.workers})
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -253,6 +255,8 @@ def measure(make, *, warmup: int, min_seconds: float, gpu: bool) -> dict:
            "timed_batches": batches, "build_s": round(built, 2)}
     if runner.op_paths is not None:
         out["op_paths"] = runner.op_paths
+    if runner.dali is not None:
+        out["dali"] = runner.dali
     return out
 
 
@@ -311,6 +315,9 @@ def main(argv=None) -> int:
     paths = [p for p in args.paths.split(",") if p != "gpu" or gpu]
     common = {"batch_size": args.batch_size, "resize": args.resize}
     dali_kw = {**common, "threads": threads, "workers": workers}
+    # extsrc's loaders take their own defaults unless --threads/--workers are given (with an op
+    # pool on a GPU they give DALI fewer threads than the ceiling's).
+    ext_kw = {**common, "threads": args.threads, "workers": args.workers}
 
     def explain(name: str) -> str:
         f = getattr(augment_ops, "explain", None)
@@ -320,7 +327,7 @@ def main(argv=None) -> int:
         "ceiling": lambda: ceiling_epochs(str(manifest), gpu=gpu,
                                           hw_decoder_load=DEFAULT_HW_DECODER_LOAD, **dali_kw),
         "extsrc_resize": lambda: extsrc_epochs(str(manifest), transforms=(), ops=(),
-                                               op_path=None, device=device, **dali_kw),
+                                               op_path=None, device=device, **ext_kw),
     }
     for entry, (tr, ops) in suite.items():
         every_op_gpu = all("gpu" in augment_ops.get(n).paths for n in (*tr, *ops))
@@ -344,12 +351,12 @@ def main(argv=None) -> int:
                 variants[f"{entry}:{p}"] = (
                     lambda tr=tr, ops=ops, pooled=pooled, kind=kind: extsrc_epochs(
                         str(manifest), transforms=tr, ops=ops, op_path="numpy", device=device,
-                        op_workers=args.op_workers if pooled else 0, op_pool=kind, **dali_kw))
+                        op_workers=args.op_workers if pooled else 0, op_pool=kind, **ext_kw))
             else:
                 variants[f"{entry}:{p}"] = (
                     lambda tr=tr, ops=ops, p=p: extsrc_epochs(
                         str(manifest), transforms=tr, ops=ops, op_path=None if p == "auto" else p,
-                        device=device, **dali_kw))
+                        device=device, **ext_kw))
 
     results: dict = {
         "date": datetime.date.today().isoformat(),
@@ -361,6 +368,7 @@ def main(argv=None) -> int:
                     "numpy": np.__version__},
         "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes),
                     "generate_s": round(gen_s, 1), "image_size": "500x375"},
+        # The ceiling's; extsrc's loaders record theirs per measurement ("dali").
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
                      "dataloader_workers": dl_workers, "op_workers": args.op_workers or cores,
                      "warmup_batches": args.warmup,

@@ -519,3 +519,23 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
     again = pin_host_memory(address, len(m), 0)
     assert again is not None
     again()
+
+
+def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
+    from unittest import mock
+
+    from extsrc.config import LoaderConfig
+
+    with mock.patch("extsrc.config.cores_per_process", return_value=16):
+        pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
+        assert pooled.op_pool_workers == 16 and (pooled.threads, pooled.workers) == (2, 2)
+        # explicit values stand
+        mine = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0,
+                            num_threads=7, num_workers=3)
+        assert (mine.threads, mine.workers) == (7, 3)
+        # no pool (no numpy op; ops in DALI's thread) or no GPU: DALI gets the cores
+        for other in (LoaderConfig(batch_size=8, device_id=0),
+                      LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy",
+                                   device_id=0, op_workers=0),
+                      LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy")):
+            assert (other.threads, other.workers) == (12, 4)
