@@ -1,16 +1,16 @@
 """Turn the ``device`` argument, written as torch users write it, into a DALI ``device_id``;
-and the few CUDA driver calls extsrc makes itself (binding a thread to the GPU's context,
-page-locking the op pool's memory)."""
+and the CUDA driver calls extsrc makes itself (page-locking the op pool's memory)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["cuda_device_count", "pin_host_memory", "resolve_device", "use_cuda_device"]
+__all__ = ["cuda_device_count", "pin_host_memory", "resolve_device"]
 
 
 def cuda_device_count() -> int:
@@ -70,8 +70,6 @@ def resolve_device(device: Any) -> int | None:
     return index
 
 
-
-
 @functools.cache
 def _libcuda() -> Any:
     return ctypes.CDLL("libcuda.so.1")
@@ -94,38 +92,41 @@ def _primary_context(device_id: int) -> ctypes.c_void_p:
     return ctx
 
 
-def use_cuda_device(device_id: int) -> None:
-    """Make GPU ``device_id``'s primary CUDA context (the one torch and DALI use) current in
-    the calling thread, whichever thread it is.
-
-    ``torch.cuda.set_device`` alone leaves a thread without a context when the device already
-    is the thread's current one (device 0): driver calls made there fail with
-    ``CUDA_ERROR_INVALID_CONTEXT`` (seen on an H100, from a second thread that fed CUDA tensors
-    to a DALI pipeline). So the driver API binds the context itself."""
-    import torch
-
-    torch.cuda.set_device(device_id)
+@contextlib.contextmanager
+def _in_context(device_id: int) -> Iterator[None]:
+    """GPU ``device_id``'s primary context (the one torch and DALI use) current in the calling
+    thread for the block, whichever thread it is, and the thread's own context again after
+    (a thread may start with none, and the user's may be another GPU's)."""
+    old = ctypes.c_void_p()
+    _driver("cuCtxGetCurrent", ctypes.byref(old))
     _driver("cuCtxSetCurrent", _primary_context(device_id))
+    try:
+        yield
+    finally:
+        _driver("cuCtxSetCurrent", old)
 
 
 def pin_host_memory(address: int, size: int, device_id: int) -> Callable[[], None] | None:
     """Page-lock ``size`` bytes at ``address`` for GPU ``device_id`` (direct DMA copies);
     returns what undoes it, or ``None`` where the driver refuses (the memory then stays
-    pageable: slower copies, same results). Through the driver API, from any thread: the
-    runtime API records a refusal as its last error, which torch then raises at its next
-    check, from an unrelated call (seen on an H100: a ``cudaHostRegister`` refused with
-    ``cudaErrorHostMemoryAlreadyRegistered`` came back as an op's ``AcceleratorError``)."""
-    use_cuda_device(device_id)
-    try:
-        _driver("cuMemHostRegister_v2", ctypes.c_void_p(address), ctypes.c_size_t(size), 0)
-    except RuntimeError:
-        return None
+    pageable: slower copies, same results).
+
+    Through the driver API, from any thread. The runtime API records a refusal as its last
+    error, which torch then raises at its next check, from an unrelated call (seen on an
+    H100: a ``cudaHostRegister`` refused with ``cudaErrorHostMemoryAlreadyRegistered`` came
+    back as an op's ``AcceleratorError``); and its calls need the GPU's context current in the
+    calling thread, which a thread torch has not used lacks."""
+    with _in_context(device_id):
+        try:
+            _driver("cuMemHostRegister_v2", ctypes.c_void_p(address), ctypes.c_size_t(size), 0)
+        except RuntimeError:
+            return None
 
     def undo() -> None:
-        use_cuda_device(device_id)
-        try:
-            _driver("cuMemHostUnregister", ctypes.c_void_p(address))
-        except RuntimeError:
-            pass  # not registered any more (a context reset): nothing to undo
+        with _in_context(device_id):
+            try:
+                _driver("cuMemHostUnregister", ctypes.c_void_p(address))
+            except RuntimeError:
+                pass  # not registered any more (a context reset): nothing to undo
 
     return undo

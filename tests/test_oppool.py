@@ -512,10 +512,22 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
     x = torch.ones(4, device="cuda:0") * 2
     torch.cuda.synchronize()
     assert x.sum().item() == 8
-    # Undone from another thread, which starts without a current context.
-    t = threading.Thread(target=undo)
+    # Undone from another thread, which starts without a current context and is left so; the
+    # main thread's current device stays as it was.
+    device = torch.cuda.current_device()
+    seen = []
+
+    def unpin() -> None:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        undo()
+        ctx = ctypes.c_void_p()
+        assert cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+        seen.append(ctx.value)
+
+    t = threading.Thread(target=unpin)
     t.start()
     t.join()
+    assert seen == [None] and torch.cuda.current_device() == device
     again = pin_host_memory(address, len(m), 0)
     assert again is not None
     again()
