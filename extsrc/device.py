@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import functools
 import numbers
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,8 +84,8 @@ def _driver(call: str, *args: Any) -> None:
 
 @functools.cache
 def _primary_context(device_id: int) -> ctypes.c_void_p:
-    """GPU ``device_id``'s primary context, retained once for the life of the process (torch
-    and DALI hold it for that long anyway)."""
+    """GPU ``device_id``'s primary context, retained for the life of the process (torch and
+    DALI hold it for that long anyway). Initialises the driver first."""
     ctx, dev = ctypes.c_void_p(), ctypes.c_int()
     _driver("cuInit", 0)
     _driver("cuDeviceGet", ctypes.byref(dev), device_id)
@@ -92,41 +93,54 @@ def _primary_context(device_id: int) -> ctypes.c_void_p:
     return ctx
 
 
+if hasattr(os, "register_at_fork"):  # a forked child starts with no context of its own
+    os.register_at_fork(after_in_child=_primary_context.cache_clear)
+
+
 @contextlib.contextmanager
 def _in_context(device_id: int) -> Iterator[None]:
     """GPU ``device_id``'s primary context (the one torch and DALI use) current in the calling
     thread for the block, whichever thread it is, and the thread's own context again after
     (a thread may start with none, and the user's may be another GPU's)."""
+    primary = _primary_context(device_id)
     old = ctypes.c_void_p()
     _driver("cuCtxGetCurrent", ctypes.byref(old))
-    _driver("cuCtxSetCurrent", _primary_context(device_id))
+    _driver("cuCtxSetCurrent", primary)
     try:
         yield
     finally:
         _driver("cuCtxSetCurrent", old)
 
 
+#: ``CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP``: what the runtime's
+#: ``cudaHostRegister(..., 0)`` means on a machine with unified addressing.
+_REGISTER_FLAGS = 0x01 | 0x02
+#: What a missing or failing driver raises here.
+_DRIVER_ERRORS = (RuntimeError, OSError, AttributeError)
+
+
 def pin_host_memory(address: int, size: int, device_id: int) -> Callable[[], None] | None:
     """Page-lock ``size`` bytes at ``address`` for GPU ``device_id`` (direct DMA copies);
-    returns what undoes it, or ``None`` where the driver refuses (the memory then stays
-    pageable: slower copies, same results).
+    returns what undoes it, or ``None`` where the driver refuses or cannot be reached (the
+    memory then stays pageable: slower copies, same results).
 
     Through the driver API, from any thread. The runtime API records a refusal as its last
     error, which torch then raises at its next check, from an unrelated call (seen on an
     H100: a ``cudaHostRegister`` refused with ``cudaErrorHostMemoryAlreadyRegistered`` came
     back as an op's ``AcceleratorError``); and its calls need the GPU's context current in the
     calling thread, which a thread torch has not used lacks."""
-    with _in_context(device_id):
-        try:
-            _driver("cuMemHostRegister_v2", ctypes.c_void_p(address), ctypes.c_size_t(size), 0)
-        except RuntimeError:
-            return None
+    try:
+        with _in_context(device_id):
+            _driver("cuMemHostRegister_v2", ctypes.c_void_p(address), ctypes.c_size_t(size),
+                    _REGISTER_FLAGS)
+    except _DRIVER_ERRORS:
+        return None
 
     def undo() -> None:
-        with _in_context(device_id):
-            try:
+        try:
+            with _in_context(device_id):
                 _driver("cuMemHostUnregister", ctypes.c_void_p(address))
-            except RuntimeError:
-                pass  # not registered any more (a context reset): nothing to undo
+        except _DRIVER_ERRORS:
+            pass  # not registered any more (a context reset): nothing to undo
 
     return undo

@@ -70,8 +70,9 @@ class Loader:
     may be short, nothing repeated; under sharding every shard still gets the same number of
     batches, see :mod:`extsrc.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
     ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
-    ``num_workers=None`` and ``num_threads=None`` (from the core count; 2 each on a GPU loader
-    whose numpy-path ops run in an op pool, which wants the cores),
+    ``num_workers=None`` and ``num_threads=None`` (from the core count; an eighth of the cores
+    each, 2 and 2 on 16, on a GPU loader whose numpy-path ops run in an op pool, which wants
+    the cores),
     ``prefetch_queue_depth=2``, ``op_path=None``, ``decoder="auto"``, ``on_error="raise"``,
     ``max_pixels=DEFAULT_MAX_PIXELS``, ``watchdog=True``. ``last_batch="pad"`` fills the last
     batches with repeats marked ``is_pad`` (every batch full: ``torch.compile`` without

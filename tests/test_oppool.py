@@ -502,35 +502,54 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 
     from extsrc.device import pin_host_memory
 
+    cuda = ctypes.CDLL("libcuda.so.1")
+
+    def current() -> int | None:
+        ctx = ctypes.c_void_p()
+        assert cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
+        return ctx.value
+
     m = mmap.mmap(-1, 1 << 20)
     address = ctypes.addressof(ctypes.c_char.from_buffer(m))
     undo = pin_host_memory(address, len(m), 0)
     assert undo is not None
-    # The same range again is refused (already registered): None, and no error left behind
-    # for torch's next check to raise.
-    assert pin_host_memory(address, len(m), 0) is None
-    x = torch.ones(4, device="cuda:0") * 2
-    torch.cuda.synchronize()
-    assert x.sum().item() == 8
-    # Undone from another thread, which starts without a current context and is left so; the
-    # main thread's current device stays as it was.
-    device = torch.cuda.current_device()
-    seen = []
+    try:
+        # The same range again is refused (already registered): None, and no error left
+        # behind for torch's next check to raise.
+        assert pin_host_memory(address, len(m), 0) is None
+        x = torch.ones(4, device="cuda:0") * 2
+        torch.cuda.synchronize()
+        assert x.sum().item() == 8
+        # Undone from another thread, which starts without a current context and is left so.
+        seen = []
 
-    def unpin() -> None:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        def unpin() -> None:
+            undo()
+            seen.append(current())
+
+        t = threading.Thread(target=unpin)
+        t.start()
+        t.join()
+        assert seen == [None]
+    except BaseException:
         undo()
-        ctx = ctypes.c_void_p()
-        assert cuda.cuCtxGetCurrent(ctypes.byref(ctx)) == 0
-        seen.append(ctx.value)
-
-    t = threading.Thread(target=unpin)
-    t.start()
-    t.join()
-    assert seen == [None] and torch.cuda.current_device() == device
-    again = pin_host_memory(address, len(m), 0)
-    assert again is not None
-    again()
+        raise
+    # A thread whose current context is another one (here a second context on the same GPU,
+    # as a user's thread on another GPU would have) keeps it.
+    mine, before = ctypes.c_void_p(), current()
+    dev = ctypes.c_int()
+    assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cuda.cuCtxCreate_v2(ctypes.byref(mine), 0, dev) == 0
+    try:
+        assert current() == mine.value
+        again = pin_host_memory(address, len(m), 0)
+        assert again is not None
+        assert current() == mine.value
+        again()
+        assert current() == mine.value
+    finally:
+        assert cuda.cuCtxDestroy_v2(mine) == 0
+        assert cuda.cuCtxSetCurrent(ctypes.c_void_p(before)) == 0
 
 
 def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
@@ -551,3 +570,6 @@ def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
                                    device_id=0, op_workers=0),
                       LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy")):
             assert (other.threads, other.workers) == (12, 4)
+    with mock.patch("extsrc.config.cores_per_process", return_value=64):  # scales with them
+        pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
+        assert (pooled.threads, pooled.workers) == (8, 4)
