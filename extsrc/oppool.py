@@ -88,9 +88,9 @@ def chunks(n: int, workers: int) -> list[tuple[int, int]]:
 
 
 def _dumps(obj: Any) -> bytes:
-    import cloudpickle
+    from extsrc.oppickle import dumps
 
-    return cloudpickle.dumps(obj)
+    return dumps(obj)
 
 
 def check_picklable(op: Any) -> None:
