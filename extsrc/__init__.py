@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
     from extsrc.manifest import Manifest, read_manifest
-    from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
+    from extsrc.presets import (
+        IMAGENET_MEAN,
+        IMAGENET_STD,
+        TrainPreset,
+        ValPreset,
+        train_loader,
+        val_loader,
+    )
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
     from extsrc.sample_videos import make_sample_videos
@@ -50,6 +57,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MAX_PIXELS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
     "BadImageError",
@@ -123,6 +132,8 @@ _WHERE: dict[str, str] = {
     "Loader": "extsrc.loader",
     "Manifest": "extsrc.manifest",
     "read_manifest": "extsrc.manifest",
+    "IMAGENET_MEAN": "extsrc.presets",
+    "IMAGENET_STD": "extsrc.presets",
     "TrainPreset": "extsrc.presets",
     "ValPreset": "extsrc.presets",
     "train_loader": "extsrc.presets",

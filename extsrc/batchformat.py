@@ -11,7 +11,8 @@ order, on the GPU when the loader runs there:
    ellipses when the aspect ratio changes);
 2. normalise: ``None`` keeps pixel values (0-255); ``"scale"`` divides by 255 (values in [0, 1]);
    ``(mean, std)`` computes ``(x - mean) / std`` per channel, ``mean`` and ``std`` in pixel units
-   0-255 (torchvision's ImageNet constants times 255: :data:`extsrc.presets.IMAGENET_MEAN`);
+   0-255 (torchvision's ImageNet constants times 255: :data:`extsrc.IMAGENET_MEAN` and
+   :data:`extsrc.IMAGENET_STD`); see :func:`check_mean_std` for what is refused;
 3. convert to ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``) and
    ``layout`` (``"NHWC"`` or ``"NCHW"``).
 
@@ -21,11 +22,13 @@ by torch on the same device as the batch (:meth:`BatchFormat.torch_dtype`).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-__all__ = ["BatchFormat", "Dtype", "Layout", "Normalize", "ResizeMode"]
+__all__ = ["BatchFormat", "Dtype", "Layout", "Normalize", "ResizeMode", "check_mean_std"]
 
 Layout = Literal["NHWC", "NCHW"]
 Dtype = Literal["uint8", "float32", "float16", "bfloat16"]
@@ -34,20 +37,64 @@ ResizeMode = Literal["shorter_side", "stretch"]
 Normalize = Literal["scale"] | tuple[Sequence[float], Sequence[float]] | None
 
 
-def _per_channel(name: str, value: Any) -> tuple[float, ...]:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+def _per_channel(name: str, value: Any, who: str) -> tuple[float, ...]:
+    """One number or a sequence of 1 or 3 finite real numbers (not bools, not strings): the
+    images are RGB, and one value applies to every channel."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = (value,)
-    try:
-        values = tuple(float(v) for v in value if not isinstance(v, bool))
-        ok = len(values) == len(value) and len(values) > 0
-    except (TypeError, ValueError):
-        ok = False
+    elif hasattr(value, "tolist") and getattr(value, "ndim", None) == 1:  # numpy, torch
+        value = value.tolist()
+    ok = not isinstance(value, (str, bytes)) and isinstance(value, Sequence)
+    if ok:
+        value = tuple(value)
+        ok = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
     if not ok:
         raise ValueError(
-            f"normalize {name} must be a number or a sequence of numbers (one per channel, in "
+            f"{who} {name} must be a number or a sequence of numbers (one per channel, in "
             f"pixel units 0-255), got {value!r}"
         )
+    values = tuple(float(v) for v in value)
+    if len(values) not in (1, 3):
+        raise ValueError(
+            f"{who} {name} needs 1 value (every channel) or 3 (R, G, B), got {len(values)}: "
+            f"{value!r}"
+        )
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{who} {name} must hold finite numbers, got {value!r}")
     return values
+
+
+def check_mean_std(
+    mean: Any, std: Any, who: str = "normalize"
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(mean, std)`` of a normalisation, checked and returned as tuples of floats.
+
+    The one rule for every place that takes them (the loaders' ``normalize``, the presets,
+    :func:`extsrc.render_batch`): 1 or 3 finite numbers each, every ``std`` > 0, and in pixel
+    units 0-255. Values that all look like 0-1 units (every ``std`` below 1 and every ``mean``
+    within [-1, 1], torchvision's ``(0.485, ...)``, ``(0.229, ...)`` or ``(0.5, 0.5)``) are
+    refused rather than converted: the loader cannot tell which units were meant from the
+    numbers alone in every case, a std below one pixel level is never a real image statistic,
+    and a silent conversion would hide the mix-up in the code that a reader compares with
+    torchvision. The error names the 0-255 equivalents and :data:`extsrc.IMAGENET_MEAN` /
+    :data:`extsrc.IMAGENET_STD`.
+    """
+    m, s = _per_channel("mean", mean, who), _per_channel("std", std, who)
+    if any(v <= 0 for v in s):
+        raise ValueError(
+            f"{who} std values must be > 0 (each divides a channel), got {s}"
+        )
+    if max(s) < 1 and all(-1 <= v <= 1 for v in m):
+        m255 = tuple(round(v * 255, 3) for v in m)
+        s255 = tuple(round(v * 255, 3) for v in s)
+        raise ValueError(
+            f"{who} mean={m} std={s} look like 0-1 units (torchvision's), but the loader "
+            "normalises pixel values 0-255: the inputs would reach about "
+            f"{round(255 / min(s)):,}. Multiply both by 255 (mean={m255}, std={s255}); for "
+            "ImageNet use extsrc.IMAGENET_MEAN and extsrc.IMAGENET_STD, which are in 0-255 "
+            "units; or pass normalize='scale' for values in [0, 1]"
+        )
+    return m, s
 
 
 @dataclass(frozen=True)
@@ -79,16 +126,9 @@ class BatchFormat:
             if isinstance(norm, str) or not isinstance(norm, Sequence) or len(norm) != 2:
                 raise ValueError(
                     "normalize must be None, 'scale' (divide by 255) or (mean, std) in pixel "
-                    f"units 0-255, e.g. extsrc.presets.IMAGENET_MEAN / IMAGENET_STD; got {norm!r}"
+                    f"units 0-255, e.g. (extsrc.IMAGENET_MEAN, extsrc.IMAGENET_STD); got {norm!r}"
                 )
-            mean, std = _per_channel("mean", norm[0]), _per_channel("std", norm[1])
-            if any(s <= 0 for s in std):
-                raise ValueError(f"normalize std values must be > 0, got {std}")
-            if len(mean) != len(std) and 1 not in (len(mean), len(std)):
-                raise ValueError(
-                    f"normalize mean and std need the same number of channels, got {len(mean)} "
-                    f"and {len(std)}"
-                )
+            mean, std = check_mean_std(norm[0], norm[1])
             object.__setattr__(self, "normalize", (mean, std))
         if self.normalize is not None and self.dtype == "uint8":
             raise ValueError(

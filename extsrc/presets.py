@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from augment_ops.registry import Op
 from extsrc import argcheck
+from extsrc.batchformat import check_mean_std
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest
 
@@ -76,8 +77,7 @@ def _check_common(preset: Any) -> None:
     object.__setattr__(preset, "crop", _side(preset.crop, f"{kind}: crop"))
     mean = _reals(preset.mean, f"{kind}: mean (R, G, B)", 3)
     std = _reals(preset.std, f"{kind}: std (R, G, B)", 3)
-    if any(v <= 0 for v in std):
-        raise ValueError(f"{kind}: std values must be > 0, got {preset.std!r}")
+    mean, std = check_mean_std(mean, std, f"{kind}:")  # > 0, and in 0-255 units
     object.__setattr__(preset, "mean", mean)
     object.__setattr__(preset, "std", std)
 

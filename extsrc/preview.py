@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from extsrc.batchformat import check_mean_std
 from extsrc.extras import require
 from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
 
@@ -53,6 +54,7 @@ def to_display(
     Accepts HWC or CHW (1, 3 or 4 channels), ``uint8`` as is, floating point as normalised with
     ``mean`` / ``std`` in pixel units (what the presets produce), which is undone.
     """
+    mean, std = check_mean_std(mean, std, "to_display:")
     a = _numpy(img)
     if a.ndim == 3 and a.shape[0] in (1, 3, 4) and a.shape[-1] not in (1, 3, 4):
         a = np.moveaxis(a, 0, -1)  # CHW -> HWC
@@ -134,6 +136,8 @@ def render_batch(
     """
     require("matplotlib", "preview", "extsrc.render_batch")
     from matplotlib.figure import Figure
+
+    mean, std = check_mean_std(mean, std, "render_batch:")
 
     names = image_outputs(batch, label_key)
     if not names:

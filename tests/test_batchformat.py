@@ -11,9 +11,11 @@ import torch
 from helpers import pattern_image
 from PIL import Image
 
-from extsrc import Loader
-from extsrc.batchformat import BatchFormat
-from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
+import extsrc
+from extsrc import Loader, VideoLoader
+from extsrc.batchformat import BatchFormat, check_mean_std
+from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset
+from extsrc.preview import to_display
 
 H, W = 21, 17  # odd and unequal: a height/width swap shows
 
@@ -106,7 +108,7 @@ def test_defaults_are_nhwc_uint8_unnormalised(png_dataset):
         (dict(normalize="unit"), "normalize must be None, 'scale'"),
         (dict(normalize=((1, 2, 3),), dtype="float32"), "normalize must be None, 'scale'"),
         (dict(normalize=((1, 2, 3), (1, 0, 1)), dtype="float32"), "std values must be > 0"),
-        (dict(normalize=((1, 2, 3), (1, 2)), dtype="float32"), "same number of channels"),
+        (dict(normalize=((1, 2, 3), (1, 2)), dtype="float32"), "std needs 1 value .* or 3"),
         (dict(normalize="scale"), "dtype='uint8' cannot hold"),
         (dict(resize_mode="crop"), "resize_mode must be 'shorter_side'"),
     ],
@@ -114,6 +116,60 @@ def test_defaults_are_nhwc_uint8_unnormalised(png_dataset):
 def test_bad_format_options_fail_at_construction(png_dataset, kw, match):
     with pytest.raises(ValueError, match=match):
         Loader(png_dataset, batch_size=4, num_workers=0, **kw)
+
+
+TORCHVISION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+@pytest.mark.parametrize(
+    ("norm", "match"),
+    [
+        (TORCHVISION, r"look like 0-1 units .*mean=\(123\.675, 116\.28, 103\.53\), "
+                      r"std=\(58\.395, 57\.12, 57\.375\).*extsrc\.IMAGENET_MEAN"),
+        (((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)), r"look like 0-1 units .*mean=\(127\.5,"),
+        ((0.5, 0.25), r"look like 0-1 units"),
+        ((np.array(TORCHVISION[0]), torch.tensor(TORCHVISION[1])), "look like 0-1 units"),
+        (((1, 2, 3), (1, -2, 1)), "std values must be > 0"),
+        (((1, 2, 3), 0), "std values must be > 0"),
+        (((1, float("nan"), 3), (1, 2, 3)), "mean must hold finite numbers"),
+        (((1, 2, 3), (1, float("inf"), 3)), "std must hold finite numbers"),
+        (((1, 2, 3, 4), (1, 2, 3, 4)), r"mean needs 1 value \(every channel\) or 3"),
+        (((), ()), "mean needs 1 value"),
+        ((("1", "2", "3"), (1, 1, 1)), "mean must be a number or a sequence of numbers"),
+        (((1, 2, 3), (True, 1, 1)), "std must be a number or a sequence of numbers"),
+    ],
+)
+def test_bad_mean_std_fail_at_construction_of_every_loader(png_dataset, tmp_path, norm, match):
+    """One rule for every normalisation the loaders take; the video loader's too."""
+    with pytest.raises(ValueError, match=match):
+        Loader(png_dataset, batch_size=4, num_workers=0, dtype="float32", normalize=norm)
+    videos = tmp_path / "videos.csv"
+    videos.write_text("path,label\na.webm,0\n")
+    with pytest.raises(ValueError, match=match):
+        VideoLoader(videos, batch_size=1, sequence_length=2, num_workers=0, dtype="float32",
+                    normalize=norm)
+
+
+def test_mean_std_in_pixel_units_and_the_exported_constants_pass():
+    assert extsrc.IMAGENET_MEAN is IMAGENET_MEAN and extsrc.IMAGENET_STD is IMAGENET_STD
+    assert BatchFormat(dtype="float32", normalize=(IMAGENET_MEAN, IMAGENET_STD)).normalize == (
+        tuple(IMAGENET_MEAN), tuple(IMAGENET_STD))
+    # mean 0 and std 1 keep pixel values (0-255) and are not taken for 0-1 units
+    assert BatchFormat(dtype="float32", normalize=(0, 1)).normalize == ((0.0,), (1.0,))
+    assert check_mean_std(np.float32(127.5), [64, 64, 64]) == ((127.5,), (64.0, 64.0, 64.0))
+
+
+def test_presets_and_render_batch_take_the_same_rule():
+    with pytest.raises(ValueError, match=r"TrainPreset: mean=.* look like 0-1 units"):
+        TrainPreset(mean=TORCHVISION[0], std=TORCHVISION[1])
+    with pytest.raises(ValueError, match=r"ValPreset: std \(R, G, B\) must hold finite numbers"):
+        ValPreset(std=(58.0, float("nan"), 57.0))
+    batch = {"image": torch.zeros(1, 3, 4, 4), "label": torch.zeros(1)}
+    pytest.importorskip("matplotlib")
+    with pytest.raises(ValueError, match=r"render_batch: mean=.* look like 0-1 units"):
+        extsrc.render_batch(batch, mean=TORCHVISION[0], std=TORCHVISION[1])
+    with pytest.raises(ValueError, match="to_display: std values must be > 0"):
+        to_display(np.zeros((4, 4, 3), np.float32), std=(1.0, 0.0, 1.0))
 
 
 def test_format_is_frozen():
