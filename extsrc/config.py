@@ -27,11 +27,16 @@ from extsrc.oppool import POOL_KINDS, check_picklable
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
 
-__all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "LoaderConfig", "cores_per_process"]
+__all__ = [
+    "DEFAULT_HW_DECODER_LOAD", "HIDDEN_OUTPUTS", "METADATA_KEYS", "LoaderConfig",
+    "check_output_names", "cores_per_process",
+]
 
 #: Keys every batch carries besides the named outputs: the manifest index of each sample and
 #: whether it is a pad repeat (count it in no metric).
 METADATA_KEYS: tuple[str, ...] = ("index", "is_pad")
+#: The pipeline outputs a loader reads after the named ones (``index``, epoch, ``is_pad``).
+HIDDEN_OUTPUTS: tuple[str, ...] = ("__info",)
 _START_METHODS = ("fork", "spawn")
 _LAST_BATCH: tuple[str, ...] = get_args(LastBatch)
 
@@ -212,6 +217,45 @@ def check_loader_arguments(*, output_map: Any, stages: Any, ops: Any, transforms
             )
 
 
+def check_output_names(
+    names: Sequence[Any], *, metadata_keys: Sequence[str], hidden_outputs: Sequence[str],
+    who: str = "Loader",
+) -> None:
+    """The one rule for the loaders' output names (``output_map`` or the defaults): non-empty
+    strings, distinct, and none of the names the loader uses itself: the per-sample metadata
+    keys of every batch (``metadata_keys``) and the pipeline's bookkeeping outputs
+    (``hidden_outputs``), which DALI would otherwise meet twice at the first batch."""
+    wrong = [n for n in names if not isinstance(n, str)]
+    if wrong:
+        raise TypeError(
+            f"{who}: output_map must be a sequence of names (str), got {tuple(names)!r} "
+            f"({type(wrong[0]).__name__} {wrong[0]!r} is not a str)"
+        )
+    if not all(n.strip() for n in names):
+        raise ValueError(
+            f"{who}: output_map names must be distinct non-empty strings, got {tuple(names)} "
+            "(an empty or blank name)"
+        )
+    dup = sorted({n for n in names if list(names).count(n) > 1})
+    if dup:
+        raise ValueError(
+            f"{who}: output_map names must be distinct non-empty strings, got {tuple(names)} "
+            f"({dup} more than once)"
+        )
+    meta = sorted(set(names) & set(metadata_keys))
+    if meta:
+        raise ValueError(
+            f"{who}: output names {meta} are reserved for per-sample metadata (every batch has "
+            f"the keys {list(metadata_keys)}); rename them in output_map"
+        )
+    hidden = sorted(set(names) & set(hidden_outputs))
+    if hidden:
+        raise ValueError(
+            f"{who}: output names {hidden} are reserved for the loader's internal pipeline "
+            f"outputs {list(hidden_outputs)}; rename them in output_map"
+        )
+
+
 def check_batch_for_samples(batch_size: int, num_samples: int) -> None:
     """Refuse a batch size more than :data:`MAX_BATCH_OVER_SAMPLES` times the number of samples
     the loader reads: each batch would hold that many repeats of every sample."""
@@ -281,6 +325,9 @@ class LoaderConfig:
     dtype: Dtype = "uint8"
     normalize: Any = None
     resize_mode: ResizeMode = "shorter_side"
+    # Names the loader uses besides the outputs: its batch keys and DALI's bookkeeping outputs.
+    metadata_keys: tuple[str, ...] = METADATA_KEYS
+    hidden_outputs: tuple[str, ...] = HIDDEN_OUTPUTS
     output_names: tuple[str, ...] = field(init=False)
     batch_format: BatchFormat = field(init=False)
     op_paths: tuple[tuple[str, str], ...] = field(init=False)
@@ -342,14 +389,9 @@ class LoaderConfig:
                     f"output_map has {len(om)} names but the loader has {len(defaults)} outputs "
                     f"{list(defaults)} (image, each op output, label); give one name per output"
                 )
-            if len(set(om)) != len(om) or not all(isinstance(n, str) and n for n in om):
-                raise ValueError(f"output_map names must be distinct non-empty strings, got {om}")
             names = om
-        clash = sorted(set(names) & set(METADATA_KEYS))
-        if clash:
-            raise ValueError(
-                f"output names {clash} are reserved for per-sample metadata; rename them"
-            )
+        check_output_names(names, metadata_keys=self.metadata_keys,
+                           hidden_outputs=self.hidden_outputs)
         object.__setattr__(self, "output_names", names)
         check_resizable(self.ops, self.transforms, self.resize, self.stages)
         override = dict(self.op_path) if isinstance(self.op_path, tuple) else self.op_path
@@ -403,10 +445,6 @@ class LoaderConfig:
             raise TypeError(
                 f"Loader: hw_decoder_load must be None or a number in [0, 1], got "
                 f"{type(load).__name__} {load!r}"
-            )
-        if self.output_map is not None and not all(isinstance(n, str) for n in self.output_map):
-            raise TypeError(
-                f"Loader: output_map must be a sequence of names (str), got {self.output_map!r}"
             )
 
     @property

@@ -19,6 +19,7 @@ from extsrc._dali.run import PipelineRun
 from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
+    HIDDEN_OUTPUTS,
     METADATA_KEYS,
     LoaderConfig,
     LoaderOptions,
@@ -208,6 +209,7 @@ class Loader:
             op_workers=op_workers, op_pool=op_pool,
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
             layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
+            metadata_keys=self._metadata_keys, hidden_outputs=self._hidden_outputs,
         )
         check_main_guard(self.config.workers, self.config.method)  # before any reader starts
         self.on_error = self.options.on_error
@@ -438,8 +440,10 @@ class Loader:
             )
         return self._run
 
-    #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`).
-    _hidden_outputs: tuple[str, ...] = ("__info",)
+    #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`), and the
+    #: metadata keys it makes of them; no output may take these names.
+    _hidden_outputs: tuple[str, ...] = HIDDEN_OUTPUTS
+    _metadata_keys: tuple[str, ...] = METADATA_KEYS
 
     def _build_pipeline(self) -> Any:
         """The DALI pipeline over ``self.source`` (defined, not built)."""

@@ -165,12 +165,6 @@ class VideoLoader(Loader):
                     f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
                     "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
                 )
-        clash = sorted(set(output_map) & set(VIDEO_METADATA_KEYS))
-        if clash:
-            raise ValueError(
-                f"VideoLoader: output names {clash} are reserved for per-clip metadata; rename "
-                "them in output_map"
-            )
         super().__init__(
             _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,
             resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
@@ -202,6 +196,7 @@ class VideoLoader(Loader):
         )
 
     _hidden_outputs = ("__info", "__clip")
+    _metadata_keys = VIDEO_METADATA_KEYS
 
     def _build_pipeline(self) -> Any:
         c = self.config

@@ -74,11 +74,30 @@ def test_wrong_length_output_map(mixed):
         Loader(mixed, batch_size=4, ops=["grid2x2"], output_map=["a", "b"], device="cpu")
 
 
-def test_output_map_reserved_and_duplicate_names(mixed):
-    with pytest.raises(ValueError, match=r"distinct non-empty strings"):
-        Loader(mixed, batch_size=4, output_map=["x", "x"], device="cpu")
-    with pytest.raises(ValueError, match=r"\['index'\] are reserved"):
-        Loader(mixed, batch_size=4, output_map=["index", "y"], device="cpu")
+@pytest.mark.parametrize(
+    ("names", "error", "match"),
+    [
+        (["x", "x"], ValueError, r"distinct non-empty strings, got \('x', 'x'\) \(\['x'\] more"),
+        (["", "y"], ValueError, r"distinct non-empty strings.*an empty or blank name"),
+        ([" ", "y"], ValueError, r"an empty or blank name"),
+        ([b"x", "y"], TypeError, r"names \(str\).*bytes b'x' is not a str"),
+        ([None, "y"], TypeError, r"NoneType None is not a str"),
+        (["index", "y"], ValueError, r"\['index'\] are reserved for per-sample metadata"),
+        (["x", "is_pad"], ValueError, r"\['is_pad'\] are reserved for per-sample metadata"),
+        (["__info", "y"], ValueError,
+         r"\['__info'\] are reserved for the loader's internal pipeline outputs \['__info'\]"),
+    ],
+)
+def test_output_map_reserved_and_bad_names_fail_at_construction(mixed, names, error, match):
+    with pytest.raises(error, match=match):
+        Loader(mixed, batch_size=4, output_map=names, device="cpu")
+
+
+def test_names_reserved_only_by_the_video_loader_are_free_here(mixed):
+    with Loader(mixed, batch_size=4, output_map=["__clip", "start_frame"], device="cpu",
+                num_workers=0, resize=8) as loader:
+        batch = next(iter(loader))
+    assert batch["__clip"].shape == (4, 8, 8, 3) and batch["start_frame"].shape == (4,)
 
 
 def test_device_cuda_without_gpu(mixed):

@@ -144,6 +144,26 @@ def test_clip_spec_is_checked_at_construction(videos: Path) -> None:
         loader(videos / "train.csv", layout="NHWC")
 
 
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("__clip", r"\['__clip'\] are reserved for the loader's internal pipeline outputs "
+                   r"\['__info', '__clip'\]"),
+        ("__info", r"\['__info'\] are reserved for the loader's internal"),
+        ("start_frame", r"\['start_frame'\] are reserved for per-sample metadata .*"
+                        r"'num_frames'\]"),
+        ("num_frames", r"\['num_frames'\] are reserved for per-sample metadata"),
+        ("index", r"\['index'\] are reserved for per-sample metadata"),
+        ("label", r"\('label', 'label'\) \(\['label'\] more than once\)"),
+    ],
+)
+def test_output_map_names_the_video_loader_uses_are_refused(videos: Path, name: str,
+                                                            match: str) -> None:
+    # Without the check DALI fails at the first batch with "output_map names should be distinct".
+    with pytest.raises(ValueError, match=match):
+        loader(videos / "train.csv", output_map=[name, "label"])
+
+
 # -- the loader ------------------------------------------------------------------------------------
 def test_clips_hold_exactly_the_requested_frames(videos: Path) -> None:
     spec = ClipSpec(5, 2, "uniform", 3)
