@@ -42,9 +42,16 @@ from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch, check_int
+from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.source import ShardedSource
-from extsrc.state import check_state, describe_ops, describe_stages, make_state
+from extsrc.state import (
+    FILLED_IN_ORDER,
+    SHARDING,
+    check_state,
+    describe_ops,
+    describe_stages,
+    make_state,
+)
 
 __all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig"]
 
@@ -384,7 +391,12 @@ class Loader:
         parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
         differs; ``layout``, ``dtype`` and ``normalize`` may change between runs.
         """
-        epoch, batch = check_state(state, self._state_config(), len(self))
+        c, src = self.config, self.source
+        samples = len(self.manifest) if src.indices is None else len(src.indices)
+        unchanged = pad_plan_unchanged_by_balancing(
+            samples, batch_size=c.batch_size, num_shards=c.num_shards, last_batch=c.last_batch)
+        epoch, batch = check_state(state, self._state_config(), len(self), implied={
+            "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
         self.close()
         self.position.move_to(epoch, batch)
 
@@ -406,6 +418,7 @@ class Loader:
             # Which pixels a resized image keeps; layout, dtype and normalize only present them.
             "resize_mode": c.resize_mode,
             "stages": describe_stages(c.stages),
+            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sharding)
         }
         if self._indices is not None:  # on_error="skip": which samples are read counts too
             config["indices"] = hashlib.sha256(self._indices.tobytes()).hexdigest()

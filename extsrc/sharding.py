@@ -8,8 +8,10 @@ How one epoch is laid out, for ``N`` samples, ``S`` shards and batch size ``B``:
 
 1. Every shard computes the same permutation of ``range(N)`` from ``(seed, epoch)`` (or the identity
    when ``shuffle=False``).
-2. The permutation is cut into ``S`` disjoint contiguous parts, one per shard.
-3. Every shard yields the same number of batches, so DDP ranks never wait on each other.
+2. The permutation is cut into ``S`` disjoint contiguous parts, one per shard, balanced: their
+   sizes differ by at most one (``"pad"`` and ``"partial"``, as torch's ``DistributedSampler``
+   splits), or all ``nb * B`` (``"drop"``, full batches only).
+3. Every shard yields the same number of batches ``nb``, so DDP ranks never wait on each other.
 
 The ``last_batch`` policy says what happens when ``N`` is not a multiple of ``S * B``. With
 ``N=7, S=1, B=2`` and no shuffle:
@@ -24,6 +26,12 @@ policy        batches                                 notes
                                                       full batches on every shard are left out
 ``"partial"`` ``[0 1] [2 3] [4 5] [6]``               the last batch may be short
 ============  =====================================  ======================================
+
+Under sharding, with ``N=200, S=2, B=64``: ``"pad"`` gives each shard 100 samples and 28
+repeats (2 full batches); ``"partial"`` 100 samples (batches of 64 and 36); ``"drop"`` 64
+samples (1 batch), 72 left out, the fewest that full, equal batches allow. The repeats of
+``"pad"`` continue the epoch's order from its start and are handed out to the shards in order,
+so a sample is repeated at most once more than any other.
 
 ``"partial"`` also keeps batch counts equal across shards. When the samples cannot be split so
 that every shard's last batch holds at least one sample (e.g. ``N=9, S=2, B=4``: 5+4 samples
@@ -160,23 +168,32 @@ def shard_plan(
         num_samples, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
     )
 
-    if last_batch in ("pad", "drop"):
+    if last_batch == "drop":
+        # Full batches only: every shard reads nb * B samples, the fewest left out (< S * B).
         per_shard = nb * batch_size
-        lo, hi = shard_id * per_shard, (shard_id + 1) * per_shard
-        # np.resize repeats the permutation cyclically, so pads come from the epoch's start,
-        # and tiny datasets (N < S*B) still fill every batch.
-        padded = np.resize(perm, num_shards * per_shard) if last_batch == "pad" else perm
-        indices = padded[lo:hi]
-        is_pad = np.arange(lo, hi) >= num_samples
+        lo = shard_id * per_shard
+        offsets = np.arange(nb + 1, dtype=np.int64) * batch_size
+        return ShardPlan(perm[lo:lo + per_shard].astype(np.int64), np.zeros(per_shard, bool),
+                         offsets)
+
+    # "pad" and "partial": the permutation split as evenly as possible (sizes q or q+1).
+    start, count = balanced_part(num_samples, shard_id, num_shards)
+    indices = perm[start:start + count]
+    if last_batch == "pad":
+        # Every shard fills nb full batches. The repeats continue the epoch's order from its
+        # start, cyclically (tiny datasets, N < S*B, fill every batch too), handed out to the
+        # shards in order: shard s takes them from position s*nb*B - start, the repeats the
+        # shards before it took.
+        need = nb * batch_size - count
+        first = shard_id * nb * batch_size - start
+        repeats = perm[np.arange(first, first + need) % num_samples]
+        indices = np.concatenate([indices, repeats])
+        is_pad = np.arange(nb * batch_size) >= count
         offsets = np.arange(nb + 1, dtype=np.int64) * batch_size
         return ShardPlan(indices.astype(np.int64), is_pad, offsets)
 
-    # "partial": split as evenly as possible (sizes q or q+1), then make sure no shard's last
-    # batch is empty by adding one marked pad sample where needed.
-    q, r = divmod(num_samples, num_shards)
-    count = q + (1 if shard_id < r else 0)
-    start = shard_id * q + min(shard_id, r)
-    indices = perm[start:start + count]
+    # "partial": make sure no shard's last batch is empty by adding one marked pad sample where
+    # needed.
     is_pad = np.zeros(count, dtype=bool)
     if count <= (nb - 1) * batch_size:
         indices = np.concatenate([indices, perm[:1]])
@@ -184,6 +201,32 @@ def shard_plan(
     n = len(indices)
     offsets = np.minimum(np.arange(nb + 1, dtype=np.int64) * batch_size, n)
     return ShardPlan(indices.astype(np.int64), is_pad, offsets)
+
+
+def balanced_part(num_samples: int, shard_id: int, num_shards: int) -> tuple[int, int]:
+    """``(start, count)`` of shard ``shard_id``'s contiguous part of the epoch's order: the first
+    ``num_samples % num_shards`` shards hold one sample more than the others."""
+    q, r = divmod(num_samples, num_shards)
+    return shard_id * q + min(shard_id, r), q + (1 if shard_id < r else 0)
+
+
+def pad_plan_unchanged_by_balancing(
+    num_samples: int, *, batch_size: int, num_shards: int, last_batch: str
+) -> bool:
+    """Whether this configuration reads exactly the same plan as extsrc 0.1's ``"pad"``
+    arithmetic, which filled the shards in order (``nb * B`` samples each, the last shards
+    short and padded): always for ``"partial"`` and ``"drop"``, and for ``"pad"`` when the
+    filled-in-order sizes are the balanced ones. Resume states written before shards were
+    balanced (:mod:`extsrc.state`) are valid exactly then."""
+    if last_batch != "pad":
+        return True
+    per_shard = num_batches_per_shard(num_samples, batch_size=batch_size, num_shards=num_shards,
+                                      last_batch="pad") * batch_size
+    return all(
+        min(max(num_samples - s * per_shard, 0), per_shard)
+        == balanced_part(num_samples, s, num_shards)[1]
+        for s in range(num_shards)
+    )
 
 
 def shard_indices(

@@ -7,7 +7,10 @@ A state is plain JSON::
 ``epoch`` and ``batch`` say where the next batch comes from (batch ``batch`` of epoch ``epoch``,
 0-based). ``config`` is everything that decides which samples land in which batch and what the
 random ops draw: batch size, shard, seed, shuffle, last-batch policy, the manifest's content
-fingerprint and size, the ops and transforms with their parameters, resize and stages. Because
+fingerprint and size, the ops and transforms with their parameters, resize and stages, and the
+sharding arithmetic (``"sharding"``: ``"balanced"``; a state without it, written before shards
+were balanced, resumes where its plan is still the same and is refused naming the epoch to
+restart where the ``"pad"`` plan moved samples between shards). Because
 the sample order is a pure function of (seed, epoch) and every random op's generator a pure
 function of (seed, epoch, sample index), the same config and position give exactly the batches
 an uninterrupted run would have given. A state saved under any other config is refused with the
@@ -32,7 +35,7 @@ from typing import Any
 
 from extsrc.errors import StateMismatchError
 
-__all__ = ["STATE_VERSION", "check_state", "make_state"]
+__all__ = ["FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "check_state", "make_state"]
 
 STATE_VERSION = 1
 
@@ -178,11 +181,22 @@ def _keys(keys: Any) -> str:
     return "[" + ", ".join(shown_keys) + (", ..." if len(keys) > 8 else "") + "]"
 
 
+#: The ``"sharding"`` config value: the arithmetic of :mod:`extsrc.sharding` that placed the
+#: samples. States written before the key existed lack it; for them the loader says which
+#: value they imply (:data:`FILLED_IN_ORDER` where the ``"pad"`` plan then differed).
+SHARDING = "balanced"
+FILLED_IN_ORDER = "filled in order"
+
+
 def check_state(
-    state: Any, config: Mapping[str, Any], num_batches: int
+    state: Any, config: Mapping[str, Any], num_batches: int,
+    implied: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Validate ``state`` against this loader's ``config``; return ``(epoch, batch)`` as saved
     (``batch`` may equal ``num_batches``: :class:`~extsrc.position.ReadPosition` rolls it over).
+
+    ``implied`` gives the value that a config key stands for in a state written before the key
+    existed (``{"sharding": ...}``); such a state is then compared as if it held that value.
 
     Raises :class:`~extsrc.errors.StateMismatchError` for a malformed state or one saved under a
     different configuration (the message lists every field that differs).
@@ -192,11 +206,21 @@ def check_state(
     # JSON cannot hold (a corrupted state) compares unequal, by its repr.
     mine = json.loads(json.dumps(dict(config)))
     saved = {k: _as_json(v) for k, v in saved.items()}
+    saved = {**{k: v for k, v in (implied or {}).items() if k not in saved}, **saved}
     diffs = []
     for key in sorted(set(mine) | set(saved)):
         a, b = saved.get(key, "<absent>"), mine.get(key, "<absent>")
         if a != b:
-            if key == "manifest":
+            if key == "sharding" and a == FILLED_IN_ORDER:
+                diffs.append(
+                    "sharding: the state comes from an extsrc whose last_batch='pad' filled "
+                    "the shards in order (the first shards full, the last short and padded); "
+                    "shards now hold balanced parts of the epoch, so the batches still due "
+                    "differ. Resume at an epoch start "
+                    f"instead: loader.set_epoch({epoch}) reads epoch {epoch} again from its "
+                    f"start, loader.set_epoch({epoch + 1}) goes on with the next one"
+                )
+            elif key == "manifest":
                 diffs.append(
                     "manifest: content differs (paths, labels or order; fingerprint "
                     f"{str(a)[:12]}... in the state, {str(b)[:12]}... here)"

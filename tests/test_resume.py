@@ -154,6 +154,41 @@ def test_state_from_other_manifest_content_is_refused(manifest, tmp_path):
     Loader(moved, **CONFIG).load_state_dict(state)
 
 
+def _state_without_sharding(loader: Loader, batch: int) -> dict:
+    """A state as extsrc wrote it before shards were balanced: no "sharding" in the config."""
+    state = loader.state_dict()
+    assert state["config"].pop("sharding") == "balanced"
+    return {**state, "batch": batch}
+
+
+@pytest.mark.parametrize(("shards", "last_batch", "still_valid"), [
+    (2, "pad", False),     # 14 samples, 2 x 3: 6 + 6 + 2 then, 7 + 7 now: the plan moved
+    (1, "pad", True),      # one shard: nothing to balance
+    (2, "partial", True),  # "partial" was balanced already
+    (2, "drop", True),     # so was "drop"
+    (5, "pad", True),      # 14 = 3 + 3 + 3 + 3 + 2, filled in order or balanced
+    (7, "pad", False),     # 3 + 3 + 3 + 3 + 2 + 0 + 0 then, 2 each now
+])
+def test_state_written_before_shards_were_balanced(manifest, shards, last_batch, still_valid):
+    kw = {**CONFIG, "num_shards": shards, "shard_id": shards - 1, "last_batch": last_batch}
+    with Loader(manifest, **kw) as loader:
+        state = json.loads(json.dumps(_state_without_sharding(loader, 1)))
+        due = (0, 1) if len(loader) > 1 else (1, 0)  # batch 1 of 1: the next epoch's start
+        if still_valid:
+            loader.load_state_dict(state)
+            assert loader.position.due() == due
+            return
+        with pytest.raises(StateMismatchError,
+                           match=r"sharding: the state comes from an extsrc whose "
+                                 r"last_batch='pad' filled the shards in order .* "
+                                 r"loader\.set_epoch\(0\) reads epoch 0 again"):
+            loader.load_state_dict(state)
+        assert loader.position.due() == (0, 0)  # left where it was
+        state["config"]["sharding"] = "balanced"  # a state this extsrc wrote resumes
+        loader.load_state_dict(state)
+        assert loader.position.due() == due
+
+
 @pytest.mark.parametrize(("state", "match"), [
     ([1, 2], "must be the dict from Loader.state_dict"),
     ({"epoch": 0}, r"keys \['version', 'batch', 'config'\] are missing"),

@@ -7,7 +7,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extsrc.sharding import epoch_permutation, shard_indices, shard_plan
+from extsrc.sharding import (
+    epoch_permutation,
+    pad_plan_unchanged_by_balancing,
+    shard_indices,
+    shard_plan,
+)
 
 POLICIES = ("pad", "drop", "partial")
 
@@ -90,13 +95,32 @@ def test_shard_plan_properties(n, num_shards, batch_size, policy, seed, epoch, s
         assert not any(p.is_pad.any() for p in plans)
         np.testing.assert_array_equal(real, perm[:kept])
 
-    # Pad entries come from the start of the epoch permutation (cyclically when N < S*B).
+    # Balance: the shards' samples (pads aside) differ in number by at most one, as with
+    # DistributedSampler; under "drop" every shard reads the same nb * B samples.
+    real_counts = [int((~p.is_pad).sum()) for p in plans]
+    if policy == "drop":
+        assert set(real_counts) <= {nb * batch_size}
+    else:
+        assert max(real_counts) - min(real_counts) <= 1, real_counts
+        assert sorted(real_counts, reverse=True) == real_counts  # the first shards the larger
+
+    # Pads only end a shard's plan: no sample after the first repeat.
+    for p in plans:
+        first_pad = np.flatnonzero(p.is_pad)
+        if len(first_pad):
+            assert p.is_pad[first_pad[0]:].all()
+
+    # Pad entries continue the epoch permutation from its start (cyclically when N < S*B),
+    # handed out to the shards in order; so a sample is repeated at most once more than another.
     n_pad = sum(int(p.is_pad.sum()) for p in plans)
     if policy == "pad":
         assert n_pad == nb * num_shards * batch_size - n
-        for s, p in enumerate(plans):
-            pos = s * nb * batch_size + np.flatnonzero(p.is_pad)
-            np.testing.assert_array_equal(p.indices[p.is_pad], perm[pos % n])
+        repeats = np.concatenate([p.indices[p.is_pad] for p in plans])
+        np.testing.assert_array_equal(repeats, perm[np.arange(n_pad) % n])
+        reads = np.bincount(np.concatenate([p.indices for p in plans]), minlength=n)
+        assert reads.max() - reads.min() <= 1
+        # Repeats only fill batches: the fewest batches that hold the largest shard's samples.
+        assert nb == -(-max(real_counts) // batch_size)
     elif policy == "partial":
         for p in plans:
             assert p.is_pad.sum() <= 1
@@ -163,10 +187,61 @@ def test_drop_can_leave_no_batch():
 
 
 def test_pad_tiny_dataset_fills_every_batch():
-    # N < S*B: the permutation repeats cyclically.
+    # N < S*B: one sample for each of the first two shards, the repeats continue cyclically.
     plans = all_plans(2, num_shards=3, batch_size=2, policy="pad", seed=0, epoch=0, shuffle=False)
-    assert [p.indices.tolist() for p in plans] == [[0, 1], [0, 1], [0, 1]]
-    assert [p.is_pad.tolist() for p in plans] == [[False, False], [True, True], [True, True]]
+    assert [p.indices.tolist() for p in plans] == [[0, 0], [1, 1], [0, 1]]
+    assert [p.is_pad.tolist() for p in plans] == [[False, True], [False, True], [True, True]]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_ddp_shards_are_balanced_like_distributed_sampler(policy):
+    """200 samples, batch 64, 2 ranks: 100 samples per rank (DistributedSampler's split), not
+    128 and 72 plus 56 repeats."""
+    plans = all_plans(200, num_shards=2, batch_size=64, policy=policy, seed=3, epoch=1)
+    real = [int((~p.is_pad).sum()) for p in plans]
+    sizes = [np.diff(p.batch_offsets).tolist() for p in plans]
+    assert {"pad": [100, 100], "partial": [100, 100], "drop": [64, 64]}[policy] == real
+    assert {"pad": [[64, 64]] * 2, "partial": [[64, 36]] * 2, "drop": [[64]] * 2}[policy] == sizes
+    assert [int(p.is_pad.sum()) for p in plans] == ([28, 28] if policy == "pad" else [0, 0])
+    perm = epoch_permutation(200, seed=3, epoch=1, shuffle=True)
+    if policy == "pad":
+        np.testing.assert_array_equal(plans[0].indices, np.concatenate([perm[:100], perm[:28]]))
+        np.testing.assert_array_equal(plans[1].indices,
+                                      np.concatenate([perm[100:], perm[28:56]]))
+
+
+def fill_first_pad_plan(n, *, batch_size, shard_id, num_shards, perm):
+    """The "pad" arithmetic that filled the shards in order (nb * B samples each, the last
+    shards short, padded from the start of the epoch's order): what resume states written
+    before balancing were positioned in."""
+    nb = -(-n // (num_shards * batch_size))
+    per_shard = nb * batch_size
+    lo = shard_id * per_shard
+    return np.resize(perm, num_shards * per_shard)[lo:lo + per_shard], \
+        np.arange(lo, lo + per_shard) >= n
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(n=st.integers(1, 300), num_shards=st.integers(1, 6), batch_size=st.integers(1, 40),
+       policy=st.sampled_from(POLICIES))
+def test_pad_plan_unchanged_by_balancing_says_when_old_states_still_hold(
+        n, num_shards, batch_size, policy):
+    unchanged = pad_plan_unchanged_by_balancing(
+        n, batch_size=batch_size, num_shards=num_shards, last_batch=policy)
+    if policy != "pad":
+        assert unchanged
+        return
+    perm = epoch_permutation(n, seed=1, epoch=0, shuffle=True)
+    same = True
+    for s in range(num_shards):
+        new = shard_plan(n, batch_size=batch_size, shard_id=s, num_shards=num_shards, seed=1,
+                         last_batch="pad")
+        old_idx, old_pad = fill_first_pad_plan(n, batch_size=batch_size, shard_id=s,
+                                               num_shards=num_shards, perm=perm)
+        same &= np.array_equal(new.indices, old_idx) and np.array_equal(new.is_pad, old_pad)
+    assert unchanged == same
+    if num_shards == 1 or n % (num_shards * batch_size) == 0:
+        assert unchanged
 
 
 @pytest.mark.parametrize(
