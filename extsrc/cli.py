@@ -259,9 +259,10 @@ def _manifest_arg(args: argparse.Namespace) -> Any:
     root = getattr(args, "root", None)
     if root is None:
         return args.manifest
-    from extsrc.manifest import read_manifest
+    from extsrc.manifest import read_manifest, refuse_url
     from extsrc.textsafe import shown
 
+    refuse_url(root, "--root")
     if not os.path.isdir(root):
         raise CliError(f"--root {shown(root)}: not a folder")
     return read_manifest(args.manifest, root=root)

@@ -133,7 +133,10 @@ def read_folder(
     allow_outside_root: bool = False,
 ) -> Manifest:
     """The folder dataset under ``folder``; see :meth:`extsrc.Manifest.from_folder`."""
-    from extsrc.manifest import Manifest  # here: extsrc.manifest imports this module lazily
+    from extsrc.manifest import (  # here: extsrc.manifest imports this module lazily
+        Manifest,
+        refuse_url,
+    )
 
     fn = "Manifest.from_folder"
     if not isinstance(folder, (str, os.PathLike)):
@@ -146,6 +149,8 @@ def read_folder(
             f"{fn}: root must be a folder (str or os.PathLike) or None, got "
             f"{type(root).__name__} {root!r}"
         )
+    refuse_url(folder, f"{fn}: the folder")
+    refuse_url(root, f"{fn}: root")
     allow_empty = check_bool(allow_empty, f"{fn}: allow_empty")
     allow_outside_root = check_bool(allow_outside_root, f"{fn}: allow_outside_root")
     exts = _check_extensions(extensions)

@@ -293,6 +293,7 @@ class Manifest:
                 f"Manifest.from_lists: root must be a folder path (str or os.PathLike) or None, "
                 f"got {type(root).__name__} {root!r}"
             )
+        refuse_url(root, "Manifest.from_lists: root")
         paths = list(paths)
         if all(map(isinstance, paths, itertools.repeat(str))):
             path_cells = paths
@@ -481,6 +482,8 @@ def read_manifest(
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )
+    refuse_url(path, "read_manifest: the manifest")
+    refuse_url(root, "read_manifest: root")
     source = os.fsdecode(os.fspath(path))
     if os.path.isdir(source):
         given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
@@ -1215,6 +1218,64 @@ def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> No
 # Paths
 
 
+#: The start of a URL: a scheme of two or more characters and ``://`` (one letter before the
+#: colon is a Windows drive, ``C:\\data`` or ``C:/data``), or a storage or web scheme with one
+#: slash, as ``pathlib.Path("s3://bucket")`` collapses it.
+_URL = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]+)://"
+    r"|(?P<collapsed>s3|s3a|gs|gcs|az|abfss?|wasbs?|hdfs|https?|ftp|file):/(?!/)",
+    re.IGNORECASE,
+)
+_URL_ADVICE = (
+    "URLs and object storage are not supported yet, so it would be read as a local path. "
+    "Download the files (aws s3 sync, gsutil -m rsync, wget) and list their local paths, or "
+    "mount the bucket (s3fs, gcsfuse) and list the paths under the mount point"
+)
+
+
+def url_scheme(text: str) -> str | None:
+    """The scheme (``"s3"``, ``"https"``...) when ``text`` starts with a URL, else ``None``."""
+    m = _URL.match(text.strip())
+    return None if m is None else (m["scheme"] or m["collapsed"]).lower()
+
+
+def _url_advice(scheme: str) -> str:
+    if scheme == "file":
+        return ("file:// URLs are not supported: drop the file:// prefix and list the local "
+                "path itself")
+    return _URL_ADVICE
+
+
+def refuse_url(value: object, what: str) -> None:
+    """Refuse a manifest, folder or ``root`` argument that is a URL (``s3://...``,
+    ``https://...``, any ``scheme://``) with a :class:`~extsrc.errors.ManifestError` saying
+    what to do, instead of a file-not-found error about a local path made of the URL."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        return
+    text = os.fsdecode(os.fspath(value))
+    scheme = url_scheme(text)
+    if scheme is not None:
+        raise ManifestError(
+            f"{what} {shown(text)} is a URL ({scheme}://), and extsrc reads local files only; "
+            f"{_url_advice(scheme)}",
+            path=text, reason="url",
+        )
+
+
+def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> None:
+    """Refuse, naming the line, a path cell that is a URL."""
+    if ":/" not in "\n".join(cells):  # one scan: 1M-line manifests stay fast
+        return
+    for cell, number in zip(cells, lines, strict=True):
+        scheme = url_scheme(cell)
+        if scheme is not None:
+            raise ManifestError(
+                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://), and extsrc reads "
+                f"local files only; {_url_advice(scheme)}",
+                source=loc.source, line=number, path=cell, reason="url",
+            )
+
+
 def _resolve_paths(
     cells: list[str], lines: list[int], loc: _Loc, root: str, column: str
 ) -> list[str]:
@@ -1223,6 +1284,7 @@ def _resolve_paths(
         raise ManifestError(
             f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
         )
+    _refuse_url_cells(cells, lines, loc)
     # Text such as "NA" or "nan" stays a file name here (a file may be called that; if none is,
     # the missing file is reported with its line), unlike in labels, where it would silently
     # become a class.

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extsrc.errors import ExtsrcError, ManifestError, ManifestFileNotFoundError
+from extsrc.folders import read_folder
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.textsafe import shown
 
@@ -912,3 +913,69 @@ def test_shown_text_is_printable_and_printable_text_unchanged(text):
     if text.isprintable():
         assert out == text
     out.encode("utf-8")  # no lone surrogate left to break a terminal's encoder
+
+
+# -- URLs: refused until they are supported ---------------------------------------------------
+URL_ADVICE = r"URLs and object storage are not supported yet.*s3fs, gcsfuse"
+
+
+@pytest.mark.parametrize(("cell", "scheme"), [
+    ("s3://bucket/train/a.jpg", "s3"), ("gs://bucket/a.jpg", "gs"),
+    ("https://example.com/a.jpg", "https"), ("http://example.com/a.jpg", "http"),
+    ("HTTPS://EXAMPLE.COM/A.JPG", "https"), ("hf+hub://org/set/a.jpg", "hf+hub"),
+    ("az:/container/a.jpg", "az"),  # as pathlib.Path("az://container/a.jpg") writes it
+])
+def test_url_in_a_manifest_row_is_refused_naming_the_line(tmp_path: Path, cell: str,
+                                                          scheme: str) -> None:
+    m = tmp_path / "m.csv"
+    m.write_text(f"path,label\nlocal/a.jpg,0\n  {cell}  ,1\n")
+    with pytest.raises(ManifestError, match=rf"m\.csv line 3: path {re.escape(cell)} is a URL "
+                                            rf"\({re.escape(scheme)}://\).*{URL_ADVICE}") as ei:
+        read_manifest(m)
+    e = ei.value
+    assert (e.line, e.path, e.reason) == (3, cell, "url")
+    # The same list in code: the item is named.
+    with pytest.raises(ManifestError, match=r"<from_lists> item 2: path .* is a URL"):
+        Manifest.from_lists(["local/a.jpg", cell], [0, 1])
+
+
+def test_file_url_is_refused_with_its_own_advice(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match=r"item 1: path file:///data/a\.jpg is a URL "
+                                            r"\(file://\).*drop the file:// prefix"):
+        Manifest.from_lists(["file:///data/a.jpg"], [0])
+    with pytest.raises(ManifestError, match=r"item 1: path s3:/bucket/a\.jpg is a URL"):
+        Manifest.from_lists([Path("s3://bucket/a.jpg")], [0])
+
+
+def test_url_as_manifest_root_or_folder_is_refused(tmp_path: Path) -> None:
+    m = tmp_path / "m.csv"
+    m.write_text("a.jpg,0\n")
+    with pytest.raises(ManifestError, match=rf"the manifest s3://bucket/m\.csv is a URL "
+                                            rf"\(s3://\).*{URL_ADVICE}"):
+        read_manifest("s3://bucket/m.csv")
+    with pytest.raises(ManifestError, match=r"read_manifest: root gs://bucket/ is a URL"):
+        read_manifest(m, root="gs://bucket/")
+    with pytest.raises(ManifestError, match=r"from_lists: root https://x\.org/d is a URL"):
+        Manifest.from_lists(["a.jpg"], [0], root="https://x.org/d")
+    with pytest.raises(ManifestError, match=r"from_folder: the folder gs://bucket/train is a URL"):
+        Manifest.from_folder("gs://bucket/train")
+    with pytest.raises(ManifestError, match=r"read_manifest: root s3://b is a URL"):
+        read_manifest(tmp_path, root="s3://b")  # a folder dataset
+    with pytest.raises(ManifestError, match=r"from_folder: root s3://b is a URL"):
+        read_folder(tmp_path, root="s3://b")
+
+
+def test_loaders_refuse_a_url_manifest() -> None:
+    import extsrc
+
+    for make in (lambda: extsrc.Loader("https://example.com/m.csv", batch_size=1, device="cpu"),
+                 lambda: extsrc.VideoLoader("s3://bucket/videos/", batch_size=1,
+                                            sequence_length=2, device="cpu")):
+        with pytest.raises(ManifestError, match=r"the manifest .* is a URL .*not supported yet"):
+            make()
+
+
+def test_windows_drive_letters_and_colons_are_not_urls(tmp_path: Path) -> None:
+    m = Manifest.from_lists([r"C:\data\a.jpg", "C:/data/b.jpg", "x:y/c.jpg", "d://e.jpg"],
+                            [0, 1, 2, 3], root=tmp_path)
+    assert len(m) == 4
