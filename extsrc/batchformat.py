@@ -71,28 +71,36 @@ def check_mean_std(
 
     The one rule for every place that takes them (the loaders' ``normalize``, the presets,
     :func:`extsrc.render_batch`): 1 or 3 finite numbers each, every ``std`` > 0, and in pixel
-    units 0-255. Values that all look like 0-1 units (every ``std`` below 1 and every ``mean``
-    within [-1, 1], torchvision's ``(0.485, ...)``, ``(0.229, ...)`` or ``(0.5, 0.5)``) are
-    refused rather than converted: the loader cannot tell which units were meant from the
-    numbers alone in every case, a std below one pixel level is never a real image statistic,
-    and a silent conversion would hide the mix-up in the code that a reader compares with
-    torchvision. The error names the 0-255 equivalents and :data:`extsrc.IMAGENET_MEAN` /
-    :data:`extsrc.IMAGENET_STD`.
+    units 0-255. Values in 0-1 units (torchvision's ``(0.485, ...)``, ``(0.229, ...)``, or
+    ``(0.5, 0.5)``) are refused rather than converted, whether both are or one of them: a
+    ``std`` below 1 (one pixel level) or ``mean`` values all strictly between 0 and 1 are
+    never statistics of 0-255 images, the numbers alone do not always say which units were
+    meant, and a silent conversion would hide the mix-up from a reader comparing the code with
+    torchvision's. The error gives the 0-255 equivalents (values within [-1, 1] times 255) and
+    names :data:`extsrc.IMAGENET_MEAN` / :data:`extsrc.IMAGENET_STD`. ``mean=0, std=1`` keeps
+    pixel values and passes.
     """
     m, s = _per_channel("mean", mean, who), _per_channel("std", std, who)
     if any(v <= 0 for v in s):
         raise ValueError(
             f"{who} std values must be > 0 (each divides a channel), got {s}"
         )
-    if max(s) < 1 and all(-1 <= v <= 1 for v in m):
-        m255 = tuple(round(v * 255, 3) for v in m)
-        s255 = tuple(round(v * 255, 3) for v in s)
+    std_01 = min(s) < 1
+    mean_01 = all(0 < v < 1 for v in m)
+    if std_01 or mean_01:
+        def to255(values: tuple[float, ...]) -> tuple[float, ...]:
+            return tuple(round(v * 255, 3) if abs(v) <= 1 else v for v in values)
+
+        pairs = [(m[k % len(m)], s[k % len(s)]) for k in range(max(len(m), len(s)))]
+        reach = max(max(abs(mv), abs(255 - mv)) / sv for mv, sv in pairs)
+        what = "mean and std look" if mean_01 and std_01 else \
+            ("mean looks" if mean_01 else "std looks")
         raise ValueError(
-            f"{who} mean={m} std={s} look like 0-1 units (torchvision's), but the loader "
-            "normalises pixel values 0-255: the inputs would reach about "
-            f"{round(255 / min(s)):,}. Multiply both by 255 (mean={m255}, std={s255}); for "
-            "ImageNet use extsrc.IMAGENET_MEAN and extsrc.IMAGENET_STD, which are in 0-255 "
-            "units; or pass normalize='scale' for values in [0, 1]"
+            f"{who} mean={m} std={s}: {what} like 0-1 units (torchvision's), but the loader "
+            "normalises pixel values 0-255 (the inputs would reach about "
+            f"{reach:,.0f}). In 0-255 units: mean={to255(m)}, std={to255(s)}; for ImageNet "
+            "use extsrc.IMAGENET_MEAN and extsrc.IMAGENET_STD (0-255 units), or pass "
+            "normalize='scale' for values in [0, 1]"
         )
     return m, s
 

@@ -128,6 +128,10 @@ TORCHVISION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
                       r"std=\(58\.395, 57\.12, 57\.375\).*extsrc\.IMAGENET_MEAN"),
         (((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)), r"look like 0-1 units .*mean=\(127\.5,"),
         ((0.5, 0.25), r"look like 0-1 units"),
+        ((IMAGENET_MEAN, TORCHVISION[1]), r"std looks like 0-1 units .*would reach about 673\)"
+                                          r".*mean=\(123\.675, 116\.28, 103\.53\)"),
+        ((TORCHVISION[0], IMAGENET_STD), r"mean looks like 0-1 units .*mean=\(123\.675,"),
+        ((0, 0.5), r"std looks like 0-1 units .*mean=\(0\.0,\), std=\(127\.5,\)"),
         ((np.array(TORCHVISION[0]), torch.tensor(TORCHVISION[1])), "look like 0-1 units"),
         (((1, 2, 3), (1, -2, 1)), "std values must be > 0"),
         (((1, 2, 3), 0), "std values must be > 0"),
@@ -156,6 +160,8 @@ def test_mean_std_in_pixel_units_and_the_exported_constants_pass():
         tuple(IMAGENET_MEAN), tuple(IMAGENET_STD))
     # mean 0 and std 1 keep pixel values (0-255) and are not taken for 0-1 units
     assert BatchFormat(dtype="float32", normalize=(0, 1)).normalize == ((0.0,), (1.0,))
+    assert BatchFormat(dtype="float32", normalize=(127.5, 127.5)).normalize == ((127.5,),
+                                                                                 (127.5,))
     assert check_mean_std(np.float32(127.5), [64, 64, 64]) == ((127.5,), (64.0, 64.0, 64.0))
 
 
