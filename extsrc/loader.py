@@ -389,7 +389,9 @@ class Loader:
         Call it before iterating or between epochs. A state from another configuration (batch
         size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
         parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
-        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs.
+        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
+        state saved before shards were balanced where its ``last_batch="pad"`` plan differs
+        (:func:`~extsrc.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to restart.
         """
         c, src = self.config, self.source
         samples = len(self.manifest) if src.indices is None else len(src.indices)
