@@ -4,6 +4,11 @@ DALI re-raises a failure in a worker process, in a ``python_function`` or in its
 exception whose message is a report: DALI's own lines, and for Python code the original
 exception's type, message and traceback as text. :func:`read_failure` turns that report into a
 :class:`DaliFailure`; :mod:`extsrc.failures` turns a ``DaliFailure`` into an extsrc error.
+
+DALI's worker processes (2.4) print nothing themselves when the source raises: they format the
+traceback (``traceback.format_exc()`` in ``nvidia/dali/_multiproc/worker.py``) and send it to
+the main process, which puts it in the exception it raises. It is kept once, as the extsrc
+error's ``detail``, without the frames of DALI's own worker loop.
 """
 
 from __future__ import annotations
@@ -12,13 +17,15 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["DaliFailure", "FailureKind", "read_failure"]
+__all__ = ["DaliFailure", "FailureKind", "read_failure", "without_dali_frames"]
 
 FailureKind = Literal["worker", "op", "decode", "other"]
 
 _NOISE = ("Critical error in pipeline:", "Current pipeline object is no longer valid.")
 _OP_MARKER = "DLTensorPythonFunction error: "
 _TRACEBACK = "Traceback (most recent call last):"
+#: A frame of DALI's own Python code in a formatted traceback.
+_DALI_FRAME = re.compile(r'^  File "[^"]*[/\\]nvidia[/\\]dali[/\\][^"]*", line \d+')
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,11 @@ class DaliFailure:
     op raised in ``python_function``), ``"decode"`` (the image decoder failed) or ``"other"``.
     ``text``: DALI's informative lines, on one line. ``exc_type`` / ``exc_message``: the Python
     exception's qualified type name and message (``worker`` and ``op``); ``traceback``: the
-    worker's traceback (``worker``); ``sample``: the position in the batch of the sample the
-    decoder failed on, when DALI says. ``pool_lost``: DALI says it lost contact with its worker
-    processes (one may have died: wait for its exit code). ``uneven_shapes``: the images of a
-    batch have different shapes, so DALI could not stack them.
+    worker's traceback (``worker``), without the frames of DALI's worker loop; ``sample``: the
+    position in the batch of the sample the decoder failed on, when DALI says. ``pool_lost``:
+    DALI says it lost contact with its worker processes (one may have died: wait for its exit
+    code). ``uneven_shapes``: the images of a batch have different shapes, so DALI could not
+    stack them.
     """
 
     kind: FailureKind
@@ -63,7 +71,7 @@ def read_failure(msg: str) -> DaliFailure:
     # An op's error may carry its own traceback (and any path may contain "worker"): the op
     # marker before the traceback decides.
     if start >= 0 and "worker" in msg[:start].lower() and not 0 <= k < start:
-        tb = msg[start:].rstrip()
+        tb = without_dali_frames(msg[start:].rstrip())
         lines = tb.splitlines()
         last_frame = max((k for k, ln in enumerate(lines) if ln.startswith("  ")), default=0)
         exc_type, message = _split_exception("\n".join(lines[last_frame + 1:]).strip())
@@ -80,6 +88,23 @@ def read_failure(msg: str) -> DaliFailure:
         return DaliFailure("decode", text, sample=int(m.group(1)) if m else None,
                            **flags)
     return DaliFailure("other", text, **flags)
+
+
+def without_dali_frames(tb: str) -> str:
+    """A formatted traceback without the frames of DALI's own Python code (a frame is its
+    ``  File ...`` line and the indented lines under it); unchanged when every frame is DALI's."""
+    out: list[str] = []
+    dropping = False
+    kept_frame = False
+    for ln in tb.splitlines():
+        if ln.startswith("  File "):
+            dropping = _DALI_FRAME.match(ln) is not None
+            kept_frame = kept_frame or not dropping
+        elif not ln.startswith("    "):
+            dropping = False
+        if not dropping:
+            out.append(ln)
+    return "\n".join(out) if kept_frame else tb
 
 
 def _split_exception(text: str) -> tuple[str, str]:
