@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from extsrc._dali.run import PipelineRun, WorkersDied
 from extsrc.errors import PipelineError
-from extsrc.failures import InFlight, worker_died
+from extsrc.failures import InFlight, shown_alone, worker_died
 
 if TYPE_CHECKING:
     from extsrc.loader import Loader
@@ -74,9 +74,10 @@ class Epoch(Iterator[dict[str, Any]]):
         except Exception as e:
             err = loader._explain(e, self._in_flight())
             self.close()  # workers and threads stop now; the position stays at this batch
-            if err is e:
-                raise
-            raise err from e
+            # On its own, without DALI's traceback; shown_alone sets the chain (EXTSRC_DEBUG=1
+            # chains DALI's exception again), and this line is the last one the user sees.
+            err = shown_alone(err, e)
+            raise err from err.__cause__
         pos.advance()
         return self._to_torch(batch[0])
 

@@ -10,6 +10,12 @@ manifest line; for a folder dataset, whose ``source`` ends with ``/``, the 1-bas
 number), ``path`` (the file), ``reason`` (a code of :data:`extsrc.imagecheck.REASONS`),
 ``op`` (the op's name) and ``detail`` (a traceback from a DALI worker process, shown after the
 message). Each is ``None`` where it does not apply.
+
+An error the loader raises in place of DALI's exception keeps that exception as ``dali_error``
+(``None`` when the error was raised in this process) and is shown on its own: no DALI traceback
+before it, no frames of DALI or of the loader's helper thread, just the error and the few lines
+of the caller's code that led to it. Set the environment variable ``EXTSRC_DEBUG=1`` to raise
+it chained to DALI's exception (``__cause__``) with every frame, as DALI raised it.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class ExtsrcError(Exception):
         self.reason = reason
         self.op = op
         self.detail = detail
+        #: The exception DALI raised for this failure, when the loader raised this error in its
+        #: place (see the module's docstring); ``None`` otherwise.
+        self.dali_error: BaseException | None = None
 
     def __str__(self) -> str:
         return self.message if not self.detail else f"{self.message}\n\n{self.detail}"
@@ -112,7 +121,7 @@ class WorkerDiedError(ExtsrcError, RuntimeError):
 
 class PipelineError(ExtsrcError, RuntimeError):
     """DALI failed for a reason that could not be pinned on one sample; the message names the
-    batch and its manifest lines, and the original DALI error is chained."""
+    batch and its manifest lines, and DALI's own exception is kept as ``dali_error``."""
 
 
 class DaliVersionError(ExtsrcError, RuntimeError):

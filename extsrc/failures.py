@@ -2,11 +2,13 @@
 
 DALI's text is read into fields by :mod:`extsrc._dali.messages`; this module decides what the
 user is told: which batch was in flight (its manifest lines), which worker died and why, which
-file the image decoder rejected (found again by decoding the batch with Pillow).
+file the image decoder rejected (found again by decoding the batch with Pillow), and how the
+error is shown (:func:`shown_alone`: without DALI's traceback, unless :func:`debug` is on).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +28,11 @@ from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
 from extsrc.textsafe import shown
 
-__all__ = ["InFlight", "explain", "worker_died"]
+__all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
+
+#: The environment variable that makes the loader raise its errors chained to DALI's
+#: exception, with every frame (any value but empty or ``0``).
+DEBUG_ENV = "EXTSRC_DEBUG"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,40 @@ class InFlight:
         lines = ", ".join(str(m.lines[i]) for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
         where = sample_where(m.source, lines, plural=True)
         return f"epoch {self.epoch} batch {self.batch} ({where})"
+
+
+def debug() -> bool:
+    """Whether :data:`DEBUG_ENV` asks for DALI's exception and every frame."""
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
+
+
+def shown_alone(err: BaseException, dali: BaseException) -> BaseException:
+    """``err``, the error to raise in place of DALI's exception ``dali``, made ready to be raised
+    so that it reads on one screen.
+
+    ``dali`` stays on it as ``dali_error`` (unless ``err`` is ``dali``: an extsrc error raised in
+    this process by the source). The frames ``err`` was raised through (DALI's pipeline, the
+    iterator's helper thread, the op pool) are dropped, and ``dali`` is not chained: the
+    traceback shows where the caller's loop asked for the batch, the message what failed and
+    where. Its own cause stays only when it says more than the message: an op's exception on
+    the gpu path, whose traceback is nowhere else (the numpy path's is in ``detail``).
+    With :func:`debug` on, ``err`` keeps every frame and is chained to ``dali``.
+    """
+    if err is not dali:
+        try:
+            err.dali_error = dali  # type: ignore[attr-defined]
+        except AttributeError:  # an exception type without a __dict__
+            pass
+    if debug():
+        if err is not dali:
+            err.__cause__ = dali
+        return err
+    cause = err.__cause__
+    keep = None if cause is dali or getattr(err, "detail", None) else cause
+    err = err.with_traceback(None)
+    err.__cause__ = keep
+    err.__suppress_context__ = True  # DALI's exception, being handled where err is raised
+    return err
 
 
 def worker_died(dead: list[tuple[int, int]], at: InFlight) -> WorkerDiedError:

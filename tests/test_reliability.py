@@ -92,7 +92,7 @@ def test_bad_file_stops_with_line_path_and_reason(tmp_path, kind, workers):
     assert re.search(EXPECT.get(kind, re.escape(f"[{reason}]")), msg), msg
     assert "Critical error in pipeline" not in msg.split("\n")[0]
     if kind == "corrupt_jpeg":  # header checks pass: DALI's decoder fails, the loader finds it
-        assert "DALI could not decode this file" in msg and ei.value.__cause__ is not None
+        assert "DALI could not decode this file" in msg and ei.value.dali_error is not None
     if kind not in EXPECT:
         assert isinstance(ei.value, BadImageError)
         assert "extsrc.validate(manifest)" in msg and "on_error='skip'" in msg
