@@ -89,8 +89,28 @@ def failure_info(e: BaseException) -> dict[str, Any]:
         "type": type(e).__name__,
         "message": str(e),
         "readonly": isinstance(e, ValueError) and "read-only" in str(e),
-        "traceback": "".join(traceback.format_exception(e)).rstrip(),
+        "traceback": "".join(traceback.format_exception(type(e), e, _from_op(e))).rstrip(),
     }
+
+
+#: Files that call an op: the frames from them on, before the op's own, say nothing to its
+#: author (its error names the op and the sample).
+_CALLERS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _from_op(e: BaseException) -> Any:
+    """``e``'s traceback from the first frame outside extsrc and ``Op.apply`` on (the op's own
+    code); the last frame at least."""
+    from augment_ops import registry
+
+    calls = os.path.abspath(registry.__file__)
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        name = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if os.path.dirname(name) != _CALLERS_DIR and name != calls:
+            break
+        tb = tb.tb_next
+    return tb
 
 
 def apply_sample(op: Any, img: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:

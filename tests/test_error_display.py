@@ -158,8 +158,12 @@ def test_op_error_on_one_screen_with_the_ops_traceback(tmp_path, kw):
     assert first.startswith("extsrc.errors.OpError: op 'ed_boom' raised ValueError: boom on "
                             f"purpose [sample {manifest} line 2 "), stderr
     assert "Original traceback of the op:" in stderr, stderr
-    # The op's own traceback, once.
+    # The op's own traceback, once, from the op's code on (not the frames that called it).
     assert stderr.count(", in ed_boom\n") == 1, stderr
+    assert re.search(r"Original traceback of the op:\nTraceback \(most recent call last\):\n"
+                     r'  File "[^"]*", line \d+, in ed_boom\n', stderr), stderr
+    for caller in ("opworker.py", "oppaths.py", "hostresize.py", "registry.py"):
+        assert caller not in stderr, stderr
     assert stderr.splitlines().count("ValueError: boom on purpose") == 1, stderr
     assert_one_screen(stderr, first)
 
