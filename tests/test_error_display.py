@@ -168,6 +168,15 @@ def test_op_error_on_one_screen_with_the_ops_traceback(tmp_path, kw):
     assert_one_screen(stderr, first)
 
 
+def test_images_of_different_sizes_without_resize_on_one_screen(tmp_path):
+    manifest = write_dataset(tmp_path, 4)  # sizes vary per sample
+    stderr = run_loop(manifest, kw="num_workers=0")
+    first = "ValueError: images in a batch have different sizes, so they cannot be stacked " \
+        "into one tensor; pass resize=(height, width) (or an int) to Loader"
+    assert_one_screen(stderr, first)
+    assert "IsDenseTensor" not in stderr, stderr
+
+
 def test_notebook_print_exc_shows_the_same_screen(bad):
     manifest, line, path = one_bad(bad, "missing")
     stderr = run_loop(manifest, kw="resize=16", caught=True)
