@@ -633,6 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         PipelineError,
         SampleReadError,
         WorkerDiedError,
+        debug,
     )
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -650,17 +651,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except (SampleReadError, OpError, WorkerDiedError, PipelineError) as e:
         # The input was well formed but a file or the pipeline failed: a finding, like validate's.
-        if os.environ.get("EXTSRC_DEBUG"):
+        if debug():
             raise
         print(f"{PROG}: error: {_reason(e)[0]}", file=sys.stderr)
         return EXIT_FOUND
     except (ExtsrcError, ValueError, FileNotFoundError, KeyError, TypeError, CliError) as e:
-        if os.environ.get("EXTSRC_DEBUG"):
+        if debug():
             raise
         print(f"{PROG}: error: {_reason(e)[0]}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as e:  # DALI or an op failed in a way the loader could not name
-        if os.environ.get("EXTSRC_DEBUG"):
+        if debug():
             raise
         text, own = _reason(e)
         print(f"{PROG}: error: {text}", file=sys.stderr)

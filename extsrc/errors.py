@@ -20,7 +20,18 @@ it chained to DALI's exception (``__cause__``) with every frame, as DALI raised 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+
+#: The environment variable that makes the loader raise its errors chained to DALI's
+#: exception, with every frame, and the command line show tracebacks (any value but empty or
+#: ``0``).
+DEBUG_ENV = "EXTSRC_DEBUG"
+
+
+def debug() -> bool:
+    """Whether :data:`DEBUG_ENV` asks for DALI's exception and every frame."""
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
 
 
 class ExtsrcError(Exception):

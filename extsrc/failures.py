@@ -8,7 +8,6 @@ error is shown (:func:`shown_alone`: without DALI's traceback, unless :func:`deb
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +15,13 @@ from typing import Any
 from extsrc import errors as _errors
 from extsrc._dali.messages import DaliFailure, read_failure
 from extsrc.errors import (
+    DEBUG_ENV,
     ExtsrcError,
     OpError,
     OpOutputError,
     PipelineError,
     WorkerDiedError,
+    debug,
 )
 from extsrc.folders import sample_where
 from extsrc.imagecheck import Finding, check_file
@@ -29,11 +30,6 @@ from extsrc.source import ShardedSource, bad_image_error
 from extsrc.textsafe import shown
 
 __all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
-
-#: The environment variable that makes the loader raise its errors chained to DALI's
-#: exception, with every frame (any value but empty or ``0``).
-DEBUG_ENV = "EXTSRC_DEBUG"
-
 
 @dataclass(frozen=True)
 class InFlight:
@@ -55,11 +51,6 @@ class InFlight:
         lines = ", ".join(str(m.lines[i]) for i in idx[:8]) + (", ..." if len(idx) > 8 else "")
         where = sample_where(m.source, lines, plural=True)
         return f"epoch {self.epoch} batch {self.batch} ({where})"
-
-
-def debug() -> bool:
-    """Whether :data:`DEBUG_ENV` asks for DALI's exception and every frame."""
-    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0")
 
 
 def shown_alone(err: BaseException, dali: BaseException) -> BaseException:
