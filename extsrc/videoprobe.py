@@ -6,14 +6,20 @@ clip's first frame in DALI's worker processes from the bytes it already read, an
 :func:`extsrc.videocheck.check_video` can refuse a file before DALI sees it. Three container
 families are read:
 
-* AVI (RIFF): the video stream's ``strh`` length, its ``strf`` compression tag;
+* AVI (RIFF): the video stream's ``strf`` compression tag, and its frames counted chunk by
+  chunk in the ``movi`` lists (OpenDML ``AVIX`` extensions included). The count used is the
+  smaller of that and the ``strh`` length: DALI takes the header's length as the frame count,
+  so frames past the chunks the file holds would come back black or as other frames, and
+  frames past the header's length come back as the last one repeated;
 * Matroska and WebM (EBML): the video track's ``CodecID``, and its frames counted block by block
-  in the clusters (block payloads are skipped, not read);
+  in the clusters (block payloads are skipped, not read; the ``Duration`` is not used);
 * MP4 and MOV (ISO base media): the video track's ``stsd`` sample entry and ``stsz`` sample
-  count (fragmented files: the ``trun`` sample counts of its ``moof`` boxes).
+  count (fragmented files: the ``trun`` sample counts of its ``moof`` boxes); every sample's
+  data must lie inside the file (``stsc`` and ``stco``/``co64``).
 
-A file whose structure declares more bytes than it has (a copy cut short) is ``truncated``;
-DALI's decoder would otherwise return fewer frames, or fail on the first missing one.
+A file whose structure declares more bytes than it has (a copy cut short), or whose sample
+table points past its end, is ``truncated``; DALI's decoder would otherwise return fewer
+frames, or fail on the first missing one.
 A problem is a :class:`VideoProbeProblem` carrying a reason code of :data:`VIDEO_REASONS`.
 """
 
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 __all__ = [
     "CODEC_NAMES",
@@ -31,6 +39,7 @@ __all__ = [
     "VideoInfo",
     "VideoProbeProblem",
     "probe_video",
+    "video_frames",
 ]
 
 #: Codecs DALI 2.4's ``fn.decoders.video`` decodes on the CPU (libavcodec).
@@ -50,17 +59,21 @@ VIDEO_REASONS: dict[str, tuple[str, str]] = {
     "not_video": ("the file is not a video container extsrc reads (AVI, Matroska/WebM, MP4/MOV)",
                   "list video files only, or re-mux it, e.g. ffmpeg -i IN -c copy OUT.mkv"),
     "truncated": ("the container declares more data than the file holds (cut short)",
-                  "copy or re-encode the file again, or drop the line"),
+                  "copy the video again or re-encode it (e.g. ffmpeg -i IN -c:v libvpx-vp9 "
+                  "OUT.webm), or drop the line"),
     "no_video_track": ("the container holds no video track",
-                       "drop the line (an audio-only file?)"),
-    "no_frames": ("the video track holds no frames", "re-encode the file or drop the line"),
+                       "list video files only, or drop the line (an audio-only file?)"),
+    "no_frames": ("the video track holds no frames",
+                  "re-encode the video (e.g. ffmpeg -i IN -c:v libvpx-vp9 OUT.webm) or drop "
+                  "the line"),
     "unsupported_codec": (
         "DALI cannot decode this codec on the loader's device",
         "re-encode it, e.g. ffmpeg -i IN -c:v libvpx-vp9 OUT.webm (VP9 decodes on the CPU and "
         "the GPU), or load on a GPU (H.264, HEVC, AV1, MPEG-4)",
     ),
     "corrupt": ("DALI's video decoder refuses the file's frame data",
-                "re-encode the file (ffmpeg -i IN -c:v libvpx-vp9 OUT.webm) or drop the line"),
+                "re-encode the video from its source (ffmpeg -i IN -c:v libvpx-vp9 OUT.webm) "
+                "or drop the line"),
     "too_small_for_gpu": ("the frames are smaller than the GPU's video decoder (NVDEC) takes",
                           "load these videos with device='cpu' (VP8, VP9, Motion JPEG), "
                           "re-encode them larger, or drop the lines"),
@@ -106,12 +119,25 @@ class VideoInfo:
 def probe_video(data: bytes | memoryview) -> VideoInfo:
     """The :class:`VideoInfo` of a whole video file's bytes; :class:`VideoProbeProblem` when
     it is not a video extsrc reads, is truncated, has no video track or no frames."""
+    return _probe(data, None)
+
+
+def video_frames(data: bytes | memoryview) -> list[tuple[int, int]] | None:
+    """``(offset, size)`` of the data of each frame of the video track, in the order the file
+    stores them, for AVI and Matroska/WebM files; ``None`` for MP4/MOV and for Matroska blocks
+    that hold several frames (lacing). :class:`VideoProbeProblem` as :func:`probe_video`."""
+    ranges: list[tuple[int, int]] = []
+    info = _probe(data, ranges)
+    return None if info.container == "mp4" or len(ranges) < info.num_frames else ranges
+
+
+def _probe(data: bytes | memoryview, ranges: list[tuple[int, int]] | None) -> VideoInfo:
     mv = memoryview(data).cast("B") if not isinstance(data, bytes) else data
     head = bytes(mv[:12])
     if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
-        info = _probe_avi(mv)
+        info = _probe_avi(mv, ranges)
     elif head[:4] == b"\x1a\x45\xdf\xa3":
-        info = _probe_matroska(mv)
+        info = _probe_matroska(mv, ranges)
     elif head[4:8] in (b"ftyp", b"moov", b"mdat", b"free", b"wide", b"skip", b"pnot"):
         info = _probe_mp4(mv)
     else:
@@ -157,13 +183,17 @@ def _avi_chunks(mv: bytes | memoryview, lo: int, hi: int):  # type: ignore[no-un
         i = end + (size & 1)  # chunks are padded to an even size
 
 
-def _probe_avi(mv: bytes | memoryview) -> VideoInfo:
+def _probe_avi(mv: bytes | memoryview, ranges: list[tuple[int, int]] | None) -> VideoInfo:
     (riff_size,) = struct.unpack_from("<I", mv, 4)
     if 8 + riff_size > len(mv):
         raise _truncated("RIFF header", 8 + riff_size, len(mv))
     width = height = 0
+    streams: list[tuple[bytes, bytes, int, tuple[int, int]]] = []  # kind, tag, length, size
+    movi: list[tuple[int, int]] = []
     for fourcc, start, end, kind in _avi_chunks(mv, 12, 8 + riff_size):
-        if fourcc != b"LIST" or kind != b"hdrl":
+        if fourcc == b"LIST" and kind == b"movi":
+            movi.append((start + 4, end))
+        if fourcc != b"LIST" or kind != b"hdrl" or streams:
             continue
         for f2, s2, e2, k2 in _avi_chunks(mv, start + 4, end):
             if f2 == b"avih" and e2 - s2 >= 40:
@@ -180,11 +210,45 @@ def _probe_avi(mv: bytes | memoryview) -> VideoInfo:
                     tag = bytes(mv[s3 + 16:s3 + 20])  # BITMAPINFOHEADER.biCompression
                     w, h = struct.unpack_from("<ii", mv, s3 + 4)
                     size = (abs(w), abs(h))
-            if kind3 == b"vids":
-                codec = _AVI_CODECS.get(tag) or tag.decode("latin-1").strip("\x00 ") or "?"
-                return VideoInfo("avi", codec, length, int(size[0]), int(size[1]))
-        break
-    raise VideoProbeProblem("no_video_track", "its AVI headers list no video stream ('vids')")
+            streams.append((kind3, tag, length, size))
+    # OpenDML files continue in further RIFF 'AVIX' chunks, each with a movi list of its own.
+    for fourcc, start, end, kind in _avi_chunks(mv, 8 + riff_size + (riff_size & 1), len(mv)):
+        if fourcc == b"RIFF" and kind == b"AVIX":
+            for f2, s2, e2, k2 in _avi_chunks(mv, start + 4, end):
+                if f2 == b"LIST" and k2 == b"movi":
+                    movi.append((s2 + 4, e2))
+    for number, (kind3, tag, length, size) in enumerate(streams):
+        if kind3 != b"vids":
+            continue
+        codec = _AVI_CODECS.get(tag) or tag.decode("latin-1").strip("\x00 ") or "?"
+        ids = (b"%02ddc" % number, b"%02ddb" % number)
+        held = sum(_avi_frames(mv, lo, hi, ids, ranges) for lo, hi in movi)
+        # DALI decodes the header's length of frames: past the chunks held it returns black
+        # or repeated frames, past the length the last frame; only both are read faithfully.
+        frames = min(held, length) if length > 0 else held
+        return VideoInfo("avi", codec, frames, int(size[0]), int(size[1]))
+    found = ", ".join(_AVI_KINDS.get(k, repr(k)) for k, *_ in streams) or "none"
+    raise VideoProbeProblem(
+        "no_video_track", f"no video track: its AVI headers list no video stream ('vids'); "
+        f"streams found: {found}")
+
+
+_AVI_KINDS = {b"auds": "audio", b"txts": "text", b"mids": "MIDI", b"vids": "video"}
+
+
+def _avi_frames(mv: bytes | memoryview, lo: int, hi: int, ids: tuple[bytes, ...],
+                ranges: list[tuple[int, int]] | None) -> int:
+    """Chunks with one of ``ids`` (a stream's data chunks) in a movi list [lo, hi), and in the
+    ``rec `` lists it holds; their (offset, size) appended to ``ranges`` unless it is None."""
+    count = 0
+    for fourcc, start, end, kind in _avi_chunks(mv, lo, hi):
+        if fourcc in ids:
+            count += 1
+            if ranges is not None:
+                ranges.append((start, end - start))
+        elif fourcc == b"LIST" and kind == b"rec ":
+            count += _avi_frames(mv, start + 4, end, ids, ranges)
+    return count
 
 
 # -- Matroska / WebM ---------------------------------------------------------------------------
@@ -241,7 +305,8 @@ def _uint(mv: bytes | memoryview, lo: int, hi: int) -> int:
     return int.from_bytes(bytes(mv[lo:hi]), "big")
 
 
-def _probe_matroska(mv: bytes | memoryview) -> VideoInfo:
+def _probe_matroska(mv: bytes | memoryview, ranges: list[tuple[int, int]] | None
+                    ) -> VideoInfo:
     n = len(mv)
     seg = None
     for eid, start, end in _ebml(mv, 0, n):
@@ -251,6 +316,7 @@ def _probe_matroska(mv: bytes | memoryview) -> VideoInfo:
     if seg is None:
         raise VideoProbeProblem("not_video", "an EBML file without a Matroska Segment")
     track: dict[str, object] | None = None
+    others: list[str] | None = None  # the tracks that are not video, once the list is read
     frames = 0
     i, seg_end = seg
     while i < seg_end:
@@ -259,18 +325,24 @@ def _probe_matroska(mv: bytes | memoryview) -> VideoInfo:
         end = seg_end if size == _UNKNOWN else start + size
         if end > n:
             raise _truncated(f"Matroska element 0x{eid:X}", end, n)
-        if eid == _TRACKS:
-            track = _video_track(mv, start, end)
+        if eid == _TRACKS and track is None:
+            track, seen = _video_track(mv, start, end)
+            others = (others or []) + seen
         elif eid == _CLUSTER:
-            if track is None:
+            if track is None and others is None:
                 raise VideoProbeProblem("no_video_track",
                                         "a Matroska cluster comes before the track list")
-            count, end = _count_blocks(mv, start, end, int(track["number"]),  # type: ignore[call-overload]
-                                       unknown=size == _UNKNOWN)
-            frames += count
+            if track is not None:
+                count, end = _count_blocks(mv, start, end, int(track["number"]),  # type: ignore[call-overload]
+                                           unknown=size == _UNKNOWN, ranges=ranges)
+                frames += count
+            elif size == _UNKNOWN:  # no video to count: find where the cluster ends
+                end = _count_blocks(mv, start, end, -1, unknown=True)[1]
         i = end
     if track is None:
-        raise VideoProbeProblem("no_video_track", "its Matroska tracks list no video track")
+        raise VideoProbeProblem(
+            "no_video_track", "no video track: its Matroska tracks list no video track; "
+            f"tracks found: {', '.join(others or []) or 'none'}")
     codec_id = str(track.get("codec_id", ""))
     codec = _MKV_CODECS.get(codec_id, codec_id or "?")
     if codec_id == "V_MS/VFW/FOURCC":
@@ -280,7 +352,17 @@ def _probe_matroska(mv: bytes | memoryview) -> VideoInfo:
     return VideoInfo("matroska", codec, frames, int(w), int(h))  # type: ignore[call-overload]
 
 
-def _video_track(mv: bytes | memoryview, lo: int, hi: int) -> dict[str, object] | None:
+#: Matroska TrackType values, for messages.
+_MKV_TYPES = {1: "video", 2: "audio", 3: "complex", 0x10: "logo", 0x11: "subtitle",
+              0x12: "buttons", 0x20: "control", 0x21: "metadata"}
+
+
+def _video_track(
+    mv: bytes | memoryview, lo: int, hi: int
+) -> tuple[dict[str, object] | None, list[str]]:
+    """The first video track entry of a Tracks element [lo, hi) (None if it lists none), and
+    the tracks before it, described as ``"audio (A_OPUS)"``."""
+    seen: list[str] = []
     for eid, start, end in _ebml(mv, lo, hi):
         if eid != _TRACK_ENTRY or end == _UNKNOWN:
             continue
@@ -303,12 +385,17 @@ def _video_track(mv: bytes | memoryview, lo: int, hi: int) -> dict[str, object] 
                     elif e3 == _PIXEL_H and x3 != _UNKNOWN:
                         entry["height"] = _uint(mv, s3, x3)
         if entry.get("type") == 1 and "number" in entry:
-            return entry
-    return None
+            return entry, seen
+        kind = entry.get("type")
+        seen.append(f"{_MKV_TYPES.get(kind, f'type {kind}')} "  # type: ignore[arg-type]
+                    f"({entry.get('codec_id', '?')})")
+    return None, seen
 
 
-def _block_frames(mv: bytes | memoryview, lo: int, hi: int, track: int) -> int:
-    """Frames a (Simple)Block at [lo, hi) holds for ``track``: 0 for another track."""
+def _block_frames(mv: bytes | memoryview, lo: int, hi: int, track: int,
+                  ranges: list[tuple[int, int]] | None = None) -> int:
+    """Frames a (Simple)Block at [lo, hi) holds for ``track``: 0 for another track; the
+    (offset, size) of an unlaced block's frame appended to ``ranges`` unless it is None."""
     number, i = _vint(mv, lo, hi, keep_marker=False)
     if number != track:
         return 0
@@ -317,6 +404,8 @@ def _block_frames(mv: bytes | memoryview, lo: int, hi: int, track: int) -> int:
     flags = mv[i + 2]
     laced = flags & 0x06
     if not laced:
+        if ranges is not None:
+            ranges.append((i + 3, hi - i - 3))
         return 1
     if i + 4 > hi:
         raise _truncated("Matroska block lacing header", i + 4, hi)
@@ -324,7 +413,8 @@ def _block_frames(mv: bytes | memoryview, lo: int, hi: int, track: int) -> int:
 
 
 def _count_blocks(
-    mv: bytes | memoryview, lo: int, hi: int, track: int, *, unknown: bool
+    mv: bytes | memoryview, lo: int, hi: int, track: int, *, unknown: bool,
+    ranges: list[tuple[int, int]] | None = None,
 ) -> tuple[int, int]:
     """Frames of ``track`` in a cluster [lo, hi), and where the cluster ends (a cluster of
     unknown size ends at the next segment-level element)."""
@@ -341,11 +431,11 @@ def _count_blocks(
         if end > len(mv):
             raise _truncated("Matroska block", end, len(mv))
         if eid == _SIMPLE_BLOCK:
-            count += _block_frames(mv, start, end, track)
+            count += _block_frames(mv, start, end, track, ranges)
         elif eid == _BLOCK_GROUP:
             for e2, s2, x2 in _ebml(mv, start, end):
                 if e2 == _BLOCK and x2 != _UNKNOWN:
-                    count += _block_frames(mv, s2, x2, track)
+                    count += _block_frames(mv, s2, x2, track, ranges)
         i = end
     return count, hi
 
@@ -393,17 +483,85 @@ def _probe_mp4(mv: bytes | memoryview) -> VideoInfo:
             "truncated", "its MP4 structure has no 'moov' box (a recording that was never "
             "finalised, or a copy cut short)"
         )
+    others: list[str] = []
     for kind, start, end in _boxes(mv, *moov):
         if kind != b"trak":
             continue
         track = _mp4_track(mv, start, end)
         if track is None:
+            others.append(_mp4_track_kind(mv, start, end))
             continue
         track_id, codec, count, w, h = track
         if moofs:  # fragmented: the samples are listed in the fragments' runs
             count += sum(_fragment_samples(mv, lo, hi, track_id) for lo, hi in moofs)
+        else:
+            _check_sample_data(mv, start, end, count)
         return VideoInfo("mp4", codec, count, w, h)
-    raise VideoProbeProblem("no_video_track", "its MP4 tracks hold no video ('vide') track")
+    raise VideoProbeProblem(
+        "no_video_track", "no video track: its MP4 tracks hold no video ('vide') track; "
+        f"tracks found: {', '.join(others) or 'none'}")
+
+
+_MP4_HANDLERS = {b"soun": "audio", b"vide": "video", b"hint": "hint", b"text": "text",
+                 b"sbtl": "subtitle", b"subt": "subtitle", b"meta": "metadata", b"tmcd": "timecode"}
+
+
+def _mp4_track_kind(mv: bytes | memoryview, lo: int, hi: int) -> str:
+    """A ``trak`` that is not video, described as ``"audio (mp4a)"``, for messages."""
+    s, e = _find(mv, lo, hi, (b"mdia", b"hdlr"))
+    handler = bytes(mv[s + 8:s + 12]) if s >= 0 and e - s >= 12 else b"?"
+    ss, se = _find(mv, lo, hi, (b"mdia", b"minf", b"stbl", b"stsd"))
+    tag = bytes(mv[ss + 12:ss + 16]).decode("latin-1") if ss >= 0 and se - ss >= 16 else "?"
+    return f"{_MP4_HANDLERS.get(handler, repr(handler))} ({tag.strip()})"
+
+
+def _check_sample_data(mv: bytes | memoryview, lo: int, hi: int, count: int) -> None:
+    """Refuse a video ``trak`` [lo, hi) whose sample table places sample data past the end of
+    the file (the ``mdat`` of a copy cut short, when its box size does not say so): DALI would
+    fail or return fewer frames there. Tables this does not read (``stz2``) are not checked."""
+    stbl = _find(mv, lo, hi, (b"mdia", b"minf", b"stbl"))
+    if stbl[0] < 0 or count <= 0:
+        return
+    boxes = {kind: (s, e) for kind, s, e in _boxes(mv, *stbl)}
+    co = boxes.get(b"co64") or boxes.get(b"stco")
+    if b"stsz" not in boxes or b"stsc" not in boxes or co is None:
+        return
+    wide = b"co64" in boxes
+    zs, ze = boxes[b"stsz"]
+    if ze - zs < 12:
+        return
+    size, n = struct.unpack_from(">II", mv, zs + 4)
+    if n != count or (size == 0 and ze - zs < 12 + 4 * n):
+        return
+    sizes = (np.full(n, size, dtype=np.int64) if size else
+             np.frombuffer(mv, ">u4", n, zs + 12).astype(np.int64))
+    cs, ce = boxes[b"stsc"]
+    (runs_n,) = struct.unpack_from(">I", mv, cs + 4) if ce - cs >= 8 else (0,)
+    (chunks,) = struct.unpack_from(">I", mv, co[0] + 4) if co[1] - co[0] >= 8 else (0,)
+    if (runs_n == 0 or chunks == 0 or ce - cs < 8 + 12 * runs_n
+            or co[1] - co[0] < 8 + (8 if wide else 4) * chunks):
+        return
+    runs = np.frombuffer(mv, ">u4", 3 * runs_n, cs + 8).reshape(runs_n, 3).astype(np.int64)
+    offsets = np.frombuffer(mv, ">u8" if wide else ">u4", chunks, co[0] + 8).astype(np.int64)
+    firsts = runs[:, 0] - 1
+    if firsts[0] != 0 or np.any(np.diff(firsts) <= 0) or firsts[-1] >= chunks:
+        return
+    per_chunk = np.repeat(runs[:, 1], np.diff(np.append(firsts, chunks)))
+    chunk_end = np.cumsum(per_chunk)  # one past each chunk's last sample
+    if int(chunk_end[-1]) < n:
+        return
+    chunk_of = np.searchsorted(chunk_end, np.arange(n), side="right")
+    ends = np.cumsum(sizes)
+    within = ends - (ends - sizes)[(chunk_end - per_chunk)[chunk_of]]  # end within its chunk
+    sample_end = offsets[chunk_of] + within
+    past = int(np.count_nonzero(sample_end > len(mv)))
+    if past:
+        raise VideoProbeProblem(
+            "truncated",
+            f"truncated: its sample table lists {n:,} frames, but the data of {past:,} of them "
+            f"lies past the end of the file ({int(sample_end.max()):,} bytes needed, the file "
+            f"has {len(mv):,})",
+        )
 
 
 def _find(mv: bytes | memoryview, lo: int, hi: int, path: tuple[bytes, ...]) -> tuple[int, int]:

@@ -1,0 +1,159 @@
+"""Videos whose headers and contents disagree, whose frame data is damaged, that hold no video
+track or are no video at all: what ``validate()`` passes the loader reads faithfully, and the
+rest is refused naming the manifest line and the path, in words about videos.
+
+The files are written by OpenCV (frame ``i`` a flat grey of level ``i * STEP``) and then patched
+byte by byte where the damage is described."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from test_video import check_clips, loader, write_video
+
+import extsrc
+from extsrc.videoclips import ClipSpec
+from extsrc.videoprobe import VideoProbeProblem, probe_video
+
+pytest.importorskip("cv2")
+
+
+def manifest_of(tmp_path: Path, *names: str) -> extsrc.Manifest:
+    rows = "".join(f"{name},{k}\n" for k, name in enumerate(names))
+    (tmp_path / "m.csv").write_text("path,label\n" + rows)
+    return extsrc.read_manifest(tmp_path / "m.csv", root=tmp_path)
+
+
+def avi_with_length(data: bytes, frames: int) -> bytes:
+    """An AVI whose main header (``avih``) and video stream header (``strh``) claim ``frames``."""
+    out = bytearray(data)
+    struct.pack_into("<I", out, out.index(b"avih") + 8 + 16, frames)  # dwTotalFrames
+    struct.pack_into("<I", out, out.index(b"strh") + 8 + 32, frames)  # dwLength
+    return bytes(out)
+
+
+def avi_frames(data: bytes) -> list[tuple[int, int]]:
+    """(start, size) of each video frame's data in an AVI's movi list."""
+    out = []
+    j = data.index(b"movi") + 4
+    while data[j:j + 4] == b"00dc":
+        n = struct.unpack_from("<I", data, j + 4)[0]
+        out.append((j + 8, n))
+        j += 8 + n + (n & 1)
+    return out
+
+
+# -- headers that claim other frame counts than the file holds -----------------------------------
+@pytest.mark.parametrize(("claimed", "readable"), [(100, 20), (10, 10)])
+def test_avi_frame_count_is_what_the_file_holds_and_dali_decodes(
+        tmp_path: Path, claimed: int, readable: int) -> None:
+    # DALI takes the stream header's length as the frame count: past the 20 frames held it
+    # returns black frames, past a shorter length the last frame repeated. Either way only the
+    # frames both count are read faithfully.
+    good = write_video(tmp_path / "good.avi", 20).read_bytes()
+    (tmp_path / "lie.avi").write_bytes(avi_with_length(good, claimed))
+    assert probe_video((tmp_path / "lie.avi").read_bytes()).num_frames == readable
+    m = manifest_of(tmp_path, "lie.avi")
+    assert extsrc.validate(m, progress=False, device="cpu").ok
+    spec = ClipSpec(5, 1, "uniform", 3)
+    starts = []
+    with loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
+                clips_per_video=3) as ld:
+        for batch in ld:
+            check_clips(batch, spec)  # the last clip ends on the last frame held
+            assert batch["num_frames"].tolist() == [readable]
+            starts += batch["start_frame"].tolist()
+    assert starts[-1] == readable - 5
+
+
+def test_avi_with_fewer_frame_chunks_than_its_index_and_headers_claim(tmp_path: Path) -> None:
+    # A file cut inside its movi list and closed again: headers and idx1 list 20 frames, 12 are
+    # held. Its chunks are counted, not its index.
+    good = write_video(tmp_path / "good.avi", 20).read_bytes()
+    frames = avi_frames(good)
+    cut = frames[12][0] - 8  # where the 13th frame's chunk starts
+    idx1 = good[good.index(b"idx1"):]
+    data = bytearray(good[:cut] + idx1)
+    movi = data.index(b"movi") - 8
+    struct.pack_into("<I", data, movi + 4, cut - movi - 8)
+    struct.pack_into("<I", data, 4, len(data) - 8)
+    (tmp_path / "cut.avi").write_bytes(bytes(data))
+    assert probe_video(bytes(data)).num_frames == 12
+    m = manifest_of(tmp_path, "cut.avi")
+    with loader(m, batch_size=1, sequence_length=4, stride=3, clip="uniform",
+                clips_per_video=2) as ld:
+        batches = list(ld)
+    assert [b["start_frame"].item() for b in batches] == [0, 2]
+    for b in batches:
+        check_clips(b, ClipSpec(4, 3))
+
+
+def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) -> None:
+    good = bytearray(write_video(tmp_path / "good.mkv", 20).read_bytes())
+    i = good.index(b"\x44\x89\x88")  # Info/Duration, an 8-byte float
+    struct.pack_into(">d", good, i + 3, struct.unpack_from(">d", good, i + 3)[0] * 5)
+    (tmp_path / "long.mkv").write_bytes(bytes(good))
+    assert probe_video(bytes(good)).num_frames == 20
+    m = manifest_of(tmp_path, "long.mkv")
+    with loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
+                clips_per_video=2) as ld:
+        batches = list(ld)
+    assert [b["start_frame"].item() for b in batches] == [0, 15]
+    for b in batches:
+        check_clips(b, ClipSpec(5, 1))
+
+
+def test_mp4_whose_samples_lie_past_the_end_is_refused_naming_the_line(tmp_path: Path) -> None:
+    data = bytearray(write_video(tmp_path / "v.mp4", 12, "mp4v").read_bytes())
+    s = data.index(b"stco") + 4
+    (n,) = struct.unpack_from(">I", data, s + 4)
+    last = s + 8 + 4 * (n - 1)
+    struct.pack_into(">I", data, last, struct.unpack_from(">I", data, last)[0] + len(data))
+    (tmp_path / "cut.mp4").write_bytes(bytes(data))
+    with pytest.raises(VideoProbeProblem, match=r"sample table lists 12 frames, but the data of "
+                       r"\d+ of them lies past the end of the file") as e:
+        probe_video(bytes(data))
+    assert e.value.reason == "truncated"
+    report = extsrc.validate(manifest_of(tmp_path, "v.mp4", "cut.mp4"), progress=False,
+                             device="cpu", decode=False)
+    assert [(p.line, p.reason) for p in report.problems] == [
+        (2, "unsupported_codec"), (3, "truncated")]
+    assert "copy the video again or re-encode it" in report.problems[1].message
+
+
+# -- no video track --------------------------------------------------------------------------------
+def audio_only(data: bytes, suffix: str) -> bytes:
+    """The file with its one video track relabelled as an audio track."""
+    out = bytearray(data)
+    if suffix == ".avi":
+        out[out.index(b"strh") + 8:out.index(b"strh") + 12] = b"auds"
+    elif suffix == ".mkv":
+        codec = out.index(b"\x86\x87V_MJPEG")  # CodecID, 7 bytes
+        out[codec + 2:codec + 9] = b"A_OPUS\x00"
+        kind = out.index(b"\x83\x81\x01", out.index(b"\xae"))  # TrackType 1 (video)
+        out[kind + 2] = 2
+    else:
+        out[out.index(b"hdlr") + 12:out.index(b"hdlr") + 16] = b"soun"
+        out[out.index(b"mp4v"):out.index(b"mp4v") + 4] = b"mp4a"
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("suffix", "fourcc", "found"), [
+    (".avi", "MJPG", r"streams found: audio"),
+    (".mkv", "MJPG", r"tracks found: audio \(A_OPUS\)"),
+    (".mp4", "mp4v", r"tracks found: audio \(mp4a\)"),
+])
+def test_an_audio_only_file_is_reported_as_having_no_video_track(
+        tmp_path: Path, suffix: str, fourcc: str, found: str) -> None:
+    data = audio_only(write_video(tmp_path / f"v{suffix}", 8, fourcc).read_bytes(), suffix)
+    (tmp_path / f"sound{suffix}").write_bytes(data)
+    with pytest.raises(VideoProbeProblem, match=rf"^no video track: .*{found}$") as e:
+        probe_video(data)
+    assert e.value.reason == "no_video_track"
+    m = manifest_of(tmp_path, f"sound{suffix}")
+    with pytest.raises(extsrc.BadVideoError, match=rf"line 2: .*sound\{suffix}: no video track"
+                       rf".*{found} \[no_video_track\]; list video files only") as err:
+        next(iter(loader(m)))
+    assert (err.value.line, err.value.reason) == (2, "no_video_track")
