@@ -33,11 +33,13 @@ from extsrc.textsafe import shown
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
+    "VIDEO_FILE_FIXES",
     "FileReadProblem",
     "check_max_file_bytes",
     "open_regular",
     "read_regular",
     "sample_read_error",
+    "video_fix",
 ]
 
 #: Largest file read by default: 256 MiB, far above any training image, far below what would
@@ -78,6 +80,19 @@ FILE_REASONS: dict[str, tuple[str, str]] = {
 }
 
 
+#: The fixes of :data:`FILE_REASONS` that speak of images, as worded for a video file.
+VIDEO_FILE_FIXES: dict[str, str] = {
+    "empty": "re-encode or re-export the video (e.g. with ffmpeg) or drop the line",
+    "is_directory": "list video files, not folders",
+    "not_a_file": "list video files only, or drop the line",
+}
+
+
+def video_fix(reason: str, fix: str) -> str:
+    """``fix`` (how to fix a file problem with code ``reason``) as worded for a video file."""
+    return VIDEO_FILE_FIXES.get(reason, fix)
+
+
 class FileReadProblem(Exception):
     """Why a listed file was not read: ``reason`` (a code of :data:`extsrc.imagecheck.REASONS`)
     and ``message`` (what is wrong, without the manifest line, which the caller adds)."""
@@ -95,7 +110,7 @@ class FileReadProblem(Exception):
 
 def sample_read_error(
     problem: FileReadProblem, where: str, path: str, hint: str = "", *,
-    source: str | None = None, line: int | None = None,
+    source: str | None = None, line: int | None = None, fix: str | None = None,
 ) -> SampleReadError | PathOutsideRootError:
     """The exception the loader raises for ``problem``: ``where`` (``manifest.csv line 7``),
     the path (escaped), what is wrong and how to fix it; ``outside_root`` gives a
@@ -105,7 +120,7 @@ def sample_read_error(
     cls = PathOutsideRootError if problem.reason == "outside_root" else SampleReadError
     return cls(
         f"{where}: {shown(path)}: {problem.message} [{problem.reason}]; "
-        f"{reworded_fix(problem.fix, source)}.{hint}",
+        f"{reworded_fix(problem.fix if fix is None else fix, source)}.{hint}",
         path=path, reason=problem.reason, source=source, line=line,
     )
 
@@ -182,7 +197,7 @@ def open_regular(
         raise FileReadProblem("missing", "file not found (a parent in the path is a file)") \
             from None
     except IsADirectoryError:
-        raise FileReadProblem("is_directory", "is a directory, expected an image file") from None
+        raise FileReadProblem("is_directory", "is a directory, not a file") from None
     except OSError as e:
         if e.errno == errno.ENAMETOOLONG:
             raise FileReadProblem("bad_path", "the path is too long for the file system") \
@@ -195,10 +210,10 @@ def open_regular(
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise FileReadProblem("is_directory", "is a directory, expected an image file")
+            raise FileReadProblem("is_directory", "is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
             raise FileReadProblem(
-                "not_a_file", f"{_kind(st.st_mode)}, not a regular file; list image files only"
+                "not_a_file", f"{_kind(st.st_mode)}, not a regular file"
             )
         if root_real is not None:
             real = _real_path(fd, path)

@@ -228,6 +228,13 @@ class VideoLoader(Loader):
                 source.clip_batch(at.epoch, at.batch)  # type: ignore[attr-defined]
             except ExtsrcError as err:
                 return err
+        if f.uneven_shapes and self.config.resize is None:
+            return ValueError(
+                "the videos of a batch have frames of different sizes, so their clips cannot "
+                "be stacked into one tensor; pass resize=(height, width) (or an int) to "
+                "VideoLoader, or re-encode the videos to one frame size (e.g. ffmpeg -i IN "
+                "-vf scale=W:H OUT.webm)"
+            )
         if f.kind in ("worker", "op") or f.uneven_shapes or f.pool_lost:
             # Dead workers, an op's error, frames of different sizes: the Loader's wording.
             return explain(e, at, run=self._run, resize=self.config.resize, max_pixels=None,
@@ -253,7 +260,7 @@ class VideoLoader(Loader):
                 return source.bad_video(i, problem)  # type: ignore[attr-defined]
         return PipelineError(
             f"DALI's video decoder failed while producing {at.where()}; DALI said: "
-            f"{shown(f.text)}. Check these files by decoding them (ffmpeg -v error -i FILE "
+            f"{shown(f.text)}. Check these videos by decoding them (ffmpeg -v error -i FILE "
             f"-f null -) or re-encode them.{VIDEO_HINT}"
         )
 

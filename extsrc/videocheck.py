@@ -18,7 +18,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from extsrc.doctor import Problem, ValidationReport
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, FileReadProblem, read_regular
+from extsrc.fileread import (
+    DEFAULT_MAX_FILE_BYTES,
+    FileReadProblem,
+    read_regular,
+    video_fix,
+)
 from extsrc.folders import reworded_fix
 from extsrc.manifest import Manifest
 from extsrc.videoclips import ClipSpec
@@ -36,9 +41,9 @@ def check_video_file(
     try:
         data = read_regular(path, max_bytes=max_file_bytes, root_real=root_real)
     except FileReadProblem as e:
-        return e.reason, f"{e.message}; {e.fix}"
+        return e.reason, f"{e.message}; {video_fix(e.reason, e.fix)}"
     if not data:
-        return "empty", "the file has 0 bytes; re-export the video or drop the line"
+        return "empty", f"the file has 0 bytes; {video_fix('empty', '')}"
     try:
         info = check_video(data, codecs, "cpu" if codecs == CPU_CODECS else "gpu")
         if clips is not None and clips.short_videos == "error" and info.num_frames < clips.span:

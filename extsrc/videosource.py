@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.errors import BadVideoError
+from extsrc.errors import BadVideoError, SampleReadError
+from extsrc.fileread import FileReadProblem, read_regular, sample_read_error, video_fix
 from extsrc.folders import reworded_fix
 from extsrc.orphan import exit_with_parent
 from extsrc.sharding import ShardPlan, shard_plan
@@ -180,6 +181,23 @@ class VideoSource(ShardedSource):
             f"{fix}.{VIDEO_HINT}",
             source=m.source, line=m.lines[index], path=path, reason=problem.reason, codec=codec,
         )
+
+    def read(self, index: int) -> np.ndarray:
+        """The raw bytes of manifest sample ``index``, or an error naming its line and path,
+        worded for a video."""
+        m = self.manifest
+        path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
+        try:
+            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+        except FileReadProblem as e:
+            raise sample_read_error(e, m.where(index), path, VIDEO_HINT,
+                                    fix=video_fix(e.reason, e.fix), **fields) from None
+        if not data:
+            fix = reworded_fix(video_fix("empty", ""), m.source)
+            raise SampleReadError(
+                f"{m.where(index)}: {shown(path)} is empty (0 bytes); {fix}.{VIDEO_HINT}",
+                path=path, reason="empty", **fields)
+        return np.frombuffer(data, dtype=np.uint8)
 
     def probe(self, index: int, data: np.ndarray) -> VideoInfo:
         """The checked :class:`VideoInfo` of manifest sample ``index`` (its bytes ``data``)."""

@@ -157,3 +157,35 @@ def test_an_audio_only_file_is_reported_as_having_no_video_track(
                        rf".*{found} \[no_video_track\]; list video files only") as err:
         next(iter(loader(m)))
     assert (err.value.line, err.value.reason) == (2, "no_video_track")
+
+
+# -- messages about videos speak of videos ---------------------------------------------------------
+def test_unreadable_video_files_are_described_as_videos(tmp_path: Path) -> None:
+    write_video(tmp_path / "good.avi", 12)
+    (tmp_path / "empty.avi").write_bytes(b"")
+    (tmp_path / "folder.avi").mkdir()
+    (tmp_path / "cut.avi").write_bytes((tmp_path / "good.avi").read_bytes()[:3000])
+    m = manifest_of(tmp_path, "good.avi", "empty.avi", "folder.avi", "cut.avi")
+    report = extsrc.validate(m, progress=False, device="cpu")
+    assert [(p.line, p.reason) for p in report.problems] == [
+        (3, "empty"), (4, "is_directory"), (5, "truncated")]
+    for p in report.problems:
+        assert "video" in p.message and "image" not in p.message, p.message
+    assert "image" not in report.summary()
+    for line, pattern in ((3, r"empty\.avi is empty \(0 bytes\); re-encode or re-export the "
+                               r"video \(e\.g\. with ffmpeg\)"),
+                          (4, r"folder\.avi: .*directory.*list video files, not folders")):
+        one = extsrc.Manifest.from_lists([m.paths[0], m.paths[line - 2]], [0, 1])
+        with pytest.raises(extsrc.SampleReadError, match=pattern) as e:
+            for _ in loader(one, num_workers=1):
+                pass
+        assert "image" not in str(e.value) and "validate_videos" in str(e.value)
+
+
+def test_videos_of_different_frame_sizes_are_explained_as_videos(tmp_path: Path) -> None:
+    write_video(tmp_path / "a.avi", 12)
+    write_video(tmp_path / "b.avi", 12, size=(32, 32))
+    with pytest.raises(ValueError, match=r"videos of a batch have frames of different sizes.*"
+                       r"resize=\(height, width\).*VideoLoader") as e:
+        next(iter(loader(manifest_of(tmp_path, "a.avi", "b.avi"))))
+    assert "image" not in str(e.value)
