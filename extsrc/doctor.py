@@ -297,7 +297,9 @@ def validate(
     holds videos and no images. Videos get :func:`extsrc.videocheck.validate_videos`'s checks
     (container, truncation, codec, and with ``clips``, a :class:`~extsrc.videoclips.ClipSpec`,
     the length), against the codecs DALI decodes on ``device`` (``None``: the GPU when one is
-    visible, as the loaders pick it); ``decode``, ``max_pixels`` and ``chunk_size`` concern
+    visible, as the loaders pick it), and with ``decode`` a full decode of each VP8, VP9 and
+    Motion JPEG video by DALI's CPU decoder (cost and coverage:
+    :func:`~extsrc.videocheck.validate_videos`); ``max_pixels`` and ``chunk_size`` concern
     images only.
 
     Args:
@@ -378,7 +380,7 @@ def validate(
         from extsrc.videoprobe import CPU_CODECS, GPU_CODECS
 
         codecs = CPU_CODECS if resolve_device(device) is None else GPU_CODECS
-        return validate_videos(manifest, clips=clips, codecs=codecs,
+        return validate_videos(manifest, clips=clips, codecs=codecs, decode=decode,
                                n_jobs=effective_n_jobs(n_jobs), max_file_bytes=max_file_bytes)
     t0 = time.perf_counter()
     n = len(manifest)

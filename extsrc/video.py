@@ -91,7 +91,8 @@ class VideoLoader(Loader):
     the failed batch are decoded one by one to name the file (reason ``"corrupt"``). Bad files
     are left out after
     :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
-    ``loader.skipped``).
+    ``loader.skipped``), which decodes every VP8, VP9 and Motion JPEG video once through to
+    find damaged frames as well (``validate_kwargs={"decode": False}``: container checks only).
 
     Windows (:mod:`extsrc.videotrim`): DALI decodes every frame from a file's first to a clip's
     last, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the

@@ -7,15 +7,17 @@ byte by byte where the damage is described."""
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
+import numpy as np
 import pytest
-from test_video import check_clips, loader, write_video
+from test_video import STEP, check_clips, frame_numbers, loader, write_video
 
 import extsrc
 from extsrc.videoclips import ClipSpec
-from extsrc.videoprobe import VideoProbeProblem, probe_video
+from extsrc.videoprobe import VideoProbeProblem, _ebml, probe_video
 
 pytest.importorskip("cv2")
 
@@ -42,6 +44,17 @@ def avi_frames(data: bytes) -> list[tuple[int, int]]:
         n = struct.unpack_from("<I", data, j + 4)[0]
         out.append((j + 8, n))
         j += 8 + n + (n & 1)
+    return out
+
+
+def matroska_frames(data: bytes) -> list[tuple[int, int]]:
+    """(start, size) of each SimpleBlock's frame data in a Matroska file of one track (clusters
+    of known size, one-byte track numbers)."""
+    out = []
+    (_, seg, seg_end), = [e for e in _ebml(data, 0, len(data)) if e[0] == 0x18538067]
+    for eid, start, end in _ebml(data, seg, seg_end):
+        if eid == 0x1F43B675:  # a cluster
+            out += [(s + 4, e - s - 4) for k, s, e in _ebml(data, start, end) if k == 0xA3]
     return out
 
 
@@ -121,6 +134,73 @@ def test_mp4_whose_samples_lie_past_the_end_is_refused_naming_the_line(tmp_path:
     assert [(p.line, p.reason) for p in report.problems] == [
         (2, "unsupported_codec"), (3, "truncated")]
     assert "copy the video again or re-encode it" in report.problems[1].message
+
+
+# -- damaged frame data ----------------------------------------------------------------------------
+def write_textured(path: Path, n: int, fourcc: str) -> Path:
+    """A video whose frames are noise (so most of a frame's bytes are its entropy-coded data)
+    beside a grey band of level ``i * STEP`` that numbers frame ``i``."""
+    import cv2
+
+    noise = np.random.default_rng(0).integers(0, 256, (48, 64, 3), np.uint8)
+    vw = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*fourcc), 10, (64, 48))
+    for i in range(n):
+        frame = np.roll(noise, 3 * i, axis=1)
+        frame[:, :16] = i * STEP
+        vw.write(frame)
+    vw.release()
+    assert probe_video(path.read_bytes()).num_frames == n
+    return path
+
+
+def damage(data: bytes, frame: tuple[int, int], seed: int = 1) -> bytes:
+    """``data`` with random bytes written over the middle of one frame's data (its second
+    quarter to its third)."""
+    start, n = frame
+    k = max(1, n // 2)
+    out = bytearray(data)
+    out[start + n // 4:start + n // 4 + k] = np.random.default_rng(seed).integers(
+        0, 256, k, np.uint8).tobytes()
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("name", "fourcc", "frames_of", "said"), [
+    # Motion JPEG: DALI decodes the damaged frame into wrong pixels; libjpeg-turbo finds it.
+    ("v.avi", "MJPG", avi_frames, r"frame 10 of 20 \(bytes [\d,]+ to [\d,]+\): the JPEG's "
+     r"compressed data is damaged \(libjpeg: Corrupt JPEG data: .+\); DALI's video decoder "
+     r"turns it into wrong pixels"),
+    ("v.mkv", "MJPG", matroska_frames,
+     r"frame 10 of 20 .*libjpeg: Corrupt JPEG data.*wrong pixels"),
+    # VP9: a damaged frame header, which DALI's decoder refuses (the whole frame is 23 bytes).
+    ("v.webm", "VP90", matroska_frames, r"DALI's video decoder refuses its frame data \(DALI "
+     r"said: .+\)"),
+])
+def test_a_damaged_frame_is_found_by_validate_and_skipped(
+        tmp_path: Path, name: str, fourcc: str, frames_of, said: str  # type: ignore[no-untyped-def]
+) -> None:
+    if fourcc == "MJPG":
+        good = write_textured(tmp_path / name, 20, fourcc).read_bytes()
+    else:
+        good = write_video(tmp_path / name, 20, fourcc).read_bytes()
+    frames = frames_of(good)
+    assert len(frames) == 20
+    bad = f"bad{Path(name).suffix}"
+    (tmp_path / bad).write_bytes(damage(good, frames[10]))
+    m = manifest_of(tmp_path, name, bad, name)
+    shallow = extsrc.validate(m, progress=False, device="cpu", decode=False)
+    assert shallow.ok  # the container reads well: only decoding finds the damage
+    report = extsrc.validate(m, progress=False, device="cpu")
+    assert report.decode is True
+    assert [(p.line, p.reason) for p in report.problems] == [(3, "corrupt")]
+    assert re.search(rf"bad\.\w+: {said}; re-encode the video", str(report.problems[0]))
+    with pytest.warns(UserWarning, match="skipping 1 of 3 videos"):
+        ld = loader(m, on_error="skip", batch_size=1, clip="center")
+    with ld:
+        seen = [(b["index"].item(), b["video"].numpy()[0]) for b in ld]
+    assert [i for i, _ in seen] == [0, 2]
+    for _, clip in seen:  # the clip's frames are those it names (the grey band numbers them)
+        assert frame_numbers(clip[:, :, :16]) == [5, 7, 9, 11, 13]
+    assert [(p.line, p.reason) for p in ld.skipped] == [(3, "corrupt")]
 
 
 # -- no video track --------------------------------------------------------------------------------
