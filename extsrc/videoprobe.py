@@ -211,12 +211,16 @@ def _probe_avi(mv: bytes | memoryview, ranges: list[tuple[int, int]] | None) -> 
                     w, h = struct.unpack_from("<ii", mv, s3 + 4)
                     size = (abs(w), abs(h))
             streams.append((kind3, tag, length, size))
-    # OpenDML files continue in further RIFF 'AVIX' chunks, each with a movi list of its own.
-    for fourcc, start, end, kind in _avi_chunks(mv, 8 + riff_size + (riff_size & 1), len(mv)):
-        if fourcc == b"RIFF" and kind == b"AVIX":
-            for f2, s2, e2, k2 in _avi_chunks(mv, start + 4, end):
-                if f2 == b"LIST" and k2 == b"movi":
-                    movi.append((s2 + 4, e2))
+    # OpenDML files continue in further RIFF 'AVIX' chunks, each with a movi list of its own;
+    # other bytes after the first RIFF chunk (padding, junk) are not part of the file's data.
+    i = 8 + riff_size + (riff_size & 1)
+    while i + 12 <= len(mv) and (bytes(mv[i:i + 4]), bytes(mv[i + 8:i + 12])) == (b"RIFF",
+                                                                                   b"AVIX"):
+        ((_, start, end, _),) = list(_avi_chunks(mv, i, i + 8))
+        for f2, s2, e2, k2 in _avi_chunks(mv, start + 4, end):
+            if f2 == b"LIST" and k2 == b"movi":
+                movi.append((s2 + 4, e2))
+        i = end + ((end - start) & 1)
     for number, (kind3, tag, length, size) in enumerate(streams):
         if kind3 != b"vids":
             continue

@@ -103,6 +103,31 @@ def test_avi_with_fewer_frame_chunks_than_its_index_and_headers_claim(tmp_path: 
         check_clips(b, ClipSpec(4, 3))
 
 
+def test_avi_frames_in_opendml_extensions_count_and_trailing_bytes_do_not(
+        tmp_path: Path) -> None:
+    # An OpenDML file holds its first frames in RIFF 'AVI ' and the rest in RIFF 'AVIX' parts;
+    # bytes after the RIFF chunks (padding, junk) are no frames and no reason to refuse.
+    whole = write_video(tmp_path / "whole.avi", 25).read_bytes()
+    frames = avi_frames(whole)
+    cut = frames[20][0] - 8  # the first RIFF keeps frames 0-19
+    first = bytearray(whole[:cut])
+    movi = first.index(b"movi") - 8
+    struct.pack_into("<I", first, movi + 4, cut - movi - 8)
+    struct.pack_into("<I", first, 4, len(first) - 8)
+    rest = whole[cut:frames[24][0] + frames[24][1] + (frames[24][1] & 1)]
+    lst = b"LIST" + struct.pack("<I", 4 + len(rest)) + b"movi" + rest
+    data = bytes(first) + b"RIFF" + struct.pack("<I", 4 + len(lst)) + b"AVIX" + lst
+    (tmp_path / "odml.avi").write_bytes(data + b"junk\xff\xff\xff\x7f")  # a chunk past the end
+    assert probe_video(data).num_frames == 25
+    m = manifest_of(tmp_path, "odml.avi")
+    with loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
+                clips_per_video=2) as ld:
+        batches = list(ld)
+    assert [b["start_frame"].item() for b in batches] == [0, 20]
+    for b in batches:
+        check_clips(b, ClipSpec(5, 1))
+
+
 def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) -> None:
     good = bytearray(write_video(tmp_path / "good.mkv", 20).read_bytes())
     i = good.index(b"\x44\x89\x88")  # Info/Duration, an 8-byte float
