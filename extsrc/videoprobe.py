@@ -7,7 +7,8 @@ clip's first frame in DALI's worker processes from the bytes it already read, an
 families are read:
 
 * AVI (RIFF): the video stream's ``strf`` compression tag, and its frames counted chunk by
-  chunk in the ``movi`` lists (OpenDML ``AVIX`` extensions included). The count used is the
+  chunk in the ``movi`` lists (OpenDML ``AVIX`` extensions included; empty chunks, dropped
+  frames, are skipped as DALI skips them). The count used is the
   smaller of that and the ``strh`` length: DALI takes the header's length as the frame count,
   so frames past the chunks the file holds would come back black or as other frames, and
   frames past the header's length come back as the last one repeated;
@@ -242,11 +243,13 @@ _AVI_KINDS = {b"auds": "audio", b"txts": "text", b"mids": "MIDI", b"vids": "vide
 
 def _avi_frames(mv: bytes | memoryview, lo: int, hi: int, ids: tuple[bytes, ...],
                 ranges: list[tuple[int, int]] | None) -> int:
-    """Chunks with one of ``ids`` (a stream's data chunks) in a movi list [lo, hi), and in the
-    ``rec `` lists it holds; their (offset, size) appended to ``ranges`` unless it is None."""
+    """Chunks with one of ``ids`` (a stream's data chunks) and data in a movi list [lo, hi),
+    and in the ``rec `` lists it holds; their (offset, size) appended to ``ranges`` unless it
+    is None. An empty chunk (a dropped frame, which players show as the previous one) is no
+    frame to DALI: it numbers the frames after it as if it were not there."""
     count = 0
     for fourcc, start, end, kind in _avi_chunks(mv, lo, hi):
-        if fourcc in ids:
+        if fourcc in ids and end > start:
             count += 1
             if ranges is not None:
                 ranges.append((start, end - start))

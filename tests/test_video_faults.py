@@ -103,6 +103,32 @@ def test_avi_with_fewer_frame_chunks_than_its_index_and_headers_claim(tmp_path: 
         check_clips(b, ClipSpec(4, 3))
 
 
+def test_avi_dropped_frames_are_not_counted_as_dali_skips_them(tmp_path: Path) -> None:
+    # An empty chunk marks a dropped frame. DALI decodes nothing for it and numbers the frames
+    # after it as if it were not there, so frame 19 of 20 listed would come back as garbage.
+    good = write_video(tmp_path / "good.avi", 20).read_bytes()
+    frames = avi_frames(good)
+    movi = good.index(b"movi") - 8
+    body = b""
+    for k, (start, n) in enumerate(frames):
+        data = b"" if k == 10 else good[start:start + n]
+        body += b"00dc" + struct.pack("<I", len(data)) + data + b"\0" * (len(data) & 1)
+    out = bytearray(good[:movi + 12] + body)  # without idx1: DALI reads the chunks in order
+    struct.pack_into("<I", out, movi + 4, 4 + len(body))
+    struct.pack_into("<I", out, 4, len(out) - 8)
+    (tmp_path / "dropped.avi").write_bytes(bytes(out))
+    assert probe_video(bytes(out)).num_frames == 19
+    m = manifest_of(tmp_path, "dropped.avi")
+    with loader(m, batch_size=1, sequence_length=5, stride=2, clip="uniform",
+                clips_per_video=2) as ld:
+        batches = list(ld)
+    assert [b["start_frame"].item() for b in batches] == [0, 10]
+    held = [k for k in range(20) if k != 10]  # the frames DALI numbers 0, 1, ...
+    for b in batches:
+        want = [held[f] for f in ClipSpec(5, 2).frames(b["start_frame"].item())]
+        assert frame_numbers(b["video"].numpy()[0]) == want
+
+
 def test_avi_frames_in_opendml_extensions_count_and_trailing_bytes_do_not(
         tmp_path: Path) -> None:
     # An OpenDML file holds its first frames in RIFF 'AVI ' and the rest in RIFF 'AVIX' parts;
