@@ -36,6 +36,9 @@ from extsrc.videosource import VIDEO_HINT, VideoSource, find_too_small, find_und
 _TOO_SMALL = re.compile(r"too small in at least one dimension\. Provided: \d+x\d+ vs "
                         r"supported: ?(?P<w>\d+)x(?P<h>\d+)")
 
+#: DALI's words when a clip asks for a frame past the decoder's own count (pad_mode="none").
+_OUT_OF_BOUNDS = "out-of-bounds frame index"
+
 __all__ = ["VIDEO_METADATA_KEYS", "VideoLayout", "VideoLoader"]
 
 VideoLayout = Literal["NFHWC", "NFCHW", "NCFHW"]
@@ -256,8 +259,14 @@ class VideoLoader(Loader):
             found = find_undecodable(source, at.epoch, at.batch)  # type: ignore[arg-type]
             if found is not None:
                 i, said = found
-                problem = VideoProbeProblem(
-                    "corrupt", f"DALI's video decoder refuses it (DALI said: {said})")
+                if _OUT_OF_BOUNDS in said:  # the decoder counts fewer frames than the container
+                    info = source.probe(i, source.read(i))  # type: ignore[attr-defined]
+                    problem = VideoProbeProblem(
+                        "truncated", f"its container lists {info.num_frames} frames but DALI's "
+                        f"video decoder finds fewer (DALI said: {said})")
+                else:
+                    problem = VideoProbeProblem(
+                        "corrupt", f"DALI's video decoder refuses it (DALI said: {said})")
                 return source.bad_video(i, problem)  # type: ignore[attr-defined]
         return PipelineError(
             f"DALI's video decoder failed while producing {at.where()}; DALI said: "

@@ -92,9 +92,13 @@ class VideoDecodeCheck:
             shape = tuple(out.as_array().shape)
         except Exception as e:
             self._pipe = None  # a pipeline that failed is not run again
+            said = dali_text(str(e))
+            if "out-of-bounds frame index" in said:
+                return VideoProbeProblem(
+                    "truncated", f"its container lists {info.num_frames} frames but DALI's "
+                    f"video decoder finds fewer (DALI said: {said})")
             return VideoProbeProblem(
-                "corrupt", f"DALI's video decoder refuses its frame data (DALI said: "
-                f"{dali_text(str(e))})")
+                "corrupt", f"DALI's video decoder refuses its frame data (DALI said: {said})")
         want = (info.height, info.width)
         if len(shape) != 5 or shape[1] != 1 or (info.width and info.height
                                                   and shape[2:4] != want):

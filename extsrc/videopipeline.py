@@ -103,9 +103,12 @@ def build_video_pipeline(
         )
         # `frames` numbers each clip's frames in the bytes it was handed (the file, or the
         # clip's window of it, extsrc.videotrim); frames past a short video's end
-        # (short_videos="pad") are its last frame, repeated, in that list already.
+        # (short_videos="pad") are its last frame, repeated, in that list already. So no frame
+        # asked for lies past the end as the container counts it, and pad_mode="none" makes a
+        # file whose decoder finds fewer frames fail (VideoLoader names it) instead of
+        # repeating its last frame.
         video = fn.decoders.video(encoded, device="mixed" if gpu else "cpu", frames=frames,
-                                  pad_mode="edge")
+                                  pad_mode="none")
         seen: dict[str, int] = {}
 
         def run(op: Op, clip_node: Any) -> list[Any]:

@@ -87,7 +87,7 @@ def find_undecodable(source: VideoSource, epoch: int, b: int, limit: int = 64
         with pipe:
             enc = fn.external_source(name="encoded")
             pipe.set_outputs(fn.decoders.video(enc, frames=[int(f) for f in wanted],
-                                               pad_mode="edge"))
+                                               pad_mode="none"))
         try:
             pipe.build()
             pipe.feed_input("encoded", [data])

@@ -154,6 +154,37 @@ def test_avi_frames_in_opendml_extensions_count_and_trailing_bytes_do_not(
         check_clips(b, ClipSpec(5, 1))
 
 
+def test_a_file_the_decoder_finds_fewer_frames_in_than_its_container_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Should the container reader ever count more frames than DALI's decoder finds, a clip
+    # asking for the frames past DALI's count must fail naming the file, not repeat the last
+    # frame: the reader is made to count 5 frames too many here.
+    import dataclasses
+
+    from extsrc import videocheck, videosource
+
+    write_video(tmp_path / "v.avi", 20)
+    m = manifest_of(tmp_path, "v.avi")
+    real = videosource.check_video
+
+    def overcount(*args, **kw):  # type: ignore[no-untyped-def]
+        info = real(*args, **kw)
+        return dataclasses.replace(info, num_frames=info.num_frames + 5)
+
+    monkeypatch.setattr(videosource, "check_video", overcount)
+    monkeypatch.setattr(videocheck, "check_video", overcount)
+    with pytest.raises(extsrc.BadVideoError, match=r"line 2: .*v\.avi: its container lists 25 "
+                       r"frames but DALI's video decoder finds fewer \(DALI said: .*out-of-bounds"
+                       r" frame index 20.*\) \[truncated\]") as e:
+        for _ in loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
+                        clips_per_video=2):
+            pass
+    assert (e.value.line, e.value.reason) == (2, "truncated")
+    report = extsrc.validate(m, progress=False, device="cpu")
+    assert [(p.line, p.reason) for p in report.problems] == [(2, "truncated")]
+    assert "DALI's video decoder finds fewer" in report.problems[0].message
+
+
 def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) -> None:
     good = bytearray(write_video(tmp_path / "good.mkv", 20).read_bytes())
     i = good.index(b"\x44\x89\x88")  # Info/Duration, an 8-byte float
