@@ -546,14 +546,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check that every file in a manifest can be read",
                        description="Read MANIFEST and check every file it lists (missing, "
                                    "unreadable, empty, not an image, truncated, corrupt; for "
-                                   "videos: not a video, cut short, a codec DALI cannot decode "
-                                   "on the device, too short for a clip). Prints "
+                                   "videos: not a video, cut short, no video track, a codec "
+                                   "DALI cannot decode on the device, too short for a clip, "
+                                   "damaged frames). Prints "
                                    "one line per problem (manifest line, path, reason, fix); "
                                    "exits 1 if there is any.")
     p.add_argument("manifest", metavar="MANIFEST", help="the labelled file list")
     p.add_argument("--no-decode", action="store_true",
-                   help="check headers and file ends only, do not decode every image fully "
-                        "(much faster; misses files corrupt in the middle)")
+                   help="check headers and file ends only, do not decode every image or "
+                        "video fully (much faster; misses files corrupt in the middle)")
     p.add_argument("--jobs", type=int, default=-1, metavar="N",
                    help="processes checking files (-1: all cores; default: -1)")
     p.add_argument("--max-problems", type=_positive, default=20, metavar="N",
