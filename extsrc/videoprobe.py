@@ -13,7 +13,8 @@ families are read:
   so frames past the chunks the file holds would come back black or as other frames, and
   frames past the header's length come back as the last one repeated;
 * Matroska and WebM (EBML): the video track's ``CodecID``, and its frames counted block by block
-  in the clusters (block payloads are skipped, not read; the ``Duration`` is not used);
+  in the clusters (block payloads are skipped, not read; blocks without frame data are not
+  counted, as DALI skips them; the ``Duration`` is not used);
 * MP4 and MOV (ISO base media): the video track's ``stsd`` sample entry and ``stsz`` sample
   count (fragmented files: the ``trun`` sample counts of its ``moof`` boxes); every sample's
   data must lie inside the file (``stsc`` and ``stco``/``co64``).
@@ -411,6 +412,8 @@ def _block_frames(mv: bytes | memoryview, lo: int, hi: int, track: int,
     flags = mv[i + 2]
     laced = flags & 0x06
     if not laced:
+        if hi == i + 3:
+            return 0  # no frame data: DALI numbers the frames after it as if it were not there
         if ranges is not None:
             ranges.append((i + 3, hi - i - 3))
         return 1

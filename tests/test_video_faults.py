@@ -200,6 +200,45 @@ def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) ->
         check_clips(b, ClipSpec(5, 1))
 
 
+def _resize(data: bytearray, element: int, size_at: int, delta: int) -> None:
+    """Add ``delta`` to the size (an EBML variable-length integer from ``size_at`` up to
+    ``element``'s payload) of an element, in place, keeping the integer's length."""
+    n = element - size_at
+    value = int.from_bytes(data[size_at:element], "big") & ((1 << (7 * n)) - 1)
+    data[size_at:element] = ((value + delta) | (1 << (7 * n))).to_bytes(n, "big")
+
+
+def test_matroska_blocks_without_frame_data_are_not_counted(tmp_path: Path) -> None:
+    # DALI skips a block with no frame data and numbers the frames after it as if it were not
+    # there: counted, the last frame of the file would lie past DALI's count.
+    good = write_video(tmp_path / "good.mkv", 20).read_bytes()
+    (_, seg, seg_end), = [e for e in _ebml(good, 0, len(good)) if e[0] == 0x18538067]
+    (_, c0, c1), *_ = [e for e in _ebml(good, seg, seg_end) if e[0] == 0x1F43B675]
+    blocks = [(s, e) for k, s, e in _ebml(good, c0, c1) if k == 0xA3]
+    start, end = blocks[10]
+    assert good[start] == 0x81  # track 1, then timecode and flags: frame data from start + 4
+    out = bytearray(good[:start + 4] + good[end:])
+    removed = end - start - 4
+    size_at = next(start - n for n in range(1, 9)  # the block's size: n bytes after its ID
+                   if out[start - n - 1] == 0xA3 and 9 - out[start - n].bit_length() == n)
+    _resize(out, start, size_at, -removed)  # the block, the cluster, the segment shrink
+    cluster_id = good.rindex(b"\x1f\x43\xb6\x75", 0, c0)
+    _resize(out, c0, cluster_id + 4, -removed)
+    _resize(out, seg, good.index(b"\x18\x53\x80\x67") + 4, -removed)
+    (tmp_path / "empty_block.mkv").write_bytes(bytes(out))
+    assert probe_video(bytes(out)).num_frames == 19
+    m = manifest_of(tmp_path, "empty_block.mkv")
+    assert extsrc.validate(m, progress=False, device="cpu").ok
+    with loader(m, batch_size=1, sequence_length=5, stride=2, clip="uniform",
+                clips_per_video=2) as ld:
+        batches = list(ld)
+    assert [b["start_frame"].item() for b in batches] == [0, 10]
+    held = [k for k in range(20) if k != 10]  # the frames DALI numbers 0, 1, ...
+    for b in batches:
+        want = [held[f] for f in ClipSpec(5, 2).frames(b["start_frame"].item())]
+        assert frame_numbers(b["video"].numpy()[0]) == want
+
+
 def test_mp4_whose_samples_lie_past_the_end_is_refused_naming_the_line(tmp_path: Path) -> None:
     data = bytearray(write_video(tmp_path / "v.mp4", 12, "mp4v").read_bytes())
     s = data.index(b"stco") + 4
