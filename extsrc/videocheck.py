@@ -46,8 +46,9 @@ class VideoDecodeCheck:
     The decoder is asked for the last frame the container holds; DALI decodes every frame from
     the first up to it, so damaged frame data anywhere in the file fails here as it would fail
     a clip in training (DALI refuses a Motion JPEG frame whose Huffman tables or markers are
-    broken, a VP8/VP9 frame whose header libvpx cannot read). A file that gives no frame, or a
-    frame of another size than its container says, is refused too.
+    broken, a VP8/VP9 frame whose header libvpx cannot read). A file whose decoder finds fewer
+    frames than its container lists is ``truncated``; one that gives no frame or an empty one
+    is refused too.
 
     DALI decodes much damage into wrong pixels without a word, so each Motion JPEG frame of an
     AVI or Matroska file is also decoded by libjpeg-turbo with its corrupt-data warnings taken
@@ -99,12 +100,10 @@ class VideoDecodeCheck:
                     f"video decoder finds fewer (DALI said: {said})")
             return VideoProbeProblem(
                 "corrupt", f"DALI's video decoder refuses its frame data (DALI said: {said})")
-        want = (info.height, info.width)
-        if len(shape) != 5 or shape[1] != 1 or (info.width and info.height
-                                                  and shape[2:4] != want):
+        if len(shape) != 5 or shape[1] != 1 or 0 in shape:
             return VideoProbeProblem(
-                "corrupt", f"DALI's video decoder gave frames of shape {shape[1:]} for frame "
-                f"{last} of {info.num_frames} ({info.width}x{info.height} as the container says)")
+                "corrupt", f"DALI's video decoder gave {shape[1:]} (frames, height, width, "
+                f"channels) for frame {last} of {info.num_frames}")
         return _jpeg_frames_check(data, info) if info.codec == "mjpeg" else None
 
     def close(self) -> None:
