@@ -8,10 +8,10 @@ families are read:
 
 * AVI (RIFF): the video stream's ``strf`` compression tag, and its frames counted chunk by
   chunk in the ``movi`` lists (OpenDML ``AVIX`` extensions included; empty chunks, dropped
-  frames, are skipped as DALI skips them). The count used is the
-  smaller of that and the ``strh`` length: DALI takes the header's length as the frame count,
-  so frames past the chunks the file holds would come back black or as other frames, and
-  frames past the header's length come back as the last one repeated;
+  frames, are skipped as DALI skips them). The count used is the smaller of that and the
+  ``strh`` length: DALI takes the header's length as the frame count, so frames past the
+  chunks the file holds would come back black or as other frames, and frames past the
+  header's length come back as the last one repeated;
 * Matroska and WebM (EBML): the video track's ``CodecID``, and its frames counted block by block
   in the clusters (block payloads are skipped, not read; blocks without frame data are not
   counted, as DALI skips them; the ``Duration`` is not used);
@@ -130,7 +130,9 @@ def video_frames(data: bytes | memoryview) -> list[tuple[int, int]] | None:
     that hold several frames (lacing). :class:`VideoProbeProblem` as :func:`probe_video`."""
     ranges: list[tuple[int, int]] = []
     info = _probe(data, ranges)
-    return None if info.container == "mp4" or len(ranges) < info.num_frames else ranges
+    if info.container == "mp4" or len(ranges) < info.num_frames:
+        return None
+    return ranges[:info.num_frames]  # an AVI's frames past its header's length are not read
 
 
 def _probe(data: bytes | memoryview, ranges: list[tuple[int, int]] | None) -> VideoInfo:
