@@ -48,8 +48,16 @@ def rot90(img: np.ndarray, k: int = 1) -> np.ndarray:
 
 @augment_op
 def grayscale(img: np.ndarray) -> np.ndarray:
-    """ITU-R 601 luma, repeated over three channels so it stays an RGB image."""
-    y = img[..., :3].astype(np.float32) @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    """ITU-R 601 luma, repeated over three channels so it stays an RGB image.
+
+    The luma is the float32 sum ``(r*0.299 + g*0.587) + b*0.114`` in this order, written out
+    rather than ``@``: numpy's ``@`` sums in the host BLAS's order, and the result would then
+    differ between machines and from the native path in the last bit, and after rounding by one
+    grey level.
+    """
+    x = img[..., :3].astype(np.float32)
+    w = np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    y = x[..., 0] * w[0] + x[..., 1] * w[1] + x[..., 2] * w[2]
     y = np.clip(np.rint(y), 0, 255).astype(np.uint8)
     return np.repeat(y[..., None], 3, axis=2)
 

@@ -459,6 +459,11 @@ class Sym:
     def __matmul__(self, other: Any) -> Sym:
         return _matmul(self, other)
 
+    def dot(self, b: Any, out: Any = None) -> Sym:
+        if out is not None:
+            raise TraceError("ndarray.dot with out=")
+        return _matmul(self, b)
+
     def __pow__(self, other: Any) -> Any:
         if isinstance(other, int) and other == 2:
             return ufunc("multiply", self, self)
@@ -1215,45 +1220,44 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
     return Sym(out.node)
 
 
+#: The most multiplications a traced matrix product may take per pixel (channels x columns).
+MAX_PRODUCT_TERMS = 64
+
+
 def _matmul(a: Any, b: Any) -> Sym:
+    """``image @ w`` with a constant vector ``w`` (C,) or matrix ``w`` (C, K): the weighted sum of
+    the channels written out, ``(x0*w0 + x1*w1) + x2*w2 ...``, each step rounded in the result
+    dtype, the same on every machine. numpy's ``@`` on floats calls the host's BLAS, which may
+    sum in another order or fuse multiply-adds: the two then differ by a few units in the last
+    place (README, "What traces"); integer products wrap around identically in any order."""
+    what = "matrix products other than image @ constant vector or (channels, k) matrix"
     if not isinstance(a, Sym) or isinstance(b, Sym):
-        raise TraceError("matrix products other than image @ constant vector")
+        raise TraceError(what)
     w = np.asarray(b)
-    if w.ndim != 1 or not isinstance(a.node.shape[-1], int) or a.node.shape[-1] != len(w):
-        raise TraceError("matrix products other than image @ constant vector")
+    if w.ndim not in (1, 2) or not isinstance(a.node.shape[-1], int) or \
+            a.node.shape[-1] != len(w) or a.ndim < 1 or (w.ndim == 2 and a.ndim < 2):
+        raise TraceError(what)
+    if w.size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms per pixel")
     rdt = np.result_type(a.dtype, w.dtype)
-    if rdt.kind == "b":
-        raise TraceError("a matrix product of booleans")
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
     x = Sym(cast_node(a.node, rdt))
     wc = w.astype(rdt)
-    if rdt.kind == "f" and not _blas_sums_in_order(rdt, wc):
-        raise TraceError(f"a {rdt} matrix product whose summation order (this machine's BLAS) "
-                         "is not x0*w0 + x1*w1 + ...; write the weighted sum out "
-                         "(img[..., 0] * w0 + img[..., 1] * w1 + ...)")
     ax = a.ndim - 1
-    acc = None
-    for i in range(len(w)):
-        part = ufunc("multiply", Sym(_new("take", (x.node, i), (ax,), rdt, x.node.shape[:-1])),
-                     wc[i])
-        acc = part if acc is None else ufunc("add", acc, part)
-    return Sym(acc.node)
+    channels = [Sym(_new("take", (x.node, i), (ax,), rdt, x.node.shape[:-1]))
+                for i in range(len(w))]
 
+    def weighted(col: np.ndarray) -> Sym:
+        acc = None
+        for xi, wi in zip(channels, col, strict=True):
+            part = ufunc("multiply", xi, wi)
+            acc = part if acc is None else ufunc("add", acc, part)
+        return Sym(cast_node(acc.node, rdt))
 
-_BLAS_ORDER: dict[tuple[str, bytes], bool] = {}
-
-
-def _blas_sums_in_order(dt: np.dtype, w: np.ndarray) -> bool:
-    """Whether numpy's ``image @ w`` (a BLAS kernel for floats) equals the in-order sum
-    ``(x0*w0 + x1*w1) + x2*w2 ...`` on this machine, probed once per (dtype, w) on random
-    values (kernels differ between CPUs and float widths: some fuse multiply-adds)."""
-    key = (dt.str, w.tobytes())
-    if key not in _BLAS_ORDER:
-        x = (np.random.default_rng(0).random((64, 64, len(w))) * 255).astype(dt)
-        acc = x[..., 0] * w[0]
-        for i in range(1, len(w)):
-            acc = acc + x[..., i] * w[i]
-        _BLAS_ORDER[key] = bool(np.array_equal(x @ w, acc))
-    return _BLAS_ORDER[key]
+    if w.ndim == 1:
+        return weighted(wc)
+    return _np_stack([weighted(wc[:, k]) for k in range(wc.shape[1])], axis=-1)
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:
@@ -1388,7 +1392,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": _method("min"),
     "amax": _method("max"),
     "amin": _method("min"),
-    "dot": lambda a, b: _matmul(a, b),
+    "dot": lambda a, b, out=None: a.dot(b, out) if isinstance(a, Sym) else _matmul(a, b),
     "matmul": lambda a, b: _matmul(a, b),
     "shape": lambda a: a.shape,
     "ndim": lambda a: a.ndim,

@@ -456,6 +456,23 @@ def _bound(b, x, axis):
     return b
 
 
+GRAY = np.array([0.299, 0.587, 0.114], np.float32)
+
+
+def _matmul_in_order(x, w):
+    """``x @ w`` as the tracer defines it: traced, the product itself; on numpy, the in-order
+    weighted sum it lowers to (numpy's own ``@`` sums in the host BLAS's order, held within the
+    documented tolerance by test_matmul_is_the_in_order_sum_within_tolerance_of_any_blas)."""
+    if not isinstance(x, np.ndarray):
+        return x @ w
+    rdt = np.result_type(x.dtype, w.dtype)
+    xc, wc = x.astype(rdt), w.astype(rdt)
+    acc = xc[..., 0] * wc[0]
+    for i in range(1, len(wc)):
+        acc = acc + xc[..., i] * wc[i]
+    return acc
+
+
 def _apply(step, x):
     kind, arg = step
     if kind == "slice":
@@ -489,13 +506,8 @@ def _apply(step, x):
         return np.where(x > t, x, c)
     if kind == "reduce":
         how = arg
-        if how == "gray" and x.dtype != np.float32:
-            # float32 only: float64 products go through BLAS kernels that fuse multiply-adds
-            # (the tracer probes this and refuses them; see the fallback test).
-            x = x.astype(np.float32)
         r = (x.sum(axis=2) if how == "sum" else x.mean(axis=-1) if how == "mean"
-             else x.max(axis=2) if how == "max" else x @ np.array([0.299, 0.587, 0.114],
-                                                                   np.float32))
+             else x.max(axis=2) if how == "max" else _matmul_in_order(x, GRAY))
         return np.stack([r, r, r], axis=2)
     if kind == "stack":
         return (np.concatenate([x, x[:, ::-1]], axis=1) if arg == 0
@@ -590,6 +602,93 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
         got = outs[k]
         assert got.dtype == ref.dtype and got.shape == ref.shape, (steps, sizes[k])
         np.testing.assert_array_equal(got, ref, err_msg=f"{steps} on {sizes[k]}")
+
+
+MATRIX = np.array([[0.2, -1.5], [0.7, 0.1], [0.1, 3.0]], np.float32)
+PRODUCTS = {
+    "matmul-operator": (lambda x: x @ GRAY, GRAY),
+    "ndarray.dot": (lambda x: x.dot(GRAY), GRAY),
+    "np.dot": (lambda x: np.dot(x, GRAY), GRAY),
+    "np.matmul": (lambda x: np.matmul(x, GRAY), GRAY),
+    "float64-weights": (lambda x: x @ GRAY.astype(np.float64), GRAY.astype(np.float64)),
+    "matrix": (lambda x: x @ MATRIX, MATRIX),
+}
+
+
+def _in_order(x, w, order):
+    """The weighted sum of ``x``'s channels in ``order`` (one column of ``w`` per output)."""
+    cols = [w] if w.ndim == 1 else [w[:, k] for k in range(w.shape[1])]
+    outs = []
+    for col in cols:
+        acc = x[..., order[0]] * col[order[0]]
+        for i in order[1:]:
+            acc = acc + x[..., i] * col[i]
+        outs.append(acc)
+    return outs[0] if w.ndim == 1 else np.stack(outs, axis=-1)
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_matmul_is_the_in_order_sum_within_tolerance_of_any_blas(name):
+    """A float ``img @ w`` always traces, to ``(x0*w0 + x1*w1) + x2*w2`` exactly; numpy's BLAS
+    may sum in another order or fuse multiply-adds, which the README bounds by
+    ``(C-1) * eps * sum|xi*wi|``: any summation order (a BLAS summing backwards, or exactly in
+    float64 and rounding once) is within it, so an op that rounds the product to integers
+    declares ``tolerance=1``."""
+    product, w = PRODUCTS[name]
+
+    def program(img):
+        return product(img.astype(np.float32))
+
+    imgs = [pattern_image(k, h, w_) * 3 for k, (h, w_) in enumerate([(7, 9), (12, 5), (16, 16)])]
+    ndim = 2 if w.ndim == 1 else 3
+    dt = np.result_type(np.float32, w.dtype)
+    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=dt, ndim=ndim)
+    outs = _emit_on(traced, imgs)
+    for k, im in enumerate(imgs):
+        x, wc = im.astype(dt), w.astype(dt)
+        np.testing.assert_array_equal(outs[k], _in_order(x, wc, [0, 1, 2]), err_msg=name)
+        bound = (len(wc) - 1) * np.finfo(dt).eps * _in_order(np.abs(x), np.abs(wc), [0, 1, 2])
+        exact = _in_order(x.astype(np.float64), wc.astype(np.float64), [0, 1, 2]).astype(dt)
+        for other in (program(im), _in_order(x, wc, [2, 1, 0]), exact):
+            assert (np.abs(outs[k].astype(np.float64) - other) <= bound).all(), name
+
+
+@unregistered(tolerance=1)
+def u_gray_matmul(img):
+    y = np.rint(img.astype(np.float32) @ GRAY).astype(np.uint8)
+    return np.stack([y, y, y], axis=-1)
+
+
+def test_a_rounded_matmul_op_is_within_its_declared_tolerance_on_any_blas():
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(40, 33), (21, 64)])]
+    outs = _emit_on(trace_op_of(u_gray_matmul), imgs)
+    for k, im in enumerate(imgs):
+        x = im.astype(np.float32)
+        for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0]):  # any BLAS's order
+            ref = np.rint(_in_order(x, GRAY, order)).astype(np.uint8)
+            diff = np.abs(outs[k][..., 0].astype(np.int32) - ref.astype(np.int32)).max()
+            assert diff <= u_gray_matmul.tolerance
+        assert np.abs(outs[k].astype(np.int32) - u_gray_matmul(im)).max() <= 1
+
+
+def trace_op_of(op):
+    from augment_ops.trace import trace_op
+
+    return trace_op(op)
+
+
+def test_builtin_grayscale_is_exact_on_both_paths_whatever_the_blas():
+    """grayscale's reference is the in-order sum itself, not ``@``: its native path equals it to
+    the bit, and neither depends on the BLAS numpy was built with."""
+    gray = augment_ops.get("grayscale")
+    assert gray.tolerance == 0 and augment_ops.explain(gray) == "native (traced)"
+    imgs = [pattern_image(k, h, w) * 7 for k, (h, w) in enumerate([(40, 33), (21, 64)])]
+    outs = _emit_on(trace_op_of(gray), imgs)
+    for k, im in enumerate(imgs):
+        y = np.rint(_in_order(im.astype(np.float32), GRAY, [0, 1, 2]))
+        ref = np.repeat(np.clip(y, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
+        np.testing.assert_array_equal(gray(im), ref)
+        np.testing.assert_array_equal(outs[k], ref)
 
 
 #: name -> (program tail, whether it is np.clip (one clamp), what a NaN gives on CPU, on GPU;
