@@ -1637,12 +1637,16 @@ def _py_len(x: Any) -> Any:
 class _Forbidden(types.ModuleType):
     """A module stand-in whose attributes (global random generators) cannot be traced."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, why: str = "global random state; draw from the op's rng"
+                 ) -> None:
         super().__init__(what)
-        self._what = what
+        self._what, self._why = what, why
 
     def __getattr__(self, name: str) -> Any:
-        raise TraceError(f"{self._what}.{name} (global random state; draw from the op's rng)")
+        raise TraceError(f"{self._what}.{name} ({self._why})")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TraceError(f"{self._what}() ({self._why})")
 
 
 class _ScalarTypeMeta(type):
@@ -1687,18 +1691,43 @@ class _NumpyProxy(types.ModuleType):
         return v
 
 
+#: Functions of ``os`` that end or replace the process, refused where the op names them.
+_ENDS_PROCESS = ("_exit", "abort", "kill", "killpg", "fork", "forkpty", "system", "execv",
+                 "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe")
+
+
+class _OsProxy(types.ModuleType):
+    """``os`` as the traced function sees it: all of ``os`` except what ends the process."""
+
+    def __init__(self) -> None:
+        super().__init__("os")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _ENDS_PROCESS:
+            raise TraceError(f"os.{name} (it would end or replace the process at loader build)")
+        return getattr(os, name)
+
+
 def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
     import random as py_random
 
+    ends = {id(getattr(os, n)): n for n in _ENDS_PROCESS if hasattr(os, n)}
     g = dict(fn.__globals__)
     for k, v in list(g.items()):
         if v is np:
             g[k] = _NumpyProxy()
+        elif v is os:
+            g[k] = _OsProxy()
+        elif id(v) in ends and v is getattr(os, ends[id(v)]):
+            g[k] = _Forbidden(f"os.{ends[id(v)]}", "it would end or replace the process at "
+                              "loader build")
         elif v is np.random or v is py_random:
             g[k] = _Forbidden(k)
         elif callable(v) and not isinstance(v, type) and (
                 (getattr(v, "__module__", None) or "").startswith("numpy.random")
-                or getattr(v, "__module__", None) == "random"):
+                or getattr(v, "__module__", None) == "random"
+                or isinstance(getattr(v, "__self__", None),
+                              (py_random.Random, np.random.RandomState))):
             g[k] = _Forbidden(f"{k}")
     b = dict(vars(builtins))
     b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
@@ -1770,6 +1799,15 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 location, inner = _user_location(e.__traceback__)
                 where = f", inside {inner}" if inner and inner != location else ""
                 raise TraceError(f"{type(e).__name__}: {e}{where}", location) from e
+            except KeyboardInterrupt:
+                raise  # indistinguishable from Ctrl-C, which must stop the program
+            except BaseException as e:  # SystemExit, GeneratorExit: the op must not end the
+                # program at loader build; it is refused and runs on the numpy path instead
+                location, inner = _user_location(e.__traceback__)
+                where = f", inside {inner}" if inner and inner != location else ""
+                raised = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
+                raise TraceError(f"the op raised {raised} (tracing runs the op at loader build, "
+                                 f"where it must not end the program){where}", location) from e
             outs = _check_outputs(out, num_outputs, np.dtype(dtype), ndim)
             if rng is not None:
                 draws = builtins.max(draws, rng.slots_used)

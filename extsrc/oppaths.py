@@ -104,7 +104,8 @@ def choose_paths(
     (see the module; an op that cannot be sent to op worker processes keeps its native path).
 
     An override naming a path the op does not declare, or that the device cannot run, is an error
-    that lists what the op offers.
+    that lists what the op offers. An op forced to ``"numpy"`` is not traced: tracing runs the
+    op's function, which must not happen for an op the user did not ask to lower.
     """
     if isinstance(override, str) or override is None:
         per_op: Mapping[str, str] = {} if override is None else {op.name: override for op in ops}
@@ -118,7 +119,6 @@ def choose_paths(
             )
     chosen: dict[str, str] = {}
     for op in ops:
-        offered = [p for p in op.paths if p != "gpu" or gpu]
         if op.name in per_op:
             want = per_op[op.name]
             if want not in IMPLEMENTATIONS:
@@ -130,7 +130,7 @@ def choose_paths(
                     f"op_path 'gpu' for '{op.name}' needs a GPU device; this loader runs on the "
                     "CPU. Use 'numpy' or 'native'"
                 )
-            if want not in op.paths:
+            if want != "numpy" and want not in op.paths:
                 why = f" ({explain(op)})" if want == "native" else ""
                 raise ValueError(
                     f"op '{op.name}' has no '{want}' implementation{why}; it offers "
@@ -138,6 +138,7 @@ def choose_paths(
                 )
             chosen[op.name] = want
             continue
+        offered = [p for p in op.paths if p != "gpu" or gpu]
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
         if (choice == "native" and not gpu and (op.num_outputs > 1 or computes_on_pixels(op))
