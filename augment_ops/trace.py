@@ -1846,11 +1846,22 @@ _CACHE: weakref.WeakKeyDictionary[Any, Traced | TraceError] = weakref.WeakKeyDic
 
 
 def trace_op(op: Any) -> Traced:
-    """The traced graph of a registered op (cached per op variant); raises :class:`TraceError`."""
+    """The traced graph of a registered op (cached per op variant); raises :class:`TraceError`,
+    also for an op that reads or writes state outside its call (:mod:`augment_ops.state`),
+    which is refused without running it."""
     got = _CACHE.get(op)
     if got is None and getattr(op, "on_clips", False):
         got = TraceError("an op on whole video clips (ndim=4) runs on the numpy path only")
         _CACHE[op] = got
+    if got is None:
+        from augment_ops.state import outside_state
+
+        # Before running the op: tracing an op that reads or writes state outside its call
+        # would freeze that state into the graph (and run the op's side effects).
+        found = outside_state(op.fn, dict(op.params))
+        if found is not None:
+            got = TraceError(*found)
+            _CACHE[op] = got
     if got is None:
         try:
             got = trace_function(op.fn, params=dict(op.params), random=op.random,

@@ -138,11 +138,12 @@ def test_on_the_cpu_pixel_arithmetic_runs_on_the_numpy_path(tmp_path):
         "paths_test_brightness": "numpy", "paths_test_corners": "native",
         "grid2x2": "numpy", "grayscale": "numpy"}
     assert set(choose_paths(ops, gpu=True).values()) == {"native"}
-    # An op that cannot go to worker processes keeps its native path.
+    # An op that cannot go to worker processes keeps its native path (a parameter, not a
+    # global or closure variable: an op reading an object with state does not trace).
     lock = __import__("threading").Lock()
     unpicklable = augment_ops.Op(name="paths_test_locked",
-                                 fn=lambda img: (img.astype(np.float32) * (1 + 0 * id(lock)))
-                                 .astype(np.uint8))
+                                 fn=lambda img, lock=None: (img.astype(np.float32) * 1.5)
+                                 .astype(np.uint8), params=(("lock", lock),))
     assert choose_paths([unpicklable], gpu=False) == {"paths_test_locked": "native"}
 
 

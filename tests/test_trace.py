@@ -457,6 +457,7 @@ def _bound(b, x, axis):
 
 
 GRAY = np.array([0.299, 0.587, 0.114], np.float32)
+GRAY.setflags(write=False)  # a constant: an op reading a writable global array does not trace
 
 
 def _matmul_in_order(x, w):
@@ -605,6 +606,7 @@ def test_random_programs_trace_to_the_numpy_result(steps, sizes, seed):
 
 
 MATRIX = np.array([[0.2, -1.5], [0.7, 0.1], [0.1, 3.0]], np.float32)
+MATRIX.setflags(write=False)
 PRODUCTS = {
     "matmul-operator": (lambda x: x @ GRAY, GRAY),
     "ndarray.dot": (lambda x: x.dot(GRAY), GRAY),

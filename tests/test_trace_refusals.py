@@ -6,18 +6,24 @@ never run then; an op that would end the program while traced is refused instead
 
 from __future__ import annotations
 
+import math
 import os
+import random
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from random import random as rand
 
+import numpy as np
 import pytest
 from helpers import write_dataset
 
 import augment_ops
 import extsrc
 from augment_ops.trace import TraceError, trace_function
+from extsrc.oppaths import choose_paths
 
 
 def _op(name, fn):
@@ -108,3 +114,156 @@ def test_a_loader_with_ops_that_exit_the_process_is_built(tmp_path):
                             "process") for x in lines), lines
     assert any(x.startswith("with_name numpy numpy: os._exit() (it would end") for x in lines)
     assert any(x.startswith("with_sys numpy numpy: the op raised SystemExit(0)") for x in lines)
+
+
+# -- ops that read or write state outside their call do not lower --------------------------------
+CALLS = 0
+EVERY = 2  # a module constant: read, never written
+SHIFTS = (0, 1, 2)
+STEP = 0
+LEVELS = np.arange(4, dtype=np.uint8)  # writable
+FROZEN_LEVELS = np.arange(4, dtype=np.uint8)
+FROZEN_LEVELS.setflags(write=False)
+
+
+def counting(img):
+    global CALLS
+    CALLS += 1
+    if CALLS % EVERY:
+        return img[::-1]
+    return img
+
+
+def _set_step(v):
+    global STEP
+    STEP = v
+    return v
+
+
+def calls_a_writer(img):
+    return img[::-1] if _set_step(1) else img
+
+
+def reads_a_global_another_function_writes(img):
+    return img[::-1] if STEP else img
+
+
+def advance():
+    global STEP
+    STEP += 1
+
+
+def appending():
+    seen = []
+
+    def op(img):
+        seen.append(img.shape)
+        return img[::-1] if len(seen) % 2 else img
+
+    return op
+
+
+def nonlocal_counter():
+    n = 0
+
+    def op(img):
+        nonlocal n
+        n += 1
+        return img[::-1] if n % 2 else img
+
+    return op
+
+
+def python_random(img):
+    return img[::-1] if random.random() < 0.5 else img
+
+
+def imported_random(img):
+    return img[::-1] if rand() < 0.5 else img
+
+
+def reads_writable_array(img):
+    return img + LEVELS[1]
+
+
+def reads_environment(img):
+    return img[::-1] if os.environ.get("EXTSRC_FLIP") else img
+
+
+def mutable_default(img, seen={}):  # noqa: B006 (what the analysis must refuse)
+    seen[0] = seen.get(0, 0) + 1
+    return img[::-1] if seen[0] % 2 else img
+
+
+def module_constants(img):
+    h = img.shape[0]
+    out = img[:h // EVERY + SHIFTS[1]] + FROZEN_LEVELS[2]
+    return np.clip(out, 0, math.floor(200.5)).astype(np.uint8)
+
+
+def closure_constant(k):
+    def op(img):
+        return np.rot90(img, k)
+
+    return op
+
+
+@pytest.mark.parametrize(("fn", "construct", "line"), [
+    (counting, r"a write to the global 'CALLS'", r"CALLS \+= 1"),
+    (calls_a_writer, r"a write to the global 'STEP' .*, in _set_step\(\) called by the op",
+     r"STEP = v"),
+    (reads_a_global_another_function_writes, r"a read of the global 'STEP', which "
+     r"(_set_step|advance)\(\) writes", r"return img\[::-1\] if STEP else img"),
+    (appending(), r"a read of the closure variable 'seen', a list, which can change",
+     r"seen\.append"),
+    (nonlocal_counter(), r"a write to the closure variable 'n'", r"n \+= 1"),
+    (python_random, r"random\.random \(global random state; draw from the op's rng\)",
+     r"return img\[::-1\] if random\.random\(\)"),
+    (imported_random, r"rand \(global random state", r"return img\[::-1\] if rand\(\)"),
+    (reads_writable_array, r"a read of the global 'LEVELS', a writable ndarray \(make it "
+     r"read-only", r"return img \+ LEVELS\[1\]"),
+    (reads_environment, r"a read of os\.environ, a os\._Environ object, which has state",
+     r"return img\[::-1\] if os\.environ"),
+    (mutable_default, r"a read of the default value of 'seen', a dict", r"def mutable_default"),
+], ids=["global-counter", "helper-writes-global", "global-written-elsewhere", "closure-list",
+        "nonlocal", "random.random", "from-random-import", "writable-array", "os.environ",
+        "mutable-default"])
+def test_an_op_reading_or_writing_outside_state_is_refused_without_running_it(fn, construct,
+                                                                               line):
+    before = (CALLS, STEP)
+    op = _op("refusals_state", fn)
+    why = augment_ops.explain(op)
+    assert re.fullmatch(rf"numpy: {construct}.* at \S+test_trace_refusals.py:\d+: {line}.*",
+                        why), why
+    assert op.paths == ("numpy",)
+    assert choose_paths([op], gpu=False) == {"refusals_state": "numpy"}
+    with pytest.raises(ValueError, match=re.escape(why)):
+        choose_paths([op], gpu=False, override="native")
+    assert (CALLS, STEP) == before  # refused before it ran
+
+
+@pytest.mark.parametrize("fn", [module_constants, closure_constant(3)],
+                         ids=["module-constants", "closure-int"])
+def test_constants_outside_the_op_still_lower(fn):
+    op = _op("refusals_constants", fn)
+    assert augment_ops.explain(op) == "native (traced)"
+    img = np.arange(7 * 5 * 3, dtype=np.uint8).reshape(7, 5, 3)
+    out = emit_one(op, img)
+    np.testing.assert_array_equal(out, fn(img))
+
+
+def emit_one(op, img):
+    """The op's traced graph run by a DALI CPU pipeline on one image."""
+    from nvidia.dali import fn as dali_fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.lower_dali import emit
+    from augment_ops.trace import trace_op
+
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
+    with pipe:
+        node = dali_fn.external_source(source=lambda: [img], batch=True, layout="HWC")
+        pipe.set_outputs(*emit(trace_op(op), node))
+    pipe.build()
+    (out,) = pipe.run()
+    return np.array(out[0])

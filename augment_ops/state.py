@@ -1,0 +1,273 @@
+"""Which state outside its own call an op reads or writes, found in its bytecode before tracing.
+
+Tracing runs the op once at loader build and keeps what it computed as constants of the graph;
+the numpy path runs the op again for every sample. The two agree only if the op depends on its
+image, its ``rng`` and its parameters alone. :func:`outside_state` finds where an op's function,
+or a Python function it calls (found through its globals, closure, defaults and parameters, and
+attributes of modules it names), does not:
+
+- writes a global (``global n; n += 1``), a closure variable (``nonlocal``), or an attribute
+  (``obj.x = ...``);
+- reads a global, closure variable, module attribute or default value that is not a constant:
+  a list, dict, set, bytearray, writable ndarray, an object with state (a method of one,
+  ``os.environ``), or a global or closure variable that another function of its module writes;
+- calls a built-in that reads or writes the world: ``open``, ``input``, ``eval``, ``exec``,
+  ``globals``, ``setattr``, ``delattr``, ``breakpoint``;
+- draws from global random state (``random.random``, a method of a ``random.Random`` or
+  ``np.random.RandomState``).
+
+Constants are ``None``, numbers, strings, bytes, numpy scalars and dtypes, read-only ndarrays,
+modules, classes, functions (looked into in turn), ufuncs and built-in functions of modules,
+enum members, and tuples, frozensets, ``functools.partial`` objects and frozen dataclasses (ops
+among them) made of constants. numpy's own modules and functions are not looked into (the tracer
+refuses ``np.random`` when the op runs), nor are functions of installed libraries (the tracer
+refuses what it cannot lower of them). Nothing here imports DALI or runs the op.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import dis
+import enum
+import functools
+import linecache
+import os
+import random
+import sys
+import sysconfig
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = ["outside_state"]
+
+#: Built-ins whose call reads or writes state outside the op.
+_WORLD_BUILTINS = frozenset({"open", "input", "eval", "exec", "globals", "setattr", "delattr",
+                             "breakpoint"})
+#: The most functions looked into for one op (the op's own code and what it calls).
+_MAX_FUNCTIONS = 200
+_KEEPS = "the traced graph would keep the value it had at loader build"
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib", "purelib",
+                                                              "platlib")
+                       if (p := sysconfig.get_paths().get(k))})
+
+Finding = tuple[str, str]  # (construct, "file:line: code")
+
+
+def _where(code: types.CodeType, line: int | None) -> str:
+    line = line or code.co_firstlineno
+    text = linecache.getline(code.co_filename, line).strip()
+    return f"{code.co_filename}:{line}: {text}" if text else f"{code.co_filename}:{line}"
+
+
+def _is_library(code: types.CodeType) -> bool:
+    f = os.path.abspath(code.co_filename)
+    return f.startswith(_NUMPY_DIR) or f.startswith(_LIBRARY_DIRS) or f.startswith("<frozen")
+
+
+def _is_numpy(obj: Any) -> bool:
+    mod = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
+    return isinstance(mod, str) and (mod == "numpy" or mod.startswith("numpy."))
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and the code of the lambdas, comprehensions and functions defined inside it."""
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _codes(c)
+
+
+def _random_state(v: Any) -> bool:
+    return isinstance(getattr(v, "__self__", None), (random.Random, np.random.RandomState))
+
+
+def _not_constant(v: Any, functions: list[Any], depth: int = 0) -> str | None:
+    """Why ``v`` is not a constant (``None`` if it is); functions met are appended to
+    ``functions`` to be looked into."""
+    if v is None or v is Ellipsis or isinstance(v, (bool, int, float, complex, str, bytes, range,
+                                                    np.generic, np.dtype, enum.Enum, slice)):
+        return None
+    if isinstance(v, (types.ModuleType, type, np.ufunc)):
+        return None
+    if isinstance(v, types.FunctionType):
+        functions.append(v)
+        return None
+    if isinstance(v, np.ndarray):
+        return None if not v.flags.writeable else (
+            "a writable ndarray (make it read-only: arr.setflags(write=False))")
+    if isinstance(v, (list, dict, set, bytearray)):
+        return f"a {type(v).__name__}, which can change (make it a tuple or a parameter)"
+    if depth > 8:
+        return f"a {type(v).__name__} nested too deep to check"
+    if isinstance(v, (tuple, frozenset)):
+        return next((f"a {type(v).__name__} holding {r}" for x in v
+                     if (r := _not_constant(x, functions, depth + 1))), None)
+    if isinstance(v, functools.partial):
+        return next((f"a functools.partial of {r}" for x in (v.func, *v.args,
+                                                            *v.keywords.values())
+                     if (r := _not_constant(x, functions, depth + 1))), None)
+    if isinstance(v, (types.BuiltinFunctionType, types.MethodType, types.MethodWrapperType)):
+        owner = getattr(v, "__self__", None)
+        if owner is None or isinstance(owner, (types.ModuleType, type)):
+            return None
+        if isinstance(v, types.MethodType) and isinstance(v.__func__, types.FunctionType):
+            functions.append(v.__func__)
+        r = _not_constant(owner, functions, depth + 1)
+        return None if r is None else f"a method of {r}"
+    if dataclasses.is_dataclass(v) and v.__dataclass_params__.frozen:  # type: ignore[union-attr]
+        for f in dataclasses.fields(v):
+            r = _not_constant(getattr(v, f.name), functions, depth + 1)
+            if r is not None:
+                return f"a frozen {type(v).__name__} whose {f.name} is {r}"
+        return None
+    return f"a {type(v).__module__}.{type(v).__qualname__} object, which has state"
+
+
+def _module_writes(g: dict[str, Any], names: set[str]) -> dict[str, str]:
+    """Of ``names``, those some function of the module of globals ``g`` writes (as a global, or
+    as a closure variable with ``nonlocal``), with the writer's name."""
+    found: dict[str, str] = {}
+    owners: list[Any] = []
+    for v in list(g.values()):
+        if isinstance(v, types.FunctionType) and v.__globals__ is g:
+            owners.append(v)
+        elif isinstance(v, type) and v.__module__ == g.get("__name__"):
+            owners += [m for m in vars(v).values() if isinstance(m, types.FunctionType)]
+    for fn in owners:
+        for code in _codes(fn.__code__):
+            hit = names & (set(code.co_names) | set(code.co_freevars))
+            if not hit:
+                continue
+            for ins in dis.get_instructions(code):
+                if ins.argval in hit and (ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") or (
+                        ins.opname in ("STORE_DEREF", "DELETE_DEREF")
+                        and ins.argval in code.co_freevars)):
+                    found.setdefault(ins.argval, f"{code.co_qualname}()")
+    return found
+
+
+def _look_into(fn: types.FunctionType, params: dict[str, Any],
+               functions: list[Any]) -> Finding | None:
+    top = fn.__code__
+    g = fn.__globals__
+    bi = g.get("__builtins__", builtins)
+    bi = vars(bi) if isinstance(bi, types.ModuleType) else bi
+    cells = dict(zip(top.co_freevars, fn.__closure__ or (), strict=True))
+
+    # defaults of parameters the op's parameters do not bind
+    names = top.co_varnames[:top.co_argcount + top.co_kwonlyargcount]
+    defaults = dict(zip(names[top.co_argcount - len(fn.__defaults__ or ()):top.co_argcount],
+                        fn.__defaults__ or (), strict=True))
+    defaults.update(fn.__kwdefaults__ or {})
+    for name, v in defaults.items():
+        if name in params or name == "rng":
+            continue
+        r = _not_constant(v, functions)
+        if r is not None:
+            return (f"a read of the default value of '{name}', {r}; {_KEEPS}",
+                    _where(top, top.co_firstlineno))
+    # parameter values are the op's arguments, not outside state; functions among them are
+    # looked into as functions the op calls
+    functions.extend(v for v in params.values() if isinstance(v, types.FunctionType))
+
+    read_globals: dict[str, tuple[types.CodeType, int | None]] = {}
+    read_cells: dict[str, tuple[types.CodeType, int | None]] = {}
+    for code in _codes(top):
+        local_modules: dict[str, Any] = {}
+        current: Any = None  # the module the last instruction loaded, for module.attr
+        dotted = ""
+        previous = None
+        for ins in dis.get_instructions(code):
+            op, arg, line = ins.opname, ins.argval, ins.positions.lineno if ins.positions else None
+            loaded, name = None, None
+            if op in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                return (f"a write to the global '{arg}' ({_KEEPS}; pass it as a parameter or "
+                        "draw from rng)", _where(code, line))
+            if op in ("STORE_DEREF", "DELETE_DEREF") and arg in top.co_freevars and \
+                    arg not in code.co_cellvars:
+                return (f"a write to the closure variable '{arg}' ({_KEEPS})", _where(code, line))
+            if op in ("STORE_ATTR", "DELETE_ATTR"):
+                return (f"a write to the attribute '.{arg}' of an object ({_KEEPS})",
+                        _where(code, line))
+            if op == "LOAD_GLOBAL":
+                if arg in g:
+                    loaded, name = g[arg], f"the global '{arg}'"
+                    read_globals.setdefault(arg, (code, line))
+                elif arg in bi:
+                    if arg in _WORLD_BUILTINS:
+                        return (f"a call of {arg}() (it reads or writes state outside the op; "
+                                f"{_KEEPS})", _where(code, line))
+                    loaded = bi[arg]
+            elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF") and arg in top.co_freevars and \
+                    arg not in code.co_cellvars and arg in cells:
+                try:
+                    loaded = cells[arg].cell_contents
+                except ValueError:  # an empty cell: NameError when the op runs
+                    loaded = None
+                name = f"the closure variable '{arg}'"
+                read_cells.setdefault(arg, (code, line))
+            elif op == "LOAD_FAST" and arg in local_modules:
+                loaded = local_modules[arg]
+            elif op == "STORE_FAST" and previous is not None and \
+                    previous.opname == "IMPORT_NAME" and "." not in str(previous.argval):
+                local_modules[arg] = sys.modules.get(str(previous.argval))
+            elif op in ("LOAD_ATTR", "LOAD_METHOD") and current is not None:
+                if hasattr(current, arg):
+                    loaded = getattr(current, arg)
+                    name = f"{dotted}.{arg}"
+            previous = ins
+            current, dotted = None, ""
+            if loaded is None:
+                continue
+            if isinstance(loaded, types.ModuleType) and not _is_numpy(loaded):
+                current = loaded
+                dotted = name[len("the global '"):-1] if name and name.startswith(
+                    "the global") else (name or arg)
+                continue
+            if _is_numpy(loaded) or name is None:
+                continue
+            if _random_state(loaded):
+                short = name.split("'")[1] if "'" in name else name
+                return (f"{short} (global random state; draw from the op's rng)",
+                        _where(code, line))
+            r = _not_constant(loaded, functions)
+            if r is not None:
+                return f"a read of {name}, {r}; {_KEEPS}", _where(code, line)
+
+    written = _module_writes(g, set(read_globals) | set(read_cells))
+    for arg, (code, line) in [*read_globals.items(), *read_cells.items()]:
+        if arg in written:
+            kind = "global" if arg in read_globals else "closure variable"
+            return (f"a read of the {kind} '{arg}', which {written[arg]} writes; {_KEEPS}",
+                    _where(code, line))
+    return None
+
+
+def outside_state(fn: Any, params: dict[str, Any] | None = None) -> Finding | None:
+    """``(construct, location)`` of the first place where ``fn`` (an op's numpy function called
+    with ``params``), or a function it calls, reads or writes state outside its call; ``None``
+    when it depends on its arguments and constants alone (see the module)."""
+    params = dict(params or {})
+    todo: list[Any] = [fn]
+    seen: set[types.CodeType] = set()
+    first = True
+    while todo and len(seen) < _MAX_FUNCTIONS:
+        f = todo.pop()
+        if not isinstance(f, types.FunctionType) or f.__code__ in seen or _is_numpy(f):
+            continue
+        seen.add(f.__code__)
+        if _is_library(f.__code__):
+            continue
+        found = _look_into(f, params if first else {}, todo)
+        first = False
+        if found is not None:
+            construct, location = found
+            if f is not fn:
+                construct = f"{construct}, in {f.__code__.co_qualname}() called by the op"
+            return construct, location
+    return None
