@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["outside_state"]
+__all__ = ["library_file", "outside_state"]
 
 #: Built-ins whose call reads or writes state outside the op.
 _WORLD_BUILTINS = frozenset({"open", "input", "eval", "exec", "globals", "setattr", "delattr",
@@ -64,9 +64,17 @@ def _where(code: types.CodeType, line: int | None) -> str:
     return f"{code.co_filename}:{line}: {text}" if text else f"{code.co_filename}:{line}"
 
 
+def library_file(filename: str) -> bool:
+    """Whether ``filename`` is numpy's, the standard library's or an installed library's (not
+    the user's own code, which may also be a notebook cell or ``exec``'s ``<string>``)."""
+    if filename.startswith("<frozen"):
+        return True
+    f = os.path.abspath(filename)
+    return f.startswith(_NUMPY_DIR) or f.startswith(_LIBRARY_DIRS)
+
+
 def _is_library(code: types.CodeType) -> bool:
-    f = os.path.abspath(code.co_filename)
-    return f.startswith(_NUMPY_DIR) or f.startswith(_LIBRARY_DIRS) or f.startswith("<frozen")
+    return library_file(code.co_filename)
 
 
 def _is_numpy(obj: Any) -> bool:

@@ -48,6 +48,7 @@ MAX_PATHS = 16
 CHANNELS = 3
 
 _THIS_FILE = os.path.abspath(__file__)
+_REGISTRY_FILE = os.path.join(os.path.dirname(_THIS_FILE), "registry.py")
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 
 
@@ -81,11 +82,16 @@ def _describe(filename: str, lineno: int) -> str:
 
 def _user_location(tb: types.TracebackType | None = None) -> tuple[str, str]:
     """``file:line: code`` of the user's line, and of the innermost frame outside this module and
-    numpy (where it went wrong, maybe in a helper or library the op called).
+    numpy (where it went wrong, maybe in a library the op called).
 
-    The user's line is the innermost one in the op's function itself, else in its source file.
-    Walks ``tb``, or else the current stack.
+    Only frames inside the op's call count (from the op's function inward: never its caller's,
+    such as the line that built the loader). The user's line is the innermost of them in user
+    code: the op's own function, a function it calls or that wraps it (a decorator), a lambda,
+    code from ``exec`` or a notebook cell; not numpy, this package's tracer and registry, nor
+    installed libraries. Walks ``tb``, or else the current stack.
     """
+    from augment_ops.state import library_file
+
     frames: list[tuple[Any, int]] = []
     if tb is not None:
         while tb is not None:
@@ -97,11 +103,15 @@ def _user_location(tb: types.TracebackType | None = None) -> tuple[str, str]:
             frames.append((frame.f_code, frame.f_lineno))
             frame = frame.f_back
         frames.reverse()
-    outside = [(c, n) for c, n in frames if not _is_internal(c.co_filename)]
     session = _TRACING.active
     code = session.user_code if session is not None else None
-    own = [(c, n) for c, n in outside if c is code] or [
-        (c, n) for c, n in outside if code is not None and c.co_filename == code.co_filename]
+    start = next((i for i, (c, _) in enumerate(frames) if c is code), None)
+    if start is None:  # found after the op returned (its outputs): the op's def line
+        first = session.user_def if session is not None else None
+        return (_describe(first.co_filename, first.co_firstlineno) if first else ""), ""
+    outside = [(c, n) for c, n in frames[start:] if not _is_internal(c.co_filename)
+               and os.path.abspath(c.co_filename) != _REGISTRY_FILE]
+    own = [(c, n) for c, n in outside if not library_file(c.co_filename)]
     inner = _describe(outside[-1][0].co_filename, outside[-1][1]) if outside else ""
     return (_describe(own[-1][0].co_filename, own[-1][1]) if own else inner), inner
 
@@ -1548,6 +1558,7 @@ class _Session:
     def __init__(self) -> None:
         self.table: dict[Any, Node] = {}
         self.user_code: types.CodeType | None = None
+        self.user_def: types.CodeType | None = None  # of the function a decorator wraps
         self.prefix: tuple[bool, ...] = ()
         self.conds: list[Node] = []
         self.decisions: list[bool] = []
@@ -1774,6 +1785,10 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
     session = _Session()
     f = _rebind(fn)
     session.user_code = fn.__code__
+    inner_fn = fn
+    while isinstance(getattr(inner_fn, "__wrapped__", None), types.FunctionType):
+        inner_fn = inner_fn.__wrapped__
+    session.user_def = inner_fn.__code__
     pending: list[tuple[bool, ...]] = [()]
     done: list[tuple[list[Node], list[bool], tuple[Node, ...]]] = []
     draws = 0
@@ -1887,7 +1902,9 @@ def explain(name_or_op: Any) -> str:
     """How the op's native path comes about, or why it has none.
 
     ``"native (hand-written)"``, ``"native (traced)"``, or ``"numpy: <construct> at
-    <file:line: code>"`` naming what kept the function from being traced.
+    <file:line: code>"`` naming what kept the function from being traced, and the innermost line
+    of user code inside the op or a function it calls where it happened (the op's own ``def``
+    line for what only its outputs show); never the line that called the op.
     """
     from augment_ops.registry import get
 

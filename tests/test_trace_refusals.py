@@ -6,6 +6,8 @@ never run then; an op that would end the program while traced is refused instead
 
 from __future__ import annotations
 
+import functools
+import linecache
 import math
 import os
 import random
@@ -267,3 +269,84 @@ def emit_one(op, img):
     pipe.build()
     (out,) = pipe.run()
     return np.array(out[0])
+
+
+# -- explain() names a line inside the op, never its caller's --------------------------------------
+def _passes_through(f):
+    @functools.wraps(f)
+    def wrapper(img, *args, **kwargs):
+        return f(img, *args, **kwargs)
+
+    return wrapper
+
+
+def _bare_wrapper(f):
+    def wrapper(img):
+        return f(img)
+
+    return wrapper
+
+
+@_passes_through
+def decorated(img):
+    return np.fft.fft(img)  # decorated: the op's own line
+
+
+@_bare_wrapper
+def decorated_without_wraps(img):
+    return np.fft.fft(img)  # without wraps: the op's own line
+
+
+def with_param(img, kind: str = "moves"):
+    if kind == "fft":
+        return np.fft.fft(img)  # with_params: the op's own line
+    return img[::-1]
+
+
+def _helper(x):
+    return np.fft.fft(x)  # helper: the function the op calls
+
+
+def calls_helper(img):
+    return _helper(img[::-1])
+
+
+def late_view(img):  # late view: the def line
+    out = img.copy()
+    view = out[::-1]
+    out[:2] = 0
+    return view
+
+
+def _exec_op():
+    """An op defined by ``exec``, with its source in linecache as notebooks register cells."""
+    source = "import numpy as np\ndef cell_op(img):\n    return np.fft.fft(img)  # cell\n"
+    filename = "<notebook-cell-3>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace["cell_op"]
+
+
+LAMBDA = lambda img: np.fft.fft(img)  # noqa: E731 (a lambda op: its own line)
+
+
+@pytest.mark.parametrize(("fn", "params", "line"), [
+    (decorated, {}, r"return np\.fft\.fft\(img\)  # decorated"),
+    (decorated_without_wraps, {}, r"return np\.fft\.fft\(img\)  # without wraps"),
+    (with_param, {"kind": "fft"}, r"return np\.fft\.fft\(img\)  # with_params"),
+    (calls_helper, {}, r"return np\.fft\.fft\(x\)  # helper"),
+    (LAMBDA, {}, r"LAMBDA = lambda img"),
+    (late_view, {}, r"def late_view\(img\):  # late view"),
+], ids=["decorated", "decorated-without-wraps", "with_params", "helper", "lambda", "late-view"])
+def test_explain_names_a_line_inside_the_op_not_its_caller(fn, params, line):
+    op = _op("refusals_where", fn)
+    if params:
+        op = op.with_params(**params)
+    why = augment_ops.explain(op)
+    assert re.fullmatch(rf"numpy: .* at \S+test_trace_refusals.py:\d+: {line}.*", why), why
+
+
+def test_explain_names_the_line_of_an_op_from_exec_or_a_notebook_cell():
+    why = augment_ops.explain(_op("refusals_cell", _exec_op()))
+    assert why == ("numpy: np.fft.fft at <notebook-cell-3>:3: return np.fft.fft(img)  # cell")
