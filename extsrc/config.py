@@ -23,7 +23,7 @@ from extsrc._dali import cuda_driver_initialized
 from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
-from extsrc.oppool import POOL_KINDS, check_picklable
+from extsrc.oppool import POOL_KINDS, check_op_timeout, check_picklable
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
 
@@ -317,6 +317,8 @@ class LoaderConfig:
     op_path: str | tuple[tuple[str, str], ...] | None = None
     op_workers: int | None = None
     op_pool: str = "process"
+    # Seconds per sample a numpy-path op may take in the op pool (None: no limit).
+    op_timeout: float | None = None
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
@@ -403,7 +405,16 @@ class LoaderConfig:
             (*self.transforms, *self.ops), gpu=self.device_id is not None, override=override
         )
         object.__setattr__(self, "op_paths", tuple(chosen.items()))
-        if self.op_pool == "process" and self.op_pool_workers > 1:
+        object.__setattr__(self, "op_timeout", check_op_timeout(self.op_timeout,
+                                                                "Loader: op_timeout"))
+        if self.op_timeout is not None and self.op_workers == 0 and (
+                self.numpy_ops or self.host_resizes):
+            raise ValueError(
+                "Loader: op_timeout needs an op pool, but op_workers=0 runs the ops in DALI's "
+                "thread, where nothing can stop them; pass op_workers >= 1 (1: one worker, "
+                "the same pace as op_workers=0), or op_timeout=None"
+            )
+        if self.op_pool == "process" and self.op_pool_size > 0:
             for op in self.numpy_ops:
                 check_picklable(op)
 
@@ -497,6 +508,13 @@ class LoaderConfig:
         if self.op_workers is not None:
             return self.op_workers
         return cores_per_process()
+
+    @property
+    def op_pool_size(self) -> int:
+        """Workers of the op pool the loader starts, 0 for none: :attr:`op_pool_workers` when
+        more than one, and a pool of one when an ``op_timeout`` must stop a stuck op."""
+        n = self.op_pool_workers
+        return n if n > 1 or (n == 1 and self.op_timeout is not None) else 0
 
     @property
     def method(self) -> str:

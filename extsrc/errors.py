@@ -87,6 +87,24 @@ class OpError(ExtsrcError, RuntimeError):
     """A registered op raised while processing a sample; the message names the op and the line."""
 
 
+class OpTimeoutError(OpError):
+    """A numpy-path op ran past the loader's ``op_timeout`` (seconds per sample). ``op`` names
+    the op, ``timeout`` is the limit, ``samples`` the ``(line, path)`` of every sample in flight
+    when it passed (``source``, ``line`` and ``path``: the first of them)."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        timeout: float | None = None,
+        samples: Sequence[tuple[int, str]] = (),
+        **fields: object,
+    ) -> None:
+        super().__init__(message, **fields)  # type: ignore[arg-type]
+        self.timeout = timeout
+        self.samples = tuple(samples)
+
+
 # -- reliability: bad files, paths, workers, resume ------------------------------------------------
 # (OpContractError lives in augment_ops, which imports nothing from extsrc: no import cycle.)
 from augment_ops.registry import OpContractError as _OpContractError  # noqa: E402

@@ -99,6 +99,13 @@ class Loader:
     processes (``op_pool="process"``, started at the first batch, ended by :meth:`close`) or
     threads (``op_pool="thread"``: no copies, for ops that release the GIL, as numpy's array
     loops and OpenCV do). The batches are the same whatever the number of workers.
+    ``op_timeout`` (seconds per sample, default ``None``: no limit) stops an op that never
+    returns with :class:`~extsrc.errors.OpTimeoutError` naming the op and the samples in flight:
+    a late worker process is killed (iterating again starts new ones); a late thread cannot be
+    stopped, is left running as a daemon thread, and the loader then refuses to run ops in this
+    process while it runs. It needs a pool: ``op_workers=1`` gives one, ``op_workers=0`` is
+    refused. No default limit: an op's time depends on the images and the machine, and killing
+    a slow but healthy op would fail a run that would have finished.
     ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
     forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
@@ -169,6 +176,7 @@ class Loader:
         op_path: str | Mapping[str, str] | None = None,
         op_workers: int | None = None,
         op_pool: str = "process",
+        op_timeout: float | None = None,
         stages: Sequence[Any] = (),
         decoder: str = "auto",
         hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD,
@@ -213,7 +221,7 @@ class Loader:
             last_batch=last_batch, device_id=resolve_device(device), num_workers=num_workers,
             num_threads=num_threads, start_method=start_method,
             prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
-            op_workers=op_workers, op_pool=op_pool,
+            op_workers=op_workers, op_pool=op_pool, op_timeout=op_timeout,
             stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
             layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
             metadata_keys=self._metadata_keys, hidden_outputs=self._hidden_outputs,
@@ -242,10 +250,11 @@ class Loader:
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
         self._run: PipelineRun | None = None  # the built DALI pipeline, kept across epochs
-        workers = self.config.op_pool_workers
+        workers = self.config.op_pool_size
         #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
         #: thread); its workers start with the first batch and end with :meth:`close`.
-        self.op_pool = OpPool(workers, self.config.op_pool) if workers > 1 else None
+        self.op_pool = (OpPool(workers, self.config.op_pool, self.config.op_timeout)
+                        if workers else None)
         #: How many times a DALI pipeline was built (once, unless an epoch was left part-way,
         #: the loader closed, an error stopped it, or the read position was moved).
         self.pipeline_builds = 0

@@ -201,7 +201,8 @@ class BatchOpRunner:
 
     def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
         # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
-        if self.pool is not None and len(images) > 1:
+        # One sample runs here, in DALI's thread, unless the pool must time the op.
+        if self.pool is not None and (len(images) > 1 or self.pool.timeout is not None):
             results = self.pool.run(self, images, infos)
         else:
             results = [

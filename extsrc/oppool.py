@@ -33,8 +33,10 @@ whatever the number of workers and whichever worker ran a sample.
 from __future__ import annotations
 
 import atexit
+import math
 import mmap
 import os
+import queue
 import select
 import socket
 import subprocess
@@ -44,18 +46,19 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from extsrc.errors import OpError, PipelineError, WorkerDiedError
+from extsrc.errors import OpError, OpTimeoutError, PipelineError, WorkerDiedError
 from extsrc.opworker import MappedFile, aligned, grown, recv_message, send_message
 
 if TYPE_CHECKING:
     from extsrc.oppaths import BatchOpRunner
 
-__all__ = ["POOL_KINDS", "OpPool", "check_picklable", "chunks"]
+__all__ = ["POOL_KINDS", "STARTUP_SECONDS", "OpPool", "check_op_timeout", "check_picklable",
+           "chunks"]
 
 #: The kinds of pool: worker processes, or threads of this process.
 POOL_KINDS = ("process", "thread")
@@ -64,6 +67,9 @@ OnOutputs = Callable[[mmap.mmap, int, int, list[list[tuple[int, tuple[int, ...],
                      list[tuple[Any, ...]]]
 #: Seconds :meth:`OpPool.close` gives workers still running a sample, all together.
 EXIT_SECONDS = 2.0
+#: Seconds a worker process may take to start and load an op (imports included) before its
+#: first chunk's time limit starts; only with a time limit (``timeout``).
+STARTUP_SECONDS = 120.0
 
 # Pools not yet closed, closed at interpreter exit (before the socket objects go).
 _OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
@@ -102,6 +108,75 @@ def check_picklable(op: Any) -> None:
             f"op '{op.name}' cannot be sent to op worker processes ({type(e).__name__}: {e}); "
             "run it in threads with op_pool='thread', or in the DALI thread with op_workers=0"
         ) from None
+
+
+def check_op_timeout(value: object, name: str = "op_timeout") -> float | None:
+    """A time limit in seconds per sample: a positive finite number, or ``None`` (no limit)."""
+    import numbers
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be a number of seconds per sample or None for no limit, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{name} must be > 0 seconds and finite (or None for no limit), got {value!r}"
+        )
+    return float(value)
+
+
+class _Task:
+    """One sample's call in a :class:`_Threads` pool: when it started and in which thread."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.fn, self.args = fn, args
+        self.future: Future[Any] = Future()
+        self.started: float | None = None  # time.monotonic() when a thread took it
+        self.thread: threading.Thread | None = None
+
+
+class _Threads:
+    """Daemon threads running :class:`_Task` s from a queue. Not a ThreadPoolExecutor: its
+    threads are joined at interpreter exit, and a thread stuck in an op past the time limit
+    (which nothing can stop) would then keep the process from ever exiting."""
+
+    def __init__(self, n: int, name: str) -> None:
+        self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"{name}_{i}", daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            if not task.future.set_running_or_notify_cancel():
+                continue  # cancelled before it started
+            task.thread, task.started = threading.current_thread(), time.monotonic()
+            try:
+                task.future.set_result(task.fn(*task.args))
+            except BaseException as e:
+                task.future.set_exception(e)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> _Task:
+        task = _Task(fn, args)
+        self._queue.put(task)
+        return task
+
+    def shutdown(self, wait: bool = True, skip: Sequence[threading.Thread] = ()) -> None:
+        """End the threads after their current task (``wait``: wait for them, except those in
+        ``skip``, which are left to end on their own)."""
+        for _ in self.threads:
+            self._queue.put(None)
+        if wait:
+            for t in self.threads:
+                if t not in skip:
+                    t.join()
 
 
 def _wait_quietly(copied: Callable[[], None] | None) -> None:
@@ -176,6 +251,7 @@ class _Worker:
         self.sock = parent
         self.outputs: dict[int, _Mapped] = {}
         self.ops: set[int] = set()
+        self.loading = 0  # ("ready", key) replies this worker still owes (ops not yet loaded)
         send_message(self.sock, ("in", inputs.size), (inputs.fd,))
 
     def register(self, key: int, payload: bytes) -> bool:
@@ -188,6 +264,7 @@ class _Worker:
         send_message(self.sock, ("op", key, payload))
         send_message(self.sock, ("out", key, out.size), (out.fd,))
         self.ops.add(key)
+        self.loading += 1
         return True
 
     def died(self) -> str:
@@ -230,20 +307,34 @@ class _Worker:
 class OpPool:
     """Runs an op's numpy path over the samples of a batch with ``workers`` processes or threads
     (``kind``, one of :data:`POOL_KINDS`). Started at its first batch; :meth:`close` ends the
-    workers and frees their memory, and a later batch starts them again."""
+    workers and frees their memory, and a later batch starts them again.
 
-    def __init__(self, workers: int, kind: str = "process") -> None:
+    ``timeout`` (seconds per sample, ``None``: no limit) stops an op that never returns (an
+    endless loop, a deadlock in native code) with an :class:`~extsrc.errors.OpTimeoutError`
+    naming the op and the samples in flight. A worker process given ``k`` samples at once has
+    ``k`` times the limit, counted from when it has loaded the op (at most
+    :data:`STARTUP_SECONDS` for that); the late worker is killed, the others are stopped, and
+    the next batch starts new ones. A thread cannot be stopped: a late thread is abandoned (a
+    daemon thread: it does not keep the process from exiting), and every later batch raises
+    :class:`~extsrc.errors.OpTimeoutError` at once while it still runs, since the op's state
+    or a lock it holds may be left broken; a new process (or ``op_pool="process"``) is the way
+    on."""
+
+    def __init__(self, workers: int, kind: str = "process", timeout: float | None = None) -> None:
         if kind not in POOL_KINDS:
             raise ValueError(f"op_pool must be one of {list(POOL_KINDS)}, got {kind!r}")
         if workers < 1:
             raise ValueError(f"an op pool needs at least one worker, got {workers}")
         self.workers = workers
         self.kind = kind
+        self.timeout = check_op_timeout(timeout)
+        # Threads that ran past the limit, left running: (thread, the error that reported it).
+        self._abandoned: list[tuple[threading.Thread, OpTimeoutError]] = []
         self._lock = threading.Lock()  # one batch at a time: DALI may run two ops at once
         self.closing = False  # set by close(): a batch cut short by it is not a crash
         self._procs: list[_Worker] = []
         self._inputs: _Mapped | None = None  # the batch's images, mapped by every worker
-        self._threads: ThreadPoolExecutor | None = None
+        self._threads: _Threads | None = None
         # (op, seed, salt) -> key, number and pickled op, until close().
         self._keys: dict[tuple[int, int, int], tuple[Any, int, bytes]] = {}
         #: Called with every new map of the workers' memory (to page-lock it for the GPU); it
@@ -287,14 +378,92 @@ class OpPool:
         ids = [(int(info[0]), int(info[1])) for info in infos]
         with self._lock:
             if self.kind == "thread":
-                if self._threads is None:
-                    self._threads = ThreadPoolExecutor(self.workers, "extsrc-op")
-                    _OPEN.add(self)
-                futures = [self._threads.submit(runner.run_one, img, *i)
-                           for img, i in zip(images, ids, strict=True)]
-                wait(futures)  # all of them, so none runs on after a failure is raised
-                return [f.result() for f in futures]
+                return self._run_threads(runner, images, ids)
             return self._run_processes(runner, images, ids, copy_in, copied, on_outputs)
+
+    def _run_threads(self, runner: BatchOpRunner, images: Sequence[Any],
+                     ids: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
+        self._abandoned = [(t, e) for t, e in self._abandoned if t.is_alive()]
+        if self._abandoned:
+            from extsrc.folders import sample_where
+            from extsrc.oppaths import RAISED
+
+            first = self._abandoned[0][1]
+            line, path = first.samples[0]
+            err = OpTimeoutError(
+                f"op '{first.op}' ran past op_timeout={first.timeout:g} s per sample on "
+                f"{sample_where(first.source or '', line)} ({path}) and its thread still runs: "
+                "threads cannot be stopped, so this loader runs no more ops in this process "
+                "while it does. "
+                "Restart the process; op_pool='process' runs ops in worker processes, which "
+                "are killed instead",
+                op=first.op, timeout=first.timeout, samples=first.samples, source=first.source,
+                line=first.line, path=first.path,
+            )
+            RAISED.append(err)
+            raise err
+        if self._threads is None:
+            self._threads = _Threads(self.workers, "extsrc-op")
+            _OPEN.add(self)
+        tasks = [self._threads.submit(runner.run_one, img, *i)
+                 for img, i in zip(images, ids, strict=True)]
+        pending = {t.future for t in tasks}
+        while pending:  # all of them, so none runs on after a failure is raised
+            limit = None
+            if self.timeout is not None:
+                now = time.monotonic()
+                running = [t for t in tasks if t.started is not None and not t.future.done()]
+                late = [t for t in running if now - t.started >= self.timeout]  # type: ignore
+                if late:
+                    for t in tasks:
+                        t.future.cancel()  # those not started yet
+                    raise self._threads_late(runner, late, ids, tasks)
+                ends = [t.started + self.timeout for t in running]  # type: ignore[operator]
+                limit = max(0.0, min(ends, default=now + self.timeout) - now) + 0.01
+            _, pending = wait(pending, timeout=limit, return_when=FIRST_COMPLETED)
+        return [t.future.result() for t in tasks]
+
+    def _threads_late(self, runner: BatchOpRunner, late: list[_Task], ids: list[tuple[int, int]],
+                      tasks: list[_Task]) -> OpTimeoutError:
+        """The error for threads that ran past the limit; they are abandoned and the pool's
+        other threads end after their current sample (the next batch starts new ones)."""
+        from extsrc.oppaths import RAISED
+
+        assert self._threads is not None and self.timeout is not None
+        positions = [tasks.index(t) for t in late]
+        stuck = [t.thread for t in late if t.thread is not None]
+        err = self._late_error(
+            runner, [ids[p][0] for p in positions], len(positions),
+            f"{len(stuck)} op thread(s) ({', '.join(t.name for t in stuck)}) ran it on",
+            "Threads cannot be stopped: each is left running as a daemon thread (it does not "
+            "keep the process from exiting), and this loader runs no more ops in this process "
+            "while one does. Restart the process; op_pool='process' runs ops in worker "
+            "processes, which are killed instead",
+        )
+        threads, self._threads = self._threads, None
+        threads.shutdown(wait=False)
+        self._abandoned += [(t, err) for t in stuck]
+        RAISED.append(err)
+        return err
+
+    def _late_error(self, runner: BatchOpRunner, indices: list[int], samples: int, who: str,
+                    then: str) -> OpTimeoutError:
+        """An :class:`OpTimeoutError` for op ``runner`` late on manifest ``indices``."""
+        assert self.timeout is not None
+        m = runner.manifest
+        where = ", ".join(runner.where(i) for i in indices[:3])
+        more = f" and {len(indices) - 3} more" if len(indices) > 3 else ""
+        each = (f" ({samples} samples at {self.timeout:g} s each)"
+                if samples > 1 and self.kind == "process" else "")
+        return OpTimeoutError(
+            f"op '{runner.op.name}' did not finish within op_timeout={self.timeout:g} s per "
+            f"sample{each}: {who} {where}{more}. The op never returned: an endless loop or a "
+            "deadlock (in a C extension, a lock), or it is slower than the limit. "
+            f"{then}. Fix the op, or raise the limit with op_timeout=... (None: no limit)",
+            op=runner.op.name, timeout=self.timeout,
+            samples=[(m.lines[i], m.paths[i]) for i in indices],
+            source=m.source, line=m.lines[indices[0]], path=m.paths[indices[0]],
+        )
 
     def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
         """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
@@ -348,17 +517,26 @@ class OpPool:
                 copied()
             copied_up_to = max(copied_up_to, hi)
 
+        def deadline(w: _Worker, lo: int, hi: int) -> float:
+            """When the chunk sent to ``w`` now is late: ``hi - lo`` times the limit, after
+            the worker has loaded its ops (it says so with a "ready" reply)."""
+            if self.timeout is None:
+                return math.inf
+            wait_load = STARTUP_SECONDS if w.loading else 0.0
+            return time.monotonic() + wait_load + self.timeout * (hi - lo)
+
         def send(w: _Worker, lo: int, hi: int) -> None:
             items = [(offsets[i], tuple(images[i].shape), images[i].dtype.str, *ids[i])
                      for i in range(lo, hi)]
             start = ends.get(w, 0)
             send_message(w.sock, ("run", key, inputs.size, items, start))
-            busy[w.sock.fileno()] = (w, lo, hi, start)
+            busy[w.sock.fileno()] = (w, lo, hi, start, deadline(w, lo, hi))
             # poll, not select: select takes no descriptor numbers from 1024 on
             poller.register(w.sock, select.POLLIN)
 
         results: list[tuple[Any, ...] | None] = [None] * len(images)
-        busy: dict[int, tuple[_Worker, int, int, int]] = {}  # socket fd -> chunk sent to it
+        # socket fd -> the chunk sent to it: worker, [lo, hi), output start, deadline
+        busy: dict[int, tuple[_Worker, int, int, int, float]] = {}
         poller = select.poll()
         ends: dict[_Worker, int] = {}  # where each worker's next outputs start in its memory
         failure: tuple[int, dict[str, Any]] | None = None
@@ -378,11 +556,23 @@ class OpPool:
                 nxt += 1
             copy_until(len(images))
             while busy:  # every reply is read, so each socket stays in step
-                for fd, _event in poller.poll():
-                    w, lo, hi, start = busy.pop(fd)
-                    poller.unregister(fd)
+                first_end = min(b[4] for b in busy.values())
+                events = poller.poll(None if first_end == math.inf else
+                                     math.ceil(max(0.0, first_end - time.monotonic()) * 1000))
+                now, answered = time.monotonic(), {fd for fd, _ in events}
+                late = [b for fd, b in busy.items() if b[4] <= now and fd not in answered]
+                if late:
+                    raise self._processes_late(runner, late, ids)
+                for fd, _event in events:
+                    w, lo, hi, start, _ = busy[fd]
                     at = (w, lo, hi)
                     reply, _ = recv_message(w.sock)
+                    if reply[0] == "ready":  # an op loaded: the chunk's time starts now
+                        w.loading -= 1
+                        busy[fd] = (w, lo, hi, start, deadline(w, lo, hi))
+                        continue
+                    del busy[fd]
+                    poller.unregister(fd)
                     if reply[0] == "error":
                         pos = lo + reply[1] if reply[1] >= 0 else -1
                         if failure is None or pos < failure[0]:
@@ -437,6 +627,26 @@ class OpPool:
             raise runner.failure(ids[pos][0], info)
         return results  # type: ignore[return-value]  (every chunk ran: no failure)
 
+    def _processes_late(self, runner: BatchOpRunner,
+                        late: list[tuple[_Worker, int, int, int, float]],
+                        ids: list[tuple[int, int]]) -> OpTimeoutError:
+        """Kill the workers that ran past the limit; the error naming their samples (the
+        caller closes the pool, which stops the others)."""
+        from extsrc.oppaths import RAISED
+
+        for w, *_ in late:
+            w.proc.kill()
+        indices = [ids[i][0] for _, lo, hi, _, _ in late for i in range(lo, hi)]
+        pids = ", ".join(str(w.proc.pid) for w, *_ in late)
+        err = self._late_error(
+            runner, indices, max(hi - lo for _, lo, hi, _, _ in late),
+            f"op worker process(es) {pids} ran it on",
+            f"{'They were' if len(late) > 1 else 'It was'} killed and the other op workers "
+            "stopped; iterating again starts new ones",
+        )
+        RAISED.append(err)
+        return err
+
     def _died(self, runner: BatchOpRunner, at: tuple[_Worker, int, int],
               ids: list[tuple[int, int]]) -> WorkerDiedError:
         from extsrc.oppaths import RAISED
@@ -476,7 +686,7 @@ class OpPool:
         if inputs is not None:
             inputs.close()
         if threads is not None:
-            threads.shutdown(wait=True)
+            threads.shutdown(wait=True, skip=[t for t, _ in self._abandoned])
         self._keys.clear()
         _OPEN.discard(self)
 

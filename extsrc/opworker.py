@@ -6,7 +6,9 @@ exec: a fresh interpreter that imports numpy and the ops it is sent, never the u
 Unix socket pair to the parent; everything else arrives on it:
 
 - ``("op", key, payload)``: an op, its seed and generator salt, pickled by value where needed
-  (cloudpickle), so ops defined in a notebook cell or a script's ``__main__`` work;
+  (cloudpickle), so ops defined in a notebook cell or a script's ``__main__`` work; answered
+  with ``("ready", key)`` once it is loaded (or failed to load), so the parent's time limit
+  counts the op's time, not the interpreter's start;
 - ``("in", size)`` / ``("out", key, size)`` followed by a file descriptor: the shared memory the
   parent copies inputs into, and the memory this worker writes one op's outputs into;
 - ``("run", key, in_size, items, start)``: apply op ``key`` to the samples ``items`` (offset,
@@ -202,6 +204,10 @@ def main(argv: list[str] | None = None) -> None:
                 ops[msg[1]] = pickle.loads(msg[2])
             except Exception as e:  # reported when the op is first run
                 ops[msg[1]] = e
+            try:  # the parent's clock for the op's time limit starts now, not at our start
+                send_message(sock, ("ready", msg[1]))
+            except OSError:
+                return
         elif kind == "in":
             inputs = MappedFile(fds[0])
             inputs.ensure(msg[1])

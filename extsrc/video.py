@@ -174,7 +174,8 @@ class VideoLoader(Loader):
             resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
             shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
             num_workers=num_workers, num_threads=num_threads, start_method=start_method,
-            # Clip ops run per frame in DALI's thread: no op pool (extsrc.oppool) for video yet.
+            # Clip ops run per frame in DALI's thread: no op pool (extsrc.oppool) for video yet,
+            # so no op_timeout either (it needs a pool to stop a stuck op).
             prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
             on_error=on_error,
             max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,
