@@ -268,6 +268,27 @@ def _manifest_arg(args: argparse.Namespace) -> Any:
     return read_manifest(args.manifest, root=root)
 
 
+def _refuse_overwriting(out: str, option: str, manifest: str,
+                        listed: frozenset[str] = frozenset()) -> None:
+    """Refuse an output path that names an input: the manifest file (however spelled: a
+    symlink, another relative path) or, when it exists, a file the manifest lists."""
+    from extsrc.doctor import same_file
+    from extsrc.textsafe import shown
+
+    if not os.path.isdir(manifest) and same_file(out, manifest):
+        raise CliError(f"{option} {shown(out)} is the input manifest {shown(manifest)}; writing "
+                       "there would destroy it: choose another file")
+    if listed and os.path.lexists(out):
+        names = {os.path.abspath(out), os.path.realpath(out)}
+        if not names.isdisjoint(listed):
+            raise CliError(f"{option} {shown(out)} is a file the manifest lists; writing there "
+                           "would destroy it: choose another file")
+
+
+#: Written by ``extsrc demo`` in its --out folder, which it may then write over again.
+DEMO_MARK = ".extsrc-demo"
+
+
 def _add_root_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=None, metavar="DIR",
                    help="confine the manifest to DIR: relative paths resolve against it, and "
@@ -346,6 +367,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
+    if out.exists() and not (out / DEMO_MARK).exists() and (
+            not out.is_dir() or any(out.iterdir())):
+        from extsrc.textsafe import shown
+
+        raise CliError(
+            f"--out {shown(args.out)}: {'not a folder' if not out.is_dir() else 'the folder'} "
+            "holds files extsrc demo did not write, and demo writes data/ and preview.png "
+            "there: choose a new or empty folder"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARK).touch()
     size = (96, 128)
     manifest_path = make_sample_dataset(out / "data", n=args.n, size=size, seed=args.seed)
     manifest = read_manifest(manifest_path)
@@ -378,6 +410,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from extsrc.doctor import validate
     from extsrc.errors import ManifestError
 
+    if args.write_clean:
+        _refuse_overwriting(args.write_clean, "--write-clean", args.manifest)
     clips = None
     if args.sequence_length is not None:
         from extsrc.videoclips import ClipSpec
@@ -424,7 +458,10 @@ def cmd_preview(args: argparse.Namespace) -> int:
 
     require("matplotlib", "preview", "extsrc preview")
     resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
+    _refuse_overwriting(args.output, "-o", args.manifest)
     with _loader(args, batch_size=args.n, shuffle=args.shuffle, resize=resize) as loader:
+        _refuse_overwriting(args.output, "-o", args.manifest,
+                            frozenset(loader.manifest.paths))
         _report_skipped(loader)
         batch = next(iter(loader))
         # Floating-point images are drawn by undoing the normalisation they were given.
@@ -561,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="problems to list (default: 20)")
     p.add_argument("--write-clean", default=None, metavar="CSV",
                    help="also write a manifest of the good samples to CSV (all of them when "
-                        "the manifest is clean)")
+                        "the manifest is clean); CSV must not be MANIFEST itself")
     p.add_argument("--media", choices=["auto", "image", "video"], default="auto",
                    help="check the files as images or videos (default: auto, videos when "
                         "every path has a video extension or the folder holds videos only)")

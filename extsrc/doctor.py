@@ -15,9 +15,11 @@ progress bar; the workers end before :func:`validate` returns.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -29,14 +31,44 @@ from typing import Any, Literal
 import numpy as np
 
 from extsrc.argcheck import check_bool, check_int
-from extsrc.errors import ManifestError
+from extsrc.errors import ManifestError, OutputOverwritesInputError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
-from extsrc.folders import reworded_fix, sample_where
+from extsrc.folders import is_folder_source, reworded_fix, sample_where
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.textsafe import shown
 
-__all__ = ["Problem", "ValidationReport", "validate"]
+__all__ = ["Problem", "ValidationReport", "same_file", "validate"]
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same inode when both exist (symlinks,
+    hard links, ``..`` and relative spellings included), else the same resolved path."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _relative_base(m: Manifest) -> str:
+    """The folder relative paths of ``m`` were resolved against (as well as it is known): its
+    root, else the folder of a folder dataset, else the manifest file's folder."""
+    if m.root is not None:
+        return m.root
+    if is_folder_source(m.source):
+        return os.path.normpath(os.path.abspath(m.source))
+    return os.path.dirname(os.path.abspath(m.source))
+
+
+def _written_path(p: str, base: str, out_dir: str) -> str:
+    """How to write manifest path ``p`` in a manifest kept in ``out_dir``: relative to
+    ``out_dir`` when it lies under ``base`` (where the input's relative paths lie), else as
+    it is (absolute). ``read_manifest`` of the written file resolves it back to ``p``."""
+    if not os.path.isabs(p) or os.path.commonpath([p, base]) != base:
+        return p
+    rel = os.path.relpath(p, out_dir)
+    # A leading "#" would make the line a comment, leading blanks would be stripped.
+    return rel if rel[:1] not in ("#", " ", "\t") else os.path.join(".", rel)
 
 
 @dataclass(frozen=True)
@@ -120,20 +152,37 @@ class ValidationReport:
         )
 
     def write_clean(self, path: str | os.PathLike[str]) -> Path:
-        """Write the good samples as a CSV manifest (``path,label`` header, absolute paths).
+        """Write the good samples as a CSV manifest (``path,label`` header); reading it back
+        with :func:`~extsrc.manifest.read_manifest` (no ``root=``) gives exactly these samples.
 
-        Class-name labels are written as names when every class keeps at least one sample (so
-        reading the file back gives the same label indices), else as integer indices (with a
-        warning). Several label columns become ``label_0, label_1, ...``. Missing folders are
-        created. Returns the path.
+        Paths under the folder the input's relative paths resolved against (its root, or the
+        manifest's folder) are written relative to the new file's folder, so a dataset moved
+        with its manifests keeps working; other paths are written absolute. Class-name labels
+        are written as names when every class keeps at least one sample (so reading the file
+        back gives the same label indices), else as integer indices (with a warning). Several
+        label columns become ``label_0, label_1, ...``. Missing folders are created. The file
+        is written whole and then renamed into place, so a failure leaves any earlier file at
+        ``path`` as it was. Returns the path.
+
+        Raises:
+            OutputOverwritesInputError: ``path`` is the manifest file being cleaned (however
+                spelled: a symlink, a relative path); nothing is written.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(
                 "ValidationReport.write_clean: path must be a file path (str or os.PathLike), "
                 f"got {type(path).__name__} {path!r}"
             )
-        m = self.clean_manifest()
         out = Path(path)
+        src = self.manifest.source
+        if not is_folder_source(src) and same_file(out, src):
+            raise OutputOverwritesInputError(
+                f"write_clean: {shown(out)} is the manifest being cleaned ({shown(src)}); "
+                "writing it would replace the input: choose another file name, such as "
+                f"{shown(Path(src).stem + '.clean.csv')}",
+                path=str(out), source=src,
+            )
+        m = self.clean_manifest()
         labels = m.labels
         names = ["label"] if labels.ndim == 1 else [f"label_{j}" for j in range(labels.shape[1])]
         as_names = False
@@ -147,15 +196,27 @@ class ValidationReport:
                 )
         rows = labels.reshape(len(m), -1).tolist()
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(["path", *names])
-            if as_names:
-                assert m.classes is not None
-                cls = m.classes
-                w.writerows([p, cls[r[0]]] for p, r in zip(m.paths, rows, strict=True))
-            else:
-                w.writerows([p, *r] for p, r in zip(m.paths, rows, strict=True))
+        base, out_dir = _relative_base(m), os.path.dirname(os.path.abspath(out))
+        paths = [_written_path(p, base, out_dir) for p in m.paths]
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        try:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+            with open(fd, "w", newline="", encoding="utf-8") as f:
+                w = csv.writer(f, lineterminator="\n")
+                w.writerow(["path", *names])
+                if as_names:
+                    assert m.classes is not None
+                    cls = m.classes
+                    w.writerows([p, cls[r[0]]] for p, r in zip(paths, rows, strict=True))
+                else:
+                    w.writerows([p, *r] for p, r in zip(paths, rows, strict=True))
+            os.replace(tmp, out)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return out
 
     def summary(self, max_problems: int = 20) -> str:

@@ -83,6 +83,12 @@ class SampleReadError(ExtsrcError, OSError):
     """
 
 
+class OutputOverwritesInputError(ExtsrcError, ValueError):
+    """An output file would be written over an input (``path``: the output; ``source``: the
+    input it is, e.g. ``--write-clean`` naming the manifest being cleaned); nothing is written.
+    """
+
+
 class OpError(ExtsrcError, RuntimeError):
     """A registered op raised while processing a sample; the message names the op and the line."""
 
