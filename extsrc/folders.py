@@ -119,9 +119,29 @@ def _walk_files(folder: str, exts: tuple[str, ...], ancestors: tuple[tuple[int, 
                 )
             _walk_files(e.path, exts, (*ancestors, key), files, skipped)
         elif e.name.lower().endswith(exts):
+            _refuse_special(e)
             files.append(e.path)  # a dangling link stays listed: reading it names the path
         else:
             skipped.append(e.path)
+
+
+def _refuse_special(entry: os.DirEntry[str]) -> None:
+    """Refuse an image-named entry that is not a regular file (symlinks followed): a FIFO, a
+    socket or a device. Reading a FIFO blocks until something writes to it, a device may never
+    end; such a file in a class folder is a mistake, named here rather than at training time."""
+    if entry.is_file():  # from the directory listing itself for a plain file: no extra syscall
+        return
+    try:
+        mode = entry.stat().st_mode
+    except OSError:
+        return  # a dangling link: reading it says the file is missing
+    from extsrc.fileread import _kind  # here: extsrc.fileread imports this module
+
+    raise ManifestError(
+        f"folder entry {shown(entry.path)} is {_kind(mode)}, not a regular file, but has an "
+        "image extension: reading it could block forever or never end. Remove it from the "
+        "dataset folder (or give it a name without an image extension)"
+    )
 
 
 def read_folder(
