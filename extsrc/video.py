@@ -24,6 +24,7 @@ from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.oppool import check_op_timeout
 from extsrc.sharding import LastBatch
 from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
@@ -85,7 +86,11 @@ class VideoLoader(Loader):
     draws the same numbers for every frame of a clip (a random crop cuts the same window from
     each frame); an op declared with ``ndim=4`` gets the whole ``(F, H, W, C)`` clip at once
     and returns clips. ``transforms`` replace the clip, ``ops`` add outputs.
-    ``loader.op_paths`` reports ``"numpy"`` for each.
+    ``loader.op_paths`` reports ``"numpy"`` for each. ``op_timeout`` (seconds per clip,
+    default ``None``: no limit) stops a clip op that never returns with
+    :class:`~extsrc.errors.OpTimeoutError` naming the op and the clip; the ops run in a thread
+    of this process, which cannot be stopped: it is left running as a daemon thread and no
+    clip op runs in the process while it does.
 
     Bad files: each video's container is read before DALI sees it; a file that is not a video,
     is cut short, holds no video track, is in a codec DALI cannot decode on the loader's device
@@ -144,7 +149,10 @@ class VideoLoader(Loader):
         watchdog: bool = True,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         windows: bool = True,
+        op_timeout: float | None = None,
     ) -> None:
+        #: Seconds per clip a clip op may take (None: no limit); see ClipOpRunner.
+        self.op_timeout = check_op_timeout(op_timeout, "VideoLoader: op_timeout")
         if not isinstance(windows, bool):
             raise TypeError(f"VideoLoader: windows must be True or False, got {windows!r}")
         #: Whether each clip's decoder gets only its window of the file (extsrc.videotrim).
@@ -174,8 +182,8 @@ class VideoLoader(Loader):
             resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
             shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
             num_workers=num_workers, num_threads=num_threads, start_method=start_method,
-            # Clip ops run per frame in DALI's thread: no op pool (extsrc.oppool) for video yet,
-            # so no op_timeout either (it needs a pool to stop a stuck op).
+            # Clip ops run per frame in DALI's thread (a thread of their own with op_timeout):
+            # no op pool (extsrc.oppool) for video yet.
             prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
             on_error=on_error,
             max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,
@@ -211,6 +219,7 @@ class VideoLoader(Loader):
             batch_format=c.batch_format, layout=self.layout, device_id=c.device_id,
             num_threads=c.threads, num_workers=c.workers, start_method=c.method,
             prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
+            op_timeout=self.op_timeout,
         )
 
     def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ knows DALI but not PyTorch.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,9 @@ import numpy as np
 
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
-from extsrc.oppaths import BatchOpRunner
+from extsrc.errors import OpTimeoutError
+from extsrc.folders import sample_where
+from extsrc.oppaths import RAISED, BatchOpRunner
 from extsrc.pipeline import dali_seed
 from extsrc.videosource import VIDEO_SOURCE_OUTPUTS, VideoSource
 
@@ -26,15 +29,31 @@ __all__ = ["VIDEO_LAYOUTS", "ClipOpRunner", "build_video_pipeline"]
 VIDEO_LAYOUTS: dict[str, str] = {"NFHWC": "FHWC", "NFCHW": "FCHW", "NCFHW": "CFHW"}
 
 
+#: Threads that ran a clip op past its time limit, left running, with the error that said so.
+_ABANDONED: list[tuple[threading.Thread, OpTimeoutError]] = []
+
+
 class ClipOpRunner(BatchOpRunner):
     """The numpy path of one op over a batch of clips ``(F, H, W, C)``: the op runs on every
     frame, and a random op gets, for every frame of a clip, a generator in the same state, made
     from (seed, epoch, manifest index, op, clip number). Each output is the frames' outputs
     stacked, ``(F, h, w, c)``. An op on whole clips (``ndim=4``) runs once per clip, with that
-    generator."""
+    generator.
+
+    With a ``timeout`` (seconds per clip) the batch runs in a daemon thread given that many
+    seconds per clip; past it, :class:`~extsrc.errors.OpTimeoutError` names the op and the clip
+    it was on. A thread cannot be stopped: it is left running (it does not keep the process
+    from exiting), and every clip op of this process refuses to run while it does."""
 
     #: The clip number of the clip being run (its generator's last key).
     _clip = 0
+    #: The manifest index of the clip being run.
+    _index = -1
+
+    def __init__(self, op: Op, *, seed: int, manifest: Any, occurrence: int = 0,
+                 timeout: float | None = None) -> None:
+        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence)
+        self.timeout = timeout
 
     def rng(self, index: int, epoch: int) -> np.random.Generator | None:
         if not self.op.random:
@@ -45,7 +64,7 @@ class ClipOpRunner(BatchOpRunner):
         return np.random.Generator(np.random.PCG64(ss))
 
     def run_clip(self, clip: np.ndarray, index: int, epoch: int, number: int) -> tuple[Any, ...]:
-        self._clip = number
+        self._clip, self._index = number, index
         if self.op.on_clips:  # declared ndim=4: the whole clip at once
             return self.run_one(clip, index, epoch)
         # run_one makes a fresh generator for every frame: the same draws for each.
@@ -54,6 +73,56 @@ class ClipOpRunner(BatchOpRunner):
 
     def __call__(self, clips: list[np.ndarray], infos: list[np.ndarray],  # type: ignore[override]
                  clip_rows: list[np.ndarray]) -> Any:
+        if self.timeout is None:
+            return self._run_batch(clips, infos, clip_rows)
+        _ABANDONED[:] = [(t, e) for t, e in _ABANDONED if t.is_alive()]
+        if _ABANDONED:
+            first = _ABANDONED[0][1]
+            line, path = first.samples[0]
+            err = OpTimeoutError(
+                f"op '{first.op}' ran past op_timeout={first.timeout:g} s per clip on "
+                f"{sample_where(first.source or '', line)} ({path}) and its thread still runs: "
+                "threads cannot be stopped, so no clip op runs in this process while it does. "
+                "Restart the process",
+                op=first.op, timeout=first.timeout, samples=first.samples, source=first.source,
+                line=first.line, path=first.path,
+            )
+            RAISED.append(err)
+            raise err
+        done: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                done["out"] = self._run_batch(clips, infos, clip_rows)
+            except BaseException as e:
+                done["error"] = e
+
+        thread = threading.Thread(target=run, name=f"extsrc-clip-op-{self.op.name}", daemon=True)
+        thread.start()
+        thread.join(self.timeout * max(1, len(clips)))
+        if thread.is_alive():
+            index, m = self._index, self.manifest
+            err = OpTimeoutError(
+                f"op '{self.op.name}' did not finish within op_timeout={self.timeout:g} s per "
+                f"clip ({len(clips)} clips in the batch): it was running on clip "
+                f"{self._clip} of {self.where(index)}. The op never returned: an endless loop "
+                "or a deadlock (in a C extension, a lock), or it is slower than the limit. Its "
+                "thread cannot be stopped: it is left running as a daemon thread (it does not "
+                "keep the process from exiting), and no clip op runs in this process while it "
+                "does; restart the process. Fix the op, or raise the limit with op_timeout=... "
+                "(None: no limit)",
+                op=self.op.name, timeout=self.timeout, samples=[(m.lines[index], m.paths[index])],
+                source=m.source, line=m.lines[index], path=m.paths[index],
+            )
+            _ABANDONED.append((thread, err))
+            RAISED.append(err)
+            raise err
+        if "error" in done:
+            raise done["error"]
+        return done["out"]
+
+    def _run_batch(self, clips: list[np.ndarray], infos: list[np.ndarray],
+                   clip_rows: list[np.ndarray]) -> Any:
         results = [
             self.run_clip(c, int(info[0]), int(info[1]), int(row[1]))
             for c, info, row in zip(clips, infos, clip_rows, strict=True)
@@ -77,6 +146,7 @@ def build_video_pipeline(
     start_method: str,
     prefetch_queue_depth: int,
     seed: int,
+    op_timeout: float | None = None,
 ) -> Any:
     """Define the DALI pipeline of a video loader (the caller builds it).
 
@@ -115,7 +185,8 @@ def build_video_pipeline(
             occurrence = seen.get(op.name, 0)  # the same op twice draws independent numbers
             seen[op.name] = occurrence + 1
             host = clip_node.cpu() if clip_node.device == "gpu" else clip_node
-            runner = ClipOpRunner(op, seed=seed, manifest=manifest, occurrence=occurrence)
+            runner = ClipOpRunner(op, seed=seed, manifest=manifest, occurrence=occurrence,
+                                  timeout=op_timeout)
             outs = fn.python_function(host, info, clip, function=runner,
                                       num_outputs=op.num_outputs, batch_processing=True)
             outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]

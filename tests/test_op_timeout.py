@@ -170,3 +170,37 @@ def test_op_timeout_is_checked(tmp_path):
                          op_workers=0).op_pool is None
     with pytest.raises(TypeError, match="op_timeout must be"):
         OpPool(2, timeout="1")
+
+
+def _waits_on_every_clip(img):
+    if int(img[0, 0, 0]) >= 0:  # a pixel test: the tracer leaves the op to the numpy path
+        _RELEASE.wait()
+    return img
+
+
+def test_a_stuck_clip_op_is_named_and_its_thread_abandoned(tmp_path):
+    from extsrc.sample_videos import make_sample_videos
+
+    root = make_sample_videos(tmp_path / "videos", n=2, frames=8, size=(32, 48))
+    _RELEASE.clear()
+    op = augment_ops.Op(name="timeout_test_clip_waits", fn=_waits_on_every_clip)
+    loader = extsrc.VideoLoader(root, batch_size=2, sequence_length=4, transforms=[op],
+                                device="cpu", num_workers=0, shuffle=False, op_timeout=0.5)
+    try:
+        with pytest.raises(OpTimeoutError, match=r"op 'timeout_test_clip_waits' did not finish "
+                           r"within op_timeout=0\.5 s per clip \(2 clips in the batch\)") as info:
+            next(iter(loader))
+        assert info.value.line == 1 and info.value.path == loader.manifest.paths[0]
+        with pytest.raises(OpTimeoutError, match="its thread still runs"):
+            next(iter(loader))
+    finally:
+        _RELEASE.set()
+    deadline = time.monotonic() + 30
+    while any(t.name.startswith("extsrc-clip-op") and t.is_alive()
+              for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the released thread did not end"
+        time.sleep(0.05)
+    assert next(iter(loader))["video"].shape[:2] == (2, 4)  # the op returns now
+    loader.close()
+    with pytest.raises(ValueError, match="VideoLoader: op_timeout must be > 0"):
+        extsrc.VideoLoader(root, batch_size=2, sequence_length=4, device="cpu", op_timeout=0)
