@@ -434,7 +434,8 @@ class OpPool:
         stuck = [t.thread for t in late if t.thread is not None]
         err = self._late_error(
             runner, [ids[p][0] for p in positions], len(positions),
-            f"{len(stuck)} op thread(s) ({', '.join(t.name for t in stuck)}) ran it on",
+            f"{'threads' if len(stuck) > 1 else 'thread'} {', '.join(t.name for t in stuck)} "
+            f"{'were' if len(stuck) > 1 else 'was'} running it on",
             "Threads cannot be stopped: each is left running as a daemon thread (it does not "
             "keep the process from exiting), and this loader runs no more ops in this process "
             "while one does. Restart the process; op_pool='process' runs ops in worker "
@@ -453,11 +454,11 @@ class OpPool:
         m = runner.manifest
         where = ", ".join(runner.where(i) for i in indices[:3])
         more = f" and {len(indices) - 3} more" if len(indices) > 3 else ""
-        each = (f" ({samples} samples at {self.timeout:g} s each)"
+        each = (f" (a chunk of {samples} samples gets {samples * self.timeout:g} s)"
                 if samples > 1 and self.kind == "process" else "")
         return OpTimeoutError(
             f"op '{runner.op.name}' did not finish within op_timeout={self.timeout:g} s per "
-            f"sample{each}: {who} {where}{more}. The op never returned: an endless loop or a "
+            f"sample{each}: {who} {where}{more}. The op did not return: an endless loop or a "
             "deadlock (in a C extension, a lock), or it is slower than the limit. "
             f"{then}. Fix the op, or raise the limit with op_timeout=... (None: no limit)",
             op=runner.op.name, timeout=self.timeout,
@@ -640,7 +641,8 @@ class OpPool:
         pids = ", ".join(str(w.proc.pid) for w, *_ in late)
         err = self._late_error(
             runner, indices, max(hi - lo for _, lo, hi, _, _ in late),
-            f"op worker process(es) {pids} ran it on",
+            (f"op worker processes {pids} were running it on" if len(late) > 1 else
+             f"op worker process {pids} was running it on"),
             f"{'They were' if len(late) > 1 else 'It was'} killed and the other op workers "
             "stopped; iterating again starts new ones",
         )

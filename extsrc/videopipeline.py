@@ -105,7 +105,7 @@ class ClipOpRunner(BatchOpRunner):
             err = OpTimeoutError(
                 f"op '{self.op.name}' did not finish within op_timeout={self.timeout:g} s per "
                 f"clip ({len(clips)} clips in the batch): it was running on clip "
-                f"{self._clip} of {self.where(index)}. The op never returned: an endless loop "
+                f"{self._clip} of {self.where(index)}. The op did not return: an endless loop "
                 "or a deadlock (in a C extension, a lock), or it is slower than the limit. Its "
                 "thread cannot be stopped: it is left running as a daemon thread (it does not "
                 "keep the process from exiting), and no clip op runs in this process while it "
