@@ -1373,6 +1373,9 @@ def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str)
     if not missing:
         return
     first_line, first_path = missing[0]
+    # A FIFO, socket, device or folder exists but is no image file: "not found" would mislead.
+    what = ("not a regular file (a folder, FIFO, socket or device)"
+            if os.path.lexists(first_path) else "file not found")
     context = (
         f"resolved against root {shown(root)}; pass root=... if paths are relative to another "
         "folder"
@@ -1387,5 +1390,5 @@ def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str)
         tail = f"; and {more} more" if more > 0 else ""
         detail = f"({len(missing)} of {len(paths)} files missing: {listed}{tail}; {context})"
     raise ManifestFileNotFoundError(
-        f"{loc.at(first_line)}: file not found: {shown(first_path)} {detail}"
+        f"{loc.at(first_line)}: {what}: {shown(first_path)} {detail}"
     )

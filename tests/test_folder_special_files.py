@@ -74,3 +74,11 @@ def test_a_dangling_link_stays_listed_for_the_reader_to_name(tmp_path):
     (tmp_path / "train" / "cat" / "2.png").symlink_to(tmp_path / "gone.png")
     m = Manifest.from_folder(tmp_path / "train")
     assert str(tmp_path / "train" / "cat" / "2.png") in m.paths
+
+
+def test_check_files_names_a_listed_fifo_as_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "pipe.png")
+    (tmp_path / "m.csv").write_text("path,label\npipe.png,0\n")
+    with pytest.raises(ManifestError, match=r"m\.csv line 2: not a regular file \(a folder, FIFO, "
+                                            r"socket or device\): .*pipe\.png"):
+        read_manifest(tmp_path / "m.csv", check_files=True)
