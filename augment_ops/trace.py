@@ -126,16 +126,19 @@ class Node:
     ``op`` and ``attrs`` say how it is computed from ``args`` (Nodes, ints or None). ``weak``
     marks a Python scalar (``int``/``float``/``bool``), which numpy promotes weakly (NEP 50).
     ``pixel`` says whether the value depends on pixel values (control flow on those is refused).
-    ``value`` holds a constant's numpy value.
+    ``value`` holds a constant's numpy value. ``facts`` memoises what the tracer proved about
+    the value (bounds, ``<=`` another value): a pure function of the node and its arguments.
     """
 
-    __slots__ = ("__weakref__", "args", "attrs", "dtype", "op", "pixel", "shape", "value", "weak")
+    __slots__ = ("__weakref__", "args", "attrs", "dtype", "facts", "op", "pixel", "shape",
+                 "value", "weak")
 
     def __init__(self, op: str, args: tuple, attrs: tuple, dtype: np.dtype, shape: tuple,
                  weak: bool = False, value: np.ndarray | None = None) -> None:
         self.op, self.args, self.attrs = op, args, attrs
         self.dtype, self.shape, self.weak, self.value = np.dtype(dtype), shape, weak, value
         self.pixel = op == "input" or any(isinstance(a, Node) and a.pixel for a in args)
+        self.facts: dict[tuple, Any] = {}
 
     @property
     def ndim(self) -> int:
@@ -144,15 +147,27 @@ class Node:
     def __repr__(self) -> str:
         return f"Node({self.op}{list(self.attrs)}, {self.dtype}, ndim={self.ndim})"
 
+    # A node travels to the source's reader processes without its facts (rebuilt on demand).
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("__weakref__", "facts")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self.facts = {}
+
 
 def _new(op: str, args: tuple, attrs: tuple, dtype: Any, shape: tuple, weak: bool = False,
          value: np.ndarray | None = None) -> Node:
-    """A node, shared with an identical earlier one: the same computation on every path gives the
-    same node, so branch conditions of different runs can be matched."""
+    """A node, shared with an identical earlier one (hash-consing): the same computation on every
+    path gives the same node, so branch conditions of different runs can be matched, and a
+    sub-expression written twice is one node whose facts are derived once. Arguments that are
+    not nodes are keyed with their type (``1``, ``True`` and ``1.0`` are equal in Python)."""
     dtype = np.dtype(dtype)
     vkey = None if value is None else (value.dtype.str, value.shape, value.tobytes())
-    key = (op, tuple(a if isinstance(a, Node) else ("v", a) for a in args), attrs, dtype.str,
-           tuple(d if isinstance(d, Node) else ("v", d) for d in shape), weak, vkey)
+    key = (op, tuple(a if isinstance(a, Node) else ("v", type(a), a) for a in args), attrs,
+           dtype.str, tuple(d if isinstance(d, Node) else ("v", type(d), d) for d in shape), weak,
+           vkey)
     table = _TRACING.active.table if _TRACING.active is not None else {}
     node = table.get(key)
     if node is None:
@@ -661,6 +676,57 @@ def _dlt(a: Dim, b: Dim) -> Any:
     return ufunc("less", _dim_sym(a), _dim_sym(b))
 
 
+# -- facts about per-sample values ----------------------------------------------------------------
+#: The most facts (bounds, ``a <= b``) one trace may evaluate. Each fact is memoised on its node,
+#: so a trace evaluates about as many as its graph has nodes (times the few values compared with
+#: each); an op beyond this runs on the numpy path instead of keeping the loader waiting.
+MAX_FACT_STEPS = 200_000
+
+
+class _Steps(threading.local):
+    """Fact evaluations in this thread (memo misses): the tracer's unit of work."""
+
+    count = 0
+
+
+_STEPS = _Steps()
+
+
+def fact_steps() -> int:
+    """How many facts the tracer has evaluated in this thread so far (memo hits not counted)."""
+    return _STEPS.count
+
+
+def _fact(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Memoise fact ``fn(node, *others)`` on the node, keyed by the other values' identity.
+
+    The graph is a DAG whose nodes share arguments: without the memo a fact about a deep value
+    re-derives the facts of the shared sub-values once per path to them, exponentially often."""
+    name = fn.__name__
+
+    def memo(d: Any, *others: Any) -> Any:
+        if not isinstance(d, Node):
+            return fn(d, *others)
+        key = (name, *(o if isinstance(o, Node) else (type(o), o) for o in others))
+        facts = d.facts
+        if key in facts:
+            return facts[key]
+        _STEPS.count += 1
+        session = _TRACING.active
+        if session is not None:
+            session.steps += 1
+            if session.steps > MAX_FACT_STEPS:
+                raise TraceError(f"integer arithmetic on sizes and draws too deep to bound (more "
+                                 f"than {MAX_FACT_STEPS} facts about its values)")
+        got = facts[key] = fn(d, *others)
+        return got
+
+    memo.__name__, memo.__qualname__, memo.__doc__ = name, fn.__qualname__, fn.__doc__
+    memo.__wrapped__ = fn  # type: ignore[attr-defined]
+    return memo
+
+
+@_fact
 def _lower(d: Dim) -> float | None:
     """A lower bound of a per-sample value known from how it was computed (sizes are >= 1,
     draws >= 0, h - min(size, h) >= 0, ...), or None."""
@@ -716,6 +782,7 @@ def _lower(d: Dim) -> float | None:
 _LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
 
 
+@_fact
 def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     """Bounds of a cast's result: the source's where they fit the target type (a narrowing
     integer cast wraps around), else the target type's range."""
@@ -741,6 +808,7 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
 _MAX_SIDE = 2**40
 
 
+@_fact
 def _upper(d: Dim) -> float | None:
     """An upper bound of every element of a value, known from how it was computed, or None."""
     if isinstance(d, int):
@@ -792,6 +860,7 @@ def _nonneg(d: Dim) -> bool:
     return lo is not None and lo >= 0
 
 
+@_fact
 def _same_value(d: Node) -> Node:
     """``d`` without the casts that keep every value (int64 of a size, a widening) and without
     integer ``+ 0`` and ``- 0``."""
@@ -817,6 +886,7 @@ def _same(x: Any, y: Any) -> bool:
     return isinstance(x, Node) and isinstance(y, Node) and _same_value(x) is _same_value(y)
 
 
+@_fact
 def _keeps_values(d: Node) -> bool:
     """Whether integer cast ``d`` keeps every value its source can take."""
     src = d.args[0]
@@ -839,6 +909,7 @@ def _min_operands(d: Node) -> tuple[Node, Node] | None:
     return None
 
 
+@_fact
 def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
     """Whether ``p <= n - q`` for every sample, from how ``p`` was computed: ``n - q`` itself,
     ``(n - q) // k``, ``min(n - q, ...)``, ``((n - q) + c) - c``, as offsets and crops write
@@ -867,6 +938,7 @@ def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
     return False
 
 
+@_fact
 def _at_most(a: Dim, b: Dim) -> bool:
     """Whether ``a <= b`` for every sample, ``b`` a size (>= 0)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -1557,6 +1629,7 @@ class _Session:
 
     def __init__(self) -> None:
         self.table: dict[Any, Node] = {}
+        self.steps = 0  # facts evaluated (see MAX_FACT_STEPS)
         self.user_code: types.CodeType | None = None
         self.user_def: types.CodeType | None = None  # of the function a decorator wraps
         self.prefix: tuple[bool, ...] = ()

@@ -1,0 +1,124 @@
+"""The tracer's cost: facts memoised per node, linear in the graph and bounded by a budget."""
+
+from __future__ import annotations
+
+import pickle
+import textwrap
+
+import numpy as np
+import pytest
+from helpers import pattern_image
+
+import augment_ops
+import extsrc
+from augment_ops import augment_op, trace
+from augment_ops.lower_dali import emit
+from augment_ops.trace import TraceError, fact_steps, trace_op
+from extsrc.oppaths import choose_paths
+
+
+def make_op(source: str, name: str, **env):
+    """The op ``name`` defined by ``source`` in a namespace of its own (as a notebook cell or a
+    re-imported module defines it anew), left out of the registry."""
+    g = {"np": np, "augment_op": augment_op, **env}
+    exec(compile(textwrap.dedent(source), f"<{name}>", "exec"), g)
+    op = g[name]
+    augment_ops.unregister(op.name)
+    return op
+
+
+def run_native(op, imgs: list[np.ndarray]) -> list[np.ndarray]:
+    """A deterministic op's traced graph, lowered into a DALI pipeline, on one batch."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None, prefetch_queue_depth=1)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        pipe.set_outputs(*emit(trace_op(op), img))
+    pipe.build()
+    (out,) = pipe.run()
+    return [np.array(out[k]) for k in range(len(imgs))]
+
+
+# Each step's sides depend on both sides of the step before: as a tree the expression doubles per
+# step, as the DAG it is it grows by a few nodes.
+DEEP = """
+@augment_op(replace=True)
+def deep(img):
+    h, w = img.shape[:2]
+    a, b = h, w
+    for k in range(STEPS):
+        a, b = min(h, max(1, (a + b) // 2 - k % 3)), min(w, max(1, b - a // 3 + 1))
+    out = img.copy()
+    out[a // 2:a, b // 3:b] = FILL
+    return out[:a, :b]
+"""
+
+
+def deep_reference(img: np.ndarray, steps: int, fill: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    a, b = h, w
+    for k in range(steps):
+        a, b = min(h, max(1, (a + b) // 2 - k % 3)), min(w, max(1, b - a // 3 + 1))
+    out = img.copy()
+    out[a // 2:a, b // 3:b] = fill
+    return out[:a, :b]
+
+
+def test_deep_shape_arithmetic_traces_and_lowers_in_steps_linear_in_its_graph():
+    op = make_op(DEEP.replace("STEPS", "30").replace("FILL", "7"), "deep")
+    before = fact_steps()
+    graph = trace_op(op)
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(9, 13), (40, 17), (1, 1)])]
+    got = run_native(op, imgs)
+    steps = fact_steps() - before
+    nodes = sum(1 for _ in graph.nodes())
+    assert nodes > 300  # deep indeed: 30 steps of min/max/floor-divide on both sides
+    assert steps <= 10 * nodes, (steps, nodes)
+    for img, out in zip(imgs, got, strict=True):
+        np.testing.assert_array_equal(out, deep_reference(img, 30, 7))
+
+
+@pytest.mark.slow
+def test_deep_arithmetic_on_draws_runs_on_the_native_path_of_a_loader(tmp_path):
+    op = make_op("""
+        @augment_op(replace=True)
+        def deep_draws(img, rng: np.random.Generator):
+            h, w = img.shape[:2]
+            y, x = int(rng.integers(0, h)), int(rng.integers(0, w))
+            a, b = h, w
+            for k in range(30):
+                a, b = min(h, max(1, (a + y) // 2 + b % 3)), min(w, max(1, b - (a + x) // 3 + k))
+            out = img.copy()
+            out[y:a, x:b] = 0
+            return out
+    """, "deep_draws")
+    manifest = extsrc.make_sample_dataset(tmp_path, n=4, size=(24, 32))
+    before = fact_steps()
+    with extsrc.Loader(manifest, batch_size=4, ops=[op], device="cpu", op_path="native",
+                       shuffle=False, num_workers=0) as loader:
+        batch = next(iter(loader))
+    steps = fact_steps() - before
+    nodes = sum(1 for _ in trace_op(op).nodes())
+    assert steps <= 10 * nodes, (steps, nodes)
+    assert len(batch) > 0
+
+
+def test_past_the_fact_budget_the_op_runs_on_the_numpy_path_and_explain_says_why(monkeypatch):
+    op = make_op(DEEP.replace("STEPS", "12").replace("FILL", "3"), "deep")
+    monkeypatch.setattr(trace, "MAX_FACT_STEPS", 50)
+    why = augment_ops.explain(op)
+    assert why.startswith("numpy: integer arithmetic on sizes and draws too deep to bound "
+                          "(more than 50 facts about its values) at <deep>:"), why
+    assert choose_paths([op], gpu=False) == {op.name: "numpy"}
+    with pytest.raises(TraceError, match="too deep to bound"):
+        trace_op(op)
+
+
+def test_a_traced_graph_pickles_without_its_facts():
+    graph = trace_op(make_op(DEEP.replace("STEPS", "3").replace("FILL", "1"), "deep"))
+    assert any(n.facts for n in graph.nodes())
+    back = pickle.loads(pickle.dumps(graph))
+    assert len(list(back.nodes())) == len(list(graph.nodes()))
+    assert not any(n.facts for n in back.nodes())
