@@ -22,6 +22,7 @@ from augment_ops.registry import (
     unregister,
 )
 from augment_ops.trace import TraceError, explain
+from augment_ops.trace_cache import clear_trace_cache
 
 __all__ = [
     "Op",
@@ -31,6 +32,7 @@ __all__ = [
     "augment_op",
     "available",
     "builtin",
+    "clear_trace_cache",
     "explain",
     "from_albumentations",
     "get",

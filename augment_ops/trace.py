@@ -32,12 +32,15 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace_cache import CACHE, clear_trace_cache, op_key
+
 __all__ = [
     "MAX_PATHS",
     "DrawRng",
     "Node",
     "TraceError",
     "Traced",
+    "clear_trace_cache",
     "explain",
     "trace_op",
 ]
@@ -1934,10 +1937,14 @@ _CACHE: weakref.WeakKeyDictionary[Any, Traced | TraceError] = weakref.WeakKeyDic
 
 
 def trace_op(op: Any) -> Traced:
-    """The traced graph of a registered op (cached per op variant); raises :class:`TraceError`,
-    also for an op that reads or writes state outside its call (:mod:`augment_ops.state`),
-    which is refused without running it."""
-    got = _CACHE.get(op)
+    """The traced graph of a registered op; raises :class:`TraceError`, also for an op that
+    reads or writes state outside its call (:mod:`augment_ops.state`), which is refused without
+    running it.
+
+    Traced once per process for the same code, values and parameters (another op object, a
+    notebook cell run again): see :mod:`augment_ops.trace_cache` and
+    :func:`augment_ops.clear_trace_cache`."""
+    got: Traced | TraceError | None = _CACHE.get(op)
     if got is None and getattr(op, "on_clips", False):
         got = TraceError("an op on whole video clips (ndim=4) runs on the numpy path only")
         _CACHE[op] = got
@@ -1945,18 +1952,25 @@ def trace_op(op: Any) -> Traced:
         from augment_ops.state import outside_state
 
         # Before running the op: tracing an op that reads or writes state outside its call
-        # would freeze that state into the graph (and run the op's side effects).
+        # would freeze that state into the graph (and run the op's side effects). Checked per
+        # op object, as a graph cached by content cannot know what else writes the module.
         found = outside_state(op.fn, dict(op.params))
         if found is not None:
             got = TraceError(*found)
             _CACHE[op] = got
+    key = op_key(op, (MAX_PATHS, MAX_FACT_STEPS)) if got is None else None
+    if got is None and key is not None:
+        got = CACHE.get(key, lambda v: isinstance(v, TraceError))
     if got is None:
         try:
             got = trace_function(op.fn, params=dict(op.params), random=op.random,
                                  num_outputs=op.num_outputs, dtype=op.dtype, ndim=op.ndim)
         except TraceError as e:
             got = e
-        _CACHE[op] = got
+        if key is None:
+            _CACHE[op] = got
+        else:
+            CACHE.put(key, got)
     if isinstance(got, TraceError):
         raise got
     return got

@@ -1,4 +1,5 @@
-"""The tracer's cost: facts memoised per node, linear in the graph and bounded by a budget."""
+"""The tracer's cost: facts memoised per node (linear in the graph, bounded by a budget), and
+traced graphs cached in the process by the op's code and values, never stale."""
 
 from __future__ import annotations
 
@@ -114,6 +115,158 @@ def test_past_the_fact_budget_the_op_runs_on_the_numpy_path_and_explain_says_why
     assert choose_paths([op], gpu=False) == {op.name: "numpy"}
     with pytest.raises(TraceError, match="too deep to bound"):
         trace_op(op)
+    monkeypatch.undo()  # the budget is part of the cache's key: the refusal is not reused
+    assert augment_ops.explain(op) == "native (traced)"
+
+
+# -- traced once --------------------------------------------------------------------------------
+CUTOUT = """
+@augment_op(replace=True)
+def cutout(img, rng: np.random.Generator, frac: float = 0.25):
+    h, w = img.shape[:2]
+    ch, cw = max(1, int(h * frac)), max(1, int(w * frac))
+    y, x = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w - cw + 1))
+    out = img.copy()
+    out[y:y + ch, x:x + cw] = 0
+    return out
+"""
+
+
+def test_the_same_op_defined_again_is_not_traced_again(monkeypatch):
+    calls = []
+    real = trace.trace_function
+
+    def counting(fn, **kw):
+        calls.append(fn.__name__)
+        return real(fn, **kw)
+
+    monkeypatch.setattr(trace, "trace_function", counting)
+    augment_ops.clear_trace_cache()
+    first, again = make_op(CUTOUT, "cutout"), make_op(CUTOUT, "cutout")
+    assert first is not again and first.fn is not again.fn
+    assert trace_op(first) is trace_op(again)
+    assert trace_op(first.with_params(frac=0.5)) is trace_op(again.with_params(frac=0.5))
+    assert trace_op(first.with_params(frac=0.5)) is not trace_op(first)
+    assert calls == ["cutout", "cutout"]
+    augment_ops.clear_trace_cache()
+    trace_op(again)
+    assert calls == ["cutout", "cutout", "cutout"]
+
+
+def _fill_op(source: str, **env):
+    return make_op(source, "fill", **env)
+
+
+FILL_SOURCES = {
+    "constant": ("""
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = VALUE
+            return out
+    """, "VALUE"),
+    "global": ("""
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = LEVEL
+            return out
+    """, None),
+    "helper": ("""
+        def level():
+            return VALUE
+
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = level()
+            return out
+    """, "VALUE"),
+    "closure": ("""
+        def make(v):
+            @augment_op(replace=True)
+            def fill(img):
+                out = img.copy()
+                out[: img.shape[0] // 2] = v
+                return out
+            return fill
+
+        fill = make(LEVEL)
+    """, None),
+    "default": ("""
+        @augment_op(replace=True)
+        def fill(img, level=LEVEL):
+            out = img.copy()
+            out[: img.shape[0] // 2] = level
+            return out
+    """, None),
+}
+
+
+@pytest.mark.parametrize("how", sorted(FILL_SOURCES))
+def test_a_redefined_op_with_other_code_or_values_never_gets_a_stale_graph(how):
+    source, placeholder = FILL_SOURCES[how]
+    imgs = [pattern_image(0, 6, 5), pattern_image(1, 3, 8)]
+    for value in (0, 200, 0):
+        src = source.replace(placeholder, str(value)) if placeholder else source
+        op = _fill_op(src, LEVEL=value)
+        for img, out in zip(imgs, run_native(op, imgs), strict=True):
+            want = img.copy()
+            want[: img.shape[0] // 2] = value
+            np.testing.assert_array_equal(out, want)
+
+
+def test_a_user_module_constant_is_part_of_the_key(tmp_path):
+    import types
+
+    cfg = types.ModuleType("user_cfg_for_trace_cache")
+    source = """
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = cfg.LEVEL
+            return out
+    """
+    img = pattern_image(2, 6, 4)
+    for value in (9, 90):
+        cfg.LEVEL = value
+        (out,) = run_native(_fill_op(source, cfg=cfg), [img])
+        assert (out[:3] == value).all()
+
+
+def test_a_refusal_names_the_line_where_the_op_now_is(tmp_path):
+    body = textwrap.dedent("""
+        @augment_op(replace=True)
+        def spectral(img):
+            return np.fft.fft(img).real.astype(np.uint8)
+    """)
+    for pad in (0, 5):
+        path = tmp_path / f"ops_{pad}.py"
+        path.write_text("\n" * pad + body)
+        g = {"np": np, "augment_op": augment_op}
+        exec(compile(path.read_text(), str(path), "exec"), g)
+        augment_ops.unregister("spectral")
+        why = augment_ops.explain(g["spectral"])
+        assert f"{path}:{pad + 4}: return np.fft.fft(img)" in why, why
+
+
+def test_an_op_reading_an_object_without_a_key_is_traced_per_op_object():
+    class Settings:
+        level = 5
+
+    source = """
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = settings.level
+            return out
+    """
+    settings = Settings()
+    op = _fill_op(source, settings=settings)
+    img = pattern_image(3, 4, 4)
+    assert (run_native(op, [img])[0][:2] == 5).all()
+    settings.level = 6  # another op object of the same code: traced anew
+    assert (run_native(_fill_op(source, settings=settings), [img])[0][:2] == 6).all()
 
 
 def test_a_traced_graph_pickles_without_its_facts():
