@@ -22,7 +22,9 @@ from __future__ import annotations
 import dis
 import functools
 import hashlib
+import os
 import sys
+import sysconfig
 import threading
 import types
 from collections import OrderedDict
@@ -43,6 +45,19 @@ class _Unkeyable(Exception):
 
 _SCALARS = (type(None), bool, int, str, bytes, complex, type(Ellipsis))
 _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins", "numpy"}
+_LIBRARY_DIRS = tuple(os.path.abspath(d) + os.sep for d in (
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
+    os.path.dirname(np.__file__)))
+
+
+def _is_library(module: Any) -> bool:
+    """Whether ``module`` (a name) is numpy or the standard library, whose code the versions fix:
+    not a user's module that happens to share a standard name (``code.py``, ``trace.py``)."""
+    if not isinstance(module, str) or module.split(".")[0] not in _STDLIB:
+        return False
+    top = sys.modules.get(module.split(".")[0])
+    path = getattr(top, "__file__", None)
+    return path is None or os.path.abspath(path).startswith(_LIBRARY_DIRS)
 
 
 @functools.cache
@@ -126,7 +141,7 @@ def _global_key(v: Any, names: frozenset[str], where: list | None, seen: set) ->
     values (a constant in a user's config module), except numpy and the standard library."""
     if isinstance(v, types.ModuleType):
         mark = (id(v), id(names))  # a module reached again from the same code (pkg.sub.pkg)
-        if v.__name__.split(".")[0] in _STDLIB or mark in seen:
+        if _is_library(v.__name__) or mark in seen:
             return ("module", v.__name__)
         seen.add(mark)
         return ("module", v.__name__, tuple(
@@ -162,10 +177,10 @@ def _value_key(v: Any, where: list | None, seen: set) -> Any:
         return ("dtype", str(v), v.str)
     if isinstance(v, np.ufunc):
         return ("ufunc", v.__name__)
-    if isinstance(v, types.ModuleType) and v.__name__.split(".")[0] in _STDLIB:
+    if isinstance(v, types.ModuleType) and _is_library(v.__name__):
         return ("module", v.__name__)
     module = getattr(v, "__module__", None)
-    if callable(v) and isinstance(module, str) and module.split(".")[0] in _STDLIB:
+    if callable(v) and _is_library(module):
         # numpy's and the standard library's functions and types: fixed by the versions
         return ("named", module, getattr(v, "__qualname__", None) or v.__name__)
     if isinstance(v, types.FunctionType):

@@ -234,6 +234,28 @@ def test_a_user_module_constant_is_part_of_the_key(tmp_path):
         assert (out[:3] == value).all()
 
 
+def test_a_helper_from_a_user_module_with_a_standard_name_is_keyed_by_its_code(
+        tmp_path, monkeypatch):
+    import sys
+    import types
+
+    source = """
+        @augment_op(replace=True)
+        def fill(img):
+            out = img.copy()
+            out[: img.shape[0] // 2] = level()
+            return out
+    """
+    img = pattern_image(4, 6, 4)
+    for value in (11, 22):
+        mod = types.ModuleType("this")  # the user's this.py, not the standard library's
+        mod.__file__ = str(tmp_path / "this.py")
+        monkeypatch.setitem(sys.modules, "this", mod)
+        exec(compile(f"def level():\n    return {value}\n", mod.__file__, "exec"), vars(mod))
+        (out,) = run_native(_fill_op(source, level=mod.level), [img])
+        assert (out[:3] == value).all()
+
+
 def test_a_refusal_names_the_line_where_the_op_now_is(tmp_path):
     body = textwrap.dedent("""
         @augment_op(replace=True)
