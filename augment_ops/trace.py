@@ -1952,8 +1952,9 @@ def trace_op(op: Any) -> Traced:
         from augment_ops.state import outside_state
 
         # Before running the op: tracing an op that reads or writes state outside its call
-        # would freeze that state into the graph (and run the op's side effects). Checked per
-        # op object, as a graph cached by content cannot know what else writes the module.
+        # would freeze that state into the graph (and run the op's side effects). Checked at
+        # every call until refused: a graph cached by content cannot know what else in the
+        # module writes the values it read.
         found = outside_state(op.fn, dict(op.params))
         if found is not None:
             got = TraceError(*found)
