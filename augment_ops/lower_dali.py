@@ -18,7 +18,9 @@ DALI's differ:
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
   (floats outside the target range: numpy's result is undefined, DALI's saturates);
-- ``//`` and ``%`` on signed integers: DALI truncates toward zero, numpy floors;
+- ``//`` and ``%`` on signed integers: DALI truncates toward zero, numpy floors; by 0 DALI
+  raises and numpy gives 0, and the most negative int32 or int64 by -1 traps in DALI where
+  numpy wraps around, so a divisor that may be either is replaced by 1 and the result fixed;
 - ``np.rint`` (half to even) through the add-and-subtract 2**23 (2**52) rounding identity;
 - ``np.where`` as a bitwise select, exact for every value (NaN and inf included);
 - a branch on a per-sample scalar: both outcomes are computed for the whole batch and merged
@@ -150,6 +152,10 @@ class _Emitter:
                 # (|x| <= 2**53): the cast takes no operator of its own.
                 return binary(n.attrs[0], val(a if ia is None else ia),
                               val(b if ib is None else ib), n.dtype)
+        risks = _divisor_risks(n)
+        if risks:
+            return _division(n.attrs[0], val(a), val(b), n.dtype, b, risks,
+                             nonneg=n.attrs[1:] == ("nonneg",), b_negative=sign)
         if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
             return binary(n.attrs[0], val(a), val(b), np.dtype(np.uint64))
         bounds = _clamp_bounds(n)
@@ -417,6 +423,52 @@ class _Emitter:
         return fn._conditional.merge(true, false, predicate=pred)
 
 
+def _divisor_risks(n: Node) -> tuple[int, ...]:
+    """The divisors among 0 and -1 that integer ``//`` or ``%`` node ``n`` may meet and DALI
+    cannot divide by as numpy does: DALI raises on 0 (numpy gives 0), and the processor traps
+    on the most negative int32 or int64 divided by -1 (numpy wraps around)."""
+    if n.op != "bin" or n.attrs[0] not in ("floor_divide", "remainder") or \
+            n.dtype.kind not in "iu":
+        return ()
+    b = n.args[1]
+    candidates = (0, -1) if n.dtype.kind == "i" and n.dtype.itemsize >= 4 else (0,)
+    if b.op == "const":
+        return tuple(v for v in candidates if (b.value == v).any())
+    lo, up = _lower(b), _upper(b)
+    return tuple(v for v in candidates
+                 if (lo is None or lo <= v) and (up is None or up >= v))
+
+
+def _division(name: str, a: Any, b: Any, dt: np.dtype, b_node: Node, risks: tuple[int, ...],
+              nonneg: bool, b_negative: bool | None) -> Any:
+    """Integer ``a // b`` or ``a % b`` as numpy computes it where ``b`` may be 0 (numpy: 0 for
+    both) or -1 (numpy: ``-a`` wrapping around, and 0): DALI divides by 1 there instead, which
+    gives ``a`` and 0, and the quotient is then multiplied by 0 or -1."""
+    dt = np.dtype(dt)
+    floor_dt = np.dtype(np.uint64) if nonneg else dt  # both >= 0: truncation is floor
+    if b_node.op == "const":
+        bv = b_node.value
+        fix = (bv == 0) | (bv == -1)
+        safe = _constant(np.where(fix, 1, bv).astype(dt), dt)
+        out = binary(name, a, safe, floor_dt, b_negative=b_negative)
+        if name == "remainder":
+            return out
+        factor = np.where(bv == 0, 0, np.where(bv == -1, -1, 1)).astype(dt)
+        return out * _constant(factor, dt)
+    a, b = _on_device(a, b)
+    one = _constant(1, dt)
+    zero = cast(binary("equal", b, _constant(0, dt), dt), np.dtype(np.bool_), dt)
+    minus1 = (cast(binary("equal", b, _constant(-1, dt), dt), np.dtype(np.bool_), dt)
+              if -1 in risks else None)
+    fix = zero if minus1 is None else zero + minus1
+    safe = b + fix * (one - b)  # 1 where fixed, else b
+    out = binary(name, a, safe, floor_dt)
+    if name == "remainder":
+        return out
+    factor = one - zero if minus1 is None else one - zero - minus1 - minus1
+    return out * factor
+
+
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
 #: Scalar operators :meth:`_Emitter.vector` applies to all lanes at once.
 _LANEWISE = ("cast", "bin", "un", "where")
@@ -439,6 +491,7 @@ def _lane_key(n: Node) -> tuple:
                          _exact_float64_of_int(a) is not None))
     if n.op == "where" and isinstance(n.args[0], Node) and n.args[0].op == "bin":
         args.append(tuple(x is y for x in n.args[1:] for y in n.args[0].args))
+    args.append(("divisor", _divisor_risks(n)))
     return (n.op, n.attrs, n.dtype.str, tuple(args))
 
 
