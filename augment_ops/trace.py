@@ -632,9 +632,27 @@ class Sym:
                              "the input is read-only; write into img.copy())")
         if isinstance(key, Sym) and key.dtype.kind == "b":
             v = np.asarray(value) if not isinstance(value, Sym) else value
-            self._write(_where(key, _setitem_value(n.dtype, v), self).node)
+            self._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), self).node)
             return
         self._write(_fill_region(n, key, value))
+
+
+def _mask_of(key: Sym, n: Node) -> Sym:
+    """A boolean index ``key`` of ``a[key] = v`` as a mask of ``a``'s shape: numpy's ``key``
+    covers ``a``'s leading axes and selects whole subarrays along the rest (an HxW mask on an
+    HWC image selects pixels, all channels)."""
+    kn = key._checked()
+    if kn.ndim > n.ndim:
+        raise TraceError(f"a boolean index of rank {kn.ndim} into an array of rank {n.ndim}")
+    for k, (dk, dn) in enumerate(zip(kn.shape, n.shape[:kn.ndim], strict=True)):
+        if not (dk is dn or (isinstance(dk, int) and isinstance(dn, int) and dk == dn)
+                or (isinstance(dk, Node) and isinstance(dn, Node) and _same(dk, dn))):
+            raise TraceError(f"a boolean index whose axis {k} may differ in length from the "
+                             "array's")
+    node = kn
+    for ax in range(kn.ndim, n.ndim):
+        node = _new("expand", (node,), (ax,), node.dtype, (*node.shape, 1))
+    return Sym(node)
 
 
 def _dtype_kind(x: Any) -> str:
