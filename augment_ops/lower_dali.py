@@ -30,20 +30,21 @@ DALI's differ:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace import Node, Traced, _lower, _upper
 
-__all__ = ["SampleScalars", "emit", "sample_scalar_nodes"]
+__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes"]
 
 
 def _dali_type(dt: np.dtype) -> Any:
     from nvidia.dali import types
 
     return {
-        "b": types.BOOL, "u1": types.UINT8, "u2": types.UINT16, "u4": types.UINT32,
+        "b1": types.BOOL, "u1": types.UINT8, "u2": types.UINT16, "u4": types.UINT32,
         "u8": types.UINT64, "i1": types.INT8, "i2": types.INT16, "i4": types.INT32,
         "i8": types.INT64, "f4": types.FLOAT, "f8": types.FLOAT64,
     }[np.dtype(dt).str.lstrip("<>|=")]
@@ -928,7 +929,10 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
 
     seen: set[int] = set()
     found: dict[int, Node] = {}
-    stack = list(traced.outputs)
+    layout = check_layout(traced)
+    stack = [*traced.outputs, *(g.bad for g in traced.guards),
+             *(d for k in layout.outputs for d in traced.outputs[k].shape
+               if isinstance(d, Node))]
     while stack:
         n = stack.pop()
         if id(n) in seen:
@@ -944,6 +948,37 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class CheckLayout:
+    """What the per-sample check of a traced op (:func:`emit`'s ``check``) receives, one int64
+    row per sample: the image's shape (3 values), then 1 or 0 per guard of ``traced.guards``
+    (1: the numpy function raises it for the sample), then the shapes of the outputs listed in
+    ``outputs`` (those the tracer cannot prove non-empty), one after the other."""
+
+    guards: int
+    outputs: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    def split(self, row: Sequence[int]) -> tuple[tuple[int, ...], list[bool],
+                                                 list[tuple[int, tuple[int, ...]]]]:
+        """``(image shape, guard flags, [(output index, output shape), ...])`` of a row."""
+        row = [int(v) for v in row]
+        shape, flags = tuple(row[:3]), [bool(v) for v in row[3:3 + self.guards]]
+        outs, at = [], 3 + self.guards
+        for k in self.outputs:
+            outs.append((k, tuple(row[at:at + self.ranks[k]])))
+            at += self.ranks[k]
+        return shape, flags, outs
+
+
+def check_layout(traced: Traced) -> CheckLayout:
+    """The rows :func:`emit` gives its ``check`` for ``traced`` (see :class:`CheckLayout`)."""
+    outputs = tuple(k for k, n in enumerate(traced.outputs)
+                    if any(isinstance(d, Node) and (_lower(d) is None or _lower(d) < 1)
+                           for d in n.shape))
+    return CheckLayout(len(traced.guards), outputs, tuple(n.ndim for n in traced.outputs))
+
+
 def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
          check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
          min_size: int = 1) -> list[Any]:
@@ -953,11 +988,15 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     :func:`sample_scalar_nodes`, which a random op must pass as ``sample_values`` (DataNodes of
     per-sample scalars in that order, made by :class:`SampleScalars`).
 
-    ``check`` (with ``min_size`` > 1 and ``info``, the pipeline's per-sample manifest index,
-    epoch and pad flag): images smaller than ``min_size`` on either side are split off and
-    ``check(shapes, infos)`` is called on them alone, to raise; DALI does not call it for a batch
-    without such images, so the common case costs no Python call. The op's input depends on the
-    check, so it runs before any operator of the op could fail on a too-small image.
+    ``check`` (with ``info``, the pipeline's per-sample manifest index, epoch and pad flag):
+    the samples on which the numpy path raises are split off and ``check(rows, infos)`` is
+    called on them alone, to raise, with a row per sample as :func:`check_layout` describes:
+    images smaller than ``min_size`` on either side, samples that meet a guard of the trace
+    (``rng.integers(0, h - size)`` on an image ``size`` high), samples whose outputs come out
+    empty. DALI does not call it for a batch without such samples, so the common case costs no
+    Python call, and an op without guards whose outputs are known non-empty and whose
+    ``min_size`` is 1 takes no operator for it. The op's input depends on the check, so it runs
+    before any operator of the op could fail on such a sample.
     """
     from nvidia.dali import fn
 
@@ -971,19 +1010,34 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     for n, value in zip(nodes, sample_values, strict=True):
         em.memo[id(n)] = value
         em.given.add(id(n))
-    if check is not None and min_size > 1:
+    layout = check_layout(traced)
+    if check is not None and (min_size > 1 or layout.guards or layout.outputs):
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")
         import nvidia.dali.math as dmath
 
-        ok = dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64)
-        shape_ok, shape_small = fn._conditional.split(em.shape, predicate=ok)
-        _, info_small = fn._conditional.split(info, predicate=ok)
-        checked = fn.python_function(shape_small, info_small, function=check,
+        oks = []
+        if min_size > 1:
+            oks.append(dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64))
+        flags = [em.value(g.bad) for g in traced.guards]
+        oks += [f == _constant(False, np.dtype(np.bool_)) for f in flags]
+        dims = [int(d.value) if isinstance(d, Node) and d.op == "const" else d
+                for k in layout.outputs for d in traced.outputs[k].shape]
+        oks += [em.value(d) >= _constant(1, np.int64) for d in dims if isinstance(d, Node)]
+        ok = oks[0]
+        for more in oks[1:]:
+            ok = ok & more
+        values = [fn.cast(f, dtype=_dali_type(np.dtype(np.int64))) for f in flags]
+        values += [em.value(d) if isinstance(d, Node) else _constant_node(np.int64(d), np.int64)
+                   for d in dims]
+        rows = fn.cat(em.shape, fn.stack(*values)) if values else em.shape
+        rows_ok, rows_bad = fn._conditional.split(rows, predicate=ok)
+        _, info_bad = fn._conditional.split(info, predicate=ok)
+        checked = fn.python_function(rows_bad, info_bad, function=check,
                                      batch_processing=True, num_outputs=1)
-        shape = fn._conditional.merge(shape_ok, checked, predicate=ok)
+        rows = fn._conditional.merge(rows_ok, checked, predicate=ok)
         # A reshape to its own shape shares the image's memory; it orders the check first.
-        em.image = fn.reshape(image, shape=shape)
+        em.image = fn.reshape(image, shape=rows[0:3])
     # Later stages (resize) read the layout, which elementwise operators may not keep; slices
     # and rectangle fills of the input keep it, and spare the operator.
     return [em.value(n) if _keeps_layout(n) else

@@ -37,6 +37,7 @@ from augment_ops.trace_cache import CACHE, clear_trace_cache, op_key
 __all__ = [
     "MAX_PATHS",
     "DrawRng",
+    "Guard",
     "Node",
     "TraceError",
     "Traced",
@@ -189,12 +190,27 @@ def _is_const(x: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class Guard:
+    """Where the numpy function raises for some samples: ``bad`` (a per-sample bool scalar) is
+    true for a sample on which the function raises ``error`` (a built-in exception's name) with
+    ``message``, from the user's line ``location``. The branch a guard was met on is part of
+    ``bad``, so a sample that takes another branch never raises it."""
+
+    bad: Node
+    error: str
+    message: str
+    location: str
+
+
+@dataclass(frozen=True)
 class Traced:
-    """A traced op: its output nodes and how many uniform draws (slots) a sample takes."""
+    """A traced op: its output nodes, how many uniform draws (slots) a sample takes, and the
+    run-time checks (:class:`Guard`) under which numpy raises, in the order numpy meets them."""
 
     outputs: tuple[Node, ...]
     num_draws: int
     num_paths: int
+    guards: tuple[Guard, ...] = ()
 
     def nodes(self) -> Iterator[Node]:
         """Every node the outputs depend on, each once (outputs first, then their arguments)."""
@@ -302,6 +318,13 @@ def ufunc(name: str, *inputs: Any) -> Any:
             raise TraceError(f"np.{name} on a {type(x).__name__}")
     python = builtins.all(_is_weak(x) for x in inputs)
     reps = [_rep(x) for x in inputs]
+    if python and name in ("divide", "floor_divide", "remainder"):
+        # Python numbers (an image's sides, int() and float() of values) raise on a zero
+        # divisor where numpy's give 0, inf or NaN.
+        try:
+            _PY_OPS[name](reps[0], type(reps[1])(0))
+        except ZeroDivisionError as e:
+            raise_where(inputs[1] == 0, ZeroDivisionError, str(e))
     try:
         with np.errstate(all="ignore"):
             if python:
@@ -778,6 +801,15 @@ def _lower(d: Dim) -> float | None:
             known = [0] if _at_most(b, a) else []
             if la is not None and b.op == "const":
                 known.append(la - float(b.value.max()))
+            sa = _same_value(a)
+            if d.dtype.kind in "iu" and sa.op == "bin" and sa.attrs[0] == "add" and \
+                    sa.dtype == d.dtype:
+                # (y + n) - y is n in wrapping integer arithmetic: a crop's size.
+                p, q = sa.args
+                rest = q if _same(p, b) else p if _same(q, b) else None
+                low = None if rest is None else _lower(rest)
+                if low is not None:
+                    known.append(low)
             return builtins.max(known) if known else None
         if la is None or lb is None:
             return la if name == "maximum" and la is not None else (
@@ -1546,6 +1578,28 @@ def _noop_minimum(n: Node) -> Node:
     return _new("bin", n.args, ("minimum", "first"), n.dtype, n.shape, n.weak)
 
 
+def _integers_checks(low: Any, high: Any, dtype: np.dtype, endpoint: bool) -> None:
+    """numpy's checks of ``rng.integers(low, high, dtype=, endpoint=)``, with its messages."""
+    if dtype.kind not in "iu":
+        raise TraceError(f"rng.integers(dtype={dtype})")
+    info = np.iinfo(dtype)
+    top = int(info.max) + (not endpoint)  # the largest high numpy takes
+
+    def fits(b: Any) -> bool:
+        """Whether every value of a per-sample bound lies in ``info.min..top``."""
+        return isinstance(b, Sym) and np.iinfo(b.dtype).min >= info.min and \
+            np.iinfo(b.dtype).max <= top
+    if not fits(low):
+        raise_where(low < int(info.min), ValueError, f"low is out of bounds for {dtype}")
+    if not fits(high):
+        raise_where(high > top, ValueError, f"high is out of bounds for {dtype}")
+    zero = isinstance(low, (int, np.integer)) and int(low) == 0
+    if endpoint:
+        raise_where(low > high, ValueError, "high < 0" if zero else "low > high")
+    else:
+        raise_where(low >= high, ValueError, "high <= 0" if zero else "low >= high")
+
+
 class DrawRng:
     """The generator a traced random op sees: ``np.random.Generator``'s scalar methods, each
     built from uniform draws ``uniform(slot)`` in [0, 1).
@@ -1577,20 +1631,32 @@ class DrawRng:
     def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
         """``[0, 1)``, a Python float."""
         self._scalar_only(size, "random")
+        if np.dtype(dtype) != np.float64:
+            raise TraceError(f"rng.random(dtype={np.dtype(dtype)}) (only float64 is lowered)")
         return _as_float(self._next())
 
     def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
-        """``low + (high - low) * u``, numpy's formula, a Python float."""
+        """``low + (high - low) * u``, numpy's formula, a Python float; raises as numpy does
+        for a range that is not finite or below 0."""
         self._scalar_only(size, "uniform")
+        span = _as_float(high) - _as_float(low)
+        if _dtype_kind(low) == "f" or _dtype_kind(high) == "f":  # integers make finite spans
+            raise_where((span - span) != 0, OverflowError,  # inf or NaN
+                        "high - low range exceeds valid bounds")
+        raise_where(span < 0, ValueError, "high - low < 0")
         u = self._next()
-        return _as_float(_as_float(low) + (_as_float(high) - _as_float(low)) * u)
+        return _as_float(_as_float(low) + span * u)
 
     def integers(self, low: Any, high: Any = None, size: Any = None, dtype: Any = np.int64,
                  endpoint: bool = False) -> Any:
-        """``low + floor(u * (high - low))`` (below ``high``), an ``np.int64``."""
+        """``low + floor(u * (high - low))`` (below ``high``), an ``np.int64``; raises as numpy
+        does for an empty range or bounds outside ``dtype``."""
         self._scalar_only(size, "integers")
         if high is None:
             low, high = 0, low
+        if builtins.any(isinstance(b, Sym) and b.dtype.kind not in "iu" for b in (low, high)):
+            raise TraceError("rng.integers with per-sample bounds that are not integers")
+        _integers_checks(low, high, np.dtype(dtype), endpoint)
         if endpoint:
             high = high + 1
         span = high - low
@@ -1610,8 +1676,10 @@ class DrawRng:
         return out
 
     def normal(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
-        """Box-Muller from two draws, ``loc + scale * z``, a Python float."""
+        """Box-Muller from two draws, ``loc + scale * z``, a Python float; raises as numpy does
+        for ``scale < 0``."""
         self._scalar_only(size, "normal")
+        raise_where(_as_float(scale) < 0, ValueError, "scale < 0")
         u1, u2 = self._next(), self._next()
         r = _math("sqrt", -2.0 * _math("log", 1.0 - _as_float(u1)))
         z = r * _math("cos", 2.0 * math.pi * _as_float(u2))
@@ -1620,8 +1688,13 @@ class DrawRng:
     def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
         """One element of ``a`` (a constant sequence, or ``range(a)`` for an int)."""
         self._scalar_only(size, "choice")
+        if isinstance(a, Sym) or isinstance(p, Sym):
+            raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        # The arguments are constants: numpy's own checks of them (an empty sequence, p of
+        # another size or not summing to 1) raise here as they do on the numpy path.
+        np.random.default_rng(0).choice(a, replace=replace, p=p)
         values = np.arange(a) if isinstance(a, (int, np.integer)) else np.asarray(a)
-        if values.ndim != 1 or isinstance(a, Sym):
+        if values.ndim != 1:
             raise TraceError("rng.choice over something other than a constant 1-D sequence")
         if p is None:
             idx = self.integers(0, len(values))
@@ -1656,6 +1729,7 @@ class _Session:
         self.prefix: tuple[bool, ...] = ()
         self.conds: list[Node] = []
         self.decisions: list[bool] = []
+        self.guards: list[Guard] = []
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
@@ -1673,6 +1747,51 @@ class _Tracing(threading.local):
 
 
 _TRACING = _Tracing()
+
+
+def raise_where(bad: Any, error: type[Exception], message: str) -> None:
+    """Raise ``error(message)`` where ``bad`` holds, as the numpy function would.
+
+    A concrete ``bad`` (a constant while tracing, or any value when :class:`DrawRng` replays on
+    numpy) raises now; while tracing, an op that raises on every sample then runs on the numpy
+    path, which raises it for the sample. A per-sample ``bad`` becomes a :class:`Guard` of the
+    trace, restricted to the branch being traced: the native path raises it for the sample at
+    run time, naming the op, the manifest line and the path."""
+    if not isinstance(bad, Sym):
+        if bool(bad):
+            raise error(message)
+        return
+    session = _TRACING.active
+    if session is None:  # pragma: no cover - Syms exist only while tracing
+        raise TraceError("a per-sample value outside a trace")
+    node = bad.node if bad.dtype == np.bool_ else cast_node(bad.node, np.bool_)
+    if _never(node):  # rng.integers(0, h): the bounds the tracer knows rule it out
+        return
+    if node.pixel:
+        raise TraceError(f"a check numpy makes ({error.__name__}: {message}) on a value computed "
+                         "from pixel values")
+    for cond, decision in zip(session.conds, session.decisions, strict=True):
+        on_path = cond if decision else _new("un", (cond,), ("logical_not",), np.bool_, ())
+        node = _new("bin", (node, on_path), ("bitwise_and",), np.bool_, ())
+    if _is_const(node):
+        if bool(node.value):
+            raise error(message)
+        return
+    if not builtins.any(g.bad is node and g.message == message for g in session.guards):
+        session.guards.append(Guard(node, error.__name__, message, _user_location()[0]))
+
+
+def _never(n: Node) -> bool:
+    """Whether comparison ``n`` is false for every sample, by the bounds the tracer knows."""
+    if n.op != "bin" or n.attrs[0] not in ("less", "less_equal", "greater", "greater_equal"):
+        return False
+    x, y = n.args
+    if n.attrs[0] in ("greater", "greater_equal"):
+        x, y = y, x  # x > y is y < x
+    lo, up = _lower(x), _upper(y)
+    if lo is None or up is None:
+        return False
+    return lo >= up if n.attrs[0] in ("less", "greater") else lo > up
 
 
 def _py_int(x: Any) -> Any:
@@ -1929,7 +2048,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         merged = _merge(done, 0, num_outputs)
     finally:
         _TRACING.active = previous
-    return Traced(outputs=merged, num_draws=draws, num_paths=len(done))
+    return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
+                  guards=tuple(session.guards))
 
 
 def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tuple[Node, ...]:
@@ -1943,6 +2063,9 @@ def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tu
             raise TraceError(f"output {k} is a {type(o).__name__} that does not depend on the "
                              "image", "")
         n = o._checked()
+        if builtins.any(_upper(d) == 0 for d in n.shape):
+            raise TraceError(f"output {k} is empty for every image (an image output needs at "
+                             "least one pixel)", "")
         if n.dtype != dtype or n.ndim != ndim:
             raise TraceError(f"output {k} is {n.dtype} of rank {n.ndim}, the op declares "
                              f"{dtype} of rank {ndim}", "")

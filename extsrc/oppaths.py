@@ -39,19 +39,20 @@ import numpy as np
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
 from extsrc.device import pin_host_memory
-from extsrc.errors import ExtsrcError, OpError
+from extsrc.errors import ExtsrcError, OpError, OpOutputError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
 from extsrc.opworker import apply_sample, failure_info
 from extsrc.seeding import counter_uniform, name_salt, sample_rng
 
 if TYPE_CHECKING:
-    from augment_ops.lower_dali import SampleScalars
+    from augment_ops.lower_dali import CheckLayout, SampleScalars
     from extsrc.oppool import OpPool
 
 __all__ = [
     "RAISED", "BatchOpRunner", "CounterDraws", "DeviceBatchOpRunner", "GpuBatchOpRunner",
-    "SizeCheck", "choose_paths", "native_outputs", "native_sample_scalars", "op_salt",
+    "SampleCheck", "SizeCheck", "choose_paths", "native_outputs", "native_sample_scalars",
+    "op_salt",
 ]
 
 #: The last errors the runners raised in this process. DALI re-raises an op's error as text;
@@ -355,27 +356,64 @@ class DeviceBatchOpRunner(BatchOpRunner):
         return _transpose(capsules, self.op.num_outputs)
 
 
-class SizeCheck:
-    """The native path's check of ``op.min_size``: the traced graph compares each image's sides
-    with ``min_size`` in DALI operators and calls this only with the shapes and info rows of the
-    images that are too small (see :func:`augment_ops.lower_dali.emit`). Raises the numpy path's
-    :class:`OpContractError`, naming the op, the manifest line and the path."""
+class SampleCheck:
+    """The native path's checks of the samples on which the numpy path raises: images below
+    ``op.min_size``, the traced op's guards (:class:`augment_ops.trace.Guard`: numpy's
+    ``rng.integers(0, h - size)`` on an image ``size`` high, a Python number divided by 0) and
+    outputs that come out empty. The traced graph computes them in DALI operators and calls this
+    only with the rows (:class:`augment_ops.lower_dali.CheckLayout`) and info rows of the
+    samples that fail one (see :func:`augment_ops.lower_dali.emit`). Raises what the numpy path
+    raises, in its order, naming the op, the manifest line and the path: the op's
+    :class:`OpContractError` for a too-small image, an :class:`OpError` for a guard (with the
+    op's line), an :class:`OpOutputError` for an empty output."""
 
-    def __init__(self, op: Op, manifest: Manifest) -> None:
+    def __init__(self, op: Op, manifest: Manifest, layout: CheckLayout | None = None) -> None:
+        from augment_ops.lower_dali import CheckLayout
+
         self.op = op
         self.manifest = manifest
+        self.layout = layout if layout is not None else CheckLayout(0, (), ())
+        self.guards = trace_op(op).guards if self.layout.guards else ()
 
-    def __call__(self, shapes: list[np.ndarray], infos: list[np.ndarray]) -> list[np.ndarray]:
+    def _where(self, i: int) -> str:
         m = self.manifest
-        for shape, info in zip(shapes, infos, strict=True):
-            if min(int(shape[0]), int(shape[1])) < self.op.min_size:
-                i = int(info[0])
+        return f"{sample_where(m.source, m.lines[i])} ({m.paths[i]})"
+
+    def __call__(self, rows: list[np.ndarray], infos: list[np.ndarray]) -> list[np.ndarray]:
+        m = self.manifest
+        name = self.op.name
+        for row, info in zip(rows, infos, strict=True):
+            shape, flags, outs = self.layout.split(row)
+            i = int(info[0])
+            fields = {"op": name, "source": m.source, "line": m.lines[i], "path": m.paths[i]}
+            if min(shape[0], shape[1]) < self.op.min_size:
                 raise OpContractError(
-                    f"op '{self.op.name}' needs images of at least {self.op.min_size}x"
-                    f"{self.op.min_size} pixels, got {int(shape[0])}x{int(shape[1])} [sample "
-                    f"{sample_where(m.source, m.lines[i])} ({m.paths[i]})] [native path]"
+                    f"op '{name}' needs images of at least {self.op.min_size}x"
+                    f"{self.op.min_size} pixels, got {shape[0]}x{shape[1]} [sample "
+                    f"{self._where(i)}] [native path]"
                 )
-        return shapes
+            for guard, bad in zip(self.guards, flags, strict=True):
+                if bad:
+                    err = OpError(
+                        f"op '{name}' raised {guard.error}: {guard.message} [sample "
+                        f"{self._where(i)}] [native path]",
+                        detail=f"The op's traced native path checks what numpy checks; numpy "
+                               f"raises this at {guard.location or 'the op'}", **fields)
+                    RAISED.append(err)
+                    raise err
+            for k, out_shape in outs:
+                if 0 in out_shape:
+                    err = OpOutputError(
+                        f"op '{name}' output {k} is empty (shape {out_shape}); an image output "
+                        f"needs at least one pixel [sample {self._where(i)}] [native path]",
+                        **fields)
+                    RAISED.append(err)
+                    raise err
+        return rows
+
+
+#: The native path's check of ``op.min_size`` is part of :class:`SampleCheck`.
+SizeCheck = SampleCheck
 
 
 def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0) -> SampleScalars | None:
@@ -402,12 +440,12 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
         return list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    from augment_ops.lower_dali import emit
+    from augment_ops.lower_dali import check_layout, emit
     from augment_ops.trace import trace_op
 
-    check = SizeCheck(op, manifest) if op.min_size > 1 else None
-    return emit(trace_op(op), img, sample_values=sample_values, info=info, check=check,
-                min_size=op.min_size)
+    traced = trace_op(op)
+    return emit(traced, img, sample_values=sample_values, info=info,
+                check=SampleCheck(op, manifest, check_layout(traced)), min_size=op.min_size)
 
 
 class CounterDraws:

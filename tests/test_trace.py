@@ -389,7 +389,8 @@ def _run_checked(sizes: list[tuple[int, int]], calls: list) -> list[np.ndarray]:
     from augment_ops.trace import trace_op
 
     def check(shapes, infos):
-        calls.append(([tuple(int(v) for v in s) for s in shapes], [int(i[0]) for i in infos]))
+        calls.append(([tuple(int(v) for v in s[:3]) for s in shapes],
+                      [int(i[0]) for i in infos]))
         raise ValueError("an image is too small")
 
     imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)]

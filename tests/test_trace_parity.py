@@ -1,13 +1,16 @@
 """The traced native path agrees with the numpy path on every input, errors included.
 
-Where numpy returns a value (integer ``//`` and ``%`` by 0 or -1, float division by 0, a 2-D
-mask written into an HWC image), the traced graph returns the same value. Real CPU DALI
-pipelines throughout.
+Where the numpy function raises for a sample (``rng.integers(0, h - size)`` on an image
+``size`` high, a Python number divided by 0, an output that comes out empty), a loader on the
+native path raises the same kind of error, naming the op, the manifest line and the path; where
+numpy returns a value (integer ``//`` and ``%`` by 0, float division by 0, a 2-D mask written
+into an HWC image), the traced graph returns the same value. Real CPU DALI pipelines throughout.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +18,10 @@ from helpers import pattern_image
 from test_trace import _emit_on
 
 import augment_ops
+import extsrc
 from augment_ops import augment_op
 from augment_ops.trace import trace_function, trace_op
+from extsrc.errors import OpError, OpOutputError
 
 
 def unregistered(**kw):
@@ -25,6 +30,190 @@ def unregistered(**kw):
         augment_ops.unregister(op.name)
         return op
     return wrap
+
+
+def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
+    from PIL import Image
+
+    lines = ["path,label"]
+    for i, (h, w) in enumerate(sizes):
+        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
+        lines.append(f"img{i}.png,{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"
+
+
+def _first_error(manifest: Path, op, path: str) -> Exception | None:
+    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_path=path, device="cpu",
+                       shuffle=False, num_workers=0) as loader:
+        assert loader.op_paths == {op.name: path}
+        try:
+            for _ in loader:
+                pass
+        except Exception as e:  # what the user sees, whatever its class: compared below
+            return e
+    return None
+
+
+def _check_same_error(tmp_path: Path, op, sizes, bad: int, numpy_kind: type,
+                      message: str) -> None:
+    """Both paths raise ``numpy_kind`` for the sample at 0-based position ``bad`` (manifest line
+    ``bad + 2``), naming the op, the line and the file, with ``message``."""
+    manifest = _dataset(tmp_path, sizes)
+    errors = {path: _first_error(manifest, op, path) for path in ("numpy", "native")}
+    for path, err in errors.items():
+        assert err is not None, path
+        assert isinstance(err, numpy_kind), (path, type(err), err)
+        text = str(err)
+        assert f"op '{op.name}'" in text, (path, text)
+        assert f"line {bad + 2} " in text and f"img{bad}.png" in text, (path, text)
+        assert re.search(message, text), (path, text)
+    assert type(errors["native"]) is type(errors["numpy"])
+    native = errors["native"]
+    assert native.op == op.name and native.line == bad + 2, vars(native)
+    assert native.path.endswith(f"img{bad}.png")
+    assert "[native path]" in str(native)
+
+
+# -- rng arguments numpy refuses -----------------------------------------------------------------
+@unregistered()
+def u_rows_crop(img, rng, size: int = 5):
+    h = img.shape[0]
+    y = rng.integers(0, h - size)
+    return img[y:y + size]
+
+
+@unregistered()
+def u_rows_crop_from(img, rng, size: int = 5):
+    h = img.shape[0]
+    y = rng.integers(1, h - size + 1)
+    return img[y - 1:y - 1 + size]
+
+
+@unregistered()
+def u_narrow_integers(img, rng):
+    w = img.shape[1]
+    v = rng.integers(0, w * 20, dtype=np.uint8)
+    return img + v
+
+
+@unregistered()
+def u_uniform_span(img, rng):
+    h, w = img.shape[:2]
+    s = rng.uniform(h, w)
+    return np.clip(img * (s / 20), 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def u_normal_scale(img, rng):
+    h = img.shape[0]
+    d = rng.normal(0.0, h - 8)
+    return np.clip(img + d, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def u_python_divide(img):
+    h, w = img.shape[:2]
+    k = w // (h - 7)
+    return img[:, :k]
+
+
+@pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
+    (u_rows_crop, [(9, 7), (11, 13), (5, 11)], 2, r"raised ValueError: high <= 0"),
+    (u_rows_crop_from, [(9, 7), (5, 13), (7, 7)], 1, r"raised ValueError: low >= high"),
+    (u_narrow_integers, [(9, 7), (7, 11), (13, 15)], 2,
+     r"raised ValueError: high is out of bounds for uint8"),
+    (u_uniform_span, [(9, 11), (7, 7), (13, 9)], 2, r"raised ValueError: high - low < 0"),
+    (u_normal_scale, [(9, 11), (11, 7), (7, 13)], 2, r"raised ValueError: scale < 0"),
+    (u_python_divide, [(9, 11), (7, 13)], 1,
+     r"raised ZeroDivisionError: integer division or modulo by zero"),
+], ids=["integers-high<=0", "integers-low>=high", "integers-dtype", "uniform", "normal",
+        "python-divide"])
+def test_native_path_raises_what_numpy_raises_naming_the_sample(tmp_path, op, sizes, bad,
+                                                                message):
+    assert augment_ops.explain(op) == "native (traced)"
+    assert trace_op(op).guards, "the trace records where numpy raises"
+    _check_same_error(tmp_path, op, sizes, bad, OpError, message)
+
+
+@unregistered()
+def u_rows_crop_guarded(img, rng, size: int = 5):
+    h = img.shape[0]
+    if h > size:
+        y = rng.integers(0, h - size)
+    else:
+        y = 0
+    return img[y:y + size]
+
+
+def test_a_check_on_a_branch_not_taken_does_not_raise(tmp_path):
+    """``rng.integers(0, h - size)`` under ``if h > size``: an image ``size`` high takes the
+    other branch, on which numpy raises nothing, and neither does the native path."""
+    manifest = _dataset(tmp_path, [(5, 9), (9, 7), (5, 5)])
+    assert _first_error(manifest, u_rows_crop_guarded, "native") is None
+    with extsrc.Loader(manifest, batch_size=1, ops=[u_rows_crop_guarded], op_path="native",
+                       device="cpu", shuffle=False, num_workers=0) as loader:
+        batches = list(loader)
+    for k in (0, 2):
+        np.testing.assert_array_equal(batches[k]["u_rows_crop_guarded_0"][0].numpy(),
+                                      pattern_image(k, 5, 9 if k == 0 else 5))
+
+
+def test_checks_the_tracer_can_rule_out_take_no_operators():
+    """``rng.integers(0, h)`` and ``rng.uniform(0, w)`` cannot fail, nor can a crop of
+    ``min(size, h)`` rows come out empty: no guard, no output check, no operator per batch."""
+    from augment_ops.lower_dali import check_layout
+
+    @unregistered()
+    def u_safe_draws(img, rng):
+        h, w = img.shape[:2]
+        y, x = rng.integers(0, h), rng.integers(0, w)
+        s = rng.uniform(0, w)
+        return img[y:, x:] + np.uint8(s)
+
+    assert trace_op(u_safe_draws).guards == ()
+    traced = trace_op(augment_ops.get("random_crop").with_params(size=7))
+    assert traced.guards == () and check_layout(traced).outputs == ()
+
+
+def test_constant_arguments_numpy_refuses_keep_the_op_on_the_numpy_path():
+    @unregistered()
+    def u_empty_choice(img, rng):
+        return img + np.uint8(rng.choice([]))
+
+    @unregistered()
+    def u_bad_p(img, rng):
+        return img + np.uint8(rng.choice(3, p=[0.5, 0.5, 0.5]))
+
+    assert re.match(r"numpy: ValueError: a cannot be empty", augment_ops.explain(u_empty_choice))
+    assert re.match(r"numpy: ValueError: Probabilities do not sum to 1",
+                    augment_ops.explain(u_bad_p))
+
+
+# -- outputs that come out empty -----------------------------------------------------------------
+@unregistered()
+def u_top_rows(img):
+    h = img.shape[0]
+    return img[:h - 7]
+
+
+@unregistered(num_outputs=2)
+def u_split_at(img, rng):
+    w = img.shape[1]
+    x = w - 1 - rng.integers(0, max(w - 1, 1))  # 1..w-1, but 0 on an image 1 pixel wide
+    return img[:, :x], img[:, x:]
+
+
+def test_native_path_refuses_an_empty_output_as_numpy_does(tmp_path):
+    _check_same_error(tmp_path, u_top_rows, [(9, 11), (8, 5), (7, 13)], 2, OpOutputError,
+                      r"output 0 is empty \(shape \(0, 13, 3\)\); an image output needs at "
+                      r"least one pixel")
+
+
+def test_native_path_refuses_a_random_empty_output_as_numpy_does(tmp_path):
+    """``img[:, :x]`` is empty on an image one pixel wide (``x`` is 0 there) only."""
+    _check_same_error(tmp_path, u_split_at, [(9, 11), (7, 1)], 1, OpOutputError,
+                      r"output 0 is empty \(shape \(7, 0, 3\)\)")
 
 
 # -- values numpy returns where DALI raised --------------------------------------------------------
