@@ -39,6 +39,7 @@ from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
+from extsrc.oppaths import check_output_dtype
 from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
@@ -201,6 +202,8 @@ class Loader:
         self.manifest = manifest
         check_loader_arguments(output_map=output_map, stages=stages, ops=ops,
                                transforms=transforms)
+        for op in as_ops(ops, "ops"):
+            check_output_dtype(op)
         if not self._takes_clips:
             for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
                 if op.on_clips:

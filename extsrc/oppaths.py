@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RAISED", "BatchOpRunner", "CounterDraws", "DeviceBatchOpRunner", "GpuBatchOpRunner",
-    "SampleCheck", "SizeCheck", "choose_paths", "native_outputs", "native_sample_scalars",
-    "op_salt",
+    "SampleCheck", "SizeCheck", "check_output_dtype", "choose_paths", "native_outputs",
+    "native_sample_scalars", "op_salt",
 ]
 
 #: The last errors the runners raised in this process. DALI re-raises an op's error as text;
@@ -96,6 +96,22 @@ def _picklable(op: Op) -> bool:
     except ValueError:
         return False
     return True
+
+
+#: dtypes DALI's torch bridge (``DALIGenericIterator``) cannot hand over, on any path.
+_UNDELIVERABLE = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
+
+
+def check_output_dtype(op: Op) -> None:
+    """Refuse, when the loader is built, an op whose outputs no path can deliver to torch: DALI's
+    torch bridge has no unsigned 16-, 32- or 64-bit type, and fails at the first batch naming
+    only the type."""
+    if op.dtype in _UNDELIVERABLE:
+        raise ValueError(
+            f"Loader: op '{op.name}' declares dtype={op.dtype}, which DALI cannot hand to torch "
+            "(no uint16, uint32 or uint64 tensors); return a signed type instead, e.g. "
+            "out.astype(np.int32) with dtype=np.int32 (np.int64 for values above 2**31)"
+        )
 
 
 def choose_paths(

@@ -307,3 +307,37 @@ def test_a_mask_of_another_shape_is_refused_at_trace_time():
 
     assert re.match(r"numpy: a boolean index whose axis 0 may differ in length",
                     augment_ops.explain(u_mask_shifted))
+
+
+# -- dtypes no path can deliver --------------------------------------------------------------------
+@pytest.mark.parametrize("dt", [np.uint16, np.uint32, np.uint64], ids=lambda d: np.dtype(d).name)
+def test_a_loader_refuses_an_op_whose_dtype_torch_cannot_take(tmp_path, dt):
+    """DALI computes in these dtypes (the op traces), but its torch bridge has none of them, so
+    every path failed at the first batch naming only the type: the loader refuses the op when
+    it is built, naming it and what to return instead."""
+    @unregistered(dtype=dt)
+    def u_wide(img):
+        return img.astype(dt) * dt(300)
+
+    assert augment_ops.explain(u_wide) == "native (traced)"
+    manifest = _dataset(tmp_path, [(9, 7)])
+    for path in ("numpy", "native"):
+        with pytest.raises(ValueError, match=rf"op 'u_wide' declares dtype={np.dtype(dt)}, which "
+                           r"DALI cannot hand to torch .* out.astype\(np.int32\)"):
+            extsrc.Loader(manifest, batch_size=1, ops=[u_wide], op_path=path, device="cpu")
+
+
+def test_a_wide_signed_dtype_passes_through_both_paths_alike(tmp_path):
+    @unregistered(dtype=np.int64)
+    def u_wide_signed(img):
+        return img.astype(np.int64) * 70000 - 5
+
+    manifest = _dataset(tmp_path, [(9, 7), (5, 11)])
+    got = {}
+    for path in ("numpy", "native"):
+        with extsrc.Loader(manifest, batch_size=1, ops=[u_wide_signed], op_path=path,
+                           device="cpu", shuffle=False, num_workers=0) as loader:
+            got[path] = [b["u_wide_signed_0"][0].numpy() for b in loader]
+    for k, (a, b) in enumerate(zip(got["numpy"], got["native"], strict=True)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, u_wide_signed.apply(pattern_image(k, *a.shape[:2]))[0])
