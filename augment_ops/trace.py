@@ -283,12 +283,32 @@ def _broadcast(*shapes: tuple) -> tuple:
         if not real:
             out.append(1)
             continue
-        # Prefer a symbolic dim: numpy raises at run time where sizes disagree, and DALI too.
-        sym = [d for d in real if isinstance(d, Node)]
         ints = {d for d in real if isinstance(d, int)}
         if len(ints) > 1:
             raise TraceError(f"operands with incompatible shapes {list(shapes)}")
-        out.append(sym[0] if sym else real[0])
+        distinct: list[Dim] = []
+        for d in real:
+            if not builtins.any(d is e or (isinstance(d, Node) and isinstance(e, Node)
+                                           and _same(d, e)) for e in distinct):
+                distinct.append(d)
+        if len(distinct) == 1:
+            out.append(distinct[0])
+            continue
+        # Sizes that may differ per sample: numpy broadcasts a size of 1 and raises where two
+        # others differ; so does the traced op, naming the sample (DALI broadcasts alike).
+        first = next(iter(ints)) if ints else distinct[0]
+        for d in distinct:
+            if d is not first:
+                bad = ufunc("bitwise_and", ufunc("not_equal", _dim_sym(d), _dim_sym(first)),
+                            ufunc("bitwise_and", ufunc("not_equal", _dim_sym(d), 1),
+                                  ufunc("not_equal", _dim_sym(first), 1)))
+                raise_where(bad, ValueError, "operands could not be broadcast together (their "
+                            f"sizes differ on axis {k})")
+        size = first
+        if not ints:
+            for d in distinct[1:]:
+                size = _dop("maximum", size, d)
+        out.append(size)
     return tuple(out)
 
 

@@ -118,6 +118,12 @@ def u_python_divide(img):
     return img[:, :k]
 
 
+@unregistered()
+def u_fold_rows(img):
+    h = img.shape[0]
+    return img[:h // 2 + 1] // 2 + img[h // 2:] // 2  # the same size for odd h only
+
+
 @pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
     (u_rows_crop, [(9, 7), (11, 13), (5, 11)], 2, r"raised ValueError: high <= 0"),
     (u_rows_crop_from, [(9, 7), (5, 13), (7, 7)], 1, r"raised ValueError: low >= high"),
@@ -127,8 +133,10 @@ def u_python_divide(img):
     (u_normal_scale, [(9, 11), (11, 7), (7, 13)], 2, r"raised ValueError: scale < 0"),
     (u_python_divide, [(9, 11), (7, 13)], 1,
      r"raised ZeroDivisionError: integer division or modulo by zero"),
+    (u_fold_rows, [(9, 11), (1, 7), (8, 5)], 2,
+     r"raised ValueError: operands could not be broadcast together"),
 ], ids=["integers-high<=0", "integers-low>=high", "integers-dtype", "uniform", "normal",
-        "python-divide"])
+        "python-divide", "broadcast"])
 def test_native_path_raises_what_numpy_raises_naming_the_sample(tmp_path, op, sizes, bad,
                                                                 message):
     assert augment_ops.explain(op) == "native (traced)"
