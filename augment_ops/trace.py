@@ -1141,7 +1141,10 @@ def _getitem(n: Node, key: Any) -> Node:
                     raise TraceError(f"index {k} out of bounds for an axis of length {dim}")
                 takes.append((axis, k % dim))
             else:
-                # A per-sample length: numpy raises IndexError out of bounds, and DALI too.
+                # A per-sample length: numpy raises IndexError out of bounds, for the sample.
+                size = Sym(dim)
+                raise_where(size <= k if k >= 0 else size < -k, IndexError,
+                            f"index {k} is out of bounds for axis {axis}")
                 takes.append((axis, k if k >= 0 else _dop("add", dim, k)))
         elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(dim, Node):
             arr = np.asarray(k)

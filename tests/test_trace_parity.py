@@ -124,6 +124,11 @@ def u_fold_rows(img):
     return img[:h // 2 + 1] // 2 + img[h // 2:] // 2  # the same size for odd h only
 
 
+@unregistered()
+def u_two_rows(img):
+    return np.stack([img[2], img[-3]])
+
+
 @pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
     (u_rows_crop, [(9, 7), (11, 13), (5, 11)], 2, r"raised ValueError: high <= 0"),
     (u_rows_crop_from, [(9, 7), (5, 13), (7, 7)], 1, r"raised ValueError: low >= high"),
@@ -135,8 +140,10 @@ def u_fold_rows(img):
      r"raised ZeroDivisionError: integer division or modulo by zero"),
     (u_fold_rows, [(9, 11), (1, 7), (8, 5)], 2,
      r"raised ValueError: operands could not be broadcast together"),
+    (u_two_rows, [(9, 11), (3, 7), (2, 5)], 2,
+     r"raised IndexError: index 2 is out of bounds for axis 0"),
 ], ids=["integers-high<=0", "integers-low>=high", "integers-dtype", "uniform", "normal",
-        "python-divide", "broadcast"])
+        "python-divide", "broadcast", "index"])
 def test_native_path_raises_what_numpy_raises_naming_the_sample(tmp_path, op, sizes, bad,
                                                                 message):
     assert augment_ops.explain(op) == "native (traced)"
