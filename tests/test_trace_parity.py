@@ -43,8 +43,8 @@ def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
     return root / "m.csv"
 
 
-def _first_error(manifest: Path, op, path: str) -> Exception | None:
-    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_path=path, device="cpu",
+def _first_error(manifest: Path, op, path: str, device: str = "cpu") -> Exception | None:
+    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_path=path, device=device,
                        shuffle=False, num_workers=0) as loader:
         assert loader.op_paths == {op.name: path}
         try:
@@ -56,11 +56,11 @@ def _first_error(manifest: Path, op, path: str) -> Exception | None:
 
 
 def _check_same_error(tmp_path: Path, op, sizes, bad: int, numpy_kind: type,
-                      message: str) -> None:
+                      message: str, device: str = "cpu") -> None:
     """Both paths raise ``numpy_kind`` for the sample at 0-based position ``bad`` (manifest line
     ``bad + 2``), naming the op, the line and the file, with ``message``."""
     manifest = _dataset(tmp_path, sizes)
-    errors = {path: _first_error(manifest, op, path) for path in ("numpy", "native")}
+    errors = {path: _first_error(manifest, op, path, device) for path in ("numpy", "native")}
     for path, err in errors.items():
         assert err is not None, path
         assert isinstance(err, numpy_kind), (path, type(err), err)
@@ -149,6 +149,12 @@ def test_native_path_raises_what_numpy_raises_naming_the_sample(tmp_path, op, si
     assert augment_ops.explain(op) == "native (traced)"
     assert trace_op(op).guards, "the trace records where numpy raises"
     _check_same_error(tmp_path, op, sizes, bad, OpError, message)
+
+
+@pytest.mark.gpu
+def test_native_path_on_gpu_raises_what_numpy_raises(tmp_path):
+    _check_same_error(tmp_path, u_rows_crop, [(9, 7), (5, 11)], 1, OpError,
+                      r"raised ValueError: high <= 0", device="cuda")
 
 
 @unregistered()
@@ -254,6 +260,18 @@ def test_integer_division_by_zero_and_minus_one_equals_numpy(dt, name):
     traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=dt, ndim=3)
     for got, ref, im in zip(_emit_on(traced, imgs), refs, imgs, strict=True):
         assert ((im % 5) == 2).any() and ((im % 5) == 1).any()  # y takes 0 and -1
+        np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [np.uint8, np.int32, np.int64], ids=lambda d: np.dtype(d).name)
+def test_integer_division_by_zero_on_gpu_equals_numpy(dt):
+    program = _division_program(dt, "floordiv")
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(7, 9), (5, 3)])]
+    with np.errstate(all="ignore"):
+        refs = [program(im) for im in imgs]
+    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=dt, ndim=3)
+    for got, ref in zip(_emit_on(traced, imgs, gpu=True), refs, strict=True):
         np.testing.assert_array_equal(got, ref)
 
 
