@@ -450,8 +450,8 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0) -> SampleSc
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
                    sample_values: Sequence[Any] = ()) -> list[Any]:
     """The op's native path on the image DataNode: its declared lowering, else its traced graph
-    (with the min_size check and, for a random op, ``sample_values``: the outputs of its
-    :func:`native_sample_scalars` program, as the source delivers them)."""
+    (with its per-sample checks, :class:`SampleCheck`, and, for a random op, ``sample_values``:
+    the outputs of its :func:`native_sample_scalars` program, as the source delivers them)."""
     hand_written = implementation(op, "native")
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
