@@ -22,11 +22,13 @@ import linecache
 import math
 import operator
 import os
+import signal
 import sys
 import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -2015,6 +2017,47 @@ def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: 
     return tuple(out)
 
 
+#: Seconds one trace may run. Tracing runs the op's Python code once per branch outcome; an op
+#: that loops forever, or a Python loop over pixels that builds a huge graph, is stopped and
+#: refused (it runs on the numpy path, where ``op_timeout`` can limit it) instead of keeping
+#: ``Loader(...)`` waiting. Enforced in the main thread, with ``SIGALRM``, when no other alarm or
+#: ``SIGALRM`` handler is set.
+MAX_TRACE_SECONDS = 20.0
+
+
+class _TraceTimeout(BaseException):
+    """The trace's time is up: a ``BaseException``, so that an op's ``except Exception`` does
+    not swallow it."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise :class:`_TraceTimeout` into the code running after ``seconds`` (main thread only;
+    an alarm or ``SIGALRM`` handler someone else set is left alone, and then there is no limit)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "setitimer")
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN)):
+        yield
+        return
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _TraceTimeout
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _too_long(location: str = "") -> TraceError:
+    return TraceError(f"tracing took longer than {MAX_TRACE_SECONDS:g} s (an endless loop, or a "
+                      "Python loop over the image's pixels?)", location)
+
+
 def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bool,
                    num_outputs: int, dtype: Any, ndim: int) -> Traced:
     """Trace ``fn(img, [rng=], **params)``; raise :class:`TraceError` where it cannot be lowered."""
@@ -2050,6 +2093,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 location, inner = _user_location(e.__traceback__)
                 where = f", inside {inner}" if inner and inner != location else ""
                 raise TraceError(f"{type(e).__name__}: {e}{where}", location) from e
+            except _TraceTimeout as e:
+                raise _too_long(_user_location(e.__traceback__)[0]) from None
             except KeyboardInterrupt:
                 raise  # indistinguishable from Ctrl-C, which must stop the program
             except BaseException as e:  # SystemExit, GeneratorExit: the op must not end the
@@ -2128,10 +2173,13 @@ def trace_op(op: Any) -> Traced:
         got = CACHE.get(key, lambda v: isinstance(v, TraceError))
     if got is None:
         try:
-            got = trace_function(op.fn, params=dict(op.params), random=op.random,
-                                 num_outputs=op.num_outputs, dtype=op.dtype, ndim=op.ndim)
+            with _time_limit(MAX_TRACE_SECONDS):
+                got = trace_function(op.fn, params=dict(op.params), random=op.random,
+                                     num_outputs=op.num_outputs, dtype=op.dtype, ndim=op.ndim)
         except TraceError as e:
             got = e
+        except _TraceTimeout:  # outside the op's own code (merging its branches)
+            got = _too_long()
         if key is None:
             _CACHE[op] = got
         else:

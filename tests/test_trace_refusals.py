@@ -350,3 +350,30 @@ def test_explain_names_a_line_inside_the_op_not_its_caller(fn, params, line):
 def test_explain_names_the_line_of_an_op_from_exec_or_a_notebook_cell():
     why = augment_ops.explain(_op("refusals_cell", _exec_op()))
     assert why == ("numpy: np.fft.fft at <notebook-cell-3>:3: return np.fft.fft(img)  # cell")
+
+
+# -- an op that does not return while traced ------------------------------------------------------
+def _loops_forever(img):
+    n = 0
+    while True:  # the line the refusal names
+        try:
+            n += 1
+        except Exception:  # an op's own handler must not swallow the trace's time limit
+            pass
+
+
+def test_an_op_that_never_returns_while_traced_is_refused(monkeypatch):
+    import signal
+
+    from augment_ops import trace
+
+    monkeypatch.setattr(trace, "MAX_TRACE_SECONDS", 0.5)
+    before = signal.getsignal(signal.SIGALRM)
+    op = _op("refusals_loops", _loops_forever)
+    assert op.paths == ("numpy",)
+    reason = augment_ops.explain(op)
+    assert reason.startswith("numpy: tracing took longer than 0.5 s (an endless loop"), reason
+    assert "test_trace_refusals.py" in reason, reason
+    # The alarm and its handler are gone with the trace.
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    assert signal.getsignal(signal.SIGALRM) is before
