@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         SampleReadError,
         StateMismatchError,
         WorkerDiedError,
+        WorkerStartError,
     )
     from extsrc.extras import MissingExtraError
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
@@ -94,6 +95,7 @@ __all__ = [
     "VideoInfo",
     "VideoLoader",
     "WorkerDiedError",
+    "WorkerStartError",
     "epoch_permutation",
     "make_sample_dataset",
     "make_sample_videos",
@@ -133,6 +135,7 @@ _WHERE: dict[str, str] = {
     "SampleReadError": "extsrc.errors",
     "StateMismatchError": "extsrc.errors",
     "WorkerDiedError": "extsrc.errors",
+    "WorkerStartError": "extsrc.errors",
     "MissingExtraError": "extsrc.extras",
     "DEFAULT_MAX_PIXELS": "extsrc.imagecheck",
     "Loader": "extsrc.loader",

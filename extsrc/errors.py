@@ -154,6 +154,28 @@ class WorkerDiedError(ExtsrcError, RuntimeError):
     in native code). The message names the process, the signal and the batch in flight."""
 
 
+class WorkerStartError(WorkerDiedError):
+    """DALI's worker processes did not all report ready within ``timeout`` seconds of
+    ``pipe.build()``; they were stopped. ``pids`` lists them. A :class:`WorkerDiedError` too:
+    handlers of failed workers catch it, and iterating again builds the pipeline again."""
+
+    def __init__(
+        self, message: str | None = None, *, pids: Sequence[int] = (), timeout: float = 0.0
+    ) -> None:
+        self.pids, self.timeout = tuple(pids), timeout
+        if message is None:
+            listed = ", ".join(str(p) for p in self.pids) or "none found"
+            message = (
+                f"DALI's worker processes (pids: {listed}) did not report ready within "
+                f"{timeout:g} s of building the pipeline, so they were stopped. A worker blocked "
+                "at start-up (a fork handler or an import of the main module that waits on "
+                "something) causes this; a machine too loaded to start them in time too: raise "
+                "extsrc._dali.run.BUILD_TIMEOUT, or lower num_workers. Iterating again builds "
+                "the pipeline again"
+            )
+        super().__init__(message)
+
+
 class PipelineError(ExtsrcError, RuntimeError):
     """DALI failed for a reason that could not be pinned on one sample; the message names the
     batch and its manifest lines, and DALI's own exception is kept as ``dali_error``."""

@@ -15,6 +15,7 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc import _dali
+from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
 from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
@@ -252,12 +253,15 @@ class Loader:
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
-        self._run: PipelineRun | None = None  # the built DALI pipeline, kept across epochs
         workers = self.config.op_pool_size
         #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
         #: thread); its workers start with the first batch and end with :meth:`close`.
         self.op_pool = (OpPool(workers, self.config.op_pool, self.config.op_timeout)
                         if workers else None)
+        # Holds the built DALI pipeline (``_run``, kept across epochs) and the op pool, so that
+        # a loader dropped without close() has them closed by extsrc's reaper thread, never by
+        # a garbage collection (see extsrc._dali.lifecycle).
+        self._keeper = lifecycle.watch(self, self.op_pool)
         #: How many times a DALI pipeline was built (once, unless an epoch was left part-way,
         #: the loader closed, an error stopped it, or the read position was moved).
         self.pipeline_builds = 0
@@ -453,6 +457,15 @@ class Loader:
         )
 
     # -- internals --------------------------------------------------------------------------------
+    @property
+    def _run(self) -> PipelineRun | None:
+        """The built DALI pipeline and its iterator (``None``: not running)."""
+        return self._keeper.run  # type: ignore[no-any-return]
+
+    @_run.setter
+    def _run(self, run: PipelineRun | None) -> None:
+        self._keeper.run = run
+
     def _ensure_run(self) -> PipelineRun:
         if self._run is None:
             epoch, batch = self.position.settle()

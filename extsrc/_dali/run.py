@@ -5,15 +5,24 @@ shared queue waits for its acknowledgement, DALI blocks forever. So with worker 
 ``next()`` runs on one helper thread (a ``ThreadPoolExecutor`` of one worker) while the calling
 thread checks that the workers live; when one has been dead for :data:`DEAD_WORKER_GRACE`
 seconds the watchdog stops the others, wakes the blocked call and raises :class:`WorkersDied`.
+
+``pipe.build()`` starts the worker processes and waits until each reports ready; it runs on the
+same helper thread, watched the same way, and gives up after :data:`BUILD_TIMEOUT` seconds with
+:class:`~extsrc.errors.WorkerStartError`. When the run is closed, or the loader holding it is
+collected (:mod:`extsrc._dali.lifecycle`), the pipeline is shut down explicitly; a pipeline whose
+call was abandoned is kept referenced instead, so that no garbage collection shuts it down.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from extsrc._dali.lifecycle import keep_forever
 from extsrc._dali.workers import (
     exited,
     shutdown_pipeline,
@@ -21,12 +30,16 @@ from extsrc._dali.workers import (
     wake_queues,
     worker_processes,
 )
-from extsrc.errors import DaliVersionError
+from extsrc.errors import DaliVersionError, WorkerDiedError, WorkerStartError
 
-__all__ = ["DEAD_WORKER_GRACE", "PipelineRun", "WorkersDied"]
+__all__ = ["BUILD_TIMEOUT", "DEAD_WORKER_GRACE", "PipelineRun", "WorkersDied"]
 
 #: Seconds DALI gets to report a dead worker itself before the watchdog steps in.
 DEAD_WORKER_GRACE = 2.0
+#: Seconds ``pipe.build()`` may take with worker processes (they start and each reports ready)
+#: before they are stopped. Starting takes well under a second with ``fork``; ``spawn`` imports
+#: the main module in each worker, which on a loaded machine can take tens of seconds.
+BUILD_TIMEOUT = 120.0
 
 
 class WorkersDied(Exception):
@@ -57,12 +70,60 @@ class PipelineRun:
         self._executor: ThreadPoolExecutor | None = None
         #: A call the watchdog abandoned still runs: shutting the pipeline down could block.
         self.stuck = False
-        pipe.build()
-        # PARTIAL: the source decides batch sizes; DALI must pass short batches through.
-        self._iter = DALIGenericIterator(
-            pipe, list(output_names), last_batch_policy=LastBatchPolicy.PARTIAL,
-            auto_reset=False, prepare_first_batch=False,
-        )
+        self._iter: Any = None
+        self._owner_pid = os.getpid()  # a forked child's copy must not stop the parent's workers
+        try:
+            if watchdog and workers > 0:
+                self._build_watched()
+            else:
+                pipe.build()
+            # PARTIAL: the source decides batch sizes; DALI must pass short batches through.
+            self._iter = DALIGenericIterator(
+                pipe, list(output_names), last_batch_policy=LastBatchPolicy.PARTIAL,
+                auto_reset=False, prepare_first_batch=False,
+            )
+        except BaseException:
+            self.close()  # a half-built pipeline's threads and workers stop now, not at a GC
+            raise
+
+    def _build_watched(self) -> None:
+        """``pipe.build()`` on the helper thread while this one watches the worker processes it
+        starts (the children this process gained meanwhile: DALI keeps the pool's processes out
+        of reach until every worker has reported ready)."""
+        before = set(multiprocessing.active_children())
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extsrc-dali")
+        future = self._executor.submit(self.pipe.build)
+        deadline = time.monotonic() + BUILD_TIMEOUT
+        dead_since = None
+        procs: list[Any] = []
+        try:
+            while not wait([future], 0.2).done:
+                procs = [p for p in multiprocessing.active_children() if p not in before]
+                dead = exited(procs)
+                now = time.monotonic()
+                if dead:
+                    dead_since = dead_since or now
+                if dead and now - dead_since >= DEAD_WORKER_GRACE:
+                    self._abandon_build(future, procs)
+                    raise WorkerDiedError(
+                        "DALI's worker processes did not start: "
+                        + "; ".join(f"pid {pid} exited with code {code}" for pid, code in dead)
+                        + ". All of them were stopped; iterating again builds the pipeline again"
+                    )
+                if now >= deadline:
+                    self._abandon_build(future, procs)
+                    raise WorkerStartError(pids=[p.pid for p in procs], timeout=BUILD_TIMEOUT)
+        except KeyboardInterrupt:
+            self._abandon_build(future, procs)
+            raise
+        future.result()
+
+    def _abandon_build(self, future: Future[Any], procs: list[Any]) -> None:
+        """Stop the workers a build waits for (DALI's observer then ends the wait) and give the
+        build a moment to return; a build that does not is abandoned."""
+        stop_processes(procs)
+        if not wait([future], 5.0).done:
+            self.stuck = True
 
     def processes(self, strict: bool = True) -> list[Any]:
         """The pipeline's worker processes (none without workers). ``strict=False``: none
@@ -146,8 +207,20 @@ class PipelineRun:
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now."""
+        if self.pipe is None:
+            return
+        if os.getpid() != self._owner_pid:
+            # A forked child's copy (lifecycle made its pipeline inert): the threads, workers
+            # and queues are the parent's.
+            keep_forever(self.pipe, self._iter)
+            self._iter = self.pipe = None
+            return
         procs = self.processes(strict=False)
-        if not self.stuck:
+        if self.stuck:
+            # A call into it still runs: shutting it down could block, and so could its
+            # __del__ inside some later garbage collection. It stays referenced instead.
+            keep_forever(self.pipe, self._iter)
+        else:
             shutdown_pipeline(self.pipe)
         stop_processes(procs)  # whatever DALI left running: never an orphan
         if self._executor is not None:

@@ -94,3 +94,9 @@ def shutdown_pipeline(pipe: Any, timeout: float = 10.0) -> None:
     t = threading.Thread(target=shutdown, name="extsrc-dali-shutdown", daemon=True)
     t.start()
     t.join(timeout)
+    if t.is_alive() or getattr(pipe, "_pipe", None) is not None:
+        # Not shut down (still shutting down, or Shutdown() failed): a garbage collection must
+        # never be the one to call Shutdown() again through Pipeline.__del__.
+        from extsrc._dali.lifecycle import keep_forever
+
+        keep_forever(pipe)
