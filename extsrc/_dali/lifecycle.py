@@ -36,6 +36,7 @@ So:
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import os
 import queue
@@ -56,8 +57,6 @@ def keep_forever(*objs: Any) -> None:
 
     The extra reference is never released: the interpreter's own teardown clears module globals
     (this list with them), and destroying a copied DALI backend there crashes the process."""
-    import ctypes
-
     for obj in objs:
         if obj is not None:
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
@@ -171,23 +170,31 @@ def _close_all() -> None:
 # -- forked children ------------------------------------------------------------------------------
 
 _gc_was_enabled = False
+_forking = 0  # forks under way in this process (threads may fork at once)
+_fork_lock = threading.Lock()
 
 
 def _before_fork() -> None:
-    global _gc_was_enabled
-    _gc_was_enabled = gc.isenabled()
-    gc.disable()
+    global _gc_was_enabled, _forking
+    with _fork_lock:
+        if _forking == 0:
+            _gc_was_enabled = gc.isenabled()
+        _forking += 1
+        gc.disable()
 
 
 def _after_fork_in_parent() -> None:
-    if _gc_was_enabled:
-        gc.enable()
+    global _forking
+    with _fork_lock:
+        _forking -= 1
+        if _forking == 0 and _gc_was_enabled:
+            gc.enable()
 
 
 def _neutralise_inherited() -> None:
     """In a forked child: make the parent's pipelines inert (see the module's docstring) and
     forget the parent's loaders, reaper and exit work."""
-    global _reaper, _queue, _owner_pid, _lock
+    global _reaper, _queue, _owner_pid, _lock, _fork_lock, _forking
     try:
         dali = sys.modules.get("nvidia.dali.pipeline")
         pipes = getattr(getattr(dali, "Pipeline", None), "_pipes", None)
@@ -210,6 +217,8 @@ def _neutralise_inherited() -> None:
         _reaper, _queue, _lock = None, queue.SimpleQueue(), threading.Lock()
         _owner_pid = os.getpid()
     finally:
+        # Another thread of the parent may have held these at the fork; it does not exist here.
+        _fork_lock, _forking = threading.Lock(), 0
         if _gc_was_enabled:
             gc.enable()
 
