@@ -292,10 +292,9 @@ class _Emitter:
         return self.vector(lanes)
 
     def _full(self, n: Node) -> Any:
-        from nvidia.dali import fn
 
         a, v = n.args
-        zeros = fn.zeros_like(self.value(a), dtype=_dali_type(n.dtype))
+        zeros = _zeros_like(self.value(a), _dali_type(n.dtype))
         return binary("add", *_on_device(zeros, self.value(v)), n.dtype)
 
     # -- layout
@@ -408,7 +407,7 @@ class _Emitter:
             return fn.erase(data, anchor=anchor, shape=shape, axes=axes,
                             fill_value=fn.cast(self.value(v), dtype=types.FLOAT))
         # Values float32 cannot hold exactly: erase a mask, then select.
-        mask = fn.erase(fn.zeros_like(data, dtype=types.UINT8), anchor=anchor, shape=shape,
+        mask = fn.erase(_zeros_like(data, types.UINT8), anchor=anchor, shape=shape,
                         axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
 
@@ -550,6 +549,14 @@ def _exact_float64_of_int(a: Node) -> Node | None:
     if lo is None or up is None or lo < -(2**53) or up > 2**53:
         return None
     return x
+
+
+def _zeros_like(data: Any, dtype: Any) -> Any:
+    """Zeros of ``data``'s shape, on ``data``'s device: DALI 2.4's ``fn.zeros_like`` runs on
+    the CPU only. ``(x == x) & (x != x)`` is false for every ``x``, NaN included."""
+    from nvidia.dali import fn
+
+    return fn.cast((data == data) & (data != data), dtype=dtype)
 
 
 def _constant_node(value: Any, dt: np.dtype) -> Any:
