@@ -2168,7 +2168,7 @@ def trace_op(op: Any) -> Traced:
         if found is not None:
             got = TraceError(*found)
             _CACHE[op] = got
-    key = op_key(op, (MAX_PATHS, MAX_FACT_STEPS)) if got is None else None
+    key = op_key(op, (MAX_PATHS, MAX_FACT_STEPS, MAX_TRACE_SECONDS)) if got is None else None
     if got is None and key is not None:
         got = CACHE.get(key, lambda v: isinstance(v, TraceError))
     if got is None:

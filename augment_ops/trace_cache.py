@@ -114,9 +114,11 @@ def _lines(code: types.CodeType) -> tuple:
 
 def _function_key(fn: types.FunctionType, where: list | None, seen: set) -> tuple:
     code = fn.__code__
-    if id(code) in seen:  # recursion: the function is keyed already
+    # By the function object, not its code: closures made by one factory share their code and
+    # differ in their cells, and each must be keyed with its own.
+    if id(fn) in seen:  # recursion, or reached again: the function is keyed already
         return ("recursive", code.co_filename, code.co_name)
-    seen.add(id(code))
+    seen.add(id(fn))
     if where is not None:
         where.append(_lines(code))
     names, attrs = _names(code)
@@ -150,6 +152,11 @@ def _global_key(v: Any, names: frozenset[str], where: list | None, seen: set) ->
     return _value_key(v, where, seen)
 
 
+#: What a library's name fixes: its functions (numpy's public ones are dispatcher objects) and
+#: its types.
+_NAMED = (types.BuiltinFunctionType, types.FunctionType, type, type(np.clip))
+
+
 def _value_key(v: Any, where: list | None, seen: set) -> Any:
     t = type(v)
     if t in _SCALARS:
@@ -180,8 +187,10 @@ def _value_key(v: Any, where: list | None, seen: set) -> Any:
     if isinstance(v, types.ModuleType) and _is_library(v.__name__):
         return ("module", v.__name__)
     module = getattr(v, "__module__", None)
-    if callable(v) and _is_library(module):
-        # numpy's and the standard library's functions and types: fixed by the versions
+    if isinstance(v, _NAMED) and _is_library(module):
+        # numpy's and the standard library's functions and types: fixed by the versions. Only
+        # these: an instance of a library class (functools.partial, np.vectorize) carries values
+        # its name does not say.
         return ("named", module, getattr(v, "__qualname__", None) or v.__name__)
     if isinstance(v, types.FunctionType):
         return _function_key(v, where, seen)

@@ -301,3 +301,46 @@ def test_a_traced_graph_pickles_without_its_facts():
     back = pickle.loads(pickle.dumps(graph))
     assert len(list(back.nodes())) == len(list(graph.nodes()))
     assert not any(n.facts for n in back.nodes())
+
+
+def _divider(k):
+    def h(x):
+        return x // k
+    return h
+
+
+def _two_closures(f, g):
+    def op(img):
+        return f(img) - g(img)
+    return op
+
+
+def test_closures_of_one_factory_are_keyed_each_with_its_own_cells():
+    f = _divider(1)
+    a = augment_ops.Op(name="cost_closures_a", fn=_two_closures(f, _divider(2)))
+    b = augment_ops.Op(name="cost_closures_b", fn=_two_closures(f, _divider(4)))
+    assert op_key(a)[0] != op_key(b)[0]
+    assert trace_op(a) is not trace_op(b)
+    img = pattern_image(0, 9, 7)
+    for op, k in ((a, 2), (b, 4)):
+        assert np.array_equal(op.fn(img), img - img // k)
+
+
+def test_library_objects_carrying_values_are_not_keyed_by_their_name():
+    import functools
+    import operator
+
+    def op_with(h):
+        def op(img):
+            return h(img)
+        return op
+
+    for h1, h2 in ((functools.partial(operator.floordiv, 2), functools.partial(operator.floordiv,
+                                                                              3)),
+                   (np.vectorize(lambda x: x // 2), np.vectorize(lambda x: x // 3))):
+        a = augment_ops.Op(name="cost_lib_a", fn=op_with(h1))
+        b = augment_ops.Op(name="cost_lib_b", fn=op_with(h2))
+        # Without a key of their own they are cached per op object (or refused), never shared.
+        ka, kb = op_key(a), op_key(b)
+        assert ka is None or kb is None or ka[0] != kb[0]
+        augment_ops.explain(a)  # never raises: traced or refused with a reason
