@@ -198,6 +198,7 @@ def test_reader_that_never_starts_is_a_bounded_wait_with_a_clear_error(tmp_path)
             print("message", e)
         print("running", ld.running, "children", sorted(children()))
         stall[0] = False
+        extsrc._dali.run.BUILD_TIMEOUT = 120.0  # the rebuild must not race a short limit
         print("batches", sum(1 for _ in ld))
         ld.close()
     """)
@@ -264,3 +265,28 @@ def test_worker_start_error_is_a_worker_died_error():
     assert isinstance(e, WorkerDiedError) and isinstance(e, RuntimeError)
     assert (e.pids, e.timeout) == ((11, 12), 5.0)
     assert "pids: 11, 12" in str(e) and "within 5 s" in str(e)
+
+
+def test_reader_that_dies_at_start_is_reported_without_waiting_for_the_build_limit(tmp_path):
+    """A reader process that exits while pipe.build() waits for it gives extsrc's
+    WorkerDiedError (with its exit code when the watchdog saw it alive first) instead of DALI's
+    bare RuntimeError or a wait until BUILD_TIMEOUT."""
+    res = _script(tmp_path, """
+        from extsrc.errors import WorkerDiedError
+        extsrc._dali.run.BUILD_TIMEOUT = 3600.0
+        ld = Loader(manifest, batch_size=4, resize=16, num_workers=2, num_threads=1, device="cpu")
+        die = [True]
+        os.register_at_fork(after_in_child=lambda: die[0] and os._exit(3))
+        try:
+            iter(ld)
+        except WorkerDiedError as e:
+            print("raised", "did not start" in str(e))
+        die[0] = False
+        print("children", sorted(children()))
+        print("batches", sum(1 for _ in ld))
+        ld.close()
+    """)
+    assert res.returncode == 0, res.stderr
+    assert "raised True" in res.stdout, res.stdout
+    assert "children []" in res.stdout, res.stdout
+    assert "batches 2" in res.stdout, res.stdout

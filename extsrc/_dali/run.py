@@ -50,6 +50,14 @@ class WorkersDied(Exception):
         self.dead = dead
 
 
+def _not_started(dead: list[tuple[int, int]]) -> WorkerDiedError:
+    codes = "; ".join(f"pid {pid} exited with code {code}" for pid, code in dead)
+    return WorkerDiedError(
+        f"DALI's worker processes did not start{': ' + codes if codes else ''}. All of them were "
+        "stopped; iterating again builds the pipeline again"
+    )
+
+
 class PipelineRun:
     """Build ``pipe`` and iterate it as dicts of torch tensors named ``output_names``.
 
@@ -98,25 +106,33 @@ class PipelineRun:
         procs: list[Any] = []
         try:
             while not wait([future], 0.2).done:
-                procs = [p for p in multiprocessing.active_children() if p not in before]
+                # Kept from poll to poll: active_children() reaps a child that has exited and
+                # leaves it out, so a reader that died would never be seen as dead.
+                procs += [p for p in multiprocessing.active_children()
+                          if p not in before and p not in procs]
                 dead = exited(procs)
                 now = time.monotonic()
                 if dead:
                     dead_since = dead_since or now
                 if dead and now - dead_since >= DEAD_WORKER_GRACE:
                     self._abandon_build(future, procs)
-                    raise WorkerDiedError(
-                        "DALI's worker processes did not start: "
-                        + "; ".join(f"pid {pid} exited with code {code}" for pid, code in dead)
-                        + ". All of them were stopped; iterating again builds the pipeline again"
-                    )
+                    raise _not_started(dead)
                 if now >= deadline:
                     self._abandon_build(future, procs)
                     raise WorkerStartError(pids=[p.pid for p in procs], timeout=BUILD_TIMEOUT)
         except KeyboardInterrupt:
             self._abandon_build(future, procs)
             raise
-        future.result()
+        try:
+            future.result()
+        except Exception as e:
+            # DALI noticed first ("Workers initialization failed"): the same error, with the
+            # exit codes of the readers seen exit.
+            if not ("initialization failed" in str(e) or exited(procs)):
+                raise
+            stop_processes(procs)
+            raise _not_started(exited(procs)) from e
+
 
     def _abandon_build(self, future: Future[Any], procs: list[Any]) -> None:
         """Stop the workers a build waits for (DALI's observer then ends the wait) and give the
