@@ -92,6 +92,19 @@ class Problem:
         )
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it process-wide, and a
+    file another thread creates meanwhile would get the temporary value)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022  # the usual one, where /proc does not say
+
+
 @dataclass(frozen=True, eq=False)
 class ValidationReport:
     """What :func:`validate` found. ``problems`` are in manifest order; ``ok_indices`` (read-only
@@ -200,9 +213,7 @@ class ValidationReport:
         paths = [_written_path(p, base, out_dir) for p in m.paths]
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
         try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+            os.fchmod(fd, 0o666 & ~_umask())  # as open() would have made it, not mkstemp's 0600
             with open(fd, "w", newline="", encoding="utf-8") as f:
                 w = csv.writer(f, lineterminator="\n")
                 w.writerow(["path", *names])
