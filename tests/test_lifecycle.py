@@ -175,7 +175,9 @@ def _script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
         from extsrc import Loader
         manifest = {str(manifest)!r}
     """) + textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The repo first, and whatever the interpreter was given besides (where DALI may live).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, env=env, cwd=tmp_path)
 
