@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 import types
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace_cache import CACHE, clear_trace_cache, op_key
+from augment_ops.trace_cache import CACHE, PER_OP, clear_trace_cache, op_key
 
 __all__ = [
     "MAX_PATHS",
@@ -2142,7 +2141,7 @@ def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tu
 
 
 # -- ops ---------------------------------------------------------------------------------------
-_CACHE: weakref.WeakKeyDictionary[Any, Traced | TraceError] = weakref.WeakKeyDictionary()
+_CACHE = PER_OP  # per op object: ops reading a value without a key (trace_cache)
 
 
 def trace_op(op: Any) -> Traced:

@@ -27,6 +27,7 @@ import sys
 import sysconfig
 import threading
 import types
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -259,6 +260,9 @@ class TraceCache:
 
 #: The process's cache (see :func:`augment_ops.trace.trace_op`).
 CACHE = TraceCache()
+#: Graphs (or refusals) per op object, for ops reading a value that has no key; the tracer
+#: fills it, :func:`clear_trace_cache` empties it with :data:`CACHE`.
+PER_OP: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def clear_trace_cache() -> None:
@@ -266,7 +270,5 @@ def clear_trace_cache() -> None:
 
     Not needed for correctness (a changed op gets a new graph); it frees the memory, or makes a
     loader trace anew to time or debug the tracer."""
-    from augment_ops import trace
-
     CACHE.clear()
-    trace._CACHE.clear()
+    PER_OP.clear()

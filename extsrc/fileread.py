@@ -28,7 +28,7 @@ import os
 import stat
 
 from extsrc.errors import PathOutsideRootError, SampleReadError
-from extsrc.folders import reworded_fix
+from extsrc.folders import file_kind, reworded_fix
 from extsrc.textsafe import shown
 
 __all__ = [
@@ -142,20 +142,6 @@ def check_max_file_bytes(value: object, name: str = "max_file_bytes") -> int | N
     return int(value)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def _real_path(fd: int, path: str) -> str:
     try:  # Linux: where the open descriptor really points, in one syscall, without races
         return os.readlink(f"/proc/self/fd/{fd}")
@@ -213,7 +199,7 @@ def open_regular(
             raise FileReadProblem("is_directory", "is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
             raise FileReadProblem(
-                "not_a_file", f"{_kind(st.st_mode)}, not a regular file"
+                "not_a_file", f"{file_kind(st.st_mode)}, not a regular file"
             )
         if root_real is not None:
             real = _real_path(fd, path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,8 @@ from extsrc.textsafe import shown
 if TYPE_CHECKING:
     from extsrc.manifest import Manifest
 
-__all__ = ["IMAGE_EXTENSIONS", "is_folder_source", "read_folder", "reworded_fix", "sample_where"]
+__all__ = ["IMAGE_EXTENSIONS", "file_kind", "is_folder_source", "read_folder", "reworded_fix",
+           "sample_where"]
 
 #: File extensions (lower case) listed by default: the image formats DALI's decoder reads.
 IMAGE_EXTENSIONS: tuple[str, ...] = (
@@ -125,6 +127,21 @@ def _walk_files(folder: str, exts: tuple[str, ...], ancestors: tuple[tuple[int, 
             skipped.append(e.path)
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, from its ``st_mode``, for messages."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
 def _refuse_special(entry: os.DirEntry[str]) -> None:
     """Refuse an image-named entry that is not a regular file (symlinks followed): a FIFO, a
     socket or a device. Reading a FIFO blocks until something writes to it, a device may never
@@ -135,10 +152,8 @@ def _refuse_special(entry: os.DirEntry[str]) -> None:
         mode = entry.stat().st_mode
     except OSError:
         return  # a dangling link: reading it says the file is missing
-    from extsrc.fileread import _kind  # here: extsrc.fileread imports this module
-
     raise ManifestError(
-        f"folder entry {shown(entry.path)} is {_kind(mode)}, not a regular file, but has an "
+        f"folder entry {shown(entry.path)} is {file_kind(mode)}, not a regular file, but has an "
         "image extension: reading it could block forever or never end. Remove it from the "
         "dataset folder (or give it a name without an image extension)"
     )
