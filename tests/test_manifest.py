@@ -979,3 +979,46 @@ def test_windows_drive_letters_and_colons_are_not_urls(tmp_path: Path) -> None:
     m = Manifest.from_lists([r"C:\data\a.jpg", "C:/data/b.jpg", "x:y/c.jpg", "d://e.jpg"],
                             [0, 1, 2, 3], root=tmp_path)
     assert len(m) == 4
+
+
+# -- the split without pandas agrees with pandas' ----------------------------------------------
+# Characters that separate, pad or only look like whitespace (a no-break space, a vertical tab,
+# a form feed, a line separator are data to pandas), with a few ordinary ones.
+_CELL_CHARS = st.sampled_from([*"ab1.#/,\t ", "\xa0", "\x0b", "\x0c", "\u2028", "é"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.text(_CELL_CHARS, min_size=1, max_size=12), min_size=1, max_size=8),
+       sep=st.sampled_from([",", "\t", r"\s+"]))
+def test_plain_split_gives_the_cells_pandas_gives(lines, sep):
+    from extsrc import manifest as mf
+
+    texts = [t.strip() if sep == r"\s+" else t for t in lines]
+    if not all(t.strip() for t in texts):
+        return  # blank lines never reach the split
+    data = list(enumerate(texts, start=1))
+    width = mf._max_fields(texts, sep)
+    plain = mf._split_plain(texts, sep, width)
+    assert plain is not None  # no quote: the split without pandas takes every such text
+    assert plain == mf._split_csv("m.csv", data, texts, sep, width)
+
+
+def test_reading_a_plain_manifest_does_not_import_pandas(tmp_path: Path) -> None:
+    """pandas is imported only for what needs its parser: quoted fields, other separators."""
+    import subprocess
+    import sys
+
+    (tmp_path / "plain.csv").write_text("path,label\na.jpg,3\nb.jpg,0,\n")
+    (tmp_path / "plain.txt").write_text("a.jpg 3\n  b.jpg\t0\n")
+    (tmp_path / "quoted.csv").write_text('"a, b.jpg",3\n')
+    script = (
+        "import sys, extsrc\n"
+        f"for name in ('plain.csv', 'plain.txt'):\n"
+        f"    extsrc.read_manifest({str(tmp_path)!r} + '/' + name)\n"
+        "print('pandas' in sys.modules)\n"
+        f"m = extsrc.read_manifest({str(tmp_path)!r} + '/quoted.csv')\n"
+        "print('pandas' in sys.modules, m.paths[0].endswith('a, b.jpg'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split() == ["False", "True", "True"]
