@@ -255,7 +255,8 @@ class Loader:
         self.position = ReadPosition(len(self.source))
         workers = self.config.op_pool_size
         #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
-        #: thread); its workers start with the first batch and end with :meth:`close`.
+        #: thread); its workers start with the first batch (for the host resize alone, the
+        #: second: see hostresize.ResizeOnly) and end with :meth:`close`.
         self.op_pool = (OpPool(workers, self.config.op_pool, self.config.op_timeout)
                         if workers else None)
         # Holds the built DALI pipeline (``_run``, kept across epochs) and the op pool, so that

@@ -377,9 +377,40 @@ class OpPool:
         per chunk, while the other chunks still run)."""
         ids = [(int(info[0]), int(info[1])) for info in infos]
         with self._lock:
-            if self.kind == "thread":
+            if self.kind == "thread" or (getattr(runner.op, "in_threads", False)
+                                         and not self._processes_ready(runner)):
                 return self._run_threads(runner, images, ids)
             return self._run_processes(runner, images, ids, copy_in, copied, on_outputs)
+
+    def _processes_ready(self, runner: BatchOpRunner) -> bool:
+        """Whether every worker process has loaded ``runner``'s op, for an op that may run in
+        threads of this process meanwhile (``in_threads``: extsrc's own host resize, see
+        :class:`extsrc.hostresize.ResizeOnly`); starts the workers and sends them the op
+        without waiting for them. The first batches of a loader then take no interpreter's
+        start (0.2 s on a 2-core machine, more with more workers starting at once), and the
+        later ones run in processes, which scale past the GIL-held parts of a resize. The
+        workers start after the first such batch, which keeps the cores for itself."""
+        if not self._procs and not self._threads:
+            return False
+        self._start()
+        key, payload = self._key(runner)
+        try:
+            for w in self._procs:
+                if w.register(key, payload):
+                    self._mapped(w.outputs[key])
+            waiting = {w.sock.fileno(): w for w in self._procs if w.loading}
+            if not waiting:
+                return True
+            poller = select.poll()
+            for fd in waiting:
+                poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(0):  # between batches, only "ready" replies can be due
+                reply, _ = recv_message(waiting[fd].sock)
+                if reply[0] == "ready":
+                    waiting[fd].loading -= 1
+        except (EOFError, OSError):
+            return True  # a worker ended: the process path reports how, naming the samples
+        return not any(w.loading for w in self._procs)
 
     def _run_threads(self, runner: BatchOpRunner, images: Sequence[Any],
                      ids: list[tuple[int, int]]) -> list[tuple[Any, ...]]:

@@ -573,3 +573,64 @@ def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
     with mock.patch("extsrc.config.cores_per_process", return_value=64):  # scales with them
         pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
         assert (pooled.threads, pooled.workers) == (8, 4)
+
+
+def test_host_resize_runs_in_threads_until_the_workers_are_up_with_the_same_pixels(
+        tmp_path, monkeypatch):
+    """extsrc's own resize-only step takes no interpreter's start: its first batch runs in
+    threads of this process before any worker exists, the workers start from the second, and
+    once they have loaded the step it runs in them; every batch has the pixels of one thread."""
+    from extsrc.hostresize import HostResize, ResizeOnly
+    from extsrc.manifest import read_manifest
+    from extsrc.oppaths import BatchOpRunner
+
+    manifest = read_manifest(write_dataset(tmp_path, 6, size=(33, 47)))
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (30 + i, 40 - i, 3), dtype=np.uint8) for i in range(6)]
+    infos = [np.array([i, 0, 0]) for i in range(6)]
+    step = ResizeOnly(HostResize((12, 16)))
+    expected = [step.apply(img) for img in images]
+    in_processes = []
+    run_processes = OpPool._run_processes
+    monkeypatch.setattr(OpPool, "_run_processes", lambda self, *a, **kw: (
+        in_processes.append(1), run_processes(self, *a, **kw))[1])
+    before = children()
+    pool = OpPool(2, "process")
+    runner = BatchOpRunner(step, seed=0, manifest=manifest, pool=pool)
+    try:
+        out = pool.run(runner, images, infos)
+        assert pool.pids == [] and not in_processes  # the first batch: threads, no process
+        for got, want in zip(out, expected, strict=True):
+            np.testing.assert_array_equal(got[0], want[0])
+        batches = 1
+        deadline = time.monotonic() + 120
+        while not in_processes and time.monotonic() < deadline:
+            out = pool.run(runner, images, infos)
+            batches += 1
+            assert len(pool.pids) == 2  # started from the second batch on
+            for got, want in zip(out, expected, strict=True):
+                np.testing.assert_array_equal(got[0], want[0])
+        assert in_processes and batches >= 2  # the workers took over
+        out = pool.run(runner, images, infos)
+        for got, want in zip(out, expected, strict=True):
+            np.testing.assert_array_equal(got[0], want[0])
+        assert len(in_processes) == 2  # and keep it
+    finally:
+        pool.close()
+    assert children() - before == set()
+
+
+def test_cpu_loader_without_ops_gives_the_serial_batches_with_an_op_pool(tmp_path):
+    """Resizing in threads while the workers start, then in them: the batches of one thread."""
+    manifest = write_dataset(tmp_path, 30, size=(33, 47))
+
+    def batches(**kw):
+        with extsrc.Loader(manifest, batch_size=4, resize=(12, 16), device="cpu", seed=2,
+                           **kw) as loader:
+            return [{k: v.clone() for k, v in b.items()} for _ in range(3) for b in loader]
+
+    serial, pooled = batches(op_workers=0), batches(op_workers=2)
+    assert len(serial) == len(pooled) == 24
+    for a, b in zip(serial, pooled, strict=True):
+        for k in a:
+            assert a[k].equal(b[k]), k
