@@ -98,7 +98,7 @@ class Loader:
     reports the choice. Ops on the numpy path run for the samples of a batch in parallel:
     ``op_workers`` (``None``: the cores this process may use, its CPU affinity divided by
     ``LOCAL_WORLD_SIZE`` under torchrun; ``0``: one after another in DALI's thread) worker
-    processes (``op_pool="process"``, started at the first batch, ended by :meth:`close`) or
+    processes (``op_pool="process"``, started as the pipeline is built, ended by :meth:`close`) or
     threads (``op_pool="thread"``: no copies, for ops that release the GIL, as numpy's array
     loops and OpenCV do). The batches are the same whatever the number of workers.
     ``op_timeout`` (seconds per sample, default ``None``: no limit) stops an op that never
@@ -255,8 +255,8 @@ class Loader:
         self.position = ReadPosition(len(self.source))
         workers = self.config.op_pool_size
         #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
-        #: thread); its workers start with the first batch (for the host resize alone, the
-        #: second: see hostresize.ResizeOnly) and end with :meth:`close`.
+        #: thread); its workers start as the pipeline is built (for the host resize alone, at
+        #: the second batch: see hostresize.ResizeOnly) and end with :meth:`close`.
         self.op_pool = (OpPool(workers, self.config.op_pool, self.config.op_timeout)
                         if workers else None)
         # Holds the built DALI pipeline (``_run``, kept across epochs) and the op pool, so that
@@ -474,6 +474,8 @@ class Loader:
                 self.source = self._make_source(epoch, batch)
             c = self.config
             pipe = self._build_pipeline()
+            if self.op_pool is not None and c.numpy_ops:
+                self.op_pool.start()  # the workers' interpreters start while DALI builds
             self.pipeline_builds += 1
             self._run = PipelineRun(
                 pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,

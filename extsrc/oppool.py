@@ -508,6 +508,14 @@ class OpPool:
             self._keys[k] = known
         return known[1], known[2]
 
+    def start(self) -> None:
+        """Start the worker processes now, without waiting for them (a loader calls it before
+        DALI builds its pipeline, so that the interpreters start meanwhile); the first batch
+        otherwise starts them."""
+        if self.kind == "process":
+            with self._lock:
+                self._start()
+
     def _start(self) -> None:
         self.closing = False
         if not self._procs:
