@@ -73,8 +73,11 @@ def _versions() -> tuple[str, ...]:
                 continue
         return "?"
 
-    dali = next((d.version for d in metadata.distributions()
-                 if (d.metadata["Name"] or "").lower().startswith("nvidia-dali")), "?")
+    # The imported DALI's own version: finding its distribution among all installed ones took
+    # 0.05-0.09 s of a loader's first trace.
+    dali = getattr(sys.modules.get("nvidia.dali"), "__version__", None) or next(
+        (d.version for d in metadata.distributions()
+         if (d.metadata["Name"] or "").lower().startswith("nvidia-dali")), "?")
     return (sys.version, np.__version__, dali, version("extsrc"))
 
 
