@@ -355,7 +355,7 @@ def validate(
     decode: bool = True,
     n_jobs: int = -1,
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    progress: bool = True,
+    progress: bool | float = True,
     chunk_size: int | None = None,
     max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
     media: Literal["auto", "image", "video"] = "auto",
@@ -383,7 +383,9 @@ def validate(
             in this process); they end before ``validate`` returns.
         max_pixels: largest pixel count a header may declare (decompression-bomb guard);
             ``None``: no limit. The loader uses the same default.
-        progress: show a tqdm progress bar (on stderr).
+        progress: show a tqdm progress bar (on stderr); a float of seconds: show it once
+            validating has taken that long (a Loader's ``on_error="skip"`` passes
+            :data:`extsrc.slowstart.SLOW_SECONDS`: no bar for a quick check).
         chunk_size: files per task; default: enough for ~8 tasks per worker, at most
             4096 (256 with ``decode``) so the progress bar moves.
         max_file_bytes: largest file read (default 256 MiB, as the loader's); a larger one is
@@ -430,6 +432,11 @@ def validate(
             f"{type(manifest).__name__}"
         )
     decode = check_bool(decode, "validate: decode")
+    delay = 0.0
+    if isinstance(progress, float):  # an int stays refused: progress=1 reads as True
+        if not (progress >= 0 and math.isfinite(progress)):
+            raise ValueError(f"validate: progress must be a bool or seconds >= 0, got {progress!r}")
+        delay, progress = float(progress), True
     progress = check_bool(progress, "validate: progress")
     cpus = os.cpu_count() or 1
     n_jobs = check_int(n_jobs, "validate: n_jobs", minimum=-cpus, maximum=max(64, 8 * cpus),
@@ -471,7 +478,7 @@ def validate(
     args = (decode, max_pixels, root_real, max_file_bytes)
     found: dict[int, tuple[str, str]] = {}
     with tqdm(total=n, unit="file", desc="extsrc.validate", disable=not progress,
-              smoothing=0.1) as bar:
+              smoothing=0.1, delay=delay) as bar:
         bar.update(len(lexical_out))
         for s, chunk_found in _run_chunks(paths, starts, size, args, workers):
             for k, reason, message in chunk_found:

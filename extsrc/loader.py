@@ -45,6 +45,7 @@ from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
+from extsrc.slowstart import SLOW_SECONDS, stage
 from extsrc.source import ShardedSource
 from extsrc.state import (
     FILLED_IN_ORDER,
@@ -244,7 +245,9 @@ class Loader:
         # The manifest indices read (on_error="skip": the good samples), None: all of them.
         self._indices: Any = None
         if on_error == "skip":
-            self._indices = self._skip_bad(manifest, validate_kwargs)
+            with stage(f"checking the {len(manifest):,} files of {manifest.source} "
+                       "(on_error='skip')"):
+                self._indices = self._skip_bad(manifest, validate_kwargs)
         else:
             manifest.check_root()
         check_batch_for_samples(
@@ -477,10 +480,13 @@ class Loader:
             if self.op_pool is not None and c.numpy_ops:
                 self.op_pool.start()  # the workers' interpreters start while DALI builds
             self.pipeline_builds += 1
-            self._run = PipelineRun(
-                pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
-                device_id=c.device_id, watchdog=self.watchdog,
-            )
+            readers = f"{c.workers} reader process{'es' if c.workers > 1 else ''}, {c.method}"
+            with stage(f"building the DALI pipeline ({readers})" if c.workers else
+                       "building the DALI pipeline"):
+                self._run = PipelineRun(
+                    pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
+                    device_id=c.device_id, watchdog=self.watchdog,
+                )
         return self._run
 
     #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`), and the
@@ -528,8 +534,9 @@ class Loader:
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.
+        # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
         defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process(),
-                    "max_file_bytes": self.max_file_bytes}
+                    "max_file_bytes": self.max_file_bytes, "progress": SLOW_SECONDS}
         report = validate(manifest, **{**defaults, **dict(kwargs or {})})
         self.validation = report
         self.skipped = report.problems

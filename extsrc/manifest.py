@@ -37,6 +37,7 @@ import numpy as np
 
 from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
+from extsrc.slowstart import stage
 from extsrc.textsafe import shown
 
 __all__ = ["Manifest", "read_manifest"]
@@ -503,6 +504,17 @@ def read_manifest(
 
         return read_folder(source, root=root, allow_outside_root=allow_outside_root)
     where = shown(source)  # the manifest's name as messages show it
+    with stage(f"reading the manifest {where}"):
+        return _read_file(source, where, root=root, sep=sep, path_col=path_col,
+                          label_cols=label_cols, header=header, check_files=check_files,
+                          allow_outside_root=allow_outside_root)
+
+
+def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
+               sep: str | None, path_col: ColumnSpec | None, label_cols: LabelColsSpec | None,
+               header: HeaderSpec, check_files: bool, allow_outside_root: bool) -> Manifest:
+    """:func:`read_manifest` of a manifest file, its arguments checked (``where``: the file's
+    name as messages show it)."""
     text = _read_text(source)
     # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
     physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")

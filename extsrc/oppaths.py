@@ -44,6 +44,7 @@ from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
 from extsrc.opworker import apply_sample, failure_info
 from extsrc.seeding import counter_uniform, name_salt, sample_rng
+from extsrc.slowstart import stage
 
 if TYPE_CHECKING:
     from augment_ops.lower_dali import CheckLayout, SampleScalars
@@ -155,7 +156,8 @@ def choose_paths(
                 )
             chosen[op.name] = want
             continue
-        offered = [p for p in op.paths if p != "gpu" or gpu]
+        with stage(f"tracing op '{op.name}' into DALI operators"):
+            offered = [p for p in op.paths if p != "gpu" or gpu]
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
         if (choice == "native" and not gpu and (op.num_outputs > 1 or computes_on_pixels(op))
