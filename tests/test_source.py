@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from helpers import write_dataset
 
+from extsrc._dali.build import build, overlaps
 from extsrc.errors import SampleReadError
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.sharding import shard_plan
@@ -271,7 +272,9 @@ def test_parallel_external_source_in_dali(manifest, start_method):
             source=src, num_outputs=3, batch=True, batch_info=True, parallel=True
         )
         pipe.set_outputs(*outs)
-    pipe.build()
+    # spawn: the readers start on another thread while DALI builds its operators
+    assert overlaps(pipe) == (start_method == "spawn")
+    build(pipe)
     try:
         for epoch in range(2):
             plan = shard_plan(11, batch_size=batch_size, shard_id=1, num_shards=2, epoch=epoch,

@@ -6,7 +6,8 @@ shared queue waits for its acknowledgement, DALI blocks forever. So with worker 
 thread checks that the workers live; when one has been dead for :data:`DEAD_WORKER_GRACE`
 seconds the watchdog stops the others, wakes the blocked call and raises :class:`WorkersDied`.
 
-``pipe.build()`` starts the worker processes and waits until each reports ready; it runs on the
+``pipe.build()`` starts the worker processes and waits until each reports ready
+(:func:`extsrc._dali.build.build` starts them while DALI builds its operators); it runs on the
 same helper thread, watched the same way, and gives up after :data:`BUILD_TIMEOUT` seconds with
 :class:`~extsrc.errors.WorkerStartError`. When the run is closed, or the loader holding it is
 collected (:mod:`extsrc._dali.lifecycle`), the pipeline is shut down explicitly; a pipeline whose
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
+from extsrc._dali.build import build
 from extsrc._dali.lifecycle import keep_forever
 from extsrc._dali.workers import (
     exited,
@@ -84,7 +86,7 @@ class PipelineRun:
             if watchdog and workers > 0:
                 self._build_watched()
             else:
-                pipe.build()
+                build(pipe)
             # PARTIAL: the source decides batch sizes; DALI must pass short batches through.
             self._iter = DALIGenericIterator(
                 pipe, list(output_names), last_batch_policy=LastBatchPolicy.PARTIAL,
@@ -100,7 +102,7 @@ class PipelineRun:
         of reach until every worker has reported ready)."""
         before = set(multiprocessing.active_children())
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="extsrc-dali")
-        future = self._executor.submit(self.pipe.build)
+        future = self._executor.submit(build, self.pipe)
         deadline = time.monotonic() + BUILD_TIMEOUT
         dead_since = None
         procs: list[Any] = []
