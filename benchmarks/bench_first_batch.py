@@ -49,10 +49,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-VARIANTS = ("dali", "dataloader", "extsrc", "extsrc_builtin", "cutout", "crop_flip", "contrast",
-            "jitter")
+VARIANTS = ("dali", "dali_inline", "dataloader", "extsrc", "extsrc_inline", "extsrc_builtin",
+            "cutout", "crop_flip", "contrast", "jitter")
 STAGES = ("start", "import", "manifest", "construct", "trace", "first_batch", "build",
-          "second_batch", "to_first_batch")
+          "second_batch", "to_first_batch", "images_per_s")
 
 
 # -- users' ops, written as people write them -----------------------------------------------------
@@ -112,7 +112,7 @@ class Clock:
         return self.spent.pop(stage, 0.0)
 
 
-def _bare_dali(manifest: str, args, gpu: bool):
+def _bare_dali(manifest: str, args, gpu: bool, parallel: bool = True):
     from baselines import RawSource, read_pairs
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
@@ -123,10 +123,11 @@ def _bare_dali(manifest: str, args, gpu: bool):
     pipe = Pipeline(batch_size=args.batch_size, num_threads=max(1, min(12, cores - workers)),
                     device_id=0 if gpu else None, seed=0, py_num_workers=workers,
                     py_start_method="spawn" if gpu else "fork")
+    readers = {"parallel": True, "prefetch_queue_depth": workers} if parallel else {}
     with pipe:
         jpegs, labels = fn.external_source(
             source=RawSource(read_pairs(manifest), args.batch_size), num_outputs=2, batch=True,
-            batch_info=True, parallel=True, prefetch_queue_depth=workers)
+            batch_info=True, **readers)
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB)
         img = fn.resize(img, resize_shorter=args.resize)
         img = fn.crop(img, crop=(args.resize, args.resize))
@@ -169,9 +170,30 @@ def _dataloader(manifest: str, args, gpu: bool):
 def _extsrc(manifest, args, gpu: bool, variant: str):
     import extsrc
 
-    transforms = {"extsrc": [], "extsrc_builtin": ["random_hflip"]}.get(variant, [variant])
+    transforms = {"extsrc": [], "extsrc_inline": [], "extsrc_builtin": ["random_hflip"]}.get(
+        variant, [variant])
+    extra = {"num_workers": 0} if variant == "extsrc_inline" else {}
     return extsrc.Loader(manifest, batch_size=args.batch_size, transforms=transforms,
-                         resize=args.resize, device="cuda" if gpu else "cpu")
+                         resize=args.resize, device="cuda" if gpu else "cpu", **extra)
+
+
+def _steady(loader, it, batches: int, gpu: bool) -> float:
+    """Images/s over ``batches`` more batches after the second, across epochs as needed."""
+    import torch
+
+    n, t = 0, time.perf_counter()
+    for _ in range(batches):
+        try:
+            out = next(it)
+        except StopIteration:
+            it = iter(loader)
+            out = next(it)
+        if isinstance(out, (list, tuple)):
+            out = out[0]  # DALI's iterator: one dict per pipeline; a DataLoader: (images, labels)
+        n += len(next(iter(out.values()))) if isinstance(out, dict) else len(out)
+    if gpu:
+        torch.cuda.synchronize()
+    return n / (time.perf_counter() - t)
 
 
 def child(args) -> dict:
@@ -188,7 +210,7 @@ def child(args) -> dict:
         import extsrc
         from augment_ops import trace
         from extsrc._dali import run as dali_run
-    if args.variant not in ("dali", "dataloader"):
+    if args.variant not in ("dali", "dali_inline", "dataloader"):
         register_user_ops()
     out: dict = {"start": wall0 - args.spawned_at, "import": time.perf_counter() - t}
     clock = Clock()
@@ -202,7 +224,7 @@ def child(args) -> dict:
     for phase in ("cold", "warm"):
         stages: dict[str, float] = {}
         t = time.perf_counter()
-        if args.variant in ("dali", "dataloader"):
+        if args.variant in ("dali", "dali_inline", "dataloader"):
             from baselines import read_pairs
 
             read_pairs(args.manifest)
@@ -213,8 +235,8 @@ def child(args) -> dict:
             manifest = extsrc.read_manifest(args.manifest)
         stages["manifest"] = time.perf_counter() - t
         t = time.perf_counter()
-        if args.variant == "dali":
-            loader = _bare_dali(args.manifest, args, gpu)
+        if args.variant.startswith("dali"):
+            loader = _bare_dali(args.manifest, args, gpu, parallel=args.variant == "dali")
         elif args.variant == "dataloader":
             loader = _dataloader(args.manifest, args, gpu)
         else:
@@ -237,6 +259,8 @@ def child(args) -> dict:
         stages["second_batch"] = time.perf_counter() - t
         stages["to_first_batch"] = (stages["manifest"] + stages["construct"]
                                     + stages["first_batch"])
+        if args.steady and phase == "warm":
+            stages["images_per_s"] = _steady(loader, it, args.steady, gpu)
         if hasattr(loader, "op_paths"):
             stages["op_paths"] = loader.op_paths
         del first, it
@@ -252,7 +276,8 @@ def child(args) -> dict:
 def run_child(variant: str, manifest: Path, args) -> dict:
     cmd = [sys.executable, __file__, "--child", variant, "--manifest", str(manifest),
            "--device", args.device, "--batch-size", str(args.batch_size),
-           "--resize", str(args.resize), "--spawned-at", repr(time.time())]
+           "--resize", str(args.resize), "--steady", str(args.steady),
+           "--spawned-at", repr(time.time())]
     if args.dl_workers is not None:
         cmd += ["--dl-workers", str(args.dl_workers)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -284,14 +309,14 @@ def summarise(runs: dict[str, list[dict]]) -> dict:
 def print_table(summary: dict) -> None:
     dali = summary.get("dali", {}).get("cold", {}).get("to_first_batch")
     print(f"{'variant':16}{'import':>8}{'manifest':>9}{'construct':>10}{'trace':>7}"
-          f"{'first':>7}{'build':>7}{'second':>8}{'to 1st':>8}{'/dali':>7}{'warm':>7}")
+          f"{'first':>7}{'build':>7}{'second':>8}{'to 1st':>8}{'/dali':>7}{'warm':>7}{'img/s':>8}")
     for v, row in summary.items():
         c, w = row["cold"], row["warm"]
         ratio = f"{c['to_first_batch'] / dali:7.2f}" if dali else f"{'':7}"
         print(f"{v:16}{row['import']:8.2f}{c['manifest']:9.2f}{c['construct']:10.2f}"
               f"{c['trace']:7.2f}{c['first_batch']:7.2f}{c['build']:7.2f}"
               f"{c['second_batch']:8.2f}{c['to_first_batch']:8.2f}{ratio}"
-              f"{w['to_first_batch']:7.2f}")
+              f"{w['to_first_batch']:7.2f}{w.get('images_per_s', float('nan')):8.0f}")
 
 
 def main(argv=None) -> int:
@@ -303,6 +328,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--dl-workers", type=int, default=None)
+    ap.add_argument("--steady", type=int, default=0,
+                    help="after the warm loader's second batch, time this many more (images/s)")
     ap.add_argument("--data", default="/tmp/extsrc-bench-data")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", default=None)
