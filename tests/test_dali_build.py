@@ -73,3 +73,30 @@ def test_a_built_pipeline_and_a_fork_pipeline_take_dalis_own_build():
         pipe.set_outputs(fn.external_source(source=_FailsInWorker(), batch=True,
                                             batch_info=True, parallel=True))
     assert not overlaps(pipe)  # fork: no thread may be inside DALI's build while it forks
+
+
+class _Zeros:
+    def __call__(self, info):
+        if info.iteration >= 1:
+            raise StopIteration
+        return [np.zeros(3, np.uint8)] * 2
+
+
+@pytest.mark.slow
+def test_the_starting_thread_is_seen_waiting_for_its_workers():
+    """build() lets DALI's C++ build (which holds the GIL) begin only once the thread starting
+    the workers waits for them; that wait is found by the name of DALI's function."""
+    from extsrc._dali.build import _waits_for_workers
+
+    pipe = _pipe(_Zeros())
+    assert overlaps(pipe)
+    starter = threading.Thread(target=pipe.start_py_workers)
+    starter.start()
+    seen = False
+    while starter.is_alive() and not seen:
+        seen = _waits_for_workers(starter)
+    starter.join()
+    assert seen
+    pipe.build()
+    (out,) = pipe.run()
+    assert [np.asarray(out.at(i)).tolist() for i in range(2)] == [[0, 0, 0]] * 2
