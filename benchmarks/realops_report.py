@@ -60,6 +60,11 @@ def few_words(reason: str, limit: int = 58) -> str:
     return one if len(one) <= limit else one[: limit - 3] + "..."
 
 
+def _short(text: str) -> str:
+    """``text`` on one line, with paths inside the repository relative to its root."""
+    return " ".join(text.replace(str(ROOT) + "/", "").split())
+
+
 def _commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
@@ -130,7 +135,7 @@ def report(table: list[dict[str, str]], reasons: bool = False) -> str:
         lines.append("refusal messages:")
         for r in table:
             if r["result"] == "refused":
-                lines.append(f"  {r['name']}: {' '.join(r['message'].split())}")
+                lines.append(f"  {r['name']}: {_short(r['message'])}")
     return "\n".join(lines) + "\n"
 
 
