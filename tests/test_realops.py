@@ -40,13 +40,16 @@ def _params(entries) -> list:
     return [pytest.param(r, id=r.name, marks=pytest.mark.xfail(reason=BROKEN[r.name],
                                                              strict=True))
             if r.name in BROKEN else pytest.param(r, id=r.name) for r in entries]
+
+
 # Odd and even sizes, 1-pixel rows and columns, a 1x1 image (where the op allows it).
 SIZES = [(1, 1), (1, 6), (5, 1), (2, 3), (7, 5), (12, 17), (16, 9)]
 # Distribution check: samples per path, and the largest difference allowed between the two
 # paths' frequencies of an outcome (discrete outcomes) or between the empirical distributions
 # of the output's mean pixel value (two-sample Kolmogorov-Smirnov statistic). With 400 samples a
 # side, the KS statistic of two samples of one continuous distribution exceeds 0.138 with
-# probability 0.001, and a frequency difference exceeds 0.12 with probability below 0.001.
+# probability 0.001, and the frequencies of one outcome (any probability) differ by more than
+# 0.12 with probability below 0.001.
 DIST_SAMPLES = 400
 DIST_TOL = {"frequency": 0.12, "ks": 0.138}
 
