@@ -1,0 +1,151 @@
+"""How much of the corpus of real users' augmentations (``tests/realops``) the tracer lowers.
+
+Prints one row per op (name, library, lowered or refused, the refusal's reason in a few words,
+the construct it falls under), the share lowered per library and overall, and the refusals
+grouped by construct: the work list for making more of them lower. Traces only (no pipeline
+runs); ``tests/test_realops.py`` checks the lowered ops' pixels.
+
+    python benchmarks/realops_report.py            # the table
+    python benchmarks/realops_report.py --reasons  # and each refusal's full message
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Constructs, tried in order on a refusal's message (reason and source line): the first match
+# names the group. Ordered from the specific to the generic.
+GROUPS: list[tuple[str, str]] = [
+    ("cv2 call (OpenCV's own overload error shown)", r"OpenCV"),
+    ("PIL call (AttributeError __array_interface__ shown)", r"__array_interface__"),
+    ("torch call (TypeError naming the tracer's Sym)", r"got Sym"),
+    ("vector draw rng.*(size=...)", r"\(size=\.\.\.\)"),
+    ("rng.shuffle / rng.permutation", r"rng\.(shuffle|permutation)"),
+    ("read of a global dict or a list default", r"a read of the (global|default value)"),
+    ("np.ascontiguousarray", r"ascontiguousarray"),
+    ("np.require in a library helper (albucore sz_lut)", r"np\.require"),
+    ("** (np.power) on an array", r"np\.power"),
+    (">> / << (np.right_shift, np.left_shift)", r"np\.(right|left)_shift"),
+    ("np.histogram / np.cumsum", r"np\.(histogram|cumsum)"),
+    ("isinstance on a draw (numbers.Real, np.generic) takes numpy's other branch",
+     r"Expected `value` to be 1-dimensional|too many indices \(1\) for an array of rank 0"),
+    ("raise / assert on per-sample shapes that numpy never meets",
+     r"^(AssertionError|ValueError): "),
+    ("region assignment of a per-channel list or array", r"an assignment numpy refuses"),
+    ("ndarray.size / ndarray.flags", r"ndarray\.(size|flags)"),
+    ("a new array of a per-sample shape (np.zeros((h + 2p, ...)))", r"needs a concrete int"),
+    ("np.empty_like", r"np\.empty_like"),
+    ("np.pad", r"np\.pad\b"),
+]
+
+
+def group_of(message: str) -> str:
+    """The construct a refusal falls under (its own first words where no group matches)."""
+    for name, pattern in GROUPS:
+        if re.search(pattern, message, flags=re.MULTILINE):
+            return name
+    return "other: " + message.split(" at ")[0][:60]
+
+
+def few_words(reason: str, limit: int = 58) -> str:
+    """The refusal's reason on one line, cut to ``limit`` characters."""
+    one = " ".join(reason.split())
+    return one if len(one) <= limit else one[: limit - 3] + "..."
+
+
+def _short(text: str) -> str:
+    """``text`` on one line, with paths inside the repository relative to its root."""
+    return " ".join(text.replace(str(ROOT) + "/", "").split())
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "tests/realops",
+                                "augment_ops"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" (with uncommitted changes to the tracer or the corpus)" if dirty else "")
+
+
+def rows() -> list[dict[str, str]]:
+    """One dict per op of the corpus: name, library, result, reason, group, source."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT))
+    from realops import corpus
+
+    from augment_ops.trace import TraceError, trace_op
+
+    out = []
+    for entry in corpus():
+        try:
+            trace_op(entry.op)
+        except TraceError as e:
+            out.append({"name": entry.name, "library": entry.library, "result": "refused",
+                        "reason": e.construct, "message": str(e), "group": group_of(str(e)),
+                        "source": entry.source})
+        else:
+            out.append({"name": entry.name, "library": entry.library, "result": "lowered",
+                        "reason": "", "message": "", "group": "", "source": entry.source})
+    return out
+
+
+def report(table: list[dict[str, str]], reasons: bool = False) -> str:
+    import numpy as np
+    from nvidia.dali import __version__ as dali_version
+
+    lines = [f"realops: what augment_ops.trace lowers of {len(table)} augmentations copied "
+             f"from public libraries (tests/realops)",
+             f"commit {_commit()}; numpy {np.__version__}, DALI {dali_version}", ""]
+    width = max(len(r["name"]) for r in table)
+    lib_w = max(len(r["library"]) for r in table)
+    lines.append(f"{'op':<{width}}  {'library':<{lib_w}}  {'result':<7}  first refusal reason")
+    for r in table:
+        lines.append(f"{r['name']:<{width}}  {r['library']:<{lib_w}}  {r['result']:<7}  "
+                     f"{few_words(r['reason'])}")
+    lines.append("")
+    by_lib: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for r in table:
+        by_lib[r["library"]].append(r)
+    lines.append("share lowered by library:")
+    for lib, rs in sorted(by_lib.items(), key=lambda kv: -len(kv[1])):
+        n = sum(r["result"] == "lowered" for r in rs)
+        lines.append(f"  {lib:<{lib_w}}  {n:>2} / {len(rs):<2}")
+    lowered = sum(r["result"] == "lowered" for r in table)
+    lines.append(f"share lowered: {lowered} / {len(table)} = {lowered / len(table):.0%}")
+    lines.append("")
+    groups: dict[str, list[str]] = defaultdict(list)
+    for r in table:
+        if r["result"] == "refused":
+            groups[r["group"]].append(r["name"])
+    lines.append(f"refusals by construct ({len(table) - lowered}):")
+    for name, ops in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"  {len(ops):>2}  {name}: {', '.join(ops)}")
+    if reasons:
+        lines.append("")
+        lines.append("refusal messages:")
+        for r in table:
+            if r["result"] == "refused":
+                lines.append(f"  {r['name']}: {_short(r['message'])}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reasons", action="store_true", help="print each refusal's message")
+    args = parser.parse_args(argv)
+    sys.stdout.write(report(rows(), reasons=args.reasons))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""The tracer against augmentations copied from public libraries (``tests/realops``).
+
+For every op of the corpus: the trace lowers it or refuses it as the op's ``EXPECT`` entry says
+(a regression, a mistrace, and an op that newly lowers all fail until the entry is updated); a
+refusal is a :class:`TraceError` whose location names a line of the op's own source file, never
+another exception leaking out of the tracer. A lowered op's traced graph, run by a real CPU
+DALI pipeline, equals the numpy function exactly on images of odd, even and 1-pixel sizes, with
+a random op's draws fixed (``counter_rng`` replays the native path's counter-based draws on
+numpy); and a random op's outcomes over many samples follow the same distribution on both
+paths (the native path's counter draws against the numpy path's ``np.random.Generator``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import linecache
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+from realops import corpus, expected, known_failures
+
+from augment_ops.lower_dali import SampleScalars, check_layout, emit, sample_scalar_nodes
+from augment_ops.registry import OpContractError
+from augment_ops.trace import TraceError, trace_op
+from extsrc.seeding import counter_rng, counter_uniform, name_salt, sample_rng
+
+SEED = 11
+CORPUS = corpus()
+TABLE = expected()
+BROKEN = known_failures()
+LOWERED = [r for r in CORPUS if TABLE.get(r.name) == "lowers"]
+RANDOM_LOWERED = [r for r in LOWERED if r.op.random]
+
+
+def _params(entries) -> list:
+    """``entries`` as parameters, those of ``KNOWN_FAILURES`` as strict expected failures."""
+    return [pytest.param(r, id=r.name, marks=pytest.mark.xfail(reason=BROKEN[r.name],
+                                                             strict=True))
+            if r.name in BROKEN else pytest.param(r, id=r.name) for r in entries]
+
+
+# Odd and even sizes, 1-pixel rows and columns, a 1x1 image (where the op allows it).
+SIZES = [(1, 1), (1, 6), (5, 1), (2, 3), (7, 5), (12, 17), (16, 9)]
+# Distribution check: samples per path, and the largest difference allowed between the two
+# paths' frequencies of an outcome (discrete outcomes) or between the empirical distributions
+# of the output's mean pixel value (two-sample Kolmogorov-Smirnov statistic). With 400 samples a
+# side, the KS statistic of two samples of one continuous distribution exceeds 0.138 with
+# probability 0.001, and the frequencies of one outcome (any probability) differ by more than
+# 0.12 with probability below 0.001.
+DIST_SAMPLES = 400
+DIST_TOL = {"frequency": 0.12, "ks": 0.138}
+
+
+def _ids(entries) -> list[str]:
+    return [r.name for r in entries]
+
+
+def _source_file(fn) -> str:
+    while hasattr(fn, "__wrapped__"):
+        fn = fn.__wrapped__
+    return inspect.getsourcefile(fn)
+
+
+def test_the_corpus_spans_libraries_and_every_op_has_an_expectation():
+    assert len(CORPUS) >= 45
+    assert len({r.library for r in CORPUS}) >= 6
+    names = [r.name for r in CORPUS]
+    assert len(names) == len(set(names))
+    assert set(BROKEN) <= {r.name for r in LOWERED}, "a known failure of an op that is refused"
+    assert set(names) == set(TABLE), {
+        "without an EXPECT entry": sorted(set(names) - set(TABLE)),
+        "in EXPECT but not in the corpus": sorted(set(TABLE) - set(names))}
+    for value in TABLE.values():
+        assert value == "lowers" or value.startswith("refuses: "), value
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=_ids(CORPUS))
+def test_trace_lowers_or_refuses_as_the_table_says(entry):
+    op, want = entry.op, TABLE[entry.name]
+    try:
+        trace_op(op)
+    except TraceError as e:  # any other exception fails the test: it leaked from the tracer
+        assert want.startswith("refuses: "), f"{entry.name} is refused, EXPECT says {want!r}: {e}"
+        assert re.search(want[len("refuses: "):], str(e)), (want, str(e))
+        m = re.match(r"^(.*?):(\d+)(?:: (.*))?$", e.location)
+        assert m, f"the refusal names no source line: {e.location!r}"
+        path, line, code = m.group(1), int(m.group(2)), m.group(3)
+        assert path == _source_file(op.fn), (path, e.location)
+        assert code and code == linecache.getline(path, line).strip(), e.location
+    else:
+        assert want == "lowers", f"{entry.name} lowers, EXPECT says {want!r}: set it to 'lowers'"
+
+
+def _run_native(traced, op, imgs: list[np.ndarray], index: np.ndarray,
+                epoch: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """``traced`` run by a DALI CPU pipeline on ``imgs`` (one batch, sample k being manifest
+    sample ``index[k]`` in ``epoch[k]``): each sample's outputs."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    nodes = sample_scalar_nodes(traced)
+    salt = name_salt(op.name)
+    scalars = SampleScalars(
+        nodes, lambda i, e, slot: counter_uniform(SEED, e, i, salt, slot))
+    values = scalars(index, epoch) if nodes else []
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                         for a in values]
+        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
+    pipe.build()
+    outs = pipe.run()
+    return [tuple(np.array(o[k]) for o in outs) for k in range(len(imgs))]
+
+
+def _images(sizes) -> list[np.ndarray]:
+    """Random images (every value from 0 to 255 likely), with a black and a white pixel."""
+    imgs = []
+    for k, (h, w) in enumerate(sizes):
+        img = np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=np.uint8)
+        img.reshape(-1)[0] = 0
+        img.reshape(-1)[-1] = 255
+        imgs.append(img)
+    return imgs
+
+
+@pytest.mark.parametrize("entry", _params(LOWERED))
+def test_a_lowered_op_equals_numpy_in_a_dali_pipeline(entry):
+    op = entry.op
+    traced = trace_op(op)
+    sizes = [s for s in SIZES if min(s) >= op.min_size]
+    imgs = _images(sizes) * 2  # each size twice: as two samples, in two epochs
+    n = len(imgs)
+    index = np.arange(n, dtype=np.int64) * 7 + 3
+    epoch = (np.arange(n) >= n // 2).astype(np.int64)
+    refs = []
+    for k, img in enumerate(imgs):
+        rng = counter_rng(SEED, int(epoch[k]), int(index[k]), name_salt(op.name))
+        try:
+            refs.append(op.apply(img, rng if op.random else None))
+        except OpContractError as e:  # an empty output: the native path checks its shape
+            assert "is empty" in str(e) and check_layout(traced).outputs, (img.shape, e)
+            refs.append(None)
+        except Exception:  # numpy raises for this image: the trace must have a guard for it
+            assert traced.guards, f"numpy raises on {img.shape}, the trace has no guard"
+            refs.append(None)
+    keep = [k for k, r in enumerate(refs) if r is not None]
+    assert len(keep) >= 4, "numpy raises on most sizes: give this op a smaller parameter"
+    outs = _run_native(traced, op, [imgs[k] for k in keep], index[keep], epoch[keep])
+    for k, got in zip(keep, outs, strict=True):
+        assert len(got) == len(refs[k]) == op.num_outputs
+        for j, (g, r) in enumerate(zip(got, refs[k], strict=True)):
+            where = f"{op.name} output {j} on {imgs[k].shape}, index {index[k]}"
+            assert g.dtype == r.dtype and g.shape == r.shape, (where, g.dtype, g.shape, r.shape)
+            if op.tolerance:
+                np.testing.assert_allclose(g, r, atol=op.tolerance, rtol=0, err_msg=where)
+            else:
+                np.testing.assert_array_equal(g, r, err_msg=where)
+
+
+def _outcome(outputs: tuple[np.ndarray, ...]) -> str:
+    h = hashlib.sha1()
+    for o in outputs:
+        h.update(repr((o.shape, o.dtype.str)).encode())
+        h.update(np.ascontiguousarray(o).tobytes())
+    return h.hexdigest()
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the two empirical
+    distribution functions."""
+    grid = np.union1d(a, b)
+    fa = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    fb = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.max(np.abs(fa - fb)))
+
+
+@pytest.mark.parametrize("entry", _params(RANDOM_LOWERED))
+def test_a_lowered_random_op_draws_like_numpy(entry):
+    """Over many samples of one image, the native path's outcomes (counter-based draws) and the
+    numpy path's (``np.random.Generator``) match: the same set of outcomes with frequencies
+    within ``DIST_TOL['frequency']`` where they are few, else the output's mean pixel value
+    distributed alike within ``DIST_TOL['ks']``."""
+    op = entry.op
+    traced = trace_op(op)
+    img = _images([(9, 14)])[0]
+    index = np.arange(DIST_SAMPLES, dtype=np.int64)
+    epoch = np.zeros(DIST_SAMPLES, dtype=np.int64)
+    native = _run_native(traced, op, [img] * DIST_SAMPLES, index, epoch)
+    salt = name_salt(op.name)
+    numpy_path = [op.apply(img, sample_rng(SEED, 0, int(i), salt)) for i in index]
+    a = Counter(_outcome(o) for o in native)
+    b = Counter(_outcome(o) for o in numpy_path)
+    if len(a) <= 24 and len(b) <= 24:
+        assert set(a) == set(b), f"outcomes only one path gives: {set(a) ^ set(b)}"
+        worst = max(abs(a[k] - b[k]) for k in a) / DIST_SAMPLES
+        assert worst <= DIST_TOL["frequency"], (worst, a, b)
+    else:
+        def means(outs):
+            return np.array([np.mean([o.astype(np.float64).mean() for o in out])
+                             for out in outs])
+        d = _ks(means(native), means(numpy_path))
+        assert d <= DIST_TOL["ks"], d
