@@ -53,7 +53,7 @@ MAX_PATHS = 16
 CHANNELS = 3
 
 _THIS_FILE = os.path.abspath(__file__)
-_REGISTRY_FILE = os.path.join(os.path.dirname(_THIS_FILE), "registry.py")
+_REGISTRY_FILE = os.path.join(os.path.dirname(os.path.dirname(_THIS_FILE)), "registry.py")
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 
 
