@@ -35,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace import Node, Traced, _lower, _upper
+from augment_ops.trace.facts import _lower, _upper
+from augment_ops.trace.ir import Node, Traced
 
 __all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes"]
 
