@@ -1,5 +1,5 @@
 """Facts about per-sample values, proved from how a node was computed: bounds
-(:func:`_lower`, :func:`_upper`) and order (:func:`_at_most`: ``a <= b`` for every sample).
+(:func:`lower`, :func:`upper`) and order (:func:`_at_most`: ``a <= b`` for every sample).
 
 Each fact is memoised on its node (:func:`_fact`) and counted against the trace's budget
 (:data:`MAX_FACT_STEPS`). The tracer uses them to spare run-time clamps and checks; the DALI
@@ -69,7 +69,7 @@ def _fact(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @_fact
-def _lower(d: Dim) -> float | None:
+def lower(d: Dim) -> float | None:
     """A lower bound of a per-sample value known from how it was computed (sizes are >= 1,
     draws >= 0, h - min(size, h) >= 0, ...), or None."""
     if isinstance(d, int):
@@ -81,20 +81,20 @@ def _lower(d: Dim) -> float | None:
     if d.op == "input":
         return 0
     if d.op in _LAYOUT_OPS:
-        los = [_lower(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
-        los += [_lower(a) for a in d.args[:1] if d.op == "take"]
+        los = [lower(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        los += [lower(a) for a in d.args[:1] if d.op == "take"]
         return None if not los or None in los else builtins.min(los)
     if d.op == "uniform":
         return 0
     if d.op == "cast":
         return _cast_bounds(d)[0]
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
-        lo = _lower(d.args[0])
+        lo = lower(d.args[0])
         return None if lo is None else math.floor(lo)
     if d.op == "bin":
         a, b = d.args
         name = d.attrs[0]
-        la, lb = _lower(a), _lower(b)
+        la, lb = lower(a), lower(b)
         if name == "subtract":
             known = [0] if _at_most(b, a) else []
             if la is not None and b.op == "const":
@@ -105,7 +105,7 @@ def _lower(d: Dim) -> float | None:
                 # (y + n) - y is n in wrapping integer arithmetic: a crop's size.
                 p, q = sa.args
                 rest = q if _same(p, b) else p if _same(q, b) else None
-                low = None if rest is None else _lower(rest)
+                low = None if rest is None else lower(rest)
                 if low is not None:
                     known.append(low)
             return builtins.max(known) if known else None
@@ -125,7 +125,7 @@ def _lower(d: Dim) -> float | None:
         if name == "remainder" and la >= 0 and lb >= 0:
             return 0
     if d.op == "where":
-        la, lb = _lower(d.args[1]), _lower(d.args[2])
+        la, lb = lower(d.args[1]), lower(d.args[2])
         return None if la is None or lb is None else builtins.min(la, lb)
     return None
 
@@ -141,7 +141,7 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     if src.dtype.kind == "b":
         lo, up = 0.0, 1.0
     else:
-        lo, up = _lower(src), _upper(src)
+        lo, up = lower(src), upper(src)
         if src.dtype.kind in "iu":
             # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
             info = np.iinfo(src.dtype)
@@ -160,7 +160,7 @@ _MAX_SIDE = 2**40
 
 
 @_fact
-def _upper(d: Dim) -> float | None:
+def upper(d: Dim) -> float | None:
     """An upper bound of every element of a value, known from how it was computed, or None."""
     if isinstance(d, int):
         return d
@@ -175,21 +175,21 @@ def _upper(d: Dim) -> float | None:
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS:
-        ups = [_upper(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
-        ups += [_upper(a) for a in d.args[:1] if d.op == "take"]
+        ups = [upper(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        ups += [upper(a) for a in d.args[:1] if d.op == "take"]
         return None if not ups or None in ups else builtins.max(ups)
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
-        up = _upper(d.args[0])
+        up = upper(d.args[0])
         return None if up is None else math.ceil(up)
     if d.op == "bin":
         a, b = d.args
-        ua, ub = _upper(a), _upper(b)
+        ua, ub = upper(a), upper(b)
         name = d.attrs[0]
         if name == "minimum":
             known = [u for u in (ua, ub) if u is not None]
             return builtins.min(known) if known else None
         if name == "subtract":
-            lb = _lower(b)
+            lb = lower(b)
             return None if ua is None or lb is None else ua - lb
         if ua is None or ub is None:
             return None
@@ -200,14 +200,14 @@ def _upper(d: Dim) -> float | None:
         if name == "multiply" and _nonneg(a) and _nonneg(b):
             return ua * ub
     if d.op == "where":
-        ua, ub = _upper(d.args[1]), _upper(d.args[2])
+        ua, ub = upper(d.args[1]), upper(d.args[2])
         return None if ua is None or ub is None else builtins.max(ua, ub)
     return None
 
 
 def _nonneg(d: Dim) -> bool:
     """Whether an int dim is >= 0 for every sample."""
-    lo = _lower(d)
+    lo = lower(d)
     return lo is not None and lo >= 0
 
 
@@ -243,7 +243,7 @@ def _keeps_values(d: Node) -> bool:
     src = d.args[0]
     if np.can_cast(src.dtype, d.dtype):
         return True
-    lo, up = _lower(src), _upper(src)
+    lo, up = lower(src), upper(src)
     info = np.iinfo(d.dtype)
     return lo is not None and up is not None and lo >= info.min and up <= info.max
 
@@ -271,7 +271,7 @@ def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
     x, y = p.args
     name = p.attrs[0]
     if name == "subtract" and _same(x, n):
-        lo, up = _lower(y), _upper(q)
+        lo, up = lower(y), upper(q)
         if _same(y, q) or (lo is not None and up is not None and lo >= up):
             return True  # n - r <= n - q for r >= q
     if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
@@ -343,7 +343,7 @@ def _never(n: Node) -> bool:
     x, y = n.args
     if n.attrs[0] in ("greater", "greater_equal"):
         x, y = y, x  # x > y is y < x
-    lo, up = _lower(x), _upper(y)
+    lo, up = lower(x), upper(y)
     if lo is None or up is None:
         return False
     return lo >= up if n.attrs[0] in ("less", "greater") else lo > up

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _lower, _upper
+from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node, TraceError, _new
 from augment_ops.trace.numpy_api import _where
 from augment_ops.trace.sym import Sym, _dtype_kind, cast_node, raise_where, ufunc
@@ -47,7 +47,7 @@ def _floor_below(span: Any) -> bool:
     if isinstance(span, Sym):
         if span.dtype.kind not in "iu":
             return False
-        lo, up = _lower(span.node), _upper(span.node)
+        lo, up = lower(span.node), upper(span.node)
         return lo is not None and up is not None and lo >= 1 and up <= 2**53
     return isinstance(span, (int, np.integer)) and 1 <= int(span) <= 2**53
 

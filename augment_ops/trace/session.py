@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import MAX_FACT_STEPS, _upper
+from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
@@ -327,7 +327,7 @@ def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tu
             raise TraceError(f"output {k} is a {type(o).__name__} that does not depend on the "
                              "image", "")
         n = o._checked()
-        if builtins.any(_upper(d) == 0 for d in n.shape):
+        if builtins.any(upper(d) == 0 for d in n.shape):
             raise TraceError(f"output {k} is empty for every image (an image output needs at "
                              "least one pixel)", "")
         if n.dtype != dtype or n.ndim != ndim:

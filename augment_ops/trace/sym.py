@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _never, _nonneg, _same, _upper
+from augment_ops.trace.facts import _never, _nonneg, _same, upper
 from augment_ops.trace.ir import (
     _TRACING,
     Dim,
@@ -197,7 +197,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
     nx = _to_node(x, cdt)
     attrs: tuple = (name,)
     if name in ("rint", "trunc") and _nonneg(nx):
-        up = _upper(nx)
+        up = upper(nx)
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
