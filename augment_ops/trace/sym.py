@@ -16,16 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _never, _nonneg, _same, upper
+from augment_ops.trace.checks import add_guard
+from augment_ops.trace.facts import _nonneg, _same, upper
 from augment_ops.trace.ir import (
     _TRACING,
     Dim,
-    Guard,
     Node,
     TraceError,
     _is_const,
     _new,
-    _user_location,
     const,
 )
 
@@ -547,24 +546,8 @@ def raise_where(bad: Any, error: type[Exception], message: str) -> None:
         if bool(bad):
             raise error(message)
         return
-    session = _TRACING.active
-    if session is None:  # pragma: no cover - Syms exist only while tracing
-        raise TraceError("a per-sample value outside a trace")
-    node = bad.node if bad.dtype == np.bool_ else cast_node(bad.node, np.bool_)
-    if _never(node):  # rng.integers(0, h): the bounds the tracer knows rule it out
-        return
-    if node.pixel:
-        raise TraceError(f"a check numpy makes ({error.__name__}: {message}) on a value computed "
-                         "from pixel values")
-    for cond, decision in zip(session.conds, session.decisions, strict=True):
-        on_path = cond if decision else _new("un", (cond,), ("logical_not",), np.bool_, ())
-        node = _new("bin", (node, on_path), ("bitwise_and",), np.bool_, ())
-    if _is_const(node):
-        if bool(node.value):
-            raise error(message)
-        return
-    if not builtins.any(g.bad is node and g.message == message for g in session.guards):
-        session.guards.append(Guard(node, error.__name__, message, _user_location()[0]))
+    add_guard(bad.node if bad.dtype == np.bool_ else cast_node(bad.node, np.bool_), error,
+              message)
 
 
 def _py_int(x: Any) -> Any:
