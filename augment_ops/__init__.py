@@ -10,6 +10,7 @@ True
 
 from augment_ops import builtin
 from augment_ops.albumentations import from_albumentations
+from augment_ops.paths import available_paths
 from augment_ops.registry import (
     Op,
     OpContractError,
@@ -31,6 +32,7 @@ __all__ = [
     "TraceError",
     "augment_op",
     "available",
+    "available_paths",
     "builtin",
     "clear_trace_cache",
     "explain",

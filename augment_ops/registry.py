@@ -211,18 +211,15 @@ class Op:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        """The implementations this op has, reference first.
+        """The implementations declared for this op, reference first: ``"numpy"`` and those
+        added with :meth:`implement` (or ``gpu=True``).
 
-        ``"native"`` comes from a declared lowering or, failing that, from tracing the numpy
-        function (:mod:`augment_ops.trace`; ``augment_ops.explain(op)`` says why one does not).
+        A native path traced from the numpy function is not declared:
+        :func:`augment_ops.paths.available_paths` adds it, and is what a loader chooses from.
         """
-        from augment_ops.trace import traces
-
-        if self.on_clips:  # the tracer and the hand-written paths work on HWC images
+        if self.on_clips:  # the hand-written paths work on HWC images
             return ("numpy",)
         has = set(_IMPLEMENTATIONS.get(self, {}))
-        if "native" not in has and traces(self):
-            has.add("native")
         return ("numpy", *(p for p in IMPLEMENTATIONS if p in has))
 
 

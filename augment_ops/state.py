@@ -161,13 +161,26 @@ def _module_writes(g: dict[str, Any], names: set[str]) -> dict[str, str]:
 
 def _look_into(fn: types.FunctionType, params: dict[str, Any],
                functions: list[Any]) -> Finding | None:
-    top = fn.__code__
-    g = fn.__globals__
-    bi = g.get("__builtins__", builtins)
-    bi = vars(bi) if isinstance(bi, types.ModuleType) else bi
-    cells = dict(zip(top.co_freevars, fn.__closure__ or (), strict=True))
+    """The first read or write of outside state in ``fn`` itself (its defaults, its code and the
+    code nested in it); the functions it calls are appended to ``functions``."""
+    found = _default_reads(fn, params, functions)
+    if found is not None:
+        return found
+    # parameter values are the op's arguments, not outside state; functions among them are
+    # looked into as functions the op calls
+    functions.extend(v for v in params.values() if isinstance(v, types.FunctionType))
+    scan = _Scan(fn, functions)
+    for code in _codes(fn.__code__):
+        found = scan.instructions(code)
+        if found is not None:
+            return found
+    return scan.read_what_the_module_writes()
 
-    # defaults of parameters the op's parameters do not bind
+
+def _default_reads(fn: types.FunctionType, params: dict[str, Any],
+                   functions: list[Any]) -> Finding | None:
+    """A default value of a parameter the op's parameters do not bind that is not a constant."""
+    top = fn.__code__
     names = top.co_varnames[:top.co_argcount + top.co_kwonlyargcount]
     defaults = dict(zip(names[top.co_argcount - len(fn.__defaults__ or ()):top.co_argcount],
                         fn.__defaults__ or (), strict=True))
@@ -179,13 +192,40 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
         if r is not None:
             return (f"a read of the default value of '{name}', {r}; {_KEEPS}",
                     _where(top, top.co_firstlineno))
-    # parameter values are the op's arguments, not outside state; functions among them are
-    # looked into as functions the op calls
-    functions.extend(v for v in params.values() if isinstance(v, types.FunctionType))
+    return None
 
-    read_globals: dict[str, tuple[types.CodeType, int | None]] = {}
-    read_cells: dict[str, tuple[types.CodeType, int | None]] = {}
-    for code in _codes(top):
+
+class _Scan:
+    """The reads and writes in the bytecode of one function: writes of globals, closure
+    variables and attributes are refused at once; the values it reads are checked as they are
+    met, and the globals and closure variables read are kept to compare with what the rest of
+    its module writes."""
+
+    def __init__(self, fn: types.FunctionType, functions: list[Any]) -> None:
+        self.top = fn.__code__
+        self.g = fn.__globals__
+        bi = self.g.get("__builtins__", builtins)
+        self.builtins = vars(bi) if isinstance(bi, types.ModuleType) else bi
+        self.cells = dict(zip(self.top.co_freevars, fn.__closure__ or (), strict=True))
+        self.functions = functions
+        self.read_globals: dict[str, tuple[types.CodeType, int | None]] = {}
+        self.read_cells: dict[str, tuple[types.CodeType, int | None]] = {}
+
+    def _write(self, code: types.CodeType, op: str, arg: Any, line: int | None
+               ) -> Finding | None:
+        if op in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+            return (f"a write to the global '{arg}' ({_KEEPS}; pass it as a parameter or "
+                    "draw from rng)", _where(code, line))
+        if op in ("STORE_DEREF", "DELETE_DEREF") and arg in self.top.co_freevars and \
+                arg not in code.co_cellvars:
+            return (f"a write to the closure variable '{arg}' ({_KEEPS})", _where(code, line))
+        if op in ("STORE_ATTR", "DELETE_ATTR"):
+            return (f"a write to the attribute '.{arg}' of an object ({_KEEPS})",
+                    _where(code, line))
+        return None
+
+    def instructions(self, code: types.CodeType) -> Finding | None:
+        """The first write, or read of a value that is not a constant, in ``code``."""
         local_modules: dict[str, Any] = {}
         current: Any = None  # the module the last instruction loaded, for module.attr
         dotted = ""
@@ -193,32 +233,26 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
         for ins in dis.get_instructions(code):
             op, arg, line = ins.opname, ins.argval, ins.positions.lineno if ins.positions else None
             loaded, name = None, None
-            if op in ("STORE_GLOBAL", "DELETE_GLOBAL"):
-                return (f"a write to the global '{arg}' ({_KEEPS}; pass it as a parameter or "
-                        "draw from rng)", _where(code, line))
-            if op in ("STORE_DEREF", "DELETE_DEREF") and arg in top.co_freevars and \
-                    arg not in code.co_cellvars:
-                return (f"a write to the closure variable '{arg}' ({_KEEPS})", _where(code, line))
-            if op in ("STORE_ATTR", "DELETE_ATTR"):
-                return (f"a write to the attribute '.{arg}' of an object ({_KEEPS})",
-                        _where(code, line))
+            found = self._write(code, op, arg, line)
+            if found is not None:
+                return found
             if op == "LOAD_GLOBAL":
-                if arg in g:
-                    loaded, name = g[arg], f"the global '{arg}'"
-                    read_globals.setdefault(arg, (code, line))
-                elif arg in bi:
+                if arg in self.g:
+                    loaded, name = self.g[arg], f"the global '{arg}'"
+                    self.read_globals.setdefault(arg, (code, line))
+                elif arg in self.builtins:
                     if arg in _WORLD_BUILTINS:
                         return (f"a call of {arg}() (it reads or writes state outside the op; "
                                 f"{_KEEPS})", _where(code, line))
-                    loaded = bi[arg]
-            elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF") and arg in top.co_freevars and \
-                    arg not in code.co_cellvars and arg in cells:
+                    loaded = self.builtins[arg]
+            elif op in ("LOAD_DEREF", "LOAD_CLASSDEREF") and arg in self.top.co_freevars and \
+                    arg not in code.co_cellvars and arg in self.cells:
                 try:
-                    loaded = cells[arg].cell_contents
+                    loaded = self.cells[arg].cell_contents
                 except ValueError:  # an empty cell: NameError when the op runs
                     loaded = None
                 name = f"the closure variable '{arg}'"
-                read_cells.setdefault(arg, (code, line))
+                self.read_cells.setdefault(arg, (code, line))
             elif op == "LOAD_FAST" and arg in local_modules:
                 loaded = local_modules[arg]
             elif op == "STORE_FAST" and previous is not None and \
@@ -230,30 +264,39 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
                     name = f"{dotted}.{arg}"
             previous = ins
             current, dotted = None, ""
-            if loaded is None:
-                continue
             if isinstance(loaded, types.ModuleType) and not _is_numpy(loaded):
                 current = loaded
                 dotted = name[len("the global '"):-1] if name and name.startswith(
                     "the global") else (name or arg)
                 continue
-            if _is_numpy(loaded) or name is None:
-                continue
-            if _random_state(loaded):
-                short = name.split("'")[1] if "'" in name else name
-                return (f"{short} (global random state; draw from the op's rng)",
-                        _where(code, line))
-            r = _not_constant(loaded, functions)
-            if r is not None:
-                return f"a read of {name}, {r}; {_KEEPS}", _where(code, line)
+            found = self._read(loaded, name, code, line)
+            if found is not None:
+                return found
+        return None
 
-    written = _module_writes(g, set(read_globals) | set(read_cells))
-    for arg, (code, line) in [*read_globals.items(), *read_cells.items()]:
-        if arg in written:
-            kind = "global" if arg in read_globals else "closure variable"
-            return (f"a read of the {kind} '{arg}', which {written[arg]} writes; {_KEEPS}",
+    def _read(self, loaded: Any, name: str | None, code: types.CodeType, line: int | None
+              ) -> Finding | None:
+        """Whether the value ``name`` read (not a module of a library) is outside state."""
+        if loaded is None or _is_numpy(loaded) or name is None:
+            return None
+        if _random_state(loaded):
+            short = name.split("'")[1] if "'" in name else name
+            return (f"{short} (global random state; draw from the op's rng)",
                     _where(code, line))
-    return None
+        r = _not_constant(loaded, self.functions)
+        if r is not None:
+            return f"a read of {name}, {r}; {_KEEPS}", _where(code, line)
+        return None
+
+    def read_what_the_module_writes(self) -> Finding | None:
+        """A global or closure variable read here that another function of the module writes."""
+        written = _module_writes(self.g, set(self.read_globals) | set(self.read_cells))
+        for arg, (code, line) in [*self.read_globals.items(), *self.read_cells.items()]:
+            if arg in written:
+                kind = "global" if arg in self.read_globals else "closure variable"
+                return (f"a read of the {kind} '{arg}', which {written[arg]} writes; {_KEEPS}",
+                        _where(code, line))
+        return None
 
 
 def outside_state(fn: Any, params: dict[str, Any] | None = None) -> Finding | None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from augment_ops.paths import available_paths
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
 from extsrc.device import pin_host_memory
@@ -148,16 +149,16 @@ def choose_paths(
                     f"op_path 'gpu' for '{op.name}' needs a GPU device; this loader runs on the "
                     "CPU. Use 'numpy' or 'native'"
                 )
-            if want != "numpy" and want not in op.paths:
+            if want != "numpy" and want not in available_paths(op):
                 why = f" ({explain(op)})" if want == "native" else ""
                 raise ValueError(
                     f"op '{op.name}' has no '{want}' implementation{why}; it offers "
-                    f"{list(op.paths)}"
+                    f"{list(available_paths(op))}"
                 )
             chosen[op.name] = want
             continue
         with stage(f"tracing op '{op.name}' into DALI operators"):
-            offered = [p for p in op.paths if p != "gpu" or gpu]
+            offered = [p for p in available_paths(op) if p != "gpu" or gpu]
         prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
         choice = next(p for p in prefs if p in offered)
         if (choice == "native" and not gpu and (op.num_outputs > 1 or computes_on_pixels(op))

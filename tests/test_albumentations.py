@@ -46,7 +46,7 @@ def _apply_in_child(op_bytes: bytes, img: np.ndarray, seeds: list[int]) -> list[
 
 def test_registered_random_op(op):
     assert augment_ops.get(NAME) is op
-    assert op.random and op.num_outputs == 1 and op.paths == ("numpy",)
+    assert op.random and op.num_outputs == 1 and augment_ops.available_paths(op) == ("numpy",)
     assert "HorizontalFlip" in op.description and "Compose" in op.description
     with pytest.raises(OpRegistrationError, match="already registered"):
         from_albumentations(TRANSFORM, name=NAME)

@@ -240,12 +240,14 @@ def test_implement_adds_path(cleanup):
         return np.asarray(img).copy()  # np.asarray takes no proxy: the tracer cannot lower it
 
     assert t_impl.paths == ("numpy",)
+    assert augment_ops.available_paths(t_impl) == ("numpy",)
 
     @t_impl.implement("native")
     def t_impl_native(img):
         return img
 
     assert t_impl.paths == ("numpy", "native")
+    assert augment_ops.available_paths(t_impl) == ("numpy", "native")
     assert t_impl.impls["native"] is t_impl_native
     with pytest.raises(ValueError, match=r"path must be 'native' or 'gpu', got 'numpy'"):
         t_impl.implement("numpy")
@@ -263,9 +265,9 @@ def test_native_refused_for_random_op(cleanup):
     with pytest.raises(OpRegistrationError,
                        match=r"'t_rand_native' is random; a hand-written native lowering"):
         t_rand_native.implement("native")
-    assert t_rand_native.paths == ("numpy",)
+    assert augment_ops.available_paths(t_rand_native) == ("numpy",)
     t_rand_native.implement("gpu")(lambda img, rng: img)
-    assert t_rand_native.paths == ("numpy", "gpu")
+    assert augment_ops.available_paths(t_rand_native) == ("numpy", "gpu")
 
 
 # --- check_outputs: one pinned message per broken contract -------------------------------------
@@ -338,7 +340,8 @@ def test_a_second_implementation_of_the_same_path_is_an_error(cleanup):
     def t_twice(img):
         return img
 
-    assert t_twice.paths == ("numpy", "native", "gpu")  # native: the identity traces
+    assert t_twice.paths == ("numpy", "gpu")  # declared: gpu=True
+    assert augment_ops.available_paths(t_twice) == ("numpy", "native", "gpu")  # the identity traces
     assert augment_ops.registry.implementation(t_twice, "gpu") is t_twice.fn  # gpu=True: itself
     with pytest.raises(OpRegistrationError, match="already has a 'gpu' implementation"):
         t_twice.implement("gpu")(lambda img: img)
@@ -348,3 +351,30 @@ def test_a_second_implementation_of_the_same_path_is_an_error(cleanup):
     assert augment_ops.registry.implementation(t_twice, "native") is first  # not overwritten
     with pytest.raises(TypeError):
         t_twice.impls["native"] = first  # read-only: declared through implement() only
+
+
+def test_op_paths_are_the_declared_ones_and_available_paths_adds_the_traced_native(cleanup):
+    cleanup.append("t_declared_only")
+
+    @augment_op(name="t_declared_only")
+    def t_declared_only(img):
+        return img[:, ::-1]
+
+    assert t_declared_only.paths == ("numpy",)  # nothing declared: the registry does not trace
+    assert augment_ops.available_paths(t_declared_only) == ("numpy", "native")
+    assert augment_ops.explain(t_declared_only) == "native (traced)"
+
+
+def test_the_registry_never_imports_the_tracer():
+    import ast
+    from pathlib import Path
+
+    source = Path(augment_ops.registry.__file__)
+    imported = set()
+    for node in ast.walk(ast.parse(source.read_text(), str(source))):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+            imported.update(f"{node.module}.{a.name}" for a in node.names)
+    assert not {m for m in imported if m.startswith(("augment_ops.trace", "augment_ops.paths"))}

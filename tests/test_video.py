@@ -372,7 +372,7 @@ def test_clip_ops_get_the_whole_clip_and_image_loaders_refuse_them(videos: Path)
         got = frame_numbers(clip)
         k = next(i for i in range(1, 5) if got[i:] == frames[i:][::-1])
         assert got[:k] == frames[:k]
-    assert augment_ops.get("t_clip_reverse_tail").paths == ("numpy",)
+    assert augment_ops.available_paths(augment_ops.get("t_clip_reverse_tail")) == ("numpy",)
     with pytest.raises(ValueError, match=r"op 't_clip_reverse_tail' works on whole video clips"):
         extsrc.Loader(videos / "train.csv", batch_size=2, ops=["t_clip_reverse_tail"],
                       device="cpu")

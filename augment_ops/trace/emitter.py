@@ -1,0 +1,394 @@
+"""The walk that turns a traced graph's nodes into DALI operators (:class:`_Emitter`), one node
+at a time (:class:`_Scalars`), per-sample scalars computed alike as vectors (:class:`_Vectors`),
+and the array and branch operators. :func:`augment_ops.trace.lower_dali.emit` drives it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.dali_ops import (
+    _constant,
+    _constant_node,
+    _dali_type,
+    _division,
+    _divisor_risks,
+    _on_device,
+    _zeros_like,
+    binary,
+    cast,
+    unary,
+    where,
+)
+from augment_ops.trace.ir import Node
+from augment_ops.trace.lower_patterns import (
+    _LANEWISE,
+    _ROUNDING,
+    _clamp_bounds,
+    _constant_difference,
+    _difference,
+    _exact_float64_of_int,
+    _free,
+    _is_zero,
+    _lane_key,
+    _unclamped_start,
+    _unclamped_stop,
+)
+
+
+class _Scalars:
+    """The DALI value of each node of a traced graph (memoised): the leaves (the image, its
+    sizes, constants) and the elementwise operators, one DALI operator per node."""
+
+    def __init__(self, image: Any) -> None:
+        self.image = image
+        self.shape: Any = None
+        self.dims: dict[int, Any] = {}
+        self.memo: dict[int, Any] = {}
+        self.vmemo: dict[tuple, Any] = {}
+        #: Nodes whose values come from outside the graph (``sample_values``).
+        self.given: set[int] = set()
+
+    def dim(self, axis: int) -> Any:
+        """The input's size along ``axis``, a per-sample int64 scalar (one operator per axis)."""
+        if axis not in self.dims:
+            if self.shape is None:
+                self.shape = self.image.shape()
+            self.dims[axis] = self.shape[axis]
+        return self.dims[axis]
+
+    def value(self, n: Node | int) -> Any:
+        if not isinstance(n, Node):
+            return n
+        got = self.memo.get(id(n))
+        if got is None:
+            got = getattr(self, "_" + n.op)(n)
+            self.memo[id(n)] = got
+        return got
+
+    # -- leaves
+    def _input(self, n: Node) -> Any:
+        return self.image
+
+    def _in_dim(self, n: Node) -> Any:
+        return self.dim(n.attrs[0])
+
+    def _uniform(self, n: Node) -> Any:
+        raise ValueError("a random traced op takes its draws from SampleScalars; pass "
+                         "sample_values= to emit")
+
+    def _const(self, n: Node) -> Any:
+        return _constant(n.value, n.dtype)
+
+    # -- elementwise
+    # The scalar operators take ``val``, the DALI value of an argument: ``self.value`` for one
+    # node, or the vector of the argument across lanes (:meth:`vector`).
+    def _cast(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
+        (x,) = n.args
+        if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
+            # Already integral: nothing to truncate before the conversion.
+            from nvidia.dali import fn
+
+            return fn.cast(val(x), dtype=_dali_type(n.dtype))
+        return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
+
+    def _bin(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
+        a, b = n.args
+        if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
+            return val(a)
+        if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
+            return val(a)  # integer bounds such as h - 0, y + 0: no operator
+        if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
+            return val(b)
+        sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
+        if n.attrs[0] in ("add", "subtract", "multiply") and n.dtype == np.float64:
+            ia, ib = _exact_float64_of_int(a), _exact_float64_of_int(b)
+            if (ia is None) != (ib is None):
+                # int64 with float64 is float64 in DALI as in numpy, the int64 converted exactly
+                # (|x| <= 2**53): the cast takes no operator of its own.
+                return binary(n.attrs[0], val(a if ia is None else ia),
+                              val(b if ib is None else ib), n.dtype)
+        risks = _divisor_risks(n)
+        if risks:
+            return _division(n.attrs[0], val(a), val(b), n.dtype, b, risks,
+                             nonneg=n.attrs[1:] == ("nonneg",), b_negative=sign)
+        if n.attrs[1:] == ("nonneg",):  # both operands >= 0: DALI's truncation is numpy's floor
+            return binary(n.attrs[0], val(a), val(b), np.dtype(np.uint64))
+        bounds = _clamp_bounds(n)
+        if bounds is not None:
+            import nvidia.dali.math as dmath
+
+            x, lo, hi = bounds
+            return dmath.clamp(val(x), _constant(lo, n.dtype), _constant(hi, n.dtype))
+        return binary(n.attrs[0], val(a), val(b), a.dtype, b_negative=sign)
+
+    def _un(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
+        (x,) = n.args
+        return unary(n.attrs[0], val(x), x.dtype, nonneg=n.attrs[1:] == ("nonneg",))
+
+    def _where(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        val = val or self.value
+        c, a, b = n.args
+        if n.ndim == 0 and n.dtype.kind in "iu" and c.op == "bin" and c.attrs[0] == "less":
+            # The clamps of sizes and bounds: one operator instead of a bitwise select.
+            import nvidia.dali.math as dmath
+
+            x, y = c.args
+            if a is x and b is y:
+                return dmath.min(*_on_device(val(a), val(b)))
+            if a is y and b is x:
+                return dmath.max(*_on_device(val(a), val(b)))
+        return where(val(c), val(a), val(b), n.dtype,
+                     a.value if a.op == "const" else None, b.value if b.op == "const" else None)
+
+
+
+class _Vectors(_Scalars):
+    """Per-sample scalars computed alike (a rectangle's y and x bounds) as one per-sample vector:
+    one operator per step for all lanes, where each scalar would take one of its own."""
+
+    def vector(self, lanes: Sequence[Node | int]) -> Any:
+        """The per-sample scalars ``lanes`` (of one dtype) as one per-sample 1-D tensor.
+
+        Lanes computed alike (the same operator and attributes on arguments that are themselves
+        alike, as the y and x bounds of a rectangle are) take one operator for all lanes at each
+        step of the computation, where each scalar would take one of its own; sizes along
+        consecutive axes are one subscript of the image's shape. Lanes that differ are computed
+        apart and stacked."""
+        key = tuple(id(v) if isinstance(v, Node) else ("v", v) for v in lanes)
+        got = self.vmemo.get(key)
+        if got is None:
+            got = self._vector(list(lanes))
+            self.vmemo[key] = got
+        return got
+
+    def _vector(self, lanes: list[Node | int]) -> Any:
+        from nvidia.dali import fn
+
+        nodes = [v if isinstance(v, Node) else None for v in lanes]
+        if all(n is not None and n.op == "const" for n in nodes) or not any(nodes):
+            values = [v.value if isinstance(v, Node) else v for v in lanes]
+            dt = nodes[0].dtype if nodes[0] is not None else np.dtype(np.int64)
+            return _constant_node(np.array(values, dtype=dt), dt)
+        if all(n is not None and n.op == "in_dim" for n in nodes):
+            axes = [n.attrs[0] for n in nodes]
+            if axes == list(range(axes[0], axes[0] + len(axes))):
+                self.dim(axes[0])  # the shape operator
+                return self.shape[axes[0]:axes[0] + len(axes)]
+        first = nodes[0]
+        if first is not None and first.op in _LANEWISE and first.ndim == 0 and \
+                all(n is not None and id(n) not in self.given for n in nodes) and \
+                len({_lane_key(n) for n in nodes}) == 1:
+            # The lanes of each argument of the first lane (and of the int64 under an exact
+            # float64 cast, which _bin may take instead), made into operands when used.
+            lanes_of: dict[int, list[Node]] = {}
+            for k, a in enumerate(first.args):
+                if isinstance(a, Node):
+                    lanes_of.setdefault(id(a), [n.args[k] for n in nodes])
+                    inner = _exact_float64_of_int(a)
+                    if inner is not None:
+                        lanes_of.setdefault(id(inner),
+                                            [_exact_float64_of_int(n.args[k]) for n in nodes])
+            return getattr(self, "_" + first.op)(
+                first, val=lambda a: self._operand(lanes_of[id(a)]))
+        dt = next(n.dtype for n in nodes if n is not None)
+        return fn.stack(*[self.value(v) if isinstance(v, Node) and v.op != "const" else
+                          _constant_node(v.value if isinstance(v, Node) else v, dt)
+                          for v in lanes])
+
+    def _alike(self, lanes: Sequence[Any]) -> bool:
+        """Whether :meth:`vector` computes ``lanes`` with operators shared by all lanes (not by
+        stacking scalars), none of them a constant."""
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if len(nodes) != len(lanes) or any(n.op == "const" or id(n) in self.given
+                                           for n in nodes):
+            return False
+        if all(n.op == "in_dim" for n in nodes):
+            return True
+        return nodes[0].op in _LANEWISE and len({_lane_key(n) for n in nodes}) == 1
+
+    def _scalar_cost(self, roots: Sequence[Any]) -> int:
+        """About how many operators the scalars ``roots`` take that are not made yet."""
+        seen: set[int] = set()
+
+        def visit(d: Any) -> int:
+            if not isinstance(d, Node) or id(d) in seen or id(d) in self.memo or d.op == "const":
+                return 0
+            seen.add(id(d))
+            own = 0 if _free(d) else 1
+            return own + sum(visit(a) for a in d.args)
+        return sum(visit(d) for d in roots)
+
+    def _vector_cost(self, lanes: Sequence[Any], seen: set) -> int:
+        """About how many operators :meth:`vector` takes for ``lanes`` that are not made yet."""
+        key = tuple(id(v) if isinstance(v, Node) else ("v", v) for v in lanes)
+        if key in self.vmemo or key in seen:
+            return 0
+        seen.add(key)
+        nodes = [v for v in lanes if isinstance(v, Node)]
+        if all(v.op == "const" for v in nodes):
+            return 1
+        if len(nodes) == len(lanes) and all(v.op == "in_dim" for v in nodes):
+            return 1
+        if not self._alike(lanes):
+            return 1 + self._scalar_cost(lanes)
+        first = nodes[0]
+        cost = 0 if _free(first) else 1
+        done: set[int] = set()
+        for k, a in enumerate(first.args):
+            if isinstance(a, Node) and id(a) not in done:
+                done.add(id(a))
+                sub = [n.args[k] for n in nodes]
+                cost += (self._scalar_cost([a]) if all(v is a for v in sub)
+                         else self._vector_cost(sub, seen))
+        return cost
+
+    def _operand(self, lanes: list[Node]) -> Any:
+        """An argument of a lanewise operator: the scalar itself where every lane has the same
+        one (DALI broadcasts it), else the vector of the lanes."""
+        if all(v is lanes[0] for v in lanes):
+            return self.value(lanes[0])
+        return self.vector(lanes)
+
+
+
+class _Emitter(_Vectors):
+    """Emits a traced graph as DALI operators: the array operators (fills, slices, flips,
+    transposes, concatenation, reductions) and the per-sample merge of branches, on top of the
+    scalar and vector operators of its bases."""
+
+    def _full(self, n: Node) -> Any:
+
+        a, v = n.args
+        zeros = _zeros_like(self.value(a), _dali_type(n.dtype))
+        return binary("add", *_on_device(zeros, self.value(v)), n.dtype)
+
+    # -- layout
+    def _slice(self, n: Node) -> Any:
+        axes = list(n.attrs)
+        los = [n.args[1 + 2 * k] for k in range(len(axes))]
+        his = [n.args[2 + 2 * k] for k in range(len(axes))]
+        if len(axes) > 1 and self._alike(los):
+            # Starts computed alike on every axis (a crop's y and x): one fn.slice takes them and
+            # the sizes as vectors, where the cheaper.
+            sizes = [_difference(hi, lo) for lo, hi in zip(los, his, strict=True)]
+            seen: set = set()
+            cost = self._vector_cost(los, seen) + (
+                self._vector_cost(sizes, seen) if None not in sizes else
+                self._vector_cost(his, seen) + 1)
+            if cost < self._scalar_cost(los + his):
+                from nvidia.dali import fn
+
+                start = self.vector(los)
+                size = self.vector(sizes) if None not in sizes else binary(
+                    "subtract", self.vector(his), start, np.dtype(np.int64))
+                return fn.slice(self.value(n.args[0]), start, size, axes=axes)
+        key: list[slice] = [slice(None)] * (max(n.attrs) + 1)
+        for k, axis in enumerate(n.attrs):
+            key[axis] = slice(self.value(n.args[1 + 2 * k]), self.value(n.args[2 + 2 * k]))
+        return self.value(n.args[0])[tuple(key)]
+
+    def _flip(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        # fn.flip finds its axes by layout letters; subscripts with step -1 are not used because
+        # DALI 2.4 gives wrong rows for them on the outer axis of larger images.
+        axis, nd = n.attrs[0], n.ndim
+        x = self.value(n.args[0])
+        if nd == 2:  # fn.flip takes images with channels: flip (H, W, 1) instead
+            x = fn.expand_dims(x, axes=[2])
+        elif nd != 3:
+            raise ValueError(f"no DALI lowering of a flip of a rank-{nd} array")
+        layout, arg = {0: ("HWC", "vertical"), 1: ("HWC", "horizontal"),
+                       2: ("CHW", "horizontal")}[axis]
+        flags = {"horizontal": 0, "vertical": 0, "depthwise": 0, arg: 1}
+        out = fn.flip(fn.reshape(x, layout=layout), **flags)
+        return out[:, :, 0] if nd == 2 else out
+
+    def _take(self, n: Node) -> Any:
+        axis = n.attrs[0]
+        return self.value(n.args[0])[(slice(None),) * axis + (self.value(n.args[1]),)]
+
+    def _expand(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        return fn.expand_dims(self.value(n.args[0]), axes=[n.attrs[0]])
+
+    def _transpose(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        return fn.transpose(self.value(n.args[0]), perm=list(n.attrs[0]))
+
+    def _cat(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        return fn.cat(*[self.value(a) for a in n.args], axis=n.attrs[0])
+
+    def _stack(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        return fn.stack(*[self.value(a) for a in n.args], axis=n.attrs[0])
+
+    def _reduce(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        kind, axes = n.attrs
+        x = self.value(n.args[0])
+        if kind == "sum":
+            return fn.reductions.sum(x, axes=list(axes), dtype=_dali_type(n.dtype))
+        return getattr(fn.reductions, kind)(x, axes=list(axes))
+
+    def _fill(self, n: Node) -> Any:
+        from nvidia.dali import fn, types
+
+        x, y0, y1, x0, x1, v = n.args
+        # fn.erase clips its region to the image (a part outside is not written, a shape <= 0
+        # writes nothing), so the clamps that put numpy's bounds into 0..size need no operator.
+        lo = [_unclamped_start(y0), _unclamped_start(x0)]
+        hi = [_unclamped_stop(y1, x.shape[0], y0), _unclamped_stop(x1, x.shape[1], x0)]
+        sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
+        if all(isinstance(b, int) for b in lo):
+            anchor: Any = [float(b) for b in lo]
+        else:
+            anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
+        if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
+            shape: Any = [float(d) for d in sizes]
+        else:
+            shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
+                                   np.dtype(np.int64)), dtype=types.FLOAT)
+        axes = [0, 1]
+        if n.attrs:
+            c0, c1 = n.attrs
+            axes.append(2)
+            anchor = [*anchor, float(c0)] if isinstance(anchor, list) else fn.cat(
+                anchor, _constant_node([c0], np.dtype(np.float32)))
+            shape = [*shape, float(c1 - c0)] if isinstance(shape, list) else fn.cat(
+                shape, _constant_node([c1 - c0], np.dtype(np.float32)))
+        data = self.value(x)
+        exact_fill = n.dtype in (np.uint8, np.int8, np.uint16, np.int16, np.float32)
+        if v.op == "const" and exact_fill:
+            return fn.erase(data, anchor=anchor, shape=shape, axes=axes,
+                            fill_value=float(v.value))
+        if exact_fill:
+            return fn.erase(data, anchor=anchor, shape=shape, axes=axes,
+                            fill_value=fn.cast(self.value(v), dtype=types.FLOAT))
+        # Values float32 cannot hold exactly: erase a mask, then select.
+        mask = fn.erase(_zeros_like(data, types.UINT8), anchor=anchor, shape=shape,
+                        axes=axes, fill_value=1)
+        return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
+
+    # -- branches
+    def _select(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        c, a, b = n.args
+        pred = self.value(c)
+        va, vb = self.value(a), self.value(b)
+        true, _ = fn._conditional.split(va, predicate=pred)
+        _, false = fn._conditional.split(vb, predicate=pred)
+        return fn._conditional.merge(true, false, predicate=pred)

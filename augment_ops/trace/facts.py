@@ -1,0 +1,349 @@
+"""Facts about per-sample values, proved from how a node was computed: bounds
+(:func:`lower`, :func:`upper`) and order (:func:`_at_most`: ``a <= b`` for every sample).
+
+Each fact is memoised on its node (:func:`_fact`) and counted against the trace's budget
+(:data:`MAX_FACT_STEPS`). The tracer uses them to spare run-time clamps and checks; the DALI
+lowering (:mod:`augment_ops.trace.lower_dali`) uses the bounds to choose exact operators.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.ir import _TRACING, Dim, Node, TraceError
+
+# -- facts about per-sample values ----------------------------------------------------------------
+#: The most facts (bounds, ``a <= b``) one trace may evaluate. Each fact is memoised on its node,
+#: so a trace evaluates about as many as its graph has nodes (times the few values compared with
+#: each); an op beyond this runs on the numpy path instead of keeping the loader waiting.
+MAX_FACT_STEPS = 200_000
+
+
+class _Steps(threading.local):
+    """Fact evaluations in this thread (memo misses): the tracer's unit of work."""
+
+    count = 0
+
+
+_STEPS = _Steps()
+
+
+def fact_steps() -> int:
+    """How many facts the tracer has evaluated in this thread so far (memo hits not counted)."""
+    return _STEPS.count
+
+
+def _fact(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Memoise fact ``fn(node, *others)`` on the node, keyed by the other values' identity.
+
+    The graph is a DAG whose nodes share arguments: without the memo a fact about a deep value
+    re-derives the facts of the shared sub-values once per path to them, exponentially often."""
+    name = fn.__name__
+
+    def memo(d: Any, *others: Any) -> Any:
+        if not isinstance(d, Node):
+            return fn(d, *others)
+        key = (name, *(o if isinstance(o, Node) else (type(o), o) for o in others))
+        facts = d.facts
+        if key in facts:
+            return facts[key]
+        _STEPS.count += 1
+        session = _TRACING.active
+        if session is not None:
+            session.steps += 1
+            if session.steps > session.max_steps:
+                raise TraceError(f"integer arithmetic on sizes and draws too deep to bound (more "
+                                 f"than {session.max_steps} facts about its values)")
+        got = facts[key] = fn(d, *others)
+        return got
+
+    memo.__name__, memo.__qualname__, memo.__doc__ = name, fn.__qualname__, fn.__doc__
+    memo.__wrapped__ = fn  # type: ignore[attr-defined]
+    return memo
+
+
+@_fact
+def lower(d: Dim) -> float | None:
+    """A lower bound of a per-sample value known from how it was computed (sizes are >= 1,
+    draws >= 0, h - min(size, h) >= 0, ...), or None."""
+    if isinstance(d, int):
+        return d
+    if d.op == "const":
+        return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
+    if d.op == "in_dim":
+        return 1  # a decoded image has at least one pixel
+    if d.op == "input":
+        return 0
+    if d.op in _LAYOUT_OPS:
+        los = [lower(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        los += [lower(a) for a in d.args[:1] if d.op == "take"]
+        return None if not los or None in los else builtins.min(los)
+    if d.op == "uniform":
+        return 0
+    if d.op == "cast":
+        return _cast_bounds(d)[0]
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
+        lo = lower(d.args[0])
+        return None if lo is None else math.floor(lo)
+    if d.op == "bin":
+        a, b = d.args
+        name = d.attrs[0]
+        la, lb = lower(a), lower(b)
+        if name == "subtract":
+            known = [0] if _at_most(b, a) else []
+            if la is not None and b.op == "const":
+                known.append(la - float(b.value.max()))
+            sa = _same_value(a)
+            if d.dtype.kind in "iu" and sa.op == "bin" and sa.attrs[0] == "add" and \
+                    sa.dtype == d.dtype:
+                # (y + n) - y is n in wrapping integer arithmetic: a crop's size.
+                p, q = sa.args
+                rest = q if _same(p, b) else p if _same(q, b) else None
+                low = None if rest is None else lower(rest)
+                if low is not None:
+                    known.append(low)
+            return builtins.max(known) if known else None
+        if la is None or lb is None:
+            return la if name == "maximum" and la is not None else (
+                lb if name == "maximum" else None)
+        if name == "add":
+            return la + lb
+        if name == "minimum":
+            return builtins.min(la, lb)
+        if name == "maximum":
+            return builtins.max(la, lb)
+        if name in ("multiply", "divide") and la >= 0 and lb >= 0:
+            return 0 if name == "divide" else la * lb
+        if name == "floor_divide" and la >= 0 and b.op == "const" and lb >= 1:
+            return la // float(b.value.max())
+        if name == "remainder" and la >= 0 and lb >= 0:
+            return 0
+    if d.op == "where":
+        la, lb = lower(d.args[1]), lower(d.args[2])
+        return None if la is None or lb is None else builtins.min(la, lb)
+    return None
+
+
+_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
+
+
+@_fact
+def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
+    """Bounds of a cast's result: the source's where they fit the target type (a narrowing
+    integer cast wraps around), else the target type's range."""
+    src, dst = d.args[0], d.dtype
+    if src.dtype.kind == "b":
+        lo, up = 0.0, 1.0
+    else:
+        lo, up = lower(src), upper(src)
+        if src.dtype.kind in "iu":
+            # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
+            info = np.iinfo(src.dtype)
+            lo = int(info.min) if lo is None else lo
+            up = int(info.max) if up is None else up
+    if dst.kind in "iu":
+        info = np.iinfo(dst)
+        if lo is None or up is None or lo < info.min or up > info.max:
+            return float(info.min), float(info.max)
+        return math.floor(lo), math.floor(up)
+    return lo, up
+
+
+#: An upper bound of an image side: one of 2**40 pixels would take terabytes.
+_MAX_SIDE = 2**40
+
+
+@_fact
+def upper(d: Dim) -> float | None:
+    """An upper bound of every element of a value, known from how it was computed, or None."""
+    if isinstance(d, int):
+        return d
+    if d.op == "const":
+        return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
+    if d.op == "input":
+        return 255
+    if d.op == "in_dim":
+        return _MAX_SIDE
+    if d.op == "uniform":
+        return 1
+    if d.op == "cast":
+        return _cast_bounds(d)[1]
+    if d.op in _LAYOUT_OPS:
+        ups = [upper(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        ups += [upper(a) for a in d.args[:1] if d.op == "take"]
+        return None if not ups or None in ups else builtins.max(ups)
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
+        up = upper(d.args[0])
+        return None if up is None else math.ceil(up)
+    if d.op == "bin":
+        a, b = d.args
+        ua, ub = upper(a), upper(b)
+        name = d.attrs[0]
+        if name == "minimum":
+            known = [u for u in (ua, ub) if u is not None]
+            return builtins.min(known) if known else None
+        if name == "subtract":
+            lb = lower(b)
+            return None if ua is None or lb is None else ua - lb
+        if ua is None or ub is None:
+            return None
+        if name == "add":
+            return ua + ub
+        if name == "maximum":
+            return builtins.max(ua, ub)
+        if name == "multiply" and _nonneg(a) and _nonneg(b):
+            return ua * ub
+    if d.op == "where":
+        ua, ub = upper(d.args[1]), upper(d.args[2])
+        return None if ua is None or ub is None else builtins.max(ua, ub)
+    return None
+
+
+def _nonneg(d: Dim) -> bool:
+    """Whether an int dim is >= 0 for every sample."""
+    lo = lower(d)
+    return lo is not None and lo >= 0
+
+
+@_fact
+def _same_value(d: Node) -> Node:
+    """``d`` without the casts that keep every value (int64 of a size, a widening) and without
+    integer ``+ 0`` and ``- 0``."""
+    while True:
+        if d.op == "cast" and np.can_cast(d.args[0].dtype, d.dtype):
+            d = d.args[0]
+        elif d.op == "bin" and d.dtype.kind in "iu" and d.attrs[0] in ("add", "subtract") \
+                and _is_zero(d.args[1]):
+            d = d.args[0]
+        elif d.op == "bin" and d.dtype.kind in "iu" and d.attrs[0] == "add" \
+                and _is_zero(d.args[0]):
+            d = d.args[1]
+        else:
+            return d
+
+
+def _is_zero(d: Dim) -> bool:
+    return (isinstance(d, int) and d == 0) or (
+        isinstance(d, Node) and d.op == "const" and d.value.size == 1 and d.value.item() == 0)
+
+
+def _same(x: Any, y: Any) -> bool:
+    return isinstance(x, Node) and isinstance(y, Node) and _same_value(x) is _same_value(y)
+
+
+@_fact
+def _keeps_values(d: Node) -> bool:
+    """Whether integer cast ``d`` keeps every value its source can take."""
+    src = d.args[0]
+    if np.can_cast(src.dtype, d.dtype):
+        return True
+    lo, up = lower(src), upper(src)
+    info = np.iinfo(d.dtype)
+    return lo is not None and up is not None and lo >= info.min and up <= info.max
+
+
+def _min_operands(d: Node) -> tuple[Node, Node] | None:
+    """``(x, y)`` when ``d`` is ``min(x, y)``, as ``np.minimum`` or as a clamp
+    ``np.where(x < y, x, y)``."""
+    if d.op == "bin" and d.attrs[0] == "minimum":
+        return d.args
+    if d.op == "where" and d.args[0].op == "bin" and d.args[0].attrs[0] == "less":
+        x, y = d.args[0].args
+        if d.args[1] is x and d.args[2] is y:
+            return x, y
+    return None
+
+
+@_fact
+def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
+    """Whether ``p <= n - q`` for every sample, from how ``p`` was computed: ``n - q`` itself,
+    ``(n - q) // k``, ``min(n - q, ...)``, ``((n - q) + c) - c``, as offsets and crops write
+    them."""
+    p = _same_value(p)
+    if p.op != "bin":
+        return False
+    x, y = p.args
+    name = p.attrs[0]
+    if name == "subtract" and _same(x, n):
+        lo, up = lower(y), upper(q)
+        if _same(y, q) or (lo is not None and up is not None and lo >= up):
+            return True  # n - r <= n - q for r >= q
+    if name == "floor_divide" and _nonneg(x) and y.op == "const" and (y.value >= 1).all():
+        return _at_most_minus(x, n, q)
+    if name == "minimum":
+        return _at_most_minus(x, n, q) or _at_most_minus(y, n, q)
+    if name == "add" and _is_zero(x):
+        return _at_most_minus(y, n, q)
+    if name == "subtract" and y.op == "const" and y.value.size == 1:
+        inner = _same_value(x)
+        if inner.op == "bin" and inner.attrs[0] == "add" and inner.args[1].op == "const" \
+                and inner.args[1].value.size == 1 \
+                and inner.args[1].value.item() <= y.value.item():
+            return _at_most_minus(inner.args[0], n, q)  # (d + c1) - c2 <= d for c1 <= c2
+    return False
+
+
+@_fact
+def _at_most(a: Dim, b: Dim) -> bool:
+    """Whether ``a <= b`` for every sample, ``b`` a size (>= 0)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    if a is b or _same(a, b):
+        return True
+    if isinstance(a, int) and a <= 0 and _nonneg(b):
+        return True
+    if not isinstance(a, Node):
+        return False
+    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
+            and a.value.item() <= 0 and _nonneg(b):
+        return True
+    if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu" \
+            and _keeps_values(a) and _at_most(a.args[0], b):
+        return True
+    if a.op == "bin":
+        x, y = a.args
+        name = a.attrs[0]
+        if name == "minimum" and (_at_most(x, b) or _at_most(y, b)):
+            return True
+        if name == "maximum" and _at_most(x, b) and _at_most(y, b):
+            return True
+        if name == "floor_divide" and _nonneg(x) and y.op == "const" and \
+                (y.value >= 1).all() and _at_most(x, b):
+            return True
+        if name == "subtract" and _nonneg(y) and _at_most(x, b):
+            return True
+        if name == "add" and ((_is_zero(x) and _at_most(y, b)) or (_is_zero(y) and _at_most(x, b))):
+            return True
+        if name == "add" and (_at_most_minus(x, b, y) or _at_most_minus(y, b, x)):
+            return True  # (n - q) // 2 + q <= n
+    if a.op == "where" and _at_most(a.args[1], b) and _at_most(a.args[2], b):
+        return True
+    if isinstance(b, Node):
+        bb = _same_value(b)
+        if bb.op == "bin" and bb.attrs[0] == "add" and (
+                (_same(bb.args[0], a) and _nonneg(bb.args[1]))
+                or (_same(bb.args[1], a) and _nonneg(bb.args[0]))):
+            return True  # a <= a + (something >= 0)
+        pair = _min_operands(bb)
+        if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
+            return True
+    return False
+
+
+def _never(n: Node) -> bool:
+    """Whether comparison ``n`` is false for every sample, by the bounds the tracer knows."""
+    if n.op != "bin" or n.attrs[0] not in ("less", "less_equal", "greater", "greater_equal"):
+        return False
+    x, y = n.args
+    if n.attrs[0] in ("greater", "greater_equal"):
+        x, y = y, x  # x > y is y < x
+    lo, up = lower(x), upper(y)
+    if lo is None or up is None:
+        return False
+    return lo >= up if n.attrs[0] in ("less", "greater") else lo > up

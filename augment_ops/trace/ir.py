@@ -1,0 +1,228 @@
+"""The tracer's graph (IR) and the state of the trace being run.
+
+:class:`Node` is one value of the graph (an array or a per-sample scalar); :func:`_new` makes
+nodes, shared with identical earlier ones within a trace; :class:`Traced` is a traced op's
+result and :class:`Guard` a check under which the numpy function raises. :class:`TraceError`
+names what cannot be lowered and the user's source line, found with :func:`_user_location`.
+``_TRACING.active`` is the trace running in this thread (a :class:`_Session`).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: The tracer's own files (this package): never the user's line.
+_TRACE_DIR = os.path.dirname(os.path.abspath(__file__))
+_REGISTRY_FILE = os.path.join(os.path.dirname(_TRACE_DIR), "registry.py")
+_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
+
+
+# -- errors ------------------------------------------------------------------------------------
+class TraceError(ValueError):
+    """The op's function does something the tracer cannot lower to DALI operators.
+
+    ``construct`` names it (``"np.fft.fft"``, ``"if on pixel values"``), ``location`` is
+    ``file:line: code`` of the user's source line (empty when unknown).
+    """
+
+    def __init__(self, construct: str, location: str | None = None) -> None:
+        if location is None:
+            location, inner = _user_location()
+            if inner and inner != location:
+                construct = f"{construct}, inside {inner}"
+        self.construct = construct
+        self.location = location
+        super().__init__(f"{construct} at {self.location}" if self.location else construct)
+
+
+def _is_internal(filename: str) -> bool:
+    f = os.path.abspath(filename)
+    return f.startswith(_TRACE_DIR + os.sep) or f.startswith(_NUMPY_DIR) or f.startswith("<frozen")
+
+
+def _describe(filename: str, lineno: int) -> str:
+    code = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno}: {code}" if code else f"{filename}:{lineno}"
+
+
+def _user_location(tb: types.TracebackType | None = None) -> tuple[str, str]:
+    """``file:line: code`` of the user's line, and of the innermost frame outside this module and
+    numpy (where it went wrong, maybe in a library the op called).
+
+    Only frames inside the op's call count (from the op's function inward: never its caller's,
+    such as the line that built the loader). The user's line is the innermost of them in user
+    code: the op's own function, a function it calls or that wraps it (a decorator), a lambda,
+    code from ``exec`` or a notebook cell; not numpy, this package's tracer and registry, nor
+    installed libraries. Walks ``tb``, or else the current stack.
+    """
+    from augment_ops.state import library_file
+
+    frames: list[tuple[Any, int]] = []
+    if tb is not None:
+        while tb is not None:
+            frames.append((tb.tb_frame.f_code, tb.tb_lineno))
+            tb = tb.tb_next
+    else:
+        frame = sys._getframe(1)
+        while frame is not None:
+            frames.append((frame.f_code, frame.f_lineno))
+            frame = frame.f_back
+        frames.reverse()
+    session = _TRACING.active
+    code = session.user_code if session is not None else None
+    start = next((i for i, (c, _) in enumerate(frames) if c is code), None)
+    if start is None:  # found after the op returned (its outputs): the op's def line
+        first = session.user_def if session is not None else None
+        return (_describe(first.co_filename, first.co_firstlineno) if first else ""), ""
+    outside = [(c, n) for c, n in frames[start:] if not _is_internal(c.co_filename)
+               and os.path.abspath(c.co_filename) != _REGISTRY_FILE]
+    own = [(c, n) for c, n in outside if not library_file(c.co_filename)]
+    inner = _describe(outside[-1][0].co_filename, outside[-1][1]) if outside else ""
+    return (_describe(own[-1][0].co_filename, own[-1][1]) if own else inner), inner
+
+
+# -- the IR ------------------------------------------------------------------------------------
+Dim = Any  # int | Node (an int64 per-sample scalar)
+
+
+class Node:
+    """One value of the traced graph: an array or a per-sample scalar (``shape == ()``).
+
+    ``op`` and ``attrs`` say how it is computed from ``args`` (Nodes, ints or None). ``weak``
+    marks a Python scalar (``int``/``float``/``bool``), which numpy promotes weakly (NEP 50).
+    ``pixel`` says whether the value depends on pixel values (control flow on those is refused).
+    ``value`` holds a constant's numpy value. ``facts`` memoises what the tracer proved about
+    the value (bounds, ``<=`` another value): a pure function of the node and its arguments.
+    """
+
+    __slots__ = ("__weakref__", "args", "attrs", "dtype", "facts", "op", "pixel", "shape",
+                 "value", "weak")
+
+    def __init__(self, op: str, args: tuple, attrs: tuple, dtype: np.dtype, shape: tuple,
+                 weak: bool = False, value: np.ndarray | None = None) -> None:
+        self.op, self.args, self.attrs = op, args, attrs
+        self.dtype, self.shape, self.weak, self.value = np.dtype(dtype), shape, weak, value
+        self.pixel = op == "input" or any(isinstance(a, Node) and a.pixel for a in args)
+        self.facts: dict[tuple, Any] = {}
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}{list(self.attrs)}, {self.dtype}, ndim={self.ndim})"
+
+    # A node travels to the source's reader processes without its facts (rebuilt on demand).
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k not in ("__weakref__", "facts")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            setattr(self, k, v)
+        self.facts = {}
+
+
+def _new(op: str, args: tuple, attrs: tuple, dtype: Any, shape: tuple, weak: bool = False,
+         value: np.ndarray | None = None) -> Node:
+    """A node, shared with an identical earlier one (hash-consing): the same computation on every
+    path gives the same node, so branch conditions of different runs can be matched, and a
+    sub-expression written twice is one node whose facts are derived once. Arguments that are
+    not nodes are keyed with their type (``1``, ``True`` and ``1.0`` are equal in Python)."""
+    dtype = np.dtype(dtype)
+    vkey = None if value is None else (value.dtype.str, value.shape, value.tobytes())
+    key = (op, tuple(a if isinstance(a, Node) else ("v", type(a), a) for a in args), attrs,
+           dtype.str, tuple(d if isinstance(d, Node) else ("v", type(d), d) for d in shape), weak,
+           vkey)
+    table = _TRACING.active.table if _TRACING.active is not None else {}
+    node = table.get(key)
+    if node is None:
+        node = Node(op, args, attrs, dtype, shape, weak, value)
+        table[key] = node
+    return node
+
+
+def const(value: Any, dtype: Any = None, weak: bool = False) -> Node:
+    arr = np.asarray(value, dtype=dtype)
+    return _new("const", (), (), arr.dtype, arr.shape, weak, value=arr)
+
+
+def _is_const(x: Any) -> bool:
+    return isinstance(x, Node) and x.op == "const"
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Where the numpy function raises for some samples: ``bad`` (a per-sample bool scalar) is
+    true for a sample on which the function raises ``error`` (a built-in exception's name) with
+    ``message``, from the user's line ``location``. The branch a guard was met on is part of
+    ``bad``, so a sample that takes another branch never raises it."""
+
+    bad: Node
+    error: str
+    message: str
+    location: str
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A traced op: its output nodes, how many uniform draws (slots) a sample takes, and the
+    run-time checks (:class:`Guard`) under which numpy raises, in the order numpy meets them."""
+
+    outputs: tuple[Node, ...]
+    num_draws: int
+    num_paths: int
+    guards: tuple[Guard, ...] = ()
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node the outputs depend on, each once (outputs first, then their arguments)."""
+        seen: set[int] = set()
+        stack = list(self.outputs)
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            yield n
+            stack.extend(a for a in n.args if isinstance(a, Node))
+
+
+# -- the trace being run --------------------------------------------------------------------------
+class _Session:
+    """One trace: the node table shared by all runs, and the branch decisions of the current run."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.table: dict[Any, Node] = {}
+        self.steps = 0  # facts evaluated
+        self.max_steps = max_steps  # the most facts the trace may evaluate
+        self.user_code: types.CodeType | None = None
+        self.user_def: types.CodeType | None = None  # of the function a decorator wraps
+        self.prefix: tuple[bool, ...] = ()
+        self.conds: list[Node] = []
+        self.decisions: list[bool] = []
+        self.guards: list[Guard] = []
+
+    def start(self, prefix: tuple[bool, ...]) -> None:
+        self.prefix, self.conds, self.decisions = prefix, [], []
+
+    def decide(self, cond: Node) -> bool:
+        i = len(self.decisions)
+        choice = self.prefix[i] if i < len(self.prefix) else True
+        self.conds.append(cond)
+        self.decisions.append(choice)
+        return choice
+
+
+class _Tracing(threading.local):
+    active: _Session | None = None
+
+
+_TRACING = _Tracing()

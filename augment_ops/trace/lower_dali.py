@@ -1,0 +1,232 @@
+"""Emit a traced op (:mod:`augment_ops.trace`) as DALI operators on the image's DataNode.
+
+The operators run on whichever device the image is on. Per-sample scalars (sizes, slice bounds,
+branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GPU only where an
+elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone
+are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
+graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
+check calls Python only for a batch holding a too-small image, to raise). Facts the tracer knows
+(sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
+bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
+(it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
+x bounds) are computed together, as per-sample vectors (:mod:`augment_ops.trace.emitter`): a
+crop whose starts are computed alike is one ``fn.slice`` on vectors of starts and sizes, and a
+rectangle fill's anchor and size are vectors too, the clamps of its bounds at 0 and at the
+image's size left to ``fn.erase``, which clips its region to the image. numpy's semantics are
+kept where DALI's differ (:mod:`augment_ops.trace.dali_ops`):
+
+- casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
+  floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
+  (floats outside the target range: numpy's result is undefined, DALI's saturates);
+- ``//`` and ``%`` on signed integers: DALI truncates toward zero, numpy floors; by 0 DALI
+  raises and numpy gives 0, and the most negative int32 or int64 by -1 traps in DALI where
+  numpy wraps around, so a divisor that may be either is replaced by 1 and the result fixed;
+- ``np.rint`` (half to even) through the add-and-subtract 2**23 (2**52) rounding identity;
+- ``np.where`` as a bitwise select, exact for every value (NaN and inf included);
+- a branch on a per-sample scalar: both outcomes are computed for the whole batch and merged
+  per sample with DALI's conditional split/merge, so outputs may differ in shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
+from augment_ops.trace.emitter import _Emitter
+from augment_ops.trace.facts import lower
+from augment_ops.trace.ir import Node, Traced
+
+__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes"]
+
+
+class SampleScalars:
+    """The per-sample scalars of a traced op that depend on its random draws but not on the image
+    (``rng.uniform(a, b)``, ``rng.random() < p``, the draw of ``rng.integers`` before it meets a
+    size), evaluated by numpy for a batch of samples from their (manifest index, epoch).
+
+    The loader runs it in the source's reader processes, beside the file bytes
+    (:class:`extsrc.source.ReaderValues`): the numbers arrive in the graph as external-source
+    outputs, with numpy's own semantics and no Python call in the pipeline.
+    ``uniform(index, epoch, slot)`` gives the draws (float64 arrays). Picklable.
+    """
+
+    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray]) -> None:
+        self.nodes = nodes
+        self.uniform = uniform
+
+    def __call__(self, index: np.ndarray, epoch: np.ndarray) -> list[np.ndarray]:
+        """One array of shape ``(len(index),)`` per node, of the node's dtype."""
+        count = len(index)
+        memo: dict[int, np.ndarray] = {}
+
+        def ev(n: Node | int) -> Any:
+            if not isinstance(n, Node):
+                return np.int64(n)
+            got = memo.get(id(n))
+            if got is not None:
+                return got
+            if n.op == "const":
+                got = n.value
+            elif n.op == "uniform":
+                got = self.uniform(index, epoch, n.attrs[0])
+            elif n.op == "cast":
+                got = np.asarray(ev(n.args[0])).astype(n.dtype)
+            elif n.op == "bin":
+                got = getattr(np, n.attrs[0])(ev(n.args[0]), ev(n.args[1]))
+            elif n.op == "un":
+                got = getattr(np, n.attrs[0])(ev(n.args[0]))
+            elif n.op == "where":
+                got = np.where(*(ev(a) for a in n.args))
+            else:
+                raise ValueError(f"not a scalar of the draws alone: {n}")
+            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count,))
+            memo[id(n)] = got
+            return got
+
+        with np.errstate(all="ignore"):
+            return [np.ascontiguousarray(ev(n)) for n in self.nodes]
+
+
+def sample_scalar_nodes(traced: Traced) -> list[Node]:
+    """The scalars of ``traced`` that :class:`SampleScalars` computes: those depending on draws
+    and not on the image, which the graph's other nodes read, in a stable order (empty for an
+    op without draws)."""
+    if not traced.num_draws:
+        return []
+    on_image: dict[int, bool] = {}
+
+    def image_dependent(n: Node) -> bool:
+        got = on_image.get(id(n))
+        if got is None:
+            got = n.pixel or n.op == "in_dim" or any(
+                isinstance(a, Node) and image_dependent(a) for a in n.args)
+            on_image[id(n)] = got
+        return got
+
+    seen: set[int] = set()
+    found: dict[int, Node] = {}
+    layout = check_layout(traced)
+    stack = [*traced.outputs, *(g.bad for g in traced.guards),
+             *(d for k in layout.outputs for d in traced.outputs[k].shape
+               if isinstance(d, Node))]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for a in n.args:
+            if not isinstance(a, Node) or a.op == "const":
+                continue
+            if a.ndim == 0 and not image_dependent(a):
+                found.setdefault(id(a), a)
+            else:
+                stack.append(a)
+    return list(found.values())
+
+
+@dataclass(frozen=True)
+class CheckLayout:
+    """What the per-sample check of a traced op (:func:`emit`'s ``check``) receives, one int64
+    row per sample: the image's shape (3 values), then 1 or 0 per guard of ``traced.guards``
+    (1: the numpy function raises it for the sample), then the shapes of the outputs listed in
+    ``outputs`` (those the tracer cannot prove non-empty), one after the other."""
+
+    guards: int
+    outputs: tuple[int, ...]
+    ranks: tuple[int, ...]
+
+    def split(self, row: Sequence[int]) -> tuple[tuple[int, ...], list[bool],
+                                                 list[tuple[int, tuple[int, ...]]]]:
+        """``(image shape, guard flags, [(output index, output shape), ...])`` of a row."""
+        row = [int(v) for v in row]
+        shape, flags = tuple(row[:3]), [bool(v) for v in row[3:3 + self.guards]]
+        outs, at = [], 3 + self.guards
+        for k in self.outputs:
+            outs.append((k, tuple(row[at:at + self.ranks[k]])))
+            at += self.ranks[k]
+        return shape, flags, outs
+
+
+def check_layout(traced: Traced) -> CheckLayout:
+    """The rows :func:`emit` gives its ``check`` for ``traced`` (see :class:`CheckLayout`)."""
+    outputs = tuple(k for k, n in enumerate(traced.outputs)
+                    if any(isinstance(d, Node) and (lower(d) is None or lower(d) < 1)
+                           for d in n.shape))
+    return CheckLayout(len(traced.guards), outputs, tuple(n.ndim for n in traced.outputs))
+
+
+def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
+         check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
+         min_size: int = 1) -> list[Any]:
+    """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
+
+    Every per-sample scalar is a DALI CPU operator on ``image.shape()``, except those of
+    :func:`sample_scalar_nodes`, which a random op must pass as ``sample_values`` (DataNodes of
+    per-sample scalars in that order, made by :class:`SampleScalars`).
+
+    ``check`` (with ``info``, the pipeline's per-sample manifest index, epoch and pad flag):
+    the samples on which the numpy path raises are split off and ``check(rows, infos)`` is
+    called on them alone, to raise, with a row per sample as :func:`check_layout` describes:
+    images smaller than ``min_size`` on either side, samples that meet a guard of the trace
+    (``rng.integers(0, h - size)`` on an image ``size`` high), samples whose outputs come out
+    empty. DALI does not call it for a batch without such samples, so the common case costs no
+    Python call, and an op without guards whose outputs are known non-empty and whose
+    ``min_size`` is 1 takes no operator for it. The op's input depends on the check, so it runs
+    before any operator of the op could fail on such a sample.
+    """
+    from nvidia.dali import fn
+
+    em = _Emitter(image)
+    em.shape = image.shape()
+    nodes = sample_scalar_nodes(traced)
+    if len(sample_values) != len(nodes):
+        raise ValueError(
+            f"the traced op needs {len(nodes)} per-sample value(s) made by SampleScalars from its "
+            f"draws; got {len(sample_values)}")
+    for n, value in zip(nodes, sample_values, strict=True):
+        em.memo[id(n)] = value
+        em.given.add(id(n))
+    layout = check_layout(traced)
+    if check is not None and (min_size > 1 or layout.guards or layout.outputs):
+        if info is None:
+            raise ValueError("a check needs the pipeline's info; pass info=")
+        import nvidia.dali.math as dmath
+
+        oks = []
+        if min_size > 1:
+            oks.append(dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64))
+        flags = [em.value(g.bad) for g in traced.guards]
+        oks += [f == _constant(False, np.dtype(np.bool_)) for f in flags]
+        dims = [int(d.value) if isinstance(d, Node) and d.op == "const" else d
+                for k in layout.outputs for d in traced.outputs[k].shape]
+        oks += [em.value(d) >= _constant(1, np.int64) for d in dims if isinstance(d, Node)]
+        ok = oks[0]
+        for more in oks[1:]:
+            ok = ok & more
+        values = [fn.cast(f, dtype=_dali_type(np.dtype(np.int64))) for f in flags]
+        values += [em.value(d) if isinstance(d, Node) else _constant_node(np.int64(d), np.int64)
+                   for d in dims]
+        rows = fn.cat(em.shape, fn.stack(*values)) if values else em.shape
+        rows_ok, rows_bad = fn._conditional.split(rows, predicate=ok)
+        _, info_bad = fn._conditional.split(info, predicate=ok)
+        checked = fn.python_function(rows_bad, info_bad, function=check,
+                                     batch_processing=True, num_outputs=1)
+        rows = fn._conditional.merge(rows_ok, checked, predicate=ok)
+        # A reshape to its own shape shares the image's memory; it orders the check first.
+        em.image = fn.reshape(image, shape=rows[0:3])
+    # Later stages (resize) read the layout, which elementwise operators may not keep; slices
+    # and rectangle fills of the input keep it, and spare the operator.
+    return [em.value(n) if _keeps_layout(n) else
+            fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
+            for n in traced.outputs]
+
+
+def _keeps_layout(n: Node) -> bool:
+    """Whether DALI gives ``n`` the input's HWC layout: slices and rectangle fills of it do."""
+    while n.op in ("slice", "fill") and n.ndim == 3:
+        n = n.args[0]
+    return n.op == "input"

@@ -1,0 +1,249 @@
+"""Patterns in a traced graph that the DALI lowering emits with fewer operators: lanes computed
+alike (:func:`_lane_key`), clamps (:func:`_clamp_bounds`), slice and fill bounds whose clamps
+DALI's operators already make (:func:`_unclamped_start`, :func:`_unclamped_stop`), differences
+known at trace time. Pure functions of the nodes; nothing here imports DALI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.dali_ops import _divisor_risks
+from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.ir import Node
+
+_ROUNDING = ("floor", "ceil", "rint", "trunc")
+
+
+#: Scalar operators :meth:`augment_ops.trace.emitter._Vectors.vector` applies to all lanes at once.
+_LANEWISE = ("cast", "bin", "un", "where")
+
+
+def _lane_key(n: Node) -> tuple:
+    """What the lowering of ``n`` decides from, besides its arguments' values: lanes with equal
+    keys are lowered by the same operators (constant arguments, argument kinds, and which
+    arguments are the same node, as in the clamp ``where(x < y, x, y)``)."""
+    args: list[Any] = []
+    for a in n.args:
+        if not isinstance(a, Node):
+            args.append(("int", a))
+        elif a.op == "const":
+            args.append(("const", a.dtype.str, a.value.shape, a.value.tobytes()))
+        else:
+            same = next(j for j, b in enumerate(n.args) if b is a)
+            name = a.attrs[0] if a.op in ("un", "bin") else None
+            args.append((a.op, name, a.dtype.str, a.ndim, same,
+                         _exact_float64_of_int(a) is not None))
+    if n.op == "where" and isinstance(n.args[0], Node) and n.args[0].op == "bin":
+        args.append(tuple(x is y for x in n.args[1:] for y in n.args[0].args))
+    args.append(("divisor", _divisor_risks(n)))
+    return (n.op, n.attrs, n.dtype.str, tuple(args))
+
+
+def _free(n: Node) -> bool:
+    """Whether lowering ``n`` takes no operator of its own (a cast to its own dtype, ``+ 0``, a
+    minimum known to be its first operand)."""
+    if n.op == "cast":
+        return n.dtype == n.args[0].dtype
+    if n.op == "bin":
+        a, b = n.args
+        return n.attrs[1:] == ("first",) or (
+            n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b)) or (
+            n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a))
+    return False
+
+
+def _difference(hi: Any, lo: Any) -> Any:
+    """``hi - lo`` as a node or int where it needs no operator (``(y + ch) - y`` is ``ch``),
+    else None."""
+    d = _constant_difference(hi, lo)
+    if d is not None:
+        return d
+    if _is_zero_dim(lo):
+        return hi
+    h = _strip_same(hi)
+    if isinstance(h, Node) and h.op == "bin" and h.attrs[0] == "add" and h.dtype == np.int64:
+        a, b = h.args
+        if _strip_same(a) is _strip_same(lo):
+            return b
+        if _strip_same(b) is _strip_same(lo):
+            return a
+    return None
+
+
+def _is_zero_dim(d: Any) -> bool:
+    return (not isinstance(d, Node) and d == 0) or (isinstance(d, Node) and _is_zero(d))
+
+
+def _strip_same(d: Any) -> Any:
+    """``d`` without casts to its own dtype (weak to strong)."""
+    while isinstance(d, Node) and d.op == "cast" and d.dtype == d.args[0].dtype:
+        d = d.args[0]
+    return d
+
+
+def _exact_float64_of_int(a: Node) -> Node | None:
+    """``x`` where ``a`` is ``float64(x)`` of an int64 ``x`` the tracer bounds by 2**53 (so
+    the conversion is exact), else None."""
+    while a.op == "cast" and a.dtype == a.args[0].dtype:  # weak to strong float64
+        a = a.args[0]
+    if not (a.op == "cast" and a.dtype == np.float64 and a.args[0].dtype == np.int64):
+        return None
+    x = a.args[0]
+    lo, up = lower(x), upper(x)
+    if lo is None or up is None or lo < -(2**53) or up > 2**53:
+        return None
+    return x
+
+
+def _is_zero(n: Node) -> bool:
+    return n.op == "const" and n.value.ndim == 0 and n.value.item() == 0
+
+
+def _strip(d: Any) -> Any:
+    """``d`` without the casts that keep every value (int64 of a weak int64, a widening)."""
+    while isinstance(d, Node) and d.op == "cast" and np.can_cast(d.args[0].dtype, d.dtype):
+        d = d.args[0]
+    return d
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same per-sample value, up to casts that keep every
+    value."""
+    a, b = _strip(a), _strip(b)
+    return a is b if isinstance(a, Node) else (not isinstance(b, Node) and a == b)
+
+
+def _scalar_const(d: Any) -> float | int | None:
+    """The value of a scalar constant node that is not NaN, else ``None``."""
+    if not isinstance(d, Node) or d.op != "const" or d.value is None or d.value.ndim != 0:
+        return None
+    v = d.value.item()
+    return None if v != v else v
+
+
+def _clamp_bounds(n: Node) -> tuple[Node, Any, Any] | None:
+    """``(x, lo, hi)`` when the array node ``n`` is ``np.clip(x, lo, hi)`` with constant bounds
+    and ``lo <= hi`` (the tracer marks a clip's ``minimum``): one ``math.clamp`` then replaces
+    two full-image passes. The clamp keeps ``x`` where it equals a bound, as ``np.clip`` does
+    (``np.minimum``/``np.maximum`` written out give their second operand, which differs for
+    -0.0 and 0.0, so they keep their own operators). NaN stays NaN on the CPU and becomes
+    ``lo`` on the GPU (DALI 2.4's ``clamp``; DALI's ``max`` drops it on both devices)."""
+    if n.op != "bin" or n.attrs != ("minimum", "clip") or n.ndim == 0:
+        return None
+    x, bound = n.args
+    hi = _scalar_const(bound)
+    if hi is None or not isinstance(x, Node) or x.op != "bin" or x.attrs != ("maximum",) or \
+            x.dtype != n.dtype:
+        return None
+    y, other = x.args
+    lo = _scalar_const(other)
+    if lo is None or not isinstance(y, Node):
+        return None
+    return (y, lo, hi) if lo <= hi else None
+
+
+def _clamp_operands(d: Any) -> tuple[str, Node, Node] | None:
+    """``("min" | "max", x, y)`` when ``d`` is ``np.minimum(x, y)`` / ``np.maximum(x, y)`` or
+    the tracer's clamp ``np.where(x < y, x, y)`` / ``np.where(x < y, y, x)``, maybe under casts
+    that keep every value."""
+    d = _strip(d)
+    if not isinstance(d, Node) or d.ndim != 0:
+        return None
+    if d.op == "bin" and d.attrs[0] in ("minimum", "maximum"):
+        return ("min" if d.attrs[0] == "minimum" else "max", *d.args)
+    if d.op == "where" and d.args[0].op == "bin" and d.args[0].attrs[0] == "less":
+        c, a, b = d.args
+        x, y = c.args
+        if a is x and b is y:
+            return ("min", x, y)
+        if a is y and b is x:
+            return ("max", x, y)
+    return None
+
+
+#: The most negative start a rectangle fill passes to ``fn.erase`` unclamped: float32 holds
+#: every integer from -2**23 to 2**24, so anchor, size and their sum stay exact for sides up to
+#: 2**23 (the fill clamps a start it cannot bound so).
+_MIN_START = -(2**23)
+
+
+def _unclamped_start(lo: Any) -> Any:
+    """A rectangle's start without its clamps at 0 (``max(0, s)``), which a clipping fill does
+    itself: the region ``[max(0, s), e)`` within ``0..n`` is ``[s, e)`` within ``0..n``."""
+    while (got := _clamp_operands(lo)) is not None and got[0] == "max" and (
+            _is_zero(got[1]) or _is_zero(got[2])):
+        s = got[2] if _is_zero(got[1]) else got[1]
+        low = lower(s)
+        if low is None or low < _MIN_START:
+            break
+        lo = s
+    return lo
+
+
+def _unclamped_stop(hi: Any, n: Any, lo: Any) -> Any:
+    """A rectangle's stop without its clamps at the axis's size ``n`` (``min(n, e)``) and at its
+    start (``max(e, lo)``, which makes an empty region of a negative size): ``[s, min(n, e))``
+    and ``[s, max(e, s))`` within ``0..n`` are ``[s, e)`` within ``0..n``.
+
+    The stops peeled so are >= 0 (numpy's bounds, clamped at 0 or known >= 0 by the tracer, are
+    what these clamps enclose), so a size ``e - s`` cannot wrap around, and one above float32's
+    exact range still reaches past ``n``."""
+    while (got := _clamp_operands(hi)) is not None:
+        kind, a, b = got
+        if kind == "min" and (_same(a, n) or _same(b, n)):
+            e = b if _same(a, n) else a
+        elif kind == "max" and (_same(a, lo) or _same(b, lo)):
+            e = b if _same(a, lo) else a
+        else:
+            break
+        if not _at_least_zero(e):
+            break
+        hi = e
+    return hi
+
+
+def _base_and_offset(d: Any) -> tuple[Node | None, int]:
+    """``(base, c)`` with ``d == base + c`` in int64 arithmetic (``base`` None: ``d`` is ``c``),
+    through additions and subtractions of constants."""
+    offset = 0
+    while True:
+        if not isinstance(d, Node):
+            return None, offset + int(d)
+        while d.op == "cast" and d.dtype == d.args[0].dtype:
+            d = d.args[0]
+        if d.op == "const" and d.dtype.kind in "iu" and d.value.ndim == 0:
+            return None, offset + int(d.value)
+        if d.op != "bin" or d.dtype != np.int64 or d.attrs[0] not in ("add", "subtract"):
+            return d, offset
+        a, b = d.args
+        if b.op == "const" and b.value.ndim == 0:
+            offset += int(b.value) if d.attrs[0] == "add" else -int(b.value)
+            d = a
+        elif a.op == "const" and a.value.ndim == 0 and d.attrs[0] == "add":
+            offset += int(a.value)
+            d = b
+        else:
+            return d, offset
+
+
+def _constant_difference(hi: Any, lo: Any) -> int | None:
+    """``hi - lo`` where it is the same for every sample (``(y + 32) - (y - 32)``), as int64
+    arithmetic wraps it, else None."""
+    if hi is None or lo is None:
+        return None
+    (bh, ch), (bl, cl) = _base_and_offset(hi), _base_and_offset(lo)
+    if bh is not bl:
+        return None
+    return (ch - cl + 2**63) % 2**64 - 2**63
+
+
+def _at_least_zero(d: Any) -> bool:
+    """Whether ``d >= 0`` for every sample: known to the tracer, or a clamp ``max(0, x)``."""
+    if not isinstance(d, Node):
+        return d >= 0
+    low = lower(d)
+    got = _clamp_operands(d)
+    return (low is not None and low >= 0) or (
+        got is not None and got[0] == "max" and (_is_zero(got[1]) or _is_zero(got[2])))

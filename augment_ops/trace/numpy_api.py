@@ -1,0 +1,570 @@
+"""numpy functions, indexing, assignment into regions and reductions on :class:`Sym`, as graph
+builders registered in :data:`augment_ops.trace.sym.HANDLERS`.
+
+A numpy function an op calls on a traced array reaches ``Sym.__array_function__``, which runs the
+builder registered under the function's name; one that has none is refused (:class:`TraceError`)
+and the op runs on the numpy path.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.facts import _at_most, _nonneg, _same
+from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.sym import (
+    Sym,
+    _broadcast,
+    _dim,
+    _dim_sym,
+    _dlt,
+    _dop,
+    _dwhere,
+    _is_weak,
+    _rep,
+    _to_node,
+    cast_node,
+    implements,
+    raise_where,
+    ufunc,
+)
+
+
+@implements("Sym.setitem")
+def _setitem(a: Sym, key: Any, value: Any) -> None:
+    """``a[key] = value``: a boolean mask, or a region of slices filled with a scalar."""
+    n = a._checked()
+    if not a._writable:
+        raise TraceError("a write into the input image or a view of it (numpy refuses: "
+                         "the input is read-only; write into img.copy())")
+    if isinstance(key, Sym) and key.dtype.kind == "b":
+        v = np.asarray(value) if not isinstance(value, Sym) else value
+        a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
+        return
+    a._write(_fill_region(n, key, value))
+
+
+def _mask_of(key: Sym, n: Node) -> Sym:
+    """A boolean index ``key`` of ``a[key] = v`` as a mask of ``a``'s shape: numpy's ``key``
+    covers ``a``'s leading axes and selects whole subarrays along the rest (an HxW mask on an
+    HWC image selects pixels, all channels)."""
+    kn = key._checked()
+    if kn.ndim > n.ndim:
+        raise TraceError(f"a boolean index of rank {kn.ndim} into an array of rank {n.ndim}")
+    for k, (dk, dn) in enumerate(zip(kn.shape, n.shape[:kn.ndim], strict=True)):
+        if not (dk is dn or (isinstance(dk, int) and isinstance(dn, int) and dk == dn)
+                or (isinstance(dk, Node) and isinstance(dn, Node) and _same(dk, dn))):
+            raise TraceError(f"a boolean index whose axis {k} may differ in length from the "
+                             "array's")
+    node = kn
+    for ax in range(kn.ndim, n.ndim):
+        node = _new("expand", (node,), (ax,), node.dtype, (*node.shape, 1))
+    return Sym(node)
+
+
+def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
+    """numpy's bounds for ``s`` on an axis of length ``n``: ``(lo, hi, reversed)`` with
+    ``0 <= lo <= hi <= n``, the slice taking ``lo..hi-1`` (reversed when the step is -1)."""
+    step = s.step
+    if isinstance(step, Sym):
+        raise TraceError("a per-sample slice step")
+    if step is None:
+        step = 1
+    if step not in (1, -1):
+        raise TraceError(f"a slice step of {step} (only 1 and -1 are lowered)")
+    if s.start is None and s.stop is None:
+        return 0, n, step == -1
+
+    def bound(b: Any, default: Dim, lo_clamp: Dim, hi_clamp: Dim) -> Dim:
+        if b is None:
+            return default
+        if isinstance(b, Sym) and b.dtype.kind not in "iu":
+            raise TraceError(f"a slice bound of dtype {b.dtype}")
+        if isinstance(b, (np.integer,)):
+            b = int(b)
+        if not isinstance(b, (int, Sym)):
+            raise TraceError(f"a slice bound of type {type(b).__name__}")
+        b = _dim(b)
+        # Facts known at trace time (a size, h // 2, min(size, h)) spare the run-time clamps.
+        if not _nonneg(b):
+            neg = _dlt(b, 0)
+            b = _dwhere(neg, _dop("add", b, n), b)
+            b = _dwhere(_dlt(b, lo_clamp), lo_clamp, b)
+        if not _at_most(b, hi_clamp):
+            b = _dwhere(_dlt(hi_clamp, b), hi_clamp, b)
+        return b
+
+    if step == 1:
+        lo = bound(s.start, 0, 0, n)
+        hi = bound(s.stop, n, 0, n)
+        if not _at_most(lo, hi):
+            hi = _dwhere(_dlt(hi, lo), lo, hi)
+        return lo, hi, False
+    last = _dop("subtract", n, 1)
+    start = bound(s.start, last, -1, last)
+    stop = bound(s.stop, -1, -1, last)
+    lo, hi = _dop("add", stop, 1), _dop("add", start, 1)
+    hi = _dwhere(_dlt(hi, lo), lo, hi)
+    return lo, hi, True
+
+
+@implements("Sym.getitem")
+def _getitem(n: Node, key: Any) -> Node:
+    key = key if isinstance(key, tuple) else (key,)
+    if builtins.sum(k is Ellipsis for k in key) > 1:
+        raise TraceError("more than one ... in an index")
+    explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if explicit > n.ndim:
+        raise TraceError(f"too many indices ({explicit}) for an array of rank {n.ndim}")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (n.ndim - explicit)
+    bounds: list[Any] = []
+    takes: list[tuple[int, Any]] = []
+    newaxes: list[int] = []
+    axis = 0
+    out_axis = 0
+    for k in key:
+        if k is None:
+            newaxes.append(out_axis)
+            out_axis += 1
+            continue
+        dim = n.shape[axis]
+        if isinstance(k, slice):
+            if k == slice(None):
+                bounds.append(None)
+            else:
+                bounds.append(_normalize_slice(k, dim))
+            out_axis += 1
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            k = int(k)
+            bounds.append(None)
+            if isinstance(dim, int):
+                if not -dim <= k < dim:
+                    raise TraceError(f"index {k} out of bounds for an axis of length {dim}")
+                takes.append((axis, k % dim))
+            else:
+                # A per-sample length: numpy raises IndexError out of bounds, for the sample.
+                size = Sym(dim)
+                raise_where(size <= k if k >= 0 else size < -k, IndexError,
+                            f"index {k} is out of bounds for axis {axis}")
+                takes.append((axis, k if k >= 0 else _dop("add", dim, k)))
+        elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(dim, Node):
+            arr = np.asarray(k)
+            if arr.ndim != 1 or arr.dtype.kind not in "iu":
+                raise TraceError("fancy indexing other than a list of ints on one axis")
+            bounds.append(("pick", tuple(int(i) % dim for i in arr)))
+            out_axis += 1
+        elif isinstance(k, Sym):
+            raise TraceError("indexing with a per-sample value (use a slice x[i:i+1])")
+        else:
+            raise TraceError(f"indexing with {type(k).__name__}")
+        axis += 1
+    out = n
+    # Slices (and picks) first, then integer takes from the last axis back, then new axes.
+    # All ranges in one slice (one copy), then the reversals.
+    ranges = [(ax, b[0], b[1]) for ax, b in enumerate(bounds)
+              if b is not None and b[0] != "pick"]
+    out = _slice(out, ranges)
+    for ax, b in enumerate(bounds):
+        if b is not None and b[0] != "pick" and b[2]:
+            out = _flip(out, ax)
+    for ax, b in enumerate(bounds):
+        if b is not None and b[0] == "pick":
+            parts = [_slice(out, [(ax, i, i + 1)]) for i in b[1]]
+            out = _concat(parts, ax) if len(parts) != 1 else parts[0]
+    for ax, i in sorted(takes, reverse=True):
+        shape = out.shape[:ax] + out.shape[ax + 1:]
+        out = _new("take", (out, i), (ax,), out.dtype, shape)
+    for ax in newaxes:
+        shape = (*out.shape[:ax], 1, *out.shape[ax:])
+        out = _new("expand", (out,), (ax,), out.dtype, shape)
+    return out
+
+
+def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
+    """``n`` restricted to ``lo:hi`` on each listed axis (normalized bounds); one node."""
+    args: list[Any] = [n]
+    axes = []
+    shape = list(n.shape)
+    for axis, lo, hi in ranges:
+        if isinstance(lo, int) and lo == 0 and (hi is n.shape[axis] or hi == n.shape[axis]):
+            continue  # the whole axis
+        axes.append(axis)
+        args += [lo, hi]
+        shape[axis] = _dop("subtract", hi, lo)
+    if not axes:
+        return n
+    return _new("slice", tuple(args), tuple(axes), n.dtype, tuple(shape))
+
+
+def _flip(n: Node, axis: int) -> Node:
+    if n.op == "flip" and n.attrs == (axis,):
+        return n.args[0]
+    if n.ndim not in (2, 3):
+        raise TraceError(f"a reversal (step -1) of a rank-{n.ndim} array")
+    return _new("flip", (n,), (axis,), n.dtype, n.shape)
+
+
+@implements("Sym.transpose")
+def _transpose(n: Node, perm: tuple[int, ...]) -> Node:
+    if len(perm) != n.ndim or sorted(perm) != list(range(n.ndim)):
+        raise TraceError(f"transpose with axes {perm} for an array of rank {n.ndim}")
+    if perm == tuple(range(n.ndim)):
+        return n
+    return _new("transpose", (n,), (perm,), n.dtype, tuple(n.shape[p] for p in perm))
+
+
+def _setitem_value(dtype: np.dtype, value: Any) -> Any:
+    """The value numpy stores for ``a[...] = value`` into an array of ``dtype``."""
+    if isinstance(value, Sym):
+        if value.ndim != 0:
+            raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+        return Sym(cast_node(value.node, dtype))
+    tmp = np.zeros(1, dtype)
+    try:
+        tmp[0] = value
+    except Exception as e:
+        raise TraceError(f"an assignment numpy refuses ({e})") from None
+    if np.ndim(value) != 0:
+        raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+    return tmp[0]
+
+
+def _fill_region(n: Node, key: Any, value: Any) -> Node:
+    key = key if isinstance(key, tuple) else (key,)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (n.ndim - len(key) + 1) + key[i + 1:]
+    key = key + (slice(None),) * (n.ndim - len(key))
+    if len(key) != n.ndim or not builtins.all(isinstance(k, slice) for k in key[:2]):
+        raise TraceError("an assignment other than out[y0:y1, x0:x1(, c)] = scalar")
+    region: list[Dim] = []
+    for ax in (0, 1):
+        lo, hi, _ = _normalize_slice(slice(key[ax].start, key[ax].stop, key[ax].step or 1),
+                                     n.shape[ax])
+        region += [lo, hi]
+    chans: tuple = ()
+    if n.ndim == 3:
+        k = key[2]
+        c = n.shape[2]
+        if isinstance(k, slice):
+            if k != slice(None):
+                lo, hi, _ = _normalize_slice(slice(k.start, k.stop, k.step or 1), c)
+                chans = (lo, hi)
+        elif isinstance(k, (int, np.integer)):
+            chans = (int(k) % c, int(k) % c + 1)
+        else:
+            raise TraceError("an assignment with a channel index other than an int or slice")
+    v = _setitem_value(n.dtype, value)
+    vnode = v.node if isinstance(v, Sym) else const(v)
+    return _new("fill", (n, *region, vnode), chans, n.dtype, n.shape)
+
+
+def _where(c: Any, a: Any, b: Any) -> Sym:
+    """``np.where(c, a, b)`` with numpy's result dtype."""
+    if not isinstance(c, Sym):
+        c = np.asarray(c)
+        if c.ndim == 0:
+            return a if bool(c) else b
+        raise TraceError("np.where with a constant array condition")
+    cn = cast_node(c.node, np.bool_) if c.dtype != np.bool_ else c.node
+    with np.errstate(all="ignore"):
+        try:
+            rdt = np.result_type(_rep(a), _rep(b)) if not (_is_weak(a) and _is_weak(b)) else (
+                np.result_type(np.asarray(_rep(a)), np.asarray(_rep(b))))
+        except Exception as e:
+            raise TraceError(f"np.where with operands numpy refuses ({e})") from None
+    # np.where converts Python scalars as an unsafe cast does (np.where(c, u8, -1) holds 255).
+    na, nb = (_to_node(np.asarray(v), rdt) if type(v) in (int, float, bool) else _to_node(v, rdt)
+              for v in (a, b))
+    if na is nb:
+        return Sym(na)
+    shape = _broadcast(cn.shape, na.shape, nb.shape)
+    return Sym(_new("where", (cn, na, nb), (), rdt, shape))
+
+
+def _clip(x: Any, lo: Any, hi: Any) -> Any:
+    if isinstance(x, Sym) and x.dtype.kind in "iu" and not x.node.weak:
+        # np.clip takes Python int bounds outside the dtype's range as that range's ends.
+        info = np.iinfo(x.dtype)
+        lo, hi = (builtins.min(builtins.max(b, int(info.min)), int(info.max))
+                  if type(b) is int else b for b in (lo, hi))
+    out = x
+    if lo is not None:
+        out = ufunc("maximum", out, lo)
+    if hi is not None:
+        out = ufunc("minimum", out, hi)
+    if lo is not None and isinstance(out, Sym) and out.node.op == "bin" and \
+            out.node.attrs == ("minimum",) and out.node.ndim > 0:
+        # np.clip keeps x where it equals a bound (-0.0 clipped at 0 stays -0.0), where
+        # np.minimum and np.maximum give their second operand: marked, so the lowering may
+        # use a clamp for np.clip only (augment_ops.trace.lower_dali._clamp_bounds).
+        n = out.node
+        out = Sym(_new("bin", n.args, ("minimum", "clip"), n.dtype, n.shape, n.weak))
+    return out
+
+
+def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
+             min: Any = None, max: Any = None, **kwargs: Any) -> Any:
+    """``np.clip`` and ``ndarray.clip`` with numpy 2's keywords: ``min=``/``max=`` are the
+    bounds; ``out=`` and ufunc keywords (``dtype=``, ``casting=``, ``where=``) are refused, so
+    the op falls back instead of being traced without them."""
+    if out is not None or kwargs:
+        names = ["out"] * (out is not None) + sorted(kwargs)
+        raise TraceError(f"np.clip with {', '.join(n + '=' for n in names)}")
+    if (min is not None or max is not None) and (a_min is not None or a_max is not None):
+        raise TraceError("np.clip with both a_min/a_max and min/max")
+    lo, hi = (min, max) if min is not None or max is not None else (a_min, a_max)
+    return _clip(a, lo, hi)
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        return tuple(sorted(a % ndim for a in axis))
+    return (int(axis) % ndim,)
+
+
+@implements("Sym.reduce")
+def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
+    n = x._checked()
+    if dtype is not None:
+        raise TraceError(f"{kind}(dtype=)")
+    axes = _axes(axis, n.ndim)
+    known = builtins.all(isinstance(n.shape[a], int) for a in axes)
+    with np.errstate(all="ignore"):
+        rdt = getattr(np, kind)(np.ones((1,) * builtins.max(n.ndim, 1), n.dtype)).dtype
+    if len(axes) == 1 and known and n.shape[axes[0]] <= 16:
+        # A short axis of known length (the channels): numpy adds it in order, one element at a
+        # time, and so does this.
+        ax, size = axes[0], n.shape[axes[0]]
+        parts = [Sym(_new("take", (n, i), (ax,), n.dtype, n.shape[:ax] + n.shape[ax + 1:]))
+                 for i in range(size)]
+        if kind in ("sum", "mean"):
+            acc_dt = rdt if kind == "sum" else (n.dtype if n.dtype.kind == "f" else np.float64)
+            acc = Sym(cast_node(parts[0].node, acc_dt))
+            for p in parts[1:]:
+                acc = ufunc("add", acc, Sym(cast_node(p.node, acc_dt)))
+            out = ufunc("divide", acc, np.array(size, acc_dt)) if kind == "mean" else acc
+            out = Sym(cast_node(out.node, rdt))
+        else:
+            out = parts[0]
+            for p in parts[1:]:
+                out = ufunc("minimum" if kind == "min" else "maximum", out, p)
+    else:
+        if kind in ("sum", "mean") and n.dtype.kind == "f":
+            raise TraceError(f"np.{kind} of floating-point values over the image (numpy sums "
+                             "pairwise; cast to an integer type or reduce over the channels)")
+        shape = tuple(d for i, d in enumerate(n.shape) if i not in axes)
+        if kind in ("sum", "mean"):
+            acc_dt = np.dtype(np.uint64 if n.dtype.kind in "u" else np.int64)
+            s = Sym(_new("reduce", (cast_node(n, acc_dt) if n.dtype.kind == "b" else n,),
+                         ("sum", axes), acc_dt, shape))
+            if kind == "mean":
+                count: Dim = 1
+                for a in axes:
+                    count = _dop("multiply", count, n.shape[a])
+                out = ufunc("divide", Sym(cast_node(s.node, np.float64)),
+                            Sym(cast_node(_dim_sym(count).node, np.float64))
+                            if isinstance(count, Node) else np.float64(count))
+            else:
+                out = s
+            out = Sym(cast_node(out.node, rdt))
+        else:
+            out = Sym(_new("reduce", (n,), (kind, axes), n.dtype, shape))
+    if keepdims:
+        node = out.node
+        for a in axes:
+            node = _new("expand", (node,), (a,), node.dtype,
+                        (*node.shape[:a], 1, *node.shape[a:]))
+        out = Sym(node)
+    return Sym(out.node)
+
+
+#: The most multiplications a traced matrix product may take per pixel (channels x columns).
+MAX_PRODUCT_TERMS = 64
+
+
+def _matmul(a: Any, b: Any) -> Sym:
+    """``image @ w`` with a constant vector ``w`` (C,) or matrix ``w`` (C, K): the weighted sum of
+    the channels written out, ``(x0*w0 + x1*w1) + x2*w2 ...``, each step rounded in the result
+    dtype, the same on every machine. numpy's ``@`` on floats calls the host's BLAS, which may
+    sum in another order or fuse multiply-adds: the two then differ by a few units in the last
+    place (README, "What traces"); integer products wrap around identically in any order."""
+    what = "matrix products other than image @ constant vector or (channels, k) matrix"
+    if not isinstance(a, Sym) or isinstance(b, Sym):
+        raise TraceError(what)
+    w = np.asarray(b)
+    if w.ndim not in (1, 2) or not isinstance(a.node.shape[-1], int) or \
+            a.node.shape[-1] != len(w) or a.ndim < 1 or (w.ndim == 2 and a.ndim < 2):
+        raise TraceError(what)
+    if w.size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms per pixel")
+    rdt = np.result_type(a.dtype, w.dtype)
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
+    x = Sym(cast_node(a.node, rdt))
+    wc = w.astype(rdt)
+    ax = a.ndim - 1
+    channels = [Sym(_new("take", (x.node, i), (ax,), rdt, x.node.shape[:-1]))
+                for i in range(len(w))]
+
+    def weighted(col: np.ndarray) -> Sym:
+        acc = None
+        for xi, wi in zip(channels, col, strict=True):
+            part = ufunc("multiply", xi, wi)
+            acc = part if acc is None else ufunc("add", acc, part)
+        return Sym(cast_node(acc.node, rdt))
+
+    if w.ndim == 1:
+        return weighted(wc)
+    return _np_stack([weighted(wc[:, k]) for k in range(wc.shape[1])], axis=-1)
+
+
+def _concat(nodes: Sequence[Node], axis: int) -> Node:
+    shape = list(nodes[0].shape)
+    total: Dim = 0
+    for n in nodes:
+        total = _dop("add", total, n.shape[axis])
+    shape[axis] = total
+    return _new("cat", tuple(nodes), (axis,), nodes[0].dtype, tuple(shape))
+
+
+def _arrays(seq: Sequence[Any], what: str) -> list[Any]:
+    seq = list(seq)
+    if not seq or not builtins.any(isinstance(x, Sym) for x in seq):
+        raise TraceError(f"{what} without a traced array")
+    rdt = np.result_type(*(_rep(x) if isinstance(x, Sym) else np.asarray(x) for x in seq))
+    return [_to_node(x, rdt) for x in seq]
+
+
+def _np_concatenate(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
+    if kw:
+        raise TraceError(f"np.concatenate with {sorted(kw)}=")
+    nodes = _arrays(arrays, "np.concatenate")
+    return Sym(_concat(nodes, axis % nodes[0].ndim))
+
+
+def _np_stack(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
+    if kw:
+        raise TraceError(f"np.stack with {sorted(kw)}=")
+    nodes = _arrays(arrays, "np.stack")
+    axis = axis % (nodes[0].ndim + 1)
+    shape = (*nodes[0].shape[:axis], len(nodes), *nodes[0].shape[axis:])
+    return Sym(_new("stack", tuple(nodes), (axis,), nodes[0].dtype, shape))
+
+
+def _np_repeat(a: Any, repeats: Any, axis: Any = None) -> Sym:
+    if not isinstance(a, Sym) or axis is None or not isinstance(repeats, int):
+        raise TraceError("np.repeat other than of an axis of length 1 a constant number of times")
+    axis = axis % a.ndim
+    if a.node.shape[axis] != 1:
+        raise TraceError("np.repeat other than of an axis of length 1 a constant number of times")
+    return Sym(_concat([a._checked()] * repeats, axis))
+
+
+def _np_rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Sym:
+    if isinstance(k, Sym):
+        # A per-sample k (k = rng.integers(0, 4)): one branch per quarter turn, merged per sample.
+        if k.ndim != 0 or k.dtype.kind not in "iu":
+            raise TraceError("np.rot90 with a per-sample k that is not an integer scalar")
+        turns = k % 4
+        for c in range(3):
+            if turns == c:
+                return _np_rot90(m, c, axes)
+        return _np_rot90(m, 3, axes)
+    k %= 4
+    a0, a1 = (ax % m.ndim for ax in axes)
+    if k == 0:
+        return m[...]
+    if k == 2:
+        return m._view(_flip(_flip(m._checked(), a0), a1))
+    perm = list(range(m.ndim))
+    perm[a0], perm[a1] = perm[a1], perm[a0]
+    if k == 1:
+        return m._view(_transpose(_flip(m._checked(), a1), tuple(perm)))
+    return m._view(_flip(_transpose(m._checked(), tuple(perm)), a1))
+
+
+def _np_flip(m: Any, axis: Any = None) -> Sym:
+    node = m._checked()
+    for ax in _axes(axis, m.ndim):
+        node = _flip(node, ax)
+    return m._view(node)
+
+
+def _np_expand_dims(a: Any, axis: int) -> Sym:
+    return a[(slice(None),) * (axis % (a.ndim + 1)) + (None,)]
+
+
+def _np_full_like(a: Any, fill_value: Any, dtype: Any = None) -> Sym:
+    if not isinstance(a, Sym):
+        raise TraceError("np.full_like of a constant")
+    dt = np.dtype(dtype) if dtype is not None else a.dtype
+    v = _setitem_value(dt, fill_value)
+    vn = v.node if isinstance(v, Sym) else const(v)
+    return Sym(_new("full", (a._checked(), vn), (), dt, a.node.shape))
+
+
+def _np_round(a: Any, decimals: int = 0, out: Any = None) -> Any:
+    if decimals != 0 or out is not None:
+        raise TraceError("np.round with decimals or out")
+    return ufunc("rint", a)
+
+
+def _refuse(construct: str) -> Any:
+    raise TraceError(construct)
+
+
+def _method(name: str) -> Callable[..., Any]:
+    def f(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(a, Sym):
+            raise TraceError(f"np.{name} of a constant")
+        return getattr(a, name)(*args, **kwargs)
+    return f
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "clip": lambda a, *args, **kwargs: _np_clip(a, *args, **kwargs),
+    "where": lambda c, *ab: _where(c, *ab) if len(ab) == 2 else _refuse("np.where(cond)"),
+    "concatenate": _np_concatenate,
+    "stack": _np_stack,
+    "dstack": lambda arrays: _np_concatenate(
+        [x if x.ndim == 3 else x[..., None] for x in arrays], axis=2),
+    "repeat": _np_repeat,
+    "rot90": _np_rot90,
+    "flip": _np_flip,
+    "fliplr": lambda m: _np_flip(m, 1),
+    "flipud": lambda m: _np_flip(m, 0),
+    "transpose": lambda a, axes=None: a.transpose(axes) if axes is not None else a.transpose(),
+    "swapaxes": lambda a, b, c: a.swapaxes(b, c),
+    "expand_dims": _np_expand_dims,
+    "copy": lambda a, **kw: a.copy(),
+    "ascontiguousarray": lambda a, dtype=None: a.astype(dtype) if dtype is not None else a,
+    "astype": lambda a, dtype, **kw: a.astype(dtype, **kw),
+    "full_like": _np_full_like,
+    "zeros_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
+    "ones_like": lambda a, dtype=None: _np_full_like(a, 1, dtype),
+    "round": _np_round,
+    "around": _np_round,
+    "sum": _method("sum"),
+    "mean": _method("mean"),
+    "max": _method("max"),
+    "min": _method("min"),
+    "amax": _method("max"),
+    "amin": _method("min"),
+    "dot": lambda a, b, out=None: a.dot(b, out) if isinstance(a, Sym) else _matmul(a, b),
+    "matmul": lambda a, b: _matmul(a, b),
+    "shape": lambda a: a.shape,
+    "ndim": lambda a: a.ndim,
+}
+for _name, _builder in _FUNCTIONS.items():
+    implements(_name)(_builder)

@@ -1,0 +1,199 @@
+"""The generator a traced random op receives (:class:`DrawRng`): ``np.random.Generator``'s scalar
+methods built from uniform draws, symbolic while traced and concrete when replayed on numpy."""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.ir import Node, TraceError, _new
+from augment_ops.trace.numpy_api import _where
+from augment_ops.trace.sym import Sym, _dtype_kind, cast_node, raise_where, ufunc
+
+
+# -- randomness ---------------------------------------------------------------------------------
+def _floor_int(x: Any) -> Any:
+    if isinstance(x, Sym):
+        return Sym(cast_node(ufunc("floor", x).node, np.int64))
+    return np.int64(np.floor(x))
+
+
+def _as_float(x: Any) -> Any:
+    if isinstance(x, Sym):
+        return Sym(cast_node(x.node, np.float64, weak=True))
+    return float(x)
+
+
+def _math(name: str, x: Any) -> Any:
+    return ufunc(name, x) if isinstance(x, Sym) else getattr(np, name)(np.float64(x))
+
+
+def _floor_below(span: Any) -> bool:
+    """Whether ``floor(u * float(span)) <= span - 1`` for every float64 ``u`` in [0, 1), so that
+    the clamp of ``rng.integers`` changes no value.
+
+    Proof, for an integer ``1 <= span <= 2**53`` (exact as a float64): ``u <= 1 - 2**-53``, the
+    largest float64 below 1, so the exact product is at most ``span - e`` with
+    ``e = span * 2**-53``. Let ``2**j <= span < 2**(j+1)``. For ``span == 2**j`` that product is
+    a float64 itself, below ``span``. Otherwise the float64s next to ``span`` are ``2**(j-52)``
+    apart and ``e > 2**(j-53)``, half that gap: the product is more than half a gap below
+    ``span`` and rounds to at most ``span - 2**(j-52)``. Rounding is monotonic, so every
+    ``fl(u * span) < span``, whose floor is at most ``span - 1``."""
+    if isinstance(span, Sym):
+        if span.dtype.kind not in "iu":
+            return False
+        lo, up = lower(span.node), upper(span.node)
+        return lo is not None and up is not None and lo >= 1 and up <= 2**53
+    return isinstance(span, (int, np.integer)) and 1 <= int(span) <= 2**53
+
+
+def _noop_minimum(n: Node) -> Node:
+    """``n``, a ``np.minimum(a, b)`` known to equal ``a``, marked so: the tracer keeps its facts
+    (``<= b``) and the DALI lowering emits no operator for it."""
+    if n.op != "bin" or n.attrs != ("minimum",):
+        return n
+    return _new("bin", n.args, ("minimum", "first"), n.dtype, n.shape, n.weak)
+
+
+def _integers_checks(low: Any, high: Any, dtype: np.dtype, endpoint: bool) -> None:
+    """numpy's checks of ``rng.integers(low, high, dtype=, endpoint=)``, with its messages."""
+    if dtype.kind not in "iu":
+        raise TraceError(f"rng.integers(dtype={dtype})")
+    info = np.iinfo(dtype)
+    top = int(info.max) + (not endpoint)  # the largest high numpy takes
+
+    def fits(b: Any) -> bool:
+        """Whether every value of a per-sample bound lies in ``info.min..top``."""
+        return isinstance(b, Sym) and np.iinfo(b.dtype).min >= info.min and \
+            np.iinfo(b.dtype).max <= top
+    if not fits(low):
+        raise_where(low < int(info.min), ValueError, f"low is out of bounds for {dtype}")
+    if not fits(high):
+        raise_where(high > top, ValueError, f"high is out of bounds for {dtype}")
+    zero = isinstance(low, (int, np.integer)) and int(low) == 0
+    if endpoint:
+        raise_where(low > high, ValueError, "high < 0" if zero else "low > high")
+    else:
+        raise_where(low >= high, ValueError, "high <= 0" if zero else "low >= high")
+
+
+class DrawRng:
+    """The generator a traced random op sees: ``np.random.Generator``'s scalar methods, each
+    built from uniform draws ``uniform(slot)`` in [0, 1).
+
+    On the traced path ``uniform`` gives symbolic per-sample draws (a counter-based hash of seed,
+    epoch, sample and op, :func:`extsrc.seeding.counter_uniform`); given that numpy function it
+    replays on numpy exactly what the traced path computes. Draws differ from
+    ``np.random.Generator``'s; their distributions are the same.
+    """
+
+    def __init__(self, uniform: Callable[[int], Any]) -> None:
+        self._uniform = uniform
+        self._slot = 0
+
+    @property
+    def slots_used(self) -> int:
+        return self._slot
+
+    def _next(self) -> Any:
+        k = self._slot
+        self._slot += 1
+        return self._uniform(k)
+
+    @staticmethod
+    def _scalar_only(size: Any, what: str) -> None:
+        if size is not None:
+            raise TraceError(f"rng.{what}(size=...) (only scalar draws are lowered)")
+
+    def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
+        """``[0, 1)``, a Python float."""
+        self._scalar_only(size, "random")
+        if np.dtype(dtype) != np.float64:
+            raise TraceError(f"rng.random(dtype={np.dtype(dtype)}) (only float64 is lowered)")
+        return _as_float(self._next())
+
+    def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+        """``low + (high - low) * u``, numpy's formula, a Python float; raises as numpy does
+        for a range that is not finite or below 0."""
+        self._scalar_only(size, "uniform")
+        span = _as_float(high) - _as_float(low)
+        if _dtype_kind(low) == "f" or _dtype_kind(high) == "f":  # integers make finite spans
+            raise_where((span - span) != 0, OverflowError,  # inf or NaN
+                        "high - low range exceeds valid bounds")
+        raise_where(span < 0, ValueError, "high - low < 0")
+        u = self._next()
+        return _as_float(_as_float(low) + span * u)
+
+    def integers(self, low: Any, high: Any = None, size: Any = None, dtype: Any = np.int64,
+                 endpoint: bool = False) -> Any:
+        """``low + floor(u * (high - low))`` (below ``high``), an ``np.int64``; raises as numpy
+        does for an empty range or bounds outside ``dtype``."""
+        self._scalar_only(size, "integers")
+        if high is None:
+            low, high = 0, low
+        if builtins.any(isinstance(b, Sym) and b.dtype.kind not in "iu" for b in (low, high)):
+            raise TraceError("rng.integers with per-sample bounds that are not integers")
+        _integers_checks(low, high, np.dtype(dtype), endpoint)
+        if endpoint:
+            high = high + 1
+        span = high - low
+        u = self._next()
+        k = _floor_int(u * _as_float(span))
+        last = span - 1
+        if isinstance(k, Sym):
+            k = ufunc("minimum", k, last)
+            if _floor_below(span):
+                k = Sym(_noop_minimum(k.node))
+            low = Sym(cast_node(low.node, np.int64)) if isinstance(low, Sym) else np.int64(low)
+            out = ufunc("add", low, k)
+        else:
+            out = np.int64(low) + np.minimum(k, np.int64(last))
+        if np.dtype(dtype) != np.int64:
+            out = out.astype(dtype) if isinstance(out, Sym) else np.dtype(dtype).type(out)
+        return out
+
+    def normal(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+        """Box-Muller from two draws, ``loc + scale * z``, a Python float; raises as numpy does
+        for ``scale < 0``."""
+        self._scalar_only(size, "normal")
+        raise_where(_as_float(scale) < 0, ValueError, "scale < 0")
+        u1, u2 = self._next(), self._next()
+        r = _math("sqrt", -2.0 * _math("log", 1.0 - _as_float(u1)))
+        z = r * _math("cos", 2.0 * math.pi * _as_float(u2))
+        return _as_float(_as_float(loc) + _as_float(scale) * z)
+
+    def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
+        """One element of ``a`` (a constant sequence, or ``range(a)`` for an int)."""
+        self._scalar_only(size, "choice")
+        if isinstance(a, Sym) or isinstance(p, Sym):
+            raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        # The arguments are constants: numpy's own checks of them (an empty sequence, p of
+        # another size or not summing to 1) raise here as they do on the numpy path.
+        np.random.default_rng(0).choice(a, replace=replace, p=p)
+        values = np.arange(a) if isinstance(a, (int, np.integer)) else np.asarray(a)
+        if values.ndim != 1:
+            raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        if p is None:
+            idx = self.integers(0, len(values))
+        else:
+            cum = np.cumsum(np.asarray(p, dtype=np.float64))
+            u = self._next()
+            idx = np.int64(0)
+            for c in cum[:-1]:
+                hit = u >= c
+                idx = idx + (Sym(cast_node(hit.node, np.int64)) if isinstance(hit, Sym)
+                             else np.int64(hit))
+        if not isinstance(idx, Sym):
+            return values[int(idx)]
+        out: Any = values[0]
+        for i in range(1, len(values)):
+            out = _where(ufunc("equal", idx, i), values[i], out)
+        return Sym(cast_node(out.node, values.dtype)) if isinstance(out, Sym) else out
+
+    def __getattr__(self, name: str) -> Any:
+        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, choice)")
