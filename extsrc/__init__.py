@@ -11,7 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from extsrc import _moved
+
+# Old module paths (extsrc.manifest, ...) keep working for one release, with a warning.
+_moved.install()
+
 if TYPE_CHECKING:
+    from extsrc._util.extras import MissingExtraError
     from extsrc.batchformat import BatchFormat
     from extsrc.config import METADATA_KEYS, LoaderConfig
     from extsrc.doctor import Problem, ValidationReport, validate
@@ -34,7 +40,6 @@ if TYPE_CHECKING:
         WorkerDiedError,
         WorkerStartError,
     )
-    from extsrc.extras import MissingExtraError
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
     from extsrc.manifest import Manifest, read_manifest
@@ -136,7 +141,7 @@ _WHERE: dict[str, str] = {
     "StateMismatchError": "extsrc.errors",
     "WorkerDiedError": "extsrc.errors",
     "WorkerStartError": "extsrc.errors",
-    "MissingExtraError": "extsrc.extras",
+    "MissingExtraError": "extsrc._util.extras",
     "DEFAULT_MAX_PIXELS": "extsrc.imagecheck",
     "Loader": "extsrc.loader",
     "Manifest": "extsrc.manifest",
@@ -168,6 +173,9 @@ _WHERE: dict[str, str] = {
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
+        old = _moved.moved_attribute(name)
+        if old is not None:
+            return old
         raise AttributeError(f"module 'extsrc' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -30,13 +30,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from extsrc.argcheck import check_bool, check_int
+from extsrc._util.argcheck import check_bool, check_int, check_path
+from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, OutputOverwritesInputError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
 from extsrc.folders import is_folder_source, reworded_fix, sample_where
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.textsafe import shown
 
 __all__ = ["Problem", "ValidationReport", "same_file", "validate"]
 
@@ -181,11 +181,7 @@ class ValidationReport:
             OutputOverwritesInputError: ``path`` is the manifest file being cleaned (however
                 spelled: a symlink, a relative path); nothing is written.
         """
-        if not isinstance(path, (str, os.PathLike)):
-            raise TypeError(
-                "ValidationReport.write_clean: path must be a file path (str or os.PathLike), "
-                f"got {type(path).__name__} {path!r}"
-            )
+        check_path(path, "ValidationReport.write_clean: path", "a file path")
         out = Path(path)
         src = self.manifest.source
         if not is_folder_source(src) and same_file(out, src):
@@ -232,7 +228,7 @@ class ValidationReport:
 
     def summary(self, max_problems: int = 20) -> str:
         """A human-readable report: counts per reason, then the first ``max_problems`` problems.
-        File names are escaped (:func:`extsrc.textsafe.shown`)."""
+        File names are escaped (:func:`extsrc._util.textsafe.shown`)."""
         max_problems = check_int(max_problems, "ValidationReport.summary: max_problems",
                                  minimum=0)
         m = self.manifest
@@ -454,7 +450,7 @@ def validate(
     if media == "video":
         from joblib import effective_n_jobs
 
-        from extsrc.device import resolve_device
+        from extsrc._util.device import resolve_device
         from extsrc.videocheck import validate_videos
         from extsrc.videoprobe import CPU_CODECS, GPU_CODECS
 

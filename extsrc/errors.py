@@ -209,4 +209,4 @@ class StateMismatchError(ExtsrcError, ValueError):
 class MainGuardError(ExtsrcError, RuntimeError):
     """A Loader is built by a script's top-level code while DALI starts its reader processes
     with ``spawn``, which runs that code again in each of them: the script needs an
-    ``if __name__ == "__main__":`` guard (see :mod:`extsrc.mainguard`)."""
+    ``if __name__ == "__main__":`` guard (see :mod:`extsrc._util.mainguard`)."""

@@ -27,9 +27,9 @@ import io
 import os
 import stat
 
+from extsrc._util.textsafe import shown
 from extsrc.errors import PathOutsideRootError, SampleReadError
 from extsrc.folders import file_kind, reworded_fix
-from extsrc.textsafe import shown
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from extsrc.argcheck import check_bool
+from extsrc._util.argcheck import check_bool, check_path, check_sequence
+from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
-from extsrc.textsafe import shown
 
 if TYPE_CHECKING:
     from extsrc.manifest import Manifest
@@ -67,11 +67,8 @@ def _check_extensions(extensions: object) -> tuple[str, ...]:
     name = "Manifest.from_folder: extensions"
     if extensions is None:
         return IMAGE_EXTENSIONS
-    if isinstance(extensions, (str, bytes)) or not isinstance(extensions, Iterable):
-        raise TypeError(
-            f"{name} must be a list of file extensions such as ['.jpg', '.png'] or None (the "
-            f"image formats DALI decodes), got {type(extensions).__name__} {extensions!r}"
-        )
+    check_sequence(extensions, name, "a list of file extensions such as ['.jpg', '.png'] or "
+                   "None (the image formats DALI decodes)", iterable=True)
     out = []
     for e in extensions:
         if not isinstance(e, str) or not e.strip(".") or "/" in e or os.sep in e:
@@ -174,16 +171,8 @@ def read_folder(
     )
 
     fn = "Manifest.from_folder"
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(
-            f"{fn}: root must be a folder path (str or os.PathLike), got "
-            f"{type(folder).__name__} {folder!r}"
-        )
-    if root is not None and not isinstance(root, (str, os.PathLike)):
-        raise TypeError(
-            f"{fn}: root must be a folder (str or os.PathLike) or None, got "
-            f"{type(root).__name__} {root!r}"
-        )
+    check_path(folder, f"{fn}: root", "a folder path")
+    check_path(root, f"{fn}: root", "a folder", allow_none=True)
     refuse_url(folder, f"{fn}: the folder")
     refuse_url(root, f"{fn}: root")
     allow_empty = check_bool(allow_empty, f"{fn}: allow_empty")

@@ -25,6 +25,7 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
+from extsrc._util.textsafe import shown
 from extsrc.fileread import (
     DEFAULT_MAX_FILE_BYTES,
     FILE_REASONS,
@@ -32,7 +33,6 @@ from extsrc.fileread import (
     open_regular,
 )
 from extsrc.folders import reworded_fix, sample_where
-from extsrc.textsafe import shown
 
 __all__ = [
     "DALI_FORMATS",

@@ -17,6 +17,9 @@ from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
+from extsrc._util.argcheck import check_int
+from extsrc._util.device import resolve_device
+from extsrc._util.mainguard import check_main_guard
 from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
@@ -31,20 +34,18 @@ from extsrc.config import (
     cores_per_process,
     normalise_op_path,
 )
-from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
 from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import check_output_dtype
 from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
+from extsrc.sharding import LastBatch, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
 from extsrc.source import ShardedSource
 from extsrc.state import (
@@ -348,7 +349,7 @@ class Loader:
         a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
         one after a part-way loop, restarts it there (one build, nothing read twice).
         """
-        check_int("epoch", epoch, 0)
+        check_int(epoch, "epoch", minimum=0)
         self._conclude()
         current = self._epoch
         if self.position.due() == (epoch, 0) and (current is None or not current.started):

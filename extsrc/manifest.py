@@ -35,10 +35,10 @@ from typing import Literal
 
 import numpy as np
 
-from extsrc.argcheck import check_bool
+from extsrc._util.argcheck import check_bool, check_path, check_sequence
+from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.slowstart import stage
-from extsrc.textsafe import shown
 
 __all__ = ["Manifest", "read_manifest"]
 
@@ -282,21 +282,12 @@ class Manifest:
         by character.
         """
         loc = _Loc(_FROM_LISTS_SOURCE, "item")
-        if isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Iterable):
-            raise TypeError(
-                f"Manifest.from_lists: paths must be a list (or other sequence) of file paths, "
-                f"got {type(paths).__name__}; wrap a single path in a list"
-            )
-        if isinstance(labels, (str, bytes)) or not isinstance(labels, Iterable):
-            raise TypeError(
-                f"Manifest.from_lists: labels must be a list (or array) with one label per path, "
-                f"got {type(labels).__name__}"
-            )
-        if root is not None and not isinstance(root, (str, os.PathLike)):
-            raise TypeError(
-                f"Manifest.from_lists: root must be a folder path (str or os.PathLike) or None, "
-                f"got {type(root).__name__} {root!r}"
-            )
+        check_sequence(paths, "Manifest.from_lists: paths",
+                       "a list (or other sequence) of file paths", iterable=True,
+                       refuse=(os.PathLike,), hint="wrap a single path in a list")
+        check_sequence(labels, "Manifest.from_lists: labels",
+                       "a list (or array) with one label per path", iterable=True)
+        check_path(root, "Manifest.from_lists: root", "a folder path", allow_none=True)
         refuse_url(root, "Manifest.from_lists: root")
         paths = list(paths)
         if all(map(isinstance, paths, itertools.repeat(str))):
@@ -598,16 +589,8 @@ def _check_read_args(
 ) -> tuple[ColumnSpec | None, LabelColsSpec | None, HeaderSpec]:
     """Type and range checks of read_manifest's arguments; numpy integers become ints."""
     fn = "read_manifest"
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise TypeError(
-            f"{fn}: path must be the manifest file (str or os.PathLike), got "
-            f"{type(path).__name__} {path!r}"
-        )
-    if root is not None and not isinstance(root, (str, bytes, os.PathLike)):
-        raise TypeError(
-            f"{fn}: root must be a folder (str or os.PathLike) or None, got "
-            f"{type(root).__name__} {root!r}"
-        )
+    check_path(path, f"{fn}: path", "the manifest file", allow_bytes=True)
+    check_path(root, f"{fn}: root", "a folder", allow_none=True, allow_bytes=True)
     if sep is not None:
         if not isinstance(sep, str):
             raise TypeError(f"{fn}: sep must be a str or None (sniff), got {type(sep).__name__}")

@@ -38,7 +38,7 @@ import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
-from extsrc.device import pin_host_memory
+from extsrc._util.device import pin_host_memory
 from extsrc.errors import ExtsrcError, OpError, OpOutputError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest

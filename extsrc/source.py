@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._util.orphan import exit_with_parent
+from extsrc._util.textsafe import shown
 from extsrc.errors import BadImageError, SampleReadError
 from extsrc.fileread import (
     DEFAULT_MAX_FILE_BYTES,
@@ -27,9 +29,7 @@ from extsrc.fileread import (
 from extsrc.folders import reworded_fix
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
 from extsrc.manifest import Manifest
-from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
-from extsrc.textsafe import shown
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
 

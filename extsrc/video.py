@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
+from extsrc._util.textsafe import shown
 from extsrc.batchformat import Dtype, Normalize, ResizeMode
 from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
@@ -26,7 +27,6 @@ from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppool import check_op_timeout
 from extsrc.sharding import LastBatch
-from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
 from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
 from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem

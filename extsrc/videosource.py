@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._util.orphan import exit_with_parent
+from extsrc._util.textsafe import shown
 from extsrc.errors import BadVideoError, SampleReadError
 from extsrc.fileread import FileReadProblem, read_regular, sample_read_error, video_fix
 from extsrc.folders import reworded_fix
-from extsrc.orphan import exit_with_parent
 from extsrc.sharding import ShardPlan, shard_plan
 from extsrc.source import ShardedSource
-from extsrc.textsafe import shown
 from extsrc.videoclips import ClipSpec, ShortVideoError, clip_start
 from extsrc.videoprobe import (
     CODEC_NAMES,

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extsrc._util.textsafe import shown
 from extsrc.errors import ExtsrcError, ManifestError, ManifestFileNotFoundError
 from extsrc.folders import read_folder
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.textsafe import shown
 
 
 def write(path: Path, data: bytes) -> Path:

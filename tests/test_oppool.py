@@ -500,7 +500,7 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 
     import torch
 
-    from extsrc.device import pin_host_memory
+    from extsrc._util.device import pin_host_memory
 
     cuda = ctypes.CDLL("libcuda.so.1")
 
