@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from extsrc import _moved
 
-# Old module paths (extsrc.manifest, ...) keep working for one release, with a warning.
+# Old module paths (extsrc.sources.manifest, ...) keep working for one release, with a warning.
 _moved.install()
 
 if TYPE_CHECKING:
@@ -40,9 +40,7 @@ if TYPE_CHECKING:
         WorkerDiedError,
         WorkerStartError,
     )
-    from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
-    from extsrc.manifest import Manifest, read_manifest
     from extsrc.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
@@ -54,12 +52,21 @@ if TYPE_CHECKING:
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
     from extsrc.sample_videos import make_sample_videos
-    from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
-    from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+    from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+    from extsrc.sources.images import SOURCE_OUTPUTS, ShardedSource
+    from extsrc.sources.manifest import Manifest
+    from extsrc.sources.sharding import (
+        LastBatch,
+        ShardPlan,
+        epoch_permutation,
+        shard_indices,
+        shard_plan,
+    )
+    from extsrc.sources.table import read_manifest
+    from extsrc.sources.video.clips import ClipSpec
+    from extsrc.sources.video.probe import VideoInfo, probe_video
     from extsrc.video import VideoLoader
     from extsrc.videocheck import validate_videos
-    from extsrc.videoclips import ClipSpec
-    from extsrc.videoprobe import VideoInfo, probe_video
 
 __version__ = "0.1.0"
 
@@ -142,10 +149,10 @@ _WHERE: dict[str, str] = {
     "WorkerDiedError": "extsrc.errors",
     "WorkerStartError": "extsrc.errors",
     "MissingExtraError": "extsrc._util.extras",
-    "DEFAULT_MAX_PIXELS": "extsrc.imagecheck",
+    "DEFAULT_MAX_PIXELS": "extsrc.sources.imagecheck",
     "Loader": "extsrc.loader",
-    "Manifest": "extsrc.manifest",
-    "read_manifest": "extsrc.manifest",
+    "Manifest": "extsrc.sources.manifest",
+    "read_manifest": "extsrc.sources.table",
     "IMAGENET_MEAN": "extsrc.presets",
     "IMAGENET_STD": "extsrc.presets",
     "TrainPreset": "extsrc.presets",
@@ -155,18 +162,18 @@ _WHERE: dict[str, str] = {
     "render_batch": "extsrc.preview",
     "make_sample_dataset": "extsrc.sample_data",
     "make_sample_videos": "extsrc.sample_videos",
-    "LastBatch": "extsrc.sharding",
-    "ShardPlan": "extsrc.sharding",
-    "epoch_permutation": "extsrc.sharding",
-    "shard_indices": "extsrc.sharding",
-    "shard_plan": "extsrc.sharding",
-    "SOURCE_OUTPUTS": "extsrc.source",
-    "ShardedSource": "extsrc.source",
+    "LastBatch": "extsrc.sources.sharding",
+    "ShardPlan": "extsrc.sources.sharding",
+    "epoch_permutation": "extsrc.sources.sharding",
+    "shard_indices": "extsrc.sources.sharding",
+    "shard_plan": "extsrc.sources.sharding",
+    "SOURCE_OUTPUTS": "extsrc.sources.images",
+    "ShardedSource": "extsrc.sources.images",
     "VideoLoader": "extsrc.video",
     "validate_videos": "extsrc.videocheck",
-    "ClipSpec": "extsrc.videoclips",
-    "VideoInfo": "extsrc.videoprobe",
-    "probe_video": "extsrc.videoprobe",
+    "ClipSpec": "extsrc.sources.video.clips",
+    "VideoInfo": "extsrc.sources.video.probe",
+    "probe_video": "extsrc.sources.video.probe",
 }
 
 

@@ -30,6 +30,17 @@ MOVED: dict[str, str] = {
     "extsrc.orphan": "extsrc._util.orphan",
     "extsrc.mainguard": "extsrc._util.mainguard",
     "extsrc.device": "extsrc._util.device",
+    # Read as old code uses it: Manifest and read_manifest (table.py re-exports Manifest).
+    "extsrc.manifest": "extsrc.sources.table",
+    "extsrc.folders": "extsrc.sources.folders",
+    "extsrc.fileread": "extsrc.sources.fileread",
+    "extsrc.imagecheck": "extsrc.sources.imagecheck",
+    "extsrc.sharding": "extsrc.sources.sharding",
+    "extsrc.source": "extsrc.sources.images",
+    "extsrc.videoprobe": "extsrc.sources.video.probe",
+    "extsrc.videotrim": "extsrc.sources.video.trim",
+    "extsrc.videoclips": "extsrc.sources.video.clips",
+    "extsrc.videosource": "extsrc.sources.video.source",
 }
 
 

@@ -260,7 +260,8 @@ def _manifest_arg(args: argparse.Namespace) -> Any:
     if root is None:
         return args.manifest
     from extsrc._util.textsafe import shown
-    from extsrc.manifest import read_manifest, refuse_url
+    from extsrc.sources.table import read_manifest
+    from extsrc.sources.where import refuse_url
 
     refuse_url(root, "--root")
     if not os.path.isdir(root):
@@ -361,9 +362,9 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 def cmd_demo(args: argparse.Namespace) -> int:
     from extsrc._util.extras import require
     from extsrc.loader import Loader
-    from extsrc.manifest import read_manifest
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
+    from extsrc.sources.table import read_manifest
 
     require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
@@ -414,7 +415,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         _refuse_overwriting(args.write_clean, "--write-clean", args.manifest)
     clips = None
     if args.sequence_length is not None:
-        from extsrc.videoclips import ClipSpec
+        from extsrc.sources.video.clips import ClipSpec
 
         try:
             clips = ClipSpec(args.sequence_length, args.stride)

@@ -2,8 +2,8 @@
 
 The loader's arguments are normalised here (op names to :class:`~augment_ops.Op`, ``resize`` to
 ``(height, width)``, ``op_path`` to a tuple) and checked once, at construction, in
-:meth:`LoaderConfig.__post_init__`; the checks shared with :mod:`extsrc.sharding` (batch size,
-seed, last-batch policy) are that module's.
+:meth:`LoaderConfig.__post_init__`; the checks shared with :mod:`extsrc.sources.sharding` (batch
+size, seed, last-batch policy) are that module's.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from augment_ops.registry import IMPLEMENTATIONS, Op
 from extsrc._dali import cuda_driver_initialized
 from extsrc._util import argcheck
 from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
-from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
 from extsrc.oppool import POOL_KINDS, check_op_timeout, check_picklable
 from extsrc.pipeline import default_output_names
-from extsrc.sharding import LastBatch, check_last_batch, check_seed
+from extsrc.sources.fileread import check_max_file_bytes
+from extsrc.sources.sharding import LastBatch, check_last_batch, check_seed
 
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "HIDDEN_OUTPUTS", "METADATA_KEYS", "LoaderConfig",

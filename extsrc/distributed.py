@@ -10,7 +10,7 @@ Two numbers are easy to confuse under ``torchrun``:
 On two nodes of four GPUs, global rank 6 reads shard 6 of 8 and runs on local GPU 2. :class:`Loader`
 calls :func:`detect` and :func:`resolve_sharding` when ``shard_id``/``num_shards`` are not given,
 so under ``torchrun`` nothing needs passing. Equal batch counts on every rank (so DDP never hangs)
-come from :mod:`extsrc.sharding` by construction.
+come from :mod:`extsrc.sources.sharding` by construction.
 
 torch is imported lazily, so ``import extsrc`` stays light.
 """

@@ -4,8 +4,8 @@
 >>> print(report.summary())                          # doctest: +SKIP
 >>> report.write_clean("train.clean.csv")            # doctest: +SKIP
 
-Each file gets the checks of :func:`extsrc.imagecheck.check_file`: missing, a directory, not a
-regular file, larger than ``max_file_bytes``, unreadable, empty, not an image, a format DALI
+Each file gets the checks of :func:`extsrc.sources.imagecheck.check_file`: missing, a directory,
+not a regular file, larger than ``max_file_bytes``, unreadable, empty, not an image, a format DALI
 cannot decode, a header declaring more than ``max_pixels`` pixels, truncated (JPEG without its end
 marker, PNG without ``IEND``), outside the manifest's root, and with ``decode=True`` a full decode
 (what it finds and what it cannot: :func:`validate`). Work is spread over worker processes (loky,
@@ -33,10 +33,11 @@ import numpy as np
 from extsrc._util.argcheck import check_bool, check_int, check_path
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, OutputOverwritesInputError
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
-from extsrc.folders import is_folder_source, reworded_fix, sample_where
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
-from extsrc.manifest import Manifest, read_manifest
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS, REASONS, Finding, check_file
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.table import read_manifest
+from extsrc.sources.where import is_folder_source, reworded_fix, sample_where
 
 __all__ = ["Problem", "ValidationReport", "same_file", "validate"]
 
@@ -74,8 +75,8 @@ def _written_path(p: str, base: str, out_dir: str) -> str:
 @dataclass(frozen=True)
 class Problem:
     """One bad sample: its manifest ``index`` and 1-based ``line``, its ``path``, a ``reason``
-    code (see :data:`extsrc.imagecheck.REASONS`) and a ``message`` saying what is wrong and how to
-    fix it. ``source`` is the manifest file."""
+    code (see :data:`extsrc.sources.imagecheck.REASONS`) and a ``message`` saying what is wrong and
+    how to fix it. ``source`` is the manifest file."""
 
     index: int
     line: int
@@ -166,7 +167,7 @@ class ValidationReport:
 
     def write_clean(self, path: str | os.PathLike[str]) -> Path:
         """Write the good samples as a CSV manifest (``path,label`` header); reading it back
-        with :func:`~extsrc.manifest.read_manifest` (no ``root=``) gives exactly these samples.
+        with :func:`~extsrc.sources.table.read_manifest` (no ``root=``) gives exactly these samples.
 
         Paths under the folder the input's relative paths resolved against (its root, or the
         manifest's folder) are written relative to the new file's folder, so a dataset moved
@@ -254,7 +255,7 @@ class ValidationReport:
 
     def _meaning(self, reason: str) -> str:
         if self.media == "video":
-            from extsrc.videoprobe import VIDEO_REASONS
+            from extsrc.sources.video.probe import VIDEO_REASONS
 
             if reason in VIDEO_REASONS:
                 return VIDEO_REASONS[reason][0]
@@ -319,7 +320,7 @@ def _read_media(
 ) -> tuple[Manifest, str]:
     """The manifest read (a folder of videos with the video extensions) and ``media`` resolved
     (``"auto"``: see :func:`validate`)."""
-    from extsrc.videoprobe import VIDEO_EXTENSIONS
+    from extsrc.sources.video.probe import VIDEO_EXTENSIONS
 
     if not isinstance(manifest, Manifest):
         path = manifest
@@ -361,9 +362,10 @@ def validate(
     """Check every file of ``manifest`` and report the bad ones with their lines and reasons.
 
     ``media``: ``"image"``, ``"video"``, or ``"auto"`` (default): videos when every listed path
-    ends with a video extension (:data:`extsrc.videoprobe.VIDEO_EXTENSIONS`), or when a folder
-    holds videos and no images. Videos get :func:`extsrc.videocheck.validate_videos`'s checks
-    (container, truncation, codec, and with ``clips``, a :class:`~extsrc.videoclips.ClipSpec`,
+    ends with a video extension (:data:`extsrc.sources.video.probe.VIDEO_EXTENSIONS`), or when a
+    folder holds videos and no images. Videos get :func:`extsrc.videocheck.validate_videos`'s checks
+    (container, truncation, codec, and with ``clips``, a
+    :class:`~extsrc.sources.video.clips.ClipSpec`,
     the length), against the codecs DALI decodes on ``device`` (``None``: the GPU when one is
     visible, as the loaders pick it), and with ``decode`` a full decode of each VP8, VP9 and
     Motion JPEG video by DALI's CPU decoder (cost and coverage:
@@ -371,8 +373,9 @@ def validate(
     images only.
 
     Args:
-        manifest: a :class:`~extsrc.manifest.Manifest`, or the path of a manifest file or of a
-            folder dataset (read with :func:`~extsrc.manifest.read_manifest` defaults).
+        manifest: a :class:`~extsrc.sources.manifest.Manifest`, or the path of a manifest file or
+        of a
+            folder dataset (read with :func:`~extsrc.sources.table.read_manifest` defaults).
         decode: also decode every image fully (much slower than the header checks, which read
             only the first and last 64 KiB of large files). See "What is found" below.
         n_jobs: worker processes (joblib convention: ``-1`` all cores, ``-2`` all but one, ``1``
@@ -451,8 +454,8 @@ def validate(
         from joblib import effective_n_jobs
 
         from extsrc._util.device import resolve_device
+        from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS
         from extsrc.videocheck import validate_videos
-        from extsrc.videoprobe import CPU_CODECS, GPU_CODECS
 
         codecs = CPU_CODECS if resolve_device(device) is None else GPU_CODECS
         return validate_videos(manifest, clips=clips, codecs=codecs, decode=decode,

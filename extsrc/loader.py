@@ -38,16 +38,17 @@ from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
 from extsrc.failures import InFlight, explain
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import check_output_dtype
 from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
-from extsrc.source import ShardedSource
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import LastBatch, pad_plan_unchanged_by_balancing
+from extsrc.sources.table import read_manifest
 from extsrc.state import (
     FILLED_IN_ORDER,
     SHARDING,
@@ -80,7 +81,7 @@ class Loader:
     Defaults, chosen as a PyTorch ``DataLoader`` user expects them: ``shuffle=True``, ``seed=0``,
     ``last_batch="partial"`` (``drop_last=False``: every sample once per epoch, the last batch
     may be short, nothing repeated; under sharding every shard still gets the same number of
-    batches, see :mod:`extsrc.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
+    batches, see :mod:`extsrc.sources.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
     ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
     ``num_workers=None`` and ``num_threads=None`` (from the core count; an eighth of the cores
     each, 2 and 2 on 16, on a GPU loader whose numpy-path ops run in an op pool, which wants
@@ -412,7 +413,8 @@ class Loader:
         parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
         differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
         state saved before shards were balanced where its ``last_batch="pad"`` plan differs
-        (:func:`~extsrc.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to restart.
+        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
+        restart.
         """
         c, src = self.config, self.source
         samples = len(self.manifest) if src.indices is None else len(src.indices)
@@ -441,7 +443,7 @@ class Loader:
             # Which pixels a resized image keeps; layout, dtype and normalize only present them.
             "resize_mode": c.resize_mode,
             "stages": describe_stages(c.stages),
-            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sharding)
+            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
         }
         if self._indices is not None:  # on_error="skip": which samples are read counts too
             config["indices"] = hashlib.sha256(self._indices.tobytes()).hexdigest()

@@ -32,7 +32,7 @@ from augment_ops.registry import Op
 from extsrc._util import argcheck
 from extsrc.batchformat import check_mean_std
 from extsrc.loader import Loader
-from extsrc.manifest import Manifest
+from extsrc.sources.manifest import Manifest
 
 __all__ = [
     "IMAGENET_MEAN",

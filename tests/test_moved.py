@@ -1,4 +1,4 @@
-"""Old module paths (``extsrc.manifest``...) still import, warn once, and are the new module."""
+"""Old module paths (``extsrc.imagecheck``...) still import, warn once, and are the new module."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import extsrc
 from extsrc._moved import MOVED
 
-OLD, NEW = "extsrc.textsafe", "extsrc._util.textsafe"
+OLD, NEW = "extsrc.imagecheck", "extsrc.sources.imagecheck"
 
 
 def _forget(monkeypatch: pytest.MonkeyPatch, old: str) -> None:
@@ -42,17 +42,17 @@ def test_old_path_warns_once_and_is_the_new_module(monkeypatch: pytest.MonkeyPat
         warnings.simplefilter("error")
         assert importlib.import_module(OLD) is new  # second import: no warning
     # Monkeypatching one name patches the other.
-    monkeypatch.setattr(old, "shown", 99)
-    assert new.shown == 99
+    monkeypatch.setattr(old, "DEFAULT_MAX_PIXELS", 99)
+    assert new.DEFAULT_MAX_PIXELS == 99
 
 
 def test_from_old_import_name_and_attribute_access(monkeypatch: pytest.MonkeyPatch) -> None:
     _forget(monkeypatch, OLD)
     with pytest.warns(DeprecationWarning, match=NEW):
-        from extsrc.textsafe import shown  # noqa: F401
+        from extsrc.imagecheck import check_file  # noqa: F401
     _forget(monkeypatch, OLD)
     with pytest.warns(DeprecationWarning, match=NEW) as record:
-        assert extsrc.textsafe is importlib.import_module(NEW)
+        assert extsrc.imagecheck is importlib.import_module(NEW)
     assert record[0].filename == __file__
 
 
@@ -62,7 +62,7 @@ def test_warning_points_at_the_importing_line() -> None:
         "warnings.simplefilter('always')\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
-        "    import extsrc.textsafe\n"
+        "    import extsrc.imagecheck\n"
         "print([(x.filename, x.lineno) for x in w if x.category is DeprecationWarning])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -71,7 +71,7 @@ def test_warning_points_at_the_importing_line() -> None:
 
 
 def test_unknown_module_is_still_not_found() -> None:
-    with pytest.raises(ModuleNotFoundError, match="extsrc.no_such_module"):
+    with pytest.raises(ModuleNotFoundError, match=r"extsrc\.no_such_module"):
         importlib.import_module("extsrc.no_such_module")
     with pytest.raises(AttributeError, match="no_such_module"):
         _ = extsrc.no_such_module

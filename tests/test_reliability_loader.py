@@ -13,7 +13,7 @@ import pytest
 from helpers import pattern_image, png_interlaced, png_short_idat, write_dataset
 
 import extsrc.errors
-import extsrc.imagecheck
+import extsrc.sources.imagecheck
 from extsrc import Loader
 from extsrc.doctor import validate
 from extsrc.errors import BadImageError
@@ -63,7 +63,7 @@ def test_case10_loader_names_the_line_and_file(tmp_path, workers):
 
 def test_case10_named_from_dali_sample_number_when_no_check_finds_it(tmp_path, monkeypatch):
     """A file DALI refuses and every check of ours passes: DALI's "sample #k" names it."""
-    monkeypatch.setattr(extsrc.imagecheck, "_png_data_check", lambda data: None)
+    monkeypatch.setattr(extsrc.sources.imagecheck, "_png_data_check", lambda data: None)
     manifest, line, bad = with_file(tmp_path, png_short_idat())
     loader = Loader(manifest, batch_size=4, shuffle=False, resize=16, num_workers=0,
                     num_threads=1)
@@ -397,7 +397,7 @@ def test_bad_file_messages_escape_the_name(tmp_path, monkeypatch, how):
     """A file found bad before DALI (its header), by decoding the failed batch again, or from
     DALI's sample number: each message names the file with its control characters escaped."""
     if how == "dali sample number":
-        monkeypatch.setattr(extsrc.imagecheck, "_png_data_check", lambda data: None)
+        monkeypatch.setattr(extsrc.sources.imagecheck, "_png_data_check", lambda data: None)
     data = png_short_idat() if how != "header check" else png_short_idat()[:-12]  # no IEND
     manifest = write_dataset(tmp_path, 4)
     (tmp_path / "images" / f"{HOSTILE}.png").write_bytes(data)
