@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from extsrc._util.extras import MissingExtraError
     from extsrc.batchformat import BatchFormat
     from extsrc.config import METADATA_KEYS, LoaderConfig
-    from extsrc.doctor import Problem, ValidationReport, validate
     from extsrc.errors import (
         BadImageError,
         BadVideoError,
@@ -65,8 +64,10 @@ if TYPE_CHECKING:
     from extsrc.sources.table import read_manifest
     from extsrc.sources.video.clips import ClipSpec
     from extsrc.sources.video.probe import VideoInfo, probe_video
+    from extsrc.validation.report import Problem, ValidationReport
+    from extsrc.validation.validate import validate
+    from extsrc.validation.videos import validate_videos
     from extsrc.video import VideoLoader
-    from extsrc.videocheck import validate_videos
 
 __version__ = "0.1.0"
 
@@ -128,9 +129,9 @@ _WHERE: dict[str, str] = {
     "BatchFormat": "extsrc.batchformat",
     "METADATA_KEYS": "extsrc.config",
     "LoaderConfig": "extsrc.config",
-    "Problem": "extsrc.doctor",
-    "ValidationReport": "extsrc.doctor",
-    "validate": "extsrc.doctor",
+    "Problem": "extsrc.validation.report",
+    "ValidationReport": "extsrc.validation.report",
+    "validate": "extsrc.validation.validate",
     "BadImageError": "extsrc.errors",
     "BadVideoError": "extsrc.errors",
     "DaliVersionError": "extsrc.errors",
@@ -170,7 +171,7 @@ _WHERE: dict[str, str] = {
     "SOURCE_OUTPUTS": "extsrc.sources.images",
     "ShardedSource": "extsrc.sources.images",
     "VideoLoader": "extsrc.video",
-    "validate_videos": "extsrc.videocheck",
+    "validate_videos": "extsrc.validation.videos",
     "ClipSpec": "extsrc.sources.video.clips",
     "VideoInfo": "extsrc.sources.video.probe",
     "probe_video": "extsrc.sources.video.probe",

@@ -41,6 +41,10 @@ MOVED: dict[str, str] = {
     "extsrc.videotrim": "extsrc.sources.video.trim",
     "extsrc.videoclips": "extsrc.sources.video.clips",
     "extsrc.videosource": "extsrc.sources.video.source",
+    # validate.py imports Problem and ValidationReport from report.py, so old imports of all
+    # three names from extsrc.doctor keep working.
+    "extsrc.doctor": "extsrc.validation.validate",
+    "extsrc.videocheck": "extsrc.validation.videos",
 }
 
 

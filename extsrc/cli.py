@@ -274,7 +274,7 @@ def _refuse_overwriting(out: str, option: str, manifest: str,
     """Refuse an output path that names an input: the manifest file (however spelled: a
     symlink, another relative path) or, when it exists, a file the manifest lists."""
     from extsrc._util.textsafe import shown
-    from extsrc.doctor import same_file
+    from extsrc.validation.report import same_file
 
     if not os.path.isdir(manifest) and same_file(out, manifest):
         raise CliError(f"{option} {shown(out)} is the input manifest {shown(manifest)}; writing "
@@ -408,8 +408,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from extsrc.doctor import validate
     from extsrc.errors import ManifestError
+    from extsrc.validation.validate import validate
 
     if args.write_clean:
         _refuse_overwriting(args.write_clean, "--write-clean", args.manifest)

@@ -533,14 +533,16 @@ class Loader:
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        from extsrc.doctor import validate
+        # The image checks themselves: this loader's manifest lists images, so the media
+        # detection of extsrc.validate (and the video checks it may pick) is not for it.
+        from extsrc.validation.images import validate_images
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.
         # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
         defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process(),
                     "max_file_bytes": self.max_file_bytes, "progress": SLOW_SECONDS}
-        report = validate(manifest, **{**defaults, **dict(kwargs or {})})
+        report = validate_images(manifest, **{**defaults, **dict(kwargs or {})})
         self.validation = report
         self.skipped = report.problems
         if not report.problems:

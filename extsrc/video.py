@@ -99,7 +99,7 @@ class VideoLoader(Loader):
     path and the codec (``on_error="raise"``); when DALI's decoder still fails, the clips of
     the failed batch are decoded one by one to name the file (reason ``"corrupt"``). Bad files
     are left out after
-    :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
+    :func:`~extsrc.validation.videos.validate_videos` (``on_error="skip"``, listed in
     ``loader.skipped``), which decodes every VP8, VP9 and Motion JPEG video once through to
     find damaged frames as well (``validate_kwargs={"decode": False}``: container checks only).
 
@@ -296,7 +296,7 @@ class VideoLoader(Loader):
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": read every video's container up front; the good videos' indices."""
-        from extsrc.videocheck import validate_videos
+        from extsrc.validation.videos import validate_videos
 
         report = validate_videos(manifest, clips=self.clips, codecs=self.codecs,
                                  max_file_bytes=self.max_file_bytes, **dict(kwargs or {}))

@@ -20,12 +20,12 @@ import pytest
 from helpers import write_dataset
 
 from extsrc import Loader
-from extsrc.doctor import validate
 from extsrc.errors import SampleReadError
 from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, read_regular
 from extsrc.sources.images import ShardedSource
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.table import read_manifest
+from extsrc.validation.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 

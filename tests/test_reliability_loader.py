@@ -15,8 +15,8 @@ from helpers import pattern_image, png_interlaced, png_short_idat, write_dataset
 import extsrc.errors
 import extsrc.sources.imagecheck
 from extsrc import Loader
-from extsrc.doctor import validate
 from extsrc.errors import BadImageError
+from extsrc.validation.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
@@ -454,3 +454,21 @@ def test_presets_take_numpy_integers_and_check_the_preset_type(eight):
         train_loader(eight, batch_size=2, preset=p)
     with pytest.raises(TypeError, match="val_loader: preset must be a ValPreset"):
         val_loader(eight, batch_size=2, preset=TrainPreset())
+
+
+def test_skip_checks_an_image_loaders_files_as_images(tmp_path):
+    # PNG files named *.mp4: extsrc.validate's media detection takes the manifest for videos
+    # (and finds no video in them), while the image loader, which decodes every file as an
+    # image whatever its name, checks them as images and keeps them all.
+    manifest = write_dataset(tmp_path, 4)
+    text = manifest.read_text()
+    for p in (tmp_path / "images").iterdir():
+        p.rename(p.with_suffix(".mp4"))
+    manifest.write_text(text.replace(".png", ".mp4"))
+    report = validate(str(manifest), n_jobs=1, progress=False)
+    assert (report.media, report.num_bad) == ("video", 4)
+    loader = Loader(str(manifest), batch_size=2, shuffle=False, resize=16, num_workers=0,
+                    num_threads=1, on_error="skip",
+                    validate_kwargs={"n_jobs": 1, "progress": False})
+    assert loader.validation.media == "image" and loader.skipped == ()
+    assert sorted(run_epoch(loader)) == [0, 1, 2, 3]

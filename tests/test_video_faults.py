@@ -161,8 +161,8 @@ def test_a_file_the_decoder_finds_fewer_frames_in_than_its_container_is_refused(
     # frame: the reader is made to count 5 frames too many here.
     import dataclasses
 
-    from extsrc import videocheck
     from extsrc.sources.video import source as videosource
+    from extsrc.validation import videos as videocheck
 
     write_video(tmp_path / "v.avi", 20)
     m = manifest_of(tmp_path, "v.avi")

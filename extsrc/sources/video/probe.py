@@ -3,7 +3,7 @@
 :func:`probe_video` walks the container's structure without decoding a frame, in pure Python
 (no FFmpeg, OpenCV or PyAV), so that :class:`~extsrc.sources.video.source.VideoSource` can choose
 every clip's first frame in DALI's worker processes from the bytes it already read, and
-:func:`extsrc.videocheck.check_video` can refuse a file before DALI sees it. Three container
+:func:`extsrc.validation.videos.check_video` can refuse a file before DALI sees it. Three container
 families are read:
 
 * AVI (RIFF): the video stream's ``strf`` compression tag, and its frames counted chunk by

@@ -9,7 +9,7 @@ track, no frames, the frames the file really holds), its codec is compared with 
 decodes on the device, and its frame count with one clip's span. With ``decode=True`` (the
 default) every video in a codec DALI decodes on the CPU is then decoded once through, frame by
 frame, by the loader's own decoder (:class:`VideoDecodeCheck`). The result is the
-:class:`~extsrc.doctor.ValidationReport` that :func:`extsrc.validate` gives for images
+:class:`~extsrc.validation.report.ValidationReport` that :func:`extsrc.validate` gives for images
 (``clean_manifest()``, ``write_clean()``).
 """
 
@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.doctor import Problem, ValidationReport
 from extsrc.sources.fileread import (
     DEFAULT_MAX_FILE_BYTES,
     FileReadProblem,
@@ -36,6 +35,7 @@ from extsrc.sources.video.clips import ClipSpec
 from extsrc.sources.video.probe import CPU_CODECS, VideoInfo, VideoProbeProblem, video_frames
 from extsrc.sources.video.source import check_video
 from extsrc.sources.where import reworded_fix
+from extsrc.validation.report import Problem, ValidationReport
 
 __all__ = ["VideoDecodeCheck", "check_video_file", "validate_videos"]
 
