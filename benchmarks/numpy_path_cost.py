@@ -49,9 +49,9 @@ def build(variant: str, pairs, *, batch_size: int, threads: int, workers: int, p
     from nvidia.dali.pipeline import Pipeline
 
     import augment_ops
-    from extsrc.manifest import Manifest
     from extsrc.oppaths import BatchOpRunner
     from extsrc.oppool import OpPool
+    from extsrc.sources.manifest import Manifest
 
     pool = None
     pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=0, seed=0,

@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 import extsrc
 from extsrc.distributed import detect
-from extsrc.manifest import read_manifest
-from extsrc.sharding import num_batches_per_shard
+from extsrc.sources.sharding import num_batches_per_shard
+from extsrc.sources.table import read_manifest
 
 MANIFEST = "manifest.csv"
 NUM_CLASSES = 10

@@ -11,10 +11,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from extsrc import _moved
+
+# Old module paths (extsrc.sources.manifest, ...) keep working for one release, with a warning.
+_moved.install()
+
 if TYPE_CHECKING:
+    from extsrc._util.extras import MissingExtraError
     from extsrc.batchformat import BatchFormat
     from extsrc.config import METADATA_KEYS, LoaderConfig
-    from extsrc.doctor import Problem, ValidationReport, validate
     from extsrc.errors import (
         BadImageError,
         BadVideoError,
@@ -34,10 +39,7 @@ if TYPE_CHECKING:
         WorkerDiedError,
         WorkerStartError,
     )
-    from extsrc.extras import MissingExtraError
-    from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
-    from extsrc.manifest import Manifest, read_manifest
     from extsrc.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
@@ -49,12 +51,23 @@ if TYPE_CHECKING:
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
     from extsrc.sample_videos import make_sample_videos
-    from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
-    from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+    from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+    from extsrc.sources.images import SOURCE_OUTPUTS, ShardedSource
+    from extsrc.sources.manifest import Manifest
+    from extsrc.sources.sharding import (
+        LastBatch,
+        ShardPlan,
+        epoch_permutation,
+        shard_indices,
+        shard_plan,
+    )
+    from extsrc.sources.table import read_manifest
+    from extsrc.sources.video.clips import ClipSpec
+    from extsrc.sources.video.probe import VideoInfo, probe_video
+    from extsrc.validation.report import Problem, ValidationReport
+    from extsrc.validation.validate import validate
+    from extsrc.validation.videos import validate_videos
     from extsrc.video import VideoLoader
-    from extsrc.videocheck import validate_videos
-    from extsrc.videoclips import ClipSpec
-    from extsrc.videoprobe import VideoInfo, probe_video
 
 __version__ = "0.1.0"
 
@@ -116,9 +129,9 @@ _WHERE: dict[str, str] = {
     "BatchFormat": "extsrc.batchformat",
     "METADATA_KEYS": "extsrc.config",
     "LoaderConfig": "extsrc.config",
-    "Problem": "extsrc.doctor",
-    "ValidationReport": "extsrc.doctor",
-    "validate": "extsrc.doctor",
+    "Problem": "extsrc.validation.report",
+    "ValidationReport": "extsrc.validation.report",
+    "validate": "extsrc.validation.validate",
     "BadImageError": "extsrc.errors",
     "BadVideoError": "extsrc.errors",
     "DaliVersionError": "extsrc.errors",
@@ -136,11 +149,11 @@ _WHERE: dict[str, str] = {
     "StateMismatchError": "extsrc.errors",
     "WorkerDiedError": "extsrc.errors",
     "WorkerStartError": "extsrc.errors",
-    "MissingExtraError": "extsrc.extras",
-    "DEFAULT_MAX_PIXELS": "extsrc.imagecheck",
+    "MissingExtraError": "extsrc._util.extras",
+    "DEFAULT_MAX_PIXELS": "extsrc.sources.imagecheck",
     "Loader": "extsrc.loader",
-    "Manifest": "extsrc.manifest",
-    "read_manifest": "extsrc.manifest",
+    "Manifest": "extsrc.sources.manifest",
+    "read_manifest": "extsrc.sources.table",
     "IMAGENET_MEAN": "extsrc.presets",
     "IMAGENET_STD": "extsrc.presets",
     "TrainPreset": "extsrc.presets",
@@ -150,24 +163,27 @@ _WHERE: dict[str, str] = {
     "render_batch": "extsrc.preview",
     "make_sample_dataset": "extsrc.sample_data",
     "make_sample_videos": "extsrc.sample_videos",
-    "LastBatch": "extsrc.sharding",
-    "ShardPlan": "extsrc.sharding",
-    "epoch_permutation": "extsrc.sharding",
-    "shard_indices": "extsrc.sharding",
-    "shard_plan": "extsrc.sharding",
-    "SOURCE_OUTPUTS": "extsrc.source",
-    "ShardedSource": "extsrc.source",
+    "LastBatch": "extsrc.sources.sharding",
+    "ShardPlan": "extsrc.sources.sharding",
+    "epoch_permutation": "extsrc.sources.sharding",
+    "shard_indices": "extsrc.sources.sharding",
+    "shard_plan": "extsrc.sources.sharding",
+    "SOURCE_OUTPUTS": "extsrc.sources.images",
+    "ShardedSource": "extsrc.sources.images",
     "VideoLoader": "extsrc.video",
-    "validate_videos": "extsrc.videocheck",
-    "ClipSpec": "extsrc.videoclips",
-    "VideoInfo": "extsrc.videoprobe",
-    "probe_video": "extsrc.videoprobe",
+    "validate_videos": "extsrc.validation.videos",
+    "ClipSpec": "extsrc.sources.video.clips",
+    "VideoInfo": "extsrc.sources.video.probe",
+    "probe_video": "extsrc.sources.video.probe",
 }
 
 
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
+        old = _moved.moved_attribute(name)
+        if old is not None:
+            return old
         raise AttributeError(f"module 'extsrc' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -259,8 +259,9 @@ def _manifest_arg(args: argparse.Namespace) -> Any:
     root = getattr(args, "root", None)
     if root is None:
         return args.manifest
-    from extsrc.manifest import read_manifest, refuse_url
-    from extsrc.textsafe import shown
+    from extsrc._util.textsafe import shown
+    from extsrc.sources.table import read_manifest
+    from extsrc.sources.where import refuse_url
 
     refuse_url(root, "--root")
     if not os.path.isdir(root):
@@ -272,8 +273,8 @@ def _refuse_overwriting(out: str, option: str, manifest: str,
                         listed: frozenset[str] = frozenset()) -> None:
     """Refuse an output path that names an input: the manifest file (however spelled: a
     symlink, another relative path) or, when it exists, a file the manifest lists."""
-    from extsrc.doctor import same_file
-    from extsrc.textsafe import shown
+    from extsrc._util.textsafe import shown
+    from extsrc.validation.report import same_file
 
     if not os.path.isdir(manifest) and same_file(out, manifest):
         raise CliError(f"{option} {shown(out)} is the input manifest {shown(manifest)}; writing "
@@ -359,17 +360,17 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
-    from extsrc.extras import require
+    from extsrc._util.extras import require
     from extsrc.loader import Loader
-    from extsrc.manifest import read_manifest
     from extsrc.preview import render_batch
     from extsrc.sample_data import make_sample_dataset
+    from extsrc.sources.table import read_manifest
 
     require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
     if out.exists() and not (out / DEMO_MARK).exists() and (
             not out.is_dir() or any(out.iterdir())):
-        from extsrc.textsafe import shown
+        from extsrc._util.textsafe import shown
 
         raise CliError(
             f"--out {shown(args.out)}: {'not a folder' if not out.is_dir() else 'the folder'} "
@@ -407,14 +408,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from extsrc.doctor import validate
     from extsrc.errors import ManifestError
+    from extsrc.validation.validate import validate
 
     if args.write_clean:
         _refuse_overwriting(args.write_clean, "--write-clean", args.manifest)
     clips = None
     if args.sequence_length is not None:
-        from extsrc.videoclips import ClipSpec
+        from extsrc.sources.video.clips import ClipSpec
 
         try:
             clips = ClipSpec(args.sequence_length, args.stride)
@@ -453,7 +454,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
-    from extsrc.extras import require
+    from extsrc._util.extras import require
     from extsrc.preview import image_outputs, render_batch
 
     require("matplotlib", "preview", "extsrc preview")
@@ -527,7 +528,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_ops(args: argparse.Namespace) -> int:
     import augment_ops
     from augment_ops.paths import available_paths
-    from extsrc.device import cuda_device_count
+    from extsrc._util.device import cuda_device_count
     from extsrc.oppaths import choose_paths
 
     gpu = cuda_device_count() > 0

@@ -2,8 +2,8 @@
 
 The loader's arguments are normalised here (op names to :class:`~augment_ops.Op`, ``resize`` to
 ``(height, width)``, ``op_path`` to a tuple) and checked once, at construction, in
-:meth:`LoaderConfig.__post_init__`; the checks shared with :mod:`extsrc.sharding` (batch size,
-seed, last-batch policy) are that module's.
+:meth:`LoaderConfig.__post_init__`; the checks shared with :mod:`extsrc.sources.sharding` (batch
+size, seed, last-batch policy) are that module's.
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import numpy as np
 
 import augment_ops
 from augment_ops.registry import IMPLEMENTATIONS, Op
-from extsrc import argcheck
 from extsrc._dali import cuda_driver_initialized
+from extsrc._util import argcheck
 from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
-from extsrc.fileread import check_max_file_bytes
 from extsrc.oppaths import choose_paths
 from extsrc.oppool import POOL_KINDS, check_op_timeout, check_picklable
 from extsrc.pipeline import default_output_names
-from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
+from extsrc.sources.fileread import check_max_file_bytes
+from extsrc.sources.sharding import LastBatch, check_last_batch, check_seed
 
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "HIDDEN_OUTPUTS", "METADATA_KEYS", "LoaderConfig",
@@ -197,18 +197,11 @@ class LoaderOptions:
 def check_loader_arguments(*, output_map: Any, stages: Any, ops: Any, transforms: Any) -> None:
     """The forms of the loader's sequence arguments, before they are made tuples: a string or a
     non-iterable where a sequence is due is refused (``tuple("abc")`` would be three names)."""
-    if output_map is not None and (
-        isinstance(output_map, (str, bytes)) or not isinstance(output_map, Sequence)
-    ):
-        raise TypeError(
-            f"Loader: output_map must be None or a sequence of output names, got "
-            f"{type(output_map).__name__} {output_map!r}"
-        )
-    if isinstance(stages, (str, bytes)) or not isinstance(stages, Sequence):
-        raise TypeError(
-            f"Loader: stages must be a sequence of callables stage(image, gpu=...), got "
-            f"{type(stages).__name__}; wrap one stage in a list"
-        )
+    argcheck.check_sequence(output_map, "Loader: output_map",
+                            "None or a sequence of output names", allow_none=True)
+    argcheck.check_sequence(stages, "Loader: stages",
+                            "a sequence of callables stage(image, gpu=...)",
+                            hint="wrap one stage in a list")
     for name, value in (("ops", ops), ("transforms", transforms)):
         if not isinstance(value, (str, Op, Sequence)) or isinstance(value, bytes):
             raise TypeError(
@@ -336,7 +329,7 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         self._check_arguments()
-        check_int("batch_size", self.batch_size, 1)
+        argcheck.check_int(self.batch_size, "batch_size", minimum=1)
         check_seed(self.seed)
         check_last_batch(self.last_batch)
         for t in self.transforms:

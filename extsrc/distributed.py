@@ -10,7 +10,7 @@ Two numbers are easy to confuse under ``torchrun``:
 On two nodes of four GPUs, global rank 6 reads shard 6 of 8 and runs on local GPU 2. :class:`Loader`
 calls :func:`detect` and :func:`resolve_sharding` when ``shard_id``/``num_shards`` are not given,
 so under ``torchrun`` nothing needs passing. Equal batch counts on every rank (so DDP never hangs)
-come from :mod:`extsrc.sharding` by construction.
+come from :mod:`extsrc.sources.sharding` by construction.
 
 torch is imported lazily, so ``import extsrc`` stays light.
 """
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extsrc.device import cuda_device_count
+from extsrc._util.device import cuda_device_count
 
 __all__ = ["DistInfo", "detect", "resolve_sharding"]
 
@@ -127,7 +127,7 @@ def resolve_sharding(
       since ranks would then read overlapping data).
     * ``device`` is ``None``, ``info.world_size > 1`` and GPUs are visible: ``info.local_rank`` —
       the **local** GPU, not the global rank. Otherwise ``device`` is returned unchanged (and
-      :func:`extsrc.device.resolve_device` turns ``None`` into GPU 0 or the CPU).
+      :func:`extsrc._util.device.resolve_device` turns ``None`` into GPU 0 or the CPU).
 
     Hint: on several nodes, passing ``device=rank`` (the global rank) asks for a GPU that does not
     exist on the node (e.g. GPU 6 on a 4-GPU node); ``resolve_device`` then fails with "asks for

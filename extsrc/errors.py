@@ -7,7 +7,7 @@ built-in (``ValueError``, ``FileNotFoundError``) so generic handlers keep workin
 Errors carry fields, set at construction, so that callers (the command line, a training script)
 read them instead of parsing the message: ``source`` (the manifest file), ``line`` (1-based
 manifest line; for a folder dataset, whose ``source`` ends with ``/``, the 1-based sample
-number), ``path`` (the file), ``reason`` (a code of :data:`extsrc.imagecheck.REASONS`),
+number), ``path`` (the file), ``reason`` (a code of :data:`extsrc.sources.imagecheck.REASONS`),
 ``op`` (the op's name) and ``detail`` (a traceback from a DALI worker process, shown after the
 message). Each is ``None`` where it does not apply.
 
@@ -209,4 +209,4 @@ class StateMismatchError(ExtsrcError, ValueError):
 class MainGuardError(ExtsrcError, RuntimeError):
     """A Loader is built by a script's top-level code while DALI starts its reader processes
     with ``spawn``, which runs that code again in each of them: the script needs an
-    ``if __name__ == "__main__":`` guard (see :mod:`extsrc.mainguard`)."""
+    ``if __name__ == "__main__":`` guard (see :mod:`extsrc._util.mainguard`)."""

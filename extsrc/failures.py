@@ -14,6 +14,7 @@ from typing import Any
 
 from extsrc import errors as _errors
 from extsrc._dali.messages import DaliFailure, read_failure
+from extsrc._util.textsafe import shown
 from extsrc.errors import (
     DEBUG_ENV,
     ExtsrcError,
@@ -23,11 +24,10 @@ from extsrc.errors import (
     WorkerDiedError,
     debug,
 )
-from extsrc.folders import sample_where
-from extsrc.imagecheck import Finding, check_file
 from extsrc.oppaths import RAISED
-from extsrc.source import ShardedSource, bad_image_error
-from extsrc.textsafe import shown
+from extsrc.sources.imagecheck import Finding, check_file
+from extsrc.sources.images import ShardedSource, bad_image_error
+from extsrc.sources.where import sample_where
 
 __all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
 

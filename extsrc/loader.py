@@ -17,6 +17,9 @@ from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
+from extsrc._util.argcheck import check_int
+from extsrc._util.device import resolve_device
+from extsrc._util.mainguard import check_main_guard
 from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
@@ -31,22 +34,21 @@ from extsrc.config import (
     cores_per_process,
     normalise_op_path,
 )
-from extsrc.device import resolve_device
 from extsrc.distributed import detect, resolve_sharding
 from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
 from extsrc.failures import InFlight, explain
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.mainguard import check_main_guard
-from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppaths import check_output_dtype
 from extsrc.oppool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
-from extsrc.source import ShardedSource
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import LastBatch, pad_plan_unchanged_by_balancing
+from extsrc.sources.table import read_manifest
 from extsrc.state import (
     FILLED_IN_ORDER,
     SHARDING,
@@ -79,7 +81,7 @@ class Loader:
     Defaults, chosen as a PyTorch ``DataLoader`` user expects them: ``shuffle=True``, ``seed=0``,
     ``last_batch="partial"`` (``drop_last=False``: every sample once per epoch, the last batch
     may be short, nothing repeated; under sharding every shard still gets the same number of
-    batches, see :mod:`extsrc.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
+    batches, see :mod:`extsrc.sources.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
     ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
     ``num_workers=None`` and ``num_threads=None`` (from the core count; an eighth of the cores
     each, 2 and 2 on 16, on a GPU loader whose numpy-path ops run in an op pool, which wants
@@ -348,7 +350,7 @@ class Loader:
         a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
         one after a part-way loop, restarts it there (one build, nothing read twice).
         """
-        check_int("epoch", epoch, 0)
+        check_int(epoch, "epoch", minimum=0)
         self._conclude()
         current = self._epoch
         if self.position.due() == (epoch, 0) and (current is None or not current.started):
@@ -411,7 +413,8 @@ class Loader:
         parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
         differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
         state saved before shards were balanced where its ``last_batch="pad"`` plan differs
-        (:func:`~extsrc.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to restart.
+        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
+        restart.
         """
         c, src = self.config, self.source
         samples = len(self.manifest) if src.indices is None else len(src.indices)
@@ -440,7 +443,7 @@ class Loader:
             # Which pixels a resized image keeps; layout, dtype and normalize only present them.
             "resize_mode": c.resize_mode,
             "stages": describe_stages(c.stages),
-            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sharding)
+            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
         }
         if self._indices is not None:  # on_error="skip": which samples are read counts too
             config["indices"] = hashlib.sha256(self._indices.tobytes()).hexdigest()
@@ -530,14 +533,16 @@ class Loader:
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        from extsrc.doctor import validate
+        # The image checks themselves: this loader's manifest lists images, so the media
+        # detection of extsrc.validate (and the video checks it may pick) is not for it.
+        from extsrc.validation.images import validate_images
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.
         # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
         defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process(),
                     "max_file_bytes": self.max_file_bytes, "progress": SLOW_SECONDS}
-        report = validate(manifest, **{**defaults, **dict(kwargs or {})})
+        report = validate_images(manifest, **{**defaults, **dict(kwargs or {})})
         self.validation = report
         self.skipped = report.problems
         if not report.problems:

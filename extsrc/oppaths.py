@@ -39,13 +39,13 @@ import numpy as np
 from augment_ops.paths import available_paths
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
-from extsrc.device import pin_host_memory
+from extsrc._util.device import pin_host_memory
 from extsrc.errors import ExtsrcError, OpError, OpOutputError
-from extsrc.folders import sample_where
-from extsrc.manifest import Manifest
 from extsrc.opworker import apply_sample, failure_info
 from extsrc.seeding import counter_uniform, name_salt, sample_rng
 from extsrc.slowstart import stage
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.where import sample_where
 
 if TYPE_CHECKING:
     from augment_ops.lower_dali import CheckLayout, SampleScalars
@@ -220,7 +220,7 @@ class BatchOpRunner:
         return err
 
     def __call__(self, images: list[np.ndarray], infos: list[np.ndarray]) -> Any:
-        # info rows are (manifest index, epoch, is_pad); see extsrc.source.INFO_COLUMNS
+        # info rows are (manifest index, epoch, is_pad); see extsrc.sources.images.INFO_COLUMNS
         # One sample runs here, in DALI's thread, unless the pool must time the op.
         if self.pool is not None and (len(images) > 1 or self.pool.timeout is not None):
             results = self.pool.run(self, images, infos)

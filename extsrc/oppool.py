@@ -416,8 +416,8 @@ class OpPool:
                      ids: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
         self._abandoned = [(t, e) for t, e in self._abandoned if t.is_alive()]
         if self._abandoned:
-            from extsrc.folders import sample_where
             from extsrc.oppaths import RAISED
+            from extsrc.sources.where import sample_where
 
             first = self._abandoned[0][1]
             line, path = first.samples[0]

@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     fd, parent = int(argv[0]), int(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from extsrc.orphan import exit_with_parent
+    from extsrc._util.orphan import exit_with_parent
 
     exit_with_parent(owner_pid=parent)
     sock = socket.socket(fileno=fd)

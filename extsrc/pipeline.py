@@ -20,7 +20,7 @@ from extsrc.oppaths import (
     native_sample_scalars,
 )
 from extsrc.oppool import OpPool
-from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
+from extsrc.sources.images import SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from augment_ops.registry import Op
-from extsrc import argcheck
+from extsrc._util import argcheck
 from extsrc.batchformat import check_mean_std
 from extsrc.loader import Loader
-from extsrc.manifest import Manifest
+from extsrc.sources.manifest import Manifest
 
 __all__ = [
     "IMAGENET_MEAN",

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._util.extras import require
 from extsrc.batchformat import check_mean_std
-from extsrc.extras import require
 from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["image_outputs", "preview", "render_batch", "to_display"]
@@ -132,7 +132,7 @@ def render_batch(
     copied to the host. ``path``: also save the figure there (PNG).
 
     Needs matplotlib (``pip install 'extsrc[preview]'``); without it raises
-    :class:`~extsrc.extras.MissingExtraError`.
+    :class:`~extsrc._util.extras.MissingExtraError`.
     """
     require("matplotlib", "preview", "extsrc.render_batch")
     from matplotlib.figure import Figure

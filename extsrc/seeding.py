@@ -67,7 +67,7 @@ def counter_uniform(seed: int, epoch: Any, index: Any, salt: int, slot: int) -> 
     A pure function of (seed, epoch, manifest index, op salt, draw slot): splitmix64 over the
     sample's identity, 53 bits to a float64. The traced path calls this very function in the
     source's reader processes (``augment_ops.lower_dali.SampleScalars`` through
-    ``extsrc.source.ReaderValues``), so :func:`counter_rng` replays it on numpy bit for bit.
+    ``extsrc.sources.images.ReaderValues``), so :func:`counter_rng` replays it on numpy bit for bit.
     (The same hash as DALI uint64 arithmetic operators took about 20 operators per op and made a
     traced ``random_crop`` 3.5x slower on the CPU: 14 ms against 4 ms per batch of 32 224x224
     images.)

@@ -181,7 +181,7 @@ def _keys(keys: Any) -> str:
     return "[" + ", ".join(shown_keys) + (", ..." if len(keys) > 8 else "") + "]"
 
 
-#: The ``"sharding"`` config value: the arithmetic of :mod:`extsrc.sharding` that placed the
+#: The ``"sharding"`` config value: the arithmetic of :mod:`extsrc.sources.sharding` that placed the
 #: samples. States written before the key existed lack it; for them the loader says which
 #: value they imply (:data:`FILLED_IN_ORDER` where the ``"pad"`` plan then differed).
 SHARDING = "balanced"

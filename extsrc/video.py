@@ -3,7 +3,7 @@
 A :class:`~extsrc.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
 folder of class folders holding videos), sharding, ``last_batch``, seed, resume, ``on_error``,
 ``output_map``, ``device`` and DDP behaviour, the same epochs and errors; only the source
-(:class:`~extsrc.videosource.VideoSource`), the graph (:mod:`extsrc.videopipeline`) and the
+(:class:`~extsrc.sources.video.source.VideoSource`), the graph (:mod:`extsrc.videopipeline`) and the
 batch's keys differ.
 """
 
@@ -17,20 +17,21 @@ from typing import Any, Literal
 
 from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
+from extsrc._util.textsafe import shown
 from extsrc.batchformat import Dtype, Normalize, ResizeMode
 from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
 from extsrc.failures import InFlight, explain
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.loader import Loader
-from extsrc.manifest import Manifest, read_manifest
 from extsrc.oppool import check_op_timeout
-from extsrc.sharding import LastBatch
-from extsrc.textsafe import shown
-from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import LastBatch
+from extsrc.sources.table import read_manifest
+from extsrc.sources.video.clips import ClipPolicy, ClipSpec, ShortVideos
+from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
+from extsrc.sources.video.source import VIDEO_HINT, VideoSource, find_too_small, find_undecodable
 from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
-from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
-from extsrc.videosource import VIDEO_HINT, VideoSource, find_too_small, find_undecodable
 
 #: DALI's words when NVDEC refuses a frame size, e.g. "Video is too small in at least one
 #: dimension. Provided: 64x48 vs supported:128x128" (DALI 2.4, frames_decoder_gpu.cc).
@@ -61,12 +62,12 @@ class VideoLoader(Loader):
 
     Each manifest line names a video file (AVI, Matroska/WebM or MP4/MOV) and its label; a
     folder works too (each sub-folder a class, :meth:`Manifest.from_folder` with
-    :data:`~extsrc.videoprobe.VIDEO_EXTENSIONS`). The DALI graph: raw bytes read in worker
+    :data:`~extsrc.sources.video.probe.VIDEO_EXTENSIONS`). The DALI graph: raw bytes read in worker
     processes -> ``fn.decoders.video`` (the CPU decodes VP8, VP9 and Motion JPEG; on a GPU NVDEC
     also decodes H.264, HEVC, AV1 and MPEG-4) -> ``transforms`` and ``ops`` on every frame of
     the clip -> ``resize`` of every frame -> outputs.
 
-    Clips (:mod:`extsrc.videoclips`): ``sequence_length`` frames every ``stride`` frames;
+    Clips (:mod:`extsrc.sources.video.clips`): ``sequence_length`` frames every ``stride`` frames;
     ``clip="random"`` (default) starts each at a frame drawn from (seed, epoch, manifest index,
     clip number), ``"uniform"`` spreads ``clips_per_video`` clips evenly over the video,
     ``"center"`` takes the middle one. With ``clips_per_video=K`` every video gives ``K``
@@ -98,11 +99,12 @@ class VideoLoader(Loader):
     path and the codec (``on_error="raise"``); when DALI's decoder still fails, the clips of
     the failed batch are decoded one by one to name the file (reason ``"corrupt"``). Bad files
     are left out after
-    :func:`~extsrc.videocheck.validate_videos` (``on_error="skip"``, listed in
+    :func:`~extsrc.validation.videos.validate_videos` (``on_error="skip"``, listed in
     ``loader.skipped``), which decodes every VP8, VP9 and Motion JPEG video once through to
     find damaged frames as well (``validate_kwargs={"decode": False}``: container checks only).
 
-    Windows (:mod:`extsrc.videotrim`): DALI decodes every frame from a file's first to a clip's
+    Windows (:mod:`extsrc.sources.video.trim`): DALI decodes every frame from a file's first to a
+    clip's
     last, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the
     original in the reader processes (MP4/MOV): the samples from the last key frame before the
     clip to the clip's last frame, less the frames nothing references that the clip does not
@@ -155,7 +157,7 @@ class VideoLoader(Loader):
         self.op_timeout = check_op_timeout(op_timeout, "VideoLoader: op_timeout")
         if not isinstance(windows, bool):
             raise TypeError(f"VideoLoader: windows must be True or False, got {windows!r}")
-        #: Whether each clip's decoder gets only its window of the file (extsrc.videotrim).
+        #: Whether each clip's decoder gets only its window of the file (extsrc.sources.video.trim).
         self.windows = windows
         #: The clip policy, checked.
         self.clips = ClipSpec(sequence_length=sequence_length, stride=stride, clip=clip,
@@ -294,7 +296,7 @@ class VideoLoader(Loader):
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": read every video's container up front; the good videos' indices."""
-        from extsrc.videocheck import validate_videos
+        from extsrc.validation.videos import validate_videos
 
         report = validate_videos(manifest, clips=self.clips, codecs=self.codecs,
                                  max_file_bytes=self.max_file_bytes, **dict(kwargs or {}))

@@ -18,10 +18,10 @@ import numpy as np
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
 from extsrc.errors import OpTimeoutError
-from extsrc.folders import sample_where
 from extsrc.oppaths import RAISED, BatchOpRunner
 from extsrc.pipeline import dali_seed
-from extsrc.videosource import VIDEO_SOURCE_OUTPUTS, VideoSource
+from extsrc.sources.video.source import VIDEO_SOURCE_OUTPUTS, VideoSource
+from extsrc.sources.where import sample_where
 
 __all__ = ["VIDEO_LAYOUTS", "ClipOpRunner", "build_video_pipeline"]
 
@@ -172,7 +172,7 @@ def build_video_pipeline(
             **readers,
         )
         # `frames` numbers each clip's frames in the bytes it was handed (the file, or the
-        # clip's window of it, extsrc.videotrim); frames past a short video's end
+        # clip's window of it, extsrc.sources.video.trim); frames past a short video's end
         # (short_videos="pad") are its last frame, repeated, in that list already. So no frame
         # asked for lies past the end as the container counts it, and pad_mode="none" makes a
         # file whose decoder finds fewer frames fail (VideoLoader names it) instead of

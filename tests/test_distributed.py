@@ -200,7 +200,7 @@ def _ddp_worker(rank: int, world: int, init_method: str, manifest: str, out: str
 def test_three_gloo_ranks_partition_every_epoch(tmp_path: Path) -> None:
     import torch.multiprocessing as mp
 
-    from extsrc.sharding import shard_plan
+    from extsrc.sources.sharding import shard_plan
 
     manifest = write_dataset(tmp_path, N_SAMPLES, fmt="png")
     out = tmp_path / "gathered.json"

@@ -28,7 +28,7 @@ def test_render_batch_without_matplotlib_names_the_extra():
     p = run_without("matplotlib", """
         import torch
         import extsrc  # the package imports without matplotlib
-        from extsrc.extras import MissingExtraError
+        from extsrc._util.extras import MissingExtraError
         batch = {"image": torch.zeros(2, 8, 8, 3, dtype=torch.uint8), "label": torch.zeros(2)}
         try:
             extsrc.render_batch(batch)

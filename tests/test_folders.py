@@ -22,8 +22,8 @@ from extsrc.errors import (
     PathOutsideRootError,
     StateMismatchError,
 )
-from extsrc.folders import IMAGE_EXTENSIONS
 from extsrc.presets import val_loader
+from extsrc.sources.folders import IMAGE_EXTENSIONS
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = (9, 11)  # odd, so a height/width swap shows

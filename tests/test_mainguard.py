@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from extsrc.mainguard import _under_main_guard
+from extsrc._util.mainguard import _under_main_guard
 from extsrc.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Tests for extsrc.manifest: every manifest layout, its quirks, and every error message."""
+"""Tests for extsrc.sources.manifest: every manifest layout, its quirks, and every error message."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extsrc._util.textsafe import shown
 from extsrc.errors import ExtsrcError, ManifestError, ManifestFileNotFoundError
-from extsrc.folders import read_folder
-from extsrc.manifest import Manifest, read_manifest
-from extsrc.textsafe import shown
+from extsrc.sources.folders import read_folder
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.table import read_manifest
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -991,7 +992,7 @@ _CELL_CHARS = st.sampled_from([*"ab1.#/,\t ", "\xa0", "\x0b", "\x0c", "\u2028", 
 @given(lines=st.lists(st.text(_CELL_CHARS, min_size=1, max_size=12), min_size=1, max_size=8),
        sep=st.sampled_from([",", "\t", r"\s+"]))
 def test_plain_split_gives_the_cells_pandas_gives(lines, sep):
-    from extsrc import manifest as mf
+    from extsrc.sources import table as mf
 
     texts = [t.strip() if sep == r"\s+" else t for t in lines]
     if not all(t.strip() for t in texts):

@@ -210,8 +210,8 @@ GROWS = augment_ops.Op(name="pool_test_grows", fn=_grows, num_outputs=2, random=
 
 
 def test_chunk_outputs_reach_on_outputs_in_batch_order_through_growing_memory(tmp_path):
-    from extsrc.manifest import read_manifest
     from extsrc.oppaths import BatchOpRunner
+    from extsrc.sources.table import read_manifest
 
     manifest = read_manifest(write_dataset(tmp_path, 12))
     pool = OpPool(3)
@@ -500,7 +500,7 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 
     import torch
 
-    from extsrc.device import pin_host_memory
+    from extsrc._util.device import pin_host_memory
 
     cuda = ctypes.CDLL("libcuda.so.1")
 
@@ -581,8 +581,8 @@ def test_host_resize_runs_in_threads_until_the_workers_are_up_with_the_same_pixe
     threads of this process before any worker exists, the workers start from the second, and
     once they have loaded the step it runs in them; every batch has the pixels of one thread."""
     from extsrc.hostresize import HostResize, ResizeOnly
-    from extsrc.manifest import read_manifest
     from extsrc.oppaths import BatchOpRunner
+    from extsrc.sources.table import read_manifest
 
     manifest = read_manifest(write_dataset(tmp_path, 6, size=(33, 47)))
     rng = np.random.default_rng(0)

@@ -1,6 +1,6 @@
 """Files that are not what a manifest promises: FIFOs, devices, sockets, directories, huge or
 sparse files, paths the OS cannot open. The loader's source and ``validate`` open every file
-through one helper (:mod:`extsrc.fileread`), so both must refuse the same files for the same
+through one helper (:mod:`extsrc.sources.fileread`), so both must refuse the same files for the same
 reasons, naming the line, before anything blocks or fills memory.
 
 Waits are bounded: a read that would hang runs in a thread, and the test unblocks it (by opening
@@ -20,11 +20,12 @@ import pytest
 from helpers import write_dataset
 
 from extsrc import Loader
-from extsrc.doctor import validate
 from extsrc.errors import SampleReadError
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, read_regular
-from extsrc.manifest import Manifest, read_manifest
-from extsrc.source import ShardedSource
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, read_regular
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.table import read_manifest
+from extsrc.validation.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 

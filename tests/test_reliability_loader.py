@@ -13,10 +13,10 @@ import pytest
 from helpers import pattern_image, png_interlaced, png_short_idat, write_dataset
 
 import extsrc.errors
-import extsrc.imagecheck
+import extsrc.sources.imagecheck
 from extsrc import Loader
-from extsrc.doctor import validate
 from extsrc.errors import BadImageError
+from extsrc.validation.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
@@ -63,7 +63,7 @@ def test_case10_loader_names_the_line_and_file(tmp_path, workers):
 
 def test_case10_named_from_dali_sample_number_when_no_check_finds_it(tmp_path, monkeypatch):
     """A file DALI refuses and every check of ours passes: DALI's "sample #k" names it."""
-    monkeypatch.setattr(extsrc.imagecheck, "_png_data_check", lambda data: None)
+    monkeypatch.setattr(extsrc.sources.imagecheck, "_png_data_check", lambda data: None)
     manifest, line, bad = with_file(tmp_path, png_short_idat())
     loader = Loader(manifest, batch_size=4, shuffle=False, resize=16, num_workers=0,
                     num_threads=1)
@@ -397,7 +397,7 @@ def test_bad_file_messages_escape_the_name(tmp_path, monkeypatch, how):
     """A file found bad before DALI (its header), by decoding the failed batch again, or from
     DALI's sample number: each message names the file with its control characters escaped."""
     if how == "dali sample number":
-        monkeypatch.setattr(extsrc.imagecheck, "_png_data_check", lambda data: None)
+        monkeypatch.setattr(extsrc.sources.imagecheck, "_png_data_check", lambda data: None)
     data = png_short_idat() if how != "header check" else png_short_idat()[:-12]  # no IEND
     manifest = write_dataset(tmp_path, 4)
     (tmp_path / "images" / f"{HOSTILE}.png").write_bytes(data)
@@ -454,3 +454,21 @@ def test_presets_take_numpy_integers_and_check_the_preset_type(eight):
         train_loader(eight, batch_size=2, preset=p)
     with pytest.raises(TypeError, match="val_loader: preset must be a ValPreset"):
         val_loader(eight, batch_size=2, preset=TrainPreset())
+
+
+def test_skip_checks_an_image_loaders_files_as_images(tmp_path):
+    # PNG files named *.mp4: extsrc.validate's media detection takes the manifest for videos
+    # (and finds no video in them), while the image loader, which decodes every file as an
+    # image whatever its name, checks them as images and keeps them all.
+    manifest = write_dataset(tmp_path, 4)
+    text = manifest.read_text()
+    for p in (tmp_path / "images").iterdir():
+        p.rename(p.with_suffix(".mp4"))
+    manifest.write_text(text.replace(".png", ".mp4"))
+    report = validate(str(manifest), n_jobs=1, progress=False)
+    assert (report.media, report.num_bad) == ("video", 4)
+    loader = Loader(str(manifest), batch_size=2, shuffle=False, resize=16, num_workers=0,
+                    num_threads=1, on_error="skip",
+                    validate_kwargs={"n_jobs": 1, "progress": False})
+    assert loader.validation.media == "image" and loader.skipped == ()
+    assert sorted(run_epoch(loader)) == [0, 1, 2, 3]

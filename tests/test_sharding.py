@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extsrc.sharding import (
+from extsrc.sources.sharding import (
     epoch_permutation,
     pad_plan_unchanged_by_balancing,
     shard_indices,

@@ -13,9 +13,10 @@ from helpers import write_dataset
 
 from extsrc._dali.build import build, overlaps
 from extsrc.errors import SampleReadError
-from extsrc.manifest import Manifest, read_manifest
-from extsrc.sharding import shard_plan
-from extsrc.source import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
+from extsrc.sources.images import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import shard_plan
+from extsrc.sources.table import read_manifest
 
 BIG_LABELS = [300, 70000, 2**40, 7, 255, 256]
 

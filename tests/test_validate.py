@@ -27,10 +27,12 @@ from helpers import (
 from PIL import Image
 
 import extsrc
-from extsrc.doctor import ValidationReport, validate
 from extsrc.errors import ManifestError, PathOutsideRootError
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, check_file, sniff_format
-from extsrc.manifest import Manifest, read_manifest
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS, check_bytes, check_file, sniff_format
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.table import read_manifest
+from extsrc.validation.report import ValidationReport
+from extsrc.validation.validate import validate
 
 # -- validate -------------------------------------------------------------------------------------
 

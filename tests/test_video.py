@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import augment_ops
 import extsrc
-from extsrc.videoclips import ClipSpec, ShortVideoError, clip_start
-from extsrc.videoprobe import VideoProbeProblem, probe_video
+from extsrc.sources.video.clips import ClipSpec, ShortVideoError, clip_start
+from extsrc.sources.video.probe import VideoProbeProblem, probe_video
 
 cv2 = pytest.importorskip("cv2")
 
@@ -450,7 +450,7 @@ def test_gpu_names_a_video_too_small_for_its_decoder(tmp_path: Path) -> None:
 
 def test_the_videos_too_small_for_the_gpu_decoder_are_found_by_their_container(
         tmp_path: Path) -> None:
-    from extsrc.videosource import find_too_small
+    from extsrc.sources.video.source import find_too_small
 
     paths = [write_video(tmp_path / f"{k}.avi", 12, size=size)
              for k, size in enumerate([(64, 48), (160, 128), (40, 200)])]

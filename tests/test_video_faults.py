@@ -16,8 +16,8 @@ import pytest
 from test_video import STEP, check_clips, frame_numbers, loader, write_video
 
 import extsrc
-from extsrc.videoclips import ClipSpec
-from extsrc.videoprobe import VideoProbeProblem, _ebml, probe_video
+from extsrc.sources.video.clips import ClipSpec
+from extsrc.sources.video.probe import VideoProbeProblem, _ebml, probe_video
 
 pytest.importorskip("cv2")
 
@@ -161,7 +161,8 @@ def test_a_file_the_decoder_finds_fewer_frames_in_than_its_container_is_refused(
     # frame: the reader is made to count 5 frames too many here.
     import dataclasses
 
-    from extsrc import videocheck, videosource
+    from extsrc.sources.video import source as videosource
+    from extsrc.validation import videos as videocheck
 
     write_video(tmp_path / "v.avi", 20)
     m = manifest_of(tmp_path, "v.avi")

@@ -1,4 +1,5 @@
-"""Clip windows (extsrc.videotrim): a cut file decodes to exactly the frames of the whole file.
+"""Clip windows (extsrc.sources.video.trim): a cut file decodes to exactly the frames of the whole
+file.
 
 Videos are written by OpenCV (VP9 and Motion JPEG in MP4/MOV, which DALI decodes on the CPU)
 with every frame's number in its grey level, and, where PyAV is installed, by x264 with
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 
 import extsrc
-from extsrc.videoclips import ClipSpec
-from extsrc.videoprobe import probe_video
-from extsrc.videotrim import clip_window
+from extsrc.sources.video.clips import ClipSpec
+from extsrc.sources.video.probe import probe_video
+from extsrc.sources.video.trim import clip_window
 
 cv2 = pytest.importorskip("cv2")
 

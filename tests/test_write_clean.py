@@ -14,8 +14,8 @@ import pytest
 from helpers import dataset_with_bad, write_dataset
 
 from extsrc import Manifest, read_manifest
-from extsrc.doctor import validate
 from extsrc.errors import OutputOverwritesInputError
+from extsrc.validation.validate import validate
 
 REPO = Path(__file__).resolve().parents[1]
 

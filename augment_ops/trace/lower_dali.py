@@ -49,8 +49,8 @@ class SampleScalars:
     size), evaluated by numpy for a batch of samples from their (manifest index, epoch).
 
     The loader runs it in the source's reader processes, beside the file bytes
-    (:class:`extsrc.source.ReaderValues`): the numbers arrive in the graph as external-source
-    outputs, with numpy's own semantics and no Python call in the pipeline.
+    (:class:`extsrc.sources.images.ReaderValues`): the numbers arrive in the graph as
+    external-source outputs, with numpy's own semantics and no Python call in the pipeline.
     ``uniform(index, epoch, slot)`` gives the draws (float64 arrays). Picklable.
     """
 

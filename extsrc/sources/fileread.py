@@ -1,8 +1,9 @@
 """Opening and reading one listed file safely: regular files only, bounded, inside the root.
 
 Every byte extsrc reads from a file named in a manifest goes through :func:`open_regular` (or
-:func:`read_regular`, which also reads it whole), used by :class:`~extsrc.source.ShardedSource`
-and :func:`extsrc.imagecheck.check_file` (and so :func:`extsrc.validate`) alike, so that the
+:func:`read_regular`, which also reads it whole), used by
+:class:`~extsrc.sources.images.ShardedSource`
+and :func:`extsrc.sources.imagecheck.check_file` (and so :func:`extsrc.validate`) alike, so that the
 loader and the doctor refuse the same files for the same reasons:
 
 * the path must be one the operating system can open as given (no NUL byte, encodable in the
@@ -17,7 +18,7 @@ loader and the doctor refuse the same files for the same reasons:
   checked on the descriptor itself, so a swapped symlink cannot race the check).
 
 A refusal is a :class:`FileReadProblem` carrying a reason code from
-:data:`extsrc.imagecheck.REASONS` and a message; callers add the manifest line.
+:data:`extsrc.sources.imagecheck.REASONS` and a message; callers add the manifest line.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import io
 import os
 import stat
 
+from extsrc._util.textsafe import shown
 from extsrc.errors import PathOutsideRootError, SampleReadError
-from extsrc.folders import file_kind, reworded_fix
-from extsrc.textsafe import shown
+from extsrc.sources.folders import file_kind
+from extsrc.sources.where import reworded_fix
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -58,7 +60,7 @@ _O_FLAGS = (
 
 
 #: Reason codes of the refusals here, what they mean and how to fix them (merged into
-#: :data:`extsrc.imagecheck.REASONS`).
+#: :data:`extsrc.sources.imagecheck.REASONS`).
 FILE_REASONS: dict[str, tuple[str, str]] = {
     "missing": ("the file does not exist",
                 "fix the path (or the root= it resolves against) or drop the line"),
@@ -94,7 +96,8 @@ def video_fix(reason: str, fix: str) -> str:
 
 
 class FileReadProblem(Exception):
-    """Why a listed file was not read: ``reason`` (a code of :data:`extsrc.imagecheck.REASONS`)
+    """Why a listed file was not read: ``reason`` (a code of
+    :data:`extsrc.sources.imagecheck.REASONS`)
     and ``message`` (what is wrong, without the manifest line, which the caller adds)."""
 
     def __init__(self, reason: str, message: str) -> None:

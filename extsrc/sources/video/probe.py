@@ -1,9 +1,9 @@
 """What a video file holds, read from its container headers: codec, frame count, frame size.
 
 :func:`probe_video` walks the container's structure without decoding a frame, in pure Python
-(no FFmpeg, OpenCV or PyAV), so that :class:`~extsrc.videosource.VideoSource` can choose every
-clip's first frame in DALI's worker processes from the bytes it already read, and
-:func:`extsrc.videocheck.check_video` can refuse a file before DALI sees it. Three container
+(no FFmpeg, OpenCV or PyAV), so that :class:`~extsrc.sources.video.source.VideoSource` can choose
+every clip's first frame in DALI's worker processes from the bytes it already read, and
+:func:`extsrc.validation.videos.check_video` can refuse a file before DALI sees it. Three container
 families are read:
 
 * AVI (RIFF): the video stream's ``strf`` compression tag, and its frames counted chunk by

@@ -1,6 +1,7 @@
 """``ShardedSource``: the callable that DALI's ``external_source`` calls for every batch.
 
-It reads raw file bytes (no decoding: DALI decodes) for the samples that :mod:`extsrc.sharding`
+It reads raw file bytes (no decoding: DALI decodes) for the samples that
+:mod:`extsrc.sources.sharding`
 assigns to this shard, and returns them with their labels and their identity (manifest index,
 epoch, pad flag), so every output can be traced back to its manifest line. It is a small picklable
 class rather than a closure so that DALI can ship it to worker processes (``parallel=True``).
@@ -16,20 +17,26 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._util.orphan import exit_with_parent
+from extsrc._util.textsafe import shown
 from extsrc.errors import BadImageError, SampleReadError
-from extsrc.fileread import (
+from extsrc.sources.fileread import (
     DEFAULT_MAX_FILE_BYTES,
     FileReadProblem,
     check_max_file_bytes,
     read_regular,
     sample_read_error,
 )
-from extsrc.folders import reworded_fix
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
-from extsrc.manifest import Manifest
-from extsrc.orphan import exit_with_parent
-from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
-from extsrc.textsafe import shown
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import (
+    LastBatch,
+    ShardPlan,
+    check_args,
+    num_batches_per_shard,
+    shard_plan,
+)
+from extsrc.sources.where import reworded_fix
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
 
@@ -77,13 +84,13 @@ class ShardedSource:
     and ``info`` and every message still name the original manifest's indices and lines, so
     random ops draw from the original sample's generator.
 
-    Every file is checked before DALI sees it (:func:`extsrc.imagecheck.check_bytes`, no
+    Every file is checked before DALI sees it (:func:`extsrc.sources.imagecheck.check_bytes`, no
     decoding): a file that is not an image, in a format DALI cannot decode, truncated, or whose
     header declares more than ``max_pixels`` pixels (``None``: no limit) raises
     :class:`~extsrc.errors.BadImageError` naming its manifest line; ``check_images=False`` turns
     this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
     out) raises :class:`~extsrc.errors.PathOutsideRootError`. Files are opened by
-    :func:`extsrc.fileread.read_regular`: anything but a regular file, or a file over
+    :func:`extsrc.sources.fileread.read_regular`: anything but a regular file, or a file over
     ``max_file_bytes`` (``None``: no limit), is refused before it is read.
     """
 

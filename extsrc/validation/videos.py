@@ -1,14 +1,15 @@
 """``validate_videos``: find every bad video of a manifest before training does.
 
 Each file gets the loader's own checks: it is read as
-:class:`~extsrc.videosource.VideoSource` reads it (:func:`extsrc.fileread.read_regular`: a
+:class:`~extsrc.sources.video.source.VideoSource` reads it
+(:func:`extsrc.sources.fileread.read_regular`: a
 missing, unreadable, empty or oversized file, a directory, a path outside the root), its
-container is read (:func:`extsrc.videoprobe.probe_video`: not a video, truncated, no video
+container is read (:func:`extsrc.sources.video.probe.probe_video`: not a video, truncated, no video
 track, no frames, the frames the file really holds), its codec is compared with those DALI
 decodes on the device, and its frame count with one clip's span. With ``decode=True`` (the
 default) every video in a codec DALI decodes on the CPU is then decoded once through, frame by
 frame, by the loader's own decoder (:class:`VideoDecodeCheck`). The result is the
-:class:`~extsrc.doctor.ValidationReport` that :func:`extsrc.validate` gives for images
+:class:`~extsrc.validation.report.ValidationReport` that :func:`extsrc.validate` gives for images
 (``clean_manifest()``, ``write_clean()``).
 """
 
@@ -22,19 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.doctor import Problem, ValidationReport
-from extsrc.fileread import (
+from extsrc.sources.fileread import (
     DEFAULT_MAX_FILE_BYTES,
     FileReadProblem,
     read_regular,
     video_fix,
 )
-from extsrc.folders import reworded_fix
-from extsrc.imagecheck import decode_check
-from extsrc.manifest import Manifest
-from extsrc.videoclips import ClipSpec
-from extsrc.videoprobe import CPU_CODECS, VideoInfo, VideoProbeProblem, video_frames
-from extsrc.videosource import check_video
+from extsrc.sources.imagecheck import decode_check
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.video.clips import ClipSpec
+from extsrc.sources.video.probe import CPU_CODECS, VideoInfo, VideoProbeProblem, video_frames
+from extsrc.sources.video.source import check_video
+from extsrc.sources.where import reworded_fix
+from extsrc.validation.report import Problem, ValidationReport
 
 __all__ = ["VideoDecodeCheck", "check_video_file", "validate_videos"]
 
@@ -52,7 +53,7 @@ class VideoDecodeCheck:
 
     DALI decodes much damage into wrong pixels without a word, so each Motion JPEG frame of an
     AVI or Matroska file is also decoded by libjpeg-turbo with its corrupt-data warnings taken
-    as errors (:func:`extsrc.imagecheck.decode_check`, as ``validate`` checks JPEG images):
+    as errors (:func:`extsrc.sources.imagecheck.decode_check`, as ``validate`` checks JPEG images):
     random or zeroed entropy-coded data, data ending early. Frames without their own Huffman
     tables (AVI1 Motion JPEG, whose decoders supply the standard ones) get DALI's check only.
     VP8 and VP9 carry no checksums: damage to a frame's compressed data past its header mostly
@@ -171,7 +172,8 @@ def validate_videos(
     """Check every video of ``manifest`` (see the module) and report the bad ones with their
     lines and reasons. ``clips``: also refuse videos shorter than one clip's span (unless its
     ``short_videos`` is ``"pad"``); ``codecs``: those DALI decodes on the device
-    (:data:`~extsrc.videoprobe.CPU_CODECS` or :data:`~extsrc.videoprobe.GPU_CODECS`);
+    (:data:`~extsrc.sources.video.probe.CPU_CODECS` or
+    :data:`~extsrc.sources.video.probe.GPU_CODECS`);
     ``n_jobs``: threads reading (and decoding) files. Options of :func:`extsrc.validate` that
     concern images only (``max_pixels``, ``progress``, ``chunk_size``) are accepted and ignored.
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from extsrc.videoprobe import VideoInfo, VideoProbeProblem, _boxes, _find
+from extsrc.sources.video.probe import VideoInfo, VideoProbeProblem, _boxes, _find
 
 __all__ = ["ClipWindow", "clip_window"]
 

@@ -1,13 +1,16 @@
-"""Folder datasets: a :class:`~extsrc.manifest.Manifest` built from an ImageFolder-style tree.
+"""Folder datasets: the samples of an ImageFolder-style tree, listed.
 
 ``root/<class>/<image>`` (``train/cat/001.jpg``, ``train/dog/x/002.png``) becomes one sample per
-image file, labelled by its class folder. :meth:`Manifest.from_folder` and
-:func:`~extsrc.manifest.read_manifest` (given a folder) call :func:`read_folder`; every loader,
-:func:`extsrc.validate` and the command line accept a folder through them.
+image file, labelled by its class folder. :func:`read_folder` lists them as a
+:class:`FolderListing`; :meth:`Manifest.from_folder` and
+:func:`~extsrc.sources.table.read_manifest` (given a folder) turn that into a
+:class:`~extsrc.sources.manifest.Manifest`, and every loader, :func:`extsrc.validate` and the
+command line accept a folder through them.
 
 A folder has no manifest lines: a folder manifest's ``source`` is the folder as given with a
 trailing ``/``, its ``lines`` are 1-based sample numbers in the listing order, and messages
-name a sample as ``folder train/, sample 17`` followed by its path (:func:`sample_where`).
+name a sample as ``folder train/, sample 17`` followed by its path
+(:func:`extsrc.sources.where.sample_where`).
 """
 
 from __future__ import annotations
@@ -16,19 +19,16 @@ import os
 import re
 import stat
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 
-from extsrc.argcheck import check_bool
+from extsrc._util.argcheck import check_bool, check_path, check_sequence
+from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
-from extsrc.textsafe import shown
+from extsrc.sources.where import refuse_url
 
-if TYPE_CHECKING:
-    from extsrc.manifest import Manifest
-
-__all__ = ["IMAGE_EXTENSIONS", "file_kind", "is_folder_source", "read_folder", "reworded_fix",
-           "sample_where"]
+__all__ = ["IMAGE_EXTENSIONS", "FolderListing", "file_kind", "read_folder"]
 
 #: File extensions (lower case) listed by default: the image formats DALI's decoder reads.
 IMAGE_EXTENSIONS: tuple[str, ...] = (
@@ -39,39 +39,26 @@ _DIGITS_RE = re.compile(r"[0-9]+\Z")  # ASCII digits only, as for manifest label
 _MAX_NAMED = 5
 
 
-def is_folder_source(source: str) -> bool:
-    """Whether a manifest's ``source`` names a folder dataset (it ends with a separator; a
-    manifest file's name never does)."""
-    return source.endswith(("/", os.sep))
+class FolderListing(NamedTuple):
+    """What :func:`read_folder` found: the fields of a
+    :class:`~extsrc.sources.manifest.Manifest`, which
+    :meth:`~extsrc.sources.manifest.Manifest.from_listing` turns into one (this module lists
+    files and knows nothing of the value type, so the two do not import each other)."""
 
-
-def sample_where(source: str, line: int | str, *, plural: bool = False) -> str:
-    """Where a sample comes from, for messages: ``train.csv line 17`` for a manifest file,
-    ``folder train/, sample 17`` for a folder (``line`` is then the sample number).
-    ``plural`` words a list (``lines 3, 4``)."""
-    s = "s" if plural else ""
-    if is_folder_source(source):
-        return f"folder {shown(source)}, sample{s} {line}"
-    return f"{shown(source)} line{s} {line}"
-
-
-def reworded_fix(fix: str, source: str | None) -> str:
-    """``fix`` (how to fix a bad sample) for a folder dataset, which has no line to drop."""
-    if source is None or not is_folder_source(source):
-        return fix
-    return fix.replace("drop the line", "delete the file").replace(
-        "fix the path in the manifest", "rename the file")
+    paths: tuple[str, ...]
+    labels: np.ndarray
+    classes: list[str] | None
+    lines: tuple[int, ...]
+    source: str
+    root: str | None
 
 
 def _check_extensions(extensions: object) -> tuple[str, ...]:
     name = "Manifest.from_folder: extensions"
     if extensions is None:
         return IMAGE_EXTENSIONS
-    if isinstance(extensions, (str, bytes)) or not isinstance(extensions, Iterable):
-        raise TypeError(
-            f"{name} must be a list of file extensions such as ['.jpg', '.png'] or None (the "
-            f"image formats DALI decodes), got {type(extensions).__name__} {extensions!r}"
-        )
+    check_sequence(extensions, name, "a list of file extensions such as ['.jpg', '.png'] or "
+                   "None (the image formats DALI decodes)", iterable=True)
     out = []
     for e in extensions:
         if not isinstance(e, str) or not e.strip(".") or "/" in e or os.sep in e:
@@ -166,24 +153,12 @@ def read_folder(
     allow_empty: bool = False,
     root: str | os.PathLike[str] | None = None,
     allow_outside_root: bool = False,
-) -> Manifest:
-    """The folder dataset under ``folder``; see :meth:`extsrc.Manifest.from_folder`."""
-    from extsrc.manifest import (  # here: extsrc.manifest imports this module lazily
-        Manifest,
-        refuse_url,
-    )
-
+) -> FolderListing:
+    """The folder dataset under ``folder``, listed; see :meth:`extsrc.Manifest.from_folder`
+    for the rules. ``root`` (default: ``folder``) is the folder every file must stay in."""
     fn = "Manifest.from_folder"
-    if not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(
-            f"{fn}: root must be a folder path (str or os.PathLike), got "
-            f"{type(folder).__name__} {folder!r}"
-        )
-    if root is not None and not isinstance(root, (str, os.PathLike)):
-        raise TypeError(
-            f"{fn}: root must be a folder (str or os.PathLike) or None, got "
-            f"{type(root).__name__} {root!r}"
-        )
+    check_path(folder, f"{fn}: root", "a folder path")
+    check_path(root, f"{fn}: root", "a folder", allow_none=True)
     refuse_url(folder, f"{fn}: the folder")
     refuse_url(root, f"{fn}: root")
     allow_empty = check_bool(allow_empty, f"{fn}: allow_empty")
@@ -283,7 +258,7 @@ def read_folder(
             f"(looked for {' '.join(exts)}); pass extensions=[...] for other file types"
         )
     limit = None if allow_outside_root else (top if root is None else os.fspath(root))
-    return Manifest(
+    return FolderListing(
         paths=tuple(paths),
         labels=label_array,
         classes=class_list,

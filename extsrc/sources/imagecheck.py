@@ -4,10 +4,11 @@ DALI cannot skip a sample once it is in a batch: its decoder raises and the pipe
 unusable. So every check that can name a bad file runs before DALI sees it:
 
 * :func:`check_bytes` (header checks, no decoding: microseconds) runs in
-  :class:`~extsrc.source.ShardedSource` on every sample it reads: magic bytes, a format DALI
+  :class:`~extsrc.sources.images.ShardedSource` on every sample it reads: magic bytes, a format DALI
   decodes, the pixel count the header declares (a decompression-bomb guard), and the end-of-image
   structure (JPEG ``EOI`` after the first scan, PNG ``IEND``) that truncated files lack.
-* :func:`check_file` adds the file-system checks of :mod:`extsrc.fileread` (missing, directory,
+* :func:`check_file` adds the file-system checks of :mod:`extsrc.sources.fileread` (missing,
+directory,
   not a regular file, larger than ``max_file_bytes``, unreadable, empty, outside the root) and,
   with ``decode=True``, a full decode (see :func:`decode_check` for what that finds).
   :func:`extsrc.validate` runs it over a whole manifest.
@@ -25,14 +26,14 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from extsrc.fileread import (
+from extsrc._util.textsafe import shown
+from extsrc.sources.fileread import (
     DEFAULT_MAX_FILE_BYTES,
     FILE_REASONS,
     FileReadProblem,
     open_regular,
 )
-from extsrc.folders import reworded_fix, sample_where
-from extsrc.textsafe import shown
+from extsrc.sources.where import reworded_fix, sample_where
 
 __all__ = [
     "DALI_FORMATS",
@@ -50,7 +51,7 @@ __all__ = [
 #: (2 * ``PIL.Image.MAX_IMAGE_PIXELS``), about 13,377 x 13,377.
 DEFAULT_MAX_PIXELS = 178_956_970
 
-#: Reason codes and what they mean (the file-system ones come from :mod:`extsrc.fileread`).
+#: Reason codes and what they mean (the file-system ones come from :mod:`extsrc.sources.fileread`).
 REASONS: dict[str, str] = {
     **{reason: meaning for reason, (meaning, _) in FILE_REASONS.items()},
     "not_an_image": "the file is not an image (no known image signature)",
@@ -464,7 +465,8 @@ def check_file(
 ) -> Finding | None:
     """Every check of one file: file system, header, structure and (``decode``) a full decode.
 
-    The file is opened with :func:`extsrc.fileread.open_regular`, as the loader opens it: only a
+    The file is opened with :func:`extsrc.sources.fileread.open_regular`, as the loader opens it:
+    only a
     regular file of at most ``max_file_bytes`` bytes is read. ``root_real``: the resolved root
     folder the file must stay inside (symlinks followed), or ``None``. Returns ``None`` for a
     good file.

@@ -1,12 +1,13 @@
 """``VideoSource``: the raw-byte source of a video loader, one clip per sample.
 
-It is a :class:`~extsrc.source.ShardedSource` whose samples are clips: with ``clips_per_video``
+It is a :class:`~extsrc.sources.images.ShardedSource` whose samples are clips: with
+``clips_per_video``
 ``K`` the sharded sample list is every selected video repeated ``K`` times, so sharding, shuffling,
 the last-batch policy and resume treat each clip as one sample and every clip arrives exactly once
 per epoch. For each clip it reads the file's bytes, reads the container's headers
-(:func:`extsrc.videoprobe.probe_video`: codec, frame count, truncation), refuses a file DALI could
-not decode on the loader's device, and picks the clip's first frame
-(:func:`extsrc.videoclips.clip_start`), all in DALI's worker processes.
+(:func:`extsrc.sources.video.probe.probe_video`: codec, frame count, truncation), refuses a file
+DALI could not decode on the loader's device, and picks the clip's first frame
+(:func:`extsrc.sources.video.clips.clip_start`), all in DALI's worker processes.
 """
 
 from __future__ import annotations
@@ -16,27 +17,27 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._util.orphan import exit_with_parent
+from extsrc._util.textsafe import shown
 from extsrc.errors import BadVideoError, SampleReadError
-from extsrc.fileread import FileReadProblem, read_regular, sample_read_error, video_fix
-from extsrc.folders import reworded_fix
-from extsrc.orphan import exit_with_parent
-from extsrc.sharding import ShardPlan, shard_plan
-from extsrc.source import ShardedSource
-from extsrc.textsafe import shown
-from extsrc.videoclips import ClipSpec, ShortVideoError, clip_start
-from extsrc.videoprobe import (
+from extsrc.sources.fileread import FileReadProblem, read_regular, sample_read_error, video_fix
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.sharding import ShardPlan, shard_plan
+from extsrc.sources.video.clips import ClipSpec, ShortVideoError, clip_start
+from extsrc.sources.video.probe import (
     CODEC_NAMES,
     CPU_CODECS,
     VideoInfo,
     VideoProbeProblem,
     probe_video,
 )
-from extsrc.videotrim import clip_window
+from extsrc.sources.video.trim import clip_window
+from extsrc.sources.where import reworded_fix
 
 __all__ = ["CLIP_COLUMNS", "VIDEO_SOURCE_OUTPUTS", "VideoSource", "check_video"]
 
 #: What one call returns, in order: encoded bytes (one array per clip: the file, or the clip's
-#: window of it), labels, info (as :data:`extsrc.source.INFO_COLUMNS`), each clip's frames
+#: window of it), labels, info (as :data:`extsrc.sources.images.INFO_COLUMNS`), each clip's frames
 #: numbered as in its encoded bytes (``int32``, ``(B, sequence_length)``, DALI's ``frames``
 #: argument) and ``clip`` (``int64``, ``(B, 3)``, :data:`CLIP_COLUMNS`).
 VIDEO_SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "info", "frames", "clip")
@@ -115,10 +116,11 @@ def find_too_small(source: VideoSource, epoch: int, b: int, min_size: tuple[int,
 class VideoSource(ShardedSource):
     """Clip batches of one shard, for ``fn.external_source(batch=True, batch_info=True)``.
 
-    Arguments as :class:`~extsrc.source.ShardedSource`, plus ``clips`` (the
-    :class:`~extsrc.videoclips.ClipSpec`), ``codecs`` (what DALI decodes on the loader's device),
+    Arguments as :class:`~extsrc.sources.images.ShardedSource`, plus ``clips`` (the
+    :class:`~extsrc.sources.video.clips.ClipSpec`), ``codecs`` (what DALI decodes on the loader's
+    device),
     ``device`` (``"cpu"`` or ``"gpu"``, for messages) and ``windows`` (hand DALI each clip's
-    window of its file, :func:`~extsrc.videotrim.clip_window`, instead of the whole file).
+    window of its file, :func:`~extsrc.sources.video.trim.clip_window`, instead of the whole file).
     ``indices`` are the videos read (manifest indices; ``None``: all); ``len(source)`` counts
     batches of clips.
     """

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from extsrc import argcheck
+from extsrc._util import argcheck
 from extsrc.seeding import counter_uniform, name_salt
 
 __all__ = ["ClipPolicy", "ClipSpec", "ShortVideoError", "ShortVideos", "clip_start"]

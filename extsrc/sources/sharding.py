@@ -47,6 +47,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from extsrc._util.argcheck import check_int
+
 __all__ = ["LastBatch", "ShardPlan", "epoch_permutation", "shard_indices", "shard_plan"]
 
 LastBatch = Literal["pad", "drop", "partial"]
@@ -76,15 +78,6 @@ class ShardPlan:
         return self.indices[lo:hi], self.is_pad[lo:hi]
 
 
-def check_int(name: str, value: object, minimum: int) -> None:
-    """The one check of an integer argument (batch size, shard, epoch...): an int, not a bool,
-    and at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-
-
 def check_seed(seed: object) -> None:
     """The one check of a seed: an int in ``[0, 2**63)`` (it seeds numpy's ``SeedSequence``, the
     random ops and, hashed, DALI)."""
@@ -110,18 +103,17 @@ def check_args(
     """Every argument of a shard plan, checked once (the source and the loader call it too)."""
     for name, value in (("num_samples", num_samples), ("batch_size", batch_size),
                         ("shard_id", shard_id), ("num_shards", num_shards), ("epoch", epoch)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
+        check_int(value, name)
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}; is the manifest empty?")
-    check_int("batch_size", batch_size, 1)
-    check_int("num_shards", num_shards, 1)
+    check_int(batch_size, "batch_size", minimum=1)
+    check_int(num_shards, "num_shards", minimum=1)
     if not 0 <= shard_id < num_shards:
         raise ValueError(
             f"shard_id must be in [0, num_shards={num_shards}), got {shard_id}; shard_id is the "
             "global rank, not the local GPU index"
         )
-    check_int("epoch", epoch, 0)
+    check_int(epoch, "epoch", minimum=0)
     check_last_batch(last_batch)
 
 

@@ -1,0 +1,5 @@
+"""Small shared pieces with no knowledge of datasets, ops or DALI: argument checks
+(:mod:`~extsrc._util.argcheck`), text made safe to print (:mod:`~extsrc._util.textsafe`),
+optional extras (:mod:`~extsrc._util.extras`), orphaned-process cleanup
+(:mod:`~extsrc._util.orphan`), the ``__main__`` guard (:mod:`~extsrc._util.mainguard`) and
+device parsing (:mod:`~extsrc._util.device`)."""

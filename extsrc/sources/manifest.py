@@ -1,0 +1,717 @@
+"""The :class:`Manifest` value type: a validated, immutable list of samples (resolved file
+paths, integer labels, class names, and where each sample came from).
+
+A manifest file (CSV, TSV or ``path label`` text) is read into one by
+:func:`extsrc.sources.table.read_manifest`; :meth:`Manifest.from_lists` builds one in code and
+:meth:`Manifest.from_folder` from a folder of class sub-folders (``train/cat/1.jpg``, listed by
+:mod:`extsrc.sources.folders`). The rules every manifest shares, however it was made, live here:
+labels (integers ``>= 0`` or class names; missing values refused), paths (resolved against a
+root; URLs and paths the operating system cannot open refused), and the root every path must
+stay inside. Every sample remembers its 1-based line (or sample number) so that errors anywhere
+in extsrc can point at ``manifest.csv line 17``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import os
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from extsrc._util.argcheck import check_path, check_sequence
+from extsrc._util.textsafe import shown
+from extsrc.errors import ManifestError, ManifestFileNotFoundError, PathOutsideRootError
+from extsrc.sources.folders import FolderListing, read_folder
+from extsrc.sources.where import (
+    is_folder_source,
+    refuse_url,
+    sample_where,
+    url_advice,
+    url_scheme,
+)
+
+__all__ = ["Manifest"]
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+# ASCII digits only: Python's int() would also accept "1_000" and non-ASCII digits, which
+# are far more likely to be typos than intended labels.
+_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+)\Z")
+# How a missing value is spelt in exported tables (pandas' default NA strings, R's NA, Python's
+# None): as a label it would silently become a class named "nan".
+_MISSING_TEXT = frozenset({
+    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
+})
+_FROM_LISTS_SOURCE = "<from_lists>"
+_MAX_MISSING_REPORTED = 5
+
+
+
+class _Loc:
+    """Formats "where" for messages: ``manifest.csv line 4`` or ``<from_lists> item 4``."""
+
+    def __init__(self, source: str, unit: str = "line") -> None:
+        self.source = shown(source)  # messages reach terminals: no control characters
+        self.unit = unit
+
+    def at(self, n: int) -> str:
+        return f"{self.source} {self.unit} {n}"
+
+
+@dataclass(frozen=True, eq=False)
+class Manifest:
+    """An immutable, validated list of samples: resolved file paths and integer labels.
+
+    Attributes:
+        paths: absolute, normalised file paths (``str``), one per sample.
+        labels: read-only ``np.int64`` array, shape ``(N,)`` for one label column or
+            ``(N, k)`` for ``k`` label columns; all values are ``>= 0``.
+        classes: sorted class names when the (single) label column held names; ``labels`` are
+            then indices into it. ``None`` when labels were integers.
+        lines: 1-based line number in ``source`` of every sample (for a folder: its 1-based
+            sample number in the listing order).
+        source: the manifest path as given to :func:`read_manifest` (``"<from_lists>"`` for
+            :meth:`from_lists`; for :meth:`from_folder`, the folder with a trailing ``/``).
+        root: the folder every path must stay inside (symlinks followed), set by
+            ``read_manifest(root=...)`` unless ``allow_outside_root=True``; ``None``: no limit.
+            The Loader, :func:`extsrc.validate` and the source refuse paths outside it
+            (see :meth:`outside_root`).
+
+    ``labels`` is always a private read-only copy, so the caller's array is never frozen or
+    aliased. Two manifests are equal when all fields are equal.
+    """
+
+    paths: tuple[str, ...]
+    labels: np.ndarray
+    classes: list[str] | None
+    lines: tuple[int, ...]
+    source: str
+    root: str | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
+        # sequence/array here and storing tuples / a private read-only copy keeps it immutable.
+        source = str(self.source)
+        where = shown(source)
+        paths = tuple(self.paths)
+        # all(map(...)) first: per-element Python checks cost seconds on 1M samples.
+        if not (all(map(isinstance, paths, itertools.repeat(str))) and _all_absolute(paths)):
+            i, p = next(
+                (i, p)
+                for i, p in enumerate(paths)
+                if not isinstance(p, str) or not os.path.isabs(p)
+            )
+            raise ManifestError(
+                f"{where}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
+                "use read_manifest() or Manifest.from_lists() to resolve relative paths"
+            )
+        labels = _validated_label_array(self.labels, len(paths), where)
+        line_array = np.asarray(self.lines)
+        if (
+            line_array.shape != (len(paths),)
+            or (line_array.size and line_array.dtype.kind not in "iu")
+            or (line_array.size and line_array.min() < 1)
+        ):
+            raise ManifestError(
+                f"{where}: Manifest.lines must hold one 1-based line number per path "
+                f"({len(paths)}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
+            )
+        lines = tuple(line_array.tolist())
+        classes = None if self.classes is None else list(self.classes)
+        if classes is not None:
+            _validate_classes(classes, labels, where)
+        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "paths", paths)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "lines", lines)
+        object.__setattr__(self, "classes", classes)
+        if self.root is not None:
+            object.__setattr__(self, "root", os.path.normpath(os.path.abspath(self.root)))
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def where(self, index: int) -> str:
+        """Where sample ``index`` (0-based) comes from, as messages name it:
+        ``train.csv line 17``, or ``folder train/, sample 17`` for a folder dataset."""
+        return sample_where(self.source, self.lines[index])
+
+    def outside_root(self, *, follow_symlinks: bool = False) -> list[int]:
+        """Indices of paths outside :attr:`root` (none when ``root`` is ``None``).
+
+        Paths are normalised, so ``..`` escapes and absolute paths elsewhere show up without
+        touching the disk; ``follow_symlinks=True`` also resolves every path (one ``realpath``
+        per file) to catch symlinks that point out of the root.
+        """
+        if self.root is None:
+            return []
+        prefix = os.path.join(self.root, "")
+        starts = str.startswith
+        if not follow_symlinks and all(map(starts, self.paths, itertools.repeat(prefix))):
+            return []
+        bad = [i for i, p in enumerate(self.paths) if not p.startswith(prefix)]
+        if follow_symlinks:
+            real_prefix = os.path.join(os.path.realpath(self.root), "")
+            seen = set(bad)
+            bad += [
+                i for i, p in enumerate(self.paths)
+                if i not in seen and not os.path.realpath(p).startswith(real_prefix)
+            ]
+            bad.sort()
+        return bad
+
+    def check_root(self) -> None:
+        """Raise :class:`~extsrc.errors.PathOutsideRootError` naming the first lines whose path
+        leaves :attr:`root` (lexically: ``..`` or an absolute path elsewhere)."""
+        bad = self.outside_root()
+        if not bad:
+            return
+        unit = "sample" if is_folder_source(self.source) else "line"
+        listed = "; ".join(f"{unit} {self.lines[i]}: {shown(self.paths[i])}" for i in bad[:5])
+        more = f"; and {len(bad) - 5} more" if len(bad) > 5 else ""
+        raise PathOutsideRootError(
+            f"{sample_where(self.source, self.lines[bad[0]])}: path {shown(self.paths[bad[0]])} is "
+            f"outside the root {shown(self.root)} ({len(bad)} of {len(self)} paths are: "
+            f"{listed}{more}); fix the "
+            "paths, or pass allow_outside_root=True to read_manifest if this is intended"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Manifest):
+            return NotImplemented
+        return (
+            self.paths == other.paths
+            and self.labels.shape == other.labels.shape
+            and bool(np.array_equal(self.labels, other.labels))
+            and self.classes == other.classes
+            and self.lines == other.lines
+            and self.source == other.source
+            and self.root == other.root
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.fingerprint(), self.source))
+
+    def __repr__(self) -> str:
+        classes = self.classes
+        if classes is not None and len(classes) > 8:
+            shown = ", ".join(repr(c) for c in classes[:8])
+            classes_repr = f"[{shown}, ... ({len(classes)} classes)]"
+        else:
+            classes_repr = repr(classes)
+        return (
+            f"Manifest(source={self.source!r}, samples={len(self)}, "
+            f"labels_shape={self.labels.shape}, classes={classes_repr})"
+        )
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        # cached_property writes straight into __dict__, which a frozen dataclass allows.
+        h = hashlib.sha256()
+        h.update(b"extsrc-manifest-v1\0")
+        h.update(repr((len(self.paths), self.labels.shape)).encode())
+        for p in self.paths:
+            # Length-prefix each path so ("ab", "c") and ("a", "bc") cannot collide.
+            raw = p.encode("utf-8", "surrogateescape")
+            h.update(len(raw).to_bytes(8, "little"))
+            h.update(raw)
+        h.update(np.ascontiguousarray(self.labels, dtype="<i8").tobytes())
+        return h.hexdigest()
+
+    def fingerprint(self) -> str:
+        """SHA-256 hex digest of the resolved paths and the labels (in order).
+
+        ``source``, ``lines`` and ``classes`` are deliberately left out: moving the manifest,
+        adding comments or renaming a class keeps the same samples, so a resume state stays
+        valid; changing any path, label or the sample order changes the fingerprint.
+        """
+        return self._fingerprint
+
+    @classmethod
+    def from_lists(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        labels: Sequence[object] | np.ndarray,
+        *,
+        root: str | os.PathLike[str] | None = None,
+    ) -> Manifest:
+        """Build a manifest in code, with the same label rules as :func:`read_manifest`.
+
+        Args:
+            paths: file paths; relative ones resolve against ``root``.
+            labels: one label per path: integers ``>= 0`` or class names (strings), or one
+                row of integers per path (2-D) for several label columns. Strings that look
+                like integers count as integers; floats and bools are refused.
+            root: folder for relative paths; default: the current working directory.
+
+        ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions, which
+        errors name: a missing value (``None``, a float NaN, pandas' ``NA``, an empty string,
+        or a label such as ``"nan"``) in either list, a path that is not a str/``os.PathLike``,
+        and a path the operating system cannot open (as for :func:`read_manifest`). A single
+        str for ``paths`` (or for ``labels``) is a ``TypeError``: it would be read character
+        by character.
+        """
+        loc = _Loc(_FROM_LISTS_SOURCE, "item")
+        check_sequence(paths, "Manifest.from_lists: paths",
+                       "a list (or other sequence) of file paths", iterable=True,
+                       refuse=(os.PathLike,), hint="wrap a single path in a list")
+        check_sequence(labels, "Manifest.from_lists: labels",
+                       "a list (or array) with one label per path", iterable=True)
+        check_path(root, "Manifest.from_lists: root", "a folder path", allow_none=True)
+        refuse_url(root, "Manifest.from_lists: root")
+        paths = list(paths)
+        if all(map(isinstance, paths, itertools.repeat(str))):
+            path_cells = paths
+        else:
+            path_cells = [_path_cell_from_object(p, loc, k) for k, p in enumerate(paths, 1)]
+        n = len(path_cells)
+        try:
+            arr = np.asarray(labels, dtype=object)
+        except ValueError:  # ragged rows
+            raise ManifestError(
+                f"{loc.source}: labels must be one label per path, or rows of the same length; "
+                "got rows of different lengths"
+            ) from None
+        if arr.ndim == 1 and any(isinstance(v, (list, tuple, np.ndarray)) for v in arr):
+            raise ManifestError(
+                f"{loc.source}: labels must be one label per path, or rows of the same length; "
+                "got rows of different lengths"
+            )
+        if arr.ndim not in (1, 2) or len(arr) != n:
+            raise ManifestError(
+                f"{loc.source}: expected one label (or one row of labels) per path, got labels "
+                f"of shape {arr.shape} for {n} path(s)"
+            )
+        item_lines = list(range(1, n + 1))
+        columns = [arr] if arr.ndim == 1 else [arr[:, j] for j in range(arr.shape[1])]
+        if not columns:
+            raise ManifestError(f"{loc.source}: labels have no columns (shape {arr.shape})")
+        cell_columns = [
+            [_label_cell_from_object(v, loc, line) for v, line in zip(col, item_lines, strict=True)]
+            for col in columns
+        ]
+        names = [f"column {j}" for j in range(len(cell_columns))]
+        label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
+        root_dir = os.path.abspath(os.getcwd() if root is None else os.fspath(root))
+        resolved = _resolve_paths(path_cells, item_lines, loc, root_dir, "the paths list")
+        return cls(
+            paths=tuple(resolved),
+            labels=label_array,
+            classes=classes,
+            lines=tuple(item_lines),
+            source=loc.source,
+        )
+
+    @classmethod
+    def from_folder(
+        cls,
+        root: str | os.PathLike[str],
+        *,
+        extensions: Iterable[str] | None = None,
+        allow_empty: bool = False,
+        allow_outside_root: bool = False,
+    ) -> Manifest:
+        """A folder dataset: every image under ``root/<class>/`` is a sample of that class.
+
+        ImageFolder layout (``train/cat/1.jpg``, ``train/dog/2.png``): each sub-folder of
+        ``root`` is a class; ``classes`` is their sorted names and labels index into it. When
+        every class folder's name is a non-negative integer (``0/``, ``7/``, ``012/``), those
+        integers are the labels and ``classes`` is ``None``.
+
+        Args:
+            root: the dataset folder.
+            extensions: the file types listed, case-insensitive (``[".jpg", "png"]``); default:
+                the image formats DALI decodes (:data:`extsrc.sources.folders.IMAGE_EXTENSIONS`:
+                jpg, jpeg, png, bmp, tif, tiff, webp, pnm, ppm, pgm, pbm, jp2).
+            allow_empty: keep a class folder without images as a class without samples.
+            allow_outside_root: allow symlinks that lead outside ``root``.
+
+        Rules:
+            * Order: sorted by relative path, compared folder by folder (class by class), so
+              the same tree always gives the same samples, labels and fingerprint.
+            * Class folders are searched recursively (``cat/2024/1.jpg`` is a ``cat``).
+            * Names starting with ``.`` (``.DS_Store``, ``.ipynb_checkpoints``) are skipped,
+              files and folders, at every level.
+            * Files without one of ``extensions`` are skipped (``notes.txt``, ``Thumbs.db``),
+              in the root and in class folders; an image file directly in ``root`` belongs to
+              no class and is refused, naming it.
+            * A class folder with no listed file is refused, naming it (an empty class shifts
+              every later label), unless ``allow_empty=True``. Two integer folder names of one
+              number (``7/``, ``07/``) are refused.
+            * Symlinked folders and files are followed (a symlink loop is refused). ``root``
+              becomes :attr:`root`: a file whose real path lies outside it is refused, naming
+              it, when the manifest is used, as for ``read_manifest(root=...)``;
+              ``allow_outside_root=True`` lifts that.
+            * There are no lines: :attr:`source` is ``root`` as given with a trailing ``/``,
+              :attr:`lines` the 1-based sample numbers, and messages name a sample as
+              ``folder train/, sample 17: <its path>``.
+
+        Raises:
+            ManifestFileNotFoundError: ``root`` is not a folder.
+            ManifestError: a rule above is broken, or no image file was found.
+        """
+        return cls.from_listing(read_folder(
+            root, extensions=extensions, allow_empty=allow_empty,
+            allow_outside_root=allow_outside_root,
+        ))
+
+    @classmethod
+    def from_listing(cls, listing: FolderListing) -> Manifest:
+        """The manifest of a folder dataset listed by :func:`extsrc.sources.folders.read_folder`
+        (which lists files and leaves building the value type to this class)."""
+        return cls(paths=listing.paths, labels=listing.labels, classes=listing.classes,
+                   lines=listing.lines, source=listing.source, root=listing.root)
+
+
+# --------------------------------------------------------------------------------------------
+# Labels
+
+
+def _is_missing_object(value: object) -> bool:
+    """None, a float NaN, pandas' NA/NaT: a missing value, whatever produced it."""
+    if value is None:
+        return True
+    if isinstance(value, (float, np.floating)):
+        return value != value  # NaN
+    return type(value).__name__ in ("NAType", "NaTType")
+
+
+def _path_cell_from_object(value: object, loc: _Loc, line: int) -> str:
+    if isinstance(value, (str, bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(value))
+    if _is_missing_object(value):
+        raise ManifestError(
+            f"{loc.at(line)}: missing path ({value!r}); every sample needs a file path: fill it "
+            "in or drop the sample"
+        )
+    raise ManifestError(
+        f"{loc.at(line)}: path {value!r} has type {type(value).__name__}; paths must be str or "
+        "os.PathLike"
+    )
+
+
+def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
+    if _is_missing_object(value):
+        raise ManifestError(
+            f"{loc.at(line)}: missing label ({value!r}); every sample needs a label (an "
+            "integer >= 0 or a class name): fill it in or drop the sample"
+        )
+    if isinstance(value, (bool, np.bool_)):
+        raise ManifestError(
+            f"{loc.at(line)}: label {value!r} is a bool; labels must be integers >= 0 or "
+            "class names"
+        )
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (str, float, np.floating)):
+        # Floats become "1.0" / "1.5" so the shared checks refuse them with the usual message.
+        return str(value).strip()
+    raise ManifestError(
+        f"{loc.at(line)}: label {value!r} has type {type(value).__name__}; labels must be "
+        "integers >= 0 or class names (str)"
+    )
+
+
+def _parse_labels(
+    columns: list[list[str]],
+    col_names: list[str],
+    lines: list[int],
+    loc: _Loc,
+    specs: list[str] | None = None,
+    header_seen: bool = True,
+) -> tuple[np.ndarray, list[str] | None]:
+    """Turn label cells (strings, one list per column) into an int64 array (+ classes)."""
+    several = len(columns) > 1
+    out = np.empty((len(lines), len(columns)), dtype=np.int64)
+    classes: list[str] | None = None
+    for j, (cells, col_name) in enumerate(zip(columns, col_names, strict=True)):
+        where = f" in {col_name}" if several else ""
+        if _all_small_unsigned_ints(cells):
+            out[:, j] = np.fromiter(map(int, cells), dtype=np.int64, count=len(cells))
+            continue
+        # Slow path, cell by cell, to classify and to name the first offending line.
+        ints: list[int] = []  # indices (into cells) of integer-looking cells
+        names: list[int] = []
+        for i, s in enumerate(cells):
+            if not s:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: empty label{where}; every sample needs a label "
+                    "(an integer >= 0 or a class name)"
+                )
+            if s in _MISSING_TEXT:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: missing label {s!r}{where} (how exported tables "
+                    "write a missing value); every sample needs a label (an integer >= 0 or a "
+                    "class name): fill it in or drop the line"
+                )
+            if _INT_RE.match(s):
+                ints.append(i)
+            elif _FLOAT_RE.match(s):
+                value = float(s)
+                fix = f"; write {int(value)}" if value.is_integer() else ""
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: label {s!r}{where} is not an integer; labels must "
+                    f"be integers >= 0 (class indices), not decimals{fix}"
+                )
+            else:
+                names.append(i)
+        if ints and names:
+            _raise_mixed(cells, ints, names, lines, loc, where, header_seen)
+        if names:
+            if several:
+                spec = specs[j] if specs else str(j)
+                header_hint = "" if header_seen else (
+                    " (and header=True if the first line holds column names)"
+                )
+                raise ManifestError(
+                    f"{loc.at(lines[names[0]])}: label {cells[names[0]]!r}{where} is a class "
+                    f"name, but only a single label column may hold class names (there are "
+                    f"{len(columns)}: {col_names}); use integer class indices, or pass the "
+                    f"one label column, e.g. label_cols={spec}{header_hint}"
+                )
+            classes = sorted(set(cells))
+            index = {name: k for k, name in enumerate(classes)}
+            out[:, j] = [index[s] for s in cells]
+            continue
+        values = []
+        for i, s in enumerate(cells):
+            v = int(s)
+            if v < 0:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: negative label {s}{where}; labels must be integers "
+                    ">= 0 (class indices)"
+                )
+            if v > _INT64_MAX:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: label {s}{where} does not fit in int64 (max "
+                    f"{_INT64_MAX}); labels must be class indices"
+                )
+            values.append(v)
+        out[:, j] = np.array(values, dtype=np.int64)
+    labels = out[:, 0].copy() if len(columns) == 1 else out
+    return labels, classes
+
+
+def _all_small_unsigned_ints(cells: list[str]) -> bool:
+    """Fast path: every cell is ASCII digits and short enough to fit in int64."""
+    if not cells or not all(cells) or max(map(len, cells)) > 18:
+        return False
+    joined = "".join(cells)
+    return joined.isascii() and joined.isdigit()
+
+
+def _raise_mixed(
+    cells: list[str],
+    ints: list[int],
+    names: list[int],
+    lines: list[int],
+    loc: _Loc,
+    where: str,
+    header_seen: bool = True,
+) -> None:
+    # Blame the minority kind (ties: whatever the first row is not), pointing at the majority.
+    ints_expected = len(ints) > len(names) or (len(ints) == len(names) and ints[0] < names[0])
+    rule = "labels must be all integers >= 0 or all class names"
+    if ints_expected:
+        bad, ref = names[0], ints[0]
+        # The first line read as a sample (its path looks like a file) may be a header after
+        # all, with an unusual path column name such as "img.path".
+        header_hint = (
+            f"; pass header=True if {loc.unit} {lines[bad]} holds column names"
+            if bad == 0 and not header_seen else ""
+        )
+        raise ManifestError(
+            f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is not an integer; {rule} "
+            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]}){header_hint}"
+        )
+    bad, ref = ints[0], names[0]
+    raise ManifestError(
+        f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is an integer but other labels are "
+        f"class names; {rule} (got a mix: {loc.unit} {lines[ref]} has class name "
+        f"{cells[ref]!r})"
+    )
+
+
+def _validated_label_array(value: object, n: int, source: str) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.size == 0 and arr.dtype.kind not in "iu":
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":
+        raise ManifestError(
+            f"{source}: Manifest.labels must be an integer array, got dtype {arr.dtype}; "
+            "use Manifest.from_lists() to convert class names"
+        )
+    if arr.ndim not in (1, 2) or len(arr) != n or (arr.ndim == 2 and arr.shape[1] == 0):
+        raise ManifestError(
+            f"{source}: Manifest.labels must have shape ({n},) or ({n}, k), got {arr.shape}"
+        )
+    if arr.size and (arr.min() < 0 or (arr.dtype.kind == "u" and arr.max() > _INT64_MAX)):
+        raise ManifestError(
+            f"{source}: Manifest.labels must be integers >= 0 that fit in int64 "
+            f"(got min {arr.min()}, max {arr.max()})"
+        )
+    labels = arr.astype(np.int64, copy=True)
+    labels.flags.writeable = False
+    return labels
+
+
+def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> None:
+    if not all(isinstance(c, str) for c in classes) or any(
+        a >= b for a, b in itertools.pairwise(classes)
+    ):
+        raise ManifestError(
+            f"{source}: Manifest.classes must be sorted, unique strings, got {classes[:8]!r}"
+        )
+    if labels.ndim != 1:
+        raise ManifestError(
+            f"{source}: Manifest.classes needs a single label column, labels have shape "
+            f"{labels.shape}"
+        )
+    if labels.size and labels.max() >= len(classes):
+        raise ManifestError(
+            f"{source}: label {labels.max()} is out of range for {len(classes)} classes"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Paths
+
+
+def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> None:
+    """Refuse, naming the line, a path cell that is a URL."""
+    if ":/" not in "\n".join(cells):  # one scan: 1M-line manifests stay fast
+        return
+    for cell, number in zip(cells, lines, strict=True):
+        scheme = url_scheme(cell)
+        if scheme is not None:
+            raise ManifestError(
+                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://), and extsrc reads "
+                f"local files only; {url_advice(scheme)}",
+                source=loc.source, line=number, path=cell, reason="url",
+            )
+
+
+def _resolve_paths(
+    cells: list[str], lines: list[int], loc: _Loc, root: str, column: str
+) -> list[str]:
+    if not all(cells):
+        number = lines[cells.index("")]
+        raise ManifestError(
+            f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
+        )
+    _refuse_url_cells(cells, lines, loc)
+    # Text such as "NA" or "nan" stays a file name here (a file may be called that; if none is,
+    # the missing file is reported with its line), unlike in labels, where it would silently
+    # become a class.
+    # Same as normpath(join(root, cell)) (absolute cells kept), minus join's per-call cost;
+    # normpath does not touch symlinks.
+    normpath = os.path.normpath
+    if os.name == "posix":
+        prefix = os.path.join(root, "")
+        out = [normpath(c if c[0] == "/" else prefix + c) for c in cells]
+    else:
+        out = [normpath(os.path.join(root, c)) for c in cells]
+    _refuse_unopenable(out, lines, loc)
+    return out
+
+
+@functools.cache
+def _os_path_limits() -> tuple[int, int]:
+    """(longest path, longest path component) in bytes that the OS opens (POSIX: PATH_MAX - 1
+    and NAME_MAX of the root file system; defaults where it does not say)."""
+    def conf(name: str, default: int) -> int:
+        try:
+            value = os.pathconf("/", name)
+        except (OSError, ValueError, AttributeError):
+            return default
+        return value if value and value > 0 else default
+
+    return conf("PC_PATH_MAX", 4096) - 1, conf("PC_NAME_MAX", 255)
+
+
+def _refuse_unopenable(paths: list[str], lines: list[int], loc: _Loc) -> None:
+    """Refuse, naming the line, paths the operating system cannot open as given: a NUL byte,
+    characters the file system's encoding cannot represent, or too long (whole or one part).
+    Checked here so that no later open fails with a bare ValueError."""
+    if not paths:
+        return
+    joined = "\n".join(paths)
+    if "\0" in joined:
+        i = next(i for i, p in enumerate(paths) if "\0" in p)
+        raise ManifestError(
+            f"{loc.at(lines[i])}: path {shown(paths[i])} holds a NUL byte (\\x00), which no "
+            "file name can contain; fix the path"
+        )
+    try:
+        os.fsencode(joined)
+    except UnicodeEncodeError:
+        for i, p in enumerate(paths):
+            try:
+                os.fsencode(p)
+            except UnicodeEncodeError as e:
+                raise ManifestError(
+                    f"{loc.at(lines[i])}: path {shown(p)} holds {shown(p[e.start:e.end])}, "
+                    f"which the file system's encoding ({sys.getfilesystemencoding()}) "
+                    "cannot represent; fix the path"
+                ) from None
+    path_max, name_max = _os_path_limits()
+    # A UTF-8 character takes at most 4 bytes: below this no path can be too long.
+    if max(map(len, paths)) * 4 <= name_max:
+        return
+    for i, p in enumerate(paths):
+        raw = os.fsencode(p)
+        if len(raw) <= name_max:
+            continue
+        long_part = max(raw.split(b"/"), key=len)
+        if len(raw) > path_max or len(long_part) > name_max:
+            limit = (
+                f"{len(raw):,} bytes, more than the {path_max:,} a path may have"
+                if len(raw) > path_max
+                else f"a part of {len(long_part):,} bytes, more than the {name_max} a file or "
+                "folder name may have"
+            )
+            raise ManifestError(
+                f"{loc.at(lines[i])}: path {shown(p[:120])}... is too long for the operating "
+                f"system ({limit}); shorten it"
+            )
+
+
+def _all_absolute(paths: Sequence[str]) -> bool:
+    if os.name == "posix":
+        # os.path.isabs is pure Python; C-level startswith is several times faster.
+        return all(map(str.startswith, paths, itertools.repeat("/")))
+    return all(map(os.path.isabs, paths))
+
+
+def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str) -> None:
+    missing = [(number, p) for p, number in zip(paths, lines, strict=True) if not os.path.isfile(p)]
+    if not missing:
+        return
+    first_line, first_path = missing[0]
+    # A FIFO, socket, device or folder exists but is no image file: "not found" would mislead.
+    what = ("not a regular file (a folder, FIFO, socket or device)"
+            if os.path.lexists(first_path) else "file not found")
+    context = (
+        f"resolved against root {shown(root)}; pass root=... if paths are relative to another "
+        "folder"
+    )
+    if len(missing) == 1:
+        detail = f"({context})"
+    else:
+        listed = "; ".join(
+            f"{loc.unit} {n}: {shown(p)}" for n, p in missing[:_MAX_MISSING_REPORTED]
+        )
+        more = len(missing) - _MAX_MISSING_REPORTED
+        tail = f"; and {more} more" if more > 0 else ""
+        detail = f"({len(missing)} of {len(paths)} files missing: {listed}{tail}; {context})"
+    raise ManifestFileNotFoundError(
+        f"{loc.at(first_line)}: {what}: {shown(first_path)} {detail}"
+    )

@@ -1,0 +1,718 @@
+"""Reading a manifest file (CSV, TSV or whitespace text) or a folder path into a
+:class:`~extsrc.sources.manifest.Manifest`: :func:`read_manifest`.
+
+This module is the parser: it finds the data lines, the separator, whether there is a header and
+which columns hold the path and the labels, and splits the cells (by itself for plain layouts,
+with pandas for quoted ones). The label and path rules that every manifest shares, however it
+was made, live with the value type in :mod:`extsrc.sources.manifest`; a folder path goes to
+:func:`extsrc.sources.folders.read_folder`.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import numpy as np
+
+from extsrc._util.argcheck import check_bool, check_path
+from extsrc._util.textsafe import shown
+from extsrc.errors import ManifestError, ManifestFileNotFoundError
+from extsrc.slowstart import stage
+from extsrc.sources.folders import read_folder
+from extsrc.sources.manifest import (
+    _INT_RE,
+    Manifest,
+    _check_files_exist,
+    _Loc,
+    _parse_labels,
+    _resolve_paths,
+)
+from extsrc.sources.where import refuse_url
+
+__all__ = ["Manifest", "read_manifest"]
+
+# Header names recognised without being asked, in order of preference.
+PATH_NAMES: tuple[str, ...] = ("path", "filepath", "filename", "file", "image", "img")
+LABEL_NAMES: tuple[str, ...] = ("label", "labels", "class", "target")
+_KNOWN_NAMES = frozenset(PATH_NAMES + LABEL_NAMES)
+
+_LOOKS_LIKE_FILE_RE = re.compile(r"[/\\]|\.[A-Za-z0-9]{1,5}\Z")
+_WHITESPACE_SEP = r"\s+"
+# What pandas' C parser splits a whitespace layout on (its delim_whitespace): spaces and tabs,
+# not the other characters str.split() takes for whitespace (a no-break space stays data).
+_SPACES_RE = re.compile(r"[ \t]+")
+_OTHER_SPACE_RE = re.compile(r"[^\S \t]")  # whitespace other than spaces and tabs
+
+ColumnSpec = str | int
+LabelColsSpec = str | int | Sequence[str | int]
+HeaderSpec = Literal["infer"] | bool | int | None
+
+
+def read_manifest(
+    path: str | os.PathLike[str],
+    *,
+    root: str | os.PathLike[str] | None = None,
+    sep: str | None = None,
+    path_col: ColumnSpec | None = None,
+    label_cols: LabelColsSpec | None = None,
+    header: HeaderSpec = "infer",
+    check_files: bool = False,
+    allow_outside_root: bool = False,
+) -> Manifest:
+    """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
+
+    Args:
+        path: the manifest file (UTF-8, optional BOM, LF or CRLF line endings), or a folder of
+            class sub-folders: then this is ``Manifest.from_folder(path, root=root,
+            allow_outside_root=allow_outside_root)`` (its rules apply; ``sep``, ``path_col``,
+            ``label_cols`` and ``header`` must keep their defaults).
+        root: folder that relative paths resolve against; default: the manifest's folder.
+            Paths become ``os.path.normpath(os.path.join(root, p))``; symlinks are not
+            followed, absolute paths are kept. A relative ``root`` is taken from the cwd.
+            For a folder dataset: the folder its files must stay inside; default: itself.
+        sep: field separator. ``None`` sniffs the first non-blank, non-``#`` line: a tab means
+            TSV, else a comma means CSV, else fields are separated by runs of whitespace.
+        path_col: the path column, by header name or 0-based position. Default: the header
+            column named one of ``path, filepath, filename, file, image, img``
+            (case-insensitive), else column 0.
+        label_cols: the label column(s), by name or position, or a sequence of those.
+            Default: the header column named one of ``label, labels, class, target``, else
+            every column after the path column.
+        header: ``True``/``0``: the first data line is a header; ``False``/``None``: there is
+            none; ``"infer"``: decide by one rule, the same whichever columns are chosen
+            by position:
+
+            1. If ``path_col``/``label_cols`` name a column (a str), there is a header.
+            2. Else the first line is a **sample** when its path cell looks like a file (holds
+               ``/`` or ``\\``, or ends in an extension such as ``.jpg``) or one of its label
+               cells is an integer: a header never names files or holds numbers, and a sample
+               taken for a header would be lost silently, while a bad sample is reported with
+               its line (``imgs/a.jpg,target``, ``image 3`` and ``a.jpg,cat`` are samples).
+            3. Else it is a **header** when (a) its path or label cells include one of the
+               well-known names above (case-insensitive), or (b) one of its label cells sits
+               over a column that is an integer on every other line (``fname,y``), or (c) its
+               path cell sits over a column whose every other cell looks like a file
+               (``fname,species,split`` over ``imgs/a.jpg,cat,train``).
+            4. Else it is a sample. Pass ``header=True`` for a header this rule cannot see
+               (other names over paths without extensions).
+        check_files: check that every listed file exists (raises
+            :class:`~extsrc.errors.ManifestFileNotFoundError` naming the first few missing).
+        allow_outside_root: when ``root`` is given, every path must stay inside it: a path
+            that normalises outside (``..``, an absolute path elsewhere) or a symlink resolving
+            outside is refused, naming its line, when the manifest is used (by ``Loader``,
+            :func:`extsrc.validate`, and when the file is opened), not by ``read_manifest``
+            itself; :meth:`Manifest.check_root` checks it now. ``True`` lifts the limit.
+            Without ``root`` there is no limit.
+
+    Rules:
+        * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
+          anywhere else is data. A ``#`` line that reads as a sample (``#1.png,3``: no space
+          after ``#``, a file-like first field and as many fields as the data lines) is
+          refused, since a file whose name starts with ``#`` would otherwise vanish silently:
+          quote the path (``"#1.png",3``) to list the file, or write ``# `` (a space after
+          ``#``) to keep the line a comment.
+        * Quotes (``"a, b.jpg",3``) protect separators in paths; a quoted field may not span
+          lines. Whitespace around cells is ignored, so paths cannot start or end with spaces.
+        * Trailing empty fields (``a.jpg,3,``) are ignored; more fields than columns is an error.
+        * Labels are integers ``>= 0`` that fit in int64, or, for a single label column, class
+          names (every value a non-integer string): ``classes`` is then the sorted unique names
+          and labels index into it. Mixing the two, floats (``1.0``), empty, negative or too
+          large labels are errors, as are class names when there are several label columns.
+        * Missing values are errors, naming the line: an empty path or label, and a label
+          written the way exported tables write a missing value (``nan``, ``NaN``, ``NA``,
+          ``None``, ``null``, ``<NA>``, ``N/A``, ...), which would otherwise become a class.
+          Such text in a path cell stays a file name (if no such file exists, that is
+          reported when it is checked or read).
+        * Paths the operating system cannot open as given are errors, naming the line: a NUL
+          byte, characters the file system's encoding cannot represent, a path or a part of
+          it longer than the OS allows.
+
+    Raises:
+        ManifestFileNotFoundError: the manifest, or (``check_files``) a listed file, is missing.
+        ManifestError: anything malformed; the message names the file and the 1-based line.
+        TypeError: an argument of the wrong type (numpy integers count as ints; bools and
+            floats are not column positions); ``ValueError`` for one out of range. Messages
+            name the argument.
+    """
+    path_col, label_cols, header = _check_read_args(
+        path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
+    )
+    refuse_url(path, "read_manifest: the manifest")
+    refuse_url(root, "read_manifest: root")
+    source = os.fsdecode(os.fspath(path))
+    if os.path.isdir(source):
+        given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
+        if header != "infer":
+            given["header"] = header
+        set_args = [f"{k}={v!r}" for k, v in given.items() if v is not None]
+        if set_args:
+            raise ManifestError(
+                f"{shown(source)}: is a folder, read as a folder dataset (one sub-folder per "
+                f"class), which has no columns; drop {', '.join(set_args)}, or pass the "
+                ".csv/.tsv/.txt manifest file"
+            )
+        return Manifest.from_listing(
+            read_folder(source, root=root, allow_outside_root=allow_outside_root))
+    where = shown(source)  # the manifest's name as messages show it
+    with stage(f"reading the manifest {where}"):
+        return _read_file(source, where, root=root, sep=sep, path_col=path_col,
+                          label_cols=label_cols, header=header, check_files=check_files,
+                          allow_outside_root=allow_outside_root)
+
+
+def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
+               sep: str | None, path_col: ColumnSpec | None, label_cols: LabelColsSpec | None,
+               header: HeaderSpec, check_files: bool, allow_outside_root: bool) -> Manifest:
+    """:func:`read_manifest` of a manifest file, its arguments checked (``where``: the file's
+    name as messages show it)."""
+    text = _read_text(source)
+    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    stripped = list(map(str.strip, physical))
+    data_lines = [
+        (number, physical[number - 1])
+        for number, line in enumerate(stripped, start=1)
+        if line and line[0] != "#"
+    ]
+    _refuse_sample_like_comments(stripped, data_lines, sep, where)
+    if not data_lines:
+        saw_comment = any(line.startswith("#") for line in stripped)
+        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
+        raise ManifestError(
+            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
+        )
+
+    if sep is None:
+        sep = _sniff_sep(data_lines[0][1])
+    # Column-major from here on: per-column list operations keep 1M-line manifests fast.
+    columns = _parse_columns(where, data_lines, sep)
+    counts = _field_counts(columns)
+    line_numbers = [number for number, _ in data_lines]
+    loc = _Loc(source)
+
+    first = [col[0] for col in columns]
+    has_header = _decide_header(header, first, columns, path_col, label_cols, where)
+    if has_header:
+        header_line = line_numbers[0]
+        names: list[str] | None = first[: int(counts[0])]
+        columns = [col[1:] for col in columns]
+        counts, line_numbers = counts[1:], line_numbers[1:]
+        if not line_numbers:
+            raise ManifestError(
+                f"{where}: empty manifest (only a header on line {header_line}, no data "
+                f"lines); add lines like {_example_line(sep, source)!r}"
+            )
+        ncols = len(names)
+    else:
+        names = None
+        ncols = int(counts[0])
+
+    path_pos, label_pos = _resolve_columns(names, ncols, path_col, label_cols, loc, line_numbers)
+    col_names = [_column_desc(names, j) for j in label_pos]
+    _check_field_counts(counts, line_numbers, names, ncols, path_pos, label_pos, loc, sep)
+
+    label_columns = [columns[j] for j in label_pos]
+    # How to name one label column in label_cols=..., for advice in messages.
+    specs = [repr(names[j]) if names is not None and names[j] else str(j) for j in label_pos]
+    labels, classes = _parse_labels(
+        label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
+    )
+
+    root_dir = os.path.abspath(
+        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+    )
+    resolved = _resolve_paths(
+        columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
+    )
+    if check_files:
+        _check_files_exist(resolved, line_numbers, loc, root_dir)
+    return Manifest(
+        paths=tuple(resolved),
+        labels=labels,
+        classes=classes,
+        lines=tuple(line_numbers),
+        source=source,
+        root=root_dir if root is not None and not allow_outside_root else None,
+    )
+
+
+def _check_read_args(
+    path: object,
+    root: object,
+    sep: object,
+    path_col: object,
+    label_cols: object,
+    header: object,
+    check_files: object,
+    allow_outside_root: object,
+) -> tuple[ColumnSpec | None, LabelColsSpec | None, HeaderSpec]:
+    """Type and range checks of read_manifest's arguments; numpy integers become ints."""
+    fn = "read_manifest"
+    check_path(path, f"{fn}: path", "the manifest file", allow_bytes=True)
+    check_path(root, f"{fn}: root", "a folder", allow_none=True, allow_bytes=True)
+    if sep is not None:
+        if not isinstance(sep, str):
+            raise TypeError(f"{fn}: sep must be a str or None (sniff), got {type(sep).__name__}")
+        if not sep or any(c in sep for c in '"\n\r'):
+            raise ValueError(
+                f"{fn}: sep must be a non-empty separator without quotes or line breaks, such as "
+                f"',', '\\t' or r'\\s+', got {sep!r}"
+            )
+
+    def column(spec: object, name: str) -> ColumnSpec:
+        if isinstance(spec, (bool, np.bool_)) or not isinstance(spec, (str, int, np.integer)):
+            raise TypeError(
+                f"{fn}: {name} must be a column name (str) or a 0-based position (int), got "
+                f"{type(spec).__name__} {spec!r}"
+            )
+        if isinstance(spec, str):
+            return spec
+        if spec < 0:
+            raise ValueError(f"{fn}: {name} must be a 0-based position >= 0, got {int(spec)}")
+        return int(spec)
+
+    if path_col is not None:
+        path_col = column(path_col, "path_col")
+    if label_cols is not None:
+        if isinstance(label_cols, (str, int, np.integer, bool, np.bool_)) or not isinstance(
+            label_cols, Iterable
+        ):
+            label_cols = column(label_cols, "label_cols")
+        else:
+            label_cols = [column(c, "label_cols") for c in label_cols]
+    if isinstance(header, np.integer) and not isinstance(header, np.bool_):
+        header = int(header)
+    elif isinstance(header, np.bool_):
+        header = bool(header)
+    check_bool(check_files, f"{fn}: check_files")
+    check_bool(allow_outside_root, f"{fn}: allow_outside_root")
+    return path_col, label_cols, header  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading and splitting
+
+
+def _read_text(source: str) -> str:
+    try:
+        with open(source, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise ManifestFileNotFoundError(
+            f"{shown(source)}: manifest file not found (looked for "
+            f"{shown(os.path.abspath(source))}); "
+            "check the path"
+        ) from None
+    except IsADirectoryError:
+        raise ManifestError(
+            f"{shown(source)}: is a directory, not a manifest file; pass the path of the "
+            ".csv/.tsv/.txt file inside it"
+        ) from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ManifestError(
+            f"{shown(source)} line {line}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset "
+            f"{e.start}); save the manifest as UTF-8"
+        ) from None
+
+
+def _split_simple(text: str, sep: str) -> list[str]:
+    """Fields of one line without quote handling (enough to judge what a line looks like)."""
+    if sep == _WHITESPACE_SEP:
+        return text.split()
+    parts = text.split(sep) if len(sep) == 1 else re.split(sep, text)
+    fields = [f.strip() for f in parts]
+    while fields and not fields[-1]:
+        fields.pop()
+    return fields
+
+
+def _refuse_sample_like_comments(
+    stripped: list[str], data_lines: list[tuple[int, str]], sep: str | None, where: str
+) -> None:
+    """Refuse ``#1.png,3``: a full-line comment by the rules, but it reads as a sample, and
+    skipping it would drop the file ``#1.png`` silently."""
+    if len(data_lines) + stripped.count("") == len(stripped):
+        return  # no comment lines (counted in C: 1M-line manifests stay fast)
+    for number, line in enumerate(stripped, start=1):
+        if line[:1] != "#" or len(line) < 2 or line[1].isspace() or line[1] == "#":
+            continue
+        body = line[1:]
+        line_sep = sep if sep is not None else _sniff_sep(data_lines[0][1] if data_lines else body)
+        fields = _split_simple(body, line_sep)
+        if len(fields) < 2 or not all(fields):
+            continue
+        if data_lines and len(fields) != len(_split_simple(data_lines[0][1], line_sep)):
+            continue
+        if line_sep != _WHITESPACE_SEP and any(c.isspace() for c in fields[0]):
+            continue  # prose, not a path
+        if _LOOKS_LIKE_FILE_RE.search(fields[0]):
+            q = '"'
+            raise ManifestError(
+                f"{where} line {number}: starts with '#', which marks a comment, but reads as a "
+                f"sample ({shown(line)!r}); quote the path ({q}#{shown(fields[0])}{q},...) to "
+                "list a file whose name starts with '#', or write '# ' (a space after '#') to "
+                "keep the line a comment"
+            )
+
+
+def _sniff_sep(first_line: str) -> str:
+    if "\t" in first_line:
+        return "\t"
+    if "," in first_line:
+        return ","
+    return _WHITESPACE_SEP
+
+
+def _example_line(sep: str | None, source: str) -> str:
+    if sep is None:
+        ext = os.path.splitext(source)[1].lower()
+        sep = {".tsv": "\t", ".txt": " "}.get(ext, ",")
+    if sep == _WHITESPACE_SEP:
+        sep = " "
+    return f"images/0001.jpg{sep}3"
+
+
+def _max_fields(texts: list[str], sep: str) -> int:
+    """Upper bound on the fields of any line (quoting can only merge fields, never split)."""
+    if sep == _WHITESPACE_SEP:
+        # Fields are split at spaces and tabs only; str.split() also splits at other whitespace
+        # (a form feed between spaces is a field of its own to the parser).
+        if any(map(_OTHER_SPACE_RE.search, texts)):
+            return max(len(_SPACES_RE.split(t)) for t in texts)
+        return max(map(len, map(str.split, texts)))
+    if len(sep) == 1:
+        return max(map(str.count, texts, itertools.repeat(sep))) + 1
+    return max(len(re.split(sep, t)) for t in texts)
+
+
+# Lines of different widths split one by one up to here, by pandas from here on.
+_PLAIN_RAGGED_MAX = 50_000
+
+
+def _split_plain(texts: list[str], sep: str, width: int) -> list[list[str]] | None:
+    """The cells of ``texts`` as :func:`_parse_columns` returns them, without pandas, when no
+    line needs a CSV parser: a comma, a tab or whitespace between fields, and no quote or NUL
+    anywhere. ``None`` otherwise.
+
+    Importing pandas takes 0.2-0.7 s, more than reading a manifest of 100k plain lines does;
+    most manifests are such lines. ``tests/test_manifest.py`` checks that both splits agree."""
+    if sep not in (",", "\t", _WHITESPACE_SEP):
+        return None
+    joined = "\n".join(texts)
+    if '"' in joined or "\0" in joined:
+        return None
+    # Every line as wide as the widest (no line has more than `width` fields): one split of
+    # the whole text, in C.
+    flat = (_SPACES_RE.split(joined.replace("\n", " ")) if sep == _WHITESPACE_SEP
+            else joined.replace("\n", sep).split(sep))
+    if len(flat) == width * len(texts):
+        return [list(map(str.strip, flat[j::width])) for j in range(width)]
+    if len(texts) > _PLAIN_RAGGED_MAX:
+        return None  # pandas splits many lines of different widths faster
+    rows = (map(_SPACES_RE.split, texts) if sep == _WHITESPACE_SEP
+            else (t.split(sep) for t in texts))
+    pad = [""] * width
+    rows = [row if len(row) == width else row + pad[len(row):] for row in rows]
+    return [list(map(str.strip, col)) for col in zip(*rows, strict=True)]
+
+
+def _parse_columns(source: str, data_lines: list[tuple[int, str]], sep: str) -> list[list[str]]:
+    """Split data lines into stripped cells (with pandas' CSV parser where quotes or a
+    separator other than a comma, a tab or whitespace need it).
+
+    Returns one list per column (as many as the widest line could have), each holding one
+    cell per data line, in order; absent fields are "".
+    """
+    whitespace = sep == _WHITESPACE_SEP
+    # Whitespace layouts: strip each line so indentation never creates an empty first field.
+    texts = [line for _, line in data_lines]
+    if whitespace:
+        texts = list(map(str.strip, texts))
+    width = _max_fields(texts, sep)
+    plain = _split_plain(texts, sep, width)
+    if plain is not None:
+        return plain
+    return _split_csv(source, data_lines, texts, sep, width)
+
+
+def _split_csv(source: str, data_lines: list[tuple[int, str]], texts: list[str], sep: str,
+               width: int) -> list[list[str]]:
+    """:func:`_parse_columns` with pandas' parser (``texts``: the data lines as it splits
+    them, ``width``: the most fields a line may have)."""
+    import pandas as pd
+
+    whitespace = sep == _WHITESPACE_SEP
+    engine = "c" if whitespace or len(sep) == 1 else "python"
+    kwargs: dict[str, object] = {}
+    if not whitespace:
+        # Lets `a.jpg, "b c"` and ` "a, b.jpg",3` parse as quoted fields.
+        kwargs["skipinitialspace"] = True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pd.errors.ParserWarning)
+            frame = pd.read_csv(
+                io.StringIO("\n".join(texts) + "\n"),
+                sep=sep,
+                header=None,
+                names=list(range(width)),
+                index_col=False,
+                # Strings in, conversion by hand: "1.0", "" and "-3" must reach our checks.
+                dtype=str,
+                na_filter=False,
+                keep_default_na=False,
+                # Blank and comment lines are already gone; only full-line comments exist.
+                skip_blank_lines=False,
+                comment=None,
+                quotechar='"',
+                engine=engine,
+                **kwargs,
+            )
+    except pd.errors.ParserError as e:
+        # pandas counts records from 0 in our comment-free text: map back to the file line.
+        match = re.search(r"EOF inside string starting at row (\d+)", str(e))
+        if match and int(match.group(1)) < len(data_lines):
+            raise ManifestError(
+                f"{source} line {data_lines[int(match.group(1))][0]}: unclosed quote '\"' (the "
+                "field runs to the end of the file); close the quote on the same line"
+            ) from None
+        raise ManifestError(
+            f"{source}: cannot split into fields ({e}); check for an unclosed quote '\"'"
+        ) from None
+    if len(frame) != len(data_lines):
+        # Fewer records than lines: a quoted field swallowed a line break.
+        culprit = next(
+            (
+                number
+                for (number, _), t in zip(data_lines, texts, strict=True)
+                if t.count('"') % 2 == 1
+            ),
+            None,
+        )
+        where = f"{source} line {culprit}" if culprit is not None else source
+        raise ManifestError(
+            f"{where}: a quoted field continues onto the next line; line breaks inside paths "
+            "are not supported, so close the quote '\"' on the same line"
+        )
+    # The python engine (regex seps) leaves absent fields as NaN rather than "".
+    return [list(map(str.strip, frame[j].fillna("").astype(object).tolist())) for j in range(width)]
+
+
+def _field_counts(columns: list[list[str]]) -> np.ndarray:
+    """Per line: fields up to the last non-empty one (trailing empty fields are ignored)."""
+    n = len(columns[0])
+    counts = np.zeros(n, dtype=np.int64)
+    for j, col in enumerate(columns):
+        # Later columns overwrite earlier ones, leaving (last non-empty position + 1).
+        counts[np.fromiter(map(bool, col), dtype=bool, count=n)] = j + 1
+    return counts
+
+
+# --------------------------------------------------------------------------------------------
+# Header and columns
+
+
+def _decide_header(
+    header: HeaderSpec,
+    first: list[str],
+    columns: list[list[str]],
+    path_col: ColumnSpec | None,
+    label_cols: LabelColsSpec | None,
+    source: str,
+) -> bool:
+    wants_names = isinstance(path_col, str) or any(
+        isinstance(c, str) for c in _as_label_list(label_cols)
+    )
+    if header is True or (type(header) is int and header == 0):
+        return True
+    if header is False or header is None:
+        if wants_names:
+            raise ManifestError(
+                f"{source}: path_col={path_col!r}, label_cols={label_cols!r} name columns, "
+                "but header=False; pass header=True or give column positions as ints"
+            )
+        return False
+    if header != "infer":
+        raise ManifestError(
+            f"{source}: header must be 'infer', True (or 0) or False (or None), got {header!r}"
+        )
+    if wants_names:
+        return True
+    path_pos = path_col if isinstance(path_col, int) else 0
+    if label_cols is None:
+        label_pos = list(
+            range(path_pos + 1, max((j + 1 for j, c in enumerate(first) if c), default=0))
+        )
+    else:
+        label_pos = [c for c in _as_label_list(label_cols) if isinstance(c, int)]
+    label_pos = [p for p in label_pos if 0 <= p < len(first) and first[p]]
+    path_cell = first[path_pos] if 0 <= path_pos < len(first) else ""
+    # (1) A first line that names a file, or carries an integer label, is a sample: dropping it
+    # as a header would lose it silently; as a sample, a bad one is reported with its line.
+    if _LOOKS_LIKE_FILE_RE.search(path_cell) or any(_INT_RE.match(first[p]) for p in label_pos):
+        return False
+    # (2a) Well-known column names.
+    if any(first[p].lower() in _KNOWN_NAMES for p in [path_pos, *label_pos] if p < len(first)):
+        return True
+    if len(columns[0]) < 2:
+        return False
+    # (2b) A word over a column of integers is that column's name.
+    for p in label_pos:
+        if all(map(_INT_RE.match, columns[p][1:])):
+            return True
+    # (2c) A cell that is not a file name over a column of file names is that column's name.
+    if 0 <= path_pos < len(columns):
+        return all(map(_LOOKS_LIKE_FILE_RE.search, columns[path_pos][1:]))
+    return False
+
+
+def _as_label_list(label_cols: LabelColsSpec | None) -> list[str | int]:
+    if label_cols is None:
+        return []
+    if isinstance(label_cols, (str, int)):
+        return [label_cols]
+    return list(label_cols)
+
+
+def _column_desc(names: list[str] | None, pos: int) -> str:
+    if names is not None and pos < len(names) and names[pos]:
+        return f"column {names[pos]!r}"
+    return f"column {pos}"
+
+
+def _resolve_columns(
+    names: list[str] | None,
+    ncols: int,
+    path_col: ColumnSpec | None,
+    label_cols: LabelColsSpec | None,
+    loc: _Loc,
+    line_numbers: list[int],
+) -> tuple[int, list[int]]:
+    source = loc.source
+
+    def lookup(spec: ColumnSpec, role: str, suggest: list[int]) -> int:
+        if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+            raise ManifestError(
+                f"{source}: {role} must be a column name (str) or position (int), got {spec!r}"
+            )
+        if isinstance(spec, int):
+            if not 0 <= spec < max(ncols, 1):
+                raise ManifestError(
+                    f"{source}: {role}={spec} is out of range; the manifest has {ncols} "
+                    f"column(s) (positions 0..{ncols - 1})"
+                )
+            return spec
+        assert names is not None  # _decide_header guarantees a header when names are used
+        hits = [j for j, name in enumerate(names) if name == spec]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise ManifestError(
+                f"{source}: column {spec!r} appears {len(hits)} times in the header "
+                f"(positions {hits}); rename one or pass {role} as a position"
+            )
+        hint = ""
+        if len(suggest) == 1:
+            hint = f"; pass {role}={names[suggest[0]]!r}"
+        elif suggest:
+            hint = f"; pass {role}= one of {[names[j] for j in suggest]}"
+        raise ManifestError(
+            f"{source}: no column {spec!r}; columns are {names}{hint} "
+            "(the first line was read as the header)"
+        )
+
+    all_cols = list(range(ncols))
+    if path_col is not None:
+        path_pos = lookup(path_col, "path_col", all_cols)
+    else:
+        path_pos = _find_named(names, PATH_NAMES, exclude=None)
+        if path_pos is None:
+            path_pos = 0
+
+    if label_cols is not None:
+        specs = _as_label_list(label_cols)
+        if not specs:
+            raise ManifestError(f"{source}: label_cols is empty; name at least one label column")
+        others = [j for j in all_cols if j != path_pos]
+        label_pos = [lookup(s, "label_cols", others) for s in specs]
+    else:
+        named = _find_named(names, LABEL_NAMES, exclude=path_pos)
+        label_pos = [named] if named is not None else list(range(path_pos + 1, ncols))
+
+    if path_pos in label_pos:
+        raise ManifestError(
+            f"{source}: {_column_desc(names, path_pos)} is both the path column and a label "
+            "column; pass different path_col and label_cols"
+        )
+    if len(set(label_pos)) != len(label_pos):
+        raise ManifestError(f"{source}: label_cols={label_cols!r} lists a column twice")
+    if not label_pos:
+        if names is None:
+            # No header: the first line alone decided the column count.
+            raise ManifestError(
+                f"{loc.at(line_numbers[0])}: expected a path and at least one label, got "
+                f"{ncols} field(s)"
+            )
+        raise ManifestError(
+            f"{source}: no label column: the header {names} has no column named one of "
+            f"{list(LABEL_NAMES)} and none after the path column; pass label_cols=..."
+        )
+    return path_pos, label_pos
+
+
+def _find_named(
+    names: list[str] | None, wanted: tuple[str, ...], exclude: int | None
+) -> int | None:
+    if names is None:
+        return None
+    lowered = [n.lower() for n in names]
+    for want in wanted:
+        for j, name in enumerate(lowered):
+            if name == want and j != exclude:
+                return j
+    return None
+
+
+def _check_field_counts(
+    counts: np.ndarray,
+    line_numbers: list[int],
+    names: list[str] | None,
+    ncols: int,
+    path_pos: int,
+    label_pos: list[int],
+    loc: _Loc,
+    sep: str,
+) -> None:
+    needed = max(path_pos, *label_pos) + 1
+    like = f" (columns {names})" if names is not None else f" like line {line_numbers[0]}"
+    bad = np.flatnonzero((counts > ncols) | (counts < needed))
+    if bad.size:
+        number, count = line_numbers[bad[0]], int(counts[bad[0]])
+        if count > ncols:
+            quote_hint = (
+                '; quote paths that contain the separator, e.g. "a, b.jpg",3'
+                if sep == ","
+                else '; quote paths that contain spaces, e.g. "a b.jpg" 3'
+                if sep == _WHITESPACE_SEP
+                else ""
+            )
+            raise ManifestError(
+                f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}{quote_hint}"
+            )
+        if count < needed:
+            if count < 2:
+                raise ManifestError(
+                    f"{loc.at(number)}: expected a path and at least one label, got "
+                    f"{count} field(s)"
+                )
+            raise ManifestError(f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}")
+
+
