@@ -16,6 +16,7 @@ from extsrc import errors as _errors
 from extsrc._dali.messages import DaliFailure, read_failure
 from extsrc.errors import (
     DEBUG_ENV,
+    RAISED,
     ExtsrcError,
     OpError,
     OpOutputError,
@@ -25,7 +26,6 @@ from extsrc.errors import (
 )
 from extsrc.folders import sample_where
 from extsrc.imagecheck import Finding, check_file
-from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
 from extsrc.textsafe import shown
 

@@ -30,7 +30,6 @@ declared path to the numpy reference.
 from __future__ import annotations
 
 import functools
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ import numpy as np
 from augment_ops.registry import IMPLEMENTATIONS, Op, OpContractError, implementation
 from augment_ops.trace import TraceError, explain, trace_op
 from extsrc.device import pin_host_memory
-from extsrc.errors import ExtsrcError, OpError, OpOutputError
+from extsrc.errors import RAISED, OpError, OpOutputError
 from extsrc.folders import sample_where
 from extsrc.manifest import Manifest
 from extsrc.opworker import apply_sample, failure_info
@@ -51,14 +50,10 @@ if TYPE_CHECKING:
     from extsrc.oppool import OpPool
 
 __all__ = [
-    "RAISED", "BatchOpRunner", "CounterDraws", "DeviceBatchOpRunner", "GpuBatchOpRunner",
+    "BatchOpRunner", "CounterDraws", "DeviceBatchOpRunner", "GpuBatchOpRunner",
     "SampleCheck", "SizeCheck", "check_output_dtype", "choose_paths", "native_outputs",
     "native_sample_scalars", "op_salt",
 ]
-
-#: The last errors the runners raised in this process. DALI re-raises an op's error as text;
-#: the loader finds the error object here again, with its fields (op, line, path).
-RAISED: deque[ExtsrcError] = deque(maxlen=8)
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")

@@ -47,18 +47,15 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from extsrc.errors import OpError, OpTimeoutError, PipelineError, WorkerDiedError
+from extsrc.errors import RAISED, OpError, OpTimeoutError, PipelineError, WorkerDiedError
 from extsrc.opworker import MappedFile, aligned, grown, recv_message, send_message
 
-if TYPE_CHECKING:
-    from extsrc.oppaths import BatchOpRunner
-
-__all__ = ["POOL_KINDS", "STARTUP_SECONDS", "OpPool", "check_op_timeout", "check_picklable",
-           "chunks"]
+__all__ = ["POOL_KINDS", "STARTUP_SECONDS", "BatchOpRunner", "OpPool", "check_op_timeout",
+           "check_picklable", "chunks"]
 
 #: The kinds of pool: worker processes, or threads of this process.
 POOL_KINDS = ("process", "thread")
@@ -70,6 +67,33 @@ EXIT_SECONDS = 2.0
 #: Seconds a worker process may take to start and load an op (imports included) before its
 #: first chunk's time limit starts; only with a time limit (``timeout``).
 STARTUP_SECONDS = 120.0
+
+
+
+class _Samples(Protocol):
+    """What the pool reads of a manifest to name samples in its errors."""
+
+    source: str
+    lines: Sequence[int]
+    paths: Sequence[str]
+
+
+class BatchOpRunner(Protocol):
+    """What :meth:`OpPool.run` needs of the runner that hands it a batch (the numpy path's
+    runners satisfy it): the op with its seed and salt (sent to the workers), the one-sample
+    call (run in threads), how a sample is named, and the error of a sample that failed."""
+
+    op: Any
+    seed: int
+    salt: int
+    manifest: _Samples
+
+    def where(self, index: int) -> str: ...
+
+    def run_one(self, img: Any, index: int, epoch: int) -> tuple[Any, ...]: ...
+
+    def failure(self, index: int, info: dict[str, Any]) -> Exception: ...
+
 
 # Pools not yet closed, closed at interpreter exit (before the socket objects go).
 _OPEN: weakref.WeakSet[OpPool] = weakref.WeakSet()
@@ -417,7 +441,6 @@ class OpPool:
         self._abandoned = [(t, e) for t, e in self._abandoned if t.is_alive()]
         if self._abandoned:
             from extsrc.folders import sample_where
-            from extsrc.oppaths import RAISED
 
             first = self._abandoned[0][1]
             line, path = first.samples[0]
@@ -458,8 +481,6 @@ class OpPool:
                       tasks: list[_Task]) -> OpTimeoutError:
         """The error for threads that ran past the limit; they are abandoned and the pool's
         other threads end after their current sample (the next batch starts new ones)."""
-        from extsrc.oppaths import RAISED
-
         assert self._threads is not None and self.timeout is not None
         positions = [tasks.index(t) for t in late]
         stuck = [t.thread for t in late if t.thread is not None]
@@ -672,8 +693,6 @@ class OpPool:
                         ids: list[tuple[int, int]]) -> OpTimeoutError:
         """Kill the workers that ran past the limit; the error naming their samples (the
         caller closes the pool, which stops the others)."""
-        from extsrc.oppaths import RAISED
-
         for w, *_ in late:
             w.proc.kill()
         indices = [ids[i][0] for _, lo, hi, _, _ in late for i in range(lo, hi)]
@@ -690,8 +709,6 @@ class OpPool:
 
     def _died(self, runner: BatchOpRunner, at: tuple[_Worker, int, int],
               ids: list[tuple[int, int]]) -> WorkerDiedError:
-        from extsrc.oppaths import RAISED
-
         w, lo, hi = at
         where = ", ".join(runner.where(ids[i][0]) for i in range(lo, min(hi, lo + 3)))
         more = f" and {hi - lo - 3} more" if hi - lo > 3 else ""
