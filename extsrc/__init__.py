@@ -11,6 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from extsrc import _moved
+
+# Old module paths (extsrc.sources.manifest, ...) keep working for one release, with a warning.
+_moved.install()
+
 if TYPE_CHECKING:
     from extsrc.batchformat import BatchFormat
     from extsrc.config import METADATA_KEYS, LoaderConfig
@@ -110,8 +115,9 @@ __all__ = [
     "validate_videos",
 ]
 
-# Names are imported on first use (PEP 562): ``import extsrc.opworker`` in an op worker process,
-# or ``extsrc.hostresize`` when a worker unpickles its op, then costs no pandas, torch or DALI.
+# Names are imported on first use (PEP 562): ``import extsrc.ops_runtime.worker`` in an op worker
+# process, or ``extsrc.ops_runtime.hostresize`` when a worker unpickles its op, then costs no
+# pandas, torch or DALI.
 _WHERE: dict[str, str] = {
     "BatchFormat": "extsrc.batchformat",
     "METADATA_KEYS": "extsrc.config",
@@ -168,6 +174,9 @@ _WHERE: dict[str, str] = {
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
+        old = _moved.moved_attribute(name)
+        if old is not None:
+            return old
         raise AttributeError(f"module 'extsrc' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value

@@ -527,7 +527,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_ops(args: argparse.Namespace) -> int:
     import augment_ops
     from extsrc.device import cuda_device_count
-    from extsrc.oppaths import choose_paths
+    from extsrc.ops_runtime.paths import choose_paths
 
     gpu = cuda_device_count() > 0
     rows = [("NAME", "OUTPUTS", "RANDOM", "PATHS", f"AUTO ({'gpu' if gpu else 'cpu'})",

@@ -22,8 +22,8 @@ from extsrc import argcheck
 from extsrc._dali import cuda_driver_initialized
 from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.fileread import check_max_file_bytes
-from extsrc.oppaths import choose_paths
-from extsrc.oppool import POOL_KINDS, check_op_timeout, check_picklable
+from extsrc.ops_runtime.paths import choose_paths
+from extsrc.ops_runtime.pool import POOL_KINDS, check_op_timeout, check_picklable
 from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
 
@@ -296,7 +296,7 @@ class LoaderConfig:
     core count. ``start_method`` ``None`` picks ``"spawn"`` on a GPU (safe after CUDA is
     initialised) and ``"fork"`` on the CPU (``"spawn"`` there too once CUDA is up in the process,
     as DALI cannot fork then). ``op_workers`` and ``op_pool`` size and choose the pool that runs
-    the numpy path's ops (:mod:`extsrc.oppool`; see :attr:`op_pool_workers`).
+    the numpy path's ops (:mod:`extsrc.ops_runtime.pool`; see :attr:`op_pool_workers`).
     """
 
     batch_size: int
@@ -494,8 +494,8 @@ class LoaderConfig:
 
     @property
     def host_resizes(self) -> bool:
-        """Whether uint8 images are resized on the host (:mod:`extsrc.hostresize`): on the CPU,
-        with a ``resize`` and no ``stages``."""
+        """Whether uint8 images are resized on the host (:mod:`extsrc.ops_runtime.hostresize`): on
+        the CPU, with a ``resize`` and no ``stages``."""
         return self.device_id is None and self.resize is not None and not self.stages
 
     @property

@@ -40,8 +40,8 @@ from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.oppaths import check_output_dtype
-from extsrc.oppool import OpPool
+from extsrc.ops_runtime.paths import check_output_dtype
+from extsrc.ops_runtime.pool import OpPool
 from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing

@@ -11,15 +11,10 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
-from extsrc.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
-from extsrc.oppaths import (
-    BatchOpRunner,
-    DeviceBatchOpRunner,
-    GpuBatchOpRunner,
-    native_outputs,
-    native_sample_scalars,
-)
-from extsrc.oppool import OpPool
+from extsrc.ops_runtime.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
+from extsrc.ops_runtime.native import native_outputs, native_sample_scalars
+from extsrc.ops_runtime.pool import OpPool
+from extsrc.ops_runtime.runners import BatchOpRunner, DeviceBatchOpRunner, GpuBatchOpRunner
 from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
 __all__ = ["build_pipeline", "default_output_names"]
@@ -62,8 +57,8 @@ def build_pipeline(
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
     ``op_paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
-    :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
-    operators applied to the main image in place of ``resize`` (the presets use them).
+    :mod:`extsrc.ops_runtime.paths`). ``stages`` are callables ``stage(image, gpu=bool) -> image``
+    of DALI operators applied to the main image in place of ``resize`` (the presets use them).
     ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
     decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a
     GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
@@ -76,9 +71,9 @@ def build_pipeline(
     ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
     normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
     made by ``stages`` is left as they make it. Without a GPU, uint8 images are resized by Pillow
-    on the host (:mod:`extsrc.hostresize`): by the numpy-path op that made them, in its worker
-    (the main image by the first such op that reads it), or else by a resize-only step through
-    the same pool.
+    on the host (:mod:`extsrc.ops_runtime.hostresize`): by the numpy-path op that made them, in its
+    worker (the main image by the first such op that reads it), or else by a resize-only step
+    through the same pool.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).

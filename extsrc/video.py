@@ -24,7 +24,7 @@ from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
-from extsrc.oppool import check_op_timeout
+from extsrc.ops_runtime.pool import check_op_timeout
 from extsrc.sharding import LastBatch
 from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
@@ -183,7 +183,7 @@ class VideoLoader(Loader):
             shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
             num_workers=num_workers, num_threads=num_threads, start_method=start_method,
             # Clip ops run per frame in DALI's thread (a thread of their own with op_timeout):
-            # no op pool (extsrc.oppool) for video yet.
+            # no op pool (extsrc.ops_runtime.pool) for video yet.
             prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
             on_error=on_error,
             max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,

@@ -19,7 +19,7 @@ from augment_ops.registry import Op
 from extsrc.batchformat import BatchFormat
 from extsrc.errors import RAISED, OpTimeoutError
 from extsrc.folders import sample_where
-from extsrc.oppaths import BatchOpRunner
+from extsrc.ops_runtime.runners import BatchOpRunner
 from extsrc.pipeline import dali_seed
 from extsrc.videosource import VIDEO_SOURCE_OUTPUTS, VideoSource
 

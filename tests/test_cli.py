@@ -87,7 +87,7 @@ def test_ops_lists_registry_with_user_ops(tmp_path: Path):
     p = run("ops", "--import", "my_ops.py", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     rows = {line.split()[0]: line.split() for line in p.stdout.splitlines() if line.strip()}
-    # Without a GPU, ops with several outputs run on the numpy path (see extsrc.oppaths).
+    # Without a GPU, ops with several outputs run on the numpy path (see extsrc.ops_runtime.paths).
     several = "native" if has_gpu() else "numpy"
     assert rows["grid2x2"][1:5] == ["4", "no", "numpy,native,gpu", several]
     assert rows["random_crop"][2] == "yes"
@@ -151,7 +151,8 @@ def test_bench_reports_images_per_second(tmp_path: Path, data: Path):
     p = run("bench", str(data / "manifest.csv"), "--ops", "grid2x2,hflip", "--batch-size", "4",
             "--epochs", "2", "--max-batches", "5", "--workers", "0", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    # Without a GPU, an op with several outputs runs on the numpy path (see extsrc.oppaths).
+    # Without a GPU, an op with several outputs runs on the numpy path (see
+    # extsrc.ops_runtime.paths).
     want = "'grid2x2': 'native'" if has_gpu() else "'grid2x2': 'numpy'"
     assert "images/s" in p.stdout and want in p.stdout
     assert "16 images in 4 batches" in p.stdout  # 5 batches, the first one is the warm-up

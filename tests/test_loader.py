@@ -10,7 +10,7 @@ from PIL import Image
 
 import augment_ops
 from extsrc import Loader, read_manifest
-from extsrc.seeding import name_salt, sample_rng
+from extsrc.ops_runtime.seeding import name_salt, sample_rng
 from extsrc.sharding import shard_plan
 
 GRID_NAMES = ["image", "grid2x2_0", "grid2x2_1", "grid2x2_2", "grid2x2_3", "label"]

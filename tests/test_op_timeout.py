@@ -19,7 +19,7 @@ from helpers import children, write_dataset
 import augment_ops
 import extsrc
 from extsrc.errors import OpError, OpTimeoutError
-from extsrc.oppool import OpPool
+from extsrc.ops_runtime.pool import OpPool
 
 ROOT = Path(__file__).resolve().parent.parent
 

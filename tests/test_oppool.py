@@ -1,5 +1,5 @@
-"""The numpy path's op pool (extsrc.oppool): the same batches as one thread, errors that name the
-sample, ops from __main__, and no process or memory left behind however the run ends."""
+"""The numpy path's op pool (extsrc.ops_runtime.pool): the same batches as one thread, errors that
+name the sample, ops from __main__, and no process or memory left behind however the run ends."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import augment_ops
 import extsrc
 from extsrc.config import cores_per_process
 from extsrc.errors import OpError, WorkerDiedError
-from extsrc.oppool import OpPool, chunks
+from extsrc.ops_runtime.pool import OpPool, chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -211,7 +211,7 @@ GROWS = augment_ops.Op(name="pool_test_grows", fn=_grows, num_outputs=2, random=
 
 def test_chunk_outputs_reach_on_outputs_in_batch_order_through_growing_memory(tmp_path):
     from extsrc.manifest import read_manifest
-    from extsrc.oppaths import BatchOpRunner
+    from extsrc.ops_runtime.runners import BatchOpRunner
 
     manifest = read_manifest(write_dataset(tmp_path, 12))
     pool = OpPool(3)
@@ -580,9 +580,9 @@ def test_host_resize_runs_in_threads_until_the_workers_are_up_with_the_same_pixe
     """extsrc's own resize-only step takes no interpreter's start: its first batch runs in
     threads of this process before any worker exists, the workers start from the second, and
     once they have loaded the step it runs in them; every batch has the pixels of one thread."""
-    from extsrc.hostresize import HostResize, ResizeOnly
     from extsrc.manifest import read_manifest
-    from extsrc.oppaths import BatchOpRunner
+    from extsrc.ops_runtime.hostresize import HostResize, ResizeOnly
+    from extsrc.ops_runtime.runners import BatchOpRunner
 
     manifest = read_manifest(write_dataset(tmp_path, 6, size=(33, 47)))
     rng = np.random.default_rng(0)

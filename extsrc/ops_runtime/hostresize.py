@@ -113,8 +113,8 @@ class ResizeOnly:
     op's outputs, an op before other ops).
 
     A process pool runs it in threads of this process until its worker processes are up
-    (:meth:`extsrc.oppool.OpPool.run`): it is extsrc's own code, and Pillow releases the GIL
-    while it resamples, so the first batches need not wait for the workers' interpreters to
+    (:meth:`extsrc.ops_runtime.pool.OpPool.run`): it is extsrc's own code, and Pillow releases the
+    GIL while it resamples, so the first batches need not wait for the workers' interpreters to
     start (0.2 of the 0.4 s to the first batch of a CPU loader); the later ones run in the
     workers, which scale past the parts of a resize that hold the GIL. Either way gives the
     same pixels."""
