@@ -17,7 +17,6 @@ from extsrc import _moved
 _moved.install()
 
 if TYPE_CHECKING:
-    from extsrc.batchformat import BatchFormat
     from extsrc.config import METADATA_KEYS, LoaderConfig
     from extsrc.doctor import Problem, ValidationReport, validate
     from extsrc.errors import (
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
         WorkerStartError,
     )
     from extsrc.extras import MissingExtraError
+    from extsrc.graph.batchformat import BatchFormat
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
     from extsrc.manifest import Manifest, read_manifest
@@ -119,7 +119,7 @@ __all__ = [
 # process, or ``extsrc.ops_runtime.hostresize`` when a worker unpickles its op, then costs no
 # pandas, torch or DALI.
 _WHERE: dict[str, str] = {
-    "BatchFormat": "extsrc.batchformat",
+    "BatchFormat": "extsrc.graph.batchformat",
     "METADATA_KEYS": "extsrc.config",
     "LoaderConfig": "extsrc.config",
     "Problem": "extsrc.doctor",

@@ -24,12 +24,15 @@ __all__ = ["MOVED", "MovedFinder", "install", "moved_attribute"]
 
 #: ``{old dotted name: new dotted name}``.
 MOVED: dict[str, str] = {
+    "extsrc.batchformat": "extsrc.graph.batchformat",
     "extsrc.hostresize": "extsrc.ops_runtime.hostresize",
     "extsrc.oppaths": "extsrc.ops_runtime",
     "extsrc.oppickle": "extsrc.ops_runtime.oppickle",
     "extsrc.oppool": "extsrc.ops_runtime.pool",
     "extsrc.opworker": "extsrc.ops_runtime.worker",
+    "extsrc.pipeline": "extsrc.graph.image",
     "extsrc.seeding": "extsrc.ops_runtime.seeding",
+    "extsrc.videopipeline": "extsrc.graph.video",
 }
 
 

@@ -20,16 +20,15 @@ import augment_ops
 from augment_ops.registry import IMPLEMENTATIONS, Op
 from extsrc import argcheck
 from extsrc._dali import cuda_driver_initialized
-from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.fileread import check_max_file_bytes
+from extsrc.graph.batchformat import BatchFormat, Dtype, Layout, ResizeMode
 from extsrc.ops_runtime.paths import choose_paths
 from extsrc.ops_runtime.pool import POOL_KINDS, check_op_timeout, check_picklable
-from extsrc.pipeline import default_output_names
 from extsrc.sharding import LastBatch, check_int, check_last_batch, check_seed
 
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "HIDDEN_OUTPUTS", "METADATA_KEYS", "LoaderConfig",
-    "check_output_names", "cores_per_process",
+    "check_output_names", "cores_per_process", "default_output_names",
 ]
 
 #: Keys every batch carries besides the named outputs: the manifest index of each sample and
@@ -45,6 +44,15 @@ _LAST_BATCH: tuple[str, ...] = get_args(LastBatch)
 #: (13.1k vs 11.4k images/s, medians of 3) and left training 0.92 instead of 0.90 of its
 #: synthetic-data speed, because the rest is Huffman-decoded on DALI's CPU threads.
 DEFAULT_HW_DECODER_LOAD = 0.85
+
+
+def default_output_names(ops: Sequence[Op]) -> tuple[str, ...]:
+    """``image``, then ``<op>_<k>`` for each op output, then ``label``."""
+    names = ["image"]
+    for op in ops:
+        names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
+    names.append("label")
+    return tuple(names)
 
 
 def as_ops(value: Any, what: str) -> tuple[Op, ...]:
@@ -322,7 +330,7 @@ class LoaderConfig:
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
-    # The batch format of every image output (see extsrc.batchformat).
+    # The batch format of every image output (see extsrc.graph.batchformat).
     layout: Layout = "NHWC"
     dtype: Dtype = "uint8"
     normalize: Any = None

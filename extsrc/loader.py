@@ -17,7 +17,6 @@ from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
-from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
 from extsrc.config import (
     DEFAULT_HW_DECODER_LOAD,
     HIDDEN_OUTPUTS,
@@ -37,12 +36,13 @@ from extsrc.epoch import Epoch
 from extsrc.errors import PipelineError
 from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.graph.batchformat import Dtype, Layout, Normalize, ResizeMode
+from extsrc.graph.image import build_pipeline
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.mainguard import check_main_guard
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.ops_runtime.paths import check_output_dtype
 from extsrc.ops_runtime.pool import OpPool
-from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
@@ -148,9 +148,9 @@ class Loader:
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
 
     Batch format of every image output (``image`` and the op outputs), made inside DALI after
-    the ops (on the GPU when the loader runs there); :mod:`extsrc.batchformat` has the details.
-    ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``) with
-    ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
+    the ops (on the GPU when the loader runs there); :mod:`extsrc.graph.batchformat` has the
+    details. ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``)
+    with ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
     ``Resize(s)`` + ``CenterCrop(s)``) or ``"stretch"``; ``normalize`` ``None`` (0-255),
     ``"scale"`` (/ 255) or ``(mean, std)`` in 0-255 units; ``dtype`` ``"uint8"`` (needs
     ``normalize=None``), ``"float32"``, ``"float16"`` or ``"bfloat16"``; ``layout`` ``"NHWC"``

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from augment_ops.registry import Op
 from extsrc import argcheck
-from extsrc.batchformat import check_mean_std
+from extsrc.graph.batchformat import check_mean_std
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest
 

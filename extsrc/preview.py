@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from extsrc.batchformat import check_mean_std
 from extsrc.extras import require
+from extsrc.graph.batchformat import check_mean_std
 from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["image_outputs", "preview", "render_batch", "to_display"]

@@ -3,7 +3,7 @@
 A :class:`~extsrc.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
 folder of class folders holding videos), sharding, ``last_batch``, seed, resume, ``on_error``,
 ``output_map``, ``device`` and DDP behaviour, the same epochs and errors; only the source
-(:class:`~extsrc.videosource.VideoSource`), the graph (:mod:`extsrc.videopipeline`) and the
+(:class:`~extsrc.videosource.VideoSource`), the graph (:mod:`extsrc.graph.video`) and the
 batch's keys differ.
 """
 
@@ -17,18 +17,18 @@ from typing import Any, Literal
 
 from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
-from extsrc.batchformat import Dtype, Normalize, ResizeMode
 from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
 from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.graph.batchformat import Dtype, Normalize, ResizeMode
+from extsrc.graph.video import VIDEO_LAYOUTS, build_video_pipeline
 from extsrc.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.ops_runtime.pool import check_op_timeout
 from extsrc.sharding import LastBatch
 from extsrc.textsafe import shown
 from extsrc.videoclips import ClipPolicy, ClipSpec, ShortVideos
-from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
 from extsrc.videoprobe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
 from extsrc.videosource import VIDEO_HINT, VideoSource, find_too_small, find_undecodable
 

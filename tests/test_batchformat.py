@@ -13,7 +13,7 @@ from PIL import Image
 
 import extsrc
 from extsrc import Loader, VideoLoader
-from extsrc.batchformat import BatchFormat, check_mean_std
+from extsrc.graph.batchformat import BatchFormat, check_mean_std
 from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset
 from extsrc.preview import to_display
 

@@ -8,10 +8,10 @@ image outputs with Pillow: in the op pool's workers, after the op that made them
 image with the outputs of the first such op that reads it), or in a resize-only step for the
 other images. GPU loaders resize with DALI on the GPU.
 
-The sizes follow :class:`extsrc.batchformat.BatchFormat`'s modes: ``"stretch"`` scales each side
-to the requested size; ``"shorter_side"`` scales, keeping the aspect ratio, until the image covers
-the requested size, then cuts the centre. Pixel values differ slightly from DALI's resamplers;
-they do not depend on the number or kind of op workers.
+The sizes follow :class:`extsrc.graph.batchformat.BatchFormat`'s modes: ``"stretch"`` scales each
+side to the requested size; ``"shorter_side"`` scales, keeping the aspect ratio, until the image
+covers the requested size, then cuts the centre. Pixel values differ slightly from DALI's
+resamplers; they do not depend on the number or kind of op workers.
 """
 
 from __future__ import annotations

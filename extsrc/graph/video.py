@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from augment_ops.registry import Op
-from extsrc.batchformat import BatchFormat
 from extsrc.errors import RAISED, OpTimeoutError
 from extsrc.folders import sample_where
+from extsrc.graph.batchformat import BatchFormat
+from extsrc.graph.image import dali_seed
 from extsrc.ops_runtime.runners import BatchOpRunner
-from extsrc.pipeline import dali_seed
 from extsrc.videosource import VIDEO_SOURCE_OUTPUTS, VideoSource
 
 __all__ = ["VIDEO_LAYOUTS", "ClipOpRunner", "build_video_pipeline"]
