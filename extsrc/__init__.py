@@ -17,7 +17,6 @@ from extsrc import _moved
 _moved.install()
 
 if TYPE_CHECKING:
-    from extsrc.config import METADATA_KEYS, LoaderConfig
     from extsrc.doctor import Problem, ValidationReport, validate
     from extsrc.errors import (
         BadImageError,
@@ -41,9 +40,9 @@ if TYPE_CHECKING:
     from extsrc.extras import MissingExtraError
     from extsrc.graph.batchformat import BatchFormat
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-    from extsrc.loader import Loader
-    from extsrc.manifest import Manifest, read_manifest
-    from extsrc.presets import (
+    from extsrc.loading.config import METADATA_KEYS, LoaderConfig
+    from extsrc.loading.loader import Loader
+    from extsrc.loading.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
         TrainPreset,
@@ -51,12 +50,13 @@ if TYPE_CHECKING:
         train_loader,
         val_loader,
     )
-    from extsrc.preview import render_batch
-    from extsrc.sample_data import make_sample_dataset
-    from extsrc.sample_videos import make_sample_videos
+    from extsrc.loading.video import VideoLoader
+    from extsrc.manifest import Manifest, read_manifest
     from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
     from extsrc.source import SOURCE_OUTPUTS, ShardedSource
-    from extsrc.video import VideoLoader
+    from extsrc.tools.preview import render_batch
+    from extsrc.tools.sample_data import make_sample_dataset
+    from extsrc.tools.sample_videos import make_sample_videos
     from extsrc.videocheck import validate_videos
     from extsrc.videoclips import ClipSpec
     from extsrc.videoprobe import VideoInfo, probe_video
@@ -120,8 +120,8 @@ __all__ = [
 # pandas, torch or DALI.
 _WHERE: dict[str, str] = {
     "BatchFormat": "extsrc.graph.batchformat",
-    "METADATA_KEYS": "extsrc.config",
-    "LoaderConfig": "extsrc.config",
+    "METADATA_KEYS": "extsrc.loading.config",
+    "LoaderConfig": "extsrc.loading.config",
     "Problem": "extsrc.doctor",
     "ValidationReport": "extsrc.doctor",
     "validate": "extsrc.doctor",
@@ -144,18 +144,18 @@ _WHERE: dict[str, str] = {
     "WorkerStartError": "extsrc.errors",
     "MissingExtraError": "extsrc.extras",
     "DEFAULT_MAX_PIXELS": "extsrc.imagecheck",
-    "Loader": "extsrc.loader",
+    "Loader": "extsrc.loading.loader",
     "Manifest": "extsrc.manifest",
     "read_manifest": "extsrc.manifest",
-    "IMAGENET_MEAN": "extsrc.presets",
-    "IMAGENET_STD": "extsrc.presets",
-    "TrainPreset": "extsrc.presets",
-    "ValPreset": "extsrc.presets",
-    "train_loader": "extsrc.presets",
-    "val_loader": "extsrc.presets",
-    "render_batch": "extsrc.preview",
-    "make_sample_dataset": "extsrc.sample_data",
-    "make_sample_videos": "extsrc.sample_videos",
+    "IMAGENET_MEAN": "extsrc.loading.presets",
+    "IMAGENET_STD": "extsrc.loading.presets",
+    "TrainPreset": "extsrc.loading.presets",
+    "ValPreset": "extsrc.loading.presets",
+    "train_loader": "extsrc.loading.presets",
+    "val_loader": "extsrc.loading.presets",
+    "render_batch": "extsrc.tools.preview",
+    "make_sample_dataset": "extsrc.tools.sample_data",
+    "make_sample_videos": "extsrc.tools.sample_videos",
     "LastBatch": "extsrc.sharding",
     "ShardPlan": "extsrc.sharding",
     "epoch_permutation": "extsrc.sharding",
@@ -163,7 +163,7 @@ _WHERE: dict[str, str] = {
     "shard_plan": "extsrc.sharding",
     "SOURCE_OUTPUTS": "extsrc.source",
     "ShardedSource": "extsrc.source",
-    "VideoLoader": "extsrc.video",
+    "VideoLoader": "extsrc.loading.video",
     "validate_videos": "extsrc.videocheck",
     "ClipSpec": "extsrc.videoclips",
     "VideoInfo": "extsrc.videoprobe",

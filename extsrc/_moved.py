@@ -25,13 +25,27 @@ __all__ = ["MOVED", "MovedFinder", "install", "moved_attribute"]
 #: ``{old dotted name: new dotted name}``.
 MOVED: dict[str, str] = {
     "extsrc.batchformat": "extsrc.graph.batchformat",
+    "extsrc.cli": "extsrc.tools.cli",
+    "extsrc.config": "extsrc.loading.config",
+    "extsrc.distributed": "extsrc.loading.distributed",
+    "extsrc.epoch": "extsrc.loading.epoch",
+    "extsrc.failures": "extsrc.loading.failures",
     "extsrc.hostresize": "extsrc.ops_runtime.hostresize",
+    "extsrc.loader": "extsrc.loading.loader",
     "extsrc.oppaths": "extsrc.ops_runtime",
     "extsrc.oppickle": "extsrc.ops_runtime.oppickle",
     "extsrc.oppool": "extsrc.ops_runtime.pool",
     "extsrc.opworker": "extsrc.ops_runtime.worker",
     "extsrc.pipeline": "extsrc.graph.image",
+    "extsrc.position": "extsrc.loading.position",
+    "extsrc.presets": "extsrc.loading.presets",
+    "extsrc.preview": "extsrc.tools.preview",
+    "extsrc.sample_data": "extsrc.tools.sample_data",
+    "extsrc.sample_videos": "extsrc.tools.sample_videos",
     "extsrc.seeding": "extsrc.ops_runtime.seeding",
+    "extsrc.slowstart": "extsrc.loading.slowstart",
+    "extsrc.state": "extsrc.loading.state",
+    "extsrc.video": "extsrc.loading.video",
     "extsrc.videopipeline": "extsrc.graph.video",
 }
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
-from extsrc.slowstart import stage
+from extsrc.loading.slowstart import stage
 from extsrc.textsafe import shown
 
 __all__ = ["Manifest", "read_manifest"]

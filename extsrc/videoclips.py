@@ -36,7 +36,7 @@ ClipPolicy = Literal["random", "uniform", "center"]
 ShortVideos = Literal["error", "pad"]
 
 #: Salt of the clip-start draws: apart from every op's draws.
-_CLIP_SALT = name_salt("extsrc.video.clip_start")
+_CLIP_SALT = name_salt("extsrc.loading.video.clip_start")
 #: Largest ``sequence_length``, ``stride`` and ``clips_per_video`` accepted.
 MAX_SEQUENCE_LENGTH = 4096
 MAX_STRIDE = 1 << 16
@@ -54,7 +54,8 @@ class ShortVideoError(ValueError):
 
 @dataclass(frozen=True)
 class ClipSpec:
-    """The clips a :class:`~extsrc.video.VideoLoader` cuts from each video (see the module)."""
+    """The clips a :class:`~extsrc.loading.video.VideoLoader` cuts from each video (see the
+    module)."""
 
     sequence_length: int
     stride: int = 1

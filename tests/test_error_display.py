@@ -23,7 +23,7 @@ import extsrc
 from extsrc import Loader, read_manifest
 from extsrc._dali.messages import without_dali_frames
 from extsrc.errors import BadImageError, OpError, SampleReadError
-from extsrc.failures import DEBUG_ENV, debug
+from extsrc.loading.failures import DEBUG_ENV, debug
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 

@@ -19,8 +19,8 @@ from helpers import children, has_gpu, write_dataset
 
 import augment_ops
 import extsrc
-from extsrc.config import cores_per_process
 from extsrc.errors import OpError, WorkerDiedError
+from extsrc.loading.config import cores_per_process
 from extsrc.ops_runtime.pool import OpPool, chunks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -555,9 +555,9 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
     from unittest import mock
 
-    from extsrc.config import LoaderConfig
+    from extsrc.loading.config import LoaderConfig
 
-    with mock.patch("extsrc.config.cores_per_process", return_value=16):
+    with mock.patch("extsrc.loading.config.cores_per_process", return_value=16):
         pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
         assert pooled.op_pool_workers == 16 and (pooled.threads, pooled.workers) == (2, 2)
         # explicit values stand
@@ -570,7 +570,7 @@ def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
                                    device_id=0, op_workers=0),
                       LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy")):
             assert (other.threads, other.workers) == (12, 4)
-    with mock.patch("extsrc.config.cores_per_process", return_value=64):  # scales with them
+    with mock.patch("extsrc.loading.config.cores_per_process", return_value=64):  # scales with them
         pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
         assert (pooled.threads, pooled.workers) == (8, 4)
 

@@ -1,6 +1,7 @@
 """The DALI graph: ExternalSource of raw bytes -> decode -> registered ops -> resize -> outputs.
 
-This module knows DALI but not PyTorch; :mod:`extsrc.loader` wraps the built pipeline for torch.
+This module knows DALI but not PyTorch; :mod:`extsrc.loading.loader` wraps the built pipeline for
+torch.
 """
 
 from __future__ import annotations

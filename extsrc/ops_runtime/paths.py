@@ -37,8 +37,8 @@ import numpy as np
 
 from augment_ops.registry import IMPLEMENTATIONS, Op, implementation
 from augment_ops.trace import TraceError, explain, trace_op
+from extsrc.loading.slowstart import stage
 from extsrc.ops_runtime.pool import check_picklable
-from extsrc.slowstart import stage
 
 __all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels"]
 

@@ -1,6 +1,6 @@
 """``VideoLoader``: batches of video clips from a labelled manifest, through DALI's video decoder.
 
-A :class:`~extsrc.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
+A :class:`~extsrc.loading.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
 folder of class folders holding videos), sharding, ``last_batch``, seed, resume, ``on_error``,
 ``output_map``, ``device`` and DDP behaviour, the same epochs and errors; only the source
 (:class:`~extsrc.videosource.VideoSource`), the graph (:mod:`extsrc.graph.video`) and the
@@ -17,13 +17,13 @@ from typing import Any, Literal
 
 from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
-from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
-from extsrc.failures import InFlight, explain
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.graph.batchformat import Dtype, Normalize, ResizeMode
 from extsrc.graph.video import VIDEO_LAYOUTS, build_video_pipeline
-from extsrc.loader import Loader
+from extsrc.loading.config import as_ops
+from extsrc.loading.failures import InFlight, explain
+from extsrc.loading.loader import Loader
 from extsrc.manifest import Manifest, read_manifest
 from extsrc.ops_runtime.pool import check_op_timeout
 from extsrc.sharding import LastBatch
@@ -76,8 +76,8 @@ class VideoLoader(Loader):
 
     Batch: ``video`` ``(B, F, H, W, C)`` (``layout="NFHWC"``; ``"NFCHW"`` gives
     ``(B, F, C, H, W)``, ``"NCFHW"`` ``(B, C, F, H, W)`` as video models take it), ``uint8`` or
-    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loader.Loader`; ``<op>_<k>`` for each op
-    output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
+    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loading.loader.Loader`; ``<op>_<k>`` for each
+    op output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
     (the clip's first frame) and ``num_frames`` (the video's frame count), all ``(B,)``.
     ``resize`` and ``resize_mode`` apply to every frame alike; without ``resize`` the videos of a
     batch must share one frame size.
@@ -111,7 +111,7 @@ class VideoLoader(Loader):
 
     Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
     ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
-    ``set_epoch``, ``close``) is :class:`~extsrc.loader.Loader`'s.
+    ``set_epoch``, ``close``) is :class:`~extsrc.loading.loader.Loader`'s.
     """
 
     _takes_clips = True

@@ -1,8 +1,9 @@
 """``Loader``: the PyTorch-facing object. Builds the DALI pipeline and yields dicts of tensors.
 
-Its configuration and the rules it follows are :mod:`extsrc.config`; one pass over the batches is
-an :class:`~extsrc.epoch.Epoch`; where it stands is a :class:`~extsrc.position.ReadPosition`;
-DALI's private parts (the dead-worker watchdog) are :mod:`extsrc._dali`.
+Its configuration and the rules it follows are :mod:`extsrc.loading.config`; one pass over the
+batches is an :class:`~extsrc.loading.epoch.Epoch`; where it stands is a
+:class:`~extsrc.loading.position.ReadPosition`; DALI's private parts (the dead-worker watchdog) are
+:mod:`extsrc._dali`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
-from extsrc.config import (
+from extsrc.device import resolve_device
+from extsrc.errors import PipelineError
+from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.graph.batchformat import Dtype, Layout, Normalize, ResizeMode
+from extsrc.graph.image import build_pipeline
+from extsrc.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.loading.config import (
     DEFAULT_HW_DECODER_LOAD,
     HIDDEN_OUTPUTS,
     METADATA_KEYS,
@@ -30,24 +37,12 @@ from extsrc.config import (
     cores_per_process,
     normalise_op_path,
 )
-from extsrc.device import resolve_device
-from extsrc.distributed import detect, resolve_sharding
-from extsrc.epoch import Epoch
-from extsrc.errors import PipelineError
-from extsrc.failures import InFlight, explain
-from extsrc.fileread import DEFAULT_MAX_FILE_BYTES
-from extsrc.graph.batchformat import Dtype, Layout, Normalize, ResizeMode
-from extsrc.graph.image import build_pipeline
-from extsrc.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.mainguard import check_main_guard
-from extsrc.manifest import Manifest, read_manifest
-from extsrc.ops_runtime.paths import check_output_dtype
-from extsrc.ops_runtime.pool import OpPool
-from extsrc.position import ReadPosition
-from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
-from extsrc.slowstart import SLOW_SECONDS, stage
-from extsrc.source import ShardedSource
-from extsrc.state import (
+from extsrc.loading.distributed import detect, resolve_sharding
+from extsrc.loading.epoch import Epoch
+from extsrc.loading.failures import InFlight, explain
+from extsrc.loading.position import ReadPosition
+from extsrc.loading.slowstart import SLOW_SECONDS, stage
+from extsrc.loading.state import (
     FILLED_IN_ORDER,
     SHARDING,
     check_state,
@@ -55,6 +50,12 @@ from extsrc.state import (
     describe_stages,
     make_state,
 )
+from extsrc.mainguard import check_main_guard
+from extsrc.manifest import Manifest, read_manifest
+from extsrc.ops_runtime.paths import check_output_dtype
+from extsrc.ops_runtime.pool import OpPool
+from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
+from extsrc.source import ShardedSource
 
 __all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig"]
 
@@ -114,11 +115,11 @@ class Loader:
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
     whose Huffman decoding runs on DALI's CPU threads (default ``DEFAULT_HW_DECODER_LOAD``, 0.85,
     measured faster than DALI's 0.65 on an H100). ``stages`` are DALI callables applied to
-    the main image instead of ``resize`` (see :mod:`extsrc.presets`).
+    the main image instead of ``resize`` (see :mod:`extsrc.loading.presets`).
 
     Under ``torchrun`` / an initialised ``torch.distributed`` group, leaving ``shard_id`` and
     ``num_shards`` unset shards by global rank and world size, and ``device=None`` picks the local
-    GPU (``LOCAL_RANK``); see :mod:`extsrc.distributed`.
+    GPU (``LOCAL_RANK``); see :mod:`extsrc.loading.distributed`.
 
     Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
     decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
@@ -143,9 +144,9 @@ class Loader:
     Arguments are checked at construction, each refused naming it (:class:`TypeError` for a
     wrong type: numpy integers are taken where an int is due, floats and bools are not;
     :class:`ValueError` for a value out of range, e.g. a batch larger than 1,000 times the
-    samples). The rules and ranges live in :mod:`extsrc.config`.
+    samples). The rules and ranges live in :mod:`extsrc.loading.config`.
 
-    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`).
 
     Batch format of every image output (``image`` and the op outputs), made inside DALI after
     the ops (on the GPU when the loader runs there); :mod:`extsrc.graph.batchformat` has the
@@ -389,7 +390,7 @@ class Loader:
 
     # -- resume -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.state`).
+        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
 
         ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
         ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model

@@ -1,8 +1,9 @@
 """The ``extsrc`` command: try the loader, check a manifest, look at and time a pipeline.
 
-Run ``extsrc --help`` (or ``python -m extsrc.cli --help``) for the commands. Every command exits 0
-on success, 1 when it found a problem (``validate`` found bad files, a pipeline failed) and 2 on
-bad input (a missing manifest, an unknown op, a bad option), printing a one-line reason to stderr.
+Run ``extsrc --help`` (or ``python -m extsrc.tools.cli --help``) for the commands. Every command
+exits 0 on success, 1 when it found a problem (``validate`` found bad files, a pipeline failed) and
+2 on bad input (a missing manifest, an unknown op, a bad option), printing a one-line reason to
+stderr.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def _cli_words(text: str) -> str:
 def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
             resize: tuple[int, int] | None, last_batch: str = "partial") -> Any:
     """A Loader, or a preset loader with ``--preset``, from the common options."""
-    from extsrc.loader import Loader
+    from extsrc.loading.loader import Loader
 
     ops = _resolve_ops(_op_names(args.ops))
     preset = getattr(args, "preset", None)
@@ -242,7 +243,7 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
     if preset is None or preset == "none":
         return Loader(_manifest_arg(args), resize=resize, **common)
-    from extsrc import presets
+    from extsrc.loading import presets
 
     if resize is not None:
         common["resize"] = resize
@@ -360,10 +361,10 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 # -- commands ------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from extsrc.extras import require
-    from extsrc.loader import Loader
+    from extsrc.loading.loader import Loader
     from extsrc.manifest import read_manifest
-    from extsrc.preview import render_batch
-    from extsrc.sample_data import make_sample_dataset
+    from extsrc.tools.preview import render_batch
+    from extsrc.tools.sample_data import make_sample_dataset
 
     require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
@@ -454,7 +455,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from extsrc.extras import require
-    from extsrc.preview import image_outputs, render_batch
+    from extsrc.tools.preview import image_outputs, render_batch
 
     require("matplotlib", "preview", "extsrc preview")
     resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
