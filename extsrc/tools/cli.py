@@ -556,31 +556,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 
 # -- parser and entry point ----------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    from extsrc import __version__
-
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    p = sub.add_parser("demo", help="make a sample dataset, run a loader, write a preview PNG",
-                       description="Make a small generated dataset (shapes on gradients), run a "
-                                   "loader with the grid2x2 op for a couple of epochs, print "
-                                   "images/s, the device and op paths, and write preview.png.")
-    p.add_argument("--out", default="extsrc-demo", metavar="DIR",
-                   help="folder for the dataset and preview.png (default: extsrc-demo)")
-    p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
-    p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
-    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                   help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes reading files (default: from the core count)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.set_defaults(func=cmd_demo, imports=[])
-
+def _add_validate_parser(sub: Any) -> None:
+    """``extsrc validate``: its options are the image and video checks' own."""
     p = sub.add_parser("validate", help="check that every file in a manifest can be read",
                        description="Read MANIFEST and check every file it lists (missing, "
                                    "unreadable, empty, not an image, truncated, corrupt; for "
@@ -613,6 +590,34 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 1)")
     _add_root_option(p)
     p.set_defaults(func=cmd_validate, imports=[])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from extsrc import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    p = sub.add_parser("demo", help="make a sample dataset, run a loader, write a preview PNG",
+                       description="Make a small generated dataset (shapes on gradients), run a "
+                                   "loader with the grid2x2 op for a couple of epochs, print "
+                                   "images/s, the device and op paths, and write preview.png.")
+    p.add_argument("--out", default="extsrc-demo", metavar="DIR",
+                   help="folder for the dataset and preview.png (default: extsrc-demo)")
+    p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
+    p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                   help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes reading files (default: from the core count)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.set_defaults(func=cmd_demo, imports=[])
+
+    _add_validate_parser(sub)
 
     p = sub.add_parser("preview", help="render the first batch (image and every op output) "
                                        "to a PNG",
