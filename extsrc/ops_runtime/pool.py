@@ -51,7 +51,7 @@ from extsrc.ops_runtime.procs import Mapped, WorkerProcess
 from extsrc.ops_runtime.threads import Task, Threads, abandoned_error, wait_tasks
 from extsrc.ops_runtime.worker import aligned, grown, recv_message, send_message
 
-__all__ = ["POOL_KINDS", "STARTUP_SECONDS", "BatchOpRunner", "OpPool", "check_op_timeout",
+__all__ = ["POOL_KINDS", "STARTUP_SECONDS", "OpPool", "PoolRunner", "check_op_timeout",
            "check_picklable", "chunks"]
 
 #: The kinds of pool: worker processes, or threads of this process.
@@ -74,7 +74,7 @@ class _Samples(Protocol):
     paths: Sequence[str]
 
 
-class BatchOpRunner(Protocol):
+class PoolRunner(Protocol):
     """What :meth:`OpPool.run` needs of the runner that hands it a batch (the numpy path's
     runners satisfy it): the op with its seed and salt (sent to the workers), the one-sample
     call (run in threads), how a sample is named, and the error of a sample that failed."""
@@ -158,7 +158,7 @@ def _wait_quietly(copied: Callable[[], None] | None) -> None:
             pass
 
 
-def _late_error(runner: BatchOpRunner, timeout: float, kind: str, indices: list[int],
+def _late_error(runner: PoolRunner, timeout: float, kind: str, indices: list[int],
                 samples: int, who: str, then: str) -> OpTimeoutError:
     """An :class:`OpTimeoutError` for op ``runner`` late on manifest ``indices`` (``samples``:
     how many samples the late worker was given at once)."""
@@ -231,7 +231,7 @@ class OpPool:
             self._mapped(m)
 
     # -- running ----------------------------------------------------------------------------------
-    def run(self, runner: BatchOpRunner, images: Sequence[Any], infos: Sequence[Any], *,
+    def run(self, runner: PoolRunner, images: Sequence[Any], infos: Sequence[Any], *,
             copy_in: Callable[[np.ndarray, Any], None] = np.copyto,
             copied: Callable[[], None] | None = None,
             on_outputs: OnOutputs | None = None,
@@ -256,7 +256,7 @@ class OpPool:
                 return self._run_threads(runner, images, ids)
             return self._run_processes(runner, images, ids, copy_in, copied, on_outputs)
 
-    def _processes_ready(self, runner: BatchOpRunner) -> bool:
+    def _processes_ready(self, runner: PoolRunner) -> bool:
         """Whether every worker process has loaded ``runner``'s op, for an op that may run in
         threads of this process meanwhile (``in_threads``: extsrc's own host resize, see
         :class:`extsrc.ops_runtime.hostresize.ResizeOnly`); starts the workers and sends them
@@ -287,7 +287,7 @@ class OpPool:
             return True  # a worker ended: the process path reports how, naming the samples
         return not any(w.loading for w in self._procs)
 
-    def _run_threads(self, runner: BatchOpRunner, images: Sequence[Any],
+    def _run_threads(self, runner: PoolRunner, images: Sequence[Any],
                      ids: list[tuple[int, int]]) -> list[tuple[Any, ...]]:
         self._abandoned = [(t, e) for t, e in self._abandoned if t.is_alive()]
         if self._abandoned:
@@ -304,7 +304,7 @@ class OpPool:
             raise self._threads_late(runner, late, ids, tasks)
         return [t.future.result() for t in tasks]
 
-    def _threads_late(self, runner: BatchOpRunner, late: list[Task], ids: list[tuple[int, int]],
+    def _threads_late(self, runner: PoolRunner, late: list[Task], ids: list[tuple[int, int]],
                       tasks: list[Task]) -> OpTimeoutError:
         """The error for threads that ran past the limit; they are abandoned and the pool's
         other threads end after their current sample (the next batch starts new ones)."""
@@ -326,7 +326,7 @@ class OpPool:
         RAISED.append(err)
         return err
 
-    def _key(self, runner: BatchOpRunner) -> tuple[int, bytes]:
+    def _key(self, runner: PoolRunner) -> tuple[int, bytes]:
         """The op's number in the workers, and its pickled (op, seed, salt). Two runners of one
         pipeline never share a key (their salts differ), so never their output memory."""
         k = (id(runner.op), runner.seed, runner.salt)
@@ -359,7 +359,7 @@ class OpPool:
                 raise
             _OPEN.add(self)
 
-    def _run_processes(self, runner: BatchOpRunner, images: Sequence[Any],
+    def _run_processes(self, runner: PoolRunner, images: Sequence[Any],
                        ids: list[tuple[int, int]], copy_in: Callable[[np.ndarray, Any], None],
                        copied: Callable[[], None] | None, on_outputs: OnOutputs | None,
                        ) -> list[tuple[Any, ...]]:
@@ -430,7 +430,7 @@ class _ProcessBatch:
     free, and every reply read, so each socket stays in step. Chunks past a failing sample are
     not run: the serial path stops there."""
 
-    def __init__(self, pool: OpPool, runner: BatchOpRunner, images: Sequence[Any],
+    def __init__(self, pool: OpPool, runner: PoolRunner, images: Sequence[Any],
                  ids: list[tuple[int, int]], copy_in: Callable[[np.ndarray, Any], None],
                  copied: Callable[[], None] | None, on_outputs: OnOutputs | None) -> None:
         self.pool, self.runner, self.images, self.ids = pool, runner, images, ids
