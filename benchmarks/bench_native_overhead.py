@@ -106,7 +106,7 @@ def graph_overhead(name: str, transforms, ops, args) -> dict:
     import augment_ops.lower_dali as lower
     import extsrc
     from augment_ops.trace import trace_op
-    from extsrc import oppaths
+    from extsrc.ops_runtime import native, seeding
 
     batch = args.batch_size
     rng = np.random.default_rng(0)
@@ -125,9 +125,9 @@ def graph_overhead(name: str, transforms, ops, args) -> dict:
         for k, op_name in enumerate((*transforms, *ops)):
             op = augment_ops.get(op_name)
             traced = trace_op(op)
-            check = oppaths.SizeCheck(op, manifest) if op.min_size > 1 else None
+            check = native.SizeCheck(op, manifest) if op.min_size > 1 else None
             if new_api:
-                program = oppaths.native_sample_scalars(op, seed=0)
+                program = native.native_sample_scalars(op, seed=0)
                 values = []
                 if program is not None:
                     arrays = program(info[:, 0], info[:, 1])
@@ -140,7 +140,7 @@ def graph_overhead(name: str, transforms, ops, args) -> dict:
                 got = lower.emit(traced, image, sample_values=values, info=inf, check=check,
                                  min_size=op.min_size)
             else:
-                uniform = (oppaths.CounterDraws(0, oppaths.op_salt(op.name))
+                uniform = (native.CounterDraws(0, seeding.op_salt(op.name))
                            if traced.num_draws else None)
                 got = lower.emit(traced, image, info=inf, uniform=uniform, check=check)
             if k < len(transforms):

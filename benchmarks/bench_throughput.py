@@ -320,10 +320,10 @@ def extsrc_gpu(setup: Setup, **kw):
 def extsrc_graph(setup: Setup, **kw):
     """extsrc's DALI graph and source driven by DALI's own iterator, without the Loader's
     per-batch Python (diagnostic): the loader's configuration through the public
-    ``extsrc.pipeline.build_pipeline``."""
+    ``extsrc.graph.image.build_pipeline``."""
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
-    from extsrc.pipeline import build_pipeline
+    from extsrc.graph.image import build_pipeline
 
     loader = setup.loader(**kw)
     c = loader.config

@@ -299,7 +299,7 @@ def main(argv=None) -> int:
     from data import make_dataset
 
     import augment_ops
-    from extsrc.loader import DEFAULT_HW_DECODER_LOAD
+    from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
 
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"

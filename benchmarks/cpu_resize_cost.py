@@ -5,8 +5,8 @@ threads) over the JPEGs of ``data.py``: decoding alone, decoding and resizing to
 DALI's defaults (linear, antialiased), and without antialiasing; then Pillow in one thread,
 decoding alone and decoding plus a bilinear resize (Pillow antialiases when it shrinks); and
 the resize alone on one core, in milliseconds per image: DALI's ``fn.resize`` (one thread, over
-a batch of the decoded images) against ``extsrc.hostresize.HostResize`` (Pillow), the resize CPU
-loaders use.
+a batch of the decoded images) against ``extsrc.ops_runtime.hostresize.HostResize`` (Pillow), the
+resize CPU loaders use.
 
     python benchmarks/cpu_resize_cost.py --n 256 --out results/cpu_resize_cost.json
 """
@@ -63,7 +63,7 @@ def resize_ms(pairs) -> dict[str, float]:
     from PIL import Image
 
     sys.path.insert(0, str(HERE.parent))
-    from extsrc.hostresize import HostResize
+    from extsrc.ops_runtime.hostresize import HostResize
 
     imgs = []
     for path, _ in pairs[:128]:

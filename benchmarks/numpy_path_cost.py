@@ -10,7 +10,7 @@ decodes them, and resizes to 224x224 on the GPU. In between:
 - ``gpu_decode+pool``, ``gpu_decode+threads``: that identity op run by extsrc's op pool
   (worker processes, or threads) inside the host ``python_function``, images copied from
   DALI's host buffers into the pool's memory. A GPU loader no longer does this: its pool takes
-  the images from GPU memory (``extsrc.oppaths.DeviceBatchOpRunner``), the design these
+  the images from GPU memory (``extsrc.ops_runtime.runners.DeviceBatchOpRunner``), the design these
   figures led to;
 - ``cpu_decode``: DALI's CPU decoder, then the upload; ``cpu_decode+pyfn``: with the identity
   ``python_function``;
@@ -49,8 +49,8 @@ def build(variant: str, pairs, *, batch_size: int, threads: int, workers: int, p
     from nvidia.dali.pipeline import Pipeline
 
     import augment_ops
-    from extsrc.oppaths import BatchOpRunner
-    from extsrc.oppool import OpPool
+    from extsrc.ops_runtime.pool import OpPool
+    from extsrc.ops_runtime.runners import BatchOpRunner
     from extsrc.sources.manifest import Manifest
 
     pool = None

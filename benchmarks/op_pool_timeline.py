@@ -59,13 +59,13 @@ def _spin(args: tuple[str, float, int]) -> tuple[int, float]:
 def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
                   worker_malloc: bool = False, images: int = 8) -> float:
     """Images/s of the op alone in ``procs`` processes at once; ``worker_malloc``: with the op
-    pool workers' malloc settings (``extsrc.oppool._worker_env``), as the op pool runs it;
+    pool workers' malloc settings (``extsrc.ops_runtime.procs.worker_env``), as the op pool runs it;
     ``images``: distinct images each process cycles over (see ``_spin``)."""
     import multiprocessing as mp
 
-    from extsrc.oppool import _worker_env
+    from extsrc.ops_runtime.procs import worker_env
 
-    malloc = {k: v for k, v in _worker_env().items() if k.startswith("MALLOC_")}
+    malloc = {k: v for k, v in worker_env().items() if k.startswith("MALLOC_")}
     saved = {k: os.environ.get(k) for k in malloc}
     if worker_malloc:  # read by glibc when each spawned process starts
         os.environ.update(malloc)
@@ -87,11 +87,12 @@ def timeline(manifest: str, name: str, *, op_workers: int, threads: int, readers
     import torch
 
     import extsrc
-    from extsrc import oppaths, oppool
+    from extsrc.ops_runtime import pool as oppool
+    from extsrc.ops_runtime import runners
 
     rec: list[tuple[float, float, float, float, list[float]]] = []
     state: dict = {}
-    call0, run0, recv0 = (oppaths.DeviceBatchOpRunner.__call__, oppool.OpPool._run_processes,
+    call0, run0, recv0 = (runners.DeviceBatchOpRunner.__call__, oppool.OpPool._run_processes,
                           oppool.recv_message)
 
     def call(self, images, infos):
@@ -112,7 +113,7 @@ def timeline(manifest: str, name: str, *, op_workers: int, threads: int, readers
         state.setdefault("replies", []).append(time.perf_counter())
         return r
 
-    oppaths.DeviceBatchOpRunner.__call__ = call
+    runners.DeviceBatchOpRunner.__call__ = call
     oppool.OpPool._run_processes = run
     oppool.recv_message = recv
     try:
@@ -130,7 +131,7 @@ def timeline(manifest: str, name: str, *, op_workers: int, threads: int, readers
         rate = n / (time.perf_counter() - t0)
         loader.close()
     finally:
-        oppaths.DeviceBatchOpRunner.__call__ = call0
+        runners.DeviceBatchOpRunner.__call__ = call0
         oppool.OpPool._run_processes = run0
         oppool.recv_message = recv0
     r = rec[8:]

@@ -37,7 +37,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 import extsrc
-from extsrc.distributed import detect
+from extsrc.loading.distributed import detect
 from extsrc.sources.sharding import num_batches_per_shard
 from extsrc.sources.table import read_manifest
 

@@ -18,8 +18,6 @@ _moved.install()
 
 if TYPE_CHECKING:
     from extsrc._util.extras import MissingExtraError
-    from extsrc.batchformat import BatchFormat
-    from extsrc.config import METADATA_KEYS, LoaderConfig
     from extsrc.errors import (
         BadImageError,
         BadVideoError,
@@ -39,8 +37,10 @@ if TYPE_CHECKING:
         WorkerDiedError,
         WorkerStartError,
     )
-    from extsrc.loader import Loader
-    from extsrc.presets import (
+    from extsrc.graph.batchformat import BatchFormat
+    from extsrc.loading.config import METADATA_KEYS, LoaderConfig
+    from extsrc.loading.loader import Loader
+    from extsrc.loading.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
         TrainPreset,
@@ -48,9 +48,7 @@ if TYPE_CHECKING:
         train_loader,
         val_loader,
     )
-    from extsrc.preview import render_batch
-    from extsrc.sample_data import make_sample_dataset
-    from extsrc.sample_videos import make_sample_videos
+    from extsrc.loading.video import VideoLoader
     from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.sources.images import SOURCE_OUTPUTS, ShardedSource
     from extsrc.sources.manifest import Manifest
@@ -64,10 +62,12 @@ if TYPE_CHECKING:
     from extsrc.sources.table import read_manifest
     from extsrc.sources.video.clips import ClipSpec
     from extsrc.sources.video.probe import VideoInfo, probe_video
+    from extsrc.tools.preview import render_batch
+    from extsrc.tools.sample_data import make_sample_dataset
+    from extsrc.tools.sample_videos import make_sample_videos
     from extsrc.validation.report import Problem, ValidationReport
     from extsrc.validation.validate import validate
     from extsrc.validation.videos import validate_videos
-    from extsrc.video import VideoLoader
 
 __version__ = "0.1.0"
 
@@ -123,12 +123,13 @@ __all__ = [
     "validate_videos",
 ]
 
-# Names are imported on first use (PEP 562): ``import extsrc.opworker`` in an op worker process,
-# or ``extsrc.hostresize`` when a worker unpickles its op, then costs no pandas, torch or DALI.
+# Names are imported on first use (PEP 562): ``import extsrc.ops_runtime.worker`` in an op worker
+# process, or ``extsrc.ops_runtime.hostresize`` when a worker unpickles its op, then costs no
+# pandas, torch or DALI.
 _WHERE: dict[str, str] = {
-    "BatchFormat": "extsrc.batchformat",
-    "METADATA_KEYS": "extsrc.config",
-    "LoaderConfig": "extsrc.config",
+    "BatchFormat": "extsrc.graph.batchformat",
+    "METADATA_KEYS": "extsrc.loading.config",
+    "LoaderConfig": "extsrc.loading.config",
     "Problem": "extsrc.validation.report",
     "ValidationReport": "extsrc.validation.report",
     "validate": "extsrc.validation.validate",
@@ -151,18 +152,18 @@ _WHERE: dict[str, str] = {
     "WorkerStartError": "extsrc.errors",
     "MissingExtraError": "extsrc._util.extras",
     "DEFAULT_MAX_PIXELS": "extsrc.sources.imagecheck",
-    "Loader": "extsrc.loader",
+    "Loader": "extsrc.loading.loader",
     "Manifest": "extsrc.sources.manifest",
     "read_manifest": "extsrc.sources.table",
-    "IMAGENET_MEAN": "extsrc.presets",
-    "IMAGENET_STD": "extsrc.presets",
-    "TrainPreset": "extsrc.presets",
-    "ValPreset": "extsrc.presets",
-    "train_loader": "extsrc.presets",
-    "val_loader": "extsrc.presets",
-    "render_batch": "extsrc.preview",
-    "make_sample_dataset": "extsrc.sample_data",
-    "make_sample_videos": "extsrc.sample_videos",
+    "IMAGENET_MEAN": "extsrc.loading.presets",
+    "IMAGENET_STD": "extsrc.loading.presets",
+    "TrainPreset": "extsrc.loading.presets",
+    "ValPreset": "extsrc.loading.presets",
+    "train_loader": "extsrc.loading.presets",
+    "val_loader": "extsrc.loading.presets",
+    "render_batch": "extsrc.tools.preview",
+    "make_sample_dataset": "extsrc.tools.sample_data",
+    "make_sample_videos": "extsrc.tools.sample_videos",
     "LastBatch": "extsrc.sources.sharding",
     "ShardPlan": "extsrc.sources.sharding",
     "epoch_permutation": "extsrc.sources.sharding",
@@ -170,7 +171,7 @@ _WHERE: dict[str, str] = {
     "shard_plan": "extsrc.sources.sharding",
     "SOURCE_OUTPUTS": "extsrc.sources.images",
     "ShardedSource": "extsrc.sources.images",
-    "VideoLoader": "extsrc.video",
+    "VideoLoader": "extsrc.loading.video",
     "validate_videos": "extsrc.validation.videos",
     "ClipSpec": "extsrc.sources.video.clips",
     "VideoInfo": "extsrc.sources.video.probe",

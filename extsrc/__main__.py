@@ -2,6 +2,6 @@
 
 import sys
 
-from extsrc.cli import main
+from extsrc.tools.cli import main
 
 sys.exit(main())

@@ -21,6 +21,7 @@ it chained to DALI's exception (``__cause__``) with every frame, as DALI raised 
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Sequence
 
 #: The environment variable that makes the loader raise its errors chained to DALI's
@@ -62,6 +63,12 @@ class ExtsrcError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.detail else f"{self.message}\n\n{self.detail}"
+
+
+#: The last errors the op runners and the op pool raised in this process. DALI re-raises an
+#: op's error as text; the loader finds the error object here again, with its fields (op, line,
+#: path).
+RAISED: deque[ExtsrcError] = deque(maxlen=8)
 
 
 class ManifestError(ExtsrcError, ValueError):

@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m extsrc.cli demo --out extsrc-demo "$@"
+exec "${PYTHON:-python3}" -m extsrc demo --out extsrc-demo "$@"

@@ -17,7 +17,7 @@ A = pytest.importorskip("albumentations")
 
 import augment_ops  # noqa: E402
 from augment_ops import OpRegistrationError, from_albumentations  # noqa: E402
-from extsrc.seeding import name_salt, sample_rng  # noqa: E402
+from extsrc.ops_runtime.seeding import name_salt, sample_rng  # noqa: E402
 
 # Module level, so the op pickles by value and a spawned process can rebuild it.
 TRANSFORM = A.Compose([

@@ -13,9 +13,9 @@ from PIL import Image
 
 import extsrc
 from extsrc import Loader, VideoLoader
-from extsrc.batchformat import BatchFormat, check_mean_std
-from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset
-from extsrc.preview import to_display
+from extsrc.graph.batchformat import BatchFormat, check_mean_std
+from extsrc.loading.presets import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset
+from extsrc.tools.preview import to_display
 
 H, W = 21, 17  # odd and unequal: a height/width swap shows
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from extsrc.sample_data import make_sample_dataset
+from extsrc.tools.sample_data import make_sample_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     ), "OMP_NUM_THREADS": "1"}
     env.pop("EXTSRC_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "extsrc.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "extsrc.tools.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=180)
 
 
@@ -79,7 +79,7 @@ def test_ops_lists_parameters_and_defaults(tmp_path: Path):
 
 
 def test_param_values_are_typed():
-    from extsrc.cli import _param_value
+    from extsrc.tools.cli import _param_value
 
     assert [_param_value(v) for v in ("96", "0.5", "true", "False", "none", "bilinear")] == [
         96, 0.5, True, False, None, "bilinear"]

@@ -1,4 +1,5 @@
-"""Tests for extsrc.distributed: rank detection, sharding defaults, a real 3-process gloo run."""
+"""Tests for extsrc.loading.distributed: rank detection, sharding defaults, a real 3-process gloo
+run."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import write_dataset
 
-import extsrc.distributed as xd
-from extsrc.distributed import DistInfo, detect, resolve_sharding
+import extsrc.loading.distributed as xd
+from extsrc.loading.distributed import DistInfo, detect, resolve_sharding
 
 WORLD = 3
 N_SAMPLES = 29  # divides evenly by nothing the test uses

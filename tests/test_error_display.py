@@ -23,7 +23,7 @@ import extsrc
 from extsrc import Loader, read_manifest
 from extsrc._dali.messages import without_dali_frames
 from extsrc.errors import BadImageError, OpError, SampleReadError
-from extsrc.failures import DEBUG_ENV, debug
+from extsrc.loading.failures import DEBUG_ENV, debug
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
@@ -162,7 +162,7 @@ def test_op_error_on_one_screen_with_the_ops_traceback(tmp_path, kw):
     assert stderr.count(", in ed_boom\n") == 1, stderr
     assert re.search(r"Original traceback of the op:\nTraceback \(most recent call last\):\n"
                      r'  File "[^"]*", line \d+, in ed_boom\n', stderr), stderr
-    for caller in ("opworker.py", "oppaths.py", "hostresize.py", "registry.py"):
+    for caller in ("worker.py", "runners.py", "hostresize.py", "registry.py"):
         assert caller not in stderr, stderr
     assert stderr.splitlines().count("ValueError: boom on purpose") == 1, stderr
     assert_one_screen(stderr, first)
@@ -245,7 +245,7 @@ def test_dali_error_kept_on_the_error_and_chained_only_in_debug(tmp_path, monkey
         assert "Critical error in pipeline" in str(err.dali_error)
         assert err.__cause__ is None and err.__suppress_context__
         frames = [f.filename for f in traceback.extract_tb(err.__traceback__)]
-        assert not any("nvidia" in f or "oppaths" in f for f in frames), frames
+        assert not any("nvidia" in f or "ops_runtime" in f for f in frames), frames
 
         monkeypatch.setenv(DEBUG_ENV, "1")
         with pytest.raises(OpError) as ei:

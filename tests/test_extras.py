@@ -43,7 +43,7 @@ def test_render_batch_without_matplotlib_names_the_extra():
 
 def test_cli_demo_without_matplotlib_fails_first_in_one_line(tmp_path: Path):
     p = run_without("matplotlib", """
-        from extsrc.cli import main
+        from extsrc.tools.cli import main
         sys.exit(main(sys.argv[1:]))
     """, "demo", "--out", str(tmp_path / "demo"))
     assert p.returncode == 2, (p.stdout, p.stderr)

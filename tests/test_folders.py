@@ -22,7 +22,7 @@ from extsrc.errors import (
     PathOutsideRootError,
     StateMismatchError,
 )
-from extsrc.presets import val_loader
+from extsrc.loading.presets import val_loader
 from extsrc.sources.folders import IMAGE_EXTENSIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,7 +290,7 @@ def test_cli_validate_a_folder(tmp_path):
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]), "OMP_NUM_THREADS": "1"}
 
     def validate() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "extsrc.cli", "validate", str(tmp_path)],
+        return subprocess.run([sys.executable, "-m", "extsrc.tools.cli", "validate", str(tmp_path)],
                               env=env, capture_output=True, text=True, timeout=180)
 
     p = validate()

@@ -1,6 +1,6 @@
-"""CPU loaders resize uint8 images with Pillow on the host (extsrc.hostresize): the sizes, the
-centre cut, and that the loader's outputs are exactly that resize of each decoded image, made
-once, whatever runs the op."""
+"""CPU loaders resize uint8 images with Pillow on the host (extsrc.ops_runtime.hostresize): the
+sizes, the centre cut, and that the loader's outputs are exactly that resize of each decoded image,
+made once, whatever runs the op."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from PIL import Image
 
 import augment_ops
 import extsrc
-from extsrc.hostresize import HostResize
+from extsrc.ops_runtime.hostresize import HostResize
 
 
 def _pil(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:

@@ -10,7 +10,7 @@ from PIL import Image
 
 import augment_ops
 from extsrc import Loader, read_manifest
-from extsrc.seeding import name_salt, sample_rng
+from extsrc.ops_runtime.seeding import name_salt, sample_rng
 from extsrc.sources.sharding import shard_plan
 
 GRID_NAMES = ["image", "grid2x2_0", "grid2x2_1", "grid2x2_2", "grid2x2_3", "label"]
@@ -467,7 +467,7 @@ def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
 
 
 def test_dali_seed_differs_per_shard_and_resume_point():
-    from extsrc.pipeline import dali_seed
+    from extsrc.graph.image import dali_seed
 
     seeds = {dali_seed(0, s, e, b) for s in range(4) for e in range(3) for b in range(3)}
     assert len(seeds) == 36 and all(0 <= x < 2**31 for x in seeds)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from extsrc._util.mainguard import _under_main_guard
-from extsrc.sample_data import make_sample_dataset
+from extsrc.tools.sample_data import make_sample_dataset
 
 ROOT = Path(__file__).resolve().parents[1]
 GUARD_HINT = 'put the script\'s top-level code under `if __name__ == "__main__":`'

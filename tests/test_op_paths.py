@@ -16,8 +16,8 @@ from PIL import Image
 
 import augment_ops
 import extsrc
-from extsrc.oppaths import choose_paths
-from extsrc.seeding import counter_rng, name_salt, sample_rng
+from extsrc.ops_runtime.paths import choose_paths
+from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
 
 SEED = 11
 H, W = 33, 47  # odd on purpose: catches h//2 rounding and height/width swaps

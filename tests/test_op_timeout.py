@@ -19,7 +19,7 @@ from helpers import children, write_dataset
 import augment_ops
 import extsrc
 from extsrc.errors import OpError, OpTimeoutError
-from extsrc.oppool import OpPool
+from extsrc.ops_runtime.pool import OpPool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +179,7 @@ def _waits_on_every_clip(img):
 
 
 def test_a_stuck_clip_op_is_named_and_its_thread_abandoned(tmp_path):
-    from extsrc.sample_videos import make_sample_videos
+    from extsrc.tools.sample_videos import make_sample_videos
 
     root = make_sample_videos(tmp_path / "videos", n=2, frames=8, size=(32, 48))
     _RELEASE.clear()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from extsrc.oppickle import dumps
+from extsrc.ops_runtime.oppickle import dumps
 
 _WORKER = textwrap.dedent("""
     import pickle, sys, traceback

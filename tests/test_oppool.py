@@ -1,5 +1,5 @@
-"""The numpy path's op pool (extsrc.oppool): the same batches as one thread, errors that name the
-sample, ops from __main__, and no process or memory left behind however the run ends."""
+"""The numpy path's op pool (extsrc.ops_runtime.pool): the same batches as one thread, errors that
+name the sample, ops from __main__, and no process or memory left behind however the run ends."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from helpers import children, has_gpu, write_dataset
 
 import augment_ops
 import extsrc
-from extsrc.config import cores_per_process
 from extsrc.errors import OpError, WorkerDiedError
-from extsrc.oppool import OpPool, chunks
+from extsrc.loading.config import cores_per_process
+from extsrc.ops_runtime.pool import OpPool, chunks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -210,7 +210,7 @@ GROWS = augment_ops.Op(name="pool_test_grows", fn=_grows, num_outputs=2, random=
 
 
 def test_chunk_outputs_reach_on_outputs_in_batch_order_through_growing_memory(tmp_path):
-    from extsrc.oppaths import BatchOpRunner
+    from extsrc.ops_runtime.runners import BatchOpRunner
     from extsrc.sources.table import read_manifest
 
     manifest = read_manifest(write_dataset(tmp_path, 12))
@@ -555,9 +555,9 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
     from unittest import mock
 
-    from extsrc.config import LoaderConfig
+    from extsrc.loading.config import LoaderConfig
 
-    with mock.patch("extsrc.config.cores_per_process", return_value=16):
+    with mock.patch("extsrc.loading.config.cores_per_process", return_value=16):
         pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
         assert pooled.op_pool_workers == 16 and (pooled.threads, pooled.workers) == (2, 2)
         # explicit values stand
@@ -570,7 +570,7 @@ def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
                                    device_id=0, op_workers=0),
                       LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy")):
             assert (other.threads, other.workers) == (12, 4)
-    with mock.patch("extsrc.config.cores_per_process", return_value=64):  # scales with them
+    with mock.patch("extsrc.loading.config.cores_per_process", return_value=64):  # scales with them
         pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
         assert (pooled.threads, pooled.workers) == (8, 4)
 
@@ -580,8 +580,8 @@ def test_host_resize_runs_in_threads_until_the_workers_are_up_with_the_same_pixe
     """extsrc's own resize-only step takes no interpreter's start: its first batch runs in
     threads of this process before any worker exists, the workers start from the second, and
     once they have loaded the step it runs in them; every batch has the pixels of one thread."""
-    from extsrc.hostresize import HostResize, ResizeOnly
-    from extsrc.oppaths import BatchOpRunner
+    from extsrc.ops_runtime.hostresize import HostResize, ResizeOnly
+    from extsrc.ops_runtime.runners import BatchOpRunner
     from extsrc.sources.table import read_manifest
 
     manifest = read_manifest(write_dataset(tmp_path, 6, size=(33, 47)))

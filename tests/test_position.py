@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from extsrc.position import ReadPosition
+from extsrc.loading.position import ReadPosition
 
 
 def test_a_batch_past_the_end_is_the_next_epochs_first():

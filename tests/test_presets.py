@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import extsrc
-from extsrc.presets import (
+from extsrc.loading.presets import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     TrainPreset,

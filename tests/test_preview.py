@@ -12,9 +12,9 @@ from PIL import Image
 pytest.importorskip("matplotlib")
 
 import extsrc
-from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
-from extsrc.preview import image_outputs, preview, render_batch, to_display
-from extsrc.sample_data import SHAPES, make_sample_dataset
+from extsrc.loading.presets import IMAGENET_MEAN, IMAGENET_STD
+from extsrc.tools.preview import image_outputs, preview, render_batch, to_display
+from extsrc.tools.sample_data import SHAPES, make_sample_dataset
 
 
 def _batch(n: int = 3) -> dict[str, torch.Tensor]:

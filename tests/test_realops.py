@@ -25,7 +25,7 @@ from realops import corpus, expected, known_failures
 from augment_ops.lower_dali import SampleScalars, check_layout, emit, sample_scalar_nodes
 from augment_ops.registry import OpContractError
 from augment_ops.trace import TraceError, trace_op
-from extsrc.seeding import counter_rng, counter_uniform, name_salt, sample_rng
+from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt, sample_rng
 
 SEED = 11
 CORPUS = corpus()

@@ -438,8 +438,7 @@ def test_worker_killed_mid_epoch_raises_without_hang_or_leftovers(tmp_path):
 def test_skip_mode_random_ops_draw_from_the_original_sample(tmp_path):
     # A bad file early in the manifest must not shift which generator a later sample gets:
     # random results depend on (seed, epoch, original index, op), not on what was skipped.
-    from extsrc.oppaths import op_salt
-    from extsrc.seeding import counter_rng, sample_rng
+    from extsrc.ops_runtime.seeding import counter_rng, op_salt, sample_rng
 
     mpath, where = dataset_with_bad(tmp_path, ["zero_byte"], n=8)
     m = read_manifest(mpath)

@@ -438,14 +438,14 @@ BAD_PRESETS = [
 @pytest.mark.parametrize(("kind", "kwargs", "error", "match"), BAD_PRESETS,
                          ids=[f"{k}-{next(iter(a))}" for k, a, _, _ in BAD_PRESETS])
 def test_every_bad_preset_argument_refused_naming_it(kind, kwargs, error, match):
-    from extsrc import presets
+    from extsrc.loading import presets
 
     with pytest.raises(error, match=match):
         getattr(presets, kind)(**kwargs)
 
 
 def test_presets_take_numpy_integers_and_check_the_preset_type(eight):
-    from extsrc.presets import TrainPreset, ValPreset, train_loader, val_loader
+    from extsrc.loading.presets import TrainPreset, ValPreset, train_loader, val_loader
 
     p = ValPreset(size=np.int64(40), crop=np.int32(32))
     assert (type(p.size), type(p.crop)) == (int, int)

@@ -1,4 +1,4 @@
-"""A slow start says what it is doing (extsrc.slowstart); a fast one says nothing."""
+"""A slow start says what it is doing (extsrc._util.slowstart); a fast one says nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from helpers import write_dataset
 
 import augment_ops
 import extsrc
-from extsrc import slowstart
+from extsrc.loading import slowstart
 
 
 def _brighten(img):
@@ -98,7 +98,7 @@ def test_without_logging_configured_the_lines_go_to_stderr(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     script = textwrap.dedent(f"""
         import extsrc
-        from extsrc import slowstart
+        from extsrc.loading import slowstart
         slowstart.SLOW_SECONDS = 0.0
         extsrc.read_manifest({str(manifest)!r})
         slowstart.SLOW_SECONDS = 2.0

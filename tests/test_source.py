@@ -147,8 +147,8 @@ def test_reader_values_follow_the_source_outputs_and_pickle(manifest):
     condition is ``counter_uniform(...) < p`` for each sample of the batch, whichever process
     (a pickled copy, as DALI's readers get) computes it."""
     import augment_ops
-    from extsrc.oppaths import native_sample_scalars, op_salt
-    from extsrc.seeding import counter_uniform
+    from extsrc.ops_runtime.native import native_sample_scalars
+    from extsrc.ops_runtime.seeding import counter_uniform, op_salt
 
     program = native_sample_scalars(augment_ops.get("random_hflip").with_params(p=0.3), seed=5)
     src = ReaderValues(ShardedSource(manifest, batch_size=4, seed=1, start_epoch=2), [program])

@@ -23,7 +23,7 @@ import extsrc
 from augment_ops import augment_op
 from augment_ops.lower_dali import emit
 from augment_ops.trace import TraceError, trace_function
-from extsrc.seeding import counter_rng, counter_uniform, name_salt
+from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
 
 SEED = 3
 
@@ -334,7 +334,7 @@ def test_untraceable_ops_fall_back_to_numpy_naming_construct_and_line(op, constr
     why = augment_ops.explain(op)
     assert re.fullmatch(rf"numpy: {construct}.* at \S+test_trace.py:\d+: {line}.*", why), why
     assert augment_ops.available_paths(op) == ("numpy",)
-    from extsrc.oppaths import choose_paths
+    from extsrc.ops_runtime.paths import choose_paths
 
     assert choose_paths([op], gpu=False) == {op.name: "numpy"}
     with pytest.raises(ValueError, match=re.escape(why)):

@@ -16,7 +16,7 @@ from augment_ops import augment_op, trace
 from augment_ops.lower_dali import emit
 from augment_ops.trace import TraceError, fact_steps, trace_op
 from augment_ops.trace_cache import op_key
-from extsrc.oppaths import choose_paths
+from extsrc.ops_runtime.paths import choose_paths
 
 
 def make_op(source: str, name: str, **env):

@@ -25,7 +25,7 @@ from helpers import write_dataset
 import augment_ops
 import extsrc
 from augment_ops.trace import TraceError, trace_function
-from extsrc.oppaths import choose_paths
+from extsrc.ops_runtime.paths import choose_paths
 
 
 def _op(name, fn):

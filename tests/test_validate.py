@@ -204,10 +204,11 @@ def test_paths_outside_root_are_found(tmp_path):
 def test_nothing_unpickles_user_files():
     """The package never unpickles / joblib.loads / np.loads with pickles a file it is given.
 
-    One module unpickles, and no file: extsrc/opworker.py reads the messages its parent process
-    sends over a private socket pair (the ops to run, sample positions), never data from disk."""
+    One module unpickles, and no file: extsrc/ops_runtime/worker.py reads the messages its parent
+    process sends over a private socket pair (the ops to run, sample positions), never data from
+    disk."""
     pkg = Path(extsrc.__file__).parent
-    allowed = {pkg / "opworker.py"}
+    allowed = {pkg / "ops_runtime" / "worker.py"}
     banned = re.compile(r"pickle\.loads?\(|joblib\.load\(|\bload\(.*allow_pickle\s*=\s*True|"
                         r"torch\.load\(|dill\.|cloudpickle\.load|shelve\.open|yaml\.load\(")
     offenders = []

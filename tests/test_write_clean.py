@@ -111,7 +111,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]), "OMP_NUM_THREADS": "1"}
     env.pop("EXTSRC_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "extsrc.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "extsrc.tools.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -87,8 +87,8 @@ class DrawRng:
     built from uniform draws ``uniform(slot)`` in [0, 1).
 
     On the traced path ``uniform`` gives symbolic per-sample draws (a counter-based hash of seed,
-    epoch, sample and op, :func:`extsrc.seeding.counter_uniform`); given that numpy function it
-    replays on numpy exactly what the traced path computes. Draws differ from
+    epoch, sample and op, :func:`extsrc.ops_runtime.seeding.counter_uniform`); given that numpy
+    function it replays on numpy exactly what the traced path computes. Draws differ from
     ``np.random.Generator``'s; their distributions are the same.
     """
 

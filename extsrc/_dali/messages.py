@@ -3,7 +3,7 @@
 DALI re-raises a failure in a worker process, in a ``python_function`` or in its decoder as one
 exception whose message is a report: DALI's own lines, and for Python code the original
 exception's type, message and traceback as text. :func:`read_failure` turns that report into a
-:class:`DaliFailure`; :mod:`extsrc.failures` turns a ``DaliFailure`` into an extsrc error.
+:class:`DaliFailure`; :mod:`extsrc.loading.failures` turns a ``DaliFailure`` into an extsrc error.
 
 DALI's worker processes (2.4) print nothing themselves when the source raises: they format the
 traceback (``traceback.format_exc()`` in ``nvidia/dali/_multiproc/worker.py``) and send it to

@@ -241,10 +241,10 @@ class ReaderValues:
     """A source's outputs followed by per-sample values that depend on each sample's identity
     only: ``program(index, epoch)`` returns one array of shape ``(B,)`` per value, for the
     batch's manifest indices and epochs (``info``'s first two columns). The traced native path's
-    draws (:func:`extsrc.oppaths.native_sample_scalars`) come this way, computed in the reader
-    processes in parallel with the file reading, so the pipeline spends no Python call on them.
-    The values are a pure function of (seed, epoch, manifest index, op): the number of readers and
-    a resume do not change them.
+    draws (:func:`extsrc.ops_runtime.native.native_sample_scalars`) come this way, computed in the
+    reader processes in parallel with the file reading, so the pipeline spends no Python call on
+    them. The values are a pure function of (seed, epoch, manifest index, op): the number of readers
+    and a resume do not change them.
     """
 
     def __init__(self, source: ShardedSource,

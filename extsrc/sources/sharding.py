@@ -209,7 +209,7 @@ def pad_plan_unchanged_by_balancing(
     arithmetic, which filled the shards in order (``nb * B`` samples each, the last shards
     short and padded): always for ``"partial"`` and ``"drop"``, and for ``"pad"`` when the
     filled-in-order sizes are the balanced ones. Resume states written before shards were
-    balanced (:mod:`extsrc.state`) are valid exactly then."""
+    balanced (:mod:`extsrc.loading.state`) are valid exactly then."""
     if last_batch != "pad":
         return True
     per_shard = num_batches_per_shard(num_samples, batch_size=batch_size, num_shards=num_shards,

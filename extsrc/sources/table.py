@@ -21,9 +21,9 @@ from typing import Literal
 import numpy as np
 
 from extsrc._util.argcheck import check_bool, check_path
+from extsrc._util.slowstart import stage
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
-from extsrc.slowstart import stage
 from extsrc.sources.folders import read_folder
 from extsrc.sources.manifest import (
     _INT_RE,

@@ -95,7 +95,7 @@ def validate(
             ``None``: no limit. The loader uses the same default.
         progress: show a tqdm progress bar (on stderr); a float of seconds: show it once
             validating has taken that long (a Loader's ``on_error="skip"`` passes
-            :data:`extsrc.slowstart.SLOW_SECONDS`: no bar for a quick check).
+            :data:`extsrc._util.slowstart.SLOW_SECONDS`: no bar for a quick check).
         chunk_size: files per task; default: enough for ~8 tasks per worker, at most
             4096 (256 with ``decode``) so the progress bar moves.
         max_file_bytes: largest file read (default 256 MiB, as the loader's); a larger one is

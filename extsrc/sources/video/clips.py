@@ -9,8 +9,8 @@ frame ``s`` of a clip that fits lies in ``[0, n - span]``:
 ``clip``      first frame of clip ``k`` of ``clips_per_video`` (``K``)
 ============  ==========================================================================
 ``"random"``  uniform in ``[0, n - span]``, drawn from (seed, epoch, manifest index, k) by a
-              counter-based hash (:func:`extsrc.seeding.counter_uniform`): the same clip for
-              the same sample and epoch in any process, another one the next epoch
+              counter-based hash (:func:`extsrc.ops_runtime.seeding.counter_uniform`): the same clip
+              for the same sample and epoch in any process, another one the next epoch
 ``"uniform"`` ``round(k * (n - span) / (K - 1))``: ``K`` clips spread from the first frame to
               the last (``K = 1``: the centre clip)
 ``"center"``  ``(n - span) // 2`` (``K`` must be 1)
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from extsrc._util import argcheck
-from extsrc.seeding import counter_uniform, name_salt
+from extsrc.ops_runtime.seeding import counter_uniform, name_salt
 
 __all__ = ["ClipPolicy", "ClipSpec", "ShortVideoError", "ShortVideos", "clip_start"]
 
@@ -36,7 +36,7 @@ ClipPolicy = Literal["random", "uniform", "center"]
 ShortVideos = Literal["error", "pad"]
 
 #: Salt of the clip-start draws: apart from every op's draws.
-_CLIP_SALT = name_salt("extsrc.video.clip_start")
+_CLIP_SALT = name_salt("extsrc.loading.video.clip_start")
 #: Largest ``sequence_length``, ``stride`` and ``clips_per_video`` accepted.
 MAX_SEQUENCE_LENGTH = 4096
 MAX_STRIDE = 1 << 16
@@ -54,7 +54,8 @@ class ShortVideoError(ValueError):
 
 @dataclass(frozen=True)
 class ClipSpec:
-    """The clips a :class:`~extsrc.video.VideoLoader` cuts from each video (see the module)."""
+    """The clips a :class:`~extsrc.loading.video.VideoLoader` cuts from each video (see the
+    module)."""
 
     sequence_length: int
     stride: int = 1

@@ -1,8 +1,9 @@
 """The ``extsrc`` command: try the loader, check a manifest, look at and time a pipeline.
 
-Run ``extsrc --help`` (or ``python -m extsrc.cli --help``) for the commands. Every command exits 0
-on success, 1 when it found a problem (``validate`` found bad files, a pipeline failed) and 2 on
-bad input (a missing manifest, an unknown op, a bad option), printing a one-line reason to stderr.
+Run ``extsrc --help`` (or ``python -m extsrc.tools.cli --help``) for the commands. Every command
+exits 0 on success, 1 when it found a problem (``validate`` found bad files, a pipeline failed) and
+2 on bad input (a missing manifest, an unknown op, a bad option), printing a one-line reason to
+stderr.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ def _cli_words(text: str) -> str:
 def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
             resize: tuple[int, int] | None, last_batch: str = "partial") -> Any:
     """A Loader, or a preset loader with ``--preset``, from the common options."""
-    from extsrc.loader import Loader
+    from extsrc.loading.loader import Loader
 
     ops = _resolve_ops(_op_names(args.ops))
     preset = getattr(args, "preset", None)
@@ -242,7 +243,7 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
         common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
     if preset is None or preset == "none":
         return Loader(_manifest_arg(args), resize=resize, **common)
-    from extsrc import presets
+    from extsrc.loading import presets
 
     if resize is not None:
         common["resize"] = resize
@@ -361,10 +362,10 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 # -- commands ------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from extsrc._util.extras import require
-    from extsrc.loader import Loader
-    from extsrc.preview import render_batch
-    from extsrc.sample_data import make_sample_dataset
+    from extsrc.loading.loader import Loader
     from extsrc.sources.table import read_manifest
+    from extsrc.tools.preview import render_batch
+    from extsrc.tools.sample_data import make_sample_dataset
 
     require("matplotlib", "preview", "extsrc demo")  # before the work, not after it
     out = Path(args.out)
@@ -455,7 +456,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from extsrc._util.extras import require
-    from extsrc.preview import image_outputs, render_batch
+    from extsrc.tools.preview import image_outputs, render_batch
 
     require("matplotlib", "preview", "extsrc preview")
     resize = _resize_arg(args, None if args.preset != "none" else (128, 128))
@@ -529,7 +530,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
     import augment_ops
     from augment_ops.paths import available_paths
     from extsrc._util.device import cuda_device_count
-    from extsrc.oppaths import choose_paths
+    from extsrc.ops_runtime.paths import choose_paths
 
     gpu = cuda_device_count() > 0
     rows = [("NAME", "OUTPUTS", "RANDOM", "PATHS", f"AUTO ({'gpu' if gpu else 'cpu'})",
@@ -557,31 +558,8 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 
 # -- parser and entry point ----------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    from extsrc import __version__
-
-    parser = argparse.ArgumentParser(
-        prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
-
-    p = sub.add_parser("demo", help="make a sample dataset, run a loader, write a preview PNG",
-                       description="Make a small generated dataset (shapes on gradients), run a "
-                                   "loader with the grid2x2 op for a couple of epochs, print "
-                                   "images/s, the device and op paths, and write preview.png.")
-    p.add_argument("--out", default="extsrc-demo", metavar="DIR",
-                   help="folder for the dataset and preview.png (default: extsrc-demo)")
-    p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
-    p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
-    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                   help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes reading files (default: from the core count)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.set_defaults(func=cmd_demo, imports=[])
-
+def _add_validate_parser(sub: Any) -> None:
+    """``extsrc validate``: its options are the image and video checks' own."""
     p = sub.add_parser("validate", help="check that every file in a manifest can be read",
                        description="Read MANIFEST and check every file it lists (missing, "
                                    "unreadable, empty, not an image, truncated, corrupt; for "
@@ -614,6 +592,34 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 1)")
     _add_root_option(p)
     p.set_defaults(func=cmd_validate, imports=[])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from extsrc import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    p = sub.add_parser("demo", help="make a sample dataset, run a loader, write a preview PNG",
+                       description="Make a small generated dataset (shapes on gradients), run a "
+                                   "loader with the grid2x2 op for a couple of epochs, print "
+                                   "images/s, the device and op paths, and write preview.png.")
+    p.add_argument("--out", default="extsrc-demo", metavar="DIR",
+                   help="folder for the dataset and preview.png (default: extsrc-demo)")
+    p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
+    p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                   help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="worker processes reading files (default: from the core count)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.set_defaults(func=cmd_demo, imports=[])
+
+    _add_validate_parser(sub)
 
     p = sub.add_parser("preview", help="render the first batch (image and every op output) "
                                        "to a PNG",

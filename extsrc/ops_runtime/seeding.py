@@ -14,13 +14,22 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "counter_rng", "counter_uniform", "name_salt", "sample_rng",
+    "counter_rng", "counter_uniform", "name_salt", "op_salt", "sample_rng",
 ]
 
 
 def name_salt(name: str) -> int:
     """A stable 32-bit salt for a name (Python's ``hash`` differs between processes)."""
     return zlib.crc32(name.encode("utf-8"))
+
+
+def op_salt(name: str, occurrence: int = 0) -> int:
+    """The generator salt of the ``occurrence``-th use (0-based) of op ``name`` in one loader.
+
+    The first use salts with the name alone; later uses of the same op (two random crops for
+    two views, say) get their own streams instead of repeating the first one's draws.
+    """
+    return name_salt(name if occurrence == 0 else f"{name}#{occurrence}")
 
 
 def sample_rng(seed: int, epoch: int, index: int, salt: int = 0) -> np.random.Generator:

@@ -1,7 +1,8 @@
-"""One worker process of :class:`extsrc.oppool.OpPool`: runs the numpy path's ops on samples.
+"""One worker process of :class:`extsrc.ops_runtime.pool.OpPool`: runs the numpy path's ops on
+samples.
 
-Started as ``python -c "from extsrc.opworker import main; main()" FD PARENT_PID`` (fork and
-exec: a fresh interpreter that imports numpy and the ops it is sent, never the user's
+Started as ``python -c "from extsrc.ops_runtime.worker import main; main()" FD PARENT_PID`` (fork
+and exec: a fresh interpreter that imports numpy and the ops it is sent, never the user's
 ``__main__``). ``FD`` is its end of a
 Unix socket pair to the parent; everything else arrives on it:
 
@@ -156,7 +157,7 @@ def aligned(n: int) -> int:
 
 def _run(op: Any, seed: int, salt: int, inputs: MappedFile, out: MappedFile,
          items: list[tuple[int, tuple[int, ...], str, int, int]], start: int) -> tuple[Any, ...]:
-    from extsrc.seeding import sample_rng
+    from extsrc.ops_runtime.seeding import sample_rng
 
     results: list[list[tuple[int, tuple[int, ...], str]]] = []
     offset = start

@@ -193,7 +193,8 @@ def check_state(
     implied: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """Validate ``state`` against this loader's ``config``; return ``(epoch, batch)`` as saved
-    (``batch`` may equal ``num_batches``: :class:`~extsrc.position.ReadPosition` rolls it over).
+    (``batch`` may equal ``num_batches``: :class:`~extsrc.loading.position.ReadPosition` rolls it
+    over).
 
     ``implied`` gives the value that a config key stands for in a state written before the key
     existed (``{"sharding": ...}``); such a state is then compared as if it held that value.

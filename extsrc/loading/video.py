@@ -1,9 +1,9 @@
 """``VideoLoader``: batches of video clips from a labelled manifest, through DALI's video decoder.
 
-A :class:`~extsrc.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
+A :class:`~extsrc.loading.loader.Loader` whose samples are clips: the same manifest (CSV, text, or a
 folder of class folders holding videos), sharding, ``last_batch``, seed, resume, ``on_error``,
 ``output_map``, ``device`` and DDP behaviour, the same epochs and errors; only the source
-(:class:`~extsrc.sources.video.source.VideoSource`), the graph (:mod:`extsrc.videopipeline`) and the
+(:class:`~extsrc.sources.video.source.VideoSource`), the graph (:mod:`extsrc.graph.video`) and the
 batch's keys differ.
 """
 
@@ -18,12 +18,13 @@ from typing import Any, Literal
 from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
 from extsrc._util.textsafe import shown
-from extsrc.batchformat import Dtype, Normalize, ResizeMode
-from extsrc.config import as_ops
 from extsrc.errors import ExtsrcError, PipelineError
-from extsrc.failures import InFlight, explain
-from extsrc.loader import Loader
-from extsrc.oppool import check_op_timeout
+from extsrc.graph.batchformat import Dtype, Normalize, ResizeMode
+from extsrc.graph.video import VIDEO_LAYOUTS, build_video_pipeline
+from extsrc.loading.config import as_ops
+from extsrc.loading.failures import InFlight, explain
+from extsrc.loading.loader import Loader
+from extsrc.ops_runtime.pool import check_op_timeout
 from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.sharding import LastBatch
@@ -31,7 +32,6 @@ from extsrc.sources.table import read_manifest
 from extsrc.sources.video.clips import ClipPolicy, ClipSpec, ShortVideos
 from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
 from extsrc.sources.video.source import VIDEO_HINT, VideoSource, find_too_small, find_undecodable
-from extsrc.videopipeline import VIDEO_LAYOUTS, build_video_pipeline
 
 #: DALI's words when NVDEC refuses a frame size, e.g. "Video is too small in at least one
 #: dimension. Provided: 64x48 vs supported:128x128" (DALI 2.4, frames_decoder_gpu.cc).
@@ -77,8 +77,8 @@ class VideoLoader(Loader):
 
     Batch: ``video`` ``(B, F, H, W, C)`` (``layout="NFHWC"``; ``"NFCHW"`` gives
     ``(B, F, C, H, W)``, ``"NCFHW"`` ``(B, C, F, H, W)`` as video models take it), ``uint8`` or
-    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loader.Loader`; ``<op>_<k>`` for each op
-    output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
+    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loading.loader.Loader`; ``<op>_<k>`` for each
+    op output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
     (the clip's first frame) and ``num_frames`` (the video's frame count), all ``(B,)``.
     ``resize`` and ``resize_mode`` apply to every frame alike; without ``resize`` the videos of a
     batch must share one frame size.
@@ -113,7 +113,7 @@ class VideoLoader(Loader):
 
     Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
     ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
-    ``set_epoch``, ``close``) is :class:`~extsrc.loader.Loader`'s.
+    ``set_epoch``, ``close``) is :class:`~extsrc.loading.loader.Loader`'s.
     """
 
     _takes_clips = True
@@ -185,7 +185,7 @@ class VideoLoader(Loader):
             shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
             num_workers=num_workers, num_threads=num_threads, start_method=start_method,
             # Clip ops run per frame in DALI's thread (a thread of their own with op_timeout):
-            # no op pool (extsrc.oppool) for video yet.
+            # no op pool (extsrc.ops_runtime.pool) for video yet.
             prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
             on_error=on_error,
             max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,

@@ -20,16 +20,15 @@ import augment_ops
 from augment_ops.registry import IMPLEMENTATIONS, Op
 from extsrc._dali import cuda_driver_initialized
 from extsrc._util import argcheck
-from extsrc.batchformat import BatchFormat, Dtype, Layout, ResizeMode
-from extsrc.oppaths import choose_paths
-from extsrc.oppool import POOL_KINDS, check_op_timeout, check_picklable
-from extsrc.pipeline import default_output_names
+from extsrc.graph.batchformat import BatchFormat, Dtype, Layout, ResizeMode
+from extsrc.ops_runtime.paths import choose_paths
+from extsrc.ops_runtime.pool import POOL_KINDS, check_op_timeout, check_picklable
 from extsrc.sources.fileread import check_max_file_bytes
 from extsrc.sources.sharding import LastBatch, check_last_batch, check_seed
 
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "HIDDEN_OUTPUTS", "METADATA_KEYS", "LoaderConfig",
-    "check_output_names", "cores_per_process",
+    "check_output_names", "cores_per_process", "default_output_names",
 ]
 
 #: Keys every batch carries besides the named outputs: the manifest index of each sample and
@@ -45,6 +44,15 @@ _LAST_BATCH: tuple[str, ...] = get_args(LastBatch)
 #: (13.1k vs 11.4k images/s, medians of 3) and left training 0.92 instead of 0.90 of its
 #: synthetic-data speed, because the rest is Huffman-decoded on DALI's CPU threads.
 DEFAULT_HW_DECODER_LOAD = 0.85
+
+
+def default_output_names(ops: Sequence[Op]) -> tuple[str, ...]:
+    """``image``, then ``<op>_<k>`` for each op output, then ``label``."""
+    names = ["image"]
+    for op in ops:
+        names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
+    names.append("label")
+    return tuple(names)
 
 
 def as_ops(value: Any, what: str) -> tuple[Op, ...]:
@@ -289,7 +297,7 @@ class LoaderConfig:
     core count. ``start_method`` ``None`` picks ``"spawn"`` on a GPU (safe after CUDA is
     initialised) and ``"fork"`` on the CPU (``"spawn"`` there too once CUDA is up in the process,
     as DALI cannot fork then). ``op_workers`` and ``op_pool`` size and choose the pool that runs
-    the numpy path's ops (:mod:`extsrc.oppool`; see :attr:`op_pool_workers`).
+    the numpy path's ops (:mod:`extsrc.ops_runtime.pool`; see :attr:`op_pool_workers`).
     """
 
     batch_size: int
@@ -315,7 +323,7 @@ class LoaderConfig:
     stages: tuple[Any, ...] = ()
     decoder: str = "auto"
     hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD
-    # The batch format of every image output (see extsrc.batchformat).
+    # The batch format of every image output (see extsrc.graph.batchformat).
     layout: Layout = "NHWC"
     dtype: Dtype = "uint8"
     normalize: Any = None
@@ -487,8 +495,8 @@ class LoaderConfig:
 
     @property
     def host_resizes(self) -> bool:
-        """Whether uint8 images are resized on the host (:mod:`extsrc.hostresize`): on the CPU,
-        with a ``resize`` and no ``stages``."""
+        """Whether uint8 images are resized on the host (:mod:`extsrc.ops_runtime.hostresize`): on
+        the CPU, with a ``resize`` and no ``stages``."""
         return self.device_id is None and self.resize is not None and not self.stages
 
     @property

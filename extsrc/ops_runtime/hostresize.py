@@ -8,10 +8,10 @@ image outputs with Pillow: in the op pool's workers, after the op that made them
 image with the outputs of the first such op that reads it), or in a resize-only step for the
 other images. GPU loaders resize with DALI on the GPU.
 
-The sizes follow :class:`extsrc.batchformat.BatchFormat`'s modes: ``"stretch"`` scales each side
-to the requested size; ``"shorter_side"`` scales, keeping the aspect ratio, until the image covers
-the requested size, then cuts the centre. Pixel values differ slightly from DALI's resamplers;
-they do not depend on the number or kind of op workers.
+The sizes follow :class:`extsrc.graph.batchformat.BatchFormat`'s modes: ``"stretch"`` scales each
+side to the requested size; ``"shorter_side"`` scales, keeping the aspect ratio, until the image
+covers the requested size, then cuts the centre. Pixel values differ slightly from DALI's
+resamplers; they do not depend on the number or kind of op workers.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ class ResizeOnly:
     op's outputs, an op before other ops).
 
     A process pool runs it in threads of this process until its worker processes are up
-    (:meth:`extsrc.oppool.OpPool.run`): it is extsrc's own code, and Pillow releases the GIL
-    while it resamples, so the first batches need not wait for the workers' interpreters to
+    (:meth:`extsrc.ops_runtime.pool.OpPool.run`): it is extsrc's own code, and Pillow releases the
+    GIL while it resamples, so the first batches need not wait for the workers' interpreters to
     start (0.2 of the 0.4 s to the first batch of a CPU loader); the later ones run in the
     workers, which scale past the parts of a resize that hold the GIL. Either way gives the
     same pixels."""

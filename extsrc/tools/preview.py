@@ -5,7 +5,7 @@ op's outputs, in order), with the manifest index and label of each sample. :func
 loader over a manifest, takes its first batch and renders it. Both return a matplotlib
 :class:`~matplotlib.figure.Figure` (shown inline in a notebook) and write a PNG when given ``path``.
 
->>> from extsrc.preview import preview
+>>> from extsrc.tools.preview import preview
 >>> preview("manifest.csv", ops=["grid2x2"], path="preview.png")   # doctest: +SKIP
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from extsrc._util.extras import require
-from extsrc.batchformat import check_mean_std
-from extsrc.presets import IMAGENET_MEAN, IMAGENET_STD
+from extsrc.graph.batchformat import check_mean_std
+from extsrc.loading.presets import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["image_outputs", "preview", "render_batch", "to_display"]
 
@@ -205,9 +205,9 @@ def preview(
     (``shuffle=False`` unless given, so the first ``n`` lines are shown). ``path``: also save the
     figure as a PNG there.
     """
-    from extsrc.loader import Loader
+    from extsrc.loading.loader import Loader
 
-    require("matplotlib", "preview", "extsrc.preview")  # before building a loader
+    require("matplotlib", "preview", "extsrc.tools.preview")  # before building a loader
 
     if isinstance(source, Loader):
         loader, owned = source, False

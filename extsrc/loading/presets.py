@@ -12,7 +12,7 @@ resized by the loader's ``resize=`` and given the preset's format (``layout="NCH
 ``dtype="float32"``, ``normalize=(preset.mean, preset.std)``: pass other values to override),
 while ``image`` becomes the preset's output.
 
->>> from extsrc.presets import train_loader, val_loader
+>>> from extsrc.loading.presets import train_loader, val_loader
 >>> train = train_loader("train.csv", batch_size=256)           # doctest: +SKIP
 >>> val = val_loader("val.csv", batch_size=256, size=256, crop=224)  # doctest: +SKIP
 >>> batch = next(iter(train)); batch["image"].shape             # doctest: +SKIP
@@ -30,8 +30,8 @@ from typing import Any, cast
 
 from augment_ops.registry import Op
 from extsrc._util import argcheck
-from extsrc.batchformat import check_mean_std
-from extsrc.loader import Loader
+from extsrc.graph.batchformat import check_mean_std
+from extsrc.loading.loader import Loader
 from extsrc.sources.manifest import Manifest
 
 __all__ = [

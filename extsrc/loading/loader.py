@@ -1,8 +1,9 @@
 """``Loader``: the PyTorch-facing object. Builds the DALI pipeline and yields dicts of tensors.
 
-Its configuration and the rules it follows are :mod:`extsrc.config`; one pass over the batches is
-an :class:`~extsrc.epoch.Epoch`; where it stands is a :class:`~extsrc.position.ReadPosition`;
-DALI's private parts (the dead-worker watchdog) are :mod:`extsrc._dali`.
+Its configuration and the rules it follows are :mod:`extsrc.loading.config`; one pass over the
+batches is an :class:`~extsrc.loading.epoch.Epoch`; where it stands is a
+:class:`~extsrc.loading.position.ReadPosition`; DALI's private parts (the dead-worker watchdog) are
+:mod:`extsrc._dali`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from extsrc._dali.run import PipelineRun
 from extsrc._util.argcheck import check_int
 from extsrc._util.device import resolve_device
 from extsrc._util.mainguard import check_main_guard
-from extsrc.batchformat import Dtype, Layout, Normalize, ResizeMode
-from extsrc.config import (
+from extsrc._util.slowstart import SLOW_SECONDS, stage
+from extsrc.errors import PipelineError
+from extsrc.graph.batchformat import Dtype, Layout, Normalize, ResizeMode
+from extsrc.graph.image import build_pipeline
+from extsrc.loading.config import (
     DEFAULT_HW_DECODER_LOAD,
     HIDDEN_OUTPUTS,
     METADATA_KEYS,
@@ -34,22 +38,11 @@ from extsrc.config import (
     cores_per_process,
     normalise_op_path,
 )
-from extsrc.distributed import detect, resolve_sharding
-from extsrc.epoch import Epoch
-from extsrc.errors import PipelineError
-from extsrc.failures import InFlight, explain
-from extsrc.oppaths import check_output_dtype
-from extsrc.oppool import OpPool
-from extsrc.pipeline import build_pipeline
-from extsrc.position import ReadPosition
-from extsrc.slowstart import SLOW_SECONDS, stage
-from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
-from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
-from extsrc.sources.images import ShardedSource
-from extsrc.sources.manifest import Manifest
-from extsrc.sources.sharding import LastBatch, pad_plan_unchanged_by_balancing
-from extsrc.sources.table import read_manifest
-from extsrc.state import (
+from extsrc.loading.distributed import detect, resolve_sharding
+from extsrc.loading.epoch import Epoch
+from extsrc.loading.failures import InFlight, explain
+from extsrc.loading.position import ReadPosition
+from extsrc.loading.state import (
     FILLED_IN_ORDER,
     SHARDING,
     check_state,
@@ -57,6 +50,14 @@ from extsrc.state import (
     describe_stages,
     make_state,
 )
+from extsrc.ops_runtime.paths import check_output_dtype
+from extsrc.ops_runtime.pool import OpPool
+from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.manifest import Manifest
+from extsrc.sources.sharding import LastBatch, pad_plan_unchanged_by_balancing
+from extsrc.sources.table import read_manifest
 
 __all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig"]
 
@@ -116,11 +117,11 @@ class Loader:
     the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
     whose Huffman decoding runs on DALI's CPU threads (default ``DEFAULT_HW_DECODER_LOAD``, 0.85,
     measured faster than DALI's 0.65 on an H100). ``stages`` are DALI callables applied to
-    the main image instead of ``resize`` (see :mod:`extsrc.presets`).
+    the main image instead of ``resize`` (see :mod:`extsrc.loading.presets`).
 
     Under ``torchrun`` / an initialised ``torch.distributed`` group, leaving ``shard_id`` and
     ``num_shards`` unset shards by global rank and world size, and ``device=None`` picks the local
-    GPU (``LOCAL_RANK``); see :mod:`extsrc.distributed`.
+    GPU (``LOCAL_RANK``); see :mod:`extsrc.loading.distributed`.
 
     Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
     decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
@@ -145,14 +146,14 @@ class Loader:
     Arguments are checked at construction, each refused naming it (:class:`TypeError` for a
     wrong type: numpy integers are taken where an int is due, floats and bools are not;
     :class:`ValueError` for a value out of range, e.g. a batch larger than 1,000 times the
-    samples). The rules and ranges live in :mod:`extsrc.config`.
+    samples). The rules and ranges live in :mod:`extsrc.loading.config`.
 
-    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.state`).
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`).
 
     Batch format of every image output (``image`` and the op outputs), made inside DALI after
-    the ops (on the GPU when the loader runs there); :mod:`extsrc.batchformat` has the details.
-    ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``) with
-    ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
+    the ops (on the GPU when the loader runs there); :mod:`extsrc.graph.batchformat` has the
+    details. ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``)
+    with ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
     ``Resize(s)`` + ``CenterCrop(s)``) or ``"stretch"``; ``normalize`` ``None`` (0-255),
     ``"scale"`` (/ 255) or ``(mean, std)`` in 0-255 units; ``dtype`` ``"uint8"`` (needs
     ``normalize=None``), ``"float32"``, ``"float16"`` or ``"bfloat16"``; ``layout`` ``"NHWC"``
@@ -391,7 +392,7 @@ class Loader:
 
     # -- resume -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.state`).
+        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
 
         ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
         ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from augment_ops.registry import Op
-from extsrc.batchformat import BatchFormat
-from extsrc.errors import OpTimeoutError
-from extsrc.oppaths import RAISED, BatchOpRunner
-from extsrc.pipeline import dali_seed
+from extsrc.errors import RAISED, OpTimeoutError
+from extsrc.graph.batchformat import BatchFormat
+from extsrc.graph.image import dali_seed
+from extsrc.ops_runtime.runners import BatchOpRunner
 from extsrc.sources.video.source import VIDEO_SOURCE_OUTPUTS, VideoSource
 from extsrc.sources.where import sample_where
 

@@ -17,6 +17,7 @@ from extsrc._dali.messages import DaliFailure, read_failure
 from extsrc._util.textsafe import shown
 from extsrc.errors import (
     DEBUG_ENV,
+    RAISED,
     ExtsrcError,
     OpError,
     OpOutputError,
@@ -24,7 +25,6 @@ from extsrc.errors import (
     WorkerDiedError,
     debug,
 )
-from extsrc.oppaths import RAISED
 from extsrc.sources.imagecheck import Finding, check_file
 from extsrc.sources.images import ShardedSource, bad_image_error
 from extsrc.sources.where import sample_where

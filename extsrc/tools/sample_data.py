@@ -5,7 +5,7 @@ a random two-colour gradient, so previews and the ``grid2x2`` tiles look like so
 images are real files (JPEG or PNG, written with Pillow) listed in a ``manifest.csv``
 (``path,label`` with class names as labels), exactly what users point extsrc at.
 
->>> from extsrc.sample_data import make_sample_dataset
+>>> from extsrc.tools.sample_data import make_sample_dataset
 >>> manifest = make_sample_dataset("/tmp/shapes", n=16)  # doctest: +SKIP
 """
 

@@ -1,6 +1,6 @@
 """``Epoch``: one pass over a loader's batches, the iterator that ``iter(loader)`` returns.
 
-It advances the loader's :class:`~extsrc.position.ReadPosition` batch by batch, turns DALI's
+It advances the loader's :class:`~extsrc.loading.position.ReadPosition` batch by batch, turns DALI's
 batches into dicts of torch tensors, and owns its close: on an error, a Ctrl-C or
 :meth:`Epoch.close` it stops DALI's threads and worker processes, the position staying at the
 batch that did not arrive. An epoch the loader has moved past (a newer ``iter(loader)``,
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from extsrc._dali.run import PipelineRun, WorkersDied
 from extsrc.errors import PipelineError
-from extsrc.failures import InFlight, shown_alone, worker_died
+from extsrc.loading.failures import InFlight, shown_alone, worker_died
 
 if TYPE_CHECKING:
-    from extsrc.loader import Loader
+    from extsrc.loading.loader import Loader
 
 __all__ = ["Epoch"]
 
