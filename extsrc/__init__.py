@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from extsrc.imagecheck import DEFAULT_MAX_PIXELS
     from extsrc.loader import Loader
     from extsrc.manifest import Manifest, read_manifest
+    from extsrc.options import BadFiles, OpRuntime, Sampling, Workers
     from extsrc.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
@@ -64,6 +65,7 @@ __all__ = [
     "IMAGENET_STD",
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
+    "BadFiles",
     "BadImageError",
     "BadVideoError",
     "BatchFormat",
@@ -80,12 +82,14 @@ __all__ = [
     "MissingExtraError",
     "OpError",
     "OpOutputError",
+    "OpRuntime",
     "OpTimeoutError",
     "OutputOverwritesInputError",
     "PathOutsideRootError",
     "PipelineError",
     "Problem",
     "SampleReadError",
+    "Sampling",
     "ShardPlan",
     "ShardedSource",
     "StateMismatchError",
@@ -96,6 +100,7 @@ __all__ = [
     "VideoLoader",
     "WorkerDiedError",
     "WorkerStartError",
+    "Workers",
     "epoch_permutation",
     "make_sample_dataset",
     "make_sample_videos",
@@ -141,6 +146,10 @@ _WHERE: dict[str, str] = {
     "Loader": "extsrc.loader",
     "Manifest": "extsrc.manifest",
     "read_manifest": "extsrc.manifest",
+    "BadFiles": "extsrc.options",
+    "OpRuntime": "extsrc.options",
+    "Sampling": "extsrc.options",
+    "Workers": "extsrc.options",
     "IMAGENET_MEAN": "extsrc.presets",
     "IMAGENET_STD": "extsrc.presets",
     "TrainPreset": "extsrc.presets",

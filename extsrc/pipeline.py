@@ -6,11 +6,11 @@ This module knows DALI but not PyTorch; :mod:`extsrc.loader` wraps the built pip
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from augment_ops.registry import Op
-from extsrc.batchformat import BatchFormat
+from extsrc.config import LoaderConfig, RunPlan
 from extsrc.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
 from extsrc.oppaths import (
     BatchOpRunner,
@@ -22,7 +22,7 @@ from extsrc.oppaths import (
 from extsrc.oppool import OpPool
 from extsrc.source import SOURCE_OUTPUTS, ReaderValues, ShardedSource
 
-__all__ = ["build_pipeline", "default_output_names"]
+__all__ = ["build_pipeline", "dali_seed"]
 
 
 def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> int:
@@ -31,50 +31,31 @@ def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> i
     return zlib.crc32(f"{seed}/{shard_id}/{start_epoch}/{start_batch}".encode()) & 0x7FFFFFFF
 
 
-def default_output_names(ops: Sequence[Op]) -> tuple[str, ...]:
-    """``image``, then ``<op>_<k>`` for each op output, then ``label``."""
-    names = ["image"]
-    for op in ops:
-        names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
-    names.append("label")
-    return tuple(names)
-
-
 def build_pipeline(
     source: ShardedSource,
-    *,
-    ops: Sequence[Op],
-    transforms: Sequence[Op],
+    config: LoaderConfig,
     op_paths: Mapping[str, str],
-    resize: tuple[int, int] | None,
-    device_id: int | None,
-    num_threads: int,
-    num_workers: int,
-    start_method: str,
-    prefetch_queue_depth: int,
-    seed: int,
-    stages: Sequence[Any] = (),
-    decoder: str = "auto",
-    hw_decoder_load: float | None = None,
-    batch_format: BatchFormat | None = None,
     op_pool: OpPool | None = None,
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
-    ``op_paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
-    :mod:`extsrc.oppaths`). ``stages`` are callables ``stage(image, gpu=bool) -> image`` of DALI
-    operators applied to the main image in place of ``resize`` (the presets use them).
-    ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
-    decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a
-    GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
+    ``config`` gives the ops, transforms, ``resize``, ``stages``, seed, device, the batch format
+    and DALI's side (``config.workers``: readers, threads, queue depth, decoder). ``op_paths``
+    maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
+    :mod:`extsrc.oppaths`); with them the readers, threads and start method are sized
+    (:class:`~extsrc.config.RunPlan`). ``stages`` are callables ``stage(image, gpu=bool) ->
+    image`` of DALI operators applied to the main image in place of ``resize`` (the presets use
+    them). ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host
+    copy of the decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a GPU
+    and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
     is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
     nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
 
     ``op_pool`` runs the numpy path's ops over a batch's samples in parallel (``None``: in
     DALI's thread, one sample after another).
 
-    ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
-    normalisation (see :mod:`extsrc.batchformat`; ``None``: stretch, HWC ``uint8``); the main image
+    ``config.format`` resizes every image output to ``resize`` and gives it its layout, dtype and
+    normalisation (see :mod:`extsrc.batchformat`); the main image
     made by ``stages`` is left as they make it. Without a GPU, uint8 images are resized by Pillow
     on the host (:mod:`extsrc.hostresize`): by the numpy-path op that made them, in its worker
     (the main image by the first such op that reads it), or else by a resize-only step through
@@ -86,18 +67,22 @@ def build_pipeline(
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
+    plan = RunPlan(config, tuple(op_paths.items()))
+    ops, transforms, resize, stages = config.ops, config.transforms, config.resize, config.stages
+    device_id, seed, w = config.device_id, config.seed, config.workers
+    num_workers = plan.workers
     gpu = device_id is not None
     manifest = source.manifest  # info's indices refer to it
     pipe = Pipeline(
         batch_size=source.batch_size,
-        num_threads=num_threads,
+        num_threads=plan.threads,
         device_id=device_id,
         # DALI's own randomness (the presets' crops and flips) must differ between shards and
         # continue differently after a resume; numpy ops do not use it.
         seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
-        prefetch_queue_depth=prefetch_queue_depth,
+        prefetch_queue_depth=w.prefetch_queue_depth,
         py_num_workers=max(1, num_workers),
-        py_start_method=start_method,
+        py_start_method=plan.method,
     )
     # Batches the readers prepare ahead: DALI's default, 1, keeps one reader busy at a time.
     # One per reader took extsrc from 12-15k to 18-19k images/s on an H100
@@ -122,14 +107,15 @@ def build_pipeline(
             batch_info=True,
             **readers,
         )
+        decoder = w.decoder
         if decoder == "auto":
             decoder = "mixed" if gpu else "cpu"
         decode_kw = {}
-        if decoder == "mixed" and hw_decoder_load is not None:
-            decode_kw["hw_decoder_load"] = float(hw_decoder_load)
+        if decoder == "mixed" and w.hw_decoder_load is not None:
+            decode_kw["hw_decoder_load"] = float(w.hw_decoder_load)
         image = fn.decoders.image(encoded, device=decoder, output_type=types.RGB, **decode_kw)
         drawn = iter(values)  # the readers' values, in the order of `programs`
-        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
+        fmt = config.format
         host = (HostResize(resize, fmt.resize_mode)
                 if not gpu and resize is not None and not stages else None)
 

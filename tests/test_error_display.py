@@ -20,7 +20,7 @@ import pytest
 from helpers import BAD_FILES, dataset_with_bad, write_dataset
 
 import extsrc
-from extsrc import Loader, read_manifest
+from extsrc import Loader, OpRuntime, Workers, read_manifest
 from extsrc._dali.messages import without_dali_frames
 from extsrc.errors import BadImageError, OpError, SampleReadError
 from extsrc.failures import DEBUG_ENV, debug
@@ -231,7 +231,8 @@ def test_dali_error_kept_on_the_error_and_chained_only_in_debug(tmp_path, monkey
 
     def make() -> Loader:
         return Loader(manifest, batch_size=2, device="cpu", resize=16, shuffle=False,
-                      ops=["ed_boom_local"], num_workers=0, op_workers=1)
+                      ops=["ed_boom_local"], workers=Workers(num_workers=0),
+                      op_runtime=OpRuntime(op_workers=1))
 
     @augment_op(name="ed_boom_local")
     def ed_boom_local(img):
@@ -259,12 +260,13 @@ def test_source_error_in_this_process_has_no_dali_error(bad, monkeypatch):
     monkeypatch.delenv(DEBUG_ENV, raising=False)
     manifest, line, _ = one_bad(bad, "missing")
     with pytest.raises(SampleReadError, match=rf"line {line}: .*file not found") as ei:
-        loop(Loader(manifest, batch_size=2, device="cpu", resize=16, num_workers=0))
+        loop(Loader(manifest, batch_size=2, device="cpu", resize=16,
+                    workers=Workers(num_workers=0)))
     assert ei.value.dali_error is None and ei.value.__cause__ is None
     manifest, line, _ = one_bad(bad, "truncated_jpeg")
     with pytest.raises(BadImageError, match=rf"line {line}: ") as ei:
-        loop(Loader(manifest, batch_size=2, device="cpu", resize=16, num_workers=1,
-                    start_method="fork"))
+        loop(Loader(manifest, batch_size=2, device="cpu", resize=16,
+                    workers=Workers(num_workers=1, start_method="fork")))
     assert "Exception traceback received from worker thread" in str(ei.value.dali_error)
     assert "nvidia/dali" not in str(ei.value)  # the worker's traceback, from the source's frames
     assert "in read" in ei.value.detail

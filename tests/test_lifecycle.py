@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import children, write_dataset
 
-from extsrc import Loader
+from extsrc import Loader, Workers
 from extsrc._dali import lifecycle
 from extsrc.errors import WorkerDiedError, WorkerStartError
 
@@ -55,9 +55,9 @@ def new_shm(before: set[str]) -> set[str]:
     return out
 
 
-def loader(manifest: Path, **kw) -> Loader:
-    return Loader(manifest, batch_size=4, resize=16, num_threads=1, device="cpu",
-                  **{"num_workers": 2, **kw})
+def loader(manifest: Path, num_workers: int = 2, **kw) -> Loader:
+    return Loader(manifest, batch_size=4, resize=16, device="cpu",
+                  workers=Workers(num_threads=1, num_workers=num_workers), **kw)
 
 
 def one_epoch(ld: Loader) -> list[int]:

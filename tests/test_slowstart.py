@@ -14,7 +14,7 @@ from helpers import write_dataset
 
 import augment_ops
 import extsrc
-from extsrc import slowstart
+from extsrc import BadFiles, Workers, slowstart
 
 
 def _brighten(img):
@@ -32,7 +32,8 @@ def test_a_fast_build_says_nothing(tmp_path, caplog, capsys):
     manifest = write_dataset(tmp_path, 8)
     caplog.set_level(logging.INFO, logger="extsrc")
     with extsrc.Loader(manifest, batch_size=4, resize=16, device="cpu", transforms=[BRIGHTEN],
-                       on_error="skip", num_workers=1) as loader:
+                       bad_files=BadFiles(on_error="skip"),
+                       workers=Workers(num_workers=1)) as loader:
         assert len(next(iter(loader))["label"]) == 4
     assert _lines(caplog) == []
     err = capsys.readouterr().err
@@ -45,7 +46,8 @@ def test_every_slow_stage_of_a_build_is_named_with_its_time(tmp_path, caplog, mo
     caplog.set_level(logging.INFO, logger="extsrc")
     m = extsrc.read_manifest(manifest)
     with extsrc.Loader(m, batch_size=4, resize=16, device="cpu", transforms=[BRIGHTEN],
-                       on_error="skip", num_workers=1, start_method="fork") as loader:
+                       bad_files=BadFiles(on_error="skip"),
+                       workers=Workers(num_workers=1, start_method="fork")) as loader:
         next(iter(loader))
     lines = _lines(caplog)
     for what in (f"reading the manifest {manifest}",
