@@ -212,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         loader = extsrc.Loader(
             manifest, batch_size=args.batch_size, resize=224, seed=0,
-            device=None if use_cuda else "cpu", num_workers=args.num_workers,
-            num_threads=args.num_threads, **decode_kw,
+            device=None if use_cuda else "cpu",
+            workers=extsrc.Workers(num_workers=args.num_workers, num_threads=args.num_threads,
+                                   **decode_kw),
         )
         labels, batches_per_epoch = loader.manifest.labels, len(loader)
         device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
