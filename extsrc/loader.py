@@ -229,7 +229,7 @@ class Loader:
         c = self.config
         check_ops(c, self._takes_clips)
         #: The config with the path each op runs on, and the pool and DALI sizes it implies.
-        self.plan = self._plan()
+        self.plan = plan_run(c)
         check_main_guard(self.plan.workers, self.plan.method)  # before any reader starts
         if c.workers.watchdog and self.plan.workers > 0:
             _dali.check_version()  # the watchdog reads DALI's private worker pool
@@ -273,9 +273,6 @@ class Loader:
     #: may take the last two's names.
     _config_names: Mapping[str, Any] = {
         "image_output": "image", "metadata_keys": METADATA_KEYS, "hidden_outputs": HIDDEN_OUTPUTS}
-
-    def _plan(self) -> RunPlan:
-        return plan_run(self.config)
 
     # -- public surface ---------------------------------------------------------------------------
     @property

@@ -268,3 +268,45 @@ def test_video_loader_takes_clips_as_a_clip_spec(videos):
 def test_video_loader_refuses_group_fields_it_does_not_use(videos, group, match):
     with pytest.raises(ValueError, match=rf"VideoLoader: {match}"):
         extsrc.VideoLoader(videos, batch_size=2, sequence_length=3, device="cpu", **group)
+
+
+# -- LoaderConfig is a value; path choice is the loader's step after it ------------------------
+
+
+def test_building_a_config_neither_traces_nor_pickles_an_op():
+    import threading
+
+    import augment_ops
+    from augment_ops.trace_cache import PER_OP
+    from extsrc.config import LoaderConfig
+    from extsrc.loader import plan_run
+
+    lock = threading.Lock()  # a process pool cannot pickle it
+
+    def locked(img):
+        with lock:
+            return img[::-1]
+
+    op = augment_ops.Op(name="options_test_locked", fn=locked)
+    config = LoaderConfig(batch_size=2, ops=(op,), op_runtime=OpRuntime(op_workers=2))
+    assert op not in PER_OP  # not traced
+    assert config.output_names == ("image", "options_test_locked_0", "label")
+    assert config == LoaderConfig(batch_size=2, ops=(op,), op_runtime=OpRuntime(op_workers=2))
+    with pytest.raises(ValueError, match=r"op 'options_test_locked' cannot be sent to op "
+                                         r"worker processes"):
+        plan_run(config)  # the explicit step: trace (for a path), then pickle for the pool
+    assert op in PER_OP
+    plan = plan_run(dataclasses.replace(config, op_runtime=OpRuntime(op_workers=2,
+                                                                     op_pool="thread")))
+    assert plan.paths == {"options_test_locked": "numpy"} and plan.op_pool_size == 2
+
+
+def test_the_epoch_module_does_not_import_the_loader():
+    import ast
+
+    import extsrc.epoch
+
+    tree = ast.parse(Path(extsrc.epoch.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.split(".")[:2] == ["extsrc", "loader"]}
