@@ -210,7 +210,7 @@ def op_parameters(op: Any) -> dict[str, Any]:
 #: Python-API advice in the library's messages, and what a CLI user does instead.
 _CLI_WORDING: tuple[tuple[str, str], ...] = (
     ("run extsrc.validate(manifest) and train on report.clean_manifest(), or pass "
-     "on_error='skip' to Loader",
+     "bad_files=extsrc.BadFiles(on_error='skip') to Loader",
      "run `extsrc validate MANIFEST` (--write-clean CSV writes the good samples), or pass "
      "--skip-bad"),
 )
@@ -439,10 +439,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             lines[-1] = (
                 f"Train on the {len(report.ok_indices)} good samples: rerun with --write-clean "
                 "CSV and use that manifest, or pass --skip-bad to `extsrc preview` / `extsrc "
-                "bench` (Python: Loader(on_error='skip'))"
+                "bench` (Python: Loader(bad_files=BadFiles(on_error='skip')))"
             ) if report.media == "image" else (
                 f"Train on the {len(report.ok_indices)} good videos: rerun with --write-clean "
-                "CSV and use that manifest (Python: VideoLoader(on_error='skip'))"
+                "CSV and use that manifest (Python: "
+                "VideoLoader(bad_files=BadFiles(on_error='skip')))"
             )
         text = "\n".join(lines).replace(
             "(see report.problems)", f"(--max-problems {report.num_bad} lists them all)"
