@@ -288,6 +288,9 @@ class _Frozen(dict):  # type: ignore[type-arg]
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items(), key=repr)))
 
+    def __reduce__(self) -> tuple[Any, ...]:  # copies and pickles build it whole
+        return (_Frozen, (dict(self),))
+
 
 #: Each group's keyword in the loaders' signature, its class, and the flat keywords it holds.
 GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {

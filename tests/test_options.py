@@ -105,6 +105,10 @@ def test_values_are_normalised_numpy_ints_dicts_and_validate_kwargs():
     with pytest.raises(TypeError, match="cannot be changed"):
         bad.validate_kwargs["n_jobs"] = 2  # type: ignore[index]
     assert hash(bad) == hash(BadFiles(on_error="skip", validate_kwargs={"n_jobs": 1}))
+    import copy
+    import pickle
+
+    assert copy.deepcopy(bad) == pickle.loads(pickle.dumps(bad)) == bad
 
 
 def test_every_flat_keyword_has_one_group():
