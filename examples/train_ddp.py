@@ -343,9 +343,10 @@ def main(argv: list[str] | None = None) -> None:
                 "tag": args.tag, "world_size": world, "device": "cuda" if use_cuda else "cpu",
                 "model": model_name, "batch_size": args.batch_size,
                 "feed": "synthetic" if args.synthetic else "extsrc",
-                "hw_decoder_load": None if loader is None else loader.config.hw_decoder_load,
-                "dali_workers": None if loader is None else loader.config.workers,
-                "dali_threads": None if loader is None else loader.config.threads,
+                "hw_decoder_load": (None if loader is None
+                                    else loader.config.workers.hw_decoder_load),
+                "dali_workers": None if loader is None else loader.plan.workers,
+                "dali_threads": None if loader is None else loader.plan.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,
                 "per_rank_cores_busy": per_rank_cores,
