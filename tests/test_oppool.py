@@ -101,10 +101,10 @@ FAILS_ON_2_AND_6 = augment_ops.Op(name="pool_test_fails_on_2_and_6",
                                   fn=_fails_on_2_late_and_on_6_at_once)
 
 
-def _batches(manifest, ops, **kw) -> list[dict]:
+def _batches(manifest, ops, **op_runtime) -> list[dict]:
     loader = extsrc.Loader(manifest, batch_size=6, transforms=ops[:1], ops=ops[1:], resize=16,
-                           op_runtime=extsrc.OpRuntime(op_path="numpy"), device="cpu", shuffle=True,
-                           seed=3, **kw)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", **op_runtime),
+                           device="cpu", shuffle=True, seed=3)
     try:
         return [{k: v.clone() for k, v in b.items()} for _ in range(2) for b in loader]
     finally:
@@ -132,8 +132,8 @@ def test_pool_gives_the_serial_batches(tmp_path, kind):
     manifest = write_dataset(tmp_path, 15, fmt="png")
     # a transform, then two ops on its output that DALI may run at the same time
     ops = [FLIP_ROWS, JITTER_TILES, FLIP_COLS]
-    serial = _batches(manifest, ops, op_runtime=extsrc.OpRuntime(op_workers=0))
-    pooled = _batches(manifest, ops, op_runtime=extsrc.OpRuntime(op_workers=3, op_pool=kind))
+    serial = _batches(manifest, ops, op_workers=0)
+    pooled = _batches(manifest, ops, op_workers=3, op_pool=kind)
     assert len(serial) == len(pooled) == 6
     for a, b in zip(serial, pooled, strict=True):
         assert a.keys() == b.keys()
@@ -141,7 +141,7 @@ def test_pool_gives_the_serial_batches(tmp_path, kind):
             assert a[k].equal(b[k]), k
     # the ops ran: without them the images differ
     plain = _batches(manifest, [augment_ops.Op(name="pool_test_same", fn=lambda img: img)],
-                     op_runtime=extsrc.OpRuntime(op_workers=0))
+                     op_workers=0)
     assert not plain[0]["image"].equal(serial[0]["image"])
     assert not serial[0]["image"].equal(serial[0]["pool_test_flip_cols_0"])
 
@@ -280,10 +280,8 @@ def test_the_pool_works_with_socket_numbers_past_1024(tmp_path):
     manifest = write_dataset(tmp_path, 8)
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
-        serial = _batches(manifest, [FLIP_ROWS, JITTER_TILES],
-                          op_runtime=extsrc.OpRuntime(op_workers=0))
-        pooled = _batches(manifest, [FLIP_ROWS, JITTER_TILES],
-                          op_runtime=extsrc.OpRuntime(op_workers=2))
+        serial = _batches(manifest, [FLIP_ROWS, JITTER_TILES], op_workers=0)
+        pooled = _batches(manifest, [FLIP_ROWS, JITTER_TILES], op_workers=2)
         assert all(a[k].equal(b[k]) for a, b in zip(serial, pooled, strict=True) for k in a)
     finally:
         for fd in held:

@@ -141,7 +141,7 @@ def test_clip_spec_is_checked_at_construction(videos: Path) -> None:
     with pytest.raises(ValueError, match="sequence_length"):
         loader(videos / "train.csv", sequence_length=0)
     with pytest.raises(ValueError, match="layout must be one of"):
-        loader(videos / "train.csv", format=extsrc.BatchFormat(layout="NHWC"))
+        loader(videos / "train.csv", layout="NHWC")
 
 
 @pytest.mark.parametrize(
@@ -256,7 +256,7 @@ def test_random_op_draws_once_per_clip(videos: Path) -> None:
 
 def test_resize_layout_and_dtype(videos: Path) -> None:
     with loader(videos / "train.csv", resize=(24, 20),
-                format=extsrc.BatchFormat(layout="NCFHW", dtype="float32", normalize="scale"),
+                layout="NCFHW", format=extsrc.BatchFormat(dtype="float32", normalize="scale"),
                 output_map=["clip", "y"]) as ld:
         batch = next(iter(ld))
     assert tuple(batch["clip"].shape) == (2, 3, 5, 24, 20)
@@ -402,7 +402,7 @@ def test_validate_command_line_on_videos(bad_manifest: Path) -> None:
     )
     assert p.returncode == 1, p.stderr
     assert re.search(r"line 5: .*mpeg4\.mp4: its codec is MPEG-4 Part 2", p.stdout)
-    assert "VideoLoader(on_error='skip')" in p.stdout
+    assert "VideoLoader(bad_files=BadFiles(on_error='skip'))" in p.stdout
     clean = extsrc.read_manifest(bad_manifest.parent / "clean.csv")
     assert [Path(x).name for x in clean.paths] == ["good.avi", "good2.avi"]
 
