@@ -2,7 +2,8 @@
 <augment_ops.registry.Op.paths>`) and a native path traced from its numpy function.
 
 The registry holds only what was declared and never asks the tracer; this module asks it, for the
-loader's choice of paths (:func:`extsrc.oppaths.choose_paths`) and the ``extsrc ops`` listing.
+loader's choice of paths (:func:`extsrc.ops_runtime.paths.choose_paths`) and the ``extsrc ops``
+listing.
 """
 
 from __future__ import annotations

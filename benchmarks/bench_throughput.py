@@ -498,7 +498,7 @@ def main(argv=None) -> int:
     man = extsrc.read_manifest(manifest)
     with extsrc.Loader(man, batch_size=args.batch_size, ops=["grid2x2"], resize=args.resize,
                        device=device) as probe:  # what extsrc picks on this machine
-        threads, workers, auto_paths = probe.config.threads, probe.config.workers, probe.op_paths
+        threads, workers, auto_paths = probe.plan.threads, probe.plan.workers, probe.op_paths
     setup = Setup(str(manifest), man, args.batch_size, args.resize, device, 0 if gpu else None,
                   cores, threads, workers)
     names, feed_names = args.variants.split(","), args.train_feeds.split(",")

@@ -207,7 +207,7 @@ def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, thr
                            resize_mode="stretch")  # as the ceiling and the DataLoader resize
 
     return Epochs(loader, op_paths=loader.op_paths,
-                  dali={"threads": loader.config.threads, "readers": loader.config.workers})
+                  dali={"threads": loader.plan.threads, "readers": loader.plan.workers})
 
 
 # -- measuring -------------------------------------------------------------------------------------

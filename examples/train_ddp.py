@@ -212,8 +212,9 @@ def main(argv: list[str] | None = None) -> None:
     else:
         loader = extsrc.Loader(
             manifest, batch_size=args.batch_size, resize=224, seed=0,
-            device=None if use_cuda else "cpu", num_workers=args.num_workers,
-            num_threads=args.num_threads, **decode_kw,
+            device=None if use_cuda else "cpu",
+            workers=extsrc.Workers(num_workers=args.num_workers, num_threads=args.num_threads,
+                                   **decode_kw),
         )
         labels, batches_per_epoch = loader.manifest.labels, len(loader)
         device = torch.device(loader.device)  # cuda:LOCAL_RANK, picked by the loader
@@ -342,9 +343,10 @@ def main(argv: list[str] | None = None) -> None:
                 "tag": args.tag, "world_size": world, "device": "cuda" if use_cuda else "cpu",
                 "model": model_name, "batch_size": args.batch_size,
                 "feed": "synthetic" if args.synthetic else "extsrc",
-                "hw_decoder_load": None if loader is None else loader.config.hw_decoder_load,
-                "dali_workers": None if loader is None else loader.config.workers,
-                "dali_threads": None if loader is None else loader.config.threads,
+                "hw_decoder_load": (None if loader is None
+                                    else loader.config.workers.hw_decoder_load),
+                "dali_workers": None if loader is None else loader.plan.workers,
+                "dali_threads": None if loader is None else loader.plan.threads,
                 "timed_steps": step - warmup, "warmup_steps": warmup,
                 "per_rank_images_per_s": per_rank, "total_images_per_s": total,
                 "per_rank_cores_busy": per_rank_cores,

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from extsrc.graph.batchformat import BatchFormat
     from extsrc.loading.config import METADATA_KEYS, LoaderConfig
     from extsrc.loading.loader import Loader
+    from extsrc.loading.options import BadFiles, OpRuntime, Sampling, Workers
     from extsrc.loading.presets import (
         IMAGENET_MEAN,
         IMAGENET_STD,
@@ -77,6 +78,7 @@ __all__ = [
     "IMAGENET_STD",
     "METADATA_KEYS",
     "SOURCE_OUTPUTS",
+    "BadFiles",
     "BadImageError",
     "BadVideoError",
     "BatchFormat",
@@ -93,12 +95,14 @@ __all__ = [
     "MissingExtraError",
     "OpError",
     "OpOutputError",
+    "OpRuntime",
     "OpTimeoutError",
     "OutputOverwritesInputError",
     "PathOutsideRootError",
     "PipelineError",
     "Problem",
     "SampleReadError",
+    "Sampling",
     "ShardPlan",
     "ShardedSource",
     "StateMismatchError",
@@ -109,6 +113,7 @@ __all__ = [
     "VideoLoader",
     "WorkerDiedError",
     "WorkerStartError",
+    "Workers",
     "epoch_permutation",
     "make_sample_dataset",
     "make_sample_videos",
@@ -155,6 +160,10 @@ _WHERE: dict[str, str] = {
     "Loader": "extsrc.loading.loader",
     "Manifest": "extsrc.sources.manifest",
     "read_manifest": "extsrc.sources.table",
+    "BadFiles": "extsrc.loading.options",
+    "OpRuntime": "extsrc.loading.options",
+    "Sampling": "extsrc.loading.options",
+    "Workers": "extsrc.loading.options",
     "IMAGENET_MEAN": "extsrc.loading.presets",
     "IMAGENET_STD": "extsrc.loading.presets",
     "TrainPreset": "extsrc.loading.presets",

@@ -117,11 +117,11 @@ def _fork_check(timeout: float) -> str | None:
 def _cycle(manifest: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     import warnings
 
-    from extsrc import Loader
+    from extsrc import Loader, Workers
     from extsrc._dali import lifecycle
 
-    kw = {"batch_size": args.batch_size, "resize": 16, "num_threads": 1,
-          "num_workers": args.workers, "device": args.device}
+    kw = {"batch_size": args.batch_size, "resize": 16, "device": args.device,
+          "workers": Workers(num_threads=1, num_workers=args.workers)}
     train = Loader(manifest, shuffle=True, **kw)
     val = Loader(manifest, shuffle=False, **kw)
     batches = sum(1 for _ in train) + sum(1 for _ in val)

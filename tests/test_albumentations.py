@@ -17,7 +17,8 @@ A = pytest.importorskip("albumentations")
 
 import augment_ops  # noqa: E402
 from augment_ops import OpRegistrationError, from_albumentations  # noqa: E402
-from extsrc.ops_runtime.seeding import name_salt, sample_rng  # noqa: E402
+from extsrc import Workers  # noqa: E402
+from extsrc.ops_runtime.seeding import name_salt, sample_rng  # noqa: E402  # noqa: E402
 
 # Module level, so the op pickles by value and a spawned process can rebuild it.
 TRANSFORM = A.Compose([
@@ -113,8 +114,8 @@ def test_loader_matches_reference_with_and_without_workers(op, tmp_path: Path):
             return [(b["index"].numpy().copy(), b["albu_test_0"].numpy().copy())
                     for _ in range(2) for b in loader]
 
-    in_process = run(num_workers=0)
-    workers = run(num_workers=2, start_method="spawn")
+    in_process = run(workers=Workers(num_workers=0))
+    workers = run(workers=Workers(num_workers=2, start_method="spawn"))
     for (i0, x0), (i1, x1) in zip(in_process, workers, strict=True):
         assert np.array_equal(i0, i1) and np.array_equal(x0, x1)
     # Epoch 1 re-augments: the same sample differs between epochs.
@@ -124,7 +125,8 @@ def test_loader_matches_reference_with_and_without_workers(op, tmp_path: Path):
     # The loader's output is the op run on the decoded image with that sample's generator
     # (without resize, so on one 32x40 PNG listed four times).
     eq_m = extsrc.Manifest.from_lists([m.paths[0]] * 4, [0, 1, 2, 3])
-    with extsrc.Loader(eq_m, batch_size=4, ops=[op], device="cpu", seed=9, num_workers=0,
+    with extsrc.Loader(eq_m, batch_size=4, ops=[op], device="cpu", seed=9,
+                       workers=Workers(num_workers=0),
                        shuffle=False) as loader:
         batch = next(iter(loader))
     img = np.asarray(Image.open(eq_m.paths[0]).convert("RGB"))

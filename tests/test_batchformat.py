@@ -12,7 +12,7 @@ from helpers import pattern_image
 from PIL import Image
 
 import extsrc
-from extsrc import Loader, VideoLoader
+from extsrc import Loader, VideoLoader, Workers
 from extsrc.graph.batchformat import BatchFormat, check_mean_std
 from extsrc.loading.presets import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset
 from extsrc.tools.preview import to_display
@@ -30,7 +30,8 @@ def _same_size_pngs(root: Path, n: int = 4) -> Path:
 
 
 def _first_batch(manifest: Path, **kw) -> dict:
-    with Loader(manifest, batch_size=4, shuffle=False, num_workers=0, **kw) as loader:
+    with Loader(manifest, batch_size=4, shuffle=False, workers=Workers(num_workers=0),
+                **kw) as loader:
         return next(iter(loader))
 
 
@@ -50,7 +51,8 @@ def _reference(norm, n: int = 4) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_values_equal_the_numpy_formula(tmp_path, norm, dtype, layout):
-    batch = _first_batch(_same_size_pngs(tmp_path), layout=layout, dtype=dtype, normalize=norm)
+    batch = _first_batch(_same_size_pngs(tmp_path),
+                         format=BatchFormat(layout=layout, dtype=dtype, normalize=norm))
     ref = _reference(norm).astype(dtype)
     if layout == "NCHW":
         ref = ref.transpose(0, 3, 1, 2)
@@ -61,15 +63,15 @@ def test_values_equal_the_numpy_formula(tmp_path, norm, dtype, layout):
 
 def test_bfloat16_is_the_float32_result_converted_by_torch(tmp_path):
     norm = (IMAGENET_MEAN, IMAGENET_STD)
-    batch = _first_batch(_same_size_pngs(tmp_path), layout="NCHW", dtype="bfloat16",
-                         normalize=norm)
+    batch = _first_batch(_same_size_pngs(tmp_path),
+                         format=BatchFormat(layout="NCHW", dtype="bfloat16", normalize=norm))
     ref = torch.from_numpy(_reference(norm).transpose(0, 3, 1, 2).copy()).to(torch.bfloat16)
     assert batch["image"].dtype == torch.bfloat16
     assert torch.equal(batch["image"], ref)
 
 
 def test_uint8_nchw_keeps_pixels(tmp_path):
-    batch = _first_batch(_same_size_pngs(tmp_path), layout="NCHW")
+    batch = _first_batch(_same_size_pngs(tmp_path), format=BatchFormat(layout="NCHW"))
     assert batch["image"].dtype == torch.uint8
     np.testing.assert_array_equal(
         batch["image"].numpy(), _reference(None).astype(np.uint8).transpose(0, 3, 1, 2)
@@ -78,8 +80,9 @@ def test_uint8_nchw_keeps_pixels(tmp_path):
 
 def test_every_image_output_gets_the_format(png_dataset):
     """Main image and op outputs alike: shape, dtype and layout; labels and metadata untouched."""
-    with Loader(png_dataset, batch_size=5, ops=["grid2x2"], resize=(20, 30), layout="NCHW",
-                dtype="float16", normalize="scale", num_workers=0) as loader:
+    with Loader(png_dataset, batch_size=5, ops=["grid2x2"], resize=(20, 30),
+                format=BatchFormat(layout="NCHW", dtype="float16", normalize="scale"),
+                workers=Workers(num_workers=0)) as loader:
         batch = next(iter(loader))
         names = loader.output_names
     for name in names[:-1]:  # every image output
@@ -91,8 +94,8 @@ def test_every_image_output_gets_the_format(png_dataset):
 
 
 def test_defaults_are_nhwc_uint8_unnormalised(png_dataset):
-    with Loader(png_dataset, batch_size=5, resize=16, num_workers=0) as loader:
-        c = loader.config
+    with Loader(png_dataset, batch_size=5, resize=16, workers=Workers(num_workers=0)) as loader:
+        c = loader.config.format
         batch = next(iter(loader))
     assert (c.layout, c.dtype, c.normalize, c.resize_mode) == (
         "NHWC", "uint8", None, "shorter_side")
@@ -115,7 +118,8 @@ def test_defaults_are_nhwc_uint8_unnormalised(png_dataset):
 )
 def test_bad_format_options_fail_at_construction(png_dataset, kw, match):
     with pytest.raises(ValueError, match=match):
-        Loader(png_dataset, batch_size=4, num_workers=0, **kw)
+        Loader(png_dataset, batch_size=4, workers=Workers(num_workers=0),
+               format=BatchFormat(**kw))
 
 
 TORCHVISION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -146,12 +150,13 @@ TORCHVISION = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 def test_bad_mean_std_fail_at_construction_of_every_loader(png_dataset, tmp_path, norm, match):
     """One rule for every normalisation the loaders take; the video loader's too."""
     with pytest.raises(ValueError, match=match):
-        Loader(png_dataset, batch_size=4, num_workers=0, dtype="float32", normalize=norm)
+        Loader(png_dataset, batch_size=4, workers=Workers(num_workers=0),
+               format=BatchFormat(dtype="float32", normalize=norm))
     videos = tmp_path / "videos.csv"
     videos.write_text("path,label\na.webm,0\n")
     with pytest.raises(ValueError, match=match):
-        VideoLoader(videos, batch_size=1, sequence_length=2, num_workers=0, dtype="float32",
-                    normalize=norm)
+        VideoLoader(videos, batch_size=1, sequence_length=2, workers=Workers(num_workers=0),
+                    format=BatchFormat(dtype="float32", normalize=norm))
 
 
 def test_mean_std_in_pixel_units_and_the_exported_constants_pass():
@@ -207,7 +212,8 @@ def _disc_aspect(image: torch.Tensor) -> float:
 @pytest.mark.parametrize("size", [(40, 40), (33, 51)])
 def test_shorter_side_keeps_a_circle_round(tmp_path, size):
     manifest = _disc_png(tmp_path)
-    with Loader(manifest, batch_size=1, resize=size, num_workers=0) as loader:  # the default
+    with Loader(manifest, batch_size=1, resize=size,
+                workers=Workers(num_workers=0)) as loader:  # the default
         image = next(iter(loader))["image"][0]
     assert tuple(image.shape) == (*size, 3)
     assert _disc_aspect(image) == pytest.approx(1.0, abs=0.1)
@@ -219,8 +225,8 @@ def test_shorter_side_keeps_a_circle_round(tmp_path, size):
 
 def test_stretch_squashes_a_circle(tmp_path):
     manifest = _disc_png(tmp_path)  # 60 x 120 to 40 x 40: width shrinks twice as much
-    with Loader(manifest, batch_size=1, resize=40, resize_mode="stretch",
-                num_workers=0) as loader:
+    with Loader(manifest, batch_size=1, resize=40, format=BatchFormat(resize_mode="stretch"),
+                workers=Workers(num_workers=0)) as loader:
         image = next(iter(loader))["image"][0]
     assert tuple(image.shape) == (40, 40, 3)
     assert _disc_aspect(image) == pytest.approx(0.5, abs=0.1)
@@ -229,30 +235,31 @@ def test_stretch_squashes_a_circle(tmp_path):
 def test_resume_checks_the_resize_mode_not_the_presentation(png_dataset):
     from extsrc import StateMismatchError
 
-    kw = dict(batch_size=5, resize=16, num_workers=0)
-    state = Loader(png_dataset, resize_mode="stretch", **kw).state_dict()
+    kw = dict(batch_size=5, resize=16, workers=Workers(num_workers=0))
+    state = Loader(png_dataset, format=BatchFormat(resize_mode="stretch"), **kw).state_dict()
     with pytest.raises(StateMismatchError, match="resize_mode: 'stretch' in the state, "
                                                  "'shorter_side' here"):
         Loader(png_dataset, **kw).load_state_dict(state)
     # Layout, dtype and normalisation present the same pixels: a run may change them.
-    Loader(png_dataset, resize_mode="stretch", layout="NCHW", dtype="bfloat16",
-           normalize="scale", **kw).load_state_dict(state)
+    Loader(png_dataset,
+           format=BatchFormat(resize_mode="stretch", layout="NCHW", dtype="bfloat16",
+                              normalize="scale"), **kw).load_state_dict(state)
 
 
 @pytest.mark.gpu
 def test_format_on_the_gpu_matches_the_cpu(tmp_path):
     manifest = _same_size_pngs(tmp_path)
-    kw = dict(layout="NCHW", dtype="float32", normalize=(IMAGENET_MEAN, IMAGENET_STD),
-              resize=(16, 12), decoder="cpu")
+    kw = dict(format=BatchFormat(layout="NCHW", dtype="float32",
+                                 normalize=(IMAGENET_MEAN, IMAGENET_STD)), resize=(16, 12))
     cpu = _first_batch(manifest, device="cpu", **kw)
-    with Loader(manifest, batch_size=4, shuffle=False, num_workers=0, device="cuda",
-                **kw) as loader:
+    with Loader(manifest, batch_size=4, shuffle=False, device="cuda",
+                workers=Workers(num_workers=0, decoder="cpu"), **kw) as loader:
         gpu = next(iter(loader))
     assert gpu["image"].is_cuda and gpu["image"].shape == (4, 3, 16, 12)
     # DALI's CPU and GPU resize kernels may differ by a rounding step of the pixel values.
     diff = (gpu["image"].cpu() - cpu["image"]).abs().max()
     assert float(diff) <= 1.0 / min(IMAGENET_STD) + 1e-5
-    with Loader(manifest, batch_size=4, shuffle=False, num_workers=0, device="cuda",
-                dtype="bfloat16", normalize="scale") as loader:
+    with Loader(manifest, batch_size=4, shuffle=False, workers=Workers(num_workers=0),
+                device="cuda", format=BatchFormat(dtype="bfloat16", normalize="scale")) as loader:
         batch = next(iter(loader))
     assert batch["image"].is_cuda and batch["image"].dtype == torch.bfloat16

@@ -186,7 +186,7 @@ def test_console_script_is_declared():
     ours = [e for e in eps if e.name == "extsrc"]
     if not ours:
         pytest.skip("extsrc is not installed (pip install -e .); the entry point is not on PATH")
-    # An installation made before the command line moved declares extsrc.cli:main, which
+    # An installation made before the command line moved declares extsrc.tools.cli:main, which
     # resolves through the old-path table (extsrc._moved) to the same function.
     from extsrc.tools.cli import main
 

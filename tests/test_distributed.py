@@ -12,6 +12,7 @@ import pytest
 from helpers import write_dataset
 
 import extsrc.loading.distributed as xd
+from extsrc import Sampling, Workers
 from extsrc.loading.distributed import DistInfo, detect, resolve_sharding
 
 WORLD = 3
@@ -146,14 +147,14 @@ def test_loader_picks_up_torchrun_env(
     monkeypatch.setenv("WORLD_SIZE", "3")
     monkeypatch.setenv("LOCAL_RANK", "0")
     loader = Loader(manifest, batch_size=2, device="cpu")  # nothing built until iterated
-    assert (loader.config.shard_id, loader.config.num_shards) == (2, 3)
+    assert (loader.config.sampling.shard_id, loader.config.sampling.num_shards) == (2, 3)
     assert loader.source.shard_id == 2 and len(loader) == 2
     monkeypatch.setenv("RANK", "3")
     with pytest.raises(ValueError, match="RANK=3 is out of range"):
         Loader(manifest, batch_size=2, device="cpu")
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(ValueError, match="shard_id was given but num_shards was not"):
-        Loader(manifest, batch_size=2, device="cpu", shard_id=1)
+        Loader(manifest, batch_size=2, device="cpu", sampling=Sampling(shard_id=1))
 
 
 # ------------------------------------------------------------------------------------------
@@ -171,11 +172,12 @@ def _ddp_worker(rank: int, world: int, init_method: str, manifest: str, out: str
         results: dict[str, list] = {}
         for policy in POLICIES:
             loader = Loader(
-                manifest, batch_size=BATCH, resize=16, device="cpu", num_workers=0, num_threads=1,
-                seed=5, last_batch=policy,
+                manifest, batch_size=BATCH, resize=16, device="cpu",
+                workers=Workers(num_workers=0, num_threads=1),
+                seed=5, sampling=Sampling(last_batch=policy),
             )
             mine = {
-                "shard": [loader.config.shard_id, loader.config.num_shards],
+                "shard": [loader.config.sampling.shard_id, loader.config.sampling.num_shards],
                 "device": loader.device,
                 "len": len(loader),
                 "epochs": [],

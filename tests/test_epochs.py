@@ -8,13 +8,13 @@ import warnings
 import pytest
 import torch
 
-from extsrc import Loader
+from extsrc import Loader, Sampling, Workers
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
 
 def _loader(manifest, **kw) -> Loader:
-    kw = {"batch_size": 5, "resize": 8, "num_workers": 0, "seed": 3, **kw}
+    kw = {"batch_size": 5, "resize": 8, "workers": Workers(num_workers=0), "seed": 3, **kw}
     return Loader(manifest, **kw)
 
 
@@ -34,8 +34,8 @@ def _len_loop(loader: Loader) -> torch.Tensor:
 def test_len_loops_are_finished_epochs(png_dataset, workers):
     """Lightning's and zip(range(len(loader)), loader)'s loops never ask for the batch after
     the last: each still ends its epoch, with one pipeline for all of them."""
-    want = _drained(png_dataset, 3, num_workers=workers)
-    with _loader(png_dataset, num_workers=workers) as loader:
+    want = _drained(png_dataset, 3, workers=Workers(num_workers=workers))
+    with _loader(png_dataset, workers=Workers(num_workers=workers)) as loader:
         got = []
         for _ in range(3):
             got.append(_len_loop(loader))
@@ -114,12 +114,12 @@ def test_default_last_batch_is_partial_like_drop_last_false(png_dataset):
     """23 samples, batch 5: five batches, the last of 3, every sample once, nothing padded; on
     two shards both get the same number of batches (DDP ranks stay in step)."""
     with _loader(png_dataset) as loader:
-        assert loader.config.last_batch == "partial"
+        assert loader.config.sampling.last_batch == "partial"
         batches = list(loader)
     assert [len(b["index"]) for b in batches] == [5, 5, 5, 5, 3]
     assert sorted(torch.cat([b["index"] for b in batches]).tolist()) == list(range(23))
     assert not any(bool(b["is_pad"].any()) for b in batches)
-    shards = [_loader(png_dataset, shard_id=s, num_shards=2) for s in range(2)]
+    shards = [_loader(png_dataset, sampling=Sampling(shard_id=s, num_shards=2)) for s in range(2)]
     seen = []
     for shard in shards:
         with shard:

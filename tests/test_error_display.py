@@ -20,7 +20,7 @@ import pytest
 from helpers import BAD_FILES, dataset_with_bad, write_dataset
 
 import extsrc
-from extsrc import Loader, read_manifest
+from extsrc import Loader, OpRuntime, Workers, read_manifest
 from extsrc._dali.messages import without_dali_frames
 from extsrc.errors import BadImageError, OpError, SampleReadError
 from extsrc.loading.failures import DEBUG_ENV, debug
@@ -122,7 +122,10 @@ FILES = [("missing", "SampleReadError", "file not found"),
          ("text_as_jpg", "BadImageError", "[not_an_image]")]
 
 
-@pytest.mark.parametrize("workers", ["", "num_workers=0"], ids=["default", "no-workers"])
+NO_WORKERS = "workers=extsrc.Workers(num_workers=0)"
+
+
+@pytest.mark.parametrize("workers", ["", NO_WORKERS], ids=["default", "no-workers"])
 @pytest.mark.parametrize(("kind", "cls", "reason"), FILES, ids=[f[0] for f in FILES])
 def test_bad_file_error_on_one_screen(bad, kind, cls, reason, workers):
     manifest, line, path = one_bad(bad, kind)
@@ -138,7 +141,7 @@ def test_bad_file_error_on_one_screen(bad, kind, cls, reason, workers):
 
 def test_file_only_the_decoder_refuses_on_one_screen(tmp_path):
     manifest, where = dataset_with_bad(tmp_path, ["corrupt_jpeg"], n=4)
-    stderr = run_loop(manifest, kw="resize=16, num_workers=0")
+    stderr = run_loop(manifest, kw="resize=16, workers=extsrc.Workers(num_workers=0)")
     first = next(ln for ln in stderr.splitlines() if ln.startswith("extsrc.errors."))
     line = where["corrupt_jpeg"] + 2  # after the header
     assert first.startswith(f"extsrc.errors.BadImageError: {manifest} line {line}: "), stderr
@@ -149,7 +152,8 @@ def test_file_only_the_decoder_refuses_on_one_screen(tmp_path):
     assert_one_screen(tb, first)
 
 
-@pytest.mark.parametrize("kw", ["", "num_workers=0", "num_workers=0, op_workers=1"],
+@pytest.mark.parametrize("kw", ["", NO_WORKERS,
+                                f"{NO_WORKERS}, op_runtime=extsrc.OpRuntime(op_workers=1)"],
                          ids=["default", "no-workers", "op-in-process"])
 def test_op_error_on_one_screen_with_the_ops_traceback(tmp_path, kw):
     manifest = write_dataset(tmp_path, 6)
@@ -170,7 +174,7 @@ def test_op_error_on_one_screen_with_the_ops_traceback(tmp_path, kw):
 
 def test_images_of_different_sizes_without_resize_on_one_screen(tmp_path):
     manifest = write_dataset(tmp_path, 4)  # sizes vary per sample
-    stderr = run_loop(manifest, kw="num_workers=0")
+    stderr = run_loop(manifest, kw="workers=extsrc.Workers(num_workers=0)")
     first = "ValueError: images in a batch have different sizes, so they cannot be stacked " \
         "into one tensor; pass resize=(height, width) (or an int) to Loader"
     assert_one_screen(stderr, first)
@@ -210,7 +214,8 @@ def test_bad_video_error_on_one_screen(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     manifest = tmp_path / "videos.csv"
     manifest.write_text(f"path,label\n{good[0]},0\n{cut},1\n{good[1]},0\n")
-    stderr = run_loop(manifest, cls="VideoLoader", kw="sequence_length=4, num_workers=0")
+    stderr = run_loop(manifest, cls="VideoLoader",
+                      kw="sequence_length=4, workers=extsrc.Workers(num_workers=0)")
     first = next(ln for ln in stderr.splitlines() if ln.startswith("extsrc.errors."))
     assert first.startswith(f"extsrc.errors.BadVideoError: {manifest} line 3: {cut}"), stderr
     assert_one_screen(stderr, first)
@@ -231,7 +236,8 @@ def test_dali_error_kept_on_the_error_and_chained_only_in_debug(tmp_path, monkey
 
     def make() -> Loader:
         return Loader(manifest, batch_size=2, device="cpu", resize=16, shuffle=False,
-                      ops=["ed_boom_local"], num_workers=0, op_workers=1)
+                      ops=["ed_boom_local"], workers=Workers(num_workers=0),
+                      op_runtime=OpRuntime(op_workers=1))
 
     @augment_op(name="ed_boom_local")
     def ed_boom_local(img):
@@ -259,12 +265,13 @@ def test_source_error_in_this_process_has_no_dali_error(bad, monkeypatch):
     monkeypatch.delenv(DEBUG_ENV, raising=False)
     manifest, line, _ = one_bad(bad, "missing")
     with pytest.raises(SampleReadError, match=rf"line {line}: .*file not found") as ei:
-        loop(Loader(manifest, batch_size=2, device="cpu", resize=16, num_workers=0))
+        loop(Loader(manifest, batch_size=2, device="cpu", resize=16,
+                    workers=Workers(num_workers=0)))
     assert ei.value.dali_error is None and ei.value.__cause__ is None
     manifest, line, _ = one_bad(bad, "truncated_jpeg")
     with pytest.raises(BadImageError, match=rf"line {line}: ") as ei:
-        loop(Loader(manifest, batch_size=2, device="cpu", resize=16, num_workers=1,
-                    start_method="fork"))
+        loop(Loader(manifest, batch_size=2, device="cpu", resize=16,
+                    workers=Workers(num_workers=1, start_method="fork")))
     assert "Exception traceback received from worker thread" in str(ei.value.dali_error)
     assert "nvidia/dali" not in str(ei.value)  # the worker's traceback, from the source's frames
     assert "in read" in ei.value.detail

@@ -14,7 +14,7 @@ import pytest
 from helpers import pattern_image
 from PIL import Image
 
-from extsrc import Loader, Manifest, read_manifest
+from extsrc import Loader, Manifest, Sampling, Workers, read_manifest
 from extsrc.errors import (
     BadImageError,
     ManifestError,
@@ -192,7 +192,8 @@ def test_symlinked_folders_and_files_are_followed_and_checked_against_the_root(t
     assert m.labels.tolist() == [0, 0, 1, 1]
     # Lexically inside, really outside: refused when used, naming the sample.
     assert m.outside_root() == [] and m.outside_root(follow_symlinks=True) == [1, 2, 3]
-    with Loader(m, batch_size=4, shuffle=False, device="cpu", num_workers=0) as loader:
+    with Loader(m, batch_size=4, shuffle=False, device="cpu",
+                workers=Workers(num_workers=0)) as loader:
         with pytest.raises(PathOutsideRootError, match=r"folder .*data/, sample 2: .*linked\.png"
                            r".*outside the root"):
             next(iter(loader))
@@ -216,7 +217,8 @@ def test_a_bad_file_is_named_by_folder_and_sample(tmp_path):
     (tmp_path / "cat" / "001.png").write_text("not an image\n")
     m = Manifest.from_folder(tmp_path)
     assert m.where(1) == f"folder {os.path.join(str(tmp_path), '')}, sample 2"
-    with Loader(m, batch_size=3, shuffle=False, device="cpu", num_workers=0) as loader:
+    with Loader(m, batch_size=3, shuffle=False, device="cpu",
+                workers=Workers(num_workers=0)) as loader:
         with pytest.raises(BadImageError) as ei:
             next(iter(loader))
     msg = str(ei.value)
@@ -233,8 +235,9 @@ def test_loader_over_a_folder_two_shards_two_epochs(tmp_path):
     ids = tree(tmp_path, {"cat": 4, "dog": 3, "emu": 2})  # 9 samples: one pad per epoch
     expected_label = {"cat": 0, "dog": 1, "emu": 2}
     loaders = [
-        Loader(str(tmp_path), batch_size=2, shard_id=s, num_shards=2, seed=5, device="cpu",
-               num_workers=1)
+        Loader(str(tmp_path), batch_size=2, sampling=Sampling(shard_id=s, num_shards=2), seed=5,
+               device="cpu",
+               workers=Workers(num_workers=1))
         for s in range(2)
     ]
     try:
@@ -264,7 +267,7 @@ def test_loader_over_a_folder_two_shards_two_epochs(tmp_path):
 def test_presets_take_a_folder(tmp_path):
     tree(tmp_path, {"cat": 3, "dog": 2})
     with val_loader(str(tmp_path), batch_size=5, size=8, crop=8, device="cpu",
-                    num_workers=0) as loader:
+                    workers=Workers(num_workers=0)) as loader:
         (batch,) = list(loader)
     assert batch["image"].shape == (5, 3, 8, 8)
     assert batch["label"].tolist() == [0, 0, 0, 1, 1]
@@ -274,12 +277,12 @@ def test_resume_fingerprint_follows_the_folder_content(tmp_path):
     tree(tmp_path, {"cat": 2, "dog": 2})
     a, b = Manifest.from_folder(tmp_path), read_manifest(str(tmp_path) + "/")
     assert a.fingerprint() == b.fingerprint()
-    with Loader(a, batch_size=2, device="cpu", num_workers=0) as loader:
+    with Loader(a, batch_size=2, device="cpu", workers=Workers(num_workers=0)) as loader:
         state = loader.state_dict()
     image(tmp_path / "dog" / "new.png", 9)
     c = Manifest.from_folder(tmp_path)
     assert c.fingerprint() != a.fingerprint()
-    with Loader(c, batch_size=2, device="cpu", num_workers=0) as loader:
+    with Loader(c, batch_size=2, device="cpu", workers=Workers(num_workers=0)) as loader:
         with pytest.raises(StateMismatchError, match="manifest"):
             loader.load_state_dict(state)
 

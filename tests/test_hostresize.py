@@ -91,8 +91,9 @@ def test_cpu_loader_outputs_are_one_host_resize_of_each_image(tmp_path, op_worke
     manifest = write_dataset(tmp_path, 10, fmt="png", size=(33, 47))
     decoded = _decoded(manifest)
     rs = HostResize((16, 20), "shorter_side")
-    with extsrc.Loader(manifest, batch_size=5, resize=(16, 20), ops=[FLIP], op_path="numpy",
-                       device="cpu", op_workers=op_workers) as loader:
+    with extsrc.Loader(manifest, batch_size=5, resize=(16, 20), ops=[FLIP],
+                       op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=op_workers),
+                       device="cpu") as loader:
         seen = 0
         for batch in loader:
             for k, i in enumerate(batch["index"].tolist()):
@@ -109,7 +110,8 @@ def test_transform_output_resized_by_the_op_that_reads_it(tmp_path, op_workers):
     decoded = _decoded(manifest)
     rs = HostResize((16, 20), "shorter_side")
     with extsrc.Loader(manifest, batch_size=3, resize=(16, 20), transforms=[FLIP], ops=[FLIP],
-                       op_path="numpy", device="cpu", op_workers=op_workers) as loader:
+                       op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=op_workers),
+                       device="cpu") as loader:
         seen = 0
         for batch in loader:
             for k, i in enumerate(batch["index"].tolist()):
@@ -138,8 +140,9 @@ def test_main_image_is_resized_by_the_first_op_that_resizes_its_outputs(tmp_path
     cases = [({"ops": [FLIP]}, 1), (two, 2),
              ({"transforms": [FLIP], "ops": [FLIP]}, 2), ({"ops": [to_float]}, 2)]
     for kwargs, expected in cases:
-        with extsrc.Loader(manifest, batch_size=2, resize=8, op_path="numpy", device="cpu",
-                           op_workers=0, **kwargs) as loader:
+        with extsrc.Loader(manifest, batch_size=2, resize=8,
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=0), device="cpu",
+                           **kwargs) as loader:
             assert _python_functions(loader) == expected, kwargs
 
 
@@ -149,8 +152,10 @@ def test_float_op_outputs_are_resized_by_dali_and_formats_still_apply(tmp_path):
 
     op = augment_ops.Op(name="hostresize_test_float", fn=to_float, dtype=np.float32)
     manifest = write_dataset(tmp_path, 6, fmt="png")
-    with extsrc.Loader(manifest, batch_size=3, resize=8, ops=[op], op_path="numpy",
-                       device="cpu", layout="NCHW", dtype="float32") as loader:
+    with extsrc.Loader(manifest, batch_size=3, resize=8, ops=[op],
+                       op_runtime=extsrc.OpRuntime(op_path="numpy"),
+                       device="cpu",
+                       format=extsrc.BatchFormat(layout="NCHW", dtype="float32")) as loader:
         batch = next(iter(loader))
     assert batch["image"].shape == (3, 3, 8, 8)
     assert batch["hostresize_test_float_0"].shape == (3, 3, 8, 8)

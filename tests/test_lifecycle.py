@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from helpers import children, write_dataset
 
-from extsrc import Loader
+from extsrc import Loader, Workers
 from extsrc._dali import lifecycle
 from extsrc.errors import WorkerDiedError, WorkerStartError
 
@@ -55,9 +55,9 @@ def new_shm(before: set[str]) -> set[str]:
     return out
 
 
-def loader(manifest: Path, **kw) -> Loader:
-    return Loader(manifest, batch_size=4, resize=16, num_threads=1, device="cpu",
-                  **{"num_workers": 2, **kw})
+def loader(manifest: Path, num_workers: int = 2, **kw) -> Loader:
+    return Loader(manifest, batch_size=4, resize=16, device="cpu",
+                  workers=Workers(num_threads=1, num_workers=num_workers), **kw)
 
 
 def one_epoch(ld: Loader) -> list[int]:
@@ -172,7 +172,7 @@ def _script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
         sys.path.insert(0, {str(ROOT / "tests")!r})
         from helpers import children
         import extsrc._dali.run
-        from extsrc import Loader
+        from extsrc import Loader, Workers
         manifest = {str(manifest)!r}
     """) + textwrap.dedent(body)
     # The repo first, and whatever the interpreter was given besides (where DALI may live).
@@ -189,7 +189,8 @@ def test_reader_that_never_starts_is_a_bounded_wait_with_a_clear_error(tmp_path)
     res = _script(tmp_path, """
         from extsrc.errors import WorkerStartError
         extsrc._dali.run.BUILD_TIMEOUT = 2.0
-        ld = Loader(manifest, batch_size=4, resize=16, num_workers=2, num_threads=1, device="cpu")
+        ld = Loader(manifest, batch_size=4, resize=16, device="cpu",
+                    workers=Workers(num_workers=2, num_threads=1))
         stall = [True]
         os.register_at_fork(after_in_child=lambda: stall[0] and time.sleep(3600))
         t = time.monotonic()
@@ -220,8 +221,8 @@ def test_forked_children_exit_through_teardown_and_exit_shuts_the_loader_down(tm
     The parent then exits with the loader still referenced: its reader processes end with it."""
     res = _script(tmp_path, """
         import gc, multiprocessing.process
-        ld = Loader(manifest, batch_size=2, resize=16, num_workers=2, num_threads=1,
-                    device="cpu", shuffle=False)
+        ld = Loader(manifest, batch_size=2, resize=16, device="cpu", shuffle=False,
+                    workers=Workers(num_workers=2, num_threads=1))
         it = iter(ld)
         seen = next(it)["index"].tolist()
         for close_first in (True, False):
@@ -276,7 +277,8 @@ def test_reader_that_dies_at_start_is_reported_without_waiting_for_the_build_lim
     res = _script(tmp_path, """
         from extsrc.errors import WorkerDiedError
         extsrc._dali.run.BUILD_TIMEOUT = 3600.0
-        ld = Loader(manifest, batch_size=4, resize=16, num_workers=2, num_threads=1, device="cpu")
+        ld = Loader(manifest, batch_size=4, resize=16, device="cpu",
+                    workers=Workers(num_workers=2, num_threads=1))
         die = [True]
         os.register_at_fork(after_in_child=lambda: die[0] and os._exit(3))
         try:

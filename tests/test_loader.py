@@ -9,7 +9,7 @@ from helpers import pattern_image, write_dataset
 from PIL import Image
 
 import augment_ops
-from extsrc import Loader, read_manifest
+from extsrc import Loader, OpRuntime, Sampling, Workers, read_manifest
 from extsrc.ops_runtime.seeding import name_salt, sample_rng
 from extsrc.sources.sharding import shard_plan
 
@@ -95,7 +95,7 @@ def test_output_map_reserved_and_bad_names_fail_at_construction(mixed, names, er
 
 def test_names_reserved_only_by_the_video_loader_are_free_here(mixed):
     with Loader(mixed, batch_size=4, output_map=["__clip", "start_frame"], device="cpu",
-                num_workers=0, resize=8) as loader:
+                workers=Workers(num_workers=0), resize=8) as loader:
         batch = next(iter(loader))
     assert batch["__clip"].shape == (4, 8, 8, 3) and batch["start_frame"].shape == (4,)
 
@@ -120,13 +120,13 @@ def test_device_bogus(mixed, device):
 ])
 def test_hw_decoder_load_out_of_range(mixed, load, error):
     with pytest.raises(error, match=r"hw_decoder_load must be None .* in \[0, 1\]"):
-        Loader(mixed, batch_size=4, device="cpu", hw_decoder_load=load)
+        Loader(mixed, batch_size=4, device="cpu", workers=Workers(hw_decoder_load=load))
 
 
 def test_hw_decoder_load_is_ignored_by_cpu_decoding(mixed):
     """It only shapes mixed decoding; a CPU loader with it set decodes exactly as without."""
     kw = dict(batch_size=8, device="cpu", shuffle=False, resize=16)
-    with Loader(mixed, **kw) as a, Loader(mixed, hw_decoder_load=1.0, **kw) as b:
+    with Loader(mixed, **kw) as a, Loader(mixed, workers=Workers(hw_decoder_load=1.0), **kw) as b:
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x["image"], y["image"])
 
@@ -154,8 +154,8 @@ def test_hw_decoder_load_extremes_decode_the_same_images(tmp_path):
     jpegs = read_manifest(root / "m.txt")
     kw = dict(batch_size=8, shuffle=False, resize=None)
     with Loader(jpegs, device="cpu", **kw) as ref, \
-            Loader(jpegs, device="cuda", hw_decoder_load=0.0, **kw) as cuda_path, \
-            Loader(jpegs, device="cuda", hw_decoder_load=1.0, **kw) as hw_path:
+            Loader(jpegs, device="cuda", workers=Workers(hw_decoder_load=0.0), **kw) as cuda_path, \
+            Loader(jpegs, device="cuda", workers=Workers(hw_decoder_load=1.0), **kw) as hw_path:
         for r, c, h in zip(ref, cuda_path, hw_path, strict=True):
             assert torch.equal(r["index"], c["index"]) and torch.equal(r["index"], h["index"])
             # GPU loaders hand the metadata over page-locked (non_blocking copies stay async).
@@ -176,7 +176,8 @@ def test_unknown_op(mixed):
 
 def test_drop_with_too_few_samples(mixed):
     with pytest.raises(ValueError, match=r"leaves no batch"):
-        Loader(mixed, batch_size=16, num_shards=2, shard_id=0, last_batch="drop", device="cpu")
+        Loader(mixed, batch_size=16, sampling=Sampling(num_shards=2, shard_id=0, last_batch="drop"),
+               device="cpu")
 
 
 # --- real pipelines -----------------------------------------------------------------------------
@@ -185,8 +186,9 @@ def test_drop_with_too_few_samples(mixed):
 @pytest.mark.slow
 def test_two_shards_two_epochs_end_to_end(mixed):
     loaders = [
-        Loader(mixed, batch_size=4, ops=["grid2x2"], resize=(16, 20), shard_id=s, num_shards=2,
-               device="cpu", num_workers=1, seed=11, last_batch="pad")
+        Loader(mixed, batch_size=4, ops=["grid2x2"], resize=(16, 20),
+               sampling=Sampling(shard_id=s, num_shards=2, last_batch="pad"),
+               device="cpu", workers=Workers(num_workers=1), seed=11)
         for s in range(2)
     ]
     try:
@@ -233,8 +235,9 @@ def test_two_shards_two_epochs_end_to_end(mixed):
 def test_last_batch_counts(mixed, policy, sizes):
     seen: list[int] = []
     for s in range(2):
-        with Loader(mixed, batch_size=4, resize=8, shard_id=s, num_shards=2, last_batch=policy,
-                    device="cpu", num_workers=1) as loader:
+        with Loader(mixed, batch_size=4, resize=8,
+                    sampling=Sampling(shard_id=s, num_shards=2, last_batch=policy),
+                    device="cpu", workers=Workers(num_workers=1)) as loader:
             batches = epoch(loader)
             assert [len(b["index"]) for b in batches] == sizes[s]
             assert len(batches) == len(loader)
@@ -250,9 +253,9 @@ def test_last_batch_counts(mixed, policy, sizes):
 @pytest.mark.slow
 @pytest.mark.parametrize("op_path", [None, "numpy"])
 def test_exact_pixels_and_tiles(odd_png, op_path):
-    kwargs = {} if op_path is None else {"op_path": op_path}
+    kwargs = {} if op_path is None else {"op_runtime": OpRuntime(op_path=op_path)}
     with Loader(odd_png, batch_size=1, ops=["grid2x2"], resize=None, shuffle=False, device="cpu",
-                num_workers=1, **kwargs) as loader:
+                workers=Workers(num_workers=1), **kwargs) as loader:
         if op_path is not None:
             assert loader.op_paths == {"grid2x2": op_path}
         batches = epoch(loader)
@@ -273,7 +276,7 @@ def test_exact_pixels_and_tiles(odd_png, op_path):
 def test_output_map_renames(odd_png):
     names = ["data0", "data1", "data2", "data3", "data4", "label"]
     with Loader(odd_png, batch_size=2, ops=["grid2x2"], output_map=names, shuffle=False,
-                device="cpu", num_workers=1) as loader:
+                device="cpu", workers=Workers(num_workers=1)) as loader:
         assert loader.output_names == tuple(names)
         b = next(iter(loader))
     assert list(b) == [*names, "index", "is_pad"]
@@ -289,7 +292,8 @@ def test_random_op_reproducible_by_seed(odd_png):
     def run(seed):
         # The numpy path (the traced native path's draws are checked in test_trace.py).
         with Loader(odd_png, batch_size=4, ops=["random_hflip"], shuffle=False, seed=seed,
-                    device="cpu", num_workers=1, op_path="numpy") as loader:
+                    device="cpu", workers=Workers(num_workers=1),
+                    op_runtime=OpRuntime(op_path="numpy")) as loader:
             return [torch.stack([b["random_hflip_0"] for b in epoch(loader)])]
 
     a, b, c = run(5), run(5), run(6)
@@ -313,8 +317,8 @@ def plan_indices(epoch_: int) -> list[int]:
 
 @pytest.mark.slow
 def test_break_mid_epoch_then_next_epoch_is_full(mixed):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
-                last_batch="pad") as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", workers=Workers(num_workers=1), seed=3,
+                sampling=Sampling(last_batch="pad")) as loader:
         assert len(loader) == 6
         for k, b in enumerate(loader):
             assert b["index"].tolist() == plan_indices(0)[4 * k:4 * k + 4]
@@ -330,8 +334,8 @@ def test_break_mid_epoch_then_next_epoch_is_full(mixed):
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [4, 5], ids=["second_to_last", "last"])
 def test_break_near_epoch_end_then_next_epoch_is_full(mixed, stop):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
-                last_batch="pad") as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", workers=Workers(num_workers=1), seed=3,
+                sampling=Sampling(last_batch="pad")) as loader:
         for k, _ in enumerate(loader):
             if k == stop:
                 break
@@ -347,7 +351,7 @@ def test_watchdog_off_gives_the_same_batches(mixed):
     runs = []
     for watchdog in (True, False):
         with Loader(mixed, batch_size=4, resize=8, ops=["random_hflip"], device="cpu",
-                    num_workers=1, seed=9, watchdog=watchdog) as loader:
+                    workers=Workers(num_workers=1, watchdog=watchdog), seed=9) as loader:
             runs.append([{k: v.clone() for k, v in b.items()} for _ in range(2) for b in loader])
     assert len(runs[0]) == len(runs[1]) > 0
     for a, b in zip(*runs, strict=True):
@@ -370,7 +374,8 @@ def _count_calls(img):
 def test_break_then_iter_starts_next_epoch_without_reading_the_old_one(tmp_path):
     m = read_manifest(write_dataset(tmp_path, 40, fmt="png"))
     CALLS["n"] = 0
-    with Loader(m, batch_size=4, ops=["t_count_calls"], resize=8, device="cpu", num_workers=1,
+    with Loader(m, batch_size=4, ops=["t_count_calls"], resize=8, device="cpu",
+                workers=Workers(num_workers=1),
                 seed=2) as loader:
         for _ in loader:
             break
@@ -386,7 +391,8 @@ def test_break_then_iter_starts_next_epoch_without_reading_the_old_one(tmp_path)
 
 @pytest.mark.slow
 def test_a_stale_epoch_iterator_cannot_take_the_next_epochs_batches(mixed):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=0) as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu",
+                workers=Workers(num_workers=0)) as loader:
         it0 = iter(loader)
         next(it0)
         it1 = iter(loader)
@@ -400,7 +406,8 @@ def test_a_stale_epoch_iterator_cannot_take_the_next_epochs_batches(mixed):
 @pytest.mark.slow
 def test_the_same_random_op_twice_draws_independently(odd_png):
     rc = augment_ops.get("random_crop").with_params(size=9)
-    with Loader(odd_png, batch_size=5, ops=[rc, rc], device="cpu", num_workers=0, seed=4,
+    with Loader(odd_png, batch_size=5, ops=[rc, rc], device="cpu", workers=Workers(num_workers=0),
+                seed=4,
                 output_map=["image", "view1", "view2", "label"]) as loader:
         b = next(iter(loader))
     assert not torch.equal(b["view1"], b["view2"])  # two views, not one view twice
@@ -451,8 +458,9 @@ def test_ctrl_c_mid_batch_then_resume_at_the_same_batch(tmp_path):
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     # op_path="numpy": traced, the op would lose its side effects (not array code);
     # op_workers=0: it runs in this process, where the interrupt is.
-    with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu", num_workers=1,
-                seed=6, op_path="numpy", op_workers=0) as loader:
+    with Loader(m, batch_size=4, ops=["t_slow"], resize=8, device="cpu",
+                workers=Workers(num_workers=1),
+                seed=6, op_runtime=OpRuntime(op_path="numpy", op_workers=0)) as loader:
         try:
             with pytest.raises(KeyboardInterrupt):
                 for b in loader:
@@ -485,19 +493,20 @@ def test_a_dali_the_watchdog_does_not_know_is_refused_with_the_versions(mixed, m
         check_version("2.99.0")
     monkeypatch.setattr(nvidia.dali, "__version__", "2.99.0")
     with pytest.raises(DaliVersionError) as ei:
-        Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1)
+        Loader(mixed, batch_size=4, resize=8, device="cpu", workers=Workers(num_workers=1))
     err = ei.value
     assert err.found == "2.99.0" and err.known == KNOWN_VERSIONS and isinstance(err, ExtsrcError)
     assert "watchdog=False" in str(err)
     # Without worker processes, or without the watchdog, nothing private is read: it builds.
-    Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=0)
-    Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, watchdog=False)
+    Loader(mixed, batch_size=4, resize=8, device="cpu", workers=Workers(num_workers=0))
+    Loader(mixed, batch_size=4, resize=8, device="cpu",
+           workers=Workers(num_workers=1, watchdog=False))
 
 
 @pytest.mark.slow
 def test_an_epoch_owns_its_close_and_the_loop_continues_where_it_stopped(mixed):
-    with Loader(mixed, batch_size=4, resize=8, device="cpu", num_workers=1, seed=3,
-                last_batch="pad") as loader:
+    with Loader(mixed, batch_size=4, resize=8, device="cpu", workers=Workers(num_workers=1), seed=3,
+                sampling=Sampling(last_batch="pad")) as loader:
         ep = iter(loader)
         first = [next(ep)["index"].tolist() for _ in range(2)]
         assert loader.running

@@ -26,7 +26,7 @@ import extsrc
 
 def make():
     return extsrc.Loader({manifest!r}, batch_size=4, resize=32, device="cpu",
-                         num_workers={workers}, start_method="spawn")
+                         workers=extsrc.Workers(num_workers={workers}, start_method="spawn"))
 """
 
 

@@ -43,8 +43,10 @@ def same_size_pngs(tmp_path_factory) -> tuple[extsrc.Manifest, list[np.ndarray]]
 def _check_parity(op_name: str, path: str, device: str, data) -> None:
     manifest, pixels = data
     op = augment_ops.get(op_name)
-    with extsrc.Loader(manifest, batch_size=3, ops=[op_name], op_path={op_name: path},
-                       device=device, seed=SEED, shuffle=True, num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=3, ops=[op_name],
+                       op_runtime=extsrc.OpRuntime(op_path={op_name: path}),
+                       device=device, seed=SEED, shuffle=True,
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {op_name: path}
         seen = 0
         for _ in range(2):  # two epochs: random ops must follow the epoch too
@@ -157,7 +159,7 @@ def test_the_cpu_path_choice_and_batches_do_not_depend_on_the_op_workers(tmp_pat
     got = []
     for workers in (0, 1, 2):
         with extsrc.Loader(manifest, batch_size=4, transforms=[op], device="cpu", resize=16,
-                           seed=3, op_workers=workers) as loader:
+                           seed=3, op_runtime=extsrc.OpRuntime(op_workers=workers)) as loader:
             assert loader.op_paths == {"paths_test_random_brightness": "numpy"}
             got.append([b["image"].clone() for b in loader])
     for other in got[1:]:

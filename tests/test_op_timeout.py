@@ -4,6 +4,7 @@ stuck threads are abandoned without keeping the process alive."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -46,9 +47,11 @@ SPINS = augment_ops.Op(name="timeout_test_spins", fn=_spins_on_sample_6)
 WAITS = augment_ops.Op(name="timeout_test_waits", fn=_waits_on_sample_6)
 
 
-def _loader(manifest, op, **kw):
-    return extsrc.Loader(manifest, batch_size=8, transforms=[op], op_path="numpy",
-                         device="cpu", resize=16, shuffle=False, num_workers=0, **kw)
+def _loader(manifest, op, **op_runtime):
+    return extsrc.Loader(manifest, batch_size=8, transforms=[op],
+                         op_runtime=extsrc.OpRuntime(op_path="numpy", **op_runtime),
+                         device="cpu", resize=16, shuffle=False,
+                         workers=extsrc.Workers(num_workers=0))
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -81,9 +84,11 @@ def test_a_stuck_op_in_a_worker_process_is_killed_and_named(tmp_path, workers):
 
 def test_a_single_sample_batch_is_timed_too(tmp_path):
     manifest = write_dataset(tmp_path, 8)
-    loader = extsrc.Loader(manifest, batch_size=1, transforms=[SPINS], op_path="numpy",
-                           device="cpu", resize=16, shuffle=False, num_workers=0,
-                           op_workers=2, op_timeout=1.0)
+    loader = extsrc.Loader(manifest, batch_size=1, transforms=[SPINS],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2,
+                                                       op_timeout=1.0),
+                           device="cpu", resize=16, shuffle=False,
+                           workers=extsrc.Workers(num_workers=0))
     seen = 0
     with pytest.raises(OpTimeoutError) as info:
         for _ in loader:
@@ -127,8 +132,10 @@ def stuck(img):
         threading.Event().wait()  # never set
     return img
 
-loader = extsrc.Loader(sys.argv[1], batch_size=4, op_path="numpy", device="cpu", resize=16,
-                       num_workers=0, op_workers=2, op_pool="thread", op_timeout=0.5,
+loader = extsrc.Loader(sys.argv[1], batch_size=4, device="cpu", resize=16,
+                       workers=extsrc.Workers(num_workers=0),
+                       op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2,
+                                                   op_pool="thread", op_timeout=0.5),
                        transforms=[augment_ops.Op(name="stuck", fn=stuck)])
 try:
     next(iter(loader))
@@ -153,21 +160,23 @@ def test_a_process_with_an_abandoned_thread_still_exits(tmp_path):
 
 def test_op_timeout_is_checked(tmp_path):
     manifest = write_dataset(tmp_path, 4)
-    kw = dict(batch_size=2, transforms=[SPINS], op_path="numpy", device="cpu")
+    kw = dict(batch_size=2, transforms=[SPINS], device="cpu")
+    numpy = functools.partial(extsrc.OpRuntime, op_path="numpy")
     for bad, exc in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError),
                      (float("nan"), ValueError), ("5", TypeError), (True, TypeError)):
         with pytest.raises(exc, match="op_timeout must be"):
-            extsrc.Loader(manifest, op_timeout=bad, **kw)
+            extsrc.Loader(manifest, op_runtime=numpy(op_timeout=bad), **kw)
     with pytest.raises(ValueError, match="op_timeout needs an op pool, but op_workers=0"):
-        extsrc.Loader(manifest, op_timeout=5, op_workers=0, **kw)
+        extsrc.Loader(manifest, op_runtime=numpy(op_timeout=5, op_workers=0), **kw)
     # op_workers=1 gives a pool of one, so the limit can stop the op; no limit: no pool.
-    loader = extsrc.Loader(manifest, op_timeout=np.float32(5), op_workers=1, **kw)
+    loader = extsrc.Loader(manifest, op_runtime=numpy(op_timeout=np.float32(5), op_workers=1),
+                           **kw)
     assert loader.op_pool is not None and loader.op_pool.workers == 1
-    assert loader.op_pool.timeout == 5.0 and loader.config.op_timeout == 5.0
-    assert extsrc.Loader(manifest, op_workers=1, **kw).op_pool is None
+    assert loader.op_pool.timeout == 5.0 and loader.config.op_runtime.op_timeout == 5.0
+    assert extsrc.Loader(manifest, op_runtime=numpy(op_workers=1), **kw).op_pool is None
     # No op on the numpy path: nothing to limit, nothing refused.
-    assert extsrc.Loader(manifest, batch_size=2, device="cpu", op_timeout=5,
-                         op_workers=0).op_pool is None
+    assert extsrc.Loader(manifest, batch_size=2, device="cpu",
+                         op_runtime=extsrc.OpRuntime(op_timeout=5, op_workers=0)).op_pool is None
     with pytest.raises(TypeError, match="op_timeout must be"):
         OpPool(2, timeout="1")
 
@@ -185,7 +194,8 @@ def test_a_stuck_clip_op_is_named_and_its_thread_abandoned(tmp_path):
     _RELEASE.clear()
     op = augment_ops.Op(name="timeout_test_clip_waits", fn=_waits_on_every_clip)
     loader = extsrc.VideoLoader(root, batch_size=2, sequence_length=4, transforms=[op],
-                                device="cpu", num_workers=0, shuffle=False, op_timeout=0.5)
+                                device="cpu", workers=extsrc.Workers(num_workers=0), shuffle=False,
+                                op_runtime=extsrc.OpRuntime(op_timeout=0.5))
     try:
         with pytest.raises(OpTimeoutError, match=r"op 'timeout_test_clip_waits' did not finish "
                            r"within op_timeout=0\.5 s per clip \(2 clips in the batch\)") as info:
@@ -202,5 +212,6 @@ def test_a_stuck_clip_op_is_named_and_its_thread_abandoned(tmp_path):
         time.sleep(0.05)
     assert next(iter(loader))["video"].shape[:2] == (2, 4)  # the op returns now
     loader.close()
-    with pytest.raises(ValueError, match="VideoLoader: op_timeout must be > 0"):
-        extsrc.VideoLoader(root, batch_size=2, sequence_length=4, device="cpu", op_timeout=0)
+    with pytest.raises(ValueError, match="OpRuntime: op_timeout must be > 0"):
+        extsrc.VideoLoader(root, batch_size=2, sequence_length=4, device="cpu",
+                           op_runtime=extsrc.OpRuntime(op_timeout=0))

@@ -101,9 +101,10 @@ FAILS_ON_2_AND_6 = augment_ops.Op(name="pool_test_fails_on_2_and_6",
                                   fn=_fails_on_2_late_and_on_6_at_once)
 
 
-def _batches(manifest, ops, **kw) -> list[dict]:
+def _batches(manifest, ops, **op_runtime) -> list[dict]:
     loader = extsrc.Loader(manifest, batch_size=6, transforms=ops[:1], ops=ops[1:], resize=16,
-                           op_path="numpy", device="cpu", shuffle=True, seed=3, **kw)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", **op_runtime),
+                           device="cpu", shuffle=True, seed=3)
     try:
         return [{k: v.clone() for k, v in b.items()} for _ in range(2) for b in loader]
     finally:
@@ -149,7 +150,8 @@ def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
     manifest = write_dataset(tmp_path, 8)
     before = children()
     loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS],
-                           op_path="numpy", device="cpu", resize=16, op_workers=2, num_workers=0)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2), device="cpu",
+                           resize=16, workers=extsrc.Workers(num_workers=0))
     assert loader.op_pool is not None and loader.op_pool.pids == []  # started lazily
     for _ in loader:
         break
@@ -166,7 +168,8 @@ def test_pool_workers_are_processes_and_close_ends_them(tmp_path):
 def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path):
     manifest = write_dataset(tmp_path, 8, size=(20, 20))  # widths 20, 21, 22, 23, ...
     loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_ODD],
-                           op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2), device="cpu",
+                           resize=16, shuffle=False)
     with pytest.raises(OpError) as info:
         next(iter(loader))
     err = info.value
@@ -179,8 +182,9 @@ def test_op_error_in_a_worker_names_the_sample_and_keeps_the_traceback(tmp_path)
 
 def test_a_failure_in_a_later_workers_share_names_that_sample(tmp_path):
     manifest = write_dataset(tmp_path, 8)  # PNG: pixels kept exactly
-    loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_6], op_path="numpy",
-                           device="cpu", resize=16, op_workers=2, shuffle=False)
+    loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_6],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2),
+                           device="cpu", resize=16, shuffle=False)
     with pytest.raises(OpError) as info:  # sample 6 is in a chunk that does not start at 0
         next(iter(loader))
     assert info.value.line == 8 and info.value.path.endswith("00006.png")
@@ -192,7 +196,8 @@ def test_of_two_failing_samples_the_first_in_the_batch_is_named(tmp_path):
     # As on the serial path, whichever worker's failure arrives first.
     manifest = write_dataset(tmp_path, 8)
     loader = extsrc.Loader(manifest, batch_size=8, transforms=[FAILS_ON_2_AND_6],
-                           op_path="numpy", device="cpu", resize=16, op_workers=3, shuffle=False)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=3), device="cpu",
+                           resize=16, shuffle=False)
     with pytest.raises(OpError) as info:
         next(iter(loader))
     assert info.value.line == 4 and info.value.path.endswith("00002.png")
@@ -244,8 +249,9 @@ def test_chunk_outputs_reach_on_outputs_in_batch_order_through_growing_memory(tm
 def test_a_worker_that_died_between_batches_is_reported_and_replaced(tmp_path):
     manifest = write_dataset(tmp_path, 24)
     before = children()
-    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS], op_path="numpy",
-                           device="cpu", resize=16, op_workers=2, num_workers=0)
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2),
+                           device="cpu", resize=16, workers=extsrc.Workers(num_workers=0))
     try:
         it = iter(loader)
         got = [next(it)]
@@ -286,8 +292,9 @@ def test_the_pool_works_with_socket_numbers_past_1024(tmp_path):
 def test_an_op_that_cannot_be_rebuilt_in_a_worker_is_named(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     op = augment_ops.Op(name="pool_test_loads_nowhere", fn=_LoadsNowhere())
-    loader = extsrc.Loader(manifest, batch_size=4, transforms=[op], op_path="numpy",
-                           device="cpu", resize=16, op_workers=2)
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[op],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2),
+                           device="cpu", resize=16)
     with pytest.raises(OpError, match="could not be loaded in an op worker process") as info:
         next(iter(loader))
     assert "cannot be rebuilt here" in str(info.value)
@@ -298,7 +305,8 @@ def test_a_worker_killed_mid_batch_is_reported_and_nothing_is_left(tmp_path):
     manifest = write_dataset(tmp_path, 8, size=(20, 20))  # PNG: pixels kept exactly
     before = children()
     loader = extsrc.Loader(manifest, batch_size=8, transforms=[CRASHES],
-                           op_path="numpy", device="cpu", resize=16, op_workers=2, shuffle=False)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2), device="cpu",
+                           resize=16, shuffle=False)
     t0 = time.monotonic()
     with pytest.raises(WorkerDiedError) as info:
         next(iter(loader))
@@ -322,8 +330,9 @@ def _open_links() -> list[str]:
 
 def test_a_forked_child_lets_go_of_the_pools_sockets(tmp_path):
     manifest = write_dataset(tmp_path, 8)
-    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS], op_path="numpy",
-                           device="cpu", resize=16, op_workers=2, num_workers=0)
+    loader = extsrc.Loader(manifest, batch_size=4, transforms=[FLIP_ROWS],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2),
+                           device="cpu", resize=16, workers=extsrc.Workers(num_workers=0))
     next(iter(loader))
     sockets = {f"socket:[{os.fstat(w.sock.fileno()).st_ino}]" for w in loader.op_pool._procs}
     assert len(sockets) == 2 and sockets <= set(_open_links())
@@ -351,11 +360,14 @@ def test_an_op_that_cannot_be_pickled_is_refused_at_construction(tmp_path):
     lock = threading.Lock()
     op = augment_ops.Op(name="holds_a_lock", fn=lambda img, lock=lock: img)
     with pytest.raises(ValueError, match="op_pool='thread'"):
-        extsrc.Loader(manifest, batch_size=2, transforms=[op], op_path="numpy", device="cpu",
-                      resize=16, op_workers=2)
+        extsrc.Loader(manifest, batch_size=2, transforms=[op],
+                      op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2), device="cpu",
+                      resize=16)
     # threads take it as it is
-    loader = extsrc.Loader(manifest, batch_size=2, transforms=[op], op_path="numpy",
-                           device="cpu", resize=16, op_workers=2, op_pool="thread")
+    loader = extsrc.Loader(manifest, batch_size=2, transforms=[op],
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2,
+                                                       op_pool="thread"),
+                           device="cpu", resize=16)
     assert sum(len(b["label"]) for b in loader) == 4
     loader.close()
 
@@ -367,18 +379,22 @@ def test_op_workers_come_from_the_cpu_affinity_and_the_local_world(monkeypatch, 
     assert cores_per_process() == 3
     manifest = write_dataset(tmp_path, 4)
     loader = extsrc.Loader(manifest, batch_size=2, transforms=[FLIP_ROWS],
-                           op_path="numpy", device="cpu", resize=16, num_workers=0)
+                           op_runtime=extsrc.OpRuntime(op_path="numpy"), device="cpu", resize=16,
+                           workers=extsrc.Workers(num_workers=0))
     assert loader.op_pool is not None and loader.op_pool.workers == 3
-    no_numpy = extsrc.Loader(manifest, batch_size=2, device="cpu", num_workers=0)
+    no_numpy = extsrc.Loader(manifest, batch_size=2, device="cpu",
+                             workers=extsrc.Workers(num_workers=0))
     assert no_numpy.op_pool is None  # nothing runs on the numpy path: no pool
 
 
 def test_pool_arguments_are_checked(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     with pytest.raises(ValueError, match="op_pool"):
-        extsrc.Loader(manifest, batch_size=2, op_pool="fibers", device="cpu")
+        extsrc.Loader(manifest, batch_size=2, op_runtime=extsrc.OpRuntime(op_pool="fibers"),
+                      device="cpu")
     with pytest.raises(ValueError, match="op_workers"):
-        extsrc.Loader(manifest, batch_size=2, op_workers=-1, device="cpu")
+        extsrc.Loader(manifest, batch_size=2, op_runtime=extsrc.OpRuntime(op_workers=-1),
+                      device="cpu")
     with pytest.raises(ValueError, match="at least one worker"):
         OpPool(0)
 
@@ -397,7 +413,8 @@ def main_posterize(img):
     return np.full_like(img, LEVELS[200])
 
 loader = extsrc.Loader(sys.argv[1], batch_size=4, transforms=["main_posterize"],
-                       op_path="numpy", device="cpu", resize=16, op_workers=2, num_workers=0,
+                       op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=2),
+                       device="cpu", resize=16, workers=extsrc.Workers(num_workers=0),
                        shuffle=False)
 batch = next(iter(loader))
 assert (batch["image"].numpy() == 192).all(), "op did not run"
@@ -476,9 +493,10 @@ def test_gpu_loader_pool_gives_the_serial_batches(tmp_path, kind):
     manifest = write_dataset(tmp_path, 30, fmt="jpg", size=(61, 83))
     ops = [FLIP_ROWS, JITTER_TILES]
 
-    def batches(**kw):
+    def batches(**op_runtime):
         loader = extsrc.Loader(manifest, batch_size=7, transforms=ops[:1], ops=ops[1:], resize=24,
-                               op_path="numpy", device="cuda", seed=5, **kw)
+                               op_runtime=extsrc.OpRuntime(op_path="numpy", **op_runtime),
+                               device="cuda", seed=5)
         try:
             return [{k: v.cpu().clone() for k, v in b.items()} for _ in range(2) for b in loader]
         finally:
@@ -555,23 +573,28 @@ def test_a_refused_pin_leaves_memory_pageable_and_torch_unharmed():
 def test_gpu_loader_with_an_op_pool_leaves_the_cores_to_it():
     from unittest import mock
 
-    from extsrc.loading.config import LoaderConfig
+    from extsrc.loading.config import LoaderConfig, RunPlan
 
+    def plan(**kw):
+        config = LoaderConfig(batch_size=8, **kw)
+        return RunPlan(config, tuple((op.name, "numpy") for op in config.ops))
+
+    numpy = extsrc.OpRuntime(op_path="numpy")
     with mock.patch("extsrc.loading.config.cores_per_process", return_value=16):
-        pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
+        pooled = plan(ops=(FLIP_COLS,), op_runtime=numpy, device_id=0)
         assert pooled.op_pool_workers == 16 and (pooled.threads, pooled.workers) == (2, 2)
         # explicit values stand
-        mine = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0,
-                            num_threads=7, num_workers=3)
+        mine = plan(ops=(FLIP_COLS,), op_runtime=numpy, device_id=0,
+                    workers=extsrc.Workers(num_threads=7, num_workers=3))
         assert (mine.threads, mine.workers) == (7, 3)
         # no pool (no numpy op; ops in DALI's thread) or no GPU: DALI gets the cores
-        for other in (LoaderConfig(batch_size=8, device_id=0),
-                      LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy",
-                                   device_id=0, op_workers=0),
-                      LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy")):
+        for other in (plan(device_id=0),
+                      plan(ops=(FLIP_COLS,), device_id=0,
+                           op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=0)),
+                      plan(ops=(FLIP_COLS,), op_runtime=numpy)):
             assert (other.threads, other.workers) == (12, 4)
     with mock.patch("extsrc.loading.config.cores_per_process", return_value=64):  # scales with them
-        pooled = LoaderConfig(batch_size=8, ops=(FLIP_COLS,), op_path="numpy", device_id=0)
+        pooled = plan(ops=(FLIP_COLS,), op_runtime=numpy, device_id=0)
         assert (pooled.threads, pooled.workers) == (8, 4)
 
 
@@ -629,7 +652,8 @@ def test_cpu_loader_without_ops_gives_the_serial_batches_with_an_op_pool(tmp_pat
                            **kw) as loader:
             return [{k: v.clone() for k, v in b.items()} for _ in range(3) for b in loader]
 
-    serial, pooled = batches(op_workers=0), batches(op_workers=2)
+    serial = batches(op_runtime=extsrc.OpRuntime(op_workers=0))
+    pooled = batches(op_runtime=extsrc.OpRuntime(op_workers=2))
     assert len(serial) == len(pooled) == 24
     for a, b in zip(serial, pooled, strict=True):
         for k in a:

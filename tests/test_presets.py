@@ -68,8 +68,9 @@ def test_presets_are_frozen_and_validated():
 
 def test_val_normalisation_matches_numpy(smooth: extsrc.Manifest):
     # Shorter side already 80: the resize is the identity, so the match is exact.
-    with val_loader(smooth, batch_size=2, size=80, crop=64, device="cpu", num_workers=0) as v:
-        assert (v.config.shuffle, v.config.last_batch) == (False, "partial")
+    with val_loader(smooth, batch_size=2, size=80, crop=64, device="cpu",
+                    workers=extsrc.Workers(num_workers=0)) as v:
+        assert (v.config.shuffle, v.config.sampling.last_batch) == (False, "partial")
         batches = list(v)
     assert [len(b["index"]) for b in batches] == [2, 2, 1]
     image = np.concatenate([b["image"].numpy() for b in batches])
@@ -81,7 +82,8 @@ def test_val_normalisation_matches_numpy(smooth: extsrc.Manifest):
 
 
 def test_val_resize_shorter_side_within_a_pixel(smooth: extsrc.Manifest):
-    with val_loader(smooth, batch_size=5, size=40, crop=32, device="cpu", num_workers=0) as v:
+    with val_loader(smooth, batch_size=5, size=40, crop=32, device="cpu",
+                    workers=extsrc.Workers(num_workers=0)) as v:
         image = next(iter(v))["image"].numpy()
     assert image.shape == (5, 3, 32, 32)
     for k in range(5):
@@ -93,7 +95,7 @@ def test_val_resize_shorter_side_within_a_pixel(smooth: extsrc.Manifest):
 def test_train_shapes_randomness_and_ops(smooth: extsrc.Manifest):
     def epochs(seed: int) -> list[np.ndarray]:
         with train_loader(smooth, batch_size=2, crop=48, ops=["grid2x2"], device="cpu",
-                          seed=seed, num_workers=0) as t:
+                          seed=seed, workers=extsrc.Workers(num_workers=0)) as t:
             assert len(t) == 2  # last_batch="drop": 5 samples -> 2 full batches
             out = []
             for _ in range(2):
@@ -125,9 +127,10 @@ def test_train_shapes_randomness_and_ops(smooth: extsrc.Manifest):
 
 
 def test_loader_kwargs_override_defaults(smooth: extsrc.Manifest, tmp_path: Path):
-    t = train_loader(smooth, batch_size=2, crop=32, device="cpu", last_batch="pad",
+    t = train_loader(smooth, batch_size=2, crop=32, device="cpu",
+                     sampling=extsrc.Sampling(last_batch="pad"),
                      shuffle=False, preset=TrainPreset(crop=32, mirror_p=0.0))
-    assert (t.config.shuffle, t.config.last_batch, len(t)) == (False, "pad", 3)
+    assert (t.config.shuffle, t.config.sampling.last_batch, len(t)) == (False, "pad", 3)
     assert isinstance(t.config.stages[-1], TrainPreset) and t.config.stages[-1].mirror_p == 0.0
     v = val_loader(smooth, batch_size=2, size=40, crop=32, ops=["hflip"], resize=16,
                    device="cpu")

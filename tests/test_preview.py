@@ -112,5 +112,6 @@ def test_preview_real_loader(tmp_path: Path):
     with Image.open(out) as im:
         assert im.format == "PNG"
     # A Loader works too (its next batch is drawn).
-    with extsrc.Loader(manifest, batch_size=2, device="cpu", num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=2, device="cpu",
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         assert len(preview(loader).axes) == 2

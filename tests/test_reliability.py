@@ -35,7 +35,7 @@ from PIL import Image
 import augment_ops
 import extsrc
 from augment_ops import OpContractError
-from extsrc import Loader, read_manifest
+from extsrc import BadFiles, Loader, OpRuntime, Sampling, Workers, read_manifest
 from extsrc.errors import (
     BadImageError,
     ExtsrcError,
@@ -55,7 +55,8 @@ def run_epoch(loader: Loader) -> list[dict]:
 
 
 def make_loader(manifest, **kw) -> Loader:
-    opts = dict(batch_size=4, shuffle=False, resize=16, device="cpu", num_workers=0)
+    opts = dict(batch_size=4, shuffle=False, resize=16, device="cpu",
+                workers=Workers(num_workers=0))
     opts.update(kw)
     return Loader(manifest, **opts)
 
@@ -80,7 +81,7 @@ def test_bad_file_stops_with_line_path_and_reason(tmp_path, kind, workers):
     m = read_manifest(mpath)
     i = where[kind]
     before = children()
-    loader = make_loader(mpath, num_workers=workers, start_method="fork")
+    loader = make_loader(mpath, workers=Workers(num_workers=workers, start_method="fork"))
     t0 = time.monotonic()
     with pytest.raises(SampleReadError) as ei:
         run_epoch(loader)
@@ -103,7 +104,7 @@ def test_bad_file_stops_with_line_path_and_reason(tmp_path, kind, workers):
 def test_fixing_the_file_and_iterating_again_loses_and_repeats_nothing(tmp_path):
     mpath, where = dataset_with_bad(tmp_path, ["truncated_jpeg"], n=9)
     m = read_manifest(mpath)
-    loader = make_loader(mpath, batch_size=2, num_workers=2)
+    loader = make_loader(mpath, batch_size=2, workers=Workers(num_workers=2))
     got = []
     with pytest.raises(BadImageError):
         for b in loader:
@@ -191,8 +192,10 @@ def test_skip_drops_bad_samples_keeps_shards_equal_and_original_indices(tmp_path
     for shard in range(2):
         with pytest.warns(UserWarning, match=rf"skipping 5 of {len(m)} samples .*truncated"):
             loader = make_loader(
-                mpath, batch_size=3, shuffle=True, seed=1, shard_id=shard, num_shards=2,
-                on_error="skip", validate_kwargs={"n_jobs": 1, "progress": False},
+                mpath, batch_size=3, shuffle=True, seed=1,
+                sampling=Sampling(shard_id=shard, num_shards=2),
+                bad_files=BadFiles(on_error="skip",
+                                   validate_kwargs={"n_jobs": 1, "progress": False}),
             )
         assert sorted(p.index for p in loader.skipped) == sorted(where.values())
         assert {p.reason for p in loader.skipped} == {
@@ -210,10 +213,12 @@ def test_skip_drops_bad_samples_keeps_shards_equal_and_original_indices(tmp_path
 
 def test_skip_without_problems_and_bad_policy(tmp_path):
     mpath = write_dataset(tmp_path, 5)
-    loader = make_loader(mpath, on_error="skip", validate_kwargs={"n_jobs": 1, "progress": False})
+    loader = make_loader(mpath,
+                         bad_files=BadFiles(on_error="skip",
+                                            validate_kwargs={"n_jobs": 1, "progress": False}))
     assert loader.skipped == () and loader.validation.ok
     with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip'"):
-        make_loader(mpath, on_error="ignore")
+        make_loader(mpath, bad_files=BadFiles(on_error="ignore"))
 
 
 # -- paths outside the root -----------------------------------------------------------------------
@@ -236,7 +241,8 @@ def test_paths_escaping_root_are_refused(tmp_path):
     for workers in (0, 2):
         with pytest.raises(PathOutsideRootError, match=r"link\.csv line 2: .*link\.png: resolves "
                            r"to .*secret\.png, outside the root"):
-            run_epoch(make_loader(read_manifest(linked, root=root), num_workers=workers))
+            run_epoch(make_loader(read_manifest(linked, root=root),
+                                  workers=Workers(num_workers=workers)))
     # Opting out, or giving no root, reads them; on_error="skip" drops them.
     inner = root / "link.csv"  # no root given: relative to the manifest's folder, no limit
     inner.write_text(linked.read_text())
@@ -244,8 +250,9 @@ def test_paths_escaping_root_are_refused(tmp_path):
               read_manifest(escaping, root=root, allow_outside_root=True)):
         assert sum(len(b["index"]) for b in run_epoch(make_loader(m, batch_size=1))) == len(m)
     with pytest.warns(UserWarning, match="skipping 1 of 2"):
-        loader = make_loader(read_manifest(linked, root=root), batch_size=1, on_error="skip",
-                             validate_kwargs={"n_jobs": 1, "progress": False})
+        loader = make_loader(read_manifest(linked, root=root), batch_size=1,
+                             bad_files=BadFiles(on_error="skip",
+                                                validate_kwargs={"n_jobs": 1, "progress": False}))
     assert [p.reason for p in loader.skipped] == ["outside_root"]
     assert [b["index"].tolist() for b in run_epoch(loader)] == [[0]]
 
@@ -284,7 +291,8 @@ def test_op_that_raises_names_op_line_and_traceback(tmp_path, workers):
     mpath = write_dataset(tmp_path, 10)
     m = read_manifest(mpath)
     before = children()
-    loader = make_loader(mpath, ops=["t_explode"], op_path="numpy", num_workers=workers,
+    loader = make_loader(mpath, ops=["t_explode"], op_runtime=OpRuntime(op_path="numpy"),
+                         workers=Workers(num_workers=workers),
                          batch_size=2)
     t0 = time.monotonic()
     got = []
@@ -311,7 +319,7 @@ def test_errors_carry_their_fields_through_dali(tmp_path, workers):
     m = read_manifest(mpath)
     i = where["truncated_jpeg"]
     with pytest.raises(BadImageError) as ei:
-        run_epoch(make_loader(mpath, num_workers=workers, start_method="fork"))
+        run_epoch(make_loader(mpath, workers=Workers(num_workers=workers, start_method="fork")))
     e = ei.value
     assert (e.source, e.line, e.path, e.reason) == (str(mpath), m.lines[i], m.paths[i], "truncated")
     assert e.message.startswith(f"{mpath} line {m.lines[i]}: ") and "\n" not in e.message
@@ -320,7 +328,8 @@ def test_errors_carry_their_fields_through_dali(tmp_path, workers):
     mpath = write_dataset(tmp_path / "ops", 10)
     m = read_manifest(mpath)
     with pytest.raises(OpError) as ei:
-        run_epoch(make_loader(mpath, ops=["t_explode"], op_path="numpy", num_workers=workers,
+        run_epoch(make_loader(mpath, ops=["t_explode"], op_runtime=OpRuntime(op_path="numpy"),
+                              workers=Workers(num_workers=workers),
                               batch_size=2))
     e = ei.value
     assert (e.op, e.line, e.path) == ("t_explode", m.lines[3], m.paths[3])
@@ -335,7 +344,7 @@ def test_errors_carry_their_fields_through_dali(tmp_path, workers):
 ])
 def test_op_contract_fails_at_first_batch(tmp_path, op, match):
     mpath = write_dataset(tmp_path, 6)
-    loader = make_loader(mpath, ops=[op], op_path="numpy", batch_size=2)
+    loader = make_loader(mpath, ops=[op], op_runtime=OpRuntime(op_path="numpy"), batch_size=2)
     it = iter(loader)
     with pytest.raises(OpOutputError, match=match) as ei:
         next(it)  # the very first batch
@@ -371,8 +380,10 @@ def shm_refs(pid):
     return refs
 
 # op_workers=0: the only child processes are DALI's two readers (no op pool resizing)
-loader = extsrc.Loader(sys.argv[1], batch_size=2, device="cpu", num_workers=2, op_workers=0,
-                       start_method="fork", resize=16, shuffle=False, prefetch_queue_depth=1)
+loader = extsrc.Loader(sys.argv[1], batch_size=2, device="cpu", resize=16, shuffle=False,
+                       workers=extsrc.Workers(num_workers=2, start_method="fork",
+                                              prefetch_queue_depth=1),
+                       op_runtime=extsrc.OpRuntime(op_workers=0))
 res = {"batches": 0, "killed": None}
 t_kill = None
 try:
@@ -446,8 +457,10 @@ def test_skip_mode_random_ops_draw_from_the_original_sample(tmp_path):
     with pytest.warns(UserWarning, match="skipping 1 of"):
         # batch 1 and no resize: sizes differ per sample, and the loader's own decoded `image`
         # is the reference input (PIL's JPEG decoding may differ from DALI's by a level).
-        loader = make_loader(mpath, batch_size=1, ops=[op], resize=None, on_error="skip",
-                             validate_kwargs={"n_jobs": 1, "progress": False}, seed=3)
+        loader = make_loader(mpath, batch_size=1, ops=[op], resize=None,
+                             bad_files=BadFiles(on_error="skip",
+                                                validate_kwargs={"n_jobs": 1, "progress": False}),
+                             seed=3)
     with loader:
         batches = run_epoch(loader)
     # The traced native path draws from the counter-based stream, the numpy path from numpy's.

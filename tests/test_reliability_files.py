@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from helpers import write_dataset
 
-from extsrc import Loader
+from extsrc import Loader, Workers
 from extsrc.errors import SampleReadError
 from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, read_regular
 from extsrc.sources.images import ShardedSource
@@ -148,7 +148,7 @@ def test_fifo_does_not_hang_the_loader(tmp_path, workers):
 
     def epoch():
         with Loader(mpath, batch_size=2, shuffle=False, resize=16, device="cpu",
-                    num_workers=workers, start_method="fork") as loader:
+                    workers=Workers(num_workers=workers, start_method="fork")) as loader:
             return list(loader)
 
     with pytest.raises(SampleReadError, match=r"line 5: .*pipe\.jpg: a named pipe \(FIFO\)"):

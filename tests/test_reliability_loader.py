@@ -14,8 +14,9 @@ from helpers import pattern_image, png_interlaced, png_short_idat, write_dataset
 
 import extsrc.errors
 import extsrc.sources.imagecheck
-from extsrc import Loader
+from extsrc import BadFiles, Loader, Sampling, Workers
 from extsrc.errors import BadImageError
+from extsrc.loading.options import FLAT, GROUPS
 from extsrc.validation.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
@@ -53,8 +54,8 @@ def test_case10_short_png_data_found_by_validate(tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_case10_loader_names_the_line_and_file(tmp_path, workers):
     manifest, line, bad = with_file(tmp_path, png_short_idat())
-    loader = Loader(manifest, batch_size=2, shuffle=False, resize=16, num_workers=workers,
-                    num_threads=1)
+    loader = Loader(manifest, batch_size=2, shuffle=False, resize=16,
+                    workers=Workers(num_workers=workers, num_threads=1))
     with pytest.raises(BadImageError, match=r"line 7: .*00005\.png: DALI could not decode") as e:
         run_epoch(loader)
     assert (e.value.line, e.value.path, e.value.reason) == (line, str(bad), "truncated")
@@ -65,8 +66,8 @@ def test_case10_named_from_dali_sample_number_when_no_check_finds_it(tmp_path, m
     """A file DALI refuses and every check of ours passes: DALI's "sample #k" names it."""
     monkeypatch.setattr(extsrc.sources.imagecheck, "_png_data_check", lambda data: None)
     manifest, line, bad = with_file(tmp_path, png_short_idat())
-    loader = Loader(manifest, batch_size=4, shuffle=False, resize=16, num_workers=0,
-                    num_threads=1)
+    loader = Loader(manifest, batch_size=4, shuffle=False, resize=16,
+                    workers=Workers(num_workers=0, num_threads=1))
     with pytest.raises(BadImageError, match=r"sample #1 of the batch") as e:
         run_epoch(loader)
     assert (e.value.line, e.value.path, e.value.reason) == (line, str(bad), "corrupt")
@@ -75,9 +76,10 @@ def test_case10_named_from_dali_sample_number_when_no_check_finds_it(tmp_path, m
 def test_case10_skip_leaves_the_file_out_and_names_it(tmp_path):
     manifest, line, _ = with_file(tmp_path, png_short_idat())
     with pytest.warns(UserWarning, match=r"skipping 1 of 8 samples.*00005\.png"):
-        loader = Loader(manifest, batch_size=2, shuffle=False, resize=16, num_workers=0,
-                        num_threads=1, on_error="skip",
-                        validate_kwargs={"n_jobs": 1, "progress": False})
+        loader = Loader(manifest, batch_size=2, shuffle=False, resize=16,
+                        workers=Workers(num_workers=0, num_threads=1),
+                        bad_files=BadFiles(on_error="skip",
+                                           validate_kwargs={"n_jobs": 1, "progress": False}))
     assert [(p.line, p.reason) for p in loader.skipped] == [(line, "truncated")]
     assert sorted(run_epoch(loader)) == [0, 1, 2, 3, 4, 6, 7]
 
@@ -88,7 +90,8 @@ def test_case10_whole_and_interlaced_pngs_still_pass(tmp_path):
     img = pattern_image(4, 33, 47)
     manifest, _, _ = with_file(tmp_path, png_interlaced(img), at=0)
     assert validate(manifest, n_jobs=1, progress=False).problems == ()
-    with Loader(manifest, batch_size=1, shuffle=False, num_workers=0, num_threads=1) as loader:
+    with Loader(manifest, batch_size=1, shuffle=False,
+                workers=Workers(num_workers=0, num_threads=1)) as loader:
         first = next(iter(loader))
     assert np.array_equal(first["image"][0].numpy(), img)
 
@@ -123,14 +126,15 @@ def resize_ops():
 def test_case11_unresizable_op_refused_at_construction(tmp_path, resize_ops, where, op, match):
     manifest = write_dataset(tmp_path, 4)
     with pytest.raises(ValueError, match=match):
-        Loader(manifest, batch_size=2, resize=16, num_workers=0, num_threads=1, **{where: [op]})
+        Loader(manifest, batch_size=2, resize=16, workers=Workers(num_workers=0, num_threads=1),
+               **{where: [op]})
 
 
 @pytest.mark.parametrize("op", ["r11_f32", "r11_i16"])
 def test_case11_resizable_dtypes_still_run(tmp_path, resize_ops, op):
     manifest = write_dataset(tmp_path, 4)
-    with Loader(manifest, batch_size=2, resize=(16, 12), ops=[op], num_workers=0,
-                num_threads=1) as loader:
+    with Loader(manifest, batch_size=2, resize=(16, 12), ops=[op],
+                workers=Workers(num_workers=0, num_threads=1)) as loader:
         batch = next(iter(loader))
     out = batch[f"{op}_0"]
     assert tuple(out.shape) == (2, 16, 12, 3)
@@ -140,7 +144,8 @@ def test_case11_resizable_dtypes_still_run(tmp_path, resize_ops, op):
 def test_case11_float64_without_resize_runs(tmp_path, resize_ops):
     """Nothing resizes the op's output: float64 reaches torch as declared."""
     manifest = write_dataset(tmp_path, 2, size=(20, 20))
-    with Loader(manifest, batch_size=1, ops=["r11_f64"], num_workers=0, num_threads=1) as loader:
+    with Loader(manifest, batch_size=1, ops=["r11_f64"],
+                workers=Workers(num_workers=0, num_threads=1)) as loader:
         batch = next(iter(loader))
     assert str(batch["r11_f64_0"].dtype) == "torch.float64"
 
@@ -239,9 +244,18 @@ def eight(tmp_path_factory) -> Path:
                          ids=[f"{k}={v!r}"[:40] for a, _, _ in BAD_ARGUMENTS
                               for k, v in list(a.items())[:1]])
 def test_every_bad_argument_refused_at_construction_naming_it(eight, kwargs, error, match):
-    base = {"batch_size": 2, "num_workers": 0, "num_threads": 1, "device": "cpu"}
+    """Each argument in its place: top-level, or in its option group (built inside the check,
+    which refuses most bad values itself)."""
+    top: dict = {"batch_size": 2, "device": "cpu"}
+    fields: dict = {"workers": {"num_workers": 0, "num_threads": 1}}
+    for name, value in kwargs.items():
+        if name in FLAT:
+            fields.setdefault(FLAT[name], {})[name] = value
+        else:
+            top[name] = value
     with pytest.raises(error, match=match):
-        Loader(eight, **{**base, **kwargs})
+        groups = {group: GROUPS[group][0](**f) for group, f in fields.items()}
+        Loader(eight, **top, **groups)
 
 
 def test_manifest_argument_refused_naming_it(tmp_path):
@@ -257,13 +271,18 @@ def test_numpy_integers_are_taken_as_ints(eight):
     import json
 
     i = np.int64
-    loader = Loader(eight, batch_size=i(4), shard_id=i(0), num_shards=np.int32(1), seed=i(7),
-                    num_workers=i(0), num_threads=np.uint8(1), prefetch_queue_depth=i(2),
-                    resize=(i(16), np.int16(12)), max_pixels=i(10**6), max_file_bytes=i(10**6),
+    loader = Loader(eight, batch_size=i(4),
+                    sampling=Sampling(shard_id=i(0), num_shards=np.int32(1)), seed=i(7),
+                    workers=Workers(num_workers=i(0), num_threads=np.uint8(1),
+                                    prefetch_queue_depth=i(2)),
+                    resize=(i(16), np.int16(12)),
+                    bad_files=BadFiles(max_pixels=i(10**6), max_file_bytes=i(10**6)),
                     device="cpu")
     c = loader.config
-    assert (c.batch_size, c.seed, c.resize, loader.max_pixels) == (4, 7, (16, 12), 10**6)
-    assert all(type(v) is int for v in (c.batch_size, c.seed, c.num_workers, *c.resize))
+    assert (c.batch_size, c.seed, c.resize, c.bad_files.max_pixels) == (4, 7, (16, 12), 10**6)
+    assert all(type(v) is int for v in (c.batch_size, c.seed, c.workers.num_workers,
+                                        c.sampling.shard_id, c.bad_files.max_file_bytes,
+                                        *c.resize))
     json.dumps(loader.state_dict())
     with loader:
         batch = next(iter(loader))
@@ -274,8 +293,8 @@ def test_numpy_integers_are_taken_as_ints(eight):
 
 def test_batch_size_rule_counts_the_samples_read(eight):
     """Up to 1,000 times the manifest's samples is accepted (a padded batch repeats them)."""
-    with Loader(eight, batch_size=8000, num_workers=0, num_threads=1, device="cpu",
-                resize=4, last_batch="pad") as loader:
+    with Loader(eight, batch_size=8000, workers=Workers(num_workers=0, num_threads=1), device="cpu",
+                resize=4, sampling=Sampling(last_batch="pad")) as loader:
         batch = next(iter(loader))
     assert len(batch["index"]) == 8000 and int((~batch["is_pad"]).sum()) == 8
 
@@ -285,16 +304,19 @@ def test_max_file_bytes_reaches_the_source_and_validate(tmp_path):
     big = tmp_path / "images" / "00002.png"
     big.write_bytes(big.read_bytes() + b"\0" * 4096)  # trailing bytes after IEND: a good PNG
     limit = big.stat().st_size - 1
-    loader = Loader(manifest, batch_size=4, shuffle=False, num_workers=0, num_threads=1,
-                    resize=8, max_file_bytes=limit, device="cpu")
+    loader = Loader(manifest, batch_size=4, shuffle=False,
+                    workers=Workers(num_workers=0, num_threads=1),
+                    resize=8, bad_files=BadFiles(max_file_bytes=limit), device="cpu")
     assert loader.source.max_file_bytes == limit
     with pytest.raises(extsrc.errors.SampleReadError, match=r"line 4: .*00002\.png") as e:
         run_epoch(loader)
     assert e.value.reason == "file_too_large"
     with pytest.warns(UserWarning, match="skipping 2 of 4"):
-        skipping = Loader(manifest, batch_size=2, num_workers=0, num_threads=1, resize=8,
-                          device="cpu", on_error="skip", max_file_bytes=limit,
-                          validate_kwargs={"n_jobs": 1, "progress": False})
+        skipping = Loader(manifest, batch_size=2, workers=Workers(num_workers=0, num_threads=1),
+                          resize=8,
+                          device="cpu",
+                          bad_files=BadFiles(on_error="skip", max_file_bytes=limit,
+                                             validate_kwargs={"n_jobs": 1, "progress": False}))
     assert sorted((p.line, p.reason) for p in skipping.skipped) == [
         (line, "truncated"), (4, "file_too_large")]
 
@@ -356,7 +378,8 @@ BAD_STATES = [
 @pytest.fixture(scope="module")
 def state_loader(tmp_path_factory):
     manifest = write_dataset(tmp_path_factory.mktemp("state"), 8)
-    return Loader(manifest, batch_size=2, seed=3, num_workers=0, num_threads=1, device="cpu",
+    return Loader(manifest, batch_size=2, seed=3, workers=Workers(num_workers=0, num_threads=1),
+                  device="cpu",
                   resize=8)
 
 
@@ -403,7 +426,8 @@ def test_bad_file_messages_escape_the_name(tmp_path, monkeypatch, how):
     (tmp_path / "images" / f"{HOSTILE}.png").write_bytes(data)
     text = manifest.read_text().replace("images/00001.png", f"images/{HOSTILE}.png")
     manifest.write_text(text)
-    loader = Loader(manifest, batch_size=4, shuffle=False, num_workers=0, num_threads=1,
+    loader = Loader(manifest, batch_size=4, shuffle=False,
+                    workers=Workers(num_workers=0, num_threads=1),
                     resize=8, device="cpu")
     with pytest.raises(BadImageError) as e:
         run_epoch(loader)

@@ -15,7 +15,7 @@ import pytest
 from helpers import write_dataset
 
 import augment_ops
-from extsrc import Loader, Manifest, read_manifest
+from extsrc import Loader, Manifest, Sampling, Workers, read_manifest
 from extsrc.errors import ExtsrcError, StateMismatchError
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning
 N, BATCH = 14, 3  # 5 batches per epoch, the last one padded
 CROP = augment_ops.get("random_crop").with_params(size=12)
 CONFIG = dict(batch_size=BATCH, ops=["random_hflip", CROP], resize=16, shuffle=True, seed=7,
-              device="cpu", num_workers=0)
+              device="cpu", workers=Workers(num_workers=0))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_resume_gives_exactly_the_batches_still_due(manifest, reference, epoch, 
         state = first.state_dict()
     assert state["epoch"] == epoch and state["batch"] == done and state["version"] == 1
     state = json.loads(json.dumps(state))  # JSON-serialisable, and survives a round trip
-    with Loader(manifest, **{**CONFIG, "num_workers": workers}) as resumed:
+    with Loader(manifest, **{**CONFIG, "workers": Workers(num_workers=workers)}) as resumed:
         resumed.load_state_dict(state)
         rest = take(resumed)
         assert_same(rest, reference[epoch][done:])
@@ -112,10 +112,10 @@ def test_stale_iterator_after_load_state_dict_stops(manifest):
 @pytest.mark.parametrize(("change", "field"), [
     ({"batch_size": 4}, "batch_size: 3 in the state, 4 here"),
     ({"seed": 8}, "seed: 7 in the state, 8 here"),
-    ({"num_shards": 2, "shard_id": 1}, "num_shards: 1 in the state, 2 here"),
+    ({"sampling": Sampling(num_shards=2, shard_id=1)}, "num_shards: 1 in the state, 2 here"),
     ({"shuffle": False}, "shuffle: true in the state, false here"),
     ({"ops": ["random_hflip", augment_ops.get("random_crop").with_params(size=10)]}, "ops: "),
-    ({"last_batch": "drop"}, "last_batch: 'partial' in the state, 'drop' here"),
+    ({"sampling": Sampling(last_batch="drop")}, "last_batch: 'partial' in the state, 'drop' here"),
 ])
 def test_state_from_another_configuration_is_refused(manifest, change, field):
     state = Loader(manifest, **CONFIG).state_dict()
@@ -170,7 +170,8 @@ def _state_without_sharding(loader: Loader, batch: int) -> dict:
     (7, "pad", False),     # 3 + 3 + 3 + 3 + 2 + 0 + 0 then, 2 each now
 ])
 def test_state_written_before_shards_were_balanced(manifest, shards, last_batch, still_valid):
-    kw = {**CONFIG, "num_shards": shards, "shard_id": shards - 1, "last_batch": last_batch}
+    kw = {**CONFIG, "sampling": Sampling(num_shards=shards, shard_id=shards - 1,
+                                         last_batch=last_batch)}
     with Loader(manifest, **kw) as loader:
         state = json.loads(json.dumps(_state_without_sharding(loader, 1)))
         due = (0, 1) if len(loader) > 1 else (1, 0)  # batch 1 of 1: the next epoch's start
@@ -212,7 +213,8 @@ def test_batch_past_the_epoch_is_refused(manifest):
 
 
 def test_same_seed_same_batches_whatever_the_workers_and_epochs_differ(manifest, reference):
-    with Loader(manifest, **{**CONFIG, "num_workers": 2, "start_method": "fork"}) as loader:
+    kw = {**CONFIG, "workers": Workers(num_workers=2, start_method="fork")}
+    with Loader(manifest, **kw) as loader:
         two_workers = [take(loader), take(loader)]
     for e in range(2):
         assert_same(two_workers[e], reference[e])

@@ -14,7 +14,8 @@ from helpers import write_dataset
 
 import augment_ops
 import extsrc
-from extsrc.loading import slowstart
+from extsrc import BadFiles, Workers
+from extsrc._util import slowstart
 
 
 def _brighten(img):
@@ -32,7 +33,8 @@ def test_a_fast_build_says_nothing(tmp_path, caplog, capsys):
     manifest = write_dataset(tmp_path, 8)
     caplog.set_level(logging.INFO, logger="extsrc")
     with extsrc.Loader(manifest, batch_size=4, resize=16, device="cpu", transforms=[BRIGHTEN],
-                       on_error="skip", num_workers=1) as loader:
+                       bad_files=BadFiles(on_error="skip"),
+                       workers=Workers(num_workers=1)) as loader:
         assert len(next(iter(loader))["label"]) == 4
     assert _lines(caplog) == []
     err = capsys.readouterr().err
@@ -45,7 +47,8 @@ def test_every_slow_stage_of_a_build_is_named_with_its_time(tmp_path, caplog, mo
     caplog.set_level(logging.INFO, logger="extsrc")
     m = extsrc.read_manifest(manifest)
     with extsrc.Loader(m, batch_size=4, resize=16, device="cpu", transforms=[BRIGHTEN],
-                       on_error="skip", num_workers=1, start_method="fork") as loader:
+                       bad_files=BadFiles(on_error="skip"),
+                       workers=Workers(num_workers=1, start_method="fork")) as loader:
         next(iter(loader))
     lines = _lines(caplog)
     for what in (f"reading the manifest {manifest}",
@@ -98,7 +101,7 @@ def test_without_logging_configured_the_lines_go_to_stderr(tmp_path):
     manifest = write_dataset(tmp_path, 4)
     script = textwrap.dedent(f"""
         import extsrc
-        from extsrc.loading import slowstart
+        from extsrc._util import slowstart
         slowstart.SLOW_SECONDS = 0.0
         extsrc.read_manifest({str(manifest)!r})
         slowstart.SLOW_SECONDS = 2.0

@@ -323,8 +323,8 @@ def children():
     return out
 
 if __name__ == "__main__":
-    loader = extsrc.Loader(sys.argv[1], batch_size=2, resize=16, device="cpu", num_workers=2,
-                           start_method=sys.argv[2])
+    loader = extsrc.Loader(sys.argv[1], batch_size=2, resize=16, device="cpu",
+                           workers=extsrc.Workers(num_workers=2, start_method=sys.argv[2]))
     it = iter(loader)
     next(it)
     print(json.dumps(children()), flush=True)

@@ -155,8 +155,9 @@ def _run_native(dataset: Path, ops, *, transforms=(), epochs: int = 2, workers: 
                 device: str = "cpu"):
     """Batches of a loader running every op on its native path, with the epoch of each."""
     with extsrc.Loader(dataset, batch_size=1, ops=ops, transforms=transforms,
-                       op_path="native", device=device, seed=SEED, shuffle=True,
-                       num_workers=workers) as loader:
+                       op_runtime=extsrc.OpRuntime(op_path="native"), device=device, seed=SEED,
+                       shuffle=True,
+                       workers=extsrc.Workers(num_workers=workers)) as loader:
         assert set(loader.op_paths.values()) == {"native"}
         out = []
         for _ in range(epochs):
@@ -370,8 +371,10 @@ def test_native_path_refuses_images_below_min_size(tmp_path):
     Image.fromarray(np.zeros((6, 9, 3), np.uint8)).save(tmp_path / "b.png")
     (tmp_path / "m.csv").write_text("path,label\na.png,0\nb.png,1\n")
     for path in ("native", "numpy"):
-        with extsrc.Loader(tmp_path / "m.csv", batch_size=2, ops=["grid2x2"], op_path=path,
-                           device="cpu", shuffle=False, num_workers=0) as loader:
+        with extsrc.Loader(tmp_path / "m.csv", batch_size=2, ops=["grid2x2"],
+                           op_runtime=extsrc.OpRuntime(op_path=path),
+                           device="cpu", shuffle=False,
+                           workers=extsrc.Workers(num_workers=0)) as loader:
             with pytest.raises(Exception) as info:
                 next(iter(loader))
         text = str(info.value)
@@ -424,7 +427,7 @@ def test_native_min_size_check_calls_python_only_for_a_batch_with_a_small_image(
 @pytest.mark.slow
 def test_numpy_path_op_writing_into_its_input_is_refused(dataset):
     with extsrc.Loader(dataset, batch_size=1, ops=[u_writes_input], device="cpu",
-                       shuffle=False, num_workers=0) as loader:
+                       shuffle=False, workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {"u_writes_input": "numpy"}
         with pytest.raises(Exception) as info:
             next(iter(loader))

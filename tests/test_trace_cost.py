@@ -98,8 +98,9 @@ def test_deep_arithmetic_on_draws_runs_on_the_native_path_of_a_loader(tmp_path):
     """, "deep_draws")
     manifest = extsrc.make_sample_dataset(tmp_path, n=4, size=(24, 32))
     before = fact_steps()
-    with extsrc.Loader(manifest, batch_size=4, ops=[op], device="cpu", op_path="native",
-                       shuffle=False, num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=4, ops=[op], device="cpu",
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       shuffle=False, workers=extsrc.Workers(num_workers=0)) as loader:
         batch = next(iter(loader))
     steps = fact_steps() - before
     nodes = sum(1 for _ in trace_op(op).nodes())

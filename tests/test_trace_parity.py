@@ -44,8 +44,9 @@ def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
 
 
 def _first_error(manifest: Path, op, path: str, device: str = "cpu") -> Exception | None:
-    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_path=path, device=device,
-                       shuffle=False, num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_runtime=extsrc.OpRuntime(op_path=path),
+                       device=device,
+                       shuffle=False, workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {op.name: path}
         try:
             for _ in loader:
@@ -172,8 +173,10 @@ def test_a_check_on_a_branch_not_taken_does_not_raise(tmp_path):
     other branch, on which numpy raises nothing, and neither does the native path."""
     manifest = _dataset(tmp_path, [(5, 9), (9, 7), (5, 5)])
     assert _first_error(manifest, u_rows_crop_guarded, "native") is None
-    with extsrc.Loader(manifest, batch_size=1, ops=[u_rows_crop_guarded], op_path="native",
-                       device="cpu", shuffle=False, num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=1, ops=[u_rows_crop_guarded],
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       device="cpu", shuffle=False,
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         batches = list(loader)
     for k in (0, 2):
         np.testing.assert_array_equal(batches[k]["u_rows_crop_guarded_0"][0].numpy(),
@@ -357,7 +360,8 @@ def test_a_loader_refuses_an_op_whose_dtype_torch_cannot_take(tmp_path, dt):
     for path in ("numpy", "native"):
         with pytest.raises(ValueError, match=rf"op 'u_wide' declares dtype={np.dtype(dt)}, which "
                            r"DALI cannot hand to torch .* out.astype\(np.int32\)"):
-            extsrc.Loader(manifest, batch_size=1, ops=[u_wide], op_path=path, device="cpu")
+            extsrc.Loader(manifest, batch_size=1, ops=[u_wide],
+                          op_runtime=extsrc.OpRuntime(op_path=path), device="cpu")
 
 
 def test_a_wide_signed_dtype_passes_through_both_paths_alike(tmp_path):
@@ -368,8 +372,10 @@ def test_a_wide_signed_dtype_passes_through_both_paths_alike(tmp_path):
     manifest = _dataset(tmp_path, [(9, 7), (5, 11)])
     got = {}
     for path in ("numpy", "native"):
-        with extsrc.Loader(manifest, batch_size=1, ops=[u_wide_signed], op_path=path,
-                           device="cpu", shuffle=False, num_workers=0) as loader:
+        with extsrc.Loader(manifest, batch_size=1, ops=[u_wide_signed],
+                           op_runtime=extsrc.OpRuntime(op_path=path),
+                           device="cpu", shuffle=False,
+                           workers=extsrc.Workers(num_workers=0)) as loader:
             got[path] = [b["u_wide_signed_0"][0].numpy() for b in loader]
     for k, (a, b) in enumerate(zip(got["numpy"], got["native"], strict=True)):
         np.testing.assert_array_equal(a, b)

@@ -45,7 +45,8 @@ def test_an_op_forced_to_numpy_is_not_run_at_loader_build(tmp_path, op_path):
     manifest = write_dataset(tmp_path, 4)
     op = _op("refusals_counted", counted)
     with extsrc.Loader(manifest, batch_size=2, transforms=[op], device="cpu", resize=16,
-                       op_path=op_path, op_workers=0, num_workers=0) as loader:
+                       op_runtime=extsrc.OpRuntime(op_path=op_path, op_workers=0),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {"refusals_counted": "numpy"}
         assert calls == []  # built, not traced
         next(iter(loader))
@@ -95,7 +96,8 @@ manifest = write_dataset(__import__("pathlib").Path({root!r}), 2)
 for fn in (with_module, with_name, with_sys):
     op = augment_ops.Op(name=fn.__name__, fn=fn)
     with extsrc.Loader(manifest, batch_size=2, transforms=[op], device="cpu", resize=16,
-                       op_workers=0, num_workers=0) as loader:
+                       op_runtime=extsrc.OpRuntime(op_workers=0),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         print(fn.__name__, loader.op_paths[fn.__name__], augment_ops.explain(op), flush=True)
 print("built all", flush=True)
 """

@@ -246,9 +246,12 @@ def test_skip_policy_leaves_no_worker_processes(tmp_path):
     """Case 9 as reported: Loader(on_error="skip") runs validate; after close() nothing is left."""
     mpath, _ = dataset_with_bad(tmp_path, ["zero_byte"], n=12)
     with pytest.warns(UserWarning, match="skipping 1 of"):
-        loader = extsrc.Loader(mpath, batch_size=4, resize=16, device="cpu", num_workers=0,
-                               on_error="skip",
-                               validate_kwargs={"n_jobs": 2, "chunk_size": 2, "progress": False})
+        loader = extsrc.Loader(mpath, batch_size=4, resize=16, device="cpu",
+                               workers=extsrc.Workers(num_workers=0),
+                               bad_files=extsrc.BadFiles(on_error="skip",
+                                                         validate_kwargs={"n_jobs": 2,
+                                                                          "chunk_size": 2,
+                                                                          "progress": False}))
     with loader:
         assert sum(len(b["index"]) for b in loader) >= 12
     assert children() == set()

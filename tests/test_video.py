@@ -61,7 +61,7 @@ def videos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def loader(manifest: object, **kw: object) -> extsrc.VideoLoader:
     kw = {"batch_size": 2, "sequence_length": 5, "stride": 2, "device": "cpu",
-          "num_workers": 0, "num_threads": 1, "shuffle": False, **kw}
+          "workers": extsrc.Workers(num_workers=0, num_threads=1), "shuffle": False, **kw}
     return extsrc.VideoLoader(manifest, **kw)  # type: ignore[arg-type]
 
 
@@ -202,8 +202,10 @@ def test_every_clip_once_per_epoch_across_two_shards(videos: Path) -> None:
     for epoch in range(2):
         counts: Counter = Counter()
         for shard in range(2):
-            ld = loader(videos / "train.csv", shard_id=shard, num_shards=2, shuffle=True,
-                        clip="uniform", clips_per_video=2, num_workers=1, seed=5)
+            ld = loader(videos / "train.csv",
+                        sampling=extsrc.Sampling(shard_id=shard, num_shards=2), shuffle=True,
+                        clip="uniform", clips_per_video=2, workers=extsrc.Workers(num_workers=1),
+                        seed=5)
             ld.set_epoch(epoch)
             n = 0
             for batch in ld:
@@ -253,8 +255,9 @@ def test_random_op_draws_once_per_clip(videos: Path) -> None:
 
 
 def test_resize_layout_and_dtype(videos: Path) -> None:
-    with loader(videos / "train.csv", resize=(24, 20), layout="NCFHW", dtype="float32",
-                normalize="scale", output_map=["clip", "y"]) as ld:
+    with loader(videos / "train.csv", resize=(24, 20),
+                layout="NCFHW", format=extsrc.BatchFormat(dtype="float32", normalize="scale"),
+                output_map=["clip", "y"]) as ld:
         batch = next(iter(ld))
     assert tuple(batch["clip"].shape) == (2, 3, 5, 24, 20)
     assert batch["y"].tolist() == [0, 1]
@@ -304,7 +307,7 @@ def test_bad_video_named_by_line_path_and_reason(bad_manifest: Path, line: int, 
     sub = extsrc.Manifest.from_lists([manifest.paths[i] for i in keep],
                                      [int(manifest.labels[i]) for i in keep])
     with pytest.raises(extsrc.BadVideoError, match=pattern) as e:
-        for _ in loader(sub, num_workers=workers):
+        for _ in loader(sub, workers=extsrc.Workers(num_workers=workers, num_threads=1)):
             pass
     assert (e.value.line, e.value.reason) == (2, reason)  # from_lists numbers samples from 1
     assert e.value.path.endswith(Path(manifest.paths[line - 2]).name)
@@ -318,7 +321,7 @@ def test_bad_videos_skipped_or_reported_up_front(bad_manifest: Path) -> None:
     assert [(p.line, p.reason) for p in report.problems] == [
         (3, "truncated"), (4, "not_video"), (5, "unsupported_codec")]
     with pytest.warns(UserWarning, match="skipping 3 of 5 videos"):
-        ld = loader(manifest, on_error="skip")
+        ld = loader(manifest, bad_files=extsrc.BadFiles(on_error="skip"))
     with ld:
         assert sorted(i for b in ld for i in b["index"].tolist()) == [0, 4]
     assert len(ld.skipped) == 3
@@ -399,7 +402,7 @@ def test_validate_command_line_on_videos(bad_manifest: Path) -> None:
     )
     assert p.returncode == 1, p.stderr
     assert re.search(r"line 5: .*mpeg4\.mp4: its codec is MPEG-4 Part 2", p.stdout)
-    assert "VideoLoader(on_error='skip')" in p.stdout
+    assert "VideoLoader(bad_files=BadFiles(on_error='skip'))" in p.stdout
     clean = extsrc.read_manifest(bad_manifest.parent / "clean.csv")
     assert [Path(x).name for x in clean.paths] == ["good.avi", "good2.avi"]
 
@@ -425,7 +428,8 @@ def test_gpu_decodes_exactly_the_requested_frames(tmp_path: Path, kind: str) -> 
     paths = [write_video(tmp_path / f"{k}.webm", n, "VP90", size=(128, 128)) if kind == "vp9"
              else write_h264(tmp_path / f"{k}.mp4", n) for k, n in enumerate((30, 40, 33))]
     m = extsrc.Manifest.from_lists([str(p) for p in paths], [0, 1, 2])
-    with loader(m, device="cuda", clip="uniform", clips_per_video=2, num_workers=1,
+    with loader(m, device="cuda", clip="uniform", clips_per_video=2,
+                workers=extsrc.Workers(num_workers=1),
                 batch_size=3) as ld:
         n = 0
         for batch in ld:
@@ -441,7 +445,8 @@ def test_gpu_names_a_video_too_small_for_its_decoder(tmp_path: Path) -> None:
     paths = [write_video(tmp_path / "big.webm", 12, "VP90", size=(128, 128)),
              write_video(tmp_path / "small.webm", 12, "VP90", size=(64, 48))]
     m = extsrc.Manifest.from_lists([str(p) for p in paths], [0, 1])
-    with loader(m, device="cuda", num_workers=1) as ld, pytest.raises(
+    workers = extsrc.Workers(num_workers=1, num_threads=1)
+    with loader(m, device="cuda", workers=workers) as ld, pytest.raises(
             extsrc.BadVideoError) as e:
         next(iter(ld))
     assert (e.value.line, e.value.reason) == (2, "too_small_for_gpu")
@@ -467,7 +472,8 @@ def test_spawned_reader_processes_give_the_same_clips(videos: Path) -> None:
     kw = {"shuffle": True, "seed": 2, "clip": "random"}
     with loader(videos / "train.csv", **kw) as ld:
         here = [(b["index"].tolist(), b["start_frame"].tolist()) for b in ld]
-    with loader(videos / "train.csv", num_workers=1, start_method="spawn", **kw) as ld:
+    with loader(videos / "train.csv", workers=extsrc.Workers(num_workers=1, start_method="spawn"),
+                **kw) as ld:
         spawned = [(b["index"].tolist(), b["start_frame"].tolist()) for b in ld]
     assert spawned == here
 
@@ -486,6 +492,6 @@ def test_frame_data_the_decoder_refuses_is_named_by_line(videos: Path, tmp_path:
     m = extsrc.Manifest.from_lists([str(videos / "v1.avi"), str(tmp_path / "zeros.avi")], [0, 1])
     with pytest.raises(extsrc.BadVideoError, match=r"line 2: .*zeros\.avi: DALI's video decoder "
                        r"refuses it \(DALI said: .*\) \[corrupt\]") as e:
-        for _ in loader(m, num_workers=1):
+        for _ in loader(m, workers=extsrc.Workers(num_workers=1, num_threads=1)):
             pass
     assert (e.value.line, e.value.reason) == (2, "corrupt")

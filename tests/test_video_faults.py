@@ -316,7 +316,7 @@ def test_a_damaged_frame_is_found_by_validate_and_skipped(
     assert [(p.line, p.reason) for p in report.problems] == [(3, "corrupt")]
     assert re.search(rf"bad\.\w+: {said}; re-encode the video", str(report.problems[0]))
     with pytest.warns(UserWarning, match="skipping 1 of 3 videos"):
-        ld = loader(m, on_error="skip", batch_size=1, clip="center")
+        ld = loader(m, bad_files=extsrc.BadFiles(on_error="skip"), batch_size=1, clip="center")
     with ld:
         seen = [(b["index"].item(), b["video"].numpy()[0]) for b in ld]
     assert [i for i, _ in seen] == [0, 2]
@@ -379,7 +379,7 @@ def test_unreadable_video_files_are_described_as_videos(tmp_path: Path) -> None:
                           (4, r"folder\.avi: .*directory.*list video files, not folders")):
         one = extsrc.Manifest.from_lists([m.paths[0], m.paths[line - 2]], [0, 1])
         with pytest.raises(extsrc.SampleReadError, match=pattern) as e:
-            for _ in loader(one, num_workers=1):
+            for _ in loader(one, workers=extsrc.Workers(num_workers=1, num_threads=1)):
                 pass
         assert "image" not in str(e.value) and "validate_videos" in str(e.value)
 

@@ -90,7 +90,8 @@ def test_all_intra_files_are_cut_at_the_clip_itself(tmp_path: Path) -> None:
 def test_loader_gives_the_same_batches_with_and_without_windows(vp9: Path) -> None:
     m = extsrc.Manifest.from_lists([str(vp9)] * 3, [0, 1, 2])
     kw = {"batch_size": 4, "sequence_length": 4, "stride": 3, "device": "cpu", "clip": "random",
-          "clips_per_video": 4, "num_workers": 0, "num_threads": 1, "shuffle": True, "seed": 3}
+          "clips_per_video": 4, "workers": extsrc.Workers(num_workers=0, num_threads=1),
+          "shuffle": True, "seed": 3}
     spec = ClipSpec(sequence_length=4, stride=3, clip="random", clips_per_video=4)
     got = {}
     for windows in (True, False):
@@ -234,7 +235,8 @@ def test_gpu_windows_decode_like_the_whole_file(tmp_path: Path, params: str) -> 
         paths.append(str(path))
     m = extsrc.Manifest.from_lists(paths, [0, 1, 2])
     kw = {"batch_size": 4, "sequence_length": 6, "stride": 3, "device": "cuda", "clip": "random",
-          "clips_per_video": 8, "num_workers": 1, "shuffle": True, "seed": 5}
+          "clips_per_video": 8, "workers": extsrc.Workers(num_workers=1), "shuffle": True,
+          "seed": 5}
     got = {}
     for windows in (True, False):
         with extsrc.VideoLoader(m, windows=windows, **kw) as loader:

@@ -12,6 +12,7 @@ from typing import Any
 
 from augment_ops.registry import Op
 from extsrc.graph.batchformat import BatchFormat
+from extsrc.loading.config import LoaderConfig, RunPlan
 from extsrc.ops_runtime.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
 from extsrc.ops_runtime.native import native_outputs, native_sample_scalars
 from extsrc.ops_runtime.pool import OpPool
@@ -30,61 +31,55 @@ def dali_seed(seed: int, shard_id: int, start_epoch: int, start_batch: int) -> i
 
 def build_pipeline(
     source: ShardedSource,
-    *,
-    ops: Sequence[Op],
-    transforms: Sequence[Op],
+    config: LoaderConfig,
     op_paths: Mapping[str, str],
-    resize: tuple[int, int] | None,
-    device_id: int | None,
-    num_threads: int,
-    num_workers: int,
-    start_method: str,
-    prefetch_queue_depth: int,
-    seed: int,
-    stages: Sequence[Any] = (),
-    decoder: str = "auto",
-    hw_decoder_load: float | None = None,
-    batch_format: BatchFormat | None = None,
     op_pool: OpPool | None = None,
 ) -> Any:
     """Build (define; the caller calls ``.build()``) the DALI pipeline that feeds the loader.
 
-    ``op_paths`` maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
-    :mod:`extsrc.ops_runtime.paths`). ``stages`` are callables ``stage(image, gpu=bool) -> image``
-    of DALI operators applied to the main image in place of ``resize`` (the presets use them).
-    ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host copy of the
-    decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a
-    GPU and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
+    ``config`` gives the ops, transforms, ``resize``, ``stages``, seed, device, the batch format
+    and DALI's side (``config.workers``: readers, threads, queue depth, decoder). ``op_paths``
+    maps each op and transform name to ``"numpy"``, ``"gpu"`` or ``"native"`` (see
+    :mod:`extsrc.ops_runtime.paths`); with them the readers, threads and start method are sized
+    (:class:`~extsrc.loading.config.RunPlan`). ``stages`` are callables ``stage(image, gpu=bool)
+    -> image`` of DALI operators applied to the main image in place of ``resize`` (the presets
+    use them). ``decoder``: ``"mixed"`` decodes with nvJPEG on the GPU (numpy ops then get a host
+    copy of the decoded image), ``"cpu"`` decodes on the CPU, ``"auto"`` is ``"mixed"`` on a GPU
+    and ``"cpu"`` otherwise. ``hw_decoder_load`` (mixed decoding only; ``None``: DALI's default)
     is the share of JPEGs given to the GPU's hardware JPEG decoder, the rest being decoded by
     nvJPEG's CUDA path with Huffman decoding on DALI's CPU threads.
 
     ``op_pool`` runs the numpy path's ops over a batch's samples in parallel (``None``: in
     DALI's thread, one sample after another).
 
-    ``batch_format`` resizes every image output to ``resize`` and gives it its layout, dtype and
-    normalisation (see :mod:`extsrc.graph.batchformat`; ``None``: stretch, HWC ``uint8``); the main
-    image made by ``stages`` is left as they make it. Without a GPU, uint8 images are resized by
-    Pillow on the host (:mod:`extsrc.ops_runtime.hostresize`): by the numpy-path op that made them,
-    in its worker (the main image by the first such op that reads it), or else by a resize-only step
-    through the same pool.
+    ``config.format`` resizes every image output to ``resize`` and gives it its layout, dtype and
+    normalisation (see :mod:`extsrc.graph.batchformat`); the main image made by ``stages`` is left
+    as they make it. Without a GPU, uint8 images are resized by Pillow on the host
+    (:mod:`extsrc.ops_runtime.hostresize`): by the numpy-path op that made them, in its worker (the
+    main image by the first such op that reads it), or else by a resize-only step through the same
+    pool.
 
     Outputs, in order: every image output (``image``, then each op's outputs), the label, then
     ``info`` (manifest index, epoch, pad flag per sample; bookkeeping, never renamed).
     """
     from nvidia.dali.pipeline import Pipeline
 
+    plan = RunPlan(config, tuple(op_paths.items()))
+    ops, transforms, resize, stages = config.ops, config.transforms, config.resize, config.stages
+    device_id, seed, w = config.device_id, config.seed, config.workers
+    num_workers = plan.workers
     gpu = device_id is not None
     manifest = source.manifest  # info's indices refer to it
     pipe = Pipeline(
         batch_size=source.batch_size,
-        num_threads=num_threads,
+        num_threads=plan.threads,
         device_id=device_id,
         # DALI's own randomness (the presets' crops and flips) must differ between shards and
         # continue differently after a resume; numpy ops do not use it.
         seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
-        prefetch_queue_depth=prefetch_queue_depth,
+        prefetch_queue_depth=w.prefetch_queue_depth,
         py_num_workers=max(1, num_workers),
-        py_start_method=start_method,
+        py_start_method=plan.method,
     )
     uses = _op_uses(transforms, ops, op_paths, seed)
     programs = [p for _, _, p in uses if p is not None]
@@ -92,8 +87,8 @@ def build_pipeline(
     # they are made): read, decode, the ops, the host resizes, then the batch format.
     with pipe:
         encoded, label, info, *values = _read(source, programs, num_workers)
-        image = _decode(encoded, decoder, gpu, hw_decoder_load)
-        fmt = batch_format if batch_format is not None else BatchFormat(resize_mode="stretch")
+        image = _decode(encoded, w.decoder, gpu, w.hw_decoder_load)
+        fmt = config.format
         host = (HostResize(resize, fmt.resize_mode)
                 if not gpu and resize is not None and not stages else None)
         nodes = _OpNodes(op_paths, info, iter(values), manifest=manifest, seed=seed,

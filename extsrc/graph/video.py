@@ -10,15 +10,14 @@ knows DALI but not PyTorch.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from augment_ops.registry import Op
 from extsrc.errors import RAISED, OpTimeoutError
-from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.image import dali_seed
+from extsrc.loading.config import LoaderConfig, RunPlan
 from extsrc.ops_runtime.runners import BatchOpRunner
 from extsrc.sources.video.source import VIDEO_SOURCE_OUTPUTS, VideoSource
 from extsrc.sources.where import sample_where
@@ -134,35 +133,34 @@ class ClipOpRunner(BatchOpRunner):
 
 def build_video_pipeline(
     source: VideoSource,
+    config: LoaderConfig,
     *,
-    ops: Sequence[Op],
-    transforms: Sequence[Op],
-    resize: tuple[int, int] | None,
-    batch_format: BatchFormat,
     layout: str,
-    device_id: int | None,
-    num_threads: int,
-    num_workers: int,
-    start_method: str,
-    prefetch_queue_depth: int,
-    seed: int,
     op_timeout: float | None = None,
 ) -> Any:
     """Define the DALI pipeline of a video loader (the caller builds it).
 
     Outputs, in order: the clip (``video``), each op's outputs, the label, then ``__info``
     (manifest index, epoch, pad flag) and ``__clip`` (first frame, clip number, frame count).
-    On a GPU the clips are decoded there (``device="mixed"``, NVDEC), the ops get a host copy.
+    ``config`` gives the ops, transforms, ``resize``, seed, device, batch format and DALI's side
+    (``config.workers``); ``layout`` is one of :data:`VIDEO_LAYOUTS`; ``op_timeout`` limits
+    each clip op's seconds per clip (:class:`ClipOpRunner`). On a GPU the clips are decoded
+    there (``device="mixed"``, NVDEC), the ops get a host copy.
     """
     from nvidia.dali import fn
     from nvidia.dali.pipeline import Pipeline
 
+    ops, transforms, resize = config.ops, config.transforms, config.resize
+    device_id, seed = config.device_id, config.seed
+    # Clip ops run on the numpy path, in DALI's thread (no op pool for video).
+    plan = RunPlan(config, tuple((op.name, "numpy") for op in (*transforms, *ops)))
+    num_workers = plan.workers
     gpu = device_id is not None
     pipe = Pipeline(
-        batch_size=source.batch_size, num_threads=num_threads, device_id=device_id,
+        batch_size=source.batch_size, num_threads=plan.threads, device_id=device_id,
         seed=dali_seed(seed, source.shard_id, source.start_epoch, source.start_batch),
-        prefetch_queue_depth=prefetch_queue_depth, py_num_workers=max(1, num_workers),
-        py_start_method=start_method,
+        prefetch_queue_depth=config.workers.prefetch_queue_depth,
+        py_num_workers=max(1, num_workers), py_start_method=plan.method,
     )
     readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
     manifest = source.manifest
@@ -201,7 +199,7 @@ def build_video_pipeline(
             clips_out = [c.gpu() for c in clips_out]
             label = label.gpu()
         out_layout = VIDEO_LAYOUTS[layout]
-        clips_out = [batch_format.finish(c, resize, output_layout=out_layout) for c in clips_out]
+        clips_out = [config.format.finish(c, resize, output_layout=out_layout) for c in clips_out]
         pipe.set_outputs(*clips_out, label, info, clip)
     return pipe
 

@@ -10,25 +10,67 @@ batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from extsrc._dali.run import PipelineRun, WorkersDied
 from extsrc.errors import PipelineError
 from extsrc.loading.failures import InFlight, shown_alone, worker_died
+from extsrc.loading.position import ReadPosition
 
-if TYPE_CHECKING:
-    from extsrc.loading.loader import Loader
+__all__ = ["Epoch", "to_torch"]
 
-__all__ = ["Epoch"]
+
+def to_torch(outputs: Mapping[str, Any], *, names: Sequence[str], bfloat16: bool,
+             metadata: Callable[[Mapping[str, Any]], dict[str, Any]],
+             pin: bool) -> dict[str, Any]:
+    """A batch as the user gets it: DALI's outputs (torch tensors already) under ``names``,
+    the image outputs (all but the last, the label) made bfloat16 when ``bfloat16``, then the
+    per-sample ``metadata`` made of the hidden outputs, page-locked when ``pin``."""
+    out = {name: outputs[name] for name in names}
+    if bfloat16:
+        # DALI has no bfloat16: its float32 images convert here, on the batch's device.
+        import torch
+
+        for name in names[:-1]:
+            out[name] = out[name].to(torch.bfloat16)
+    meta = metadata(outputs)
+    if pin:
+        # Page-locked, so `.to("cuda", non_blocking=True)` (to mask pads in the loss) is a
+        # real async copy; from pageable memory torch waits for the GPU to go idle first,
+        # every step, and the CPU stops running ahead of the GPU.
+        meta = {k: v.pin_memory() for k, v in meta.items()}
+    out.update(meta)
+    return out
 
 
 class Epoch(Iterator[dict[str, Any]]):
-    """The batches of the loader's current epoch, from its read position on."""
+    """The batches of the current epoch, from the read position on.
 
-    def __init__(self, loader: Loader, run: PipelineRun) -> None:
-        self._loader = loader
+    It gets what it works with, not the loader: the built pipeline (``run``), the read
+    ``position`` it advances, the ``source`` the pipeline reads (to name the samples of a
+    failed batch), ``to_batch`` (DALI's outputs to the user's dict, :func:`to_torch`),
+    ``explain`` (DALI's exception to extsrc's, for the batch in flight), ``is_current``
+    (whether the loader still runs this epoch), ``stop`` (stop DALI's threads and workers) and
+    ``ended`` (called once the epoch's last batch was taken and DALI's end read).
+    """
+
+    def __init__(
+        self, run: PipelineRun, position: ReadPosition, source: Any, *,
+        to_batch: Callable[[Mapping[str, Any]], dict[str, Any]],
+        explain: Callable[[Exception, InFlight], Exception],
+        is_current: Callable[[Epoch], bool],
+        stop: Callable[[], None],
+        ended: Callable[[Epoch], None],
+    ) -> None:
         self._run = run
+        self._position = position
+        self._source = source
+        self._to_batch = to_batch
+        self._explain = explain
+        self._is_current = is_current
+        self._stop = stop
+        self._ended = ended
         #: Whether a batch was asked for: an epoch left part-way makes the next ``iter(loader)``
         #: start the next epoch.
         self.started = False
@@ -40,14 +82,13 @@ class Epoch(Iterator[dict[str, Any]]):
     def __next__(self) -> dict[str, Any]:
         if self._finished:
             raise StopIteration
-        loader = self._loader
-        if loader._epoch is not self:
+        if not self._is_current(self):
             raise RuntimeError(
                 "this epoch's iterator was stopped by loader.close() or load_state_dict() "
                 "(or an earlier error); start a new `for batch in loader:`"
             )
         self.started = True
-        pos = loader.position
+        pos = self._position
         try:
             batch = self._run.next()
         except StopIteration:
@@ -60,7 +101,7 @@ class Epoch(Iterator[dict[str, Any]]):
             self._run.reset()
             pos.next_epoch()
             self._finished = True
-            loader._epoch = None
+            self._ended(self)
             raise
         except WorkersDied as e:
             err = worker_died(e.dead, self._in_flight())
@@ -72,40 +113,22 @@ class Epoch(Iterator[dict[str, Any]]):
             self.close()
             raise
         except Exception as e:
-            err = loader._explain(e, self._in_flight())
+            err = self._explain(e, self._in_flight())
             self.close()  # workers and threads stop now; the position stays at this batch
             # On its own, without DALI's traceback; shown_alone sets the chain (EXTSRC_DEBUG=1
             # chains DALI's exception again), and this line is the last one the user sees.
             err = shown_alone(err, e)
             raise err from err.__cause__
         pos.advance()
-        return self._to_torch(batch[0])
+        return self._to_batch(batch[0])
 
     def close(self) -> None:
         """Stop this epoch and DALI's threads and worker processes now (if it is the loader's
         current epoch). The loader keeps its position: the next ``for`` continues with the
         batches still due."""
-        if self._loader._epoch is self:
-            self._loader.close()
+        if self._is_current(self):
+            self._stop()
 
     def _in_flight(self) -> InFlight:
-        pos = self._loader.position
-        return InFlight(self._loader.source, pos.epoch, pos.batch)
-
-    def _to_torch(self, d: dict[str, Any]) -> dict[str, Any]:
-        out = {name: d[name] for name in self._loader.config.output_names}
-        if self._loader.config.dtype == "bfloat16":
-            # DALI has no bfloat16: its float32 images convert here, on the batch's device.
-            import torch
-
-            n_images = len(out) - 1  # every output but the label
-            for name in self._loader.config.output_names[:n_images]:
-                out[name] = out[name].to(torch.bfloat16)
-        meta = self._loader._metadata(d)
-        if self._loader.config.device_id is not None:
-            # Page-locked, so `.to("cuda", non_blocking=True)` (to mask pads in the loss) is a
-            # real async copy; from pageable memory torch waits for the GPU to go idle first,
-            # every step, and the CPU stops running ahead of the GPU.
-            meta = {k: v.pin_memory() for k, v in meta.items()}
-        out.update(meta)
-        return out
+        pos = self._position
+        return InFlight(self._source, pos.epoch, pos.batch)

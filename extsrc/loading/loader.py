@@ -8,6 +8,8 @@ batches is an :class:`~extsrc.loading.epoch.Epoch`; where it stands is a
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
 import warnings
@@ -23,24 +25,27 @@ from extsrc._util.device import resolve_device
 from extsrc._util.mainguard import check_main_guard
 from extsrc._util.slowstart import SLOW_SECONDS, stage
 from extsrc.errors import PipelineError
-from extsrc.graph.batchformat import Dtype, Layout, Normalize, ResizeMode
+from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.image import build_pipeline
 from extsrc.loading.config import (
-    DEFAULT_HW_DECODER_LOAD,
     HIDDEN_OUTPUTS,
     METADATA_KEYS,
     LoaderConfig,
-    LoaderOptions,
-    as_ops,
-    as_size,
+    RunPlan,
     check_batch_for_samples,
-    check_loader_arguments,
     cores_per_process,
-    normalise_op_path,
 )
 from extsrc.loading.distributed import detect, resolve_sharding
-from extsrc.loading.epoch import Epoch
+from extsrc.loading.epoch import Epoch, to_torch
 from extsrc.loading.failures import InFlight, explain
+from extsrc.loading.options import (
+    DEFAULT_HW_DECODER_LOAD,
+    BadFiles,
+    OpRuntime,
+    Sampling,
+    Workers,
+    from_flat,
+)
 from extsrc.loading.position import ReadPosition
 from extsrc.loading.state import (
     FILLED_IN_ORDER,
@@ -50,16 +55,99 @@ from extsrc.loading.state import (
     describe_stages,
     make_state,
 )
-from extsrc.ops_runtime.paths import check_output_dtype
-from extsrc.ops_runtime.pool import OpPool
-from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
-from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
+from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
+from extsrc.ops_runtime.pool import OpPool, check_picklable
 from extsrc.sources.images import ShardedSource
 from extsrc.sources.manifest import Manifest
-from extsrc.sources.sharding import LastBatch, pad_plan_unchanged_by_balancing
+from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 from extsrc.sources.table import read_manifest
 
-__all__ = ["DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig"]
+__all__ = [
+    "DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig", "check_ops", "plan_run",
+    "state_config",
+]
+
+
+def plan_run(config: LoaderConfig) -> RunPlan:
+    """The explicit step after a config is built: choose each op's path (tracing the ops that
+    declare none, :func:`~extsrc.ops_runtime.paths.choose_paths`) and check that the ops an op pool
+    of processes will run can be pickled to its workers."""
+    chosen = choose_paths((*config.transforms, *config.ops), gpu=config.gpu,
+                          override=config.op_runtime.op_path_override)
+    plan = RunPlan(config, tuple(chosen.items()))
+    if config.op_runtime.op_pool == "process" and plan.op_pool_size > 0:
+        for op in plan.numpy_ops:
+            check_picklable(op)
+    return plan
+
+
+def state_config(config: LoaderConfig, manifest: Manifest, indices: Any) -> dict[str, Any]:
+    """What a resume state must match (see :mod:`extsrc.loading.state`): everything that decides
+    which samples each batch holds and their pixels; ``indices``: the samples read (``None``:
+    all)."""
+    c, m = config, manifest
+    state = {
+        "batch_size": c.batch_size,
+        "shard_id": c.sampling.shard_id,
+        "num_shards": c.sampling.num_shards,
+        "seed": c.seed,
+        "shuffle": c.shuffle,
+        "last_batch": c.sampling.last_batch,
+        "num_samples": len(m) if indices is None else len(indices),
+        "manifest": m.fingerprint(),
+        "ops": describe_ops(c.ops),
+        "transforms": describe_ops(c.transforms),
+        "resize": None if c.resize is None else list(c.resize),
+        # Which pixels a resized image keeps; layout, dtype and normalize only present them.
+        "resize_mode": c.format.resize_mode,
+        "stages": describe_stages(c.stages),
+        "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
+    }
+    if indices is not None:  # on_error="skip": which samples are read counts too
+        state["indices"] = hashlib.sha256(indices.tobytes()).hexdigest()
+    return state
+
+
+def check_ops(config: LoaderConfig, takes_clips: bool) -> None:
+    """The ops' declarations a loader can run: a resizable output dtype, and whole-clip ops
+    (``ndim=4``) only in a video loader."""
+    for op in config.ops:
+        check_output_dtype(op)
+    for op in (*config.ops, *config.transforms):
+        if op.on_clips and not takes_clips:
+            raise ValueError(
+                f"Loader: op '{op.name}' works on whole video clips (ndim=4); use it "
+                "with extsrc.VideoLoader, or register an op on HWC images (ndim=3)"
+            )
+
+
+def good_indices(report: Any, manifest: Manifest, who: str, what: str) -> Any:
+    """on_error="skip": the indices of the good samples of a validation ``report`` (``None``:
+    all), with a warning counting the rest; every sample bad is an error."""
+    if not report.problems:
+        return None
+    if len(report.ok_indices) == 0:
+        report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
+    warnings.warn(
+        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+        f"{what} of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
+        "loader.skipped lists them all; batch['index'] still refers to the original "
+        "manifest",
+        stacklevel=4,
+    )
+    return report.ok_indices
+
+
+def warn_abandoned(pos: ReadPosition) -> None:
+    """The warning of an epoch left part-way, whose next iteration is the next epoch."""
+    warnings.warn(
+        f"extsrc.Loader: epoch {pos.epoch} was left after {pos.batch} of "
+        f"{pos.num_batches} batches; this iteration starts epoch {pos.epoch + 1}. "
+        f"Call loader.set_epoch({pos.epoch}) first to read epoch {pos.epoch} from "
+        "its start instead (or loader.set_epoch(n) before every epoch, as with "
+        "DistributedSampler)",
+        stacklevel=3,
+    )
 
 
 class Loader:
@@ -75,89 +163,37 @@ class Loader:
     Each batch holds the outputs under their names (default ``image``, ``<op>_<k>``, ``label``;
     ``output_map`` renames them in that order) plus ``index`` (manifest index of each sample,
     ``int64``) and ``is_pad`` (``bool``: a repeat added by ``last_batch="pad"``, count it in no
-    metric). ``len(loader)``
-    is the number of batches per epoch; each new ``iter(loader)`` starts the next epoch (see
-    :meth:`__iter__` for loops that stop early and :meth:`set_epoch`).
+    metric). ``len(loader)`` is the number of batches per epoch; each new ``iter(loader)``
+    starts the next epoch (see :meth:`__iter__` for loops that stop early and
+    :meth:`set_epoch`).
 
-    Defaults, chosen as a PyTorch ``DataLoader`` user expects them: ``shuffle=True``, ``seed=0``,
-    ``last_batch="partial"`` (``drop_last=False``: every sample once per epoch, the last batch
-    may be short, nothing repeated; under sharding every shard still gets the same number of
-    batches, see :mod:`extsrc.sources.sharding`), ``resize=None``, ``resize_mode="shorter_side"``,
-    ``layout="NHWC"``, ``dtype="uint8"``, ``normalize=None``, ``device=None``,
-    ``num_workers=None`` and ``num_threads=None`` (from the core count; an eighth of the cores
-    each, 2 and 2 on 16, on a GPU loader whose numpy-path ops run in an op pool, which wants
-    the cores),
-    ``prefetch_queue_depth=2``, ``op_path=None``, ``decoder="auto"``, ``on_error="raise"``,
-    ``max_pixels=DEFAULT_MAX_PIXELS``, ``watchdog=True``. ``last_batch="pad"`` fills the last
-    batches with repeats marked ``is_pad`` (every batch full: ``torch.compile`` without
-    recompiling for a short batch); ``"drop"`` leaves the remainder out.
+    Arguments, with defaults as a PyTorch ``DataLoader`` user expects them: ``batch_size``;
+    ``ops`` / ``transforms`` (op names or :class:`~augment_ops.Op`); ``resize`` (``None``:
+    sizes as decoded; an int for a square or ``(height, width)``); ``output_map``;
+    ``shuffle=True``; ``seed=0``; ``device`` (``None``: GPU 0 when one is visible, else CPU;
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a GPU index; under ``torchrun`` the local GPU);
+    ``stages``, DALI callables applied to the main image instead of ``resize`` (see
+    :mod:`extsrc.loading.presets`). The rest come in frozen groups, each documented in
+    :mod:`extsrc.loading.options`: ``sampling=Sampling(...)`` (shards, ``last_batch="partial"``,
+    i.e. ``drop_last=False``; unset shards under ``torchrun`` come from the rank, see
+    :mod:`extsrc.loading.distributed`), ``workers=Workers(...)`` (DALI's readers, threads, decoder),
+    ``op_runtime=OpRuntime(...)`` (each op's path, ``loader.op_paths`` reporting the choice;
+    the pool of worker processes or threads running the numpy path, started as the pipeline is
+    built and ended by :meth:`close`; ``op_timeout``), ``bad_files=BadFiles(...)`` and
+    ``format=BatchFormat(...)`` (:mod:`extsrc.graph.batchformat`). The flat keywords of earlier
+    releases (``num_workers=4``...) still work for one release, with a
+    :class:`DeprecationWarning` naming the group to use (:func:`~extsrc.loading.options.from_flat`).
 
-    ``device``: ``None`` (GPU 0 when one is visible, else CPU), ``"cpu"``, ``"cuda"``,
-    ``"cuda:N"`` or a GPU index.
-
-    ``op_path`` chooses how ops run: ``None`` picks per op the fastest path it declares that the
-    device supports (``"native"`` DALI operators, then ``"gpu"`` CuPy on a GPU, then ``"numpy"``
-    ``python_function`` on the CPU); a string forces one path for every op (``"numpy"``: the
-    user's numpy functions as written); a dict forces it per op name. ``loader.op_paths``
-    reports the choice. Ops on the numpy path run for the samples of a batch in parallel:
-    ``op_workers`` (``None``: the cores this process may use, its CPU affinity divided by
-    ``LOCAL_WORLD_SIZE`` under torchrun; ``0``: one after another in DALI's thread) worker
-    processes (``op_pool="process"``, started as the pipeline is built, ended by :meth:`close`) or
-    threads (``op_pool="thread"``: no copies, for ops that release the GIL, as numpy's array
-    loops and OpenCV do). The batches are the same whatever the number of workers.
-    ``op_timeout`` (seconds per sample, default ``None``: no limit) stops an op that never
-    returns with :class:`~extsrc.errors.OpTimeoutError` naming the op and the samples in flight:
-    a late worker process is killed (iterating again starts new ones); a late thread cannot be
-    stopped, is left running as a daemon thread, and the loader then refuses to run ops in this
-    process while it runs. It needs a pool: ``op_workers=1`` gives one, ``op_workers=0`` is
-    refused. No default limit: an op's time depends on the images and the machine, and killing
-    a slow but healthy op would fail a run that would have finished.
-    ``decoder``: ``"auto"`` decodes on the GPU (nvJPEG) when the loader runs on one, ``"cpu"``
-    forces CPU decoding; ``hw_decoder_load`` sets the share of JPEGs that mixed decoding gives to
-    the GPU's hardware decoder (``None``: DALI's default), the rest taking nvJPEG's CUDA path
-    whose Huffman decoding runs on DALI's CPU threads (default ``DEFAULT_HW_DECODER_LOAD``, 0.85,
-    measured faster than DALI's 0.65 on an H100). ``stages`` are DALI callables applied to
-    the main image instead of ``resize`` (see :mod:`extsrc.loading.presets`).
-
-    Under ``torchrun`` / an initialised ``torch.distributed`` group, leaving ``shard_id`` and
-    ``num_shards`` unset shards by global rank and world size, and ``device=None`` picks the local
-    GPU (``LOCAL_RANK``); see :mod:`extsrc.loading.distributed`.
-
-    Bad files: every file is checked before DALI sees it (not an image, a format DALI cannot
-    decode, truncated, a header declaring more than ``max_pixels`` pixels), and a file DALI's
-    decoder still rejects is found by decoding its batch with Pillow, else by the sample number
-    DALI's error gives (a file only DALI refuses). With ``on_error="raise"``
-    (default) the first bad file stops iteration with a :class:`~extsrc.errors.SampleReadError`
-    / :class:`~extsrc.errors.BadImageError` naming the manifest line, the path and the reason;
-    ``on_error="skip"`` runs :func:`extsrc.validate` (options: ``validate_kwargs``) up front,
-    trains on the good samples (equal batch counts on every shard still), warns with a count and
-    keeps the problems in ``loader.skipped``; ``batch["index"]`` still refers to the original
-    manifest. An op that raises, an op breaking its output contract and a DALI worker that dies
-    surface as :class:`~extsrc.errors.OpError`, :class:`~extsrc.errors.OpOutputError` and
-    :class:`~extsrc.errors.WorkerDiedError`; after any error DALI's threads and workers are
-    stopped, and iterating again resumes at the failed batch. ``watchdog=False`` calls DALI
-    directly instead of through the watchdog thread (a killed worker can then hang the loop, as
-    plain DALI does); it exists to measure what the watchdog costs.
-
-    ``max_file_bytes`` (default 256 MiB, the source's): a listed file larger than this is refused
-    before it is read, naming its line (``None``: no limit); ``on_error="skip"`` validates with
-    the same limit.
-
-    Arguments are checked at construction, each refused naming it (:class:`TypeError` for a
-    wrong type: numpy integers are taken where an int is due, floats and bools are not;
-    :class:`ValueError` for a value out of range, e.g. a batch larger than 1,000 times the
-    samples). The rules and ranges live in :mod:`extsrc.loading.config`.
+    Errors: a bad file stops iteration naming its manifest line, path and reason
+    (``BadFiles(on_error="skip")``: left out up front, listed in ``loader.skipped``); an op's
+    failure, contract breach or timeout, and a dead DALI worker, are
+    :class:`~extsrc.errors.OpError` (:class:`~extsrc.errors.OpOutputError`,
+    :class:`~extsrc.errors.OpTimeoutError`) and :class:`~extsrc.errors.WorkerDiedError`.
+    After any error DALI's threads and workers are stopped, and iterating again resumes at the
+    failed batch. Arguments are checked at construction, each refused naming it
+    (:class:`TypeError` for a wrong type, :class:`ValueError` for a value out of range).
 
     Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`).
-
-    Batch format of every image output (``image`` and the op outputs), made inside DALI after
-    the ops (on the GPU when the loader runs there); :mod:`extsrc.graph.batchformat` has the
-    details. ``resize`` (``None``: sizes as decoded; an int for a square or ``(height, width)``)
-    with ``resize_mode`` ``"shorter_side"`` (aspect kept, centre crop, like torchvision
-    ``Resize(s)`` + ``CenterCrop(s)``) or ``"stretch"``; ``normalize`` ``None`` (0-255),
-    ``"scale"`` (/ 255) or ``(mean, std)`` in 0-255 units; ``dtype`` ``"uint8"`` (needs
-    ``normalize=None``), ``"float32"``, ``"float16"`` or ``"bfloat16"``; ``layout`` ``"NHWC"``
-    or ``"NCHW"``. With ``stages`` (the presets) the format applies to the op outputs.
     """
 
     def __init__(
@@ -169,34 +205,24 @@ class Loader:
         transforms: Sequence[str | Op] = (),
         resize: int | tuple[int, int] | None = None,
         output_map: Sequence[str] | None = None,
-        shard_id: int | None = None,
-        num_shards: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        last_batch: LastBatch = "partial",
         device: Any = None,
-        num_workers: int | None = None,
-        num_threads: int | None = None,
-        start_method: str | None = None,
-        prefetch_queue_depth: int = 2,
-        op_path: str | Mapping[str, str] | None = None,
-        op_workers: int | None = None,
-        op_pool: str = "process",
-        op_timeout: float | None = None,
+        sampling: Sampling | None = None,
+        workers: Workers | None = None,
+        op_runtime: OpRuntime | None = None,
+        bad_files: BadFiles | None = None,
+        format: BatchFormat | None = None,
         stages: Sequence[Any] = (),
-        decoder: str = "auto",
-        hw_decoder_load: float | None = DEFAULT_HW_DECODER_LOAD,
-        on_error: str = "raise",
-        max_pixels: int | None = DEFAULT_MAX_PIXELS,
-        validate_kwargs: Mapping[str, Any] | None = None,
-        watchdog: bool = True,
-        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
-        layout: Layout = "NHWC",
-        dtype: Dtype = "uint8",
-        normalize: Normalize = None,
-        resize_mode: ResizeMode = "shorter_side",
+        **flat: Any,
     ) -> None:
-        shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
+        groups = from_flat(type(self).__name__, {
+            "sampling": sampling, "workers": workers, "op_runtime": op_runtime,
+            "bad_files": bad_files, "format": format}, flat)
+        s = groups["sampling"]
+        shard_id, num_shards, device = resolve_sharding(s.shard_id, s.num_shards, device,
+                                                         detect())
+        groups["sampling"] = dataclasses.replace(s, shard_id=shard_id, num_shards=num_shards)
         if isinstance(manifest, (str, os.PathLike)):
             manifest = read_manifest(manifest)
         if not isinstance(manifest, Manifest):
@@ -205,41 +231,17 @@ class Loader:
                 f"{type(manifest).__name__}"
             )
         self.manifest = manifest
-        check_loader_arguments(output_map=output_map, stages=stages, ops=ops,
-                               transforms=transforms)
-        for op in as_ops(ops, "ops"):
-            check_output_dtype(op)
-        if not self._takes_clips:
-            for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
-                if op.on_clips:
-                    raise ValueError(
-                        f"Loader: op '{op.name}' works on whole video clips (ndim=4); use it "
-                        "with extsrc.VideoLoader, or register an op on HWC images (ndim=3)"
-                    )
-        #: The arguments about bad files and DALI's workers, checked.
-        self.options = LoaderOptions(
-            on_error=on_error, max_pixels=max_pixels, max_file_bytes=max_file_bytes,
-            validate_kwargs=validate_kwargs, watchdog=watchdog,
-        )
         self.config = LoaderConfig(
-            batch_size=batch_size, ops=as_ops(ops, "ops"),
-            transforms=as_ops(transforms, "transforms"),
-            resize=as_size(resize), output_map=None if output_map is None else tuple(output_map),
-            shard_id=shard_id, num_shards=num_shards, shuffle=shuffle, seed=seed,
-            last_batch=last_batch, device_id=resolve_device(device), num_workers=num_workers,
-            num_threads=num_threads, start_method=start_method,
-            prefetch_queue_depth=prefetch_queue_depth, op_path=normalise_op_path(op_path),
-            op_workers=op_workers, op_pool=op_pool, op_timeout=op_timeout,
-            stages=tuple(stages), decoder=decoder, hw_decoder_load=hw_decoder_load,
-            layout=layout, dtype=dtype, normalize=normalize, resize_mode=resize_mode,
-            metadata_keys=self._metadata_keys, hidden_outputs=self._hidden_outputs,
+            batch_size=batch_size, ops=ops, transforms=transforms, resize=resize,
+            output_map=output_map, shuffle=shuffle, seed=seed, device_id=resolve_device(device),
+            stages=stages, **groups, **self._config_names,
         )
-        check_main_guard(self.config.workers, self.config.method)  # before any reader starts
-        self.on_error = self.options.on_error
-        self.max_pixels = self.options.max_pixels
-        self.max_file_bytes = self.options.max_file_bytes
-        self.watchdog = self.options.watchdog
-        if self.watchdog and self.config.workers > 0:
+        c = self.config
+        check_ops(c, self._takes_clips)
+        #: The config with the path each op runs on, and the pool and DALI sizes it implies.
+        self.plan = plan_run(c)
+        check_main_guard(self.plan.workers, self.plan.method)  # before any reader starts
+        if c.workers.watchdog and self.plan.workers > 0:
             _dali.check_version()  # the watchdog reads DALI's private worker pool
         #: The problems (``extsrc.Problem``) that ``on_error="skip"`` left out.
         self.skipped: tuple[Any, ...] = ()
@@ -247,24 +249,23 @@ class Loader:
         self.validation: Any = None
         # The manifest indices read (on_error="skip": the good samples), None: all of them.
         self._indices: Any = None
-        if on_error == "skip":
+        if c.bad_files.on_error == "skip":
             with stage(f"checking the {len(manifest):,} files of {manifest.source} "
                        "(on_error='skip')"):
-                self._indices = self._skip_bad(manifest, validate_kwargs)
+                self._indices = self._skip_bad(manifest, c.bad_files.validate_kwargs)
         else:
             manifest.check_root()
         check_batch_for_samples(
-            self.config.batch_size, len(manifest) if self._indices is None else len(self._indices)
+            c.batch_size, len(manifest) if self._indices is None else len(self._indices)
         )
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
-        workers = self.config.op_pool_size
+        n = self.plan.op_pool_size
         #: The pool running the numpy path's ops in parallel (``None``: they run in DALI's
         #: thread); its workers start as the pipeline is built (for the host resize alone, at
         #: the second batch: see hostresize.ResizeOnly) and end with :meth:`close`.
-        self.op_pool = (OpPool(workers, self.config.op_pool, self.config.op_timeout)
-                        if workers else None)
+        self.op_pool = OpPool(n, c.op_runtime.op_pool, c.op_runtime.op_timeout) if n else None
         # Holds the built DALI pipeline (``_run``, kept across epochs) and the op pool, so that
         # a loader dropped without close() has them closed by extsrc's reaper thread, never by
         # a garbage collection (see extsrc._dali.lifecycle).
@@ -277,6 +278,11 @@ class Loader:
 
     #: Whether ops on whole video clips (``ndim=4``) are accepted (video loaders).
     _takes_clips = False
+    #: The config's names of the main image output, the batch's metadata keys and the
+    #: pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`); no output
+    #: may take the last two's names.
+    _config_names: Mapping[str, Any] = {
+        "image_output": "image", "metadata_keys": METADATA_KEYS, "hidden_outputs": HIDDEN_OUTPUTS}
 
     # -- public surface ---------------------------------------------------------------------------
     @property
@@ -287,7 +293,7 @@ class Loader:
     @property
     def op_paths(self) -> dict[str, str]:
         """The path each op and transform runs on (``"numpy"``, ``"gpu"`` or ``"native"``)."""
-        return dict(self.config.op_paths)
+        return self.plan.paths
 
     @property
     def device(self) -> str:
@@ -329,18 +335,10 @@ class Loader:
             # after a 100-batch probe of ImageNet).
             if not self._warned_abandoned:
                 self._warned_abandoned = True
-                pos = self.position
-                warnings.warn(
-                    f"extsrc.Loader: epoch {pos.epoch} was left after {pos.batch} of "
-                    f"{pos.num_batches} batches; this iteration starts epoch {pos.epoch + 1}. "
-                    f"Call loader.set_epoch({pos.epoch}) first to read epoch {pos.epoch} from "
-                    "its start instead (or loader.set_epoch(n) before every epoch, as with "
-                    "DistributedSampler)",
-                    stacklevel=2,
-                )
+                warn_abandoned(self.position)
             self.close()
             self.position.next_epoch()
-        self._epoch = Epoch(self, self._ensure_run())
+        self._epoch = self._new_epoch(self._ensure_run())
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
@@ -420,35 +418,15 @@ class Loader:
         c, src = self.config, self.source
         samples = len(self.manifest) if src.indices is None else len(src.indices)
         unchanged = pad_plan_unchanged_by_balancing(
-            samples, batch_size=c.batch_size, num_shards=c.num_shards, last_batch=c.last_batch)
+            samples, batch_size=c.batch_size, num_shards=c.sampling.num_shards,
+            last_batch=c.sampling.last_batch)
         epoch, batch = check_state(state, self._state_config(), len(self), implied={
             "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
         self.close()
         self.position.move_to(epoch, batch)
 
     def _state_config(self) -> dict[str, Any]:
-        c = self.config
-        m = self.manifest
-        config = {
-            "batch_size": c.batch_size,
-            "shard_id": c.shard_id,
-            "num_shards": c.num_shards,
-            "seed": c.seed,
-            "shuffle": c.shuffle,
-            "last_batch": c.last_batch,
-            "num_samples": len(m) if self._indices is None else len(self._indices),
-            "manifest": m.fingerprint(),
-            "ops": describe_ops(c.ops),
-            "transforms": describe_ops(c.transforms),
-            "resize": None if c.resize is None else list(c.resize),
-            # Which pixels a resized image keeps; layout, dtype and normalize only present them.
-            "resize_mode": c.resize_mode,
-            "stages": describe_stages(c.stages),
-            "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
-        }
-        if self._indices is not None:  # on_error="skip": which samples are read counts too
-            config["indices"] = hashlib.sha256(self._indices.tobytes()).hexdigest()
-        return config
+        return state_config(self.config, self.manifest, self._indices)
 
     def __enter__(self) -> Loader:
         return self
@@ -461,7 +439,7 @@ class Loader:
         return (
             f"Loader({len(self.manifest)} samples, batch_size={c.batch_size}, "
             f"outputs={list(c.output_names)}, device={self.device!r}, op_paths={self.op_paths}, "
-            f"shard {c.shard_id}/{c.num_shards}, {len(self)} batches/epoch)"
+            f"shard {c.sampling.shard_id}/{c.sampling.num_shards}, {len(self)} batches/epoch)"
         )
 
     # -- internals --------------------------------------------------------------------------------
@@ -479,36 +457,37 @@ class Loader:
             epoch, batch = self.position.settle()
             if (self.source.start_epoch, self.source.start_batch) != (epoch, batch):
                 self.source = self._make_source(epoch, batch)
-            c = self.config
+            c, n = self.config, self.plan.workers
             pipe = self._build_pipeline()
-            if self.op_pool is not None and c.numpy_ops:
+            if self.op_pool is not None and self.plan.numpy_ops:
                 self.op_pool.start()  # the workers' interpreters start while DALI builds
             self.pipeline_builds += 1
-            readers = f"{c.workers} reader process{'es' if c.workers > 1 else ''}, {c.method}"
-            with stage(f"building the DALI pipeline ({readers})" if c.workers else
+            readers = f"{n} reader process{'es' if n > 1 else ''}, {self.plan.method}"
+            with stage(f"building the DALI pipeline ({readers})" if n else
                        "building the DALI pipeline"):
                 self._run = PipelineRun(
-                    pipe, [*c.output_names, *self._hidden_outputs], workers=c.workers,
-                    device_id=c.device_id, watchdog=self.watchdog,
+                    pipe, [*c.output_names, *c.hidden_outputs], workers=n,
+                    device_id=c.device_id, watchdog=c.workers.watchdog,
                 )
         return self._run
 
-    #: The pipeline's bookkeeping outputs after the named ones (see :meth:`_metadata`), and the
-    #: metadata keys it makes of them; no output may take these names.
-    _hidden_outputs: tuple[str, ...] = HIDDEN_OUTPUTS
-    _metadata_keys: tuple[str, ...] = METADATA_KEYS
+    def _new_epoch(self, run: PipelineRun) -> Epoch:
+        """An epoch over ``run``, given the loader's parts it works with, not the loader."""
+        c = self.config
+
+        def ended(epoch: Epoch) -> None:
+            if self._epoch is epoch:
+                self._epoch = None
+
+        to_batch = functools.partial(to_torch, names=c.output_names, metadata=self._metadata,
+                                     bfloat16=c.format.dtype == "bfloat16", pin=c.gpu)
+        return Epoch(run, self.position, self.source, to_batch=to_batch, explain=self._explain,
+                     is_current=lambda epoch: self._epoch is epoch, stop=self.close,
+                     ended=ended)
 
     def _build_pipeline(self) -> Any:
         """The DALI pipeline over ``self.source`` (defined, not built)."""
-        c = self.config
-        return build_pipeline(
-            self.source, ops=c.ops, transforms=c.transforms, op_paths=self.op_paths,
-            resize=c.resize, stages=c.stages, decoder=c.decoder,
-            hw_decoder_load=c.hw_decoder_load, batch_format=c.batch_format,
-            device_id=c.device_id, num_threads=c.threads, num_workers=c.workers,
-            start_method=c.method, prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-            op_pool=self.op_pool,
-        )
+        return build_pipeline(self.source, self.config, self.op_paths, self.op_pool)
 
     def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
@@ -520,41 +499,37 @@ class Loader:
         """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
         c = self.config
         assert self._run is not None  # an epoch is running
-        return explain(e, at, run=self._run, resize=c.resize, max_pixels=self.max_pixels,
-                       lookahead=c.prefetch_queue_depth + 2)
+        return explain(e, at, run=self._run, resize=c.resize, max_pixels=c.bad_files.max_pixels,
+                       lookahead=c.workers.prefetch_queue_depth + 2)
 
     def _make_source(self, start_epoch: int, start_batch: int) -> ShardedSource:
-        c = self.config
+        c, s = self.config, self.config.sampling
         return ShardedSource(
-            self.manifest, batch_size=c.batch_size, shard_id=c.shard_id, num_shards=c.num_shards,
-            shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
-            start_batch=start_batch, max_pixels=self.max_pixels, indices=self._indices,
-            max_file_bytes=self.max_file_bytes,
+            self.manifest, batch_size=c.batch_size, shard_id=s.shard_id, num_shards=s.num_shards,
+            shuffle=c.shuffle, seed=c.seed, last_batch=s.last_batch, start_epoch=start_epoch,
+            start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=self._indices,
+            max_file_bytes=c.bad_files.max_file_bytes,
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
         """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        # The image checks themselves: this loader's manifest lists images, so the media
-        # detection of extsrc.validate (and the video checks it may pick) is not for it.
+        self.validation = report = self._validate(manifest, dict(kwargs or {}))
+        self.skipped = report.problems
+        return good_indices(report, manifest, type(self).__name__, self._samples)
+
+    #: What the loader's samples are called in messages.
+    _samples = "samples"
+
+    def _validate(self, manifest: Manifest, kwargs: dict[str, Any]) -> Any:
+        """The :class:`~extsrc.ValidationReport` of every image, with the loader's limits: the
+        image checks themselves, since this loader's manifest lists images (the media detection
+        of :func:`extsrc.validate`, and the video checks it may pick, are not for it)."""
         from extsrc.validation.images import validate_images
 
         # n_jobs: this process's share of the cores, so that every rank of a node validating at
         # once does not start cores x ranks processes.
         # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
-        defaults = {"max_pixels": self.max_pixels, "n_jobs": cores_per_process(),
-                    "max_file_bytes": self.max_file_bytes, "progress": SLOW_SECONDS}
-        report = validate_images(manifest, **{**defaults, **dict(kwargs or {})})
-        self.validation = report
-        self.skipped = report.problems
-        if not report.problems:
-            return None
-        if len(report.ok_indices) == 0:
-            report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
-        warnings.warn(
-            f"extsrc.Loader(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
-            f"samples of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
-            "loader.skipped lists them all; batch['index'] still refers to the original "
-            "manifest",
-            stacklevel=3,
-        )
-        return report.ok_indices
+        bad = self.config.bad_files
+        defaults = {"max_pixels": bad.max_pixels, "n_jobs": cores_per_process(),
+                    "max_file_bytes": bad.max_file_bytes, "progress": SLOW_SECONDS}
+        return validate_images(manifest, **{**defaults, **kwargs})

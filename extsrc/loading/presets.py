@@ -32,6 +32,7 @@ from augment_ops.registry import Op
 from extsrc._util import argcheck
 from extsrc.graph.batchformat import check_mean_std
 from extsrc.loading.loader import Loader
+from extsrc.loading.options import FLAT, GROUPS, from_flat
 from extsrc.sources.manifest import Manifest
 
 __all__ = [
@@ -157,16 +158,23 @@ class ValPreset:
         )
 
 
-def _extra_resize(ops: Sequence[str | Op], crop: int, kwargs: dict[str, Any],
-                  preset: TrainPreset | ValPreset) -> None:
+def _loader_kwargs(who: str, ops: Sequence[str | Op], preset: TrainPreset | ValPreset,
+                   kwargs: dict[str, Any], *, shuffle: bool, last_batch: str) -> dict[str, Any]:
+    """The preset's defaults under the user's :class:`~extsrc.Loader` arguments: option groups
+    as given, flat keywords of earlier releases mapped onto them (with their warning)."""
+    kwargs.setdefault("shuffle", shuffle)
     # Op outputs are stacked into tensors too: give them the crop size unless told otherwise.
     if ops and "resize" not in kwargs:
-        kwargs["resize"] = (crop, crop)
+        kwargs["resize"] = (preset.crop, preset.crop)
     # ... and the preset's format (NCHW float32, its mean and std), so that every image output
     # of a batch follows one convention.
-    kwargs.setdefault("layout", "NCHW")
-    kwargs.setdefault("dtype", "float32")
-    kwargs.setdefault("normalize", (preset.mean, preset.std))
+    base = {"sampling": {"last_batch": last_batch},
+            "format": {"layout": "NCHW", "dtype": "float32",
+                       "normalize": (preset.mean, preset.std)}}
+    flat = {k: kwargs.pop(k) for k in list(kwargs) if k in FLAT}
+    groups = {k: kwargs.pop(k, None) for k in GROUPS}
+    kwargs.update(from_flat(who, groups, flat, base=base, stacklevel=4))
+    return kwargs
 
 
 def train_loader(
@@ -180,20 +188,18 @@ def train_loader(
 ) -> Loader:
     """A :class:`~extsrc.Loader` whose ``image`` is ``TrainPreset(crop)``: (B, 3, crop, crop).
 
-    Defaults: ``shuffle=True`` and ``last_batch="drop"`` (every batch full, every shard the same
-    number of batches); any :class:`~extsrc.Loader` argument can be passed to override them.
-    ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is given, in the
-    preset's format (NCHW ``float32``, normalised) unless ``layout``/``dtype``/``normalize`` are
-    given. Pass
+    Defaults: ``shuffle=True`` and ``Sampling(last_batch="drop")`` (every batch full, every
+    shard the same number of batches); any :class:`~extsrc.Loader` argument can be passed to
+    override them. ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is
+    given, in the preset's format (``BatchFormat`` NCHW ``float32``, normalised) unless
+    ``format=`` is given. Pass
     ``preset=TrainPreset(...)`` to change more than the crop size.
     """
     if preset is not None and not isinstance(preset, TrainPreset):
         raise TypeError(f"train_loader: preset must be a TrainPreset or None, got "
                         f"{type(preset).__name__}")
     preset = preset if preset is not None else TrainPreset(crop=crop)
-    loader_kwargs.setdefault("shuffle", True)
-    loader_kwargs.setdefault("last_batch", "drop")
-    _extra_resize(ops, preset.crop, loader_kwargs, preset)
+    _loader_kwargs("train_loader", ops, preset, loader_kwargs, shuffle=True, last_batch="drop")
     stages = (*loader_kwargs.pop("stages", ()), preset)
     return Loader(manifest, batch_size=batch_size, ops=ops, stages=stages, **loader_kwargs)
 
@@ -210,17 +216,15 @@ def val_loader(
 ) -> Loader:
     """A :class:`~extsrc.Loader` whose ``image`` is ``ValPreset(size, crop)`` output.
 
-    Defaults: ``shuffle=False`` and ``last_batch="partial"`` (every sample exactly once; the last
-    batch may be short). ``ops`` outputs are resized to ``crop`` x ``crop`` unless ``resize=`` is
-    given, in the preset's format (NCHW ``float32``, normalised) unless ``layout``/``dtype``/
-    ``normalize`` are given.
+    Defaults: ``shuffle=False`` and ``Sampling(last_batch="partial")`` (every sample exactly
+    once; the last batch may be short). ``ops`` outputs are resized to ``crop`` x ``crop``
+    unless ``resize=`` is given, in the preset's format (``BatchFormat`` NCHW ``float32``,
+    normalised) unless ``format=`` is given.
     """
     if preset is not None and not isinstance(preset, ValPreset):
         raise TypeError(f"val_loader: preset must be a ValPreset or None, got "
                         f"{type(preset).__name__}")
     preset = preset if preset is not None else ValPreset(size=size, crop=crop)
-    loader_kwargs.setdefault("shuffle", False)
-    loader_kwargs.setdefault("last_batch", "partial")
-    _extra_resize(ops, preset.crop, loader_kwargs, preset)
+    _loader_kwargs("val_loader", ops, preset, loader_kwargs, shuffle=False, last_batch="partial")
     stages = (*loader_kwargs.pop("stages", ()), preset)
     return Loader(manifest, batch_size=batch_size, ops=ops, stages=stages, **loader_kwargs)

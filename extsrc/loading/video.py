@@ -9,9 +9,9 @@ batch's keys differ.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -19,15 +19,21 @@ from augment_ops.registry import Op
 from extsrc._dali.messages import read_failure
 from extsrc._util.textsafe import shown
 from extsrc.errors import ExtsrcError, PipelineError
-from extsrc.graph.batchformat import Dtype, Normalize, ResizeMode
+from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.video import VIDEO_LAYOUTS, build_video_pipeline
 from extsrc.loading.config import as_ops
 from extsrc.loading.failures import InFlight, explain
 from extsrc.loading.loader import Loader
-from extsrc.ops_runtime.pool import check_op_timeout
-from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
+from extsrc.loading.options import (
+    DEFAULT_HW_DECODER_LOAD,
+    BadFiles,
+    OpRuntime,
+    Sampling,
+    Workers,
+    from_flat,
+)
+from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.sources.manifest import Manifest
-from extsrc.sources.sharding import LastBatch
 from extsrc.sources.table import read_manifest
 from extsrc.sources.video.clips import ClipPolicy, ClipSpec, ShortVideos
 from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS, VIDEO_EXTENSIONS, VideoProbeProblem
@@ -57,6 +63,49 @@ def _read(manifest: Manifest | str | os.PathLike[str]) -> Manifest:
     return manifest  # type: ignore[return-value]
 
 
+#: Fields of the option groups that a video loader does not use, with their defaults and why.
+_NOT_FOR_VIDEO: tuple[tuple[str, str, Any, str], ...] = (
+    ("op_runtime", "op_path", None, "clip ops run on the numpy path"),
+    ("op_runtime", "op_workers", None, "clip ops run in DALI's thread, without an op pool"),
+    ("op_runtime", "op_pool", "process", "clip ops run in DALI's thread, without an op pool"),
+    ("workers", "decoder", "auto", "videos go to DALI's video decoder"),
+    ("workers", "hw_decoder_load", DEFAULT_HW_DECODER_LOAD, "it shares out JPEGs, not videos"),
+    ("bad_files", "max_pixels", DEFAULT_MAX_PIXELS, "a video's frame size is checked by "
+     "its codec's decoder"),
+    ("format", "layout", "NHWC", "a video loader takes layout= ('NFHWC', 'NFCHW' or 'NCFHW')"),
+)
+
+
+def _check_video_groups(groups: Mapping[str, Any]) -> None:
+    """Refuse, naming it, a group field set that a video loader would otherwise ignore."""
+    for group, name, default, why in _NOT_FOR_VIDEO:
+        value = getattr(groups[group], name)
+        if value != default:
+            raise ValueError(
+                f"VideoLoader: {group}.{name}={value!r} does not apply to video ({why}); leave "
+                "it at its default"
+            )
+
+
+def _clip_spec(clips: ClipSpec | None, **flat: Any) -> ClipSpec:
+    """The clips to cut: ``clips=ClipSpec(...)``, or the same fields as keywords (not both)."""
+    if clips is None:
+        if flat["sequence_length"] is None:
+            raise TypeError("VideoLoader needs sequence_length=N (frames per clip) or "
+                            "clips=ClipSpec(sequence_length=N, ...)")
+        return ClipSpec(**flat)
+    if not isinstance(clips, ClipSpec):
+        raise TypeError(f"VideoLoader: clips must be an extsrc.ClipSpec, got "
+                        f"{type(clips).__name__} {clips!r}")
+    defaults = {"sequence_length": None, "stride": 1, "clip": "random", "clips_per_video": 1,
+                "short_videos": "error"}
+    given = sorted(k for k, v in flat.items() if v != defaults[k])
+    if given:
+        raise TypeError(f"VideoLoader: {', '.join(given)} given both on its own and in "
+                        "clips=ClipSpec(...); pass it in clips only")
+    return clips
+
+
 class VideoLoader(Loader):
     """Iterate epochs of batches of video clips as ``dict[name, torch.Tensor]``.
 
@@ -67,7 +116,8 @@ class VideoLoader(Loader):
     also decodes H.264, HEVC, AV1 and MPEG-4) -> ``transforms`` and ``ops`` on every frame of
     the clip -> ``resize`` of every frame -> outputs.
 
-    Clips (:mod:`extsrc.sources.video.clips`): ``sequence_length`` frames every ``stride`` frames;
+    Clips (:mod:`extsrc.sources.video.clips`, the keywords below or ``clips=ClipSpec(...)``):
+    ``sequence_length`` frames every ``stride`` frames;
     ``clip="random"`` (default) starts each at a frame drawn from (seed, epoch, manifest index,
     clip number), ``"uniform"`` spreads ``clips_per_video`` clips evenly over the video,
     ``"center"`` takes the middle one. With ``clips_per_video=K`` every video gives ``K``
@@ -77,17 +127,19 @@ class VideoLoader(Loader):
 
     Batch: ``video`` ``(B, F, H, W, C)`` (``layout="NFHWC"``; ``"NFCHW"`` gives
     ``(B, F, C, H, W)``, ``"NCFHW"`` ``(B, C, F, H, W)`` as video models take it), ``uint8`` or
-    ``dtype=`` with ``normalize=`` as :class:`~extsrc.loading.loader.Loader`; ``<op>_<k>`` for each
-    op output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
+    ``format=BatchFormat(dtype=..., normalize=...)`` as :class:`~extsrc.loading.loader.Loader` (the
+    layout is ``layout=``, not the format's); ``<op>_<k>`` for each op
+    output; ``label``; and on the CPU ``index`` (manifest index), ``is_pad``, ``start_frame``
     (the clip's first frame) and ``num_frames`` (the video's frame count), all ``(B,)``.
-    ``resize`` and ``resize_mode`` apply to every frame alike; without ``resize`` the videos of a
-    batch must share one frame size.
+    ``resize`` and the format's ``resize_mode`` apply to every frame alike; without ``resize``
+    the videos of a batch must share one frame size.
 
     Ops (registered with ``@augment_op``) run on the numpy path, once per frame, and a random op
     draws the same numbers for every frame of a clip (a random crop cuts the same window from
     each frame); an op declared with ``ndim=4`` gets the whole ``(F, H, W, C)`` clip at once
     and returns clips. ``transforms`` replace the clip, ``ops`` add outputs.
-    ``loader.op_paths`` reports ``"numpy"`` for each. ``op_timeout`` (seconds per clip,
+    ``loader.op_paths`` reports ``"numpy"`` for each. ``OpRuntime(op_timeout=...)`` (seconds
+    per clip,
     default ``None``: no limit) stops a clip op that never returns with
     :class:`~extsrc.errors.OpTimeoutError` naming the op and the clip; the ops run in a thread
     of this process, which cannot be stopped: it is left running as a daemon thread and no
@@ -104,75 +156,71 @@ class VideoLoader(Loader):
     find damaged frames as well (``validate_kwargs={"decode": False}``: container checks only).
 
     Windows (:mod:`extsrc.sources.video.trim`): DALI decodes every frame from a file's first to a
-    clip's
-    last, so by default (``windows=True``) each clip's decoder gets a smaller file cut from the
-    original in the reader processes (MP4/MOV): the samples from the last key frame before the
+    clip's last, so by default (``windows=True``) each clip's decoder gets a smaller file cut from
+    the original in the reader processes (MP4/MOV): the samples from the last key frame before the
     clip to the clip's last frame, less the frames nothing references that the clip does not
     take. Where no cut is provably safe the whole file is decoded. ``windows=False`` always
     hands DALI the whole file.
 
-    Everything else (``batch_size``, ``shard_id``/``num_shards`` and ``torchrun``, ``shuffle``,
-    ``seed``, ``last_batch``, ``device``, ``num_workers``, ``state_dict``/``load_state_dict``,
-    ``set_epoch``, ``close``) is :class:`~extsrc.loading.loader.Loader`'s.
+    Everything else (``batch_size``, ``sampling`` and ``torchrun``, ``shuffle``, ``seed``,
+    ``device``, ``workers``, ``bad_files``, ``state_dict``/``load_state_dict``, ``set_epoch``,
+    ``close``) is :class:`~extsrc.loading.loader.Loader`'s. Group fields a video loader does not use
+    (``OpRuntime.op_path``, ``op_workers``, ``op_pool``; ``Workers.decoder``,
+    ``hw_decoder_load``; ``BadFiles.max_pixels``; ``BatchFormat.layout``) are refused unless
+    left at their defaults.
     """
 
     _takes_clips = True
+    _config_names: Mapping[str, Any] = {
+        "image_output": "video", "metadata_keys": VIDEO_METADATA_KEYS,
+        "hidden_outputs": ("__info", "__clip")}
 
     def __init__(
         self,
         manifest: Manifest | str | os.PathLike[str],
         *,
         batch_size: int,
-        sequence_length: int,
+        sequence_length: int | None = None,
         stride: int = 1,
         clip: ClipPolicy = "random",
         clips_per_video: int = 1,
         short_videos: ShortVideos = "error",
+        clips: ClipSpec | None = None,
         ops: Sequence[str | Op] = (),
         transforms: Sequence[str | Op] = (),
         resize: int | tuple[int, int] | None = None,
-        resize_mode: ResizeMode = "shorter_side",
         layout: VideoLayout = "NFHWC",
-        dtype: Dtype = "uint8",
-        normalize: Normalize = None,
         output_map: Sequence[str] | None = None,
-        shard_id: int | None = None,
-        num_shards: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
-        last_batch: LastBatch = "partial",
         device: Any = None,
-        num_workers: int | None = None,
-        num_threads: int | None = None,
-        start_method: str | None = None,
-        prefetch_queue_depth: int = 2,
-        on_error: str = "raise",
-        validate_kwargs: Mapping[str, Any] | None = None,
-        watchdog: bool = True,
-        max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         windows: bool = True,
-        op_timeout: float | None = None,
+        sampling: Sampling | None = None,
+        workers: Workers | None = None,
+        op_runtime: OpRuntime | None = None,
+        bad_files: BadFiles | None = None,
+        format: BatchFormat | None = None,
+        **flat: Any,
     ) -> None:
+        groups = from_flat("VideoLoader", {
+            "sampling": sampling, "workers": workers, "op_runtime": op_runtime,
+            "bad_files": bad_files, "format": format}, flat)
+        _check_video_groups(groups)
         #: Seconds per clip a clip op may take (None: no limit); see ClipOpRunner.
-        self.op_timeout = check_op_timeout(op_timeout, "VideoLoader: op_timeout")
+        self.op_timeout = groups["op_runtime"].op_timeout
         if not isinstance(windows, bool):
             raise TypeError(f"VideoLoader: windows must be True or False, got {windows!r}")
         #: Whether each clip's decoder gets only its window of the file (extsrc.sources.video.trim).
         self.windows = windows
         #: The clip policy, checked.
-        self.clips = ClipSpec(sequence_length=sequence_length, stride=stride, clip=clip,
-                              clips_per_video=clips_per_video, short_videos=short_videos)
+        self.clips = _clip_spec(clips, sequence_length=sequence_length, stride=stride, clip=clip,
+                                clips_per_video=clips_per_video, short_videos=short_videos)
         if not isinstance(layout, str) or layout not in VIDEO_LAYOUTS:
             raise ValueError(
                 f"VideoLoader: layout must be one of {list(VIDEO_LAYOUTS)}, got "
                 f"{layout!r}"
             )
         self.layout = layout
-        if output_map is None:  # the Loader's names, with the clip called "video"
-            names = ["video"]
-            for op in as_ops(ops, "ops"):
-                names += [f"{op.name}_{k}" for k in range(op.num_outputs)]
-            output_map = (*names, "label")
         for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
             if op.ndim == 2:
                 raise ValueError(
@@ -181,16 +229,13 @@ class VideoLoader(Loader):
                 )
         super().__init__(
             _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,
-            resize=resize, output_map=output_map, shard_id=shard_id, num_shards=num_shards,
-            shuffle=shuffle, seed=seed, last_batch=last_batch, device=device,
-            num_workers=num_workers, num_threads=num_threads, start_method=start_method,
+            resize=resize, output_map=output_map, shuffle=shuffle, seed=seed, device=device,
+            sampling=groups["sampling"], format=groups["format"],
             # Clip ops run per frame in DALI's thread (a thread of their own with op_timeout):
-            # no op pool (extsrc.ops_runtime.pool) for video yet.
-            prefetch_queue_depth=prefetch_queue_depth, op_path="numpy", op_workers=0,
-            on_error=on_error,
-            max_pixels=None, validate_kwargs=validate_kwargs, watchdog=watchdog,
-            max_file_bytes=max_file_bytes, dtype=dtype, normalize=normalize,
-            resize_mode=resize_mode, decoder="cpu",
+            # no op pool (extsrc.ops_runtime.pool) for video yet; the video decoder is DALI's own.
+            op_runtime=OpRuntime(op_path="numpy", op_workers=0),
+            workers=dataclasses.replace(groups["workers"], decoder="cpu"),
+            bad_files=dataclasses.replace(groups["bad_files"], max_pixels=None),
         )
 
     # -- what differs from Loader -----------------------------------------------------------------
@@ -200,29 +245,20 @@ class VideoLoader(Loader):
         return CPU_CODECS if self.config.device_id is None else GPU_CODECS
 
     def _make_source(self, start_epoch: int, start_batch: int) -> VideoSource:
-        c = self.config
+        c, s = self.config, self.config.sampling
         return VideoSource(
             self.manifest, clips=self.clips, codecs=self.codecs,
             device="cpu" if c.device_id is None else "gpu", batch_size=c.batch_size,
-            shard_id=c.shard_id, num_shards=c.num_shards, shuffle=c.shuffle, seed=c.seed,
-            last_batch=c.last_batch, start_epoch=start_epoch, start_batch=start_batch,
-            max_pixels=None, indices=self._indices, max_file_bytes=self.max_file_bytes,
+            shard_id=s.shard_id, num_shards=s.num_shards, shuffle=c.shuffle, seed=c.seed,
+            last_batch=s.last_batch, start_epoch=start_epoch, start_batch=start_batch,
+            max_pixels=None, indices=self._indices, max_file_bytes=c.bad_files.max_file_bytes,
             windows=self.windows,
         )
 
-    _hidden_outputs = ("__info", "__clip")
-    _metadata_keys = VIDEO_METADATA_KEYS
-
     def _build_pipeline(self) -> Any:
-        c = self.config
         assert isinstance(self.source, VideoSource)
-        return build_video_pipeline(
-            self.source, ops=c.ops, transforms=c.transforms, resize=c.resize,
-            batch_format=c.batch_format, layout=self.layout, device_id=c.device_id,
-            num_threads=c.threads, num_workers=c.workers, start_method=c.method,
-            prefetch_queue_depth=c.prefetch_queue_depth, seed=c.seed,
-            op_timeout=self.op_timeout,
-        )
+        return build_video_pipeline(self.source, self.config, layout=self.layout,
+                                    op_timeout=self.op_timeout)
 
     def _metadata(self, outputs: Mapping[str, Any]) -> dict[str, Any]:
         meta = super()._metadata(outputs)
@@ -294,26 +330,15 @@ class VideoLoader(Loader):
                            "short_videos": c.short_videos}
         return config
 
-    def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
-        """on_error="skip": read every video's container up front; the good videos' indices."""
+    _samples = "videos"
+
+    def _validate(self, manifest: Manifest, kwargs: dict[str, Any]) -> Any:
+        """Every video's container read up front
+        (:func:`~extsrc.validation.videos.validate_videos`)."""
         from extsrc.validation.videos import validate_videos
 
-        report = validate_videos(manifest, clips=self.clips, codecs=self.codecs,
-                                 max_file_bytes=self.max_file_bytes, **dict(kwargs or {}))
-        self.validation = report
-        self.skipped = report.problems
-        if not report.problems:
-            return None
-        if len(report.ok_indices) == 0:
-            report.clean_manifest()  # raises: nothing is left to train on
-        warnings.warn(
-            f"extsrc.VideoLoader(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
-            f"videos of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
-            "loader.skipped lists them all; batch['index'] still refers to the original "
-            "manifest",
-            stacklevel=3,
-        )
-        return report.ok_indices
+        return validate_videos(manifest, clips=self.clips, codecs=self.codecs,
+                               max_file_bytes=self.config.bad_files.max_file_bytes, **kwargs)
 
     def __repr__(self) -> str:
         c, v = self.config, self.clips
@@ -321,7 +346,7 @@ class VideoLoader(Loader):
             f"VideoLoader({len(self.manifest)} videos, batch_size={c.batch_size}, "
             f"sequence_length={v.sequence_length}, stride={v.stride}, clip={v.clip!r}, "
             f"clips_per_video={v.clips_per_video}, outputs={list(c.output_names)}, "
-            f"device={self.device!r}, shard {c.shard_id}/{c.num_shards}, "
+            f"device={self.device!r}, shard {c.sampling.shard_id}/{c.sampling.num_shards}, "
             f"{len(self)} batches/epoch)"
         )
 

@@ -126,7 +126,8 @@ def check_picklable(op: Any) -> None:
     except Exception as e:
         raise ValueError(
             f"op '{op.name}' cannot be sent to op worker processes ({type(e).__name__}: {e}); "
-            "run it in threads with op_pool='thread', or in the DALI thread with op_workers=0"
+            "run it in threads with OpRuntime(op_pool='thread'), or in the DALI thread with "
+            "OpRuntime(op_workers=0)"
         ) from None
 
 
@@ -563,7 +564,8 @@ class _ProcessBatch:
                 f"op '{op}' could not be loaded in an op worker process: "
                 f"{info['type']}: {info['message']}. Workers are fresh interpreters: what "
                 "the op uses must be importable there, or defined in __main__ (sent by "
-                "value); or run the op with op_pool='thread' or op_workers=0",
+                "value); or run the op with OpRuntime(op_pool='thread') or "
+                "OpRuntime(op_workers=0)",
                 op=op, detail=f"Traceback in the op worker:\n{info['traceback']}",
             )
         raise self.runner.failure(self.ids[pos][0], info)

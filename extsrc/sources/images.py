@@ -50,7 +50,7 @@ INFO_COLUMNS: tuple[str, ...] = ("index", "epoch", "is_pad")
 # Appended to every bad-file message: how to find them all at once instead of one per run.
 UP_FRONT_HINT = (
     " To find every bad file up front run extsrc.validate(manifest) and train on "
-    "report.clean_manifest(), or pass on_error='skip' to Loader"
+    "report.clean_manifest(), or pass bad_files=extsrc.BadFiles(on_error='skip') to Loader"
 )
 
 

@@ -211,7 +211,7 @@ def op_parameters(op: Any) -> dict[str, Any]:
 #: Python-API advice in the library's messages, and what a CLI user does instead.
 _CLI_WORDING: tuple[tuple[str, str], ...] = (
     ("run extsrc.validate(manifest) and train on report.clean_manifest(), or pass "
-     "on_error='skip' to Loader",
+     "bad_files=extsrc.BadFiles(on_error='skip') to Loader",
      "run `extsrc validate MANIFEST` (--write-clean CSV writes the good samples), or pass "
      "--skip-bad"),
 )
@@ -226,21 +226,28 @@ def _cli_words(text: str) -> str:
 def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
             resize: tuple[int, int] | None, last_batch: str = "partial") -> Any:
     """A Loader, or a preset loader with ``--preset``, from the common options."""
+    from extsrc.graph.batchformat import BatchFormat
     from extsrc.loading.loader import Loader
+    from extsrc.loading.options import BadFiles, Sampling, Workers
 
     ops = _resolve_ops(_op_names(args.ops))
     preset = getattr(args, "preset", None)
-    common: dict[str, Any] = dict(
-        batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
-        num_workers=args.workers, last_batch=last_batch, resize_mode=args.resize_mode,
-    )
     if preset is None or preset == "none" or args.dtype is not None:
-        # The presets choose their own format (NCHW float32, ImageNet-normalised) unless told.
         # Normalised values need a float dtype: float32 unless --dtype says which.
         dtype = args.dtype or ("uint8" if args.normalize == "none" else "float32")
-        common.update(layout=args.layout, dtype=dtype, normalize=_NORMALIZE[args.normalize])
+        fmt = BatchFormat(layout=args.layout, dtype=dtype, normalize=_NORMALIZE[args.normalize],
+                          resize_mode=args.resize_mode)
+    else:  # the presets' own format (NCHW float32, ImageNet-normalised) unless told
+        fmt = BatchFormat(layout="NCHW", dtype="float32", normalize=_NORMALIZE["imagenet"],
+                          resize_mode=args.resize_mode)
+    common: dict[str, Any] = dict(
+        batch_size=batch_size, ops=ops, seed=args.seed, device=args.device, shuffle=shuffle,
+        workers=Workers(num_workers=args.workers), sampling=Sampling(last_batch=last_batch),
+        format=fmt,
+    )
     if args.skip_bad:
-        common.update(on_error="skip", validate_kwargs={"progress": sys.stderr.isatty()})
+        common["bad_files"] = BadFiles(on_error="skip",
+                                       validate_kwargs={"progress": sys.stderr.isatty()})
     if preset is None or preset == "none":
         return Loader(_manifest_arg(args), resize=resize, **common)
     from extsrc.loading import presets
@@ -363,6 +370,7 @@ def _resize_arg(args: argparse.Namespace, default: tuple[int, int] | None) -> An
 def cmd_demo(args: argparse.Namespace) -> int:
     from extsrc._util.extras import require
     from extsrc.loading.loader import Loader
+    from extsrc.loading.options import Workers
     from extsrc.sources.table import read_manifest
     from extsrc.tools.preview import render_batch
     from extsrc.tools.sample_data import make_sample_dataset
@@ -387,7 +395,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"manifest {manifest_path}")
     batch_size = min(16, len(manifest))
     with Loader(manifest, batch_size=batch_size, ops=["grid2x2"], resize=size, device=args.device,
-                seed=args.seed, num_workers=args.workers) as loader:
+                seed=args.seed, workers=Workers(num_workers=args.workers)) as loader:
         print(f"loader: device {loader.device}, outputs {list(loader.output_names)}")
         print("op paths: " + ", ".join(f"{k}={v}" for k, v in loader.op_paths.items()))
         first = None
@@ -433,10 +441,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             lines[-1] = (
                 f"Train on the {len(report.ok_indices)} good samples: rerun with --write-clean "
                 "CSV and use that manifest, or pass --skip-bad to `extsrc preview` / `extsrc "
-                "bench` (Python: Loader(on_error='skip'))"
+                "bench` (Python: Loader(bad_files=BadFiles(on_error='skip')))"
             ) if report.media == "image" else (
                 f"Train on the {len(report.ok_indices)} good videos: rerun with --write-clean "
-                "CSV and use that manifest (Python: VideoLoader(on_error='skip'))"
+                "CSV and use that manifest (Python: "
+                "VideoLoader(bad_files=BadFiles(on_error='skip')))"
             )
         text = "\n".join(lines).replace(
             "(see report.problems)", f"(--max-problems {report.num_bad} lists them all)"

@@ -206,6 +206,7 @@ def preview(
     figure as a PNG there.
     """
     from extsrc.loading.loader import Loader
+    from extsrc.loading.options import Workers
 
     require("matplotlib", "preview", "extsrc.tools.preview")  # before building a loader
 
@@ -213,7 +214,8 @@ def preview(
         loader, owned = source, False
     else:
         loader_kwargs.setdefault("shuffle", False)
-        loader_kwargs.setdefault("num_workers", 0)
+        if "workers" not in loader_kwargs and "num_workers" not in loader_kwargs:
+            loader_kwargs["workers"] = Workers(num_workers=0)
         loader = Loader(source, batch_size=n, ops=ops, resize=resize, seed=seed, device=device,
                         **loader_kwargs)
         owned = True

@@ -234,7 +234,8 @@ class ValidationReport:
             lines.append(f"  ... and {self.num_bad - max_problems} more (see report.problems)")
         lines.append(
             f"Train on the {len(self.ok_indices)} good samples with report.clean_manifest() or "
-            "report.write_clean('clean.csv'), or pass on_error='skip' to extsrc."
+            "report.write_clean('clean.csv'), or pass bad_files=extsrc.BadFiles(on_error='skip') "
+            "to extsrc."
             f"{'VideoLoader' if self.media == 'video' else 'Loader'}."
         )
         return "\n".join(lines)

@@ -47,7 +47,7 @@ CLIP_COLUMNS: tuple[str, ...] = ("start_frame", "clip", "num_frames")
 # Appended to every bad-video message: how to find them all at once.
 VIDEO_HINT = (
     " To find every bad video up front run extsrc.validate_videos(manifest) and train on "
-    "report.clean_manifest(), or pass on_error='skip' to VideoLoader"
+    "report.clean_manifest(), or pass bad_files=extsrc.BadFiles(on_error='skip') to VideoLoader"
 )
 
 
