@@ -49,7 +49,7 @@ def test_old_path_warns_once_and_is_the_new_module(monkeypatch: pytest.MonkeyPat
 def test_from_old_import_name_and_attribute_access(monkeypatch: pytest.MonkeyPatch) -> None:
     _forget(monkeypatch, OLD)
     with pytest.warns(DeprecationWarning, match=NEW):
-        from extsrc.sources.imagecheck import check_file  # noqa: F401
+        from extsrc.imagecheck import check_file  # noqa: F401
     _forget(monkeypatch, OLD)
     with pytest.warns(DeprecationWarning, match=NEW) as record:
         assert extsrc.imagecheck is importlib.import_module(NEW)
