@@ -281,7 +281,4 @@ EXPECT: dict[str, str] = {
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
-KNOWN_FAILURES: dict[str, str] = {
-    "alb_random_rotate90": "a batch whose samples draw different k fails in DALI: the branches "
-                           "of np.rot90 merge outputs of layouts 'WHC' and 'HWC'",
-}
+KNOWN_FAILURES: dict[str, str] = {}
