@@ -5,7 +5,9 @@ time limit of a trace."""
 from __future__ import annotations
 
 import builtins
+import dis
 import os
+import re
 import signal
 import threading
 import types
@@ -15,8 +17,19 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.checks import guard_path
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
-from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
+from augment_ops.trace.ir import (
+    _REGISTRY_FILE,
+    _TRACING,
+    Node,
+    Traced,
+    TraceError,
+    _is_internal,
+    _new,
+    _Session,
+    _user_location,
+)
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
 
@@ -287,8 +300,17 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 raise
             except Exception as e:
                 location, inner = _user_location(e.__traceback__)
+                message = _shown(e)
+                if _raised_by_code(e) and guard_path(type(e), message, location):
+                    # numpy raises this for the samples taking this branch alone: a run-time
+                    # check raises it for them, and the other branches are traced on
+                    pending.extend((*session.decisions[:i], not session.decisions[i])
+                                   for i in range(len(prefix), len(session.decisions)))
+                    if rng is not None:
+                        draws = builtins.max(draws, rng.slots_used)
+                    continue
                 where = f", inside {inner}" if inner and inner != location else ""
-                raise TraceError(f"{type(e).__name__}: {e}{where}", location) from e
+                raise TraceError(f"{type(e).__name__}: {message}{where}", location) from e
             except _TraceTimeout as e:
                 raise _too_long(e.seconds, _user_location(e.__traceback__)[0]) from None
             except KeyboardInterrupt:
@@ -309,11 +331,42 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             if len(done) + len(pending) > max_paths:
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values)", "")
+        if not done:
+            raise TraceError("the op raises on every image: "
+                             f"{session.guards[0].error}: {session.guards[0].message}",
+                             session.guards[0].location)
         merged = _merge(done, 0, num_outputs)
     finally:
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+#: How a traced value prints: its repr names the tracer's node, which means nothing to a user.
+_TRACED_REPR = re.compile(r"<traced Node\(.*?, ndim=\d+\)>")
+
+
+def _shown(e: BaseException) -> str:
+    """``str(e)`` with each traced value it prints as "<a per-sample value>"."""
+    return _TRACED_REPR.sub("<a per-sample value>", str(e))
+
+
+def _raised_by_code(e: BaseException) -> bool:
+    """Whether ``e`` comes from a ``raise`` or ``assert`` statement of the op's code or of a
+    library it calls (not the tracer nor numpy, and not raised while handling another exception,
+    which may be a tracer's refusal): numpy would meet it on the same values."""
+    if e.__context__ is not None or e.__cause__ is not None:
+        return False
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE:
+        return False
+    lasti = tb.tb_lasti
+    return 0 <= lasti < len(code.co_code) and code.co_code[lasti] == dis.opmap["RAISE_VARARGS"]
 
 
 def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tuple[Node, ...]:
