@@ -31,7 +31,15 @@ from augment_ops.trace.ir import (
     _user_location,
 )
 from augment_ops.trace.rng import DrawRng
-from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
+from augment_ops.trace.sym import (
+    Sym,
+    _dwhere,
+    _py_float,
+    _py_int,
+    cast_node,
+    is_instance,
+    ufunc,
+)
 
 #: The most branch outcomes (paths through the function) a traced op may have.
 MAX_PATHS = 16
@@ -43,7 +51,7 @@ CHANNELS = 3
 
 class _IntMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, builtins.int)
+        return is_instance(x, builtins.int)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         return _py_int(*args, **kwargs) if len(args) == 1 and not kwargs else builtins.int(
@@ -52,7 +60,7 @@ class _IntMeta(type):
 
 class _FloatMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, builtins.float)
+        return is_instance(x, builtins.float)
 
     def __call__(cls, *args: Any) -> Any:
         return _py_float(*args) if args else 0.0
@@ -106,7 +114,7 @@ class _ScalarTypeMeta(type):
     otherwise behave as the real type (as a dtype, in ``isinstance``)."""
 
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, cls.real)
+        return is_instance(x, cls.real)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
@@ -137,10 +145,19 @@ class _NumpyProxy(types.ModuleType):
         if name == "random":
             return _Forbidden("np.random")
         v = getattr(np, name)
-        if isinstance(v, type) and issubclass(v, np.generic) and v is not np.generic and \
-                v.__module__ == "numpy" and np.dtype(v).kind in "biuf":
+        if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
+                _concrete_kind(v) in tuple("biuf"):
             return _scalar_type(v)
         return v
+
+
+def _concrete_kind(t: type) -> str:
+    """The dtype kind of numpy scalar type ``t``; "" for an abstract one (``np.floating``,
+    ``np.integer``: classes for ``isinstance``, not dtypes)."""
+    try:
+        return np.dtype(t).kind
+    except TypeError:
+        return ""
 
 
 #: Functions of ``os`` that end or replace the process, refused where the op names them.
