@@ -30,6 +30,7 @@ from augment_ops.trace.ir import (
     _Session,
     _user_location,
 )
+from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import (
     Sym,
@@ -313,10 +314,16 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 kwargs["rng"] = rng
             try:
                 out = f(img, **kwargs)
-            except TraceError:
-                raise
+            except TraceError as e:
+                called = outside_numpy(e)
+                if called is None:
+                    raise
+                raise _call_refused(e, *called) from e
             except Exception as e:
                 location, inner = _user_location(e.__traceback__)
+                called = outside_numpy(e)
+                if called is not None:
+                    raise _call_refused(e, *called) from e
                 message = _shown(e)
                 if _raised_by_code(e) and guard_path(type(e), message, location):
                     # numpy raises this for the samples taking this branch alone: a run-time
@@ -357,6 +364,14 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+def _call_refused(e: BaseException, construct: str, inside: bool) -> TraceError:
+    """The refusal of a call outside what the tracer lowers, at the op's line (and the line
+    inside a library where it failed, where ``inside``)."""
+    location, inner = _user_location(e.__traceback__)
+    where = f", inside {inner}" if inside and inner and inner != location else ""
+    return TraceError(f"{construct}{where}", location)
 
 
 #: How a traced value prints: its repr names the tracer's node, which means nothing to a user.
