@@ -195,8 +195,29 @@ def _default_reads(fn: types.FunctionType, params: dict[str, Any],
         r = _not_constant(v, functions)
         if r is not None:
             return (f"a read of the default value of '{name}', {r}; {_KEEPS}",
-                    _where(top, top.co_firstlineno))
+                    _where(top, _parameter_line(top, name)))
     return None
+
+
+def _parameter_line(code: types.CodeType, name: str) -> int:
+    """The line of the ``def`` (from the line ``code`` starts at, a decorator's) that declares
+    parameter ``name``; the ``def`` line, or the first line, where not found."""
+    import re
+
+    declares = re.compile(rf"(?:\(|,|^)\s*\*{{0,2}}{re.escape(name)}\s*[:=,)]")
+    first_def = None
+    for line in range(code.co_firstlineno, code.co_firstlineno + 60):
+        text = linecache.getline(code.co_filename, line)
+        if not text:
+            break
+        if first_def is None and re.match(r"\s*(async\s+)?def\s", text):
+            first_def = line
+        if first_def is not None and declares.search(text):
+            return line
+        if first_def is not None and text.rstrip().endswith(":") and "def" not in text and \
+                line > first_def and ")" in text:
+            break
+    return first_def or code.co_firstlineno
 
 
 #: (items popped, items pushed) of the instructions a subscript's key may be made of.

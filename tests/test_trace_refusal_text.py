@@ -119,3 +119,103 @@ def test_a_library_raising_on_bad_arguments_keeps_its_error():
 
     with pytest.raises(TraceError, match=r"error: OpenCV.*ksize"):
         trace_op(unregistered(ndim=2)(x_bad_kernel.fn))
+
+
+# -- constructs named as written --------------------------------------------------------------
+LUT = np.arange(256, dtype=np.uint8)[::-1].copy()
+LUT.setflags(write=False)
+
+
+@unregistered()
+def x_list_fill(img, rng):
+    out = img.copy()
+    out[1:3, 1:3] = [rng.integers(0, 255) for _ in range(3)]
+    return out
+
+
+@unregistered()
+def x_tuple_fill(img):
+    out = img.copy()
+    out[:2] = (10, 128, 250)
+    return out
+
+
+@unregistered()
+def x_array_fill(img):
+    out = img.copy()
+    out[:, :2, ...] = np.array((10, 128, 250), dtype=out.dtype)
+    return out
+
+
+@unregistered()
+def x_constant_lut(img):
+    return LUT[img]
+
+
+@unregistered()
+def x_traced_lut(img):
+    table = np.arange(256, dtype=np.uint8) // 2 + img[0, 0, 0]
+    return table[img]
+
+
+@unregistered()
+def x_power_of_a_constant(img, rng):
+    gamma = rng.uniform(0.8, 1.2)
+    table = (np.arange(0, 256.0) / 255) ** gamma * 255
+    return img + table.astype(np.uint8)[:3]
+
+
+@unregistered()
+def x_power_of_a_draw(img, rng):
+    return img + np.uint8(2 ** rng.integers(0, 4))
+
+
+@unregistered()
+def x_np_power(img):
+    return np.power(img, 3)
+
+
+TEXTS = [
+    (x_list_fill, r"assigning several values \(a list\) into a region \(a value per channel; "
+                  r"only a scalar fill is lowered\)", r"out\[1:3, 1:3\] = \[rng"),
+    (x_tuple_fill, r"assigning several values \(a tuple\) into a region", r"out\[:2\] = \(10"),
+    (x_array_fill, r"assigning several values \(a ndarray\) into a region",
+     r"out\[:, :2, \.\.\.\]"),
+    (x_constant_lut, r"indexing a constant array with a traced array \(a lookup table lut\[img\], "
+                     r"or fancy indexing; only slices and integer indices are lowered\)",
+     r"return LUT\[img\]"),
+    (x_traced_lut, r"indexing with an array \(a lookup table lut\[img\], or fancy indexing; only "
+                   r"slices and integer indices are lowered\)", r"return table\[img\]"),
+    (x_power_of_a_constant, r"the power operator \(\*\*\) other than x \*\* 2",
+     r"table = \(np.arange"),
+    (x_power_of_a_draw, r"the power operator \(\*\*\) other than x \*\* 2", r"return img \+ np"),
+    (x_np_power, r"np\.power", r"return np.power\(img, 3\)"),
+]
+
+
+@pytest.mark.parametrize(("op", "construct", "line"), TEXTS, ids=lambda v: getattr(v, "name", ""))
+def test_a_refusal_names_the_construct_as_written(op, construct, line):
+    """The construct the user wrote (a per-channel fill that numpy accepts, a lookup table,
+    ``**``), at the user's line; explain() says the same."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
+    op.apply(img, rng if op.random else None)  # numpy runs it: no "numpy refuses"
+    with pytest.raises(TraceError) as e:
+        trace_op(op)
+    text = str(e.value)
+    assert re.fullmatch(rf"{construct}.* at \S+test_trace_refusal_text.py:\d+: {line}.*", text), \
+        text
+    assert "numpy refuses" not in text and "Sym" not in text and "Node" not in text, text
+    assert augment_ops.explain(op) == f"numpy: {text}"
+
+
+def test_a_mutable_default_is_named_at_its_parameters_line():
+    def x_defaults(img,
+                   sizes=[2, 4],  # noqa: B006 - the default the tracer refuses
+                   fill: int = 0):
+        return img[: sizes[0]]
+
+    op = unregistered()(x_defaults)
+    with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, .* at "
+                                         r"\S+test_trace_refusal_text.py:\d+: sizes=\[2, 4\],"):
+        trace_op(op)

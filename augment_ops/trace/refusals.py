@@ -121,6 +121,16 @@ def _numpy_name(name: str, obj: Any) -> str:
     return f"np.{short}" if getattr(np, short, None) is obj else name
 
 
+def _instruction(frame: types.FrameType, lasti: int) -> str:
+    """The name of the instruction running at ``lasti`` (which may point into its cache)."""
+    name = ""
+    for i in dis.get_instructions(frame.f_code):
+        if i.offset > lasti:
+            break
+        name = i.opname
+    return name
+
+
 def _raised_here(frame: types.FrameType, lasti: int) -> bool:
     code = frame.f_code.co_code
     return 0 <= lasti < len(code) and code[lasti] == dis.opmap["RAISE_VARARGS"]
@@ -148,6 +158,9 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
         tb = tb.tb_next
     if not frames or (not conversion and _raised_here(*frames[-1])):
         return None
+    if conversion and _instruction(*frames[-1]) == "BINARY_SUBSCR":
+        return ("indexing a constant array with a traced array (a lookup table lut[img], or "
+                "fancy indexing; only slices and integer indices are lowered)", False)
     for k, (frame, lasti) in enumerate(reversed(frames)):
         found = _callee(frame, lasti)
         if found is None:
@@ -170,3 +183,24 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                 "pipeline; the op runs on the numpy path (written with numpy functions, the "
                 "step could lower)", False)
     return None
+
+
+def written_as_operator(symbol: str) -> bool:
+    """Whether the op's code running now (the innermost frame outside the tracer and numpy) is
+    at a binary operator ``symbol`` (``**``), not a call: numpy reaches the same ufunc for
+    ``a ** b`` and ``np.power(a, b)``, and a refusal names what the user wrote."""
+    import sys
+
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    ins = None
+    for i in dis.get_instructions(frame.f_code):
+        if i.offset > frame.f_lasti:
+            break
+        ins = i
+    return ins is not None and ins.opname == "BINARY_OP" and ins.argrepr in (symbol,
+                                                                            symbol + "=")
+

@@ -34,6 +34,15 @@ from augment_ops.trace.ir import (
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+_POWER = "the power operator (**) other than x ** 2"
+
+
+def _written_as_operator(symbol: str) -> bool:
+    from augment_ops.trace.refusals import written_as_operator
+
+    return written_as_operator(symbol)
+
+
 def value_class(x: Sym) -> type:
     """The class of the value numpy computes where the trace has ``x``."""
     n = x.node
@@ -392,7 +401,10 @@ class Sym:
     def __pow__(self, other: Any) -> Any:
         if isinstance(other, int) and other == 2:
             return ufunc("multiply", self, self)
-        raise TraceError("the power operator (**) other than x ** 2")
+        raise TraceError(_POWER)
+
+    def __rpow__(self, other: Any) -> Any:
+        raise TraceError(_POWER)
 
     def __neg__(self) -> Any:
         return ufunc("negative", self)
@@ -466,6 +478,8 @@ class Sym:
                            for x in inputs)
             name = "bitwise_" + name.split("_")[1]
         if name not in _BINARY and name not in _UNARY:
+            if name == "power" and _written_as_operator("**"):
+                raise TraceError(_POWER)
             raise TraceError(f"np.{name}")
         return ufunc(name, *inputs)
 
