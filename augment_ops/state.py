@@ -165,7 +165,7 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
                functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
     """The first read or write of outside state in ``fn`` itself (its defaults, its code and the
     code nested in it); the functions it calls are appended to ``functions``."""
-    found = _default_reads(fn, params, functions)
+    found = _default_reads(fn, params, functions, baked)
     if found is not None:
         return found
     # parameter values are the op's arguments, not outside state; functions among them are
@@ -182,8 +182,13 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
 
 
 def _default_reads(fn: types.FunctionType, params: dict[str, Any],
-                   functions: list[Any]) -> Finding | None:
-    """A default value of a parameter the op's parameters do not bind that is not a constant."""
+                   functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
+    """A default value of a parameter the op's parameters do not bind that is not a constant.
+
+    A list or dict default made of constants that the function only reads (each use of the
+    parameter a subscript, ``in``, iteration or a reading method; no name bound to it, no call
+    given it) is one: the object is reachable only through the function, which never changes
+    it, so every call sees the value the trace saw. It is appended to ``baked``."""
     top = fn.__code__
     names = top.co_varnames[:top.co_argcount + top.co_kwonlyargcount]
     defaults = dict(zip(names[top.co_argcount - len(fn.__defaults__ or ()):top.co_argcount],
@@ -193,10 +198,33 @@ def _default_reads(fn: types.FunctionType, params: dict[str, Any],
         if name in params or name == "rng":
             continue
         r = _not_constant(v, functions)
+        if r is not None and _read_only_default(fn, name, v, functions):
+            if baked is not None:
+                baked.append((f"the default value of '{name}' (a {type(v).__name__} the "
+                              "function only reads) read as a constant",
+                              _where(top, _parameter_line(top, name))))
+            continue
         if r is not None:
             return (f"a read of the default value of '{name}', {r}; {_KEEPS}",
                     _where(top, _parameter_line(top, name)))
     return None
+
+
+def _read_only_default(fn: types.FunctionType, name: str, v: Any, functions: list[Any]
+                       ) -> bool:
+    """Whether default ``v`` of parameter ``name`` is a list or dict of constants that ``fn``
+    only reads (see :func:`_default_reads`)."""
+    if not isinstance(v, (list, dict)):
+        return False
+    items = tuple(v) if isinstance(v, list) else (*v.keys(), *v.values())
+    if _not_constant(items, functions) is not None:
+        return False
+    top = fn.__code__
+    if name in top.co_cellvars:  # captured by a nested function: its uses are not all here
+        return False
+    listing = list(dis.get_instructions(top))
+    return all(_only_read(listing, at) for at, ins in enumerate(listing)
+               if ins.argval == name and ins.opname.startswith("LOAD_FAST"))
 
 
 def _parameter_line(code: types.CodeType, name: str) -> int:
@@ -224,6 +252,9 @@ def _parameter_line(code: types.CodeType, name: str) -> int:
 _KEY_PARTS = {"LOAD_FAST": (0, 1), "LOAD_CONST": (0, 1), "LOAD_DEREF": (0, 1),
               "LOAD_NAME": (0, 1), "LOAD_ATTR": (1, 1), "BINARY_OP": (2, 1),
               "BINARY_SUBSCR": (2, 1), "UNARY_NEGATIVE": (1, 1), "BUILD_TUPLE": (None, 1)}
+#: Built-ins that read their one argument and keep no reference to it.
+_READING_BUILTINS = frozenset({"len", "tuple", "sorted", "min", "max", "sum", "any", "all",
+                               "frozenset"})
 #: Methods of a dict or list that read it.
 _READ_METHODS = frozenset({"get", "keys", "values", "items", "copy", "index", "count",
                            "__getitem__", "__contains__", "__len__"})
@@ -256,6 +287,10 @@ def _only_read(listing: list[dis.Instruction], at: int) -> bool:
             return above == 0
         if ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
             return above == 0 and ins.argval in _READ_METHODS
+        if ins.opname in ("PRECALL", "CALL") and above == 0 and ins.arg == 1 and at > 0:
+            # the only argument of a built-in that reads it: len(X), tuple(X), sorted(X) ...
+            f = listing[at - 1]
+            return f.opname == "LOAD_GLOBAL" and f.argval in _READING_BUILTINS
         return False
     return False
 

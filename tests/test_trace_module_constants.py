@@ -1,6 +1,7 @@
 """Module-level dicts and lists an op reads (``MAX_VALUES_BY_DTYPE[img.dtype]``): kept as constants
 of the traced graph when no function of their module writes them and the op only reads them,
-and explain() says so; refused, naming the writer, when some function may write them.
+and explain() says so; refused, naming the writer, when some function may write them. The same
+for a list or dict default value the function only reads.
 """
 
 from __future__ import annotations
@@ -147,3 +148,36 @@ def test_a_library_function_reading_its_own_constant_lowers(lib):
     img = pattern_image(1, 4, 5)
     (got,) = _emit_on(trace_op(op), [img])
     np.testing.assert_array_equal(got, 255 - img)
+
+
+def test_a_list_default_the_function_only_reads_is_a_constant():
+    def m_rows(img, sizes=[2, 4, 6], scale={"a": 1}):  # noqa: B006 - read only
+        k = len(sizes) - 2 + scale["a"]
+        return img[: sizes[k]] // 2 if 9 not in sizes else img
+
+    op = augment_op(replace=True)(m_rows)
+    augment_ops.unregister(op.name)
+    imgs = [pattern_image(k, 3 + 2 * k, 4) for k in range(3)]
+    for img, got in zip(imgs, _emit_on(trace_op(op), imgs), strict=True):
+        (ref,) = op.apply(img, None)
+        np.testing.assert_array_equal(got, ref)
+    why = augment_ops.explain(op)
+    assert why.startswith("native (traced; the default value of 'sizes' (a list the function "
+                          "only reads) read as a constant at "), why
+    assert "the default value of 'scale' (a dict" in why, why
+
+
+@pytest.mark.parametrize("body", [
+    "sizes.append(1)\n    return img[: sizes[0]]",
+    "rows = sizes\n    return img[: rows[0]]",
+    "return img[: _first(sizes)]",
+    "sizes[0] = 3\n    return img[: sizes[0]]",
+])
+def test_a_list_default_the_function_may_change_is_refused(body):
+    ns = {"np": np, "_first": lambda v: v[0]}
+    exec(f"def m_changes(img, sizes=[2, 4]):\n    {body}\n", ns)
+    op = augment_op(replace=True)(ns["m_changes"])
+    augment_ops.unregister(op.name)
+    with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, which "
+                                         r"can change"):
+        trace_op(op)

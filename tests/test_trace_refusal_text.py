@@ -213,6 +213,7 @@ def test_a_mutable_default_is_named_at_its_parameters_line():
     def x_defaults(img,
                    sizes=[2, 4],  # noqa: B006 - the default the tracer refuses
                    fill: int = 0):
+        sizes.append(fill)  # changes the default for the next call
         return img[: sizes[0]]
 
     op = unregistered()(x_defaults)
