@@ -64,6 +64,12 @@ def x_require(img):
     return np.require(img, requirements=["C"])
 
 
+@unregistered()
+def x_array_of_draws(img, rng):
+    v = np.array([rng.normal(), rng.normal(), rng.normal()])
+    return np.clip(img + v, 0, 255).astype(np.uint8)
+
+
 CASES = [
     (x_cv2_blur, r"cv2\.GaussianBlur is outside numpy: the tracer lowers numpy code only, and a "
                  r"cv2 function cannot run on the per-sample values of a DALI pipeline; the op "
@@ -79,6 +85,8 @@ CASES = [
      r"return np.ascontiguousarray\(img\[:, ::-1\]\)"),
     (x_require, r"np\.require \(a numpy function the tracer does not lower",
      r"return np.require\(img, requirements=\[\"C\"\]\)"),
+    (x_array_of_draws, r"np\.array \(a numpy function the tracer does not lower",
+     r"v = np.array\(\[rng.normal\(\), rng.normal\(\), rng.normal\(\)\]\)"),
 ]
 
 

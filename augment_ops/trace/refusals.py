@@ -22,9 +22,11 @@ _NOT_LIBRARIES = ("numpy", "builtins", "augment_ops", "extsrc")
 _DOTTED = re.compile(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
 
-def _callee(frame: types.FrameType, lasti: int) -> tuple[str, Any] | None:
+def _callee(frame: types.FrameType, lasti: int, given_traced: bool = False
+            ) -> tuple[str, Any] | None:
     """The dotted name and object of the function the call at ``lasti`` of ``frame`` calls, when
-    the call is written ``name(...)`` or ``module.name(...)``."""
+    the call is written ``name(...)`` or ``module.name(...)`` and (unless ``given_traced``, known
+    otherwise) its arguments name a traced value."""
     code = frame.f_code
     # the instruction running: lasti may point into the inline cache after a CALL
     ins = None
@@ -50,7 +52,7 @@ def _callee(frame: types.FrameType, lasti: int) -> tuple[str, Any] | None:
     name = re.sub(r"\s+", "", m.group(0))
     head, *rest = name.split(".")
     scope = {**frame.f_builtins, **frame.f_globals, **frame.f_locals}
-    if not _passes_traced(text, frame.f_locals):
+    if not given_traced and not _passes_traced(text, frame.f_locals):
         return None  # a call on concrete values fails as on the numpy path: its error stands
     if head not in scope:
         return None
@@ -162,7 +164,7 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
         return ("indexing a constant array with a traced array (a lookup table lut[img], or "
                 "fancy indexing; only slices and integer indices are lowered)", False)
     for k, (frame, lasti) in enumerate(reversed(frames)):
-        found = _callee(frame, lasti)
+        found = _callee(frame, lasti, conversion and k == 0)
         if found is None:
             if k == 0 and library_file(frame.f_code.co_filename):
                 continue  # inside a library (PIL reading __array_interface__): its caller's call
