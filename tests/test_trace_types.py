@@ -74,7 +74,18 @@ def t_weights_by_type(img, rng):
     return np.clip(img * w, 0, 255).astype(np.uint8)
 
 
-OPS = [t_add_any_number, t_scalar_kinds, t_weights_by_type]
+@unregistered()
+def t_type_of(img, rng):
+    u = rng.random()
+    shift = 1
+    if type(u) is float and type(img) is np.ndarray and type(rng.integers(0, 3)) is np.int64:
+        shift = 5
+    if type(img.shape[0]) is not int:
+        shift = 0
+    return img + np.uint8(shift)
+
+
+OPS = [t_add_any_number, t_scalar_kinds, t_weights_by_type, t_type_of]
 
 
 def _run_native(traced, op, imgs, index, epoch):
@@ -130,3 +141,10 @@ def test_the_tracer_still_sees_its_own_class():
     x = Sym(_new("input", (), (), np.uint8, (2, 3, 3)))
     assert isinstance(x, Sym) and type(x) is Sym
     assert isinstance(x, np.ndarray) and not isinstance(x, np.generic)
+
+
+def test_type_of_values_in_the_op_is_numpys():
+    img = pattern_image(0, 4, 5)
+    rng = counter_rng(SEED, 0, 1, name_salt(t_type_of.name))
+    (out,) = t_type_of.apply(img, rng)
+    np.testing.assert_array_equal(out, img + np.uint8(5))

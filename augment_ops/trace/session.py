@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import numbers
 import os
 import re
 import signal
@@ -40,6 +41,7 @@ from augment_ops.trace.sym import (
     cast_node,
     is_instance,
     ufunc,
+    value_class,
 )
 
 #: The most branch outcomes (paths through the function) a traced op may have.
@@ -67,12 +69,43 @@ class _FloatMeta(type):
         return _py_float(*args) if args else 0.0
 
 
+class _TypeMeta(type):
+    def __instancecheck__(cls, x: Any) -> bool:
+        return isinstance(x, builtins.type)
+
+    def __subclasscheck__(cls, c: Any) -> bool:
+        return issubclass(c, builtins.type)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) != 1 or kwargs:
+            return builtins.type(*args, **kwargs)
+        x = args[0]
+        t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
+        # the traced function's own int, float and np.<scalar type>: type(5) is int and
+        # type(draw) is np.int64 hold there too
+        if isinstance(t, builtins.type) and issubclass(t, np.generic) and \
+                t.__module__ == "numpy" and _concrete_kind(t) in tuple("biuf"):
+            return _scalar_type(t)
+        return {builtins.int: _Int, builtins.float: _Float}.get(t, t)
+
+
+class _Type(metaclass=_TypeMeta):
+    """``type`` inside a traced function: ``type(traced value)`` is the class of the value numpy
+    computes (``np.ndarray``, ``float`` ...), as ``isinstance`` sees it."""
+
+
 class _Int(metaclass=_IntMeta):
     """``int`` inside a traced function: ``int(per-sample value)`` stays symbolic."""
 
 
 class _Float(metaclass=_FloatMeta):
     """``float`` inside a traced function."""
+
+
+_Int.__name__ = _Int.__qualname__ = "int"
+_Float.__name__ = _Float.__qualname__ = "float"
+numbers.Integral.register(_Int)
+numbers.Real.register(_Float)
 
 
 def _py_minmax(name: str) -> Callable[..., Any]:
@@ -201,7 +234,7 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
             g[k] = _Forbidden(f"{k}")
     b = dict(vars(builtins))
     b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
-             len=_py_len)
+             len=_py_len, type=_Type)
     g["__builtins__"] = b
     return g
 
