@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.state import library_file
 from augment_ops.trace.checks import guard_path
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import (
@@ -417,9 +418,10 @@ def _shown(e: BaseException) -> str:
 
 
 def _raised_by_code(e: BaseException) -> bool:
-    """Whether ``e`` comes from a ``raise`` or ``assert`` statement of the op's code or of a
-    library it calls (not the tracer nor numpy, and not raised while handling another exception,
-    which may be a tracer's refusal): numpy would meet it on the same values."""
+    """Whether ``e`` comes from a ``raise`` or ``assert`` statement of the user's own code (not
+    the tracer, numpy or an installed library, whose checks the tracer cannot follow as
+    closely, e.g. on ``type(x)``; and not raised while handling another exception, which may be a
+    tracer's refusal): numpy would meet it on the same values."""
     if e.__context__ is not None or e.__cause__ is not None:
         return False
     tb = e.__traceback__
@@ -428,7 +430,8 @@ def _raised_by_code(e: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     code = tb.tb_frame.f_code
-    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE:
+    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE \
+            or library_file(code.co_filename):
         return False
     lasti = tb.tb_lasti
     return 0 <= lasti < len(code.co_code) and code.co_code[lasti] == dis.opmap["RAISE_VARARGS"]
