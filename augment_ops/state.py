@@ -10,7 +10,9 @@ attributes of modules it names), does not:
   (``obj.x = ...``);
 - reads a global, closure variable, module attribute or default value that is not a constant:
   a list, dict, set, bytearray, writable ndarray, an object with state (a method of one,
-  ``os.environ``), or a global or closure variable that another function of its module writes;
+  ``os.environ``), or a global or closure variable that another function of its module writes
+  (a module-level dict or list that no function of its module writes and that the op only
+  reads, such as albucore's ``MAX_VALUES_BY_DTYPE[img.dtype]``, is kept as a constant);
 - calls a built-in that reads or writes the world: ``open``, ``input``, ``eval``, ``exec``,
   ``globals``, ``setattr``, ``delattr``, ``breakpoint``;
 - draws from global random state (``random.random``, a method of a ``random.Random`` or
@@ -160,10 +162,10 @@ def _module_writes(g: dict[str, Any], names: set[str]) -> dict[str, str]:
 
 
 def _look_into(fn: types.FunctionType, params: dict[str, Any],
-               functions: list[Any]) -> Finding | None:
+               functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
     """The first read or write of outside state in ``fn`` itself (its defaults, its code and the
     code nested in it); the functions it calls are appended to ``functions``."""
-    found = _default_reads(fn, params, functions)
+    found = _default_reads(fn, params, functions, baked)
     if found is not None:
         return found
     # parameter values are the op's arguments, not outside state; functions among them are
@@ -174,12 +176,19 @@ def _look_into(fn: types.FunctionType, params: dict[str, Any],
         found = scan.instructions(code)
         if found is not None:
             return found
+    if baked is not None:
+        baked.extend(scan.baked)
     return scan.read_what_the_module_writes()
 
 
 def _default_reads(fn: types.FunctionType, params: dict[str, Any],
-                   functions: list[Any]) -> Finding | None:
-    """A default value of a parameter the op's parameters do not bind that is not a constant."""
+                   functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
+    """A default value of a parameter the op's parameters do not bind that is not a constant.
+
+    A list or dict default made of constants that the function only reads (each use of the
+    parameter a subscript, ``in``, iteration or a reading method; no name bound to it, no call
+    given it) is one: the object is reachable only through the function, which never changes
+    it, so every call sees the value the trace saw. It is appended to ``baked``."""
     top = fn.__code__
     names = top.co_varnames[:top.co_argcount + top.co_kwonlyargcount]
     defaults = dict(zip(names[top.co_argcount - len(fn.__defaults__ or ()):top.co_argcount],
@@ -189,9 +198,131 @@ def _default_reads(fn: types.FunctionType, params: dict[str, Any],
         if name in params or name == "rng":
             continue
         r = _not_constant(v, functions)
+        if r is not None and _read_only_default(fn, name, v, functions):
+            if baked is not None:
+                baked.append((f"the default value of '{name}' (a {type(v).__name__} the "
+                              "function only reads) read as a constant",
+                              _where(top, _parameter_line(top, name))))
+            continue
         if r is not None:
             return (f"a read of the default value of '{name}', {r}; {_KEEPS}",
-                    _where(top, top.co_firstlineno))
+                    _where(top, _parameter_line(top, name)))
+    return None
+
+
+def _read_only_default(fn: types.FunctionType, name: str, v: Any, functions: list[Any]
+                       ) -> bool:
+    """Whether default ``v`` of parameter ``name`` is a list or dict of constants that ``fn``
+    only reads (see :func:`_default_reads`)."""
+    if not isinstance(v, (list, dict)):
+        return False
+    items = tuple(v) if isinstance(v, list) else (*v.keys(), *v.values())
+    if _not_constant(items, functions) is not None:
+        return False
+    top = fn.__code__
+    if name in top.co_cellvars:  # captured by a nested function: its uses are not all here
+        return False
+    listing = list(dis.get_instructions(top))
+    return all(_only_read(listing, at) for at, ins in enumerate(listing)
+               if ins.argval == name and ins.opname.startswith("LOAD_FAST"))
+
+
+def _parameter_line(code: types.CodeType, name: str) -> int:
+    """The line of the ``def`` (from the line ``code`` starts at, a decorator's) that declares
+    parameter ``name``; the ``def`` line, or the first line, where not found."""
+    import re
+
+    declares = re.compile(rf"(?:\(|,|^)\s*\*{{0,2}}{re.escape(name)}\s*[:=,)]")
+    first_def = None
+    for line in range(code.co_firstlineno, code.co_firstlineno + 60):
+        text = linecache.getline(code.co_filename, line)
+        if not text:
+            break
+        if first_def is None and re.match(r"\s*(async\s+)?def\s", text):
+            first_def = line
+        if first_def is not None and declares.search(text):
+            return line
+        if first_def is not None and text.rstrip().endswith(":") and "def" not in text and \
+                line > first_def and ")" in text:
+            break
+    return first_def or code.co_firstlineno
+
+
+#: (items popped, items pushed) of the instructions a subscript's key may be made of.
+_KEY_PARTS = {"LOAD_FAST": (0, 1), "LOAD_CONST": (0, 1), "LOAD_DEREF": (0, 1),
+              "LOAD_NAME": (0, 1), "LOAD_ATTR": (1, 1), "BINARY_OP": (2, 1),
+              "BINARY_SUBSCR": (2, 1), "UNARY_NEGATIVE": (1, 1), "BUILD_TUPLE": (None, 1)}
+#: Built-ins that read their one argument and keep no reference to it.
+_READING_BUILTINS = frozenset({"len", "tuple", "sorted", "min", "max", "sum", "any", "all",
+                               "frozenset"})
+#: Methods of a dict or list that read it.
+_READ_METHODS = frozenset({"get", "keys", "values", "items", "copy", "index", "count",
+                           "__getitem__", "__contains__", "__len__"})
+
+
+def _only_read(listing: list[dis.Instruction], at: int) -> bool:
+    """Whether the value that instruction ``listing[at]`` loads is only read where it is used:
+    subscripted (``X[key]``, the key made of loads, attributes and arithmetic), tested with
+    ``in``, iterated, or a reading method of it looked up (``X.get``). Anything else (an
+    argument of a call, a name bound to it, ``X[k] = v``) may write it."""
+    above = 0  # items on the stack above the value
+    for ins in listing[at + 1:]:
+        if ins.opname == "LOAD_GLOBAL":
+            pops, pushes = 0, 1 + (ins.arg & 1)
+        elif ins.opname == "BUILD_TUPLE":
+            pops, pushes = ins.arg, 1
+        elif ins.opname in _KEY_PARTS:
+            pops, pushes = _KEY_PARTS[ins.opname]
+        elif ins.opname in ("CACHE", "NOP", "EXTENDED_ARG"):
+            continue
+        else:
+            pops, pushes = None, 0
+        if pops is not None and pops <= above:
+            above += pushes - pops
+            continue
+        # this instruction uses the value
+        if ins.opname == "BINARY_SUBSCR":
+            return above == 1
+        if ins.opname in ("CONTAINS_OP", "GET_ITER"):
+            return above == 0
+        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+            return above == 0 and ins.argval in _READ_METHODS
+        if ins.opname in ("PRECALL", "CALL") and above == 0 and ins.arg == 1 and at > 0:
+            # the only argument of a built-in that reads it: len(X), tuple(X), sorted(X) ...
+            f = listing[at - 1]
+            return f.opname == "LOAD_GLOBAL" and f.argval in _READING_BUILTINS
+        return False
+    return False
+
+
+def _module_writer(v: Any, own: dict[str, Any]) -> str | None:
+    """``"f() of module m"`` for a function of a module holding ``v`` as a global (a loaded
+    module, or ``own``, the globals of the function reading it) that may write it (uses it
+    otherwise than :func:`_only_read` allows, or rebinds the name); ``None`` if no code of those
+    modules does. Code at a module's top level has run before the op is traced."""
+    spaces = [own] + [getattr(m, "__dict__", None) for m in list(sys.modules.values())]
+    for g in spaces:
+        if not isinstance(g, dict):
+            continue
+        names = {k for k, x in list(g.items()) if x is v}
+        if not names:
+            continue
+        functions: list[Any] = []
+        for x in list(g.values()):
+            if isinstance(x, types.FunctionType) and x.__globals__ is g:
+                functions.append(x)
+            elif isinstance(x, type) and x.__module__ == g.get("__name__"):
+                functions += [m for m in vars(x).values() if isinstance(m, types.FunctionType)]
+        for fn in functions:
+            for code in _codes(fn.__code__):
+                if not names & set(code.co_names):
+                    continue
+                listing = list(dis.get_instructions(code))
+                for at, ins in enumerate(listing):
+                    if ins.argval in names and (
+                            ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL") or (
+                                ins.opname == "LOAD_GLOBAL" and not _only_read(listing, at))):
+                        return f"{code.co_qualname}() of {g.get('__name__', 'its module')}"
     return None
 
 
@@ -210,6 +341,7 @@ class _Scan:
         self.functions = functions
         self.read_globals: dict[str, tuple[types.CodeType, int | None]] = {}
         self.read_cells: dict[str, tuple[types.CodeType, int | None]] = {}
+        self.baked: list[Finding] = []  # module constants read, kept as constants of the graph
 
     def _write(self, code: types.CodeType, op: str, arg: Any, line: int | None
                ) -> Finding | None:
@@ -230,7 +362,8 @@ class _Scan:
         current: Any = None  # the module the last instruction loaded, for module.attr
         dotted = ""
         previous = None
-        for ins in dis.get_instructions(code):
+        listing = list(dis.get_instructions(code))
+        for at, ins in enumerate(listing):
             op, arg, line = ins.opname, ins.argval, ins.positions.lineno if ins.positions else None
             loaded, name = None, None
             found = self._write(code, op, arg, line)
@@ -270,6 +403,17 @@ class _Scan:
                     "the global") else (name or arg)
                 continue
             found = self._read(loaded, name, code, line)
+            if found is not None and name is not None and isinstance(loaded, (dict, list)) \
+                    and not name.startswith("the closure") and _only_read(listing, at):
+                writer = _module_writer(loaded, self.g)
+                if writer is None:
+                    self.baked.append((f"{name} (a module-level {type(loaded).__name__} "
+                                       "that no code of its module writes) read as a constant",
+                                       _where(code, line)))
+                    found = None
+                else:
+                    found = (f"a read of {name}, a {type(loaded).__name__} that {writer} "
+                             f"writes; {_KEEPS}", found[1])
             if found is not None:
                 return found
         return None
@@ -299,10 +443,15 @@ class _Scan:
         return None
 
 
-def outside_state(fn: Any, params: dict[str, Any] | None = None) -> Finding | None:
+def outside_state(fn: Any, params: dict[str, Any] | None = None,
+                  baked: list[Finding] | None = None) -> Finding | None:
     """``(construct, location)`` of the first place where ``fn`` (an op's numpy function called
     with ``params``), or a function it calls, reads or writes state outside its call; ``None``
-    when it depends on its arguments and constants alone (see the module)."""
+    when it depends on its arguments and constants alone (see the module).
+
+    A module-level dict or list that no function of the module holding it writes, and that the
+    op only reads (``MAX_VALUES_BY_DTYPE[img.dtype]``), counts as a constant: the traced graph
+    keeps what the op reads of it at loader build. Such reads are appended to ``baked``."""
     params = dict(params or {})
     todo: list[Any] = [fn]
     seen: set[types.CodeType] = set()
@@ -314,7 +463,7 @@ def outside_state(fn: Any, params: dict[str, Any] | None = None) -> Finding | No
         seen.add(f.__code__)
         if _is_library(f.__code__):
             continue
-        found = _look_into(f, params if first else {}, todo)
+        found = _look_into(f, params if first else {}, todo, baked)
         first = False
         if found is not None:
             construct, location = found

@@ -113,7 +113,8 @@ def traces(op: Any) -> bool:
 def explain(name_or_op: Any) -> str:
     """How the op's native path comes about, or why it has none.
 
-    ``"native (hand-written)"``, ``"native (traced)"``, or ``"numpy: <construct> at
+    ``"native (hand-written)"``, ``"native (traced)"`` (with the module-level dicts and lists
+    the graph keeps as constants, if any: ``"native (traced; ...)"``), or ``"numpy: <construct> at
     <file:line: code>"`` naming what kept the function from being traced, and the innermost line
     of user code inside the op or a function it calls where it happened (the op's own ``def``
     line for what only its outputs show); never the line that called the op.
@@ -129,4 +130,10 @@ def explain(name_or_op: Any) -> str:
         trace_op(op)
     except TraceError as e:
         return f"numpy: {e}"
+    from augment_ops.state import outside_state
+
+    baked: list[tuple[str, str]] = []
+    outside_state(op.fn, dict(op.params), baked)
+    if baked:
+        return "native (traced; " + "; ".join(f"{c} at {w}" for c, w in baked) + ")"
     return "native (traced)"

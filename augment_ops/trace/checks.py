@@ -1,7 +1,8 @@
 """The run-time checks of a trace: where the numpy function raises for some samples only.
 
 :func:`add_guard` records a per-sample condition under which numpy raises as a :class:`Guard`
-of the trace, restricted to the branch being traced; the native path evaluates the guards for
+of the trace, restricted to the branch being traced; :func:`guard_path` does so for a branch
+on which the op's own ``raise`` or ``assert`` fires. The native path evaluates the guards for
 each batch and raises for the samples that meet one, naming the op, the manifest line and the
 path (:func:`augment_ops.trace.lower_dali.emit`).
 """
@@ -9,10 +10,11 @@ path (:func:`augment_ops.trace.lower_dali.emit`).
 from __future__ import annotations
 
 import builtins
+from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _never
+from augment_ops.trace.facts import _never, lower
 from augment_ops.trace.ir import _TRACING, Guard, Node, TraceError, _is_const, _new, _user_location
 
 
@@ -38,3 +40,90 @@ def add_guard(bad: Node, error: type[Exception], message: str) -> None:
         return
     if not builtins.any(g.bad is node and g.message == message for g in session.guards):
         session.guards.append(Guard(node, error.__name__, message, _user_location()[0]))
+
+
+#: The comparison that is true exactly where another is false.
+_NEGATION = {"less": "greater_equal", "less_equal": "greater", "greater": "less_equal",
+             "greater_equal": "less", "equal": "not_equal", "not_equal": "equal"}
+
+
+def _holds(cond: Node, decision: bool) -> Node:
+    """The per-sample bool that is true where ``cond`` took ``decision``."""
+    if decision:
+        return cond
+    if cond.op == "bin" and cond.attrs[0] in _NEGATION:
+        return _new("bin", cond.args, (_NEGATION[cond.attrs[0]], *cond.attrs[1:]), np.bool_, ())
+    return _new("un", (cond,), ("logical_not",), np.bool_, ())
+
+
+def _bare(n: Any) -> Any:
+    """``n`` without casts to its own dtype (they change no value)."""
+    while isinstance(n, Node) and n.op == "cast" and n.args[0].dtype == n.dtype:
+        n = n.args[0]
+    return n
+
+
+def _at_most(a: Any, b: Any) -> bool:
+    """Whether ``a <= b`` for every sample, by the form of the two: ``min(c, b) <= b``."""
+    a, b = _bare(a), _bare(b)
+    return a is b or (isinstance(a, Node) and a.op == "bin" and a.attrs[0] == "minimum"
+                      and builtins.any(_bare(v) is b for v in a.args))
+
+
+def _exceeds(a: Any, b: Any, by: int) -> bool:
+    """Whether ``a >= b + by`` for every sample: ``b + q`` with ``q >= by`` (integers)."""
+    a, b = _bare(a), _bare(b)
+    if not (isinstance(a, Node) and a.op == "bin" and a.attrs[0] == "add"
+            and np.dtype(a.dtype).kind in "iu"):
+        return False
+    for p, q in (a.args, a.args[::-1]):
+        if _bare(p) is b and isinstance(q, Node):
+            lo = lower(q)
+            if lo is not None and lo >= by:
+                return True
+    return False
+
+
+def _ruled_out(term: Node) -> bool:
+    """Whether comparison ``term`` is false for every sample: by the bounds the tracer knows, or
+    by the form of its sides (``x < min(c, x)``, ``x + c <= x`` with ``c >= 1``)."""
+    if _never(term):
+        return True
+    if term.op != "bin" or term.attrs[0] not in ("less", "less_equal", "greater",
+                                                 "greater_equal"):
+        return False
+    x, y = term.args if term.attrs[0] in ("less", "less_equal") else term.args[::-1]
+    if term.attrs[0] in ("less", "greater"):  # x < y never holds where y <= x
+        return _at_most(y, x) or _exceeds(x, y, 0)
+    return _exceeds(x, y, 1)  # x <= y never holds where x >= y + 1
+
+
+def guard_path(error: type[BaseException], message: str, location: str) -> bool:
+    """The op raised ``error(message)`` from a ``raise`` or ``assert`` of its own code on the
+    branch being traced: numpy raises it for the samples that take this branch, so the native
+    path gets a :class:`Guard` for them (none where the tracer proves that no sample takes it).
+    False where every sample takes the branch (the op raises on every image)."""
+    session = _TRACING.active
+    if session is None:  # pragma: no cover - per-sample values exist only while tracing
+        raise TraceError("a per-sample value outside a trace")
+    terms = []
+    for cond, decision in zip(session.conds, session.decisions, strict=True):
+        term = _holds(cond, decision)
+        if _is_const(term):
+            if not bool(term.value):
+                return True
+            continue
+        if _ruled_out(term):
+            return True
+        terms.append(term)
+    if not terms:
+        return False
+    if builtins.any(t.pixel for t in terms):
+        raise TraceError(f"a check the op makes ({error.__name__}: {message}) on a value "
+                         "computed from pixel values", location)
+    node = terms[0]
+    for t in terms[1:]:
+        node = _new("bin", (node, t), ("bitwise_and",), np.bool_, ())
+    if not builtins.any(g.bad is node and g.message == message for g in session.guards):
+        session.guards.append(Guard(node, error.__name__, message, location))
+    return True

@@ -389,6 +389,18 @@ class _Emitter(_Vectors):
         c, a, b = n.args
         pred = self.value(c)
         va, vb = self.value(a), self.value(b)
+        if n.ndim and not (_input_layout(a) and _input_layout(b)):
+            # The merge takes one layout for the whole batch, and the branches' may differ (a
+            # transpose gives "WHC", an elementwise operator none): both are cleared, and emit
+            # gives the op's outputs their layout afterwards.
+            va, vb = fn.reshape(va, layout=""), fn.reshape(vb, layout="")
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)
+
+
+def _input_layout(n: Node) -> bool:
+    """Whether DALI gives ``n`` the input's HWC layout (slices and rectangle fills of it)."""
+    while n.op in ("slice", "fill") and n.ndim == 3:
+        n = n.args[0]
+    return n.op == "input"

@@ -161,6 +161,9 @@ def _getitem(n: Node, key: Any) -> Node:
                 raise TraceError("fancy indexing other than a list of ints on one axis")
             bounds.append(("pick", tuple(int(i) % dim for i in arr)))
             out_axis += 1
+        elif isinstance(k, Sym) and k.ndim:
+            raise TraceError("indexing with an array (a lookup table lut[img], or fancy "
+                             "indexing; only slices and integer indices are lowered)")
         elif isinstance(k, Sym):
             raise TraceError("indexing with a per-sample value (use a slice x[i:i+1])")
         else:
@@ -227,6 +230,11 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
         if value.ndim != 0:
             raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
         return Sym(cast_node(value.node, dtype))
+    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim):
+        # numpy broadcasts a sequence over the region (a value per channel); a per-sample
+        # element is no concrete value to test it on
+        raise TraceError(f"assigning several values (a {type(value).__name__}) into a region "
+                         "(a value per channel; only a scalar fill is lowered)")
     tmp = np.zeros(1, dtype)
     try:
         tmp[0] = value

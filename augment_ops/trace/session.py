@@ -5,7 +5,10 @@ time limit of a trace."""
 from __future__ import annotations
 
 import builtins
+import dis
+import numbers
 import os
+import re
 import signal
 import threading
 import types
@@ -15,10 +18,32 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.state import library_file
+from augment_ops.trace.checks import guard_path
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
-from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
+from augment_ops.trace.ir import (
+    _REGISTRY_FILE,
+    _TRACING,
+    Node,
+    Traced,
+    TraceError,
+    _is_internal,
+    _new,
+    _Session,
+    _user_location,
+)
+from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
-from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
+from augment_ops.trace.sym import (
+    Sym,
+    _dwhere,
+    _py_float,
+    _py_int,
+    cast_node,
+    is_instance,
+    ufunc,
+    value_class,
+)
 
 #: The most branch outcomes (paths through the function) a traced op may have.
 MAX_PATHS = 16
@@ -30,7 +55,7 @@ CHANNELS = 3
 
 class _IntMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, builtins.int)
+        return is_instance(x, builtins.int)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         return _py_int(*args, **kwargs) if len(args) == 1 and not kwargs else builtins.int(
@@ -39,10 +64,35 @@ class _IntMeta(type):
 
 class _FloatMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, builtins.float)
+        return is_instance(x, builtins.float)
 
     def __call__(cls, *args: Any) -> Any:
         return _py_float(*args) if args else 0.0
+
+
+class _TypeMeta(type):
+    def __instancecheck__(cls, x: Any) -> bool:
+        return isinstance(x, builtins.type)
+
+    def __subclasscheck__(cls, c: Any) -> bool:
+        return issubclass(c, builtins.type)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if len(args) != 1 or kwargs:
+            return builtins.type(*args, **kwargs)
+        x = args[0]
+        t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
+        # the traced function's own int, float and np.<scalar type>: type(5) is int and
+        # type(draw) is np.int64 hold there too
+        if isinstance(t, builtins.type) and issubclass(t, np.generic) and \
+                t.__module__ == "numpy" and _concrete_kind(t) in tuple("biuf"):
+            return _scalar_type(t)
+        return {builtins.int: _Int, builtins.float: _Float}.get(t, t)
+
+
+class _Type(metaclass=_TypeMeta):
+    """``type`` inside a traced function: ``type(traced value)`` is the class of the value numpy
+    computes (``np.ndarray``, ``float`` ...), as ``isinstance`` sees it."""
 
 
 class _Int(metaclass=_IntMeta):
@@ -51,6 +101,12 @@ class _Int(metaclass=_IntMeta):
 
 class _Float(metaclass=_FloatMeta):
     """``float`` inside a traced function."""
+
+
+_Int.__name__ = _Int.__qualname__ = "int"
+_Float.__name__ = _Float.__qualname__ = "float"
+numbers.Integral.register(_Int)
+numbers.Real.register(_Float)
 
 
 def _py_minmax(name: str) -> Callable[..., Any]:
@@ -93,7 +149,7 @@ class _ScalarTypeMeta(type):
     otherwise behave as the real type (as a dtype, in ``isinstance``)."""
 
     def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, cls.real)
+        return is_instance(x, cls.real)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
@@ -124,10 +180,19 @@ class _NumpyProxy(types.ModuleType):
         if name == "random":
             return _Forbidden("np.random")
         v = getattr(np, name)
-        if isinstance(v, type) and issubclass(v, np.generic) and v is not np.generic and \
-                v.__module__ == "numpy" and np.dtype(v).kind in "biuf":
+        if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
+                _concrete_kind(v) in tuple("biuf"):
             return _scalar_type(v)
         return v
+
+
+def _concrete_kind(t: type) -> str:
+    """The dtype kind of numpy scalar type ``t``; "" for an abstract one (``np.floating``,
+    ``np.integer``: classes for ``isinstance``, not dtypes)."""
+    try:
+        return np.dtype(t).kind
+    except TypeError:
+        return ""
 
 
 #: Functions of ``os`` that end or replace the process, refused where the op names them.
@@ -170,7 +235,7 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
             g[k] = _Forbidden(f"{k}")
     b = dict(vars(builtins))
     b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
-             len=_py_len)
+             len=_py_len, type=_Type)
     g["__builtins__"] = b
     return g
 
@@ -283,12 +348,27 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 kwargs["rng"] = rng
             try:
                 out = f(img, **kwargs)
-            except TraceError:
-                raise
+            except TraceError as e:
+                called = outside_numpy(e)
+                if called is None:
+                    raise
+                raise _call_refused(e, *called) from e
             except Exception as e:
                 location, inner = _user_location(e.__traceback__)
+                called = outside_numpy(e)
+                if called is not None:
+                    raise _call_refused(e, *called) from e
+                message = _shown(e)
+                if _raised_by_code(e) and guard_path(type(e), message, location):
+                    # numpy raises this for the samples taking this branch alone: a run-time
+                    # check raises it for them, and the other branches are traced on
+                    pending.extend((*session.decisions[:i], not session.decisions[i])
+                                   for i in range(len(prefix), len(session.decisions)))
+                    if rng is not None:
+                        draws = builtins.max(draws, rng.slots_used)
+                    continue
                 where = f", inside {inner}" if inner and inner != location else ""
-                raise TraceError(f"{type(e).__name__}: {e}{where}", location) from e
+                raise TraceError(f"{type(e).__name__}: {message}{where}", location) from e
             except _TraceTimeout as e:
                 raise _too_long(e.seconds, _user_location(e.__traceback__)[0]) from None
             except KeyboardInterrupt:
@@ -309,11 +389,52 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             if len(done) + len(pending) > max_paths:
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values)", "")
+        if not done:
+            raise TraceError("the op raises on every image: "
+                             f"{session.guards[0].error}: {session.guards[0].message}",
+                             session.guards[0].location)
         merged = _merge(done, 0, num_outputs)
     finally:
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+def _call_refused(e: BaseException, construct: str, inside: bool) -> TraceError:
+    """The refusal of a call outside what the tracer lowers, at the op's line (and the line
+    inside a library where it failed, where ``inside``)."""
+    location, inner = _user_location(e.__traceback__)
+    where = f", inside {inner}" if inside and inner and inner != location else ""
+    return TraceError(f"{construct}{where}", location)
+
+
+#: How a traced value prints: its repr names the tracer's node, which means nothing to a user.
+_TRACED_REPR = re.compile(r"<traced Node\(.*?, ndim=\d+\)>")
+
+
+def _shown(e: BaseException) -> str:
+    """``str(e)`` with each traced value it prints as "<a per-sample value>"."""
+    return _TRACED_REPR.sub("<a per-sample value>", str(e))
+
+
+def _raised_by_code(e: BaseException) -> bool:
+    """Whether ``e`` comes from a ``raise`` or ``assert`` statement of the user's own code (not
+    the tracer, numpy or an installed library, whose checks the tracer cannot follow as
+    closely, e.g. on ``type(x)``; and not raised while handling another exception, which may be a
+    tracer's refusal): numpy would meet it on the same values."""
+    if e.__context__ is not None or e.__cause__ is not None:
+        return False
+    tb = e.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE \
+            or library_file(code.co_filename):
+        return False
+    lasti = tb.tb_lasti
+    return 0 <= lasti < len(code.co_code) and code.co_code[lasti] == dis.opmap["RAISE_VARARGS"]
 
 
 def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tuple[Node, ...]:

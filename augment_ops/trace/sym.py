@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import builtins
 import operator
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +29,36 @@ from augment_ops.trace.ir import (
     _new,
     const,
 )
+
+#: Code under this folder (the tracer, the registry) sees a traced value as a :class:`Sym`.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+_POWER = "the power operator (**) other than x ** 2"
+
+
+def _written_as_operator(symbol: str) -> bool:
+    from augment_ops.trace.refusals import written_as_operator
+
+    return written_as_operator(symbol)
+
+
+def value_class(x: Sym) -> type:
+    """The class of the value numpy computes where the trace has ``x``."""
+    n = x.node
+    if n.ndim:
+        return np.ndarray
+    if n.weak:
+        return {"b": bool, "f": float, "c": complex}.get(n.dtype.kind, int)
+    return n.dtype.type
+
+
+def is_instance(x: Any, cls: Any) -> bool:
+    """``isinstance(x, cls)`` as the op's code sees it (:func:`value_class` for a traced value)."""
+    if type(x) is Sym:
+        return builtins.isinstance(value_class(x), type) and builtins.issubclass(
+            value_class(x), cls)
+    return builtins.isinstance(x, cls)
 
 
 # -- dtype rules, asked of numpy ---------------------------------------------------------------
@@ -268,6 +300,17 @@ class Sym:
     def __repr__(self) -> str:
         return f"<traced {self.node}>"
 
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """The class ``isinstance`` sees: to the op's code and the libraries it calls, that of the
+        value numpy computes (``np.ndarray`` for an array, ``int``/``float``/``bool`` for a Python
+        scalar, the numpy scalar type of its dtype otherwise), so ``isinstance(draw,
+        numbers.Real)`` or ``np.isscalar(draw)`` takes the branch numpy takes; to the tracer
+        itself, :class:`Sym`."""
+        if sys._getframe(1).f_code.co_filename.startswith(_PACKAGE_DIR):
+            return Sym
+        return value_class(self)
+
     __hash__ = object.__hash__
 
     def _view(self, node: Node) -> Sym:
@@ -358,7 +401,10 @@ class Sym:
     def __pow__(self, other: Any) -> Any:
         if isinstance(other, int) and other == 2:
             return ufunc("multiply", self, self)
-        raise TraceError("the power operator (**) other than x ** 2")
+        raise TraceError(_POWER)
+
+    def __rpow__(self, other: Any) -> Any:
+        raise TraceError(_POWER)
 
     def __neg__(self) -> Any:
         return ufunc("negative", self)
@@ -432,6 +478,8 @@ class Sym:
                            for x in inputs)
             name = "bitwise_" + name.split("_")[1]
         if name not in _BINARY and name not in _UNARY:
+            if name == "power" and _written_as_operator("**"):
+                raise TraceError(_POWER)
             raise TraceError(f"np.{name}")
         return ufunc(name, *inputs)
 

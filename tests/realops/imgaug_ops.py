@@ -260,9 +260,9 @@ def iaa_equalize(image: np.ndarray) -> np.ndarray:
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "iaa_add": r"refuses: AssertionError: Expected `value` to be 1-dimensional",
-    "iaa_multiply": r"refuses: too many indices \(1\) for an array of rank 0",
+    "iaa_add": r"refuses: ndarray\.flags",
+    "iaa_multiply": r"refuses: ndarray\.flags",
     "iaa_adjust_contrast_linear": r"refuses: ndarray\.size",
-    "iaa_cutout": r"refuses: an assignment numpy refuses \(setting an array element with a seq",
+    "iaa_cutout": r"refuses: assigning several values \(a ndarray\) into a region",
     "iaa_equalize": r"refuses: ndarray\.flags",
 }

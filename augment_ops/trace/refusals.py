@@ -1,0 +1,208 @@
+"""What a refusal says when the op's code hands a traced array to code outside numpy.
+
+A library call (cv2, PIL, torch, scipy, ``math``...) given a traced array fails in the library's
+own terms ("src is not a numpy array", "AttributeError: __array_interface__", "expected
+np.ndarray (got Sym)"); :func:`outside_numpy` finds the call from the traceback and names it, so
+that the refusal says what the user wrote and why it cannot be lowered. A numpy function the
+tracer has no lowering for is named the same way.
+"""
+
+from __future__ import annotations
+
+import dis
+import re
+import types
+from typing import Any
+
+from augment_ops.trace.ir import _is_internal
+
+#: Packages whose functions are not "outside numpy" (a failure inside them is the tracer's to
+#: explain, or Python's own).
+_NOT_LIBRARIES = ("numpy", "builtins", "augment_ops", "extsrc")
+_DOTTED = re.compile(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_]\w*)*")
+
+
+def _callee(frame: types.FrameType, lasti: int, given_traced: bool = False
+            ) -> tuple[str, Any] | None:
+    """The dotted name and object of the function the call at ``lasti`` of ``frame`` calls, when
+    the call is written ``name(...)`` or ``module.name(...)`` and (unless ``given_traced``, known
+    otherwise) its arguments name a traced value."""
+    code = frame.f_code
+    # the instruction running: lasti may point into the inline cache after a CALL
+    ins = None
+    for i in dis.get_instructions(code):
+        if i.offset > lasti:
+            break
+        ins = i
+    if ins is None or ins.opname not in ("CALL", "CALL_FUNCTION_EX", "PRECALL") or \
+            ins.positions is None or ins.positions.lineno is None:
+        return None
+    import linecache
+
+    pos = ins.positions
+    if pos.col_offset is None or pos.end_lineno is None or pos.end_col_offset is None:
+        return None
+    lines = [linecache.getline(code.co_filename, k) for k in range(pos.lineno, pos.end_lineno + 1)]
+    lines[-1] = lines[-1][:pos.end_col_offset]
+    lines[0] = lines[0][pos.col_offset:]
+    text = "".join(lines)
+    m = _DOTTED.match(text)
+    if m is None or not text[m.end():].lstrip().startswith("("):
+        return None
+    name = re.sub(r"\s+", "", m.group(0))
+    head, *rest = name.split(".")
+    scope = {**frame.f_builtins, **frame.f_globals, **frame.f_locals}
+    if not given_traced and not _passes_traced(text, frame.f_locals):
+        return None  # a call on concrete values fails as on the numpy path: its error stands
+    if head not in scope:
+        return None
+    obj = scope[head]
+    for part in rest:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return name, obj
+
+
+def _passes_traced(call: str, names: dict[str, Any]) -> bool:
+    """Whether the arguments of call expression ``call`` name a local variable holding a traced
+    value (or a list, tuple or dict of them)."""
+    import ast
+
+    from augment_ops.trace.sym import Sym
+
+    try:
+        tree = ast.parse("(" + call.strip() + ")", mode="eval").body
+    except SyntaxError:
+        return False
+    if not isinstance(tree, ast.Call):
+        return False
+
+    def traced(v: Any) -> bool:
+        if type(v) is Sym:
+            return True
+        if isinstance(v, (list, tuple)):
+            return any(type(x) is Sym for x in v)
+        return isinstance(v, dict) and any(type(x) is Sym for x in v.values())
+
+    args = [*tree.args, *(k.value for k in tree.keywords)]
+    return any(isinstance(n, ast.Name) and traced(names.get(n.id))
+               for a in args for n in ast.walk(a))
+
+
+def _package(obj: Any) -> str:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__.split(".")[0]
+    mod = getattr(obj, "__module__", None)
+    owner = getattr(obj, "__self__", None)
+    if not isinstance(mod, str) and isinstance(owner, types.ModuleType):
+        mod = owner.__name__  # a C extension's function (cv2.cvtColor) has no __module__
+    if not isinstance(mod, str) and isinstance(obj, types.BuiltinFunctionType):
+        return ""  # a C function that does not say whose it is: see the name it was called by
+    if not isinstance(mod, str):
+        mod = getattr(type(obj), "__module__", "") or ""
+    return mod.split(".")[0]
+
+
+def _qualified(name: str, frame: types.FrameType) -> str:
+    """``cv2.cvtColor``, ``PIL.Image.fromarray``: the name as written, its first part replaced
+    by the full name of the module it names."""
+    head, _, rest = name.partition(".")
+    scope = {**frame.f_builtins, **frame.f_globals, **frame.f_locals}
+    mod = scope.get(head)
+    if isinstance(mod, types.ModuleType) and rest:
+        return f"{mod.__name__}.{rest}"
+    return name
+
+
+def _numpy_name(name: str, obj: Any) -> str:
+    """``np.ascontiguousarray``: numpy's public name of ``obj`` (not its private module's)."""
+    short = getattr(obj, "__name__", name.split(".")[-1])
+    import numpy as np
+
+    return f"np.{short}" if getattr(np, short, None) is obj else name
+
+
+def _instruction(frame: types.FrameType, lasti: int) -> str:
+    """The name of the instruction running at ``lasti`` (which may point into its cache)."""
+    name = ""
+    for i in dis.get_instructions(frame.f_code):
+        if i.offset > lasti:
+            break
+        name = i.opname
+    return name
+
+
+def _raised_here(frame: types.FrameType, lasti: int) -> bool:
+    code = frame.f_code.co_code
+    return 0 <= lasti < len(code) and code[lasti] == dis.opmap["RAISE_VARARGS"]
+
+
+def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
+    """The refusal's construct for an exception met calling a library outside numpy with a
+    traced value (``"cv2.cvtColor is outside numpy: ..."``), or a numpy function that converts
+    its argument to a concrete array (``"np.ascontiguousarray (a numpy function ...)"``), and
+    whether the line inside a library where it failed is worth naming (for the numpy function,
+    not for the library's own internals); ``None`` where the failure is not such a call's (the
+    exception's own text says more)."""
+    from augment_ops.state import library_file
+    from augment_ops.trace.ir import TraceError
+
+    conversion = isinstance(e, TraceError) and e.construct.startswith(
+        "conversion to a concrete numpy array")
+    if isinstance(e, TraceError) and not conversion:
+        return None
+    frames: list[tuple[types.FrameType, int]] = []
+    tb = e.__traceback__
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            frames.append((tb.tb_frame, tb.tb_lasti))
+        tb = tb.tb_next
+    if not frames or (not conversion and _raised_here(*frames[-1])):
+        return None
+    if conversion and _instruction(*frames[-1]) == "BINARY_SUBSCR":
+        return ("indexing a constant array with a traced array (a lookup table lut[img], or "
+                "fancy indexing; only slices and integer indices are lowered)", False)
+    for k, (frame, lasti) in enumerate(reversed(frames)):
+        found = _callee(frame, lasti, conversion and k == 0)
+        if found is None:
+            if k == 0 and library_file(frame.f_code.co_filename):
+                continue  # inside a library (PIL reading __array_interface__): its caller's call
+            return None
+        name, obj = found
+        package = _package(obj) or _qualified(name, frame).split(".")[0]
+        if package == "numpy":
+            if not conversion or k:
+                return None
+            return (f"{_numpy_name(name, obj)} (a numpy function the tracer does not lower: it "
+                    "converts its argument to a concrete array; the op runs on the numpy path)",
+                    True)
+        if package in _NOT_LIBRARIES or (isinstance(obj, types.FunctionType)
+                                         and not library_file(obj.__code__.co_filename)):
+            return None
+        return (f"{_qualified(name, frame)} is outside numpy: the tracer lowers numpy code only, "
+                f"and a {package} function cannot run on the per-sample values of a DALI "
+                "pipeline; the op runs on the numpy path (written with numpy functions, the "
+                "step could lower)", False)
+    return None
+
+
+def written_as_operator(symbol: str) -> bool:
+    """Whether the op's code running now (the innermost frame outside the tracer and numpy) is
+    at a binary operator ``symbol`` (``**``), not a call: numpy reaches the same ufunc for
+    ``a ** b`` and ``np.power(a, b)``, and a refusal names what the user wrote."""
+    import sys
+
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and _is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    ins = None
+    for i in dis.get_instructions(frame.f_code):
+        if i.offset > frame.f_lasti:
+            break
+        ins = i
+    return ins is not None and ins.opname == "BINARY_OP" and ins.argrepr in (symbol,
+                                                                            symbol + "=")
+

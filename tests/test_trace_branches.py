@@ -1,0 +1,134 @@
+"""Per-sample branches whose outputs differ in layout: one batch mixes samples of both branches.
+
+A branch that transposes, rotates or computes elementwise gives DALI a layout other than the
+other branch's; the native path merges them per sample and must equal numpy on every sample of
+the batch (real CPU DALI pipelines, counter draws replayed on numpy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pattern_image
+
+import augment_ops
+import extsrc
+from augment_ops import augment_op
+from augment_ops.lower_dali import emit
+from augment_ops.trace import trace_op
+from extsrc.seeding import counter_rng, name_salt
+
+SEED = 5
+
+
+def unregistered(**kw):
+    def wrap(fn):
+        op = augment_op(replace=True, **kw)(fn)
+        augment_ops.unregister(op.name)
+        return op
+    return wrap
+
+
+@unregistered()
+def b_rot_if_tall(img):
+    h, w = img.shape[:2]
+    return np.rot90(img) if h > w else img
+
+
+@unregistered()
+def b_transpose_or_halve(img):
+    if img.shape[0] % 2:
+        return img.transpose(1, 0, 2)
+    return img // 2
+
+
+@unregistered()
+def b_crop_or_swap_channels(img):
+    if img.shape[1] > 4:
+        return img[1:, 2:]
+    return np.swapaxes(img, 0, 1)[:, ::-1]
+
+
+@unregistered(ndim=2)
+def b_plane_or_its_transpose(img):
+    if img.shape[0] > 3:
+        return img[..., 0].T
+    return img[..., 1] + img[..., 2]
+
+
+@unregistered()
+def b_nested(img):
+    h, w = img.shape[:2]
+    if h > 4:
+        if w > 4:
+            return np.rot90(img, 3)
+        return img[:, ::-1]
+    return np.flipud(img.transpose(1, 0, 2))
+
+
+OPS = [b_rot_if_tall, b_transpose_or_halve, b_crop_or_swap_channels, b_plane_or_its_transpose,
+       b_nested]
+SIZES = [(5, 3), (3, 5), (6, 6), (4, 7), (7, 2), (2, 2)]
+
+
+def _emit_on(traced, imgs: list[np.ndarray]) -> list[np.ndarray]:
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        pipe.set_outputs(*emit(traced, img))
+    pipe.build()
+    (out,) = pipe.run()
+    return [np.array(out[k]) for k in range(len(imgs))]
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
+def test_a_batch_mixing_branches_of_different_layouts_equals_numpy(op):
+    traced = trace_op(op)
+    assert traced.num_paths >= 2
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(SIZES)]
+    outs = _emit_on(traced, imgs)
+    for img, got in zip(imgs, outs, strict=True):
+        (ref,) = op.apply(img, None)
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (img.shape, got.shape)
+        np.testing.assert_array_equal(got, ref, err_msg=str(img.shape))
+
+
+@unregistered()
+def b_random_rot90(img, rng):
+    return np.rot90(img, rng.integers(0, 3, endpoint=True))
+
+
+def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
+    from PIL import Image
+
+    lines = ["path,label"]
+    for i, (h, w) in enumerate(sizes):
+        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
+        lines.append(f"img{i}.png,{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"
+
+
+def test_a_loader_batch_whose_samples_draw_different_rotations_equals_numpy(tmp_path):
+    """``np.rot90(img, k)`` with k drawn per sample, 8 samples a batch: the branches' layouts
+    (WHC and HWC) differ within the batch, and every sample equals the numpy function run with
+    the sample's counter draws."""
+    manifest = _dataset(tmp_path, [(6, 6)] * 16)
+    op = b_random_rot90
+    ks = set()
+    with extsrc.Loader(manifest, batch_size=8, ops=[op], op_path="native", device="cpu",
+                       shuffle=False, num_workers=0, seed=SEED) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        for batch in loader:
+            for k, index in enumerate(batch["index"].tolist()):
+                img = pattern_image(index, 6, 6)
+                rng = counter_rng(SEED, 0, index, name_salt(op.name))
+                (ref,) = op.apply(img, rng)
+                np.testing.assert_array_equal(batch[f"{op.name}_0"][k].numpy(), ref)
+                ks.add(next(r for r in range(4) if np.array_equal(np.rot90(img, r), ref)))
+    assert len(ks) >= 3, ks  # the batches mix rotations

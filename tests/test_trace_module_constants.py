@@ -1,0 +1,183 @@
+"""Module-level dicts and lists an op reads (``MAX_VALUES_BY_DTYPE[img.dtype]``): kept as constants
+of the traced graph when no function of their module writes them and the op only reads them,
+and explain() says so; refused, naming the writer, when some function may write them. The same
+for a list or dict default value the function only reads.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pattern_image
+from test_trace import _emit_on
+
+import augment_ops
+from augment_ops import augment_op
+from augment_ops.trace import TraceError, trace_op
+
+LIBRARY = '''
+import numpy as np
+
+MAX_BY_DTYPE = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
+OFFSETS = [10, 20, 30]
+REGISTRY = {"gain": 2}
+TABLES = {"shift": 7}
+LOOKUPS = {"k": 1}
+
+
+def max_value(dtype):
+    return MAX_BY_DTYPE[dtype] if dtype in MAX_BY_DTYPE else None
+
+
+def register(name, value):
+    REGISTRY[name] = value
+
+
+def grow(more):
+    TABLES.update(more)
+
+
+def spread(d):
+    return dict(d)
+
+
+def hand_out():
+    return spread(LOOKUPS)
+'''
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    root: Path = tmp_path_factory.mktemp("modconst")
+    (root / "modconst_lib.py").write_text(textwrap.dedent(LIBRARY))
+    sys.path.insert(0, str(root))
+    try:
+        yield importlib.import_module("modconst_lib")
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("modconst_lib", None)
+
+
+def _op(fn):
+    op = augment_op(replace=True)(fn)
+    augment_ops.unregister(op.name)
+    return op
+
+
+def _exec_op(lib, source: str, *names: str):
+    """The op ``source`` defines, its globals being numpy and ``names`` from ``lib`` (as a module
+    that imports them from a library has them)."""
+    ns = {"np": np, "__name__": "ops_module", **{n: getattr(lib, n) for n in names}}
+    exec(textwrap.dedent(source), ns)
+    fn = next(v for k, v in ns.items() if k.startswith("m_"))
+    op = augment_op(replace=True)(fn)
+    augment_ops.unregister(op.name)
+    return op
+
+
+def test_a_dict_and_a_list_no_code_writes_are_read_as_constants(lib):
+    op = _exec_op(lib, """
+        def m_invert_offset(img):
+            return (MAX_BY_DTYPE[img.dtype] - img) // 2 + OFFSETS[1]
+        """, "MAX_BY_DTYPE", "OFFSETS")
+    traced = trace_op(op)
+    imgs = [pattern_image(k, 3 + k, 4) for k in range(3)]
+    for img, got in zip(imgs, _emit_on(traced, imgs), strict=True):
+        (ref,) = op.apply(img, None)
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)
+    why = augment_ops.explain(op)
+    assert why.startswith("native (traced; the global 'MAX_BY_DTYPE' (a module-level dict that "
+                          "no code of its module writes) read as a constant at "), why
+    assert "the global 'OFFSETS' (a module-level list" in why, why
+
+
+@pytest.mark.parametrize(("name", "key", "pattern"), [
+    ("REGISTRY", "gain", r"a read of the global 'REGISTRY', a dict that register\(\) of "
+                         r"modconst_lib writes; the traced graph would keep"),
+    ("TABLES", "shift", r"a read of the global 'TABLES', a dict that grow\(\) of modconst_lib "
+                        r"writes"),
+    ("LOOKUPS", "k", r"a read of the global 'LOOKUPS', a dict that hand_out\(\) of "
+                     r"modconst_lib writes"),
+])
+def test_a_dict_some_function_of_its_module_may_write_is_refused_naming_it(lib, name, key,
+                                                                           pattern):
+    op = _exec_op(lib, f"""
+        def m_reads(img):
+            return img + np.uint8({name}["{key}"])
+        """, name)
+    with pytest.raises(TraceError, match=pattern):
+        trace_op(op)
+    assert augment_ops.explain(op).startswith(f"numpy: a read of the global '{name}'")
+
+
+def test_an_op_that_may_write_the_dict_itself_is_refused(lib):
+    op = _exec_op(lib, """
+        def m_binds_it(img):
+            d = MAX_BY_DTYPE
+            return img + np.uint8(d[img.dtype] // 255)
+        """, "MAX_BY_DTYPE")
+    with pytest.raises(TraceError, match=r"a read of the global 'MAX_BY_DTYPE', a dict, which "
+                                         r"can change"):
+        trace_op(op)
+
+
+def test_a_dict_another_function_of_the_ops_module_writes_is_refused(lib):
+    op = _exec_op(lib, """
+        def m_reads(img):
+            return img + np.uint8(OFFSETS[0])
+
+        def set_offset(v):
+            OFFSETS[0] = v
+        """, "OFFSETS")
+    with pytest.raises(TraceError, match=r"a read of the global 'OFFSETS', a list that "
+                                         r"set_offset\(\) of ops_module writes"):
+        trace_op(op)
+
+
+def test_a_library_function_reading_its_own_constant_lowers(lib):
+    op = _exec_op(lib, """
+        def m_via_library(img):
+            return max_value(img.dtype) - img
+        """, "max_value")
+    img = pattern_image(1, 4, 5)
+    (got,) = _emit_on(trace_op(op), [img])
+    np.testing.assert_array_equal(got, 255 - img)
+
+
+def test_a_list_default_the_function_only_reads_is_a_constant():
+    def m_rows(img, sizes=[2, 4, 6], scale={"a": 1}):  # noqa: B006 - read only
+        k = len(sizes) - 2 + scale["a"]
+        return img[: sizes[k]] // 2 if 9 not in sizes else img
+
+    op = augment_op(replace=True)(m_rows)
+    augment_ops.unregister(op.name)
+    imgs = [pattern_image(k, 3 + 2 * k, 4) for k in range(3)]
+    for img, got in zip(imgs, _emit_on(trace_op(op), imgs), strict=True):
+        (ref,) = op.apply(img, None)
+        np.testing.assert_array_equal(got, ref)
+    why = augment_ops.explain(op)
+    assert why.startswith("native (traced; the default value of 'sizes' (a list the function "
+                          "only reads) read as a constant at "), why
+    assert "the default value of 'scale' (a dict" in why, why
+
+
+@pytest.mark.parametrize("body", [
+    "sizes.append(1)\n    return img[: sizes[0]]",
+    "rows = sizes\n    return img[: rows[0]]",
+    "return img[: _first(sizes)]",
+    "sizes[0] = 3\n    return img[: sizes[0]]",
+])
+def test_a_list_default_the_function_may_change_is_refused(body):
+    ns = {"np": np, "_first": lambda v: v[0]}
+    exec(f"def m_changes(img, sizes=[2, 4]):\n    {body}\n", ns)
+    op = augment_op(replace=True)(ns["m_changes"])
+    augment_ops.unregister(op.name)
+    with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, which "
+                                         r"can change"):
+        trace_op(op)

@@ -1,0 +1,230 @@
+"""What a refusal says when the op hands a traced array to code the tracer does not lower: a
+library outside numpy (cv2, PIL, torch) or a numpy function that converts its argument to a
+concrete array. One message naming the call as the user wrote it and the user's line; never
+the library's own error text nor the tracer's class names; explain() says the same.
+"""
+
+from __future__ import annotations
+
+import re
+
+import cv2
+import numpy as np
+import pytest
+from PIL import Image
+
+import augment_ops
+from augment_ops import augment_op
+from augment_ops.trace import TraceError, trace_op
+
+
+def unregistered(**kw):
+    def wrap(fn):
+        op = augment_op(replace=True, **kw)(fn)
+        augment_ops.unregister(op.name)
+        return op
+    return wrap
+
+
+@unregistered()
+def x_cv2_blur(img):
+    out = img.copy()
+    return cv2.GaussianBlur(out, (3, 3), 0)
+
+
+@unregistered()
+def x_cv2_on_a_draw(img, rng):
+    k = int(rng.integers(1, 3)) * 2 + 1
+    return cv2.blur(img[::-1], (k, k))
+
+
+@unregistered()
+def x_pil(img):
+    return np.asarray(Image.fromarray(img).rotate(90))
+
+
+def _torch_copy(a):
+    import torch
+
+    return torch.from_numpy(a).numpy()
+
+
+@unregistered()
+def x_torch_in_a_helper(img):
+    return _torch_copy(img // 2)
+
+
+@unregistered()
+def x_contiguous(img):
+    return np.ascontiguousarray(img[:, ::-1])
+
+
+@unregistered()
+def x_require(img):
+    return np.require(img, requirements=["C"])
+
+
+@unregistered()
+def x_array_of_draws(img, rng):
+    v = np.array([rng.normal(), rng.normal(), rng.normal()])
+    return np.clip(img + v, 0, 255).astype(np.uint8)
+
+
+CASES = [
+    (x_cv2_blur, r"cv2\.GaussianBlur is outside numpy: the tracer lowers numpy code only, and a "
+                 r"cv2 function cannot run on the per-sample values of a DALI pipeline; the op "
+                 r"runs on the numpy path \(written with numpy functions, the step could lower\)",
+     r"return cv2.GaussianBlur\(out, \(3, 3\), 0\)"),
+    (x_cv2_on_a_draw, r"cv2\.blur is outside numpy", r"return cv2.blur\(img\[::-1\], \(k, k\)\)"),
+    (x_pil, r"PIL\.Image\.fromarray is outside numpy: .* a PIL function",
+     r"return np.asarray\(Image.fromarray\(img\).rotate\(90\)\)"),
+    (x_torch_in_a_helper, r"torch\.from_numpy is outside numpy: .* a torch function",
+     r"return torch.from_numpy\(a\).numpy\(\)"),
+    (x_contiguous, r"np\.ascontiguousarray \(a numpy function the tracer does not lower: it "
+                   r"converts its argument to a concrete array; the op runs on the numpy path\)",
+     r"return np.ascontiguousarray\(img\[:, ::-1\]\)"),
+    (x_require, r"np\.require \(a numpy function the tracer does not lower",
+     r"return np.require\(img, requirements=\[\"C\"\]\)"),
+    (x_array_of_draws, r"np\.array \(a numpy function the tracer does not lower",
+     r"v = np.array\(\[rng.normal\(\), rng.normal\(\), rng.normal\(\)\]\)"),
+]
+
+
+@pytest.mark.parametrize(("op", "construct", "line"), CASES, ids=lambda v: getattr(v, "name", ""))
+def test_a_call_outside_what_the_tracer_lowers_is_named_at_the_users_line(op, construct, line):
+    with pytest.raises(TraceError) as e:
+        trace_op(op)
+    text = str(e.value)
+    assert re.fullmatch(rf"{construct}.* at \S+test_trace_refusal_text.py:\d+: {line}", text), text
+    for leak in ("Sym", "Node", "OpenCV", "__array_interface__", "Overload", "traced"):
+        assert leak not in text, (leak, text)
+    assert augment_ops.explain(op) == f"numpy: {text}"
+
+
+def test_numpy_code_inside_a_library_keeps_naming_the_librarys_line():
+    """albucore's decorator calls np.require on the image: the numpy function is named, with the
+    line inside the library where the op's call reached it."""
+    albucore = pytest.importorskip("albucore")
+
+    @unregistered()
+    def x_albucore_lut(img):
+        lut = np.arange(256, dtype=np.uint8)[::-1].copy()
+        return albucore.sz_lut(img, lut, inplace=False)
+
+    with pytest.raises(TraceError, match=r"^np\.require \(a numpy function the tracer does not "
+                                         r"lower.*\), inside \S+albucore\S+: .*np\.require.* at "
+                                         r"\S+test_trace_refusal_text.py:\d+: return "
+                                         r"albucore\.sz_lut"):
+        trace_op(x_albucore_lut)
+
+
+def test_a_library_raising_on_bad_arguments_keeps_its_error():
+    """A library's own ``raise`` for a bad constant argument is what numpy meets too: its error
+    is kept (not called "outside numpy")."""
+    @unregistered()
+    def x_bad_kernel(img):
+        return cv2.GaussianBlur(np.zeros((4, 4), np.uint8), (2, 2), 0) + img[..., 0]
+
+    with pytest.raises(TraceError, match=r"error: OpenCV.*ksize"):
+        trace_op(unregistered(ndim=2)(x_bad_kernel.fn))
+
+
+# -- constructs named as written --------------------------------------------------------------
+LUT = np.arange(256, dtype=np.uint8)[::-1].copy()
+LUT.setflags(write=False)
+
+
+@unregistered()
+def x_list_fill(img, rng):
+    out = img.copy()
+    out[1:3, 1:3] = [rng.integers(0, 255) for _ in range(3)]
+    return out
+
+
+@unregistered()
+def x_tuple_fill(img):
+    out = img.copy()
+    out[:2] = (10, 128, 250)
+    return out
+
+
+@unregistered()
+def x_array_fill(img):
+    out = img.copy()
+    out[:, :2, ...] = np.array((10, 128, 250), dtype=out.dtype)
+    return out
+
+
+@unregistered()
+def x_constant_lut(img):
+    return LUT[img]
+
+
+@unregistered()
+def x_traced_lut(img):
+    table = np.arange(256, dtype=np.uint8) // 2 + img[0, 0, 0]
+    return table[img]
+
+
+@unregistered()
+def x_power_of_a_constant(img, rng):
+    gamma = rng.uniform(0.8, 1.2)
+    table = (np.arange(0, 256.0) / 255) ** gamma * 255
+    return img + table.astype(np.uint8)[:3]
+
+
+@unregistered()
+def x_power_of_a_draw(img, rng):
+    return img + np.uint8(2 ** rng.integers(0, 4))
+
+
+@unregistered()
+def x_np_power(img):
+    return np.power(img, 3)
+
+
+TEXTS = [
+    (x_list_fill, r"assigning several values \(a list\) into a region \(a value per channel; "
+                  r"only a scalar fill is lowered\)", r"out\[1:3, 1:3\] = \[rng"),
+    (x_tuple_fill, r"assigning several values \(a tuple\) into a region", r"out\[:2\] = \(10"),
+    (x_array_fill, r"assigning several values \(a ndarray\) into a region",
+     r"out\[:, :2, \.\.\.\]"),
+    (x_constant_lut, r"indexing a constant array with a traced array \(a lookup table lut\[img\], "
+                     r"or fancy indexing; only slices and integer indices are lowered\)",
+     r"return LUT\[img\]"),
+    (x_traced_lut, r"indexing with an array \(a lookup table lut\[img\], or fancy indexing; only "
+                   r"slices and integer indices are lowered\)", r"return table\[img\]"),
+    (x_power_of_a_constant, r"the power operator \(\*\*\) other than x \*\* 2",
+     r"table = \(np.arange"),
+    (x_power_of_a_draw, r"the power operator \(\*\*\) other than x \*\* 2", r"return img \+ np"),
+    (x_np_power, r"np\.power", r"return np.power\(img, 3\)"),
+]
+
+
+@pytest.mark.parametrize(("op", "construct", "line"), TEXTS, ids=lambda v: getattr(v, "name", ""))
+def test_a_refusal_names_the_construct_as_written(op, construct, line):
+    """The construct the user wrote (a per-channel fill that numpy accepts, a lookup table,
+    ``**``), at the user's line; explain() says the same."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
+    op.apply(img, rng if op.random else None)  # numpy runs it: no "numpy refuses"
+    with pytest.raises(TraceError) as e:
+        trace_op(op)
+    text = str(e.value)
+    assert re.fullmatch(rf"{construct}.* at \S+test_trace_refusal_text.py:\d+: {line}.*", text), \
+        text
+    assert "numpy refuses" not in text and "Sym" not in text and "Node" not in text, text
+    assert augment_ops.explain(op) == f"numpy: {text}"
+
+
+def test_a_mutable_default_is_named_at_its_parameters_line():
+    def x_defaults(img,
+                   sizes=[2, 4],  # noqa: B006 - the default the tracer refuses
+                   fill: int = 0):
+        sizes.append(fill)  # changes the default for the next call
+        return img[: sizes[0]]
+
+    op = unregistered()(x_defaults)
+    with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, .* at "
+                                         r"\S+test_trace_refusal_text.py:\d+: sizes=\[2, 4\],"):
+        trace_op(op)
