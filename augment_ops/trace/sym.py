@@ -60,6 +60,7 @@ _PY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 _COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 _BINARY = set(_PY_OPS)
+_SHIFTS = {"right_shift", "left_shift"}
 _UNARY = {"negative", "positive", "absolute", "floor", "ceil", "rint", "trunc", "sqrt", "exp",
           "log", "sin", "cos", "logical_not", "invert", "square"}
 
@@ -137,6 +138,8 @@ def ufunc(name: str, *inputs: Any) -> Any:
     """Apply numpy ufunc ``name`` to Syms and constants, with numpy's result dtype."""
     if not any(isinstance(x, Sym) for x in inputs):
         return getattr(np, name)(*inputs)
+    if name in _SHIFTS:
+        return _shift(name, *inputs)
     for x in inputs:
         if not isinstance(x, (Sym, int, float, bool, np.ndarray, np.generic)):
             raise TraceError(f"np.{name} on a {type(x).__name__}")
@@ -200,6 +203,48 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
+
+
+def _shift(name: str, a: Any, b: Any) -> Any:
+    """``a >> b`` / ``a << b`` (``np.right_shift`` / ``np.left_shift``) by a constant count, with
+    numpy's result dtype: a floor division or a (wrapping) multiplication by ``2**b``, which is
+    exactly numpy's arithmetic shift; a count outside ``0..bits-1`` gives numpy's 0 (-1 for a
+    negative value shifted right)."""
+    op = ">>" if name == "right_shift" else "<<"
+    if isinstance(b, Sym):
+        if not _is_const(b.node):
+            raise TraceError(f"np.{name} ({op}) by a per-sample count (shift by a constant, or "
+                             "multiply or floor-divide by a power of two)")
+        b = b.node.value
+    if not isinstance(a, Sym):
+        raise TraceError(f"np.{name} ({op}) of a constant by a per-sample count")
+    if np.ndim(b) != 0 or not isinstance(b, (int, bool, np.integer, np.bool_, np.ndarray)):
+        raise TraceError(f"np.{name} ({op}) by an array of counts (only one constant count is "
+                         "lowered)")
+    python = _is_weak(a) and _is_weak(b)
+    try:
+        with np.errstate(all="ignore"):
+            res = getattr(np, name)(_rep(a), b)
+    except Exception as e:
+        raise TraceError(f"np.{name} ({op}) raises for these operands ({e})") from None
+    s = int(b)
+    if python and s < 0:
+        raise ValueError("negative shift count")
+    rdt = np.dtype(np.int64) if python else np.result_type(res)
+    x = Sym(cast_node(a.node, rdt, python))
+    bits = 8 * rdt.itemsize
+    signed = rdt.kind == "i"
+    zero = 0 if python else rdt.type(0)
+    if name == "right_shift" and signed and (s < 0 or s >= bits - 1):
+        return HANDLERS["where"](ufunc("less", x, zero), -1 if python else rdt.type(-1), zero)
+    if s < 0 or s >= bits:
+        return ufunc("multiply", x, zero)
+    if python:
+        power: Any = 1 << s
+    else:
+        with np.errstate(all="ignore"):
+            power = np.left_shift(np.array(1, rdt), s)[()]
+    return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
 
 
 # -- the symbolic array/scalar -----------------------------------------------------------------
@@ -342,6 +387,8 @@ class Sym:
     __and__, __rand__ = _bin("bitwise_and"), _bin("bitwise_and", True)
     __or__, __ror__ = _bin("bitwise_or"), _bin("bitwise_or", True)
     __xor__, __rxor__ = _bin("bitwise_xor"), _bin("bitwise_xor", True)
+    __rshift__, __rrshift__ = _bin("right_shift"), _bin("right_shift", True)
+    __lshift__, __rlshift__ = _bin("left_shift"), _bin("left_shift", True)
     __eq__, __ne__ = _bin("equal"), _bin("not_equal")  # type: ignore[assignment]
     __lt__, __le__ = _bin("less"), _bin("less_equal")
     __gt__, __ge__ = _bin("greater"), _bin("greater_equal")
@@ -403,6 +450,7 @@ class Sym:
     __iadd__, __isub__ = _inplace("add"), _inplace("subtract")
     __imul__, __itruediv__ = _inplace("multiply"), _inplace("divide")
     __ifloordiv__ = _inplace("floor_divide")
+    __irshift__, __ilshift__ = _inplace("right_shift"), _inplace("left_shift")
     del _inplace
 
     def _write(self, node: Node) -> None:
@@ -431,7 +479,7 @@ class Sym:
             inputs = tuple(ufunc("not_equal", x, 0) if _dtype_kind(x) != "b" else x
                            for x in inputs)
             name = "bitwise_" + name.split("_")[1]
-        if name not in _BINARY and name not in _UNARY:
+        if name not in _BINARY and name not in _UNARY and name not in _SHIFTS:
             raise TraceError(f"np.{name}")
         return ufunc(name, *inputs)
 
