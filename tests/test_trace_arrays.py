@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from helpers import pattern_image
 from test_trace import _emit_on
+from test_trace_parity import _check_same_error, unregistered
 
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 from augment_ops.trace import TraceError, trace_function
+from extsrc.errors import OpError
 from extsrc.seeding import counter_rng, counter_uniform
 
 SEED = 11
@@ -108,3 +110,157 @@ def test_shifts_numpy_refuses_or_per_sample_counts_are_refused():
     _refused(floats, r"np\.right_shift \(>>\) raises for these operands")
     _refused(drawn, r"np\.right_shift \(>>\) by a per-sample count", random=True)
     _refused(negative, r"ValueError: negative shift count")
+
+
+# -- conversions --------------------------------------------------------------------------------
+def u_contiguous_flip(img):
+    return np.ascontiguousarray(np.fliplr(img))
+
+
+def u_asarray_identity(img):
+    out = img.copy()
+    alias = np.asarray(out)
+    alias[0:1, 0:1] = 9  # the same array: out changes too
+    return np.asanyarray(out, dtype=np.uint8)
+
+
+def u_array_copies(img):
+    out = img.copy()
+    fresh = np.array(out)
+    fresh[0:1, 0:1] = 9  # a copy: out is unchanged
+    return np.concatenate([out, fresh], axis=1)
+
+
+def u_require_writable(img):
+    out = np.require(img, np.uint8, ["W", "C"])
+    out[0:1, 0:2] = 1
+    return out
+
+
+def u_require_dtype(img):
+    return (np.require(img, dtype="f4") * 0.5).astype(np.uint8)
+
+
+def u_astype_builtins(img, k: float = 0.5):
+    x = img.astype(float) * k + img.astype(int) // 3
+    return np.ascontiguousarray(x, dtype="f4").astype("u1")
+
+
+@pytest.mark.parametrize("func", [u_contiguous_flip, u_asarray_identity, u_array_copies,
+                                  u_require_writable, u_require_dtype, u_astype_builtins])
+def test_conversions_equal_numpy(func):
+    _check(func)
+
+
+def test_conversions_numpy_refuses_are_refused():
+    def fortran(img):
+        return np.require(img, requirements="F")
+
+    def copy_false(img):
+        return np.array(img, dtype=np.float32, copy=False).astype(np.uint8)
+
+    _refused(fortran, r"np\.require\(requirements='F'\)")
+    _refused(copy_false, r"ValueError: Unable to avoid copy")
+
+
+# -- per-channel fills --------------------------------------------------------------------------
+def u_tuple_fill(img):
+    out = img.copy()
+    h, w = img.shape[:2]
+    out[h // 3: h, 1: w // 2] = (114, 0, 255)
+    return out
+
+
+def u_array_fill(img, cval: tuple = (300, -1, 7)):
+    out = img.copy()
+    out[1:, :2, ...] = np.array(cval).astype(out.dtype)  # wraps: 44, 255, 7
+    out[:1] = np.array([[[5, 6, 7]]], np.uint8)
+    return out
+
+
+def u_drawn_fill(img, rng):
+    out = img.copy()
+    h, w = img.shape[:2]
+    y, x = rng.integers(0, h), rng.integers(0, w)
+    out[y:y + 2, x:] = [rng.integers(0, 256) for _ in range(3)]
+    out[:y, :x] = [rng.uniform(0, 255), 3.5, rng.integers(-5, 5)]  # as float64: truncated
+    return out
+
+
+def u_channel_list_fill(img, chans: tuple = (2, 0)):
+    out = img.astype(np.int16)
+    out[..., list(chans)] = -3
+    out[:, 1:, [1]] = [1000]
+    out[:2, :, 1:] = (7, 8)
+    return out
+
+
+def u_vector_fill(img):
+    out = img.copy()
+    mean = img[0, 0, :]  # the first pixel: a per-sample vector
+    out[1:3, 1:3] = mean
+    return out
+
+
+def u_whole_assignment(img, rng):
+    dst = np.empty_like(img)
+    if rng.random() < 0.5:
+        dst[:] = 255 - img
+    else:
+        dst[...] = img // 2
+    return dst
+
+
+@pytest.mark.parametrize("func,random", [
+    (u_tuple_fill, False), (u_array_fill, False), (u_drawn_fill, True),
+    (u_channel_list_fill, False), (u_vector_fill, False), (u_whole_assignment, True)])
+def test_per_channel_fills_equal_numpy(func, random):
+    _check(func, random=random)
+
+
+def test_fills_numpy_refuses_are_refused():
+    def wrong_length(img):
+        out = img.copy()
+        out[1:2, 1:2] = (1, 2)
+        return out
+
+    def out_of_range(img):
+        out = img.copy()
+        out[1:2, 1:2] = (1, 2, 300)
+        return out
+
+    def bad_channel(img):
+        out = img.copy()
+        out[..., [0, 3]] = 1
+        return out
+
+    _refused(wrong_length, r"ValueError: could not broadcast input array from shape \(2,\)")
+    _refused(out_of_range, r"an assignment numpy refuses \(Python integer 300 out of bounds")
+    _refused(bad_channel, r"IndexError: index 3 is out of bounds for axis 2 with size 3")
+
+
+def u_python_int_fill(img, rng, top: int = 300):
+    out = img.copy()
+    out[0:1, 0:1] = int(rng.integers(0, top))  # numpy raises OverflowError above 255
+    return out
+
+
+def test_python_int_fill_in_range_needs_no_check():
+    within = trace_function(u_python_int_fill, params={"top": 256}, random=True,
+                            num_outputs=1, dtype=np.uint8, ndim=3)
+    assert not within.guards  # proved in range: no check at run time
+    _check(u_python_int_fill, random=True, top=256)
+
+
+@unregistered()
+def u_height_fill(img):
+    out = img.copy()
+    out[:, :1] = [int(img.shape[0] * 100), 1, 2]  # 300 for 3 rows: numpy's OverflowError
+    return out
+
+
+def test_python_int_fill_out_of_range_raises_as_numpy(tmp_path):
+    """A Python int stored into a uint8 array raises OverflowError out of range (a numpy integer
+    would wrap around): on both paths, for the sample, naming its line and file."""
+    _check_same_error(tmp_path, u_height_fill, [(2, 3), (2, 4), (3, 3)], 2, OpError,
+                      "raised OverflowError: Python integer (300 )?out of bounds for uint8")

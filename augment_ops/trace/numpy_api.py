@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _at_most, _nonneg, _same
+from augment_ops.trace.facts import _at_most, _nonneg, _same, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import (
     Sym,
@@ -45,7 +45,130 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
         v = np.asarray(value) if not isinstance(value, Sym) else value
         a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
         return
-    a._write(_fill_region(n, key, value))
+    whole = _assign_whole(n, key, value)
+    if whole is not None:
+        a._write(whole)
+        return
+    elements = _value_elements(value)
+    channels = _channel_list(n, key)
+    if elements is None and channels is None:
+        a._write(_fill_region(n, key, value))
+        return
+    a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _value_elements(value: Any) -> list[Any] | None:
+    """The values along the last axis of a per-channel fill ``value`` (a list, tuple, array or
+    traced vector, its leading axes of length 1 dropped as numpy broadcasts them); None for a
+    scalar."""
+    if isinstance(value, Sym):
+        node = value._checked()
+        if node.ndim == 0:
+            return None
+        if builtins.any(not isinstance(d, int) for d in node.shape):
+            raise TraceError("assigning an array of per-sample shape into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        if builtins.any(d != 1 for d in node.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {node.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        for _ in range(node.ndim - 1):
+            node = _new("take", (node, 0), (0,), node.dtype, node.shape[1:])
+        return [Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    if isinstance(value, (list, tuple)):
+        items: list[Any] = list(value)
+        while len(items) == 1 and isinstance(items[0], (list, tuple)):
+            items = list(items[0])
+        if builtins.any(isinstance(v, (list, tuple)) or (isinstance(v, (Sym, np.ndarray))
+                                                          and np.ndim(v) != 0) for v in items):
+            raise TraceError("assigning a nested sequence into a region (only a scalar or "
+                             "per-channel fill is lowered)")
+        return items
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        if builtins.any(d != 1 for d in value.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {value.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        return list(value.reshape(-1))
+    return None
+
+
+def _channel_list(n: Node, key: Any) -> list[int] | None:
+    """The channels ``a[..., chans] = v`` writes when ``chans`` is a list of ints; None for an
+    int or slice (a fill of one range)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not builtins.any(isinstance(k, (list, tuple, np.ndarray)) for k in key):
+        return None
+    key = _full_key(key, n.ndim)
+    if n.ndim != 3 or len(key) != 3 or builtins.any(
+            isinstance(k, (list, tuple, np.ndarray)) for k in key[:2]):
+        raise TraceError("an assignment with a list of indices other than on the channel axis")
+    c = n.shape[2]
+    arr = np.asarray(key[2])
+    if not isinstance(c, int) or arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TraceError("an assignment with a channel index other than an int, a slice or a "
+                         "list of ints")
+    bad = [int(i) for i in arr if not -c <= int(i) < c]
+    if bad:
+        raise IndexError(f"index {bad[0]} is out of bounds for axis 2 with size {c}")
+    return [int(i) % c for i in arr]
+
+
+def _fill_channels(n: Node, key: Any, values: list[Any], channels: list[int] | None) -> Node:
+    """``a[y0:y1, x0:x1, chans] = values``: one fill per channel written, each with its value as
+    numpy converts it (a Python int out of the dtype's range is refused as numpy refuses it)."""
+    if n.ndim != 3:
+        raise TraceError("assigning a row of values into a region of a 2-D array (only a "
+                         "scalar fill is lowered there)")
+    key = _full_key(key, n.ndim)
+    c = n.shape[2]
+    if channels is None:
+        ck = key[2]
+        if not isinstance(c, int):
+            raise TraceError("a per-channel fill of an array whose channel count is per-sample")
+        if isinstance(ck, (int, np.integer)) and not isinstance(ck, bool):
+            channels = [int(ck) % c]
+        elif isinstance(ck, slice) and not builtins.any(
+                isinstance(b, Sym) for b in (ck.start, ck.stop, ck.step)):
+            channels = list(range(c))[ck]
+        else:
+            raise TraceError("a per-channel fill with a channel index other than an int, a "
+                             "constant slice or a list of ints")
+    if len(values) not in (1, len(channels)):
+        raise ValueError(f"could not broadcast input array from shape ({len(values)},) into "
+                         f"shape (..., {len(channels)})")
+    if len(values) == 1:
+        values = values * len(channels)
+    # numpy converts every value before it writes any.
+    converted = [_setitem_value(n.dtype, v) for v in values]
+    out = n
+    for ch, v in zip(channels, converted, strict=True):
+        out = _fill_region(out, (key[0], key[1], ch), v)
+    return out
+
+
+def _full_key(key: Any, ndim: int) -> tuple:
+    """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def _assign_whole(n: Node, key: Any, value: Any) -> Node | None:
+    """``a[:] = b`` / ``a[...] = b`` with a traced ``b`` of ``a``'s shape: ``b`` converted to
+    ``a``'s dtype (numpy's unsafe cast) replaces ``a``; None for other assignments."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not isinstance(value, Sym) or value.ndim != n.ndim or n.ndim == 0:
+        return None
+    if not builtins.all(k is Ellipsis or (isinstance(k, slice) and k == slice(None))
+                        for k in key):
+        return None
+    v = value._checked()
+    for dv, dn in zip(v.shape, n.shape, strict=True):
+        if not (dv is dn or (isinstance(dv, int) and isinstance(dn, int) and dv == dn)
+                or (isinstance(dv, Node) and isinstance(dn, Node) and _same(dv, dn))):
+            return None
+    return cast_node(v, n.dtype)
 
 
 def _mask_of(key: Sym, n: Node) -> Sym:
@@ -226,6 +349,8 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
     if isinstance(value, Sym):
         if value.ndim != 0:
             raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+        if value.node.weak and dtype.kind in "iu" and value.dtype.kind in "iuf":
+            _python_int_checks(value, dtype)
         return Sym(cast_node(value.node, dtype))
     tmp = np.zeros(1, dtype)
     try:
@@ -235,6 +360,24 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
     if np.ndim(value) != 0:
         raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
     return tmp[0]
+
+
+def _python_int_checks(value: Sym, dtype: np.dtype) -> None:
+    """numpy's checks when it stores a Python number (``int()`` of a draw, a size) into an
+    integer array: a float is truncated, NaN raises ValueError, a value outside the dtype's
+    range OverflowError (where numpy would wrap a numpy integer around)."""
+    t = value
+    if value.dtype.kind == "f":
+        raise_where(ufunc("not_equal", value, value), ValueError,
+                    "cannot convert float NaN to integer")
+        t = ufunc("trunc", value)
+    info = np.iinfo(dtype)
+    lo, hi = lower(t.node), upper(t.node)
+    message = f"Python integer out of bounds for {dtype}"
+    if lo is None or lo < int(info.min):
+        raise_where(ufunc("less", t, int(info.min)), OverflowError, message)
+    if hi is None or hi > int(info.max):
+        raise_where(ufunc("greater", t, int(info.max)), OverflowError, message)
 
 
 def _fill_region(n: Node, key: Any, value: Any) -> Node:
@@ -553,6 +696,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "full_like": _np_full_like,
     "zeros_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
     "ones_like": lambda a, dtype=None: _np_full_like(a, 1, dtype),
+    # numpy leaves an empty array's values unspecified; the traced one holds zeros.
+    "empty_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
     "round": _np_round,
     "around": _np_round,
     "sum": _method("sum"),
@@ -568,3 +713,126 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 for _name, _builder in _FUNCTIONS.items():
     implements(_name)(_builder)
+
+
+# -- array creation from traced values ----------------------------------------------------------
+# np.array, np.asarray, np.ascontiguousarray and np.require do not dispatch through
+# __array_function__ on their argument (only on like=): the traced function's ``np`` hands them
+# to these builders, which keep numpy's rules (a copy or the same array, the dtype numpy would
+# pick for a list of scalars) and call numpy itself when nothing traced is involved.
+def _holds_sym(x: Any) -> bool:
+    if isinstance(x, Sym):
+        return True
+    return isinstance(x, (list, tuple)) and builtins.any(_holds_sym(v) for v in x)
+
+
+def _from_sequence(seq: Sequence[Any], dtype: Any) -> Sym:
+    """``np.array([a, b, ...])`` with traced elements of one shape: numpy's dtype for the list
+    (Python numbers by their kind, numpy values by their dtype), then a stack on a new axis."""
+    items = [_from_sequence(v, None) if isinstance(v, (list, tuple)) else v for v in seq]
+    if not items:
+        raise TraceError("np.array of an empty sequence holding traced values")
+    reps = []
+    for v in items:
+        if isinstance(v, Sym):
+            reps.append(_rep(v) if v.node.weak else v.dtype.type(1))
+        elif isinstance(v, np.ndarray):
+            reps.append(v.dtype.type(1))
+        else:
+            reps.append(v)
+    rdt = np.dtype(dtype) if dtype is not None else np.array(reps).dtype
+    if rdt.kind not in "biuf":
+        raise TraceError(f"np.array of traced values as dtype {rdt}")
+    shapes = {tuple(_shape_key(d) for d in _node_or_const(v).shape) for v in items}
+    if len(shapes) != 1:
+        raise TraceError("np.array of traced values of different shapes")
+    nodes = [_to_node(v, rdt) if isinstance(v, Sym) else const(np.asarray(v).astype(rdt))
+             for v in items]
+    shape = (len(nodes), *nodes[0].shape)
+    return Sym(_new("stack", tuple(nodes), (0,), rdt, shape))
+
+
+def _shape_key(d: Dim) -> Any:
+    return d if isinstance(d, int) else id(d)
+
+
+def _node_or_const(v: Any) -> Node:
+    return v._checked() if isinstance(v, Sym) else const(np.asarray(v))
+
+
+def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
+             subok: bool = False, ndmin: int = 0, like: Any = None) -> Any:
+    """``np.array`` in a traced function."""
+    if not _holds_sym(obj):
+        return np.array(obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin,
+                        **({} if like is None else {"like": like}))
+    if ndmin or like is not None:
+        raise TraceError("np.array of a traced value with ndmin= or like=")
+    if isinstance(obj, Sym):
+        dt = np.dtype(dtype) if dtype is not None else obj.dtype
+        if copy is False and dt != obj.dtype:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        if copy is True or dt != obj.dtype:
+            return obj.astype(dt) if dt != obj.dtype else obj.copy()
+        return obj
+    return _from_sequence(obj, dtype)
+
+
+def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> Any:
+    """``np.asarray`` / ``np.asanyarray`` in a traced function: the same array where its dtype
+    already fits."""
+    if not _holds_sym(a):
+        return np.asarray(a, dtype, order, **kwargs)
+    copy = kwargs.pop("copy", None)
+    if kwargs:
+        raise TraceError(f"np.asarray of a traced value with {sorted(kwargs)}=")
+    return np_array(a, dtype, copy=copy)
+
+
+def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
+    """``np.ascontiguousarray`` in a traced function (a traced array has no memory layout: its
+    values are those of the array, converted to ``dtype``)."""
+    if not _holds_sym(a):
+        return np.ascontiguousarray(a, dtype, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.ascontiguousarray of a traced value with {sorted(kwargs)}=")
+    out = np_array(a, dtype, copy=None)
+    if isinstance(out, Sym) and out.ndim == 0:
+        out = out[None]
+    return out
+
+
+def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: Any) -> Any:
+    """``np.require`` in a traced function, copying where numpy copies."""
+    if not _holds_sym(a):
+        return np.require(a, dtype, requirements, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.require of a traced value with {sorted(kwargs)}=")
+    if isinstance(requirements, str):
+        requirements = [requirements]
+    names = {"C_CONTIGUOUS": "C", "CONTIGUOUS": "C", "F_CONTIGUOUS": "F", "FORTRAN": "F",
+             "ALIGNED": "A", "WRITEABLE": "W", "OWNDATA": "O", "ENSUREARRAY": "E"}
+    req = {names.get(str(r).upper(), str(r).upper()) for r in (requirements or ())}
+    unknown = req - set("ACFWOE")
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    if "F" in req and np.ndim(a) > 1:
+        raise TraceError("np.require(requirements='F') of a traced array (a Fortran-ordered "
+                         "copy; the traced graph has no memory layout)")
+    out = np_array(a, dtype, copy=None)
+    # numpy copies a read-only array for "W" and a view for "O"; otherwise it returns the same
+    # array, which later writes then change for every name bound to it.
+    if isinstance(a, Sym) and out is a and (("W" in req and not a._writable)
+                                            or ("O" in req and not a._base)):
+        out = a.copy()
+    return out
+
+
+#: The builders the traced function's ``np`` returns instead of numpy's own functions.
+CREATION: dict[str, Callable[..., Any]] = {
+    "array": np_array,
+    "asarray": np_asarray,
+    "asanyarray": np_asarray,
+    "ascontiguousarray": np_ascontiguousarray,
+    "require": np_require,
+}

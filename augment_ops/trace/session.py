@@ -17,6 +17,7 @@ import numpy as np
 
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
+from augment_ops.trace.numpy_api import CREATION
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
 
@@ -48,9 +49,13 @@ class _FloatMeta(type):
 class _Int(metaclass=_IntMeta):
     """``int`` inside a traced function: ``int(per-sample value)`` stays symbolic."""
 
+    dtype = np.dtype(np.int64)  # as a dtype (astype(int)), numpy's int: int64
+
 
 class _Float(metaclass=_FloatMeta):
     """``float`` inside a traced function."""
+
+    dtype = np.dtype(np.float64)  # as a dtype (astype(float)), numpy's float: float64
 
 
 def _py_minmax(name: str) -> Callable[..., Any]:
@@ -123,6 +128,8 @@ class _NumpyProxy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "random":
             return _Forbidden("np.random")
+        if name in CREATION:
+            return CREATION[name]
         v = getattr(np, name)
         if isinstance(v, type) and issubclass(v, np.generic) and v is not np.generic and \
                 v.__module__ == "numpy" and np.dtype(v).kind in "biuf":

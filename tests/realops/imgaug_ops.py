@@ -263,6 +263,6 @@ EXPECT: dict[str, str] = {
     "iaa_add": r"refuses: AssertionError: Expected `value` to be 1-dimensional",
     "iaa_multiply": r"refuses: too many indices \(1\) for an array of rank 0",
     "iaa_adjust_contrast_linear": r"refuses: ndarray\.size",
-    "iaa_cutout": r"refuses: an assignment numpy refuses \(setting an array element with a seq",
+    "iaa_cutout": "lowers",
     "iaa_equalize": r"refuses: ndarray\.flags",
 }

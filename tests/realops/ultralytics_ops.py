@@ -158,9 +158,9 @@ def ul_center_crop(im: np.ndarray, size: int = 16) -> np.ndarray:
 EXPECT: dict[str, str] = {
     "y5_augment_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
     "y5_hist_equalize": r"refuses: error: OpenCV.* in function 'cvtColor'",
-    "y5_cutout": r"refuses: an assignment numpy refuses \(int\(\) argument must be",
+    "y5_cutout": "lowers",
     "ul_random_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
-    "ul_random_flip": r"refuses: conversion to a concrete numpy array",
+    "ul_random_flip": "lowers",
     "ul_letterbox": r"refuses: error: OpenCV.* in function 'copyMakeBorder'",
     "ul_center_crop": r"refuses: error: OpenCV.* in function 'resize'",
 }
