@@ -264,3 +264,94 @@ def test_python_int_fill_out_of_range_raises_as_numpy(tmp_path):
     would wrap around): on both paths, for the sample, naming its line and file."""
     _check_same_error(tmp_path, u_height_fill, [(2, 3), (2, 4), (3, 3)], 2, OpError,
                       "raised OverflowError: Python integer (300 )?out of bounds for uint8")
+
+
+# -- vector draws -------------------------------------------------------------------------------
+def u_gains(img, rng):
+    r = rng.uniform(-1, 1, 3) * [0.5, 0.25, 0.1] + 1  # yolov5's HSV gains, on RGB
+    return np.clip(img * r, 0, 255).astype(np.uint8)
+
+
+def u_noise_offsets(img, rng):
+    off = rng.normal(0.0, 20.0, size=(1, 3)) + rng.random(3)
+    return np.clip(img + off, 0, 255).astype(np.uint8)
+
+
+def u_int_offsets(img, rng):
+    off = rng.integers(-40, 40, size=3, dtype=np.int16)
+    return np.clip(img.astype(np.int16) + off, 0, 255).astype(np.uint8)
+
+
+def u_drop_channels(img, rng, k: int = 2):
+    chans = rng.choice(3, size=k, replace=False)
+    out = img.copy()
+    out[..., chans] = 0
+    return out
+
+
+def u_drop_drawn_count(img, rng):
+    k = rng.integers(1, 1, endpoint=True)  # one value: a constant
+    chans = rng.choice(img.shape[-1], size=k, replace=False)
+    out = img.copy()
+    out[..., chans] = 7
+    return out
+
+
+def u_permuted_channels(img, rng):
+    perm = rng.permutation(3)
+    return img[..., perm]
+
+
+def u_shuffled_list(img, rng):
+    order = [0, 1, 2]
+    rng.shuffle(order)
+    return np.stack([img[..., order[0]], img[..., order[1]], img[..., order[2]]], axis=-1)
+
+
+def u_choices(img, rng):
+    v = rng.choice(np.array([10, 50, 90], np.uint8), size=3)
+    return img // 2 + v
+
+
+@pytest.mark.parametrize("func", [u_gains, u_noise_offsets, u_int_offsets, u_drop_channels,
+                                  u_drop_drawn_count, u_permuted_channels, u_shuffled_list,
+                                  u_choices])
+def test_vector_draws_equal_their_replay(func):
+    _check(func, random=True)
+
+
+def test_vector_draws_numpy_refuses_or_drawn_sizes_are_refused():
+    def drawn_size(img, rng):
+        return img[..., rng.choice(3, size=rng.integers(1, 3), replace=False)]
+
+    def weighted_without_replacement(img, rng):
+        return img[..., rng.choice(3, size=2, replace=False, p=[0.2, 0.3, 0.5])]
+
+    def too_many(img, rng):
+        return img[..., rng.choice(3, size=4, replace=False)]
+
+    def shuffled_image(img, rng):
+        out = img.copy()
+        rng.shuffle(out)
+        return out
+
+    def array_bounds(img, rng):
+        return np.clip(img + rng.uniform([0, 0, 0], [1, 2, 3]), 0, 255).astype(np.uint8)
+
+    _refused(drawn_size, r"rng\.choice\(size=<a per-sample value>\)", random=True)
+    _refused(weighted_without_replacement, r"rng\.choice\(replace=False, p=\.\.\.\)",
+             random=True)
+    _refused(too_many, r"ValueError: Cannot take a larger sample than population", random=True)
+    _refused(shuffled_image, r"rng\.shuffle of something other than a Python list",
+             random=True)
+    _refused(array_bounds, r"rng\.uniform with array arguments", random=True)
+
+
+@unregistered()
+def u_channel_by_height(img):
+    return img[..., [img.shape[0] - 2]]  # out of range for 5 rows: numpy's IndexError
+
+
+def test_per_sample_index_out_of_range_raises_as_numpy(tmp_path):
+    _check_same_error(tmp_path, u_channel_by_height, [(2, 3), (4, 4), (5, 3)], 2, OpError,
+                      r"IndexError: index (3 is )?out of bounds for axis 2 with size 3")

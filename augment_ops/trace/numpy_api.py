@@ -49,6 +49,12 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
     if whole is not None:
         a._write(whole)
         return
+    full = _full_key(key, n.ndim)
+    if n.ndim == 3 and isinstance(full[2], (list, tuple)) and _holds_sym(full[2]):
+        full = (*full[:2], np_array(full[2]))  # a list of per-sample channels
+    if n.ndim == 3 and isinstance(full[2], Sym) and full[2].dtype.kind in "iu":
+        a._write(_fill_drawn_channels(n, full, value))
+        return
     elements = _value_elements(value)
     channels = _channel_list(n, key)
     if elements is None and channels is None:
@@ -145,6 +151,30 @@ def _fill_channels(n: Node, key: Any, values: list[Any], channels: list[int] | N
     return out
 
 
+def _fill_drawn_channels(n: Node, key: tuple, value: Any) -> Node:
+    """``a[y0:y1, x0:x1, idx] = v`` with per-sample channel indices ``idx`` (drawn): each
+    channel is filled over rows ``y0:y1`` where ``idx`` names it, over no rows where not."""
+    elements = _value_elements(value)
+    if elements is not None and len(elements) != 1:
+        raise TraceError("a fill of per-sample channels with more than one value")
+    v = _setitem_value(n.dtype, elements[0] if elements is not None else value)
+    size = n.shape[2]
+    items = _drawn_indices(key[2], size, 2)
+    if not isinstance(key[0], slice) or not isinstance(key[1], slice):
+        raise TraceError("an assignment other than out[y0:y1, x0:x1, channels] = scalar")
+    lo, hi, _ = _normalize_slice(slice(key[0].start, key[0].stop, key[0].step or 1),
+                                 n.shape[0])
+    out = n
+    for c in range(size):
+        hit = None
+        for item in items:
+            h = _is_index(item, c, size)
+            hit = h if hit is None else ufunc("bitwise_or", hit, h)
+        rows = slice(_dim_sym(lo), _dim_sym(_dwhere(hit, hi, lo)))
+        out = _fill_region(out, (rows, key[1], c), v)
+    return out
+
+
 def _full_key(key: Any, ndim: int) -> tuple:
     """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
     key = key if isinstance(key, tuple) else (key,)
@@ -238,6 +268,10 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
 @implements("Sym.getitem")
 def _getitem(n: Node, key: Any) -> Node:
     key = key if isinstance(key, tuple) else (key,)
+    if key and isinstance(key[-1], (list, tuple)) and _holds_sym(key[-1]):
+        key = (*key[:-1], np_array(key[-1]))  # a list of per-sample indices
+    if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
+        return _take_drawn(n, key)
     if builtins.sum(k is Ellipsis for k in key) > 1:
         raise TraceError("more than one ... in an index")
     explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -309,6 +343,63 @@ def _getitem(n: Node, key: Any) -> Node:
         shape = (*out.shape[:ax], 1, *out.shape[ax:])
         out = _new("expand", (out,), (ax,), out.dtype, shape)
     return out
+
+
+#: The longest axis a per-sample index may select from (one select per element and position).
+MAX_DRAWN_INDEX_AXIS = 16
+
+
+def _drawn_indices(idx: Sym, size: Any, axis: int) -> list[Sym]:
+    """The elements of a per-sample index ``idx`` (a scalar or a vector of constant length) into
+    an axis of constant length ``size``, with numpy's IndexError out of range."""
+    if not isinstance(size, int) or size > MAX_DRAWN_INDEX_AXIS:
+        raise TraceError("indexing with a per-sample value on an axis whose length is "
+                         f"per-sample or over {MAX_DRAWN_INDEX_AXIS} (use a slice x[i:i+1])")
+    node = idx._checked()
+    if node.ndim > 1 or (node.ndim == 1 and not isinstance(node.shape[0], int)):
+        raise TraceError("indexing with a per-sample array other than a vector of constant "
+                         "length")
+    items = [idx] if node.ndim == 0 else [
+        Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    for v in items:
+        lo, hi = lower(v.node), upper(v.node)
+        if lo is None or lo < -size or hi is None or hi >= size:
+            raise_where(ufunc("bitwise_or", ufunc("less", v, -size),
+                              ufunc("greater_equal", v, size)), IndexError,
+                        f"index out of bounds for axis {axis} with size {size}")
+    return items
+
+
+def _is_index(v: Sym, c: int, size: int) -> Any:
+    """Whether per-sample index ``v`` selects position ``c`` of an axis of ``size``."""
+    hit = ufunc("equal", v, c)
+    lo = lower(v.node)
+    if lo is None or lo < 0:
+        hit = ufunc("bitwise_or", hit, ufunc("equal", v, c - size))
+    return hit
+
+
+def _take_drawn(n: Node, key: tuple) -> Node:
+    """``a[..., idx]`` with a per-sample index (``img[..., perm]`` with ``perm`` drawn) on the
+    last axis, of constant length: each position a select among that axis' elements."""
+    rest = _getitem(n, key[:-1] + (slice(None),) * (1 if Ellipsis in key else 0)) \
+        if len(key) > 1 else n
+    if Ellipsis not in key and len(key) != n.ndim:
+        raise TraceError("indexing with a per-sample value other than on the last axis")
+    axis = rest.ndim - 1
+    size = rest.shape[axis]
+    items = _drawn_indices(key[-1], size, n.ndim - 1)
+    parts = [Sym(_new("take", (rest, c), (axis,), rest.dtype, rest.shape[:axis]))
+             for c in range(size)]
+    picked = []
+    for v in items:
+        out = parts[size - 1]
+        for c in range(size - 2, -1, -1):
+            out = _where(_is_index(v, c, size), parts[c], out)
+        picked.append(Sym(cast_node(out.node, rest.dtype)))
+    if key[-1].ndim == 0:
+        return picked[0].node
+    return _np_stack(picked, axis=-1).node
 
 
 def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
@@ -778,6 +869,7 @@ def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
     return _from_sequence(obj, dtype)
 
 
+@implements("np.asarray")
 def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> Any:
     """``np.asarray`` / ``np.asanyarray`` in a traced function: the same array where its dtype
     already fits."""

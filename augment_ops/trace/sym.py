@@ -372,6 +372,8 @@ class Sym:
     # -- arithmetic
     def _bin(name: str, reflected: bool = False) -> Callable[..., Any]:
         def f(self: Sym, other: Any) -> Any:
+            if isinstance(other, (list, tuple)):  # numpy makes an array of a sequence
+                other = HANDLERS["np.asarray"](other)
             if not isinstance(other, (Sym, int, float, bool, np.ndarray, np.generic)):
                 return NotImplemented
             self._checked()

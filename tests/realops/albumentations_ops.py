@@ -275,9 +275,9 @@ EXPECT: dict[str, str] = {
     "alb_transpose": "lowers",
     "alb_random_rotate90": "lowers",
     "alb_random_crop": r"refuses: ValueError: We should have x_min < x_max",
-    "alb_channel_dropout": r"refuses: rng\.choice\(size=\.\.\.\) \(only scalar draws",
-    "alb_channel_shuffle": r"refuses: rng\.shuffle",
-    "alb_fancy_pca": r"refuses: rng\.normal\(size=\.\.\.\) \(only scalar draws",
+    "alb_channel_dropout": "lowers",
+    "alb_channel_shuffle": r"refuses: .*mixChannels",
+    "alb_fancy_pca": r"refuses: .*LUT",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
