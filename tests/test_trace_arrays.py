@@ -355,3 +355,46 @@ def u_channel_by_height(img):
 def test_per_sample_index_out_of_range_raises_as_numpy(tmp_path):
     _check_same_error(tmp_path, u_channel_by_height, [(2, 3), (4, 4), (5, 3)], 2, OpError,
                       r"IndexError: index (3 is )?out of bounds for axis 2 with size 3")
+
+
+# -- powers -------------------------------------------------------------------------------------
+def u_int_powers(img, k: int = 3):
+    x = img.astype(np.int32)
+    return (x ** k + np.power(img, 2) + img ** 0 + (img // 64) ** 5).astype(np.int32)
+
+
+def u_wrapping_power(img):
+    return img ** 7  # uint8: wraps around as numpy's does
+
+
+def u_float_powers(img):
+    x = img.astype(np.float32) / 7 - 3
+    y = x ** 2 + x ** 1 + x ** 0 + (x + 0.5) ** -1 + np.power(x, 2.0)
+    return np.clip(y, -1000, 1000).astype(np.float32)
+
+
+def u_size_powers(img):
+    h, w = img.shape[:2]
+    return img[: h ** 2 // 4 + 1, : (w ** 3) % 5 + 1]
+
+
+@pytest.mark.parametrize("func", [u_int_powers, u_wrapping_power, u_float_powers,
+                                  u_size_powers])
+def test_powers_equal_numpy(func):
+    _check(func)
+
+
+def test_powers_that_are_not_exact_are_refused():
+    def cube(img):
+        return (img.astype(np.float32) ** 3).astype(np.uint8)
+
+    def gamma(img, rng):
+        table = (np.arange(256) / 255) ** rng.uniform(0.8, 1.2)
+        return (table * 255).astype(np.uint8)
+
+    def negative(img):
+        return img.astype(np.int64) ** -1
+
+    _refused(cube, r"\*\* with exponent 3 on float32 values \(numpy calls the C library's pow")
+    _refused(gamma, r"np\.power \(\*\*\) with a per-sample exponent", random=True)
+    _refused(negative, r"ValueError: Integers to negative integer powers are not allowed")

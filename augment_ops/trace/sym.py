@@ -247,6 +247,63 @@ def _shift(name: str, a: Any, b: Any) -> Any:
     return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
 
 
+def power(base: Any, exponent: Any, what: str) -> Any:
+    """``base ** exponent`` / ``np.power`` with numpy's result dtype, where exact: an integer
+    result by a constant exponent >= 0 as repeated multiplication (which wraps around as
+    numpy's does), a floating-point one by the exponents numpy's C library ``pow`` computes
+    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation)."""
+    if isinstance(exponent, Sym) and _is_const(exponent.node):
+        exponent = exponent.node.value
+    if isinstance(exponent, Sym):
+        raise TraceError(f"{what} with a per-sample exponent (numpy calls the C library's pow, "
+                         "which DALI does not reproduce bit for bit; a drawn exponent of a "
+                         "lookup table, np.arange(256) ** gamma, needs a per-sample table)")
+    if not isinstance(base, Sym):
+        raise TraceError(f"{what} of a constant by a per-sample exponent")
+    if np.ndim(exponent) != 0 or not isinstance(exponent, (int, float, bool, np.generic,
+                                                           np.ndarray)):
+        raise TraceError(f"{what} with an array exponent (only one constant is lowered)")
+    python = _is_weak(base) and _is_weak(exponent)
+    with np.errstate(all="ignore"):  # numpy's own errors (a negative integer power) propagate
+        res = (_rep(base) ** exponent if python else
+               np.power(np.ones(1, base.dtype) if base.ndim else _rep(base), exponent))
+    rdt = _weak_dtype(res) if python else np.result_type(res)
+    x = Sym(cast_node(base.node, rdt, python))
+    e = float(exponent)
+    if rdt.kind in "iu" and e == int(e) and e >= 0:
+        k = int(e)
+        if k == 0:
+            return _ones_of(x, 1 if python else rdt.type(1))
+        out, sq = None, x
+        while k:  # binary powering: the product's order does not matter modulo 2**bits
+            if k & 1:
+                out = sq if out is None else ufunc("multiply", out, sq)
+            k >>= 1
+            if k:
+                sq = ufunc("multiply", sq, sq)
+        return out
+    if rdt.kind == "f":
+        one = 1.0 if python else rdt.type(1)
+        if e == 0:
+            return _ones_of(x, one)
+        if e == 1:
+            return x
+        if e == 2:
+            return ufunc("multiply", x, x)
+        if e == -1:
+            return ufunc("divide", one, x)
+    raise TraceError(f"{what} with exponent {exponent!r} on {rdt} values (numpy calls the C "
+                     "library's pow, which DALI does not reproduce bit for bit; exponents 0, "
+                     "1, 2 and -1, and integer powers of integers, are lowered)")
+
+
+def _ones_of(x: Sym, one: Any) -> Any:
+    """Ones of ``x``'s shape and dtype (``x ** 0`` is 1 for every value, NaN included)."""
+    if x.ndim == 0:
+        return Sym(cast_node(const(np.array(one)), x.dtype, x.node.weak))
+    return HANDLERS["full_like"](x, one)
+
+
 # -- the symbolic array/scalar -----------------------------------------------------------------
 #: Graph builders by name: numpy functions (``Sym.__array_function__`` looks a function up by its
 #: ``__name__``) and the array operations Sym's methods delegate (``"Sym.getitem"``,
@@ -405,9 +462,10 @@ class Sym:
         return HANDLERS["matmul"](self, b)
 
     def __pow__(self, other: Any) -> Any:
-        if isinstance(other, int) and other == 2:
-            return ufunc("multiply", self, self)
-        raise TraceError("the power operator (**) other than x ** 2")
+        return power(self, other, "**")
+
+    def __rpow__(self, other: Any) -> Any:
+        return power(other, self, "**")
 
     def __neg__(self) -> Any:
         return ufunc("negative", self)
@@ -477,6 +535,12 @@ class Sym:
                 x._checked()
         if name == "matmul":
             return HANDLERS["matmul"](*inputs)
+        if name in ("power", "float_power") and len(inputs) == 2:
+            if name == "float_power":
+                inputs = tuple(Sym(cast_node(x.node, np.float64)) if isinstance(x, Sym)
+                               else np.float64(x) for x in inputs)
+            return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
+                         f"np.{name}")
         if name in ("logical_and", "logical_or", "logical_xor"):
             inputs = tuple(ufunc("not_equal", x, 0) if _dtype_kind(x) != "b" else x
                            for x in inputs)
