@@ -398,3 +398,43 @@ def test_powers_that_are_not_exact_are_refused():
     _refused(cube, r"\*\* with exponent 3 on float32 values \(numpy calls the C library's pow")
     _refused(gamma, r"np\.power \(\*\*\) with a per-sample exponent", random=True)
     _refused(negative, r"ValueError: Integers to negative integer powers are not allowed")
+
+
+# -- np.pad -------------------------------------------------------------------------------------
+def u_pad_constant(img):
+    return np.pad(img, ((2, 1), (0, 3), (0, 0)), constant_values=7)
+
+
+def u_pad_pairs(img):
+    x = img.astype(np.int16)
+    return np.pad(x, ((1, 2), (2, 1), (0, 0)), mode="constant",
+                  constant_values=((-1, -2), (-300, 400), (0, 0)))
+
+
+def u_pad_edge(img):
+    return np.pad(img, 2, mode="edge")
+
+
+def u_pad_gray(img):
+    return np.pad(img[..., 1], (3, 1), constant_values=255)
+
+
+@pytest.mark.parametrize("func", [u_pad_constant, u_pad_pairs, u_pad_edge, u_pad_gray])
+def test_pad_equals_numpy(func):
+    _check(func)
+
+
+def test_pad_modes_not_exact_are_refused():
+    def reflect(img):
+        return np.pad(img, ((2, 2), (2, 2), (0, 0)), mode="reflect")
+
+    def negative(img):
+        return np.pad(img, -1)
+
+    def drawn(img, rng):
+        k = rng.integers(1, 4)
+        return np.pad(img, ((k, k), (0, 0), (0, 0)))
+
+    _refused(reflect, r"np\.pad\(mode='reflect'\)")
+    _refused(negative, r"ValueError: index can't contain negative values")
+    _refused(drawn, r"np\.pad with per-sample widths", random=True)

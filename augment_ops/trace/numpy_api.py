@@ -748,6 +748,66 @@ def _np_full_like(a: Any, fill_value: Any, dtype: Any = None) -> Sym:
     return Sym(_new("full", (a._checked(), vn), (), dt, a.node.shape))
 
 
+#: The most rows (columns, ...) np.pad may add on one side of an axis: each is a copy of one
+#: block in a DALI concatenation.
+MAX_PAD = 256
+
+
+def _np_pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> Sym:
+    """``np.pad`` with constant widths, modes ``"constant"`` and ``"edge"``: each side of each
+    axis a concatenation of copies of one block (a constant slab, or the first or last slab of
+    the array), axis after axis as numpy pads them (the corners take the later axes' values)."""
+    if not isinstance(array, Sym):
+        raise TraceError("np.pad of a constant")
+    if _holds_sym(pad_width) or isinstance(pad_width, Sym):
+        raise TraceError("np.pad with per-sample widths (only constant widths are lowered)")
+    if mode not in ("constant", "edge"):
+        raise TraceError(f"np.pad(mode={mode!r}) (modes 'constant' and 'edge' are lowered; "
+                         "'reflect' and 'symmetric' repeat rows that a small image may not have)")
+    allowed = {"constant_values"} if mode == "constant" else set()
+    if set(kwargs) - allowed:
+        raise ValueError(f"unsupported keyword arguments for mode '{mode}': "
+                         f"{set(kwargs) - allowed}")
+    node = array._checked()
+    widths = np.asarray(pad_width)
+    if widths.dtype.kind not in "iu":
+        raise TypeError("`pad_width` must be of integral type.")
+    widths = np.broadcast_to(widths, (node.ndim, 2))
+    if (widths < 0).any():
+        raise ValueError("index can't contain negative values")
+    if (widths > MAX_PAD).any():
+        raise TraceError(f"np.pad by more than {MAX_PAD} on a side")
+    values = kwargs.get("constant_values", 0)
+    if _holds_sym(values) or (isinstance(values, Sym) and values.ndim):
+        raise TraceError("np.pad with per-sample constant_values other than one scalar")
+    if not isinstance(values, Sym):
+        values = np.broadcast_to(np.asarray(values), (node.ndim, 2))
+    for ax in range(node.ndim):
+        before, after = (int(v) for v in widths[ax])
+        if not before and not after:
+            continue
+        dim = node.shape[ax]
+        if (isinstance(dim, int) and dim == 0) or (isinstance(dim, Node) and (
+                lower(dim) is None or lower(dim) < 1)):
+            raise TraceError("np.pad of an axis that may be empty")
+        pieces: list[Node] = []
+        for side, count in (("before", before), ("after", after)):
+            if not count:
+                continue
+            if mode == "edge":
+                at = 0 if side == "before" else _dop("subtract", dim, 1)
+                block = _slice(node, [(ax, at, _dop("add", at, 1))])
+            else:
+                v = values if isinstance(values, Sym) else values[ax][0 if side == "before"
+                                                                      else 1]
+                block = _np_full_like(Sym(_slice(node, [(ax, 0, 1)])), v).node
+            pieces.append(block)
+        blocks_before = [pieces[0]] * before if before else []
+        blocks_after = [pieces[-1]] * after if after else []
+        node = _concat([*blocks_before, node, *blocks_after], ax)
+    return Sym(node)
+
+
 def _np_round(a: Any, decimals: int = 0, out: Any = None) -> Any:
     if decimals != 0 or out is not None:
         raise TraceError("np.round with decimals or out")
@@ -789,6 +849,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "ones_like": lambda a, dtype=None: _np_full_like(a, 1, dtype),
     # numpy leaves an empty array's values unspecified; the traced one holds zeros.
     "empty_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
+    "pad": _np_pad,
     "round": _np_round,
     "around": _np_round,
     "sum": _method("sum"),
