@@ -438,3 +438,35 @@ def test_pad_modes_not_exact_are_refused():
     _refused(reflect, r"np\.pad\(mode='reflect'\)")
     _refused(negative, r"ValueError: index can't contain negative values")
     _refused(drawn, r"np\.pad with per-sample widths", random=True)
+
+
+# -- constant vectors on the channel axis --------------------------------------------------------
+MEAN = np.array([123.675, 116.28, 103.53], np.float32)
+STD = np.array([58.395, 57.12, 57.375], np.float32)
+MEAN.setflags(write=False)
+STD.setflags(write=False)
+
+
+def u_normalize(img):
+    # albumentations' Normalize: (img - mean * max) / (std * max), float32
+    x = img.astype(np.float32)
+    x -= MEAN
+    x /= STD
+    return x
+
+
+def u_normalize_expr(img, mean: tuple = (0.485, 0.456, 0.406), std: tuple = (0.229, 0.224, 0.225)):
+    mean = np.array(mean, dtype=np.float32) * 255.0
+    denominator = np.reciprocal(np.array(std, dtype=np.float32) * 255.0)
+    return ((img.astype(np.float32) - mean) * denominator).astype(np.float32)
+
+
+def u_drawn_colour_matrix(img, rng):
+    w = rng.integers(0, 3, size=3)  # integer products: exact in any order
+    return np.clip(img @ w // 3, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("func,random", [(u_normalize, False), (u_normalize_expr, False),
+                                         (u_drawn_colour_matrix, True)])
+def test_channel_vectors_equal_numpy(func, random):
+    _check(func, random=random)

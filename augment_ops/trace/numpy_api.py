@@ -634,6 +634,8 @@ def _matmul(a: Any, b: Any) -> Sym:
     sum in another order or fuse multiply-adds: the two then differ by a few units in the last
     place (README, "What traces"); integer products wrap around identically in any order."""
     what = "matrix products other than image @ constant vector or (channels, k) matrix"
+    if isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1:
+        return _matmul_drawn(a, b)
     if not isinstance(a, Sym) or isinstance(b, Sym):
         raise TraceError(what)
     w = np.asarray(b)
@@ -661,6 +663,30 @@ def _matmul(a: Any, b: Any) -> Sym:
     if w.ndim == 1:
         return weighted(wc)
     return _np_stack([weighted(wc[:, k]) for k in range(wc.shape[1])], axis=-1)
+
+
+def _matmul_drawn(a: Sym, b: Sym) -> Sym:
+    """``image @ v`` with a per-sample vector ``v`` of constant length (drawn weights): the
+    weighted sum of the channels written out, as :func:`_matmul` does for a constant one."""
+    n, w = a._checked(), b._checked()
+    size = w.shape[0]
+    if a.ndim < 1 or not isinstance(size, int) or n.shape[-1] != size:
+        raise TraceError("a matrix product with a per-sample vector other than image @ v with "
+                         "v as long as the channel axis")
+    if size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms per pixel")
+    rdt = np.result_type(a.dtype, b.dtype)
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
+    x, v = cast_node(n, rdt), cast_node(w, rdt)
+    ax = a.ndim - 1
+    acc = None
+    for i in range(size):
+        xi = Sym(_new("take", (x, i), (ax,), rdt, x.shape[:-1]))
+        vi = Sym(_new("take", (v, i), (0,), rdt, ()))
+        part = ufunc("multiply", xi, vi)
+        acc = part if acc is None else ufunc("add", acc, part)
+    return Sym(cast_node(acc.node, rdt))
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:

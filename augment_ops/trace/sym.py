@@ -496,13 +496,20 @@ class Sym:
             if not self._writable:
                 raise TraceError(f"in-place {name} on the input image or a view of it "
                                  "(numpy refuses: the input is read-only; use img.copy())")
+            # numpy's casting rule for the result into self's dtype, on one element of each.
+            rep = other.dtype.type(1) if isinstance(other, np.ndarray) and other.ndim else \
+                _rep(other)
             try:
                 with np.errstate(all="ignore"):
-                    getattr(np, name)(np.ones(1, self.dtype), _rep(other),
-                                      out=np.ones(1, self.dtype))
+                    getattr(np, name)(np.ones(1, self.dtype), rep, out=np.ones(1, self.dtype))
             except Exception as e:
                 raise TraceError(f"in-place np.{name} that numpy refuses ({e})") from None
             res = ufunc(name, self, other)
+            for d, e in zip(res.node.shape, self.node.shape, strict=False):
+                if not (d is e or (isinstance(d, int) and isinstance(e, int) and d == e)
+                        or _same(d, e)) or res.ndim != self.ndim:
+                    raise TraceError(f"in-place np.{name} whose result may be larger than the "
+                                     "array (numpy refuses: non-broadcastable output operand)")
             self._write(cast_node(res.node, self.dtype))
             return self
         return f
