@@ -1007,8 +1007,29 @@ def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: An
     return out
 
 
+def _new_array(name: str) -> Callable[..., Any]:
+    """``np.zeros`` / ``ones`` / ``empty`` / ``full`` in a traced function: numpy's own for a
+    constant shape; a per-sample shape (``np.zeros((h + 2 * p, w + 2 * p, c))``) is refused
+    with the rewrites that trace."""
+    real = getattr(np, name)
+
+    def build(shape: Any, *args: Any, **kwargs: Any) -> Any:
+        if _holds_sym(shape) or isinstance(shape, Sym) or builtins.any(
+                _holds_sym(v) or isinstance(v, Sym) for v in (*args, *kwargs.values())
+                if name != "full"):
+            raise TraceError(f"np.{name} of a per-sample shape (write it from the image: "
+                             "np.zeros_like(img), np.full_like, np.pad(img, ...) or "
+                             "np.concatenate of pieces)")
+        return real(shape, *args, **kwargs)
+    return build
+
+
 #: The builders the traced function's ``np`` returns instead of numpy's own functions.
 CREATION: dict[str, Callable[..., Any]] = {
+    "zeros": _new_array("zeros"),
+    "ones": _new_array("ones"),
+    "empty": _new_array("empty"),
+    "full": _new_array("full"),
     "array": np_array,
     "asarray": np_asarray,
     "asanyarray": np_asarray,
