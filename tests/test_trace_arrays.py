@@ -489,3 +489,29 @@ def test_new_array_of_a_per_sample_shape_is_refused_with_rewrites():
 
 def u_constant_shape_zeros(img):
     return img + np.ones((1, 1, 3), np.uint8) + np.full(3, 2, np.uint8)
+
+
+def u_array_of_python_ints(img, rng):
+    vals = np.array([int(rng.integers(0, 256)), 3, int(rng.uniform(0, 255.9))], np.uint8)
+    return img // 2 + vals // 2
+
+
+@unregistered()
+def u_array_of_sizes(img):
+    return img + np.array([img.shape[0] * 100, 0, 1], np.uint8)  # 300 for 3 rows
+
+
+def test_array_of_python_ints_converts_as_numpy(tmp_path):
+    _check(u_array_of_python_ints, random=True)
+    _check_same_error(tmp_path, u_array_of_sizes, [(2, 3), (2, 4), (3, 3)], 2, OpError,
+                      "raised OverflowError: Python integer (300 )?out of bounds for uint8")
+
+
+def u_drawn_single_channel(img, rng):
+    out = img.copy()
+    out[1:, :, rng.integers(-3, 3)] = 9
+    return out
+
+
+def test_fill_of_one_drawn_channel_equals_numpy():
+    _check(u_drawn_single_channel, random=True)

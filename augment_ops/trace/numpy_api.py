@@ -924,8 +924,14 @@ def _from_sequence(seq: Sequence[Any], dtype: Any) -> Sym:
     shapes = {tuple(_shape_key(d) for d in _node_or_const(v).shape) for v in items}
     if len(shapes) != 1:
         raise TraceError("np.array of traced values of different shapes")
-    nodes = [_to_node(v, rdt) if isinstance(v, Sym) else const(np.asarray(v).astype(rdt))
-             for v in items]
+    nodes = []
+    for v in items:
+        if isinstance(v, Sym):
+            if v.node.weak and rdt.kind in "iu" and v.dtype.kind in "iuf":
+                _python_int_checks(v, rdt)  # np.array([300], np.uint8) raises as a store does
+            nodes.append(_to_node(v, rdt))
+        else:
+            nodes.append(const(np.array(v, dtype=rdt)))  # numpy's own conversion and errors
     shape = (len(nodes), *nodes[0].shape)
     return Sym(_new("stack", tuple(nodes), (0,), rdt, shape))
 
