@@ -515,3 +515,18 @@ def u_drawn_single_channel(img, rng):
 
 def test_fill_of_one_drawn_channel_equals_numpy():
     _check(u_drawn_single_channel, random=True)
+
+
+EIGEN = np.array([[3, -1, 0], [2, 2, -4], [1, 0, 5]], np.int64)
+EIGEN.setflags(write=False)
+
+
+def u_lighting_ints(img, rng):
+    # detectron2's RandomLighting with integer eigenvectors (integer products: exact)
+    alpha = rng.integers(-3, 4, size=3)
+    shift = np.dot(EIGEN, alpha * np.array([2, 1, 1])) + EIGEN[0] @ alpha
+    return np.clip(img.astype(np.int64) + shift, 0, 255).astype(np.uint8)
+
+
+def test_constant_matrix_times_drawn_vector_equals_numpy():
+    _check(u_lighting_ints, random=True)

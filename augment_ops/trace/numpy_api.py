@@ -636,6 +636,9 @@ def _matmul(a: Any, b: Any) -> Sym:
     what = "matrix products other than image @ constant vector or (channels, k) matrix"
     if isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1:
         return _matmul_drawn(a, b)
+    if not isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1 and \
+            np.ndim(a) in (1, 2) and not _holds_sym(a):
+        return _constant_times_vector(np.asarray(a), b)
     if not isinstance(a, Sym) or isinstance(b, Sym):
         raise TraceError(what)
     w = np.asarray(b)
@@ -687,6 +690,34 @@ def _matmul_drawn(a: Sym, b: Sym) -> Sym:
         part = ufunc("multiply", xi, vi)
         acc = part if acc is None else ufunc("add", acc, part)
     return Sym(cast_node(acc.node, rdt))
+
+
+def _constant_times_vector(m: np.ndarray, v: Sym) -> Sym:
+    """``m @ v`` for a constant matrix (K, C) or vector (C,) and a per-sample vector ``v`` of
+    constant length C (``eigenvectors @ (alpha * eigenvalues)``): each entry the sum written
+    out, ``(m0*v0 + m1*v1) + m2*v2 ...`` (numpy's float product may sum in its BLAS's order)."""
+    w = v._checked()
+    size = w.shape[0]
+    if not isinstance(size, int) or m.shape[-1] != size:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {size} is different from {m.shape[-1]})")
+    if m.size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms")
+    rdt = np.result_type(m.dtype, v.dtype)
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
+    vs = [Sym(_new("take", (cast_node(w, rdt), i), (0,), rdt, ())) for i in range(size)]
+    rows = m.astype(rdt).reshape(-1, size)
+    out = []
+    for row in rows:
+        acc = None
+        for mi, vi in zip(row, vs, strict=True):
+            part = ufunc("multiply", vi, mi)
+            acc = part if acc is None else ufunc("add", acc, part)
+        out.append(Sym(cast_node(acc.node, rdt)))
+    if m.ndim == 1:
+        return out[0]
+    return Sym(_new("stack", tuple(o.node for o in out), (0,), rdt, (len(out),)))
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:
