@@ -40,7 +40,8 @@ GROUPS: list[tuple[str, str]] = [
      r"^(AssertionError|ValueError): "),
     ("region assignment of a per-channel list or array", r"an assignment numpy refuses"),
     ("ndarray.size / ndarray.flags", r"ndarray\.(size|flags)"),
-    ("a new array of a per-sample shape (np.zeros((h + 2p, ...)))", r"needs a concrete int"),
+    ("a new array of a per-sample shape (np.zeros((h + 2p, ...)))",
+     r"needs a concrete int|np\.(zeros|ones|empty|full) of a per-sample shape"),
     ("np.empty_like", r"np\.empty_like"),
     ("np.pad", r"np\.pad\b"),
 ]

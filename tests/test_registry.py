@@ -237,7 +237,7 @@ def test_implement_adds_path(cleanup):
 
     @augment_op
     def t_impl(img):
-        return np.asarray(img).copy()  # np.asarray takes no proxy: the tracer cannot lower it
+        return np.array(img.tolist(), np.uint8)  # tolist(): the tracer cannot lower it
 
     assert t_impl.paths == ("numpy",)
     assert augment_ops.available_paths(t_impl) == ("numpy",)
@@ -260,7 +260,7 @@ def test_native_refused_for_random_op(cleanup):
 
     @augment_op
     def t_rand_native(img, rng):
-        return np.asarray(img)  # untraceable, so no traced native path either
+        return np.array(img.tolist(), np.uint8)  # untraceable, so no traced native path either
 
     with pytest.raises(OpRegistrationError,
                        match=r"'t_rand_native' is random; a hand-written native lowering"):

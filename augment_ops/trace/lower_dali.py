@@ -64,26 +64,36 @@ class SampleScalars:
         memo: dict[int, np.ndarray] = {}
 
         def ev(n: Node | int) -> Any:
+            """``n`` for every sample: an array of shape ``(count, *n.shape)`` (a vector of
+            draws, ``rng.uniform(size=3)``, has a constant shape)."""
             if not isinstance(n, Node):
-                return np.int64(n)
+                return np.full(count, n, np.int64)
             got = memo.get(id(n))
             if got is not None:
                 return got
+
+            def arg(a: Node) -> np.ndarray:  # aligned with n's axes, after the sample axis
+                v = ev(a)
+                return v.reshape((count,) + (1,) * (n.ndim - a.ndim) + v.shape[1:])
             if n.op == "const":
-                got = n.value
+                got = np.broadcast_to(n.value, (count, *n.value.shape))
             elif n.op == "uniform":
                 got = self.uniform(index, epoch, n.attrs[0])
             elif n.op == "cast":
                 got = np.asarray(ev(n.args[0])).astype(n.dtype)
             elif n.op == "bin":
-                got = getattr(np, n.attrs[0])(ev(n.args[0]), ev(n.args[1]))
+                got = getattr(np, n.attrs[0])(arg(n.args[0]), arg(n.args[1]))
             elif n.op == "un":
                 got = getattr(np, n.attrs[0])(ev(n.args[0]))
             elif n.op == "where":
-                got = np.where(*(ev(a) for a in n.args))
+                got = np.where(*(arg(a) for a in n.args))
+            elif n.op == "stack":
+                got = np.stack([ev(a) for a in n.args], axis=1 + n.attrs[0])
+            elif n.op == "take" and isinstance(n.args[1], int):
+                got = np.take(ev(n.args[0]), n.args[1], axis=1 + n.attrs[0])
             else:
                 raise ValueError(f"not a scalar of the draws alone: {n}")
-            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count,))
+            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count, *n.shape))
             memo[id(n)] = got
             return got
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _at_most, _nonneg, _same
+from augment_ops.trace.facts import _at_most, _nonneg, _same, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import (
     Sym,
@@ -45,7 +45,160 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
         v = np.asarray(value) if not isinstance(value, Sym) else value
         a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
         return
-    a._write(_fill_region(n, key, value))
+    whole = _assign_whole(n, key, value)
+    if whole is not None:
+        a._write(whole)
+        return
+    full = _full_key(key, n.ndim)
+    if n.ndim == 3 and isinstance(full[2], (list, tuple)) and _holds_sym(full[2]):
+        full = (*full[:2], np_array(full[2]))  # a list of per-sample channels
+    if n.ndim == 3 and isinstance(full[2], Sym) and full[2].dtype.kind in "iu":
+        a._write(_fill_drawn_channels(n, full, value))
+        return
+    elements = _value_elements(value)
+    channels = _channel_list(n, key)
+    if elements is None and channels is None:
+        a._write(_fill_region(n, key, value))
+        return
+    a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _value_elements(value: Any) -> list[Any] | None:
+    """The values along the last axis of a per-channel fill ``value`` (a list, tuple, array or
+    traced vector, its leading axes of length 1 dropped as numpy broadcasts them); None for a
+    scalar."""
+    if isinstance(value, Sym):
+        node = value._checked()
+        if node.ndim == 0:
+            return None
+        if builtins.any(not isinstance(d, int) for d in node.shape):
+            raise TraceError("assigning an array of per-sample shape into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        if builtins.any(d != 1 for d in node.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {node.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        for _ in range(node.ndim - 1):
+            node = _new("take", (node, 0), (0,), node.dtype, node.shape[1:])
+        return [Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    if isinstance(value, (list, tuple)):
+        items: list[Any] = list(value)
+        while len(items) == 1 and isinstance(items[0], (list, tuple)):
+            items = list(items[0])
+        if builtins.any(isinstance(v, (list, tuple)) or (isinstance(v, (Sym, np.ndarray))
+                                                          and np.ndim(v) != 0) for v in items):
+            raise TraceError("assigning a nested sequence into a region (only a scalar or "
+                             "per-channel fill is lowered)")
+        return items
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        if builtins.any(d != 1 for d in value.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {value.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        return list(value.reshape(-1))
+    return None
+
+
+def _channel_list(n: Node, key: Any) -> list[int] | None:
+    """The channels ``a[..., chans] = v`` writes when ``chans`` is a list of ints; None for an
+    int or slice (a fill of one range)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not builtins.any(isinstance(k, (list, tuple, np.ndarray)) for k in key):
+        return None
+    key = _full_key(key, n.ndim)
+    if n.ndim != 3 or len(key) != 3 or builtins.any(
+            isinstance(k, (list, tuple, np.ndarray)) for k in key[:2]):
+        raise TraceError("an assignment with a list of indices other than on the channel axis")
+    c = n.shape[2]
+    arr = np.asarray(key[2])
+    if not isinstance(c, int) or arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TraceError("an assignment with a channel index other than an int, a slice or a "
+                         "list of ints")
+    bad = [int(i) for i in arr if not -c <= int(i) < c]
+    if bad:
+        raise IndexError(f"index {bad[0]} is out of bounds for axis 2 with size {c}")
+    return [int(i) % c for i in arr]
+
+
+def _fill_channels(n: Node, key: Any, values: list[Any], channels: list[int] | None) -> Node:
+    """``a[y0:y1, x0:x1, chans] = values``: one fill per channel written, each with its value as
+    numpy converts it (a Python int out of the dtype's range is refused as numpy refuses it)."""
+    if n.ndim != 3:
+        raise TraceError("assigning a row of values into a region of a 2-D array (only a "
+                         "scalar fill is lowered there)")
+    key = _full_key(key, n.ndim)
+    c = n.shape[2]
+    if channels is None:
+        ck = key[2]
+        if not isinstance(c, int):
+            raise TraceError("a per-channel fill of an array whose channel count is per-sample")
+        if isinstance(ck, (int, np.integer)) and not isinstance(ck, bool):
+            channels = [int(ck) % c]
+        elif isinstance(ck, slice) and not builtins.any(
+                isinstance(b, Sym) for b in (ck.start, ck.stop, ck.step)):
+            channels = list(range(c))[ck]
+        else:
+            raise TraceError("a per-channel fill with a channel index other than an int, a "
+                             "constant slice or a list of ints")
+    if len(values) not in (1, len(channels)):
+        raise ValueError(f"could not broadcast input array from shape ({len(values)},) into "
+                         f"shape (..., {len(channels)})")
+    if len(values) == 1:
+        values = values * len(channels)
+    # numpy converts every value before it writes any.
+    converted = [_setitem_value(n.dtype, v) for v in values]
+    out = n
+    for ch, v in zip(channels, converted, strict=True):
+        out = _fill_region(out, (key[0], key[1], ch), v)
+    return out
+
+
+def _fill_drawn_channels(n: Node, key: tuple, value: Any) -> Node:
+    """``a[y0:y1, x0:x1, idx] = v`` with per-sample channel indices ``idx`` (drawn): each
+    channel is filled over rows ``y0:y1`` where ``idx`` names it, over no rows where not."""
+    elements = _value_elements(value)
+    if elements is not None and len(elements) != 1:
+        raise TraceError("a fill of per-sample channels with more than one value")
+    v = _setitem_value(n.dtype, elements[0] if elements is not None else value)
+    size = n.shape[2]
+    items = _drawn_indices(key[2], size, 2)
+    if not isinstance(key[0], slice) or not isinstance(key[1], slice):
+        raise TraceError("an assignment other than out[y0:y1, x0:x1, channels] = scalar")
+    lo, hi, _ = _normalize_slice(slice(key[0].start, key[0].stop, key[0].step or 1),
+                                 n.shape[0])
+    out = n
+    for c in range(size):
+        hit = None
+        for item in items:
+            h = _is_index(item, c, size)
+            hit = h if hit is None else ufunc("bitwise_or", hit, h)
+        rows = slice(_dim_sym(lo), _dim_sym(_dwhere(hit, hi, lo)))
+        out = _fill_region(out, (rows, key[1], c), v)
+    return out
+
+
+def _full_key(key: Any, ndim: int) -> tuple:
+    """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def _assign_whole(n: Node, key: Any, value: Any) -> Node | None:
+    """``a[:] = b`` / ``a[...] = b`` with a traced ``b`` of ``a``'s shape: ``b`` converted to
+    ``a``'s dtype (numpy's unsafe cast) replaces ``a``; None for other assignments."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not isinstance(value, Sym) or value.ndim != n.ndim or n.ndim == 0:
+        return None
+    if not builtins.all(k is Ellipsis or (isinstance(k, slice) and k == slice(None))
+                        for k in key):
+        return None
+    v = value._checked()
+    for dv, dn in zip(v.shape, n.shape, strict=True):
+        if not (dv is dn or (isinstance(dv, int) and isinstance(dn, int) and dv == dn)
+                or (isinstance(dv, Node) and isinstance(dn, Node) and _same(dv, dn))):
+            return None
+    return cast_node(v, n.dtype)
 
 
 def _mask_of(key: Sym, n: Node) -> Sym:
@@ -115,6 +268,10 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
 @implements("Sym.getitem")
 def _getitem(n: Node, key: Any) -> Node:
     key = key if isinstance(key, tuple) else (key,)
+    if key and isinstance(key[-1], (list, tuple)) and _holds_sym(key[-1]):
+        key = (*key[:-1], np_array(key[-1]))  # a list of per-sample indices
+    if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
+        return _take_drawn(n, key)
     if builtins.sum(k is Ellipsis for k in key) > 1:
         raise TraceError("more than one ... in an index")
     explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -191,6 +348,63 @@ def _getitem(n: Node, key: Any) -> Node:
     return out
 
 
+#: The longest axis a per-sample index may select from (one select per element and position).
+MAX_DRAWN_INDEX_AXIS = 16
+
+
+def _drawn_indices(idx: Sym, size: Any, axis: int) -> list[Sym]:
+    """The elements of a per-sample index ``idx`` (a scalar or a vector of constant length) into
+    an axis of constant length ``size``, with numpy's IndexError out of range."""
+    if not isinstance(size, int) or size > MAX_DRAWN_INDEX_AXIS:
+        raise TraceError("indexing with a per-sample value on an axis whose length is "
+                         f"per-sample or over {MAX_DRAWN_INDEX_AXIS} (use a slice x[i:i+1])")
+    node = idx._checked()
+    if node.ndim > 1 or (node.ndim == 1 and not isinstance(node.shape[0], int)):
+        raise TraceError("indexing with a per-sample array other than a vector of constant "
+                         "length")
+    items = [idx] if node.ndim == 0 else [
+        Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    for v in items:
+        lo, hi = lower(v.node), upper(v.node)
+        if lo is None or lo < -size or hi is None or hi >= size:
+            raise_where(ufunc("bitwise_or", ufunc("less", v, -size),
+                              ufunc("greater_equal", v, size)), IndexError,
+                        f"index out of bounds for axis {axis} with size {size}")
+    return items
+
+
+def _is_index(v: Sym, c: int, size: int) -> Any:
+    """Whether per-sample index ``v`` selects position ``c`` of an axis of ``size``."""
+    hit = ufunc("equal", v, c)
+    lo = lower(v.node)
+    if lo is None or lo < 0:
+        hit = ufunc("bitwise_or", hit, ufunc("equal", v, c - size))
+    return hit
+
+
+def _take_drawn(n: Node, key: tuple) -> Node:
+    """``a[..., idx]`` with a per-sample index (``img[..., perm]`` with ``perm`` drawn) on the
+    last axis, of constant length: each position a select among that axis' elements."""
+    rest = _getitem(n, key[:-1] + (slice(None),) * (1 if Ellipsis in key else 0)) \
+        if len(key) > 1 else n
+    if Ellipsis not in key and len(key) != n.ndim:
+        raise TraceError("indexing with a per-sample value other than on the last axis")
+    axis = rest.ndim - 1
+    size = rest.shape[axis]
+    items = _drawn_indices(key[-1], size, n.ndim - 1)
+    parts = [Sym(_new("take", (rest, c), (axis,), rest.dtype, rest.shape[:axis]))
+             for c in range(size)]
+    picked = []
+    for v in items:
+        out = parts[size - 1]
+        for c in range(size - 2, -1, -1):
+            out = _where(_is_index(v, c, size), parts[c], out)
+        picked.append(Sym(cast_node(out.node, rest.dtype)))
+    if key[-1].ndim == 0:
+        return picked[0].node
+    return _np_stack(picked, axis=-1).node
+
+
 def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
     """``n`` restricted to ``lo:hi`` on each listed axis (normalized bounds); one node."""
     args: list[Any] = [n]
@@ -229,6 +443,8 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
     if isinstance(value, Sym):
         if value.ndim != 0:
             raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+        if value.node.weak and dtype.kind in "iu" and value.dtype.kind in "iuf":
+            _python_int_checks(value, dtype)
         return Sym(cast_node(value.node, dtype))
     if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim):
         # numpy broadcasts a sequence over the region (a value per channel); a per-sample
@@ -243,6 +459,24 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
     if np.ndim(value) != 0:
         raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
     return tmp[0]
+
+
+def _python_int_checks(value: Sym, dtype: np.dtype) -> None:
+    """numpy's checks when it stores a Python number (``int()`` of a draw, a size) into an
+    integer array: a float is truncated, NaN raises ValueError, a value outside the dtype's
+    range OverflowError (where numpy would wrap a numpy integer around)."""
+    t = value
+    if value.dtype.kind == "f":
+        raise_where(ufunc("not_equal", value, value), ValueError,
+                    "cannot convert float NaN to integer")
+        t = ufunc("trunc", value)
+    info = np.iinfo(dtype)
+    lo, hi = lower(t.node), upper(t.node)
+    message = f"Python integer out of bounds for {dtype}"
+    if lo is None or lo < int(info.min):
+        raise_where(ufunc("less", t, int(info.min)), OverflowError, message)
+    if hi is None or hi > int(info.max):
+        raise_where(ufunc("greater", t, int(info.max)), OverflowError, message)
 
 
 def _fill_region(n: Node, key: Any, value: Any) -> Node:
@@ -408,6 +642,11 @@ def _matmul(a: Any, b: Any) -> Sym:
     sum in another order or fuse multiply-adds: the two then differ by a few units in the last
     place (README, "What traces"); integer products wrap around identically in any order."""
     what = "matrix products other than image @ constant vector or (channels, k) matrix"
+    if isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1:
+        return _matmul_drawn(a, b)
+    if not isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1 and \
+            np.ndim(a) in (1, 2) and not _holds_sym(a):
+        return _constant_times_vector(np.asarray(a), b)
     if not isinstance(a, Sym) or isinstance(b, Sym):
         raise TraceError(what)
     w = np.asarray(b)
@@ -435,6 +674,58 @@ def _matmul(a: Any, b: Any) -> Sym:
     if w.ndim == 1:
         return weighted(wc)
     return _np_stack([weighted(wc[:, k]) for k in range(wc.shape[1])], axis=-1)
+
+
+def _matmul_drawn(a: Sym, b: Sym) -> Sym:
+    """``image @ v`` with a per-sample vector ``v`` of constant length (drawn weights): the
+    weighted sum of the channels written out, as :func:`_matmul` does for a constant one."""
+    n, w = a._checked(), b._checked()
+    size = w.shape[0]
+    if a.ndim < 1 or not isinstance(size, int) or n.shape[-1] != size:
+        raise TraceError("a matrix product with a per-sample vector other than image @ v with "
+                         "v as long as the channel axis")
+    if size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms per pixel")
+    rdt = np.result_type(a.dtype, b.dtype)
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
+    x, v = cast_node(n, rdt), cast_node(w, rdt)
+    ax = a.ndim - 1
+    acc = None
+    for i in range(size):
+        xi = Sym(_new("take", (x, i), (ax,), rdt, x.shape[:-1]))
+        vi = Sym(_new("take", (v, i), (0,), rdt, ()))
+        part = ufunc("multiply", xi, vi)
+        acc = part if acc is None else ufunc("add", acc, part)
+    return Sym(cast_node(acc.node, rdt))
+
+
+def _constant_times_vector(m: np.ndarray, v: Sym) -> Sym:
+    """``m @ v`` for a constant matrix (K, C) or vector (C,) and a per-sample vector ``v`` of
+    constant length C (``eigenvectors @ (alpha * eigenvalues)``): each entry the sum written
+    out, ``(m0*v0 + m1*v1) + m2*v2 ...`` (numpy's float product may sum in its BLAS's order)."""
+    w = v._checked()
+    size = w.shape[0]
+    if not isinstance(size, int) or m.shape[-1] != size:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+                         f"(size {size} is different from {m.shape[-1]})")
+    if m.size > MAX_PRODUCT_TERMS:
+        raise TraceError(f"a matrix product of more than {MAX_PRODUCT_TERMS} terms")
+    rdt = np.result_type(m.dtype, v.dtype)
+    if rdt.kind not in "iuf":
+        raise TraceError(f"a matrix product of {rdt}")
+    vs = [Sym(_new("take", (cast_node(w, rdt), i), (0,), rdt, ())) for i in range(size)]
+    rows = m.astype(rdt).reshape(-1, size)
+    out = []
+    for row in rows:
+        acc = None
+        for mi, vi in zip(row, vs, strict=True):
+            part = ufunc("multiply", vi, mi)
+            acc = part if acc is None else ufunc("add", acc, part)
+        out.append(Sym(cast_node(acc.node, rdt)))
+    if m.ndim == 1:
+        return out[0]
+    return Sym(_new("stack", tuple(o.node for o in out), (0,), rdt, (len(out),)))
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:
@@ -522,6 +813,66 @@ def _np_full_like(a: Any, fill_value: Any, dtype: Any = None) -> Sym:
     return Sym(_new("full", (a._checked(), vn), (), dt, a.node.shape))
 
 
+#: The most rows (columns, ...) np.pad may add on one side of an axis: each is a copy of one
+#: block in a DALI concatenation.
+MAX_PAD = 256
+
+
+def _np_pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -> Sym:
+    """``np.pad`` with constant widths, modes ``"constant"`` and ``"edge"``: each side of each
+    axis a concatenation of copies of one block (a constant slab, or the first or last slab of
+    the array), axis after axis as numpy pads them (the corners take the later axes' values)."""
+    if not isinstance(array, Sym):
+        raise TraceError("np.pad of a constant")
+    if _holds_sym(pad_width) or isinstance(pad_width, Sym):
+        raise TraceError("np.pad with per-sample widths (only constant widths are lowered)")
+    if mode not in ("constant", "edge"):
+        raise TraceError(f"np.pad(mode={mode!r}) (modes 'constant' and 'edge' are lowered; "
+                         "'reflect' and 'symmetric' repeat rows that a small image may not have)")
+    allowed = {"constant_values"} if mode == "constant" else set()
+    if set(kwargs) - allowed:
+        raise ValueError(f"unsupported keyword arguments for mode '{mode}': "
+                         f"{set(kwargs) - allowed}")
+    node = array._checked()
+    widths = np.asarray(pad_width)
+    if widths.dtype.kind not in "iu":
+        raise TypeError("`pad_width` must be of integral type.")
+    widths = np.broadcast_to(widths, (node.ndim, 2))
+    if (widths < 0).any():
+        raise ValueError("index can't contain negative values")
+    if (widths > MAX_PAD).any():
+        raise TraceError(f"np.pad by more than {MAX_PAD} on a side")
+    values = kwargs.get("constant_values", 0)
+    if _holds_sym(values) or (isinstance(values, Sym) and values.ndim):
+        raise TraceError("np.pad with per-sample constant_values other than one scalar")
+    if not isinstance(values, Sym):
+        values = np.broadcast_to(np.asarray(values), (node.ndim, 2))
+    for ax in range(node.ndim):
+        before, after = (int(v) for v in widths[ax])
+        if not before and not after:
+            continue
+        dim = node.shape[ax]
+        if (isinstance(dim, int) and dim == 0) or (isinstance(dim, Node) and (
+                lower(dim) is None or lower(dim) < 1)):
+            raise TraceError("np.pad of an axis that may be empty")
+        pieces: list[Node] = []
+        for side, count in (("before", before), ("after", after)):
+            if not count:
+                continue
+            if mode == "edge":
+                at = 0 if side == "before" else _dop("subtract", dim, 1)
+                block = _slice(node, [(ax, at, _dop("add", at, 1))])
+            else:
+                v = values if isinstance(values, Sym) else values[ax][0 if side == "before"
+                                                                      else 1]
+                block = _np_full_like(Sym(_slice(node, [(ax, 0, 1)])), v).node
+            pieces.append(block)
+        blocks_before = [pieces[0]] * before if before else []
+        blocks_after = [pieces[-1]] * after if after else []
+        node = _concat([*blocks_before, node, *blocks_after], ax)
+    return Sym(node)
+
+
 def _np_round(a: Any, decimals: int = 0, out: Any = None) -> Any:
     if decimals != 0 or out is not None:
         raise TraceError("np.round with decimals or out")
@@ -561,6 +912,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "full_like": _np_full_like,
     "zeros_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
     "ones_like": lambda a, dtype=None: _np_full_like(a, 1, dtype),
+    # numpy leaves an empty array's values unspecified; the traced one holds zeros.
+    "empty_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),
+    "pad": _np_pad,
     "round": _np_round,
     "around": _np_round,
     "sum": _method("sum"),
@@ -576,3 +930,154 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 for _name, _builder in _FUNCTIONS.items():
     implements(_name)(_builder)
+
+
+# -- array creation from traced values ----------------------------------------------------------
+# np.array, np.asarray, np.ascontiguousarray and np.require do not dispatch through
+# __array_function__ on their argument (only on like=): the traced function's ``np`` hands them
+# to these builders, which keep numpy's rules (a copy or the same array, the dtype numpy would
+# pick for a list of scalars) and call numpy itself when nothing traced is involved.
+def _holds_sym(x: Any) -> bool:
+    if isinstance(x, Sym):
+        return True
+    return isinstance(x, (list, tuple)) and builtins.any(_holds_sym(v) for v in x)
+
+
+def _from_sequence(seq: Sequence[Any], dtype: Any) -> Sym:
+    """``np.array([a, b, ...])`` with traced elements of one shape: numpy's dtype for the list
+    (Python numbers by their kind, numpy values by their dtype), then a stack on a new axis."""
+    items = [_from_sequence(v, None) if isinstance(v, (list, tuple)) else v for v in seq]
+    if not items:
+        raise TraceError("np.array of an empty sequence holding traced values")
+    reps = []
+    for v in items:
+        if isinstance(v, Sym):
+            reps.append(_rep(v) if v.node.weak else v.dtype.type(1))
+        elif isinstance(v, np.ndarray):
+            reps.append(v.dtype.type(1))
+        else:
+            reps.append(v)
+    rdt = np.dtype(dtype) if dtype is not None else np.array(reps).dtype
+    if rdt.kind not in "biuf":
+        raise TraceError(f"np.array of traced values as dtype {rdt}")
+    shapes = {tuple(_shape_key(d) for d in _node_or_const(v).shape) for v in items}
+    if len(shapes) != 1:
+        raise TraceError("np.array of traced values of different shapes")
+    nodes = []
+    for v in items:
+        if isinstance(v, Sym):
+            if v.node.weak and rdt.kind in "iu" and v.dtype.kind in "iuf":
+                _python_int_checks(v, rdt)  # np.array([300], np.uint8) raises as a store does
+            nodes.append(_to_node(v, rdt))
+        else:
+            nodes.append(const(np.array(v, dtype=rdt)))  # numpy's own conversion and errors
+    shape = (len(nodes), *nodes[0].shape)
+    return Sym(_new("stack", tuple(nodes), (0,), rdt, shape))
+
+
+def _shape_key(d: Dim) -> Any:
+    return d if isinstance(d, int) else id(d)
+
+
+def _node_or_const(v: Any) -> Node:
+    return v._checked() if isinstance(v, Sym) else const(np.asarray(v))
+
+
+def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
+             subok: bool = False, ndmin: int = 0, like: Any = None) -> Any:
+    """``np.array`` in a traced function."""
+    if not _holds_sym(obj):
+        return np.array(obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin,
+                        **({} if like is None else {"like": like}))
+    if ndmin or like is not None:
+        raise TraceError("np.array of a traced value with ndmin= or like=")
+    if isinstance(obj, Sym):
+        dt = np.dtype(dtype) if dtype is not None else obj.dtype
+        if copy is False and dt != obj.dtype:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        if copy is True or dt != obj.dtype:
+            return obj.astype(dt) if dt != obj.dtype else obj.copy()
+        return obj
+    return _from_sequence(obj, dtype)
+
+
+@implements("np.asarray")
+def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> Any:
+    """``np.asarray`` / ``np.asanyarray`` in a traced function: the same array where its dtype
+    already fits."""
+    if not _holds_sym(a):
+        return np.asarray(a, dtype, order, **kwargs)
+    copy = kwargs.pop("copy", None)
+    if kwargs:
+        raise TraceError(f"np.asarray of a traced value with {sorted(kwargs)}=")
+    return np_array(a, dtype, copy=copy)
+
+
+def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
+    """``np.ascontiguousarray`` in a traced function (a traced array has no memory layout: its
+    values are those of the array, converted to ``dtype``)."""
+    if not _holds_sym(a):
+        return np.ascontiguousarray(a, dtype, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.ascontiguousarray of a traced value with {sorted(kwargs)}=")
+    out = np_array(a, dtype, copy=None)
+    if isinstance(out, Sym) and out.ndim == 0:
+        out = out[None]
+    return out
+
+
+def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: Any) -> Any:
+    """``np.require`` in a traced function, copying where numpy copies."""
+    if not _holds_sym(a):
+        return np.require(a, dtype, requirements, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.require of a traced value with {sorted(kwargs)}=")
+    if isinstance(requirements, str):
+        requirements = [requirements]
+    names = {"C_CONTIGUOUS": "C", "CONTIGUOUS": "C", "F_CONTIGUOUS": "F", "FORTRAN": "F",
+             "ALIGNED": "A", "WRITEABLE": "W", "OWNDATA": "O", "ENSUREARRAY": "E"}
+    req = {names.get(str(r).upper(), str(r).upper()) for r in (requirements or ())}
+    unknown = req - set("ACFWOE")
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    if "F" in req and np.ndim(a) > 1:
+        raise TraceError("np.require(requirements='F') of a traced array (a Fortran-ordered "
+                         "copy; the traced graph has no memory layout)")
+    out = np_array(a, dtype, copy=None)
+    # numpy copies a read-only array for "W" and a view for "O"; otherwise it returns the same
+    # array, which later writes then change for every name bound to it.
+    if isinstance(a, Sym) and out is a and (("W" in req and not a._writable)
+                                            or ("O" in req and not a._base)):
+        out = a.copy()
+    return out
+
+
+def _new_array(name: str) -> Callable[..., Any]:
+    """``np.zeros`` / ``ones`` / ``empty`` / ``full`` in a traced function: numpy's own for a
+    constant shape; a per-sample shape (``np.zeros((h + 2 * p, w + 2 * p, c))``) is refused
+    with the rewrites that trace."""
+    real = getattr(np, name)
+
+    def build(shape: Any, *args: Any, **kwargs: Any) -> Any:
+        if _holds_sym(shape) or isinstance(shape, Sym) or builtins.any(
+                _holds_sym(v) or isinstance(v, Sym) for v in (*args, *kwargs.values())
+                if name != "full"):
+            raise TraceError(f"np.{name} of a per-sample shape (write it from the image: "
+                             "np.zeros_like(img), np.full_like, np.pad(img, ...) or "
+                             "np.concatenate of pieces)")
+        return real(shape, *args, **kwargs)
+    return build
+
+
+#: The builders the traced function's ``np`` returns instead of numpy's own functions.
+CREATION: dict[str, Callable[..., Any]] = {
+    "zeros": _new_array("zeros"),
+    "ones": _new_array("ones"),
+    "empty": _new_array("empty"),
+    "full": _new_array("full"),
+    "array": np_array,
+    "asarray": np_asarray,
+    "asanyarray": np_asarray,
+    "ascontiguousarray": np_ascontiguousarray,
+    "require": np_require,
+}

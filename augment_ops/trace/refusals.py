@@ -14,6 +14,8 @@ import re
 import types
 from typing import Any
 
+import numpy as np
+
 from augment_ops.trace.ir import _is_internal
 
 #: Packages whose functions are not "outside numpy" (a failure inside them is the tracer's to
@@ -147,6 +149,7 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
     exception's own text says more)."""
     from augment_ops.state import library_file
     from augment_ops.trace.ir import TraceError
+    from augment_ops.trace.sym import Sym
 
     conversion = isinstance(e, TraceError) and e.construct.startswith(
         "conversion to a concrete numpy array")
@@ -170,6 +173,13 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                 continue  # inside a library (PIL reading __array_interface__): its caller's call
             return None
         name, obj = found
+        owner = getattr(obj, "__self__", None)
+        if isinstance(owner, np.ndarray) and not isinstance(owner, Sym):
+            method = getattr(obj, "__name__", name.rsplit(".", 1)[-1])
+            return (f"{name} (the method ndarray.{method} of a constant array, given a per-sample "
+                    f"value: numpy converts that value to a concrete array; written as a numpy "
+                    f"function, np.{method}(constant, value), or with the @ operator, the step "
+                    "could lower)", False)
         package = _package(obj) or _qualified(name, frame).split(".")[0]
         if package == "numpy":
             if not conversion or k:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,10 @@ import numpy as np
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node, TraceError, _new
 from augment_ops.trace.numpy_api import _where
-from augment_ops.trace.sym import Sym, _dtype_kind, cast_node, raise_where, ufunc
+from augment_ops.trace.sym import Sym, _dtype_kind, _to_node, cast_node, raise_where, ufunc
+
+#: The most draws one ``rng`` call with ``size=`` may make (each is a per-sample scalar).
+MAX_VECTOR_DRAWS = 64
 
 
 # -- randomness ---------------------------------------------------------------------------------
@@ -110,17 +114,61 @@ class DrawRng:
         if size is not None:
             raise TraceError(f"rng.{what}(size=...) (only scalar draws are lowered)")
 
+    @staticmethod
+    def _size(size: Any, what: str) -> tuple[int, ...]:
+        """``size=`` as a constant shape; a drawn or per-sample size is refused."""
+        items = size if isinstance(size, (tuple, list)) else (size,)
+        if builtins.any(isinstance(v, Sym) for v in items):
+            raise TraceError(f"rng.{what}(size=<a per-sample value>) (an array whose length "
+                             "differs per sample; draw a constant number of values)")
+        shape = tuple(operator.index(v) for v in items)
+        if builtins.any(v < 0 for v in shape):
+            raise ValueError("negative dimensions are not allowed")
+        if math.prod(shape) > MAX_VECTOR_DRAWS:
+            raise TraceError(f"rng.{what}(size={size}) of more than {MAX_VECTOR_DRAWS} draws "
+                             "(each draw is a per-sample scalar)")
+        return shape
+
+    @staticmethod
+    def _scalar_args(what: str, *args: Any) -> None:
+        for v in args:
+            if isinstance(v, (list, tuple, np.ndarray)) or (isinstance(v, Sym) and v.ndim):
+                raise TraceError(f"rng.{what} with array arguments (only scalar arguments are "
+                                 "lowered)")
+
+    @staticmethod
+    def _array(values: list[Any], shape: tuple[int, ...], dtype: Any) -> Any:
+        """The draws ``values`` (in numpy's C order) as an array of ``shape`` and ``dtype``:
+        numpy's when every value is concrete (replayed on numpy), else a traced stack."""
+        dtype = np.dtype(dtype)
+        if not builtins.any(isinstance(v, Sym) for v in values):
+            return np.array(values, dtype=dtype).reshape(shape)
+        nodes = [_to_node(v, dtype) for v in values]
+        if not shape:
+            return Sym(nodes[0])
+        for dim in reversed(shape):
+            nodes = [_new("stack", tuple(nodes[k:k + dim]), (0,), dtype,
+                          (dim, *nodes[k].shape)) for k in range(0, len(nodes), dim)]
+        return Sym(nodes[0])
+
+    def _many(self, size: Any, what: str, one: Callable[[], Any], dtype: Any) -> Any:
+        shape = self._size(size, what)
+        return self._array([one() for _ in range(math.prod(shape))], shape, dtype)
+
     def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
         """``[0, 1)``, a Python float."""
-        self._scalar_only(size, "random")
         if np.dtype(dtype) != np.float64:
             raise TraceError(f"rng.random(dtype={np.dtype(dtype)}) (only float64 is lowered)")
+        if size is not None:
+            return self._many(size, "random", self.random, np.float64)
         return _as_float(self._next())
 
     def uniform(self, low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
         """``low + (high - low) * u``, numpy's formula, a Python float; raises as numpy does
         for a range that is not finite or below 0."""
-        self._scalar_only(size, "uniform")
+        self._scalar_args("uniform", low, high)
+        if size is not None:
+            return self._many(size, "uniform", lambda: self.uniform(low, high), np.float64)
         span = _as_float(high) - _as_float(low)
         if _dtype_kind(low) == "f" or _dtype_kind(high) == "f":  # integers make finite spans
             raise_where((span - span) != 0, OverflowError,  # inf or NaN
@@ -133,7 +181,11 @@ class DrawRng:
                  endpoint: bool = False) -> Any:
         """``low + floor(u * (high - low))`` (below ``high``), an ``np.int64``; raises as numpy
         does for an empty range or bounds outside ``dtype``."""
-        self._scalar_only(size, "integers")
+        self._scalar_args("integers", low, high)
+        if size is not None:
+            return self._many(size, "integers",
+                              lambda: self.integers(low, high, dtype=dtype, endpoint=endpoint),
+                              dtype)
         if high is None:
             low, high = 0, low
         if builtins.any(isinstance(b, Sym) and b.dtype.kind not in "iu" for b in (low, high)):
@@ -143,6 +195,10 @@ class DrawRng:
             high = high + 1
         span = high - low
         u = self._next()
+        if not isinstance(span, Sym) and span == 1:
+            # One value to draw (rng.integers(1, 1, endpoint=True)): a constant, the slot used
+            # all the same so that later draws keep their slots.
+            return np.dtype(dtype).type(low)
         k = _floor_int(u * _as_float(span))
         last = span - 1
         if isinstance(k, Sym):
@@ -160,7 +216,9 @@ class DrawRng:
     def normal(self, loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
         """Box-Muller from two draws, ``loc + scale * z``, a Python float; raises as numpy does
         for ``scale < 0``."""
-        self._scalar_only(size, "normal")
+        self._scalar_args("normal", loc, scale)
+        if size is not None:
+            return self._many(size, "normal", lambda: self.normal(loc, scale), np.float64)
         raise_where(_as_float(scale) < 0, ValueError, "scale < 0")
         u1, u2 = self._next(), self._next()
         r = _math("sqrt", -2.0 * _math("log", 1.0 - _as_float(u1)))
@@ -168,16 +226,29 @@ class DrawRng:
         return _as_float(_as_float(loc) + _as_float(scale) * z)
 
     def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
-        """One element of ``a`` (a constant sequence, or ``range(a)`` for an int)."""
-        self._scalar_only(size, "choice")
+        """Elements of ``a`` (a constant sequence, or ``range(a)`` for an int): one, or ``size``
+        of them, drawn independently or (``replace=False``) as the first ``size`` of a
+        Fisher-Yates shuffle."""
         if isinstance(a, Sym) or isinstance(p, Sym):
             raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        shape = self._size(size, "choice") if size is not None else None
         # The arguments are constants: numpy's own checks of them (an empty sequence, p of
-        # another size or not summing to 1) raise here as they do on the numpy path.
-        np.random.default_rng(0).choice(a, replace=replace, p=p)
+        # another size or not summing to 1, a sample larger than the population without
+        # replacement) raise here as they do on the numpy path.
+        np.random.default_rng(0).choice(a, size=shape, replace=replace, p=p)
         values = np.arange(a) if isinstance(a, (int, np.integer)) else np.asarray(a)
         if values.ndim != 1:
             raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        if shape is not None:
+            count = math.prod(shape)
+            if replace:
+                picks = [self.choice(values, p=p) for _ in range(count)]
+            elif p is not None:
+                raise TraceError("rng.choice(replace=False, p=...) (only uniform sampling "
+                                 "without replacement is lowered)")
+            else:
+                picks = self._shuffled(list(values), count)
+            return self._array(picks, shape, values.dtype)
         if p is None:
             idx = self.integers(0, len(values))
         else:
@@ -195,5 +266,43 @@ class DrawRng:
             out = _where(ufunc("equal", idx, i), values[i], out)
         return Sym(cast_node(out.node, values.dtype)) if isinstance(out, Sym) else out
 
+    def _shuffled(self, pool: list[Any], count: int) -> list[Any]:
+        """The first ``count`` items of ``pool`` after a Fisher-Yates shuffle: position ``i``
+        swaps with a uniform ``j`` in ``i..n-1``, one draw per position (none for the last)."""
+        n = len(pool)
+        if n > MAX_VECTOR_DRAWS:
+            raise TraceError(f"a shuffle of more than {MAX_VECTOR_DRAWS} items")
+        for i in range(builtins.min(count, n - 1)):
+            j = self.integers(i, n)
+            if not isinstance(j, Sym):
+                j = int(j)
+                pool[i], pool[j] = pool[j], pool[i]
+                continue
+            picked = pool[i]
+            for m in range(i + 1, n):
+                hit = ufunc("equal", j, m)
+                picked, pool[m] = _where(hit, pool[m], picked), _where(hit, pool[i], pool[m])
+            pool[i] = picked
+        return pool[:count]
+
+    def permutation(self, x: Any, axis: int = 0) -> Any:
+        """``np.arange(x)`` (an int) or a constant 1-D sequence, shuffled."""
+        if isinstance(x, Sym) or axis != 0:
+            raise TraceError("rng.permutation of a traced array (only of an int or a constant "
+                             "1-D sequence)")
+        values = np.arange(x) if isinstance(x, (int, np.integer)) else np.array(x)
+        if values.ndim != 1:
+            raise TraceError("rng.permutation of a constant array of more than one axis")
+        return self._array(self._shuffled(list(values), len(values)), values.shape,
+                           values.dtype)
+
+    def shuffle(self, x: Any, axis: int = 0) -> None:
+        """Shuffle a Python list in place (its items become per-sample values)."""
+        if not isinstance(x, list) or axis != 0:
+            raise TraceError("rng.shuffle of something other than a Python list (use "
+                             "x = x[rng.permutation(len(x))] or rng.permutation(x))")
+        x[:] = self._shuffled(list(x), len(x))
+
     def __getattr__(self, name: str) -> Any:
-        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, choice)")
+        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, choice, "
+                         "permutation, shuffle)")

@@ -32,6 +32,7 @@ from augment_ops.trace.ir import (
     _Session,
     _user_location,
 )
+from augment_ops.trace.numpy_api import CREATION
 from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import (
@@ -98,9 +99,13 @@ class _Type(metaclass=_TypeMeta):
 class _Int(metaclass=_IntMeta):
     """``int`` inside a traced function: ``int(per-sample value)`` stays symbolic."""
 
+    dtype = np.dtype(np.int64)  # as a dtype (astype(int)), numpy's int: int64
+
 
 class _Float(metaclass=_FloatMeta):
     """``float`` inside a traced function."""
+
+    dtype = np.dtype(np.float64)  # as a dtype (astype(float)), numpy's float: float64
 
 
 _Int.__name__ = _Int.__qualname__ = "int"
@@ -179,6 +184,8 @@ class _NumpyProxy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "random":
             return _Forbidden("np.random")
+        if name in CREATION:
+            return CREATION[name]
         v = getattr(np, name)
         if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
                 _concrete_kind(v) in tuple("biuf"):

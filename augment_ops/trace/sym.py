@@ -92,6 +92,7 @@ _PY_OPS: dict[str, Callable[[Any, Any], Any]] = {
 }
 _COMPARISONS = {"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"}
 _BINARY = set(_PY_OPS)
+_SHIFTS = {"right_shift", "left_shift"}
 _UNARY = {"negative", "positive", "absolute", "floor", "ceil", "rint", "trunc", "sqrt", "exp",
           "log", "sin", "cos", "logical_not", "invert", "square"}
 
@@ -169,6 +170,8 @@ def ufunc(name: str, *inputs: Any) -> Any:
     """Apply numpy ufunc ``name`` to Syms and constants, with numpy's result dtype."""
     if not any(isinstance(x, Sym) for x in inputs):
         return getattr(np, name)(*inputs)
+    if name in _SHIFTS:
+        return _shift(name, *inputs)
     for x in inputs:
         if not isinstance(x, (Sym, int, float, bool, np.ndarray, np.generic)):
             raise TraceError(f"np.{name} on a {type(x).__name__}")
@@ -232,6 +235,105 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
+
+
+def _shift(name: str, a: Any, b: Any) -> Any:
+    """``a >> b`` / ``a << b`` (``np.right_shift`` / ``np.left_shift``) by a constant count, with
+    numpy's result dtype: a floor division or a (wrapping) multiplication by ``2**b``, which is
+    exactly numpy's arithmetic shift; a count outside ``0..bits-1`` gives numpy's 0 (-1 for a
+    negative value shifted right)."""
+    op = ">>" if name == "right_shift" else "<<"
+    if isinstance(b, Sym):
+        if not _is_const(b.node):
+            raise TraceError(f"np.{name} ({op}) by a per-sample count (shift by a constant, or "
+                             "multiply or floor-divide by a power of two)")
+        b = b.node.value
+    if not isinstance(a, Sym):
+        raise TraceError(f"np.{name} ({op}) of a constant by a per-sample count")
+    if np.ndim(b) != 0 or not isinstance(b, (int, bool, np.integer, np.bool_, np.ndarray)):
+        raise TraceError(f"np.{name} ({op}) by an array of counts (only one constant count is "
+                         "lowered)")
+    python = _is_weak(a) and _is_weak(b)
+    try:
+        with np.errstate(all="ignore"):
+            res = getattr(np, name)(_rep(a), b)
+    except Exception as e:
+        raise TraceError(f"np.{name} ({op}) raises for these operands ({e})") from None
+    s = int(b)
+    if python and s < 0:
+        raise ValueError("negative shift count")
+    rdt = np.dtype(np.int64) if python else np.result_type(res)
+    x = Sym(cast_node(a.node, rdt, python))
+    bits = 8 * rdt.itemsize
+    signed = rdt.kind == "i"
+    zero = 0 if python else rdt.type(0)
+    if name == "right_shift" and signed and (s < 0 or s >= bits - 1):
+        return HANDLERS["where"](ufunc("less", x, zero), -1 if python else rdt.type(-1), zero)
+    if s < 0 or s >= bits:
+        return ufunc("multiply", x, zero)
+    if python:
+        power: Any = 1 << s
+    else:
+        with np.errstate(all="ignore"):
+            power = np.left_shift(np.array(1, rdt), s)[()]
+    return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
+
+
+def power(base: Any, exponent: Any, what: str) -> Any:
+    """``base ** exponent`` / ``np.power`` with numpy's result dtype, where exact: an integer
+    result by a constant exponent >= 0 as repeated multiplication (which wraps around as
+    numpy's does), a floating-point one by the exponents numpy's C library ``pow`` computes
+    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation)."""
+    if isinstance(exponent, Sym) and _is_const(exponent.node):
+        exponent = exponent.node.value
+    if isinstance(exponent, Sym):
+        raise TraceError(f"{what} with a per-sample exponent (numpy calls the C library's pow, "
+                         "which DALI does not reproduce bit for bit; a drawn exponent of a "
+                         "lookup table, np.arange(256) ** gamma, needs a per-sample table)")
+    if not isinstance(base, Sym):
+        raise TraceError(f"{what} of a constant by a per-sample exponent")
+    if np.ndim(exponent) != 0 or not isinstance(exponent, (int, float, bool, np.generic,
+                                                           np.ndarray)):
+        raise TraceError(f"{what} with an array exponent (only one constant is lowered)")
+    python = _is_weak(base) and _is_weak(exponent)
+    with np.errstate(all="ignore"):  # numpy's own errors (a negative integer power) propagate
+        res = (_rep(base) ** exponent if python else
+               np.power(np.ones(1, base.dtype) if base.ndim else _rep(base), exponent))
+    rdt = _weak_dtype(res) if python else np.result_type(res)
+    x = Sym(cast_node(base.node, rdt, python))
+    e = float(exponent)
+    if rdt.kind in "iu" and e == int(e) and e >= 0:
+        k = int(e)
+        if k == 0:
+            return _ones_of(x, 1 if python else rdt.type(1))
+        out, sq = None, x
+        while k:  # binary powering: the product's order does not matter modulo 2**bits
+            if k & 1:
+                out = sq if out is None else ufunc("multiply", out, sq)
+            k >>= 1
+            if k:
+                sq = ufunc("multiply", sq, sq)
+        return out
+    if rdt.kind == "f":
+        one = 1.0 if python else rdt.type(1)
+        if e == 0:
+            return _ones_of(x, one)
+        if e == 1:
+            return x
+        if e == 2:
+            return ufunc("multiply", x, x)
+        if e == -1:
+            return ufunc("divide", one, x)
+    raise TraceError(f"{what} with exponent {exponent!r} on {rdt} values (numpy calls the C "
+                     "library's pow, which DALI does not reproduce bit for bit; exponents 0, "
+                     "1, 2 and -1, and integer powers of integers, are lowered)")
+
+
+def _ones_of(x: Sym, one: Any) -> Any:
+    """Ones of ``x``'s shape and dtype (``x ** 0`` is 1 for every value, NaN included)."""
+    if x.ndim == 0:
+        return Sym(cast_node(const(np.array(one)), x.dtype, x.node.weak))
+    return HANDLERS["full_like"](x, one)
 
 
 # -- the symbolic array/scalar -----------------------------------------------------------------
@@ -370,6 +472,8 @@ class Sym:
     # -- arithmetic
     def _bin(name: str, reflected: bool = False) -> Callable[..., Any]:
         def f(self: Sym, other: Any) -> Any:
+            if isinstance(other, (list, tuple)):  # numpy makes an array of a sequence
+                other = HANDLERS["np.asarray"](other)
             if not isinstance(other, (Sym, int, float, bool, np.ndarray, np.generic)):
                 return NotImplemented
             self._checked()
@@ -385,6 +489,8 @@ class Sym:
     __and__, __rand__ = _bin("bitwise_and"), _bin("bitwise_and", True)
     __or__, __ror__ = _bin("bitwise_or"), _bin("bitwise_or", True)
     __xor__, __rxor__ = _bin("bitwise_xor"), _bin("bitwise_xor", True)
+    __rshift__, __rrshift__ = _bin("right_shift"), _bin("right_shift", True)
+    __lshift__, __rlshift__ = _bin("left_shift"), _bin("left_shift", True)
     __eq__, __ne__ = _bin("equal"), _bin("not_equal")  # type: ignore[assignment]
     __lt__, __le__ = _bin("less"), _bin("less_equal")
     __gt__, __ge__ = _bin("greater"), _bin("greater_equal")
@@ -399,12 +505,10 @@ class Sym:
         return HANDLERS["matmul"](self, b)
 
     def __pow__(self, other: Any) -> Any:
-        if isinstance(other, int) and other == 2:
-            return ufunc("multiply", self, self)
-        raise TraceError(_POWER)
+        return power(self, other, "**")
 
     def __rpow__(self, other: Any) -> Any:
-        raise TraceError(_POWER)
+        return power(other, self, "**")
 
     def __neg__(self) -> Any:
         return ufunc("negative", self)
@@ -435,13 +539,20 @@ class Sym:
             if not self._writable:
                 raise TraceError(f"in-place {name} on the input image or a view of it "
                                  "(numpy refuses: the input is read-only; use img.copy())")
+            # numpy's casting rule for the result into self's dtype, on one element of each.
+            rep = other.dtype.type(1) if isinstance(other, np.ndarray) and other.ndim else \
+                _rep(other)
             try:
                 with np.errstate(all="ignore"):
-                    getattr(np, name)(np.ones(1, self.dtype), _rep(other),
-                                      out=np.ones(1, self.dtype))
+                    getattr(np, name)(np.ones(1, self.dtype), rep, out=np.ones(1, self.dtype))
             except Exception as e:
                 raise TraceError(f"in-place np.{name} that numpy refuses ({e})") from None
             res = ufunc(name, self, other)
+            for d, e in zip(res.node.shape, self.node.shape, strict=False):
+                if not (d is e or (isinstance(d, int) and isinstance(e, int) and d == e)
+                        or _same(d, e)) or res.ndim != self.ndim:
+                    raise TraceError(f"in-place np.{name} whose result may be larger than the "
+                                     "array (numpy refuses: non-broadcastable output operand)")
             self._write(cast_node(res.node, self.dtype))
             return self
         return f
@@ -449,6 +560,7 @@ class Sym:
     __iadd__, __isub__ = _inplace("add"), _inplace("subtract")
     __imul__, __itruediv__ = _inplace("multiply"), _inplace("divide")
     __ifloordiv__ = _inplace("floor_divide")
+    __irshift__, __ilshift__ = _inplace("right_shift"), _inplace("left_shift")
     del _inplace
 
     def _write(self, node: Node) -> None:
@@ -473,13 +585,17 @@ class Sym:
                 x._checked()
         if name == "matmul":
             return HANDLERS["matmul"](*inputs)
+        if name in ("power", "float_power") and len(inputs) == 2:
+            if name == "float_power":
+                inputs = tuple(Sym(cast_node(x.node, np.float64)) if isinstance(x, Sym)
+                               else np.float64(x) for x in inputs)
+            return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
+                         f"np.{name}")
         if name in ("logical_and", "logical_or", "logical_xor"):
             inputs = tuple(ufunc("not_equal", x, 0) if _dtype_kind(x) != "b" else x
                            for x in inputs)
             name = "bitwise_" + name.split("_")[1]
-        if name not in _BINARY and name not in _UNARY:
-            if name == "power" and _written_as_operator("**"):
-                raise TraceError(_POWER)
+        if name not in _BINARY and name not in _UNARY and name not in _SHIFTS:
             raise TraceError(f"np.{name}")
         return ufunc(name, *inputs)
 

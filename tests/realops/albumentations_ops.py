@@ -267,7 +267,7 @@ EXPECT: dict[str, str] = {
     "alb_solarize": r"refuses: np\.require \(a numpy function",
     "alb_posterize": r"refuses: np\.require \(a numpy function",
     "alb_invert": "lowers",
-    "alb_random_gamma": r"refuses: the power operator \(\*\*\) other than x \*\* 2",
+    "alb_random_gamma": r"refuses: np\.power \(\*\*\) with a per-sample exponent",
     "alb_to_gray_desaturation": "lowers",
     "alb_to_gray_average": "lowers",
     "alb_to_gray_max": "lowers",
@@ -275,9 +275,9 @@ EXPECT: dict[str, str] = {
     "alb_transpose": "lowers",
     "alb_random_rotate90": "lowers",
     "alb_random_crop": "lowers",
-    "alb_channel_dropout": r"refuses: rng\.choice\(size=\.\.\.\) \(only scalar draws",
-    "alb_channel_shuffle": r"refuses: rng\.shuffle",
-    "alb_fancy_pca": r"refuses: rng\.normal\(size=\.\.\.\) \(only scalar draws",
+    "alb_channel_dropout": "lowers",
+    "alb_channel_shuffle": r"refuses: .*mixChannels",
+    "alb_fancy_pca": r"refuses: .*LUT",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.

@@ -156,11 +156,11 @@ def ul_center_crop(im: np.ndarray, size: int = 16) -> np.ndarray:
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "y5_augment_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
+    "y5_augment_hsv": r"refuses: .*cvtColor",
     "y5_hist_equalize": r"refuses: cv2\.cvtColor is outside numpy",
-    "y5_cutout": r"refuses: assigning several values \(a list\) into a region",
-    "ul_random_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
-    "ul_random_flip": r"refuses: np\.ascontiguousarray \(a numpy function",
+    "y5_cutout": "lowers",
+    "ul_random_hsv": r"refuses: .*cvtColor",
+    "ul_random_flip": "lowers",
     "ul_letterbox": r"refuses: cv2\.copyMakeBorder is outside numpy",
     "ul_center_crop": r"refuses: cv2\.resize is outside numpy",
 }
