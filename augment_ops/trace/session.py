@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
+from augment_ops.trace.lookup import NUMPY_CALLS
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
 
@@ -123,6 +125,8 @@ class _NumpyProxy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "random":
             return _Forbidden("np.random")
+        if name in NUMPY_CALLS:  # lookup tables (augment_ops.trace.lookup)
+            return NUMPY_CALLS[name]
         v = getattr(np, name)
         if isinstance(v, type) and issubclass(v, np.generic) and v is not np.generic and \
                 v.__module__ == "numpy" and np.dtype(v).kind in "biuf":
@@ -151,10 +155,13 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
     import random as py_random
 
     ends = {id(getattr(os, n)): n for n in _ENDS_PROCESS if hasattr(os, n)}
+    libs = library_handlers()
     g = dict(fn.__globals__)
     for k, v in list(g.items()):
         if v is np:
             g[k] = _NumpyProxy()
+        elif callable(v) and id(v) in libs and libs[id(v)][0] is v:
+            g[k] = wrap_library(*libs[id(v)])
         elif v is os:
             g[k] = _OsProxy()
         elif id(v) in ends and v is getattr(os, ends[id(v)]):
@@ -282,7 +289,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 rng = DrawRng(lambda k: Sym(_new("uniform", (), (k,), np.float64, (), weak=True)))
                 kwargs["rng"] = rng
             try:
-                out = f(img, **kwargs)
+                with cv2_installed():  # cv2 on traced arrays, in the op or in its helpers
+                    out = f(img, **kwargs)
             except TraceError:
                 raise
             except Exception as e:

@@ -486,6 +486,8 @@ class Sym:
         n = self._checked()
         if isinstance(key, Sym) and key.dtype.kind == "b":
             raise TraceError("boolean-mask indexing (its result size depends on pixel values)")
+        if isinstance(key, Sym) and key.ndim > 0:  # a lookup table: table[img]
+            return HANDLERS["Sym.lookup"](self, key)
         return self._view(HANDLERS["Sym.getitem"](n, key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
