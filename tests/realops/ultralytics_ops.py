@@ -157,10 +157,10 @@ def ul_center_crop(im: np.ndarray, size: int = 16) -> np.ndarray:
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
     "y5_augment_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
-    "y5_hist_equalize": r"refuses: error: OpenCV.* in function 'cvtColor'",
+    "y5_hist_equalize": r"refuses: cv2\.cvtColor with COLOR_RGB2YUV",
     "y5_cutout": r"refuses: an assignment numpy refuses \(int\(\) argument must be",
     "ul_random_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
     "ul_random_flip": r"refuses: conversion to a concrete numpy array",
-    "ul_letterbox": r"refuses: error: OpenCV.* in function 'copyMakeBorder'",
-    "ul_center_crop": r"refuses: error: OpenCV.* in function 'resize'",
+    "ul_letterbox": r"refuses: cv2\.copyMakeBorder \(not lowered",
+    "ul_center_crop": r"refuses: cv2\.resize \(OpenCV's interpolation",
 }
