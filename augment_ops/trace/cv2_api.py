@@ -24,6 +24,7 @@ import numpy as np
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_concatenate, _np_flip, _np_stack
+from augment_ops.trace.pil_api import install_pil
 from augment_ops.trace.sym import Sym, cast_node, ufunc
 
 #: Why a cv2 function is not lowered, where there is more to say than "not implemented".
@@ -214,28 +215,28 @@ def _wrapper(name: str, real: Any) -> Callable[..., Any]:
 
 
 _LOCK = threading.Lock()
-_installed: list[Any] = [0, {}]  # traces running, {name: OpenCV's function}
+#: Traces running, {name: OpenCV's function}, then what restores PIL (pil_api.install_pil).
+_installed: list[Any] = [0, {}]
 
 
 @contextmanager
 def cv2_installed() -> Iterator[None]:
     """While tracing: every function of an imported ``cv2`` module is replaced by its
     :func:`_wrapper`, so that an op's helpers and the libraries it calls reach the handlers as
-    well as its own code (a call on real arrays, from any thread, is OpenCV's own). Restored
-    when the last trace running ends."""
+    well as its own code (a call on real arrays, from any thread, is OpenCV's own); and
+    ``PIL.Image.fromarray`` of a traced array gives a traced image (:mod:`.pil_api`).
+    Restored when the last trace running ends."""
     cv2 = sys.modules.get("cv2")
-    if cv2 is None:
-        yield
-        return
     with _LOCK:
         if _installed[0] == 0:
             saved = {}
-            for name in dir(cv2):
+            for name in dir(cv2) if cv2 is not None else ():
                 v = getattr(cv2, name, None)
                 if not name.startswith("_") and isinstance(v, types.BuiltinFunctionType):
                     saved[name] = v
                     setattr(cv2, name, _wrapper(name, v))
             _installed[1] = saved
+            _installed.append(install_pil())
         _installed[0] += 1
     try:
         yield
@@ -246,6 +247,9 @@ def cv2_installed() -> Iterator[None]:
                 for name, v in _installed[1].items():
                     setattr(cv2, name, v)
                 _installed[1] = {}
+                restore = _installed.pop()
+                if restore is not None:
+                    restore()
 
 
 def _sz_lut(img: Any, lut: Any, inplace: bool = True) -> Any:

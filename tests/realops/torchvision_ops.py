@@ -91,8 +91,8 @@ def tv_five_crop(image: np.ndarray, size: int = 3) -> tuple[np.ndarray, ...]:
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "tv_hflip": r"refuses: AttributeError: __array_interface__, inside .*PIL",
-    "tv_adjust_hue": r"refuses: AttributeError: __array_interface__, inside .*PIL",
-    "tv_adjust_gamma": r"refuses: AttributeError: __array_interface__, inside .*PIL",
-    "tv_five_crop": r"refuses: AttributeError: __array_interface__, inside .*PIL",
+    "tv_hflip": "lowers",
+    "tv_adjust_hue": r"refuses: PIL Image\.convert from RGB to HSV",
+    "tv_adjust_gamma": "lowers",
+    "tv_five_crop": r"refuses: ValueError: Requested crop size",
 }
