@@ -298,3 +298,15 @@ def test_albucore_sz_lut_is_a_lookup_table():
     namespace = {"np": np, "sz_lut": sz_lut, "table": table}
     exec("def u_sz_lut(img):\n    return sz_lut(img, table, inplace=False)\n", namespace)
     _check(namespace["u_sz_lut"])
+
+
+_LEVELS = (np.arange(256) // 64 * 64 + 32).astype(np.uint8)
+_LEVELS.setflags(write=False)
+
+
+def u_module_table(img):
+    return _LEVELS[img]
+
+
+def test_a_read_only_module_table_indexes_like_numpy():
+    _check(u_module_table)

@@ -182,6 +182,15 @@ class TableArray(np.ndarray):
         return super().__getitem__(key)
 
 
+def table_view(v: Any) -> Any:
+    """A read-only 1-D numpy array the op reads (a module constant ``LUT``) as a
+    :class:`TableArray`, so that ``LUT[img]`` traces; None for anything else."""
+    if type(v) is np.ndarray and v.ndim == 1 and not v.flags.writeable and \
+            v.dtype.kind in "biuf" and 0 < len(v) <= MAX_ENTRIES:
+        return v.view(TableArray)
+    return None
+
+
 def _making_tables(real: Any) -> Any:
     def f(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)

@@ -18,7 +18,7 @@ import numpy as np
 from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import _TRACING, Node, Traced, TraceError, _new, _Session, _user_location
-from augment_ops.trace.lookup import NUMPY_CALLS
+from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import Sym, _dwhere, _py_float, _py_int, cast_node, ufunc
 
@@ -162,6 +162,8 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
             g[k] = _NumpyProxy()
         elif callable(v) and id(v) in libs and libs[id(v)][0] is v:
             g[k] = wrap_library(*libs[id(v)])
+        elif table_view(v) is not None:  # a read-only constant table: LUT[img] traces
+            g[k] = table_view(v)
         elif v is os:
             g[k] = _OsProxy()
         elif id(v) in ends and v is getattr(os, ends[id(v)]):
