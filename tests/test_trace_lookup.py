@@ -310,3 +310,23 @@ def u_module_table(img):
 
 def test_a_read_only_module_table_indexes_like_numpy():
     _check(u_module_table)
+
+
+def _lut_into_copy(image, table):
+    # The habit of cv2 wrappers: check size and flags, copy when the array is not its own.
+    if image.size == 0:
+        return image
+    if not image.flags["OWNDATA"] or not image.flags["WRITEABLE"]:
+        image = np.copy(image)
+    if not image.flags["C_CONTIGUOUS"]:
+        image = np.ascontiguousarray(image)
+    return cv2.LUT(image, table, dst=image)
+
+
+def u_wrapper_checks_flags(img):
+    table = np.clip(64 + 1.5 * (np.arange(256, dtype=np.float32) - 64), 0, 255)
+    return _lut_into_copy(img[1:, ::-1], table.astype(np.uint8))
+
+
+def test_size_and_flags_let_a_cv2_wrapper_trace():
+    _check(u_wrapper_checks_flags)

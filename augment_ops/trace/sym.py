@@ -265,6 +265,22 @@ class Sym:
     def T(self) -> Sym:
         return self.transpose()
 
+    @property
+    def size(self) -> Any:
+        """The number of elements (a per-sample value when a side is)."""
+        total: Dim = 1
+        for d in self.node.shape:
+            total = _dop("multiply", total, d)
+        return _dim_sym(total)
+
+    @property
+    def flags(self) -> dict[str, bool]:
+        """What code that checks memory before a copy (cv2 wrappers) asks: a traced array is
+        contiguous, owns its data unless it is a view, and is writable unless it is the input
+        image or a view of it. Only these keys; the values never change the pixels."""
+        return {"C_CONTIGUOUS": True, "F_CONTIGUOUS": self.ndim <= 1,
+                "OWNDATA": self._base, "WRITEABLE": self._writable, "ALIGNED": True}
+
     def __repr__(self) -> str:
         return f"<traced {self.node}>"
 

@@ -262,7 +262,7 @@ def iaa_equalize(image: np.ndarray) -> np.ndarray:
 EXPECT: dict[str, str] = {
     "iaa_add": r"refuses: AssertionError: Expected `value` to be 1-dimensional",
     "iaa_multiply": r"refuses: too many indices \(1\) for an array of rank 0",
-    "iaa_adjust_contrast_linear": r"refuses: ndarray\.size",
+    "iaa_adjust_contrast_linear": "lowers",
     "iaa_cutout": r"refuses: an assignment numpy refuses \(setting an array element with a seq",
-    "iaa_equalize": r"refuses: ndarray\.flags",
+    "iaa_equalize": r"refuses: cv2\.calcHist \(a histogram",
 }
