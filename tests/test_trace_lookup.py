@@ -330,3 +330,12 @@ def u_wrapper_checks_flags(img):
 
 def test_size_and_flags_let_a_cv2_wrapper_trace():
     _check(u_wrapper_checks_flags)
+
+
+def u_uint16_table(img):
+    table = np.arange(65536, dtype=np.uint16) * np.uint16(3)
+    return table[img.astype(np.uint16) * np.uint16(257)]
+
+
+def test_a_table_of_every_uint16_value_indexes_like_numpy():
+    _check(u_uint16_table)

@@ -121,3 +121,10 @@ def test_fromarray_is_restored_after_tracing():
         trace_function(u_resize, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
     assert Image.fromarray is real
     assert np.asarray(Image.fromarray(np.zeros((2, 2), np.uint8))).shape == (2, 2)
+
+
+def test_histogram_based_image_ops_are_refused_saying_why():
+    def u_equalize(img):
+        return np.asarray(ImageOps.equalize(Image.fromarray(img)))
+    assert "PIL Image.histogram on a traced image (a histogram of the pixels" in \
+        _refusal(u_equalize)

@@ -39,7 +39,7 @@ MAX_ENTRIES = 65536
 
 def _positions(index: Node, entries: int) -> Node:
     """The table position each index value reads (numpy's: a negative index counts from the end),
-    as uint16 (or int64 past it); raises :class:`TraceError` where numpy may raise IndexError."""
+    as uint8 or uint16; raises :class:`TraceError` where numpy may raise IndexError."""
     dt = index.dtype
     if dt.kind == "b":
         raise TraceError("a lookup table indexed by a boolean array (numpy takes it as a mask)")
@@ -54,6 +54,8 @@ def _positions(index: Node, entries: int) -> Node:
             f"index it with a uint8 image")
     if entries > MAX_ENTRIES:
         raise TraceError(f"a lookup table of more than {MAX_ENTRIES} entries")
+    if dt.kind == "u" and dt.itemsize <= 2:
+        return index  # DALI's lookup_table takes it as it is
     pos = Sym(index)
     if dt.kind == "i":
         wide = Sym(cast_node(index, np.int64))

@@ -25,6 +25,8 @@ _WHY_NOT: dict[str, str] = {
     "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
     "filter": "PIL's filters have no exact DALI equivalent",
     "transform": "PIL's resampling differs from DALI's warps",
+    "histogram": "a histogram of the pixels (ImageOps.equalize, autocontrast), which DALI's "
+                 "operators cannot compute",
 }
 
 
