@@ -104,6 +104,10 @@ def u_drawn_table(img, rng):
     return np.asarray(Image.fromarray(img).point(lambda v: v + shift))
 
 
+def u_short_table(img):
+    return np.asarray(Image.fromarray(img).point([1, 2, 3]))
+
+
 def test_other_pil_calls_are_refused_naming_them():
     assert re.search(r"^PIL Image\.resize on a traced image \(PIL's resampling",
                      _refusal(u_resize))
@@ -111,8 +115,9 @@ def test_other_pil_calls_are_refused_naming_them():
     assert "cannot prove inside the image (PIL fills the part outside with zeros" in \
         _refusal(u_crop_outside)
     assert "Image.fromarray of a float32 array" in _refusal(u_float_image, dtype=np.float32)
-    assert "PIL Image.point with a table PIL refuses or a per-sample table" in \
+    assert "PIL Image.point with a per-sample table (PIL needs its numbers" in \
         _refusal(u_drawn_table, random=True)
+    assert "PIL Image.point with a table PIL refuses (" in _refusal(u_short_table)
 
 
 def test_fromarray_is_restored_after_tracing():

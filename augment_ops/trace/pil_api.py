@@ -122,12 +122,20 @@ class TracedImage:
         if bands > 1:
             ramp = np.repeat(ramp[..., None], bands, axis=2)
         try:
+            # PIL calls a function on 0..255 for 8-bit images and applies the values as a list.
+            values = [lut(i) for i in range(256)] if callable(lut) else \
+                lut if isinstance(lut, (list, tuple)) else ()
+            if any(isinstance(v, Sym) for v in values):
+                raise TraceError("per-sample")
             table = np.asarray(Image.fromarray(ramp).point(lut, mode))
         except TraceError:
-            raise
+            raise TraceError("PIL Image.point with a per-sample table (PIL needs its numbers "
+                             "when the op is traced; a table built with numpy from np.arange "
+                             "and the draws, indexed as table[np.asarray(img)], traces)"
+                             ) from None
         except Exception as e:
-            raise TraceError(f"PIL Image.point with a table PIL refuses or a per-sample table "
-                             f"({type(e).__name__}: {e})") from None
+            raise TraceError(f"PIL Image.point with a table PIL refuses ({type(e).__name__}: "
+                             f"{e})") from None
         if table.dtype != np.uint8 or table.shape != ramp.shape:
             raise TraceError(f"PIL Image.point to mode {mode!r} (only 8-bit results are "
                              "lowered)")
