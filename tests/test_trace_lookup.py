@@ -339,3 +339,33 @@ def u_uint16_table(img):
 
 def test_a_table_of_every_uint16_value_indexes_like_numpy():
     _check(u_uint16_table)
+
+
+def u_border_constant(img):
+    return cv2.copyMakeBorder(img, 3, 0, 5, 2, cv2.BORDER_CONSTANT, value=(114.6, -3, 300))
+
+
+def u_border_gray_replicate(img):
+    gray = cv2.cvtColor(img, cv2.COLOR_RGB2GRAY)
+    return cv2.copyMakeBorder(gray, 1, 4, 0, 7, cv2.BORDER_REPLICATE)
+
+
+def u_border_scalar(img):
+    return cv2.copyMakeBorder(img, 2, 2, 2, 2, cv2.BORDER_CONSTANT, value=9)
+
+
+@pytest.mark.parametrize("func,ndim", [(u_border_constant, 3), (u_border_gray_replicate, 2),
+                                       (u_border_scalar, 3)],
+                         ids=lambda f: getattr(f, "__name__", str(f)))
+def test_copy_make_border_equals_opencv(func, ndim):
+    _check(func, ndim=ndim)
+
+
+def test_copy_make_border_refuses_reflections_and_per_sample_widths():
+    def u_reflect(img):
+        return cv2.copyMakeBorder(img, 2, 2, 2, 2, cv2.BORDER_REFLECT_101)
+
+    def u_per_sample(img):
+        return cv2.copyMakeBorder(img, img.shape[0] // 2, 0, 0, 0, cv2.BORDER_CONSTANT)
+    assert "other than BORDER_CONSTANT or BORDER_REPLICATE" in _refusal(u_reflect)
+    assert "per-sample or non-integer border widths" in _refusal(u_per_sample)

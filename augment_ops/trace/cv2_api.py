@@ -3,8 +3,9 @@
 While an op's function runs on the proxies (:func:`cv2_installed`), every function of an
 imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
 OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray for ``uint8``,
-``LUT``, ``flip``, ``merge``, ``split``); any other given a traced array is refused naming it
-and why; called on real arrays each is OpenCV's own. This reaches cv2 calls in the op's helpers
+``LUT``, ``flip``, ``merge``, ``split``, ``copyMakeBorder`` constant or replicated); any
+other given a traced array is refused naming it and why; called on real arrays each is
+OpenCV's own. This reaches cv2 calls in the op's helpers
 and in libraries too. :func:`library_handlers` names library helpers the op's module imported
 by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the op's
 globals. Nothing here imports cv2 or a library the op's code did not import.
@@ -23,7 +24,7 @@ import numpy as np
 
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
-from augment_ops.trace.numpy_api import _np_concatenate, _np_flip, _np_stack
+from augment_ops.trace.numpy_api import _np_concatenate, _np_flip, _np_full_like, _np_stack
 from augment_ops.trace.pil_api import install_pil
 from augment_ops.trace.sym import Sym, cast_node, ufunc
 
@@ -187,6 +188,72 @@ def _cv_split(m: Any, mv: Any = None) -> tuple[Sym, ...]:
     return tuple(Sym(x[..., c]._checked()) for c in range(x.node.shape[2]))
 
 
+def _doubled(strip: Sym, count: int, axis: int) -> Sym:
+    """``count`` copies of ``strip`` (1 long on ``axis``) side by side, in log2(count) steps."""
+    out = strip
+    have = 1
+    while have < count:
+        out = _np_concatenate([out, out], axis=axis)
+        have *= 2
+    if have == count:
+        return out
+    key = [slice(None)] * out.ndim
+    key[axis] = slice(0, count)
+    return Sym(out[tuple(key)]._checked())
+
+
+def _border_strip(x: Sym, axis: int, at: int, border: int, fill: Any) -> Sym:
+    """The strip of ``border`` rows (``axis`` 0) or columns (1) beside ``x``'s edge ``at``:
+    that edge repeated (``fill`` None, BORDER_REPLICATE) or OpenCV's fill value per channel."""
+    key: list[Any] = [slice(None)] * x.ndim
+    key[axis] = slice(at, at + 1) if at >= 0 else slice(at, None)
+    edge = Sym(x[tuple(key)]._checked())
+    if fill is not None:
+        if x.ndim == 2 or len(set(fill.tolist())) == 1:
+            edge = Sym(_np_full_like(edge, fill.reshape(-1)[0])._checked())
+        else:
+            edge = _np_stack([_np_full_like(edge[..., c], v) for c, v in enumerate(fill)],
+                             axis=-1)
+    return _doubled(edge, border, axis)
+
+
+def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
+                       borderType: int, dst: Any = None, value: Any = None) -> Sym:
+    import cv2
+
+    x = _image(src, "copyMakeBorder")
+    sides = (top, bottom, left, right)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sides):
+        raise TraceError("cv2.copyMakeBorder with per-sample or non-integer border widths (a "
+                         "new array of a per-sample shape)")
+    if min(sides) < 0:
+        raise TraceError("cv2.copyMakeBorder with a negative border (OpenCV raises)")
+    if x.ndim not in (2, 3) or (x.ndim == 3 and not isinstance(x.node.shape[2], int)):
+        raise TraceError("cv2.copyMakeBorder of an array that is not HxW or HxWxC")
+    kind = borderType & ~cv2.BORDER_ISOLATED
+    fill = None
+    if kind == cv2.BORDER_CONSTANT:
+        # OpenCV's own conversion of the value (rounding, saturation, missing channels as 0).
+        chans = 1 if x.ndim == 2 else x.node.shape[2]
+        probe = np.zeros((1, 1, chans) if x.ndim == 3 else (1, 1), x.dtype)
+        filled = cv2.copyMakeBorder(probe, 1, 0, 0, 0, cv2.BORDER_CONSTANT,
+                                    value=0 if value is None else value)
+        fill = np.asarray(filled)[0, 0].reshape(-1)
+    elif kind != cv2.BORDER_REPLICATE:
+        raise TraceError("cv2.copyMakeBorder with a border type other than BORDER_CONSTANT or "
+                         "BORDER_REPLICATE (the reflections are not lowered)")
+    out = x
+    if top or bottom:
+        parts = ([_border_strip(out, 0, 0, int(top), fill)] if top else []) + [out] + \
+            ([_border_strip(out, 0, -1, int(bottom), fill)] if bottom else [])
+        out = _np_concatenate(parts, axis=0)
+    if left or right:
+        parts = ([_border_strip(out, 1, 0, int(left), fill)] if left else []) + [out] + \
+            ([_border_strip(out, 1, -1, int(right), fill)] if right else [])
+        out = _np_concatenate(parts, axis=1)
+    return _into(dst, Sym(out._checked()))
+
+
 #: cv2 functions lowered exactly, by name.
 CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "cvtColor": _cv_cvtColor,
@@ -194,6 +261,7 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "flip": _cv_flip,
     "merge": _cv_merge,
     "split": _cv_split,
+    "copyMakeBorder": _cv_copyMakeBorder,
 }
 
 

@@ -161,6 +161,6 @@ EXPECT: dict[str, str] = {
     "y5_cutout": r"refuses: an assignment numpy refuses \(int\(\) argument must be",
     "ul_random_hsv": r"refuses: rng\.uniform\(size=\.\.\.\) \(only scalar draws",
     "ul_random_flip": r"refuses: conversion to a concrete numpy array",
-    "ul_letterbox": r"refuses: cv2\.copyMakeBorder \(not lowered",
+    "ul_letterbox": r"refuses: cv2\.copyMakeBorder with per-sample or non-integer border widths",
     "ul_center_crop": r"refuses: cv2\.resize \(OpenCV's interpolation",
 }
