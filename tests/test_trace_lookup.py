@@ -332,6 +332,21 @@ def test_size_and_flags_let_a_cv2_wrapper_trace():
     _check(u_wrapper_checks_flags)
 
 
+def u_flags_as_numpy_reports_them(img):
+    out = img.copy()
+    if not out.flags.writeable or not out.flags["OWNDATA"] or out[1:].flags.owndata:
+        raise ValueError("flags differ from numpy's")
+    return out
+
+
+def test_flags_read_as_items_or_attributes_are_numpys():
+    _check(u_flags_as_numpy_reports_them)
+
+    def u_unknown_flag(img):
+        return img if img.flags["FNC"] else img.copy()
+    assert "ndarray.flags['FNC']" in _refusal(u_unknown_flag)
+
+
 def u_uint16_table(img):
     table = np.arange(65536, dtype=np.uint16) * np.uint16(3)
     return table[img.astype(np.uint16) * np.uint16(257)]

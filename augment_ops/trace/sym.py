@@ -274,12 +274,13 @@ class Sym:
         return _dim_sym(total)
 
     @property
-    def flags(self) -> dict[str, bool]:
-        """What code that checks memory before a copy (cv2 wrappers) asks: a traced array is
-        contiguous, owns its data unless it is a view, and is writable unless it is the input
-        image or a view of it. Only these keys; the values never change the pixels."""
-        return {"C_CONTIGUOUS": True, "F_CONTIGUOUS": self.ndim <= 1,
-                "OWNDATA": self._base, "WRITEABLE": self._writable, "ALIGNED": True}
+    def flags(self) -> _Flags:
+        """What code that checks memory before a copy (cv2 wrappers) asks: a traced array owns
+        its data unless it is a view, is writable unless it is the input image or a view of it,
+        and is reported C-contiguous (a numpy view may not be: such code then copies it, which
+        changes no pixel)."""
+        return _Flags(C_CONTIGUOUS=True, F_CONTIGUOUS=self.ndim <= 1, OWNDATA=self._base,
+                      WRITEABLE=self._writable, ALIGNED=True)
 
     def __repr__(self) -> str:
         return f"<traced {self.node}>"
@@ -508,6 +509,20 @@ class Sym:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         HANDLERS["Sym.setitem"](self, key, value)
+
+
+class _Flags(dict):
+    """``ndarray.flags`` of a traced array: ``flags["OWNDATA"]`` and ``flags.owndata``."""
+
+    def __getitem__(self, key: str) -> bool:
+        if key not in self:
+            raise TraceError(f"ndarray.flags[{key!r}]")
+        return dict.__getitem__(self, key)
+
+    def __getattr__(self, name: str) -> bool:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self[name.upper()]
 
 
 def _dtype_kind(x: Any) -> str:
