@@ -106,8 +106,8 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
     elif code in (cv2.COLOR_RGB2GRAY, cv2.COLOR_BGR2GRAY):
         if x.dtype != np.uint8:
             raise TraceError(f"cv2.cvtColor to gray of {x.dtype} (only OpenCV's integer "
-                             "formula for uint8 is lowered; its float arithmetic is vectorised "
-                             "with CPU-dependent rounding)")
+                             "formula for uint8 is lowered: no order of its float32 weighted "
+                             "sum gives OpenCV's bits on every pixel)")
         out = _gray_u8(x, (0, 1, 2) if code == cv2.COLOR_RGB2GRAY else (2, 1, 0))
     elif code in (cv2.COLOR_GRAY2RGB,):  # == COLOR_GRAY2BGR
         if x.ndim == 3 and x.node.shape[2] == 1:
