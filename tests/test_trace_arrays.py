@@ -13,7 +13,7 @@ from test_trace_parity import _check_same_error, unregistered
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 from augment_ops.trace import TraceError, trace_function
 from extsrc.errors import OpError
-from extsrc.seeding import counter_rng, counter_uniform
+from extsrc.ops_runtime.seeding import counter_rng, counter_uniform
 
 SEED = 11
 SIZES = [(1, 1), (3, 5), (6, 4), (9, 7)]

@@ -18,7 +18,7 @@ import extsrc
 from augment_ops import augment_op
 from augment_ops.lower_dali import emit
 from augment_ops.trace import trace_op
-from extsrc.seeding import counter_rng, name_salt
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 5
 

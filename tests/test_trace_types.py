@@ -16,7 +16,7 @@ import augment_ops
 from augment_ops import augment_op
 from augment_ops.lower_dali import SampleScalars, emit, sample_scalar_nodes
 from augment_ops.trace import trace_op
-from extsrc.seeding import counter_rng, counter_uniform, name_salt
+from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
 
 SEED = 7
 

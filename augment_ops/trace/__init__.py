@@ -11,8 +11,9 @@ dtype on representative values, and the graph casts explicitly, so integer wrap-
 float32/float64 promotion are numpy's. A Python ``if`` on a per-sample scalar (``if rng.random()
 < p:``, ``if h > w:``) runs the function once per outcome (at most :data:`MAX_PATHS` paths) and
 the outputs are merged per sample. Anything else (control flow on pixel values, a function numpy
-cannot dispatch to the proxies, cv2/scipy, global ``np.random``, ...) raises :class:`TraceError`
-naming the construct and the user's source line; the op then runs on the numpy path.
+cannot dispatch to the proxies, cv2 and PIL calls other than those :mod:`.cv2_api` and
+:mod:`.pil_api` lower, scipy, global ``np.random``, ...) raises :class:`TraceError` naming the
+construct and the user's source line; the op then runs on the numpy path.
 """
 
 from __future__ import annotations

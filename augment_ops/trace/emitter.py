@@ -382,6 +382,16 @@ class _Emitter(_Vectors):
                         axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
 
+    def _lut(self, n: Node) -> Any:
+        """A constant table read at positions (:mod:`augment_ops.trace.lookup`): its values are
+        exactly float32 values, which ``fn.lookup_table`` holds."""
+        from nvidia.dali import fn
+
+        table = n.value
+        return fn.lookup_table(self.value(n.args[0]), keys=list(range(len(table))),
+                               values=[float(v) for v in table.astype(np.float32)],
+                               dtype=_dali_type(n.dtype))
+
     # -- branches
     def _select(self, n: Node) -> Any:
         from nvidia.dali import fn

@@ -196,23 +196,3 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                 "step could lower)", False)
     return None
 
-
-def written_as_operator(symbol: str) -> bool:
-    """Whether the op's code running now (the innermost frame outside the tracer and numpy) is
-    at a binary operator ``symbol`` (``**``), not a call: numpy reaches the same ufunc for
-    ``a ** b`` and ``np.power(a, b)``, and a refusal names what the user wrote."""
-    import sys
-
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None and _is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
-    if frame is None:
-        return False
-    ins = None
-    for i in dis.get_instructions(frame.f_code):
-        if i.offset > frame.f_lasti:
-            break
-        ins = i
-    return ins is not None and ins.opname == "BINARY_OP" and ins.argrepr in (symbol,
-                                                                            symbol + "=")
-

@@ -20,6 +20,7 @@ import numpy as np
 
 from augment_ops.state import library_file
 from augment_ops.trace.checks import guard_path
+from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import (
     _REGISTRY_FILE,
@@ -32,6 +33,7 @@ from augment_ops.trace.ir import (
     _Session,
     _user_location,
 )
+from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.numpy_api import CREATION
 from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
@@ -184,6 +186,10 @@ class _NumpyProxy(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name == "random":
             return _Forbidden("np.random")
+        # lookup tables and PIL images first (augment_ops.trace.lookup, .pil_api): their
+        # np.array / np.asarray hand everything else to numpy_api's
+        if name in NUMPY_CALLS:
+            return NUMPY_CALLS[name]
         if name in CREATION:
             return CREATION[name]
         v = getattr(np, name)
@@ -223,10 +229,15 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
     import random as py_random
 
     ends = {id(getattr(os, n)): n for n in _ENDS_PROCESS if hasattr(os, n)}
+    libs = library_handlers()
     g = dict(fn.__globals__)
     for k, v in list(g.items()):
         if v is np:
             g[k] = _NumpyProxy()
+        elif callable(v) and id(v) in libs and libs[id(v)][0] is v:
+            g[k] = wrap_library(*libs[id(v)])
+        elif table_view(v) is not None:  # a read-only constant table: LUT[img] traces
+            g[k] = table_view(v)
         elif v is os:
             g[k] = _OsProxy()
         elif id(v) in ends and v is getattr(os, ends[id(v)]):
@@ -354,7 +365,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 rng = DrawRng(lambda k: Sym(_new("uniform", (), (k,), np.float64, (), weak=True)))
                 kwargs["rng"] = rng
             try:
-                out = f(img, **kwargs)
+                with cv2_installed():  # cv2 on traced arrays, in the op or in its helpers
+                    out = f(img, **kwargs)
             except TraceError as e:
                 called = outside_numpy(e)
                 if called is None:

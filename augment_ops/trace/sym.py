@@ -34,15 +34,6 @@ from augment_ops.trace.ir import (
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-_POWER = "the power operator (**) other than x ** 2"
-
-
-def _written_as_operator(symbol: str) -> bool:
-    from augment_ops.trace.refusals import written_as_operator
-
-    return written_as_operator(symbol)
-
-
 def value_class(x: Sym) -> type:
     """The class of the value numpy computes where the trace has ``x``."""
     n = x.node
@@ -399,6 +390,23 @@ class Sym:
     def T(self) -> Sym:
         return self.transpose()
 
+    @property
+    def size(self) -> Any:
+        """The number of elements (a per-sample value when a side is)."""
+        total: Dim = 1
+        for d in self.node.shape:
+            total = _dop("multiply", total, d)
+        return _dim_sym(total)
+
+    @property
+    def flags(self) -> _Flags:
+        """What code that checks memory before a copy (cv2 wrappers) asks: a traced array owns
+        its data unless it is a view, is writable unless it is the input image or a view of it,
+        and is reported C-contiguous (a numpy view may not be: such code then copies it, which
+        changes no pixel)."""
+        return _Flags(C_CONTIGUOUS=True, F_CONTIGUOUS=self.ndim <= 1, OWNDATA=self._base,
+                      WRITEABLE=self._writable, ALIGNED=True)
+
     def __repr__(self) -> str:
         return f"<traced {self.node}>"
 
@@ -650,10 +658,26 @@ class Sym:
         n = self._checked()
         if isinstance(key, Sym) and key.dtype.kind == "b":
             raise TraceError("boolean-mask indexing (its result size depends on pixel values)")
+        if isinstance(key, Sym) and key.ndim > 0:  # a lookup table: table[img]
+            return HANDLERS["Sym.lookup"](self, key)
         return self._view(HANDLERS["Sym.getitem"](n, key))
 
     def __setitem__(self, key: Any, value: Any) -> None:
         HANDLERS["Sym.setitem"](self, key, value)
+
+
+class _Flags(dict):
+    """``ndarray.flags`` of a traced array: ``flags["OWNDATA"]`` and ``flags.owndata``."""
+
+    def __getitem__(self, key: str) -> bool:
+        if key not in self:
+            raise TraceError(f"ndarray.flags[{key!r}]")
+        return dict.__getitem__(self, key)
+
+    def __getattr__(self, name: str) -> bool:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self[name.upper()]
 
 
 def _dtype_kind(x: Any) -> str:

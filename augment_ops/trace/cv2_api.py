@@ -1,0 +1,358 @@
+"""OpenCV (``cv2``) and library lookup-table helpers as a traced function sees them.
+
+While an op's function runs on the proxies (:func:`cv2_installed`), every function of an
+imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
+OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray for ``uint8``,
+``LUT``, ``flip``, ``merge``, ``split``, ``copyMakeBorder`` constant or replicated); any
+other given a traced array is refused naming it and why; called on real arrays each is
+OpenCV's own. This reaches cv2 calls in the op's helpers
+and in libraries too. :func:`library_handlers` names library helpers the op's module imported
+by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the op's
+globals. Nothing here imports cv2 or a library the op's code did not import.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.ir import TraceError
+from augment_ops.trace.lookup import lookup
+from augment_ops.trace.numpy_api import _np_concatenate, _np_flip, _np_full_like, _np_stack
+from augment_ops.trace.pil_api import install_pil
+from augment_ops.trace.sym import Sym, cast_node, ufunc
+
+#: Why a cv2 function is not lowered, where there is more to say than "not implemented".
+_WHY_NOT: dict[str, str] = {
+    "resize": "OpenCV's interpolation arithmetic (fixed-point weights for uint8) differs from "
+              "DALI's resize, so the pixels would not be OpenCV's",
+    "warpAffine": "OpenCV's fixed-point interpolation differs from DALI's warp_affine",
+    "warpPerspective": "OpenCV's fixed-point interpolation differs from DALI's warp_perspective",
+    "addWeighted": "OpenCV's rounding of its intermediate sums (precision and vectorisation) "
+                   "is not reproduced exactly by DALI's arithmetic; numpy arithmetic such as "
+                   "np.clip(a * alpha + b * beta + gamma, 0, 255) traces, with numpy's results",
+    "createCLAHE": "CLAHE needs per-tile histograms, which DALI's operators cannot compute",
+    "equalizeHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
+    "calcHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
+    "GaussianBlur": "OpenCV's fixed-point kernels for uint8 differ from DALI's gaussian_blur",
+}
+
+
+def _has_sym(args: tuple, kwargs: dict) -> bool:
+    vals = [*args, *kwargs.values()]
+    for v in vals:
+        if isinstance(v, Sym):
+            return True
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Sym) for x in v):
+            return True
+    return False
+
+
+def _into(dst: Any, out: Sym) -> Sym:
+    """OpenCV's ``dst=`` argument: written in place when it matches the result (as OpenCV
+    reuses it), the result returned either way."""
+    if isinstance(dst, Sym) and dst.dtype == out.dtype and dst.ndim == out.ndim and \
+            dst.node.shape == out.node.shape:
+        if not dst._writable:
+            raise TraceError("a cv2 dst= that is the input image or a view of it (numpy refuses "
+                             "writes into the read-only input; pass img.copy())")
+        dst._write(out._checked())
+        return dst
+    if dst is not None and not isinstance(dst, Sym):
+        raise TraceError("a cv2 dst= that is a constant array")
+    return out
+
+
+def _image(x: Any, name: str) -> Sym:
+    if not isinstance(x, Sym):
+        raise TraceError(f"cv2.{name} of a constant with a traced argument")
+    return x
+
+
+def _channels(x: Sym, name: str, count: int) -> list[Sym]:
+    if x.ndim != 3 or x.node.shape[2] != count:
+        raise TraceError(f"cv2.{name} of an array that is not HxWx{count}")
+    return [x[..., c] for c in range(count)]
+
+
+def _gray_u8(x: Sym, order: tuple[int, int, int]) -> Sym:
+    """OpenCV's fixed-point RGB->gray for uint8: ``(9798 R + 19235 G + 3735 B + 2**14) >> 15``
+    (checked against cv2 on every RGB triple)."""
+    chans = [Sym(cast_node(c._checked(), np.int32)) for c in _channels(x, "cvtColor", 3)]
+    r, g, b = (chans[i] for i in order)
+    acc = ufunc("add", ufunc("add", ufunc("add", ufunc("multiply", r, 9798),
+                                          ufunc("multiply", g, 19235)),
+                             ufunc("multiply", b, 3735)), 1 << 14)
+    return Sym(cast_node(ufunc("floor_divide", acc, 1 << 15).node, np.uint8))
+
+
+def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any) -> Sym:
+    import cv2
+
+    if kw or dstCn not in (0, None):
+        raise TraceError(f"cv2.cvtColor with {sorted(kw) or ['dstCn']}=")
+    x = _image(src, "cvtColor")
+    if x.dtype not in (np.uint8, np.uint16, np.float32):
+        raise TraceError(f"cv2.cvtColor of {x.dtype} (OpenCV raises for this depth)")
+    if code in (cv2.COLOR_RGB2BGR,):  # == COLOR_BGR2RGB: reverse the channels
+        chans = _channels(x, "cvtColor", 3)
+        out = _np_stack(chans[::-1], axis=-1)
+    elif code in (cv2.COLOR_RGB2GRAY, cv2.COLOR_BGR2GRAY):
+        if x.dtype != np.uint8:
+            raise TraceError(f"cv2.cvtColor to gray of {x.dtype} (only OpenCV's integer "
+                             "formula for uint8 is lowered: no order of its float32 weighted "
+                             "sum gives OpenCV's bits on every pixel)")
+        out = _gray_u8(x, (0, 1, 2) if code == cv2.COLOR_RGB2GRAY else (2, 1, 0))
+    elif code in (cv2.COLOR_GRAY2RGB,):  # == COLOR_GRAY2BGR
+        if x.ndim == 3 and x.node.shape[2] == 1:
+            x = x[..., 0]
+        if x.ndim != 2:
+            raise TraceError("cv2.cvtColor GRAY2RGB of an array that is not HxW or HxWx1")
+        out = _np_stack([x, x, x], axis=-1)
+    else:
+        names = [k for k in dir(cv2) if k.startswith("COLOR_") and getattr(cv2, k) == code]
+        raise TraceError(f"cv2.cvtColor with {names[0] if names else code} (only RGB<->BGR, "
+                         "RGB/BGR->GRAY for uint8 and GRAY->RGB are lowered exactly)")
+    return _into(dst, out)
+
+
+def _lut_table(lut: Any) -> Any:
+    """A ``cv2.LUT`` table as one 1-D table (256,) or one per channel."""
+    if isinstance(lut, Sym):
+        if lut.ndim == 1 and lut.node.shape == (256,):
+            return lut
+        raise TraceError("cv2.LUT with a traced table that is not 1-D of 256 entries")
+    arr = np.asarray(lut)
+    if arr.size == 256:
+        return arr.reshape(256)
+    if arr.ndim == 3 and arr.shape[:2] == (1, 256):
+        return [arr[0, :, c] for c in range(arr.shape[2])]
+    raise TraceError(f"cv2.LUT with a table of shape {list(arr.shape)} (OpenCV needs 256 "
+                     "entries, one table or one per channel)")
+
+
+def _cv_LUT(src: Any, lut: Any, dst: Any = None) -> Sym:
+    x = _image(src, "LUT")
+    if x.dtype != np.uint8:
+        raise TraceError(f"cv2.LUT of {x.dtype} (OpenCV takes uint8 images; int8 is offset "
+                         "by 128, not lowered)")
+    table = _lut_table(lut)
+    if isinstance(table, list):
+        if x.ndim != 3 or x.node.shape[2] != len(table):
+            raise TraceError("cv2.LUT with one table per channel for an image of another "
+                             "channel count")
+        out = _np_stack([lookup(t, x[..., c]) for c, t in enumerate(table)], axis=-1)
+    else:
+        out = lookup(table, x)
+    return _into(dst, out)
+
+
+def _cv_flip(src: Any, flipCode: int, dst: Any = None) -> Sym:
+    x = _image(src, "flip")
+    if isinstance(flipCode, Sym):
+        raise TraceError("cv2.flip with a per-sample flipCode (use np.flip in an if)")
+    axes = (0,) if flipCode == 0 else (1,) if flipCode > 0 else (0, 1)
+    out = _np_flip(x, axes)
+    return _into(dst, Sym(out._checked()))
+
+
+def _cv_merge(mv: Any, dst: Any = None) -> Sym:
+    parts = list(mv)
+    if not parts or not all(isinstance(p, Sym) for p in parts):
+        raise TraceError("cv2.merge of constants and traced arrays together")
+    if len({p.dtype for p in parts}) != 1:
+        raise TraceError("cv2.merge of arrays of different dtypes (OpenCV raises)")
+    if all(p.ndim == 2 for p in parts):
+        out = _np_stack(parts, axis=-1)
+    elif all(p.ndim == 3 for p in parts):
+        out = _np_concatenate(parts, axis=2)
+    else:
+        raise TraceError("cv2.merge of arrays of different ranks")
+    return _into(dst, out)
+
+
+def _cv_split(m: Any, mv: Any = None) -> tuple[Sym, ...]:
+    x = _image(m, "split")
+    if mv is not None:
+        raise TraceError("cv2.split with mv=")
+    if x.ndim == 2:
+        return (Sym(x._checked()),)
+    if x.ndim != 3 or not isinstance(x.node.shape[2], int):
+        raise TraceError("cv2.split of an array that is not HxW or HxWxC")
+    return tuple(Sym(x[..., c]._checked()) for c in range(x.node.shape[2]))
+
+
+def _doubled(strip: Sym, count: int, axis: int) -> Sym:
+    """``count`` copies of ``strip`` (1 long on ``axis``) side by side, in log2(count) steps."""
+    out = strip
+    have = 1
+    while have < count:
+        out = _np_concatenate([out, out], axis=axis)
+        have *= 2
+    if have == count:
+        return out
+    key = [slice(None)] * out.ndim
+    key[axis] = slice(0, count)
+    return Sym(out[tuple(key)]._checked())
+
+
+def _border_strip(x: Sym, axis: int, at: int, border: int, fill: Any) -> Sym:
+    """The strip of ``border`` rows (``axis`` 0) or columns (1) beside ``x``'s edge ``at``:
+    that edge repeated (``fill`` None, BORDER_REPLICATE) or OpenCV's fill value per channel."""
+    key: list[Any] = [slice(None)] * x.ndim
+    key[axis] = slice(at, at + 1) if at >= 0 else slice(at, None)
+    edge = Sym(x[tuple(key)]._checked())
+    if fill is not None:
+        if x.ndim == 2 or len(set(fill.tolist())) == 1:
+            edge = Sym(_np_full_like(edge, fill.reshape(-1)[0])._checked())
+        else:
+            edge = _np_stack([_np_full_like(edge[..., c], v) for c, v in enumerate(fill)],
+                             axis=-1)
+    return _doubled(edge, border, axis)
+
+
+def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
+                       borderType: int, dst: Any = None, value: Any = None) -> Sym:
+    import cv2
+
+    x = _image(src, "copyMakeBorder")
+    sides = (top, bottom, left, right)
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sides):
+        raise TraceError("cv2.copyMakeBorder with per-sample or non-integer border widths (a "
+                         "new array of a per-sample shape)")
+    if min(sides) < 0:
+        raise TraceError("cv2.copyMakeBorder with a negative border (OpenCV raises)")
+    if x.ndim not in (2, 3) or (x.ndim == 3 and not isinstance(x.node.shape[2], int)):
+        raise TraceError("cv2.copyMakeBorder of an array that is not HxW or HxWxC")
+    kind = borderType & ~cv2.BORDER_ISOLATED
+    fill = None
+    if kind == cv2.BORDER_CONSTANT:
+        # OpenCV's own conversion of the value (rounding, saturation, missing channels as 0).
+        chans = 1 if x.ndim == 2 else x.node.shape[2]
+        probe = np.zeros((1, 1, chans) if x.ndim == 3 else (1, 1), x.dtype)
+        filled = cv2.copyMakeBorder(probe, 1, 0, 0, 0, cv2.BORDER_CONSTANT,
+                                    value=0 if value is None else value)
+        fill = np.asarray(filled)[0, 0].reshape(-1)
+    elif kind != cv2.BORDER_REPLICATE:
+        raise TraceError("cv2.copyMakeBorder with a border type other than BORDER_CONSTANT or "
+                         "BORDER_REPLICATE (the reflections are not lowered)")
+    out = x
+    if top or bottom:
+        parts = ([_border_strip(out, 0, 0, int(top), fill)] if top else []) + [out] + \
+            ([_border_strip(out, 0, -1, int(bottom), fill)] if bottom else [])
+        out = _np_concatenate(parts, axis=0)
+    if left or right:
+        parts = ([_border_strip(out, 1, 0, int(left), fill)] if left else []) + [out] + \
+            ([_border_strip(out, 1, -1, int(right), fill)] if right else [])
+        out = _np_concatenate(parts, axis=1)
+    return _into(dst, Sym(out._checked()))
+
+
+#: cv2 functions lowered exactly, by name.
+CV2_HANDLERS: dict[str, Callable[..., Any]] = {
+    "cvtColor": _cv_cvtColor,
+    "LUT": _cv_LUT,
+    "flip": _cv_flip,
+    "merge": _cv_merge,
+    "split": _cv_split,
+    "copyMakeBorder": _cv_copyMakeBorder,
+}
+
+
+def _wrapper(name: str, real: Any) -> Callable[..., Any]:
+    """cv2's ``name`` while tracing: lowered (:data:`CV2_HANDLERS`) or refused when given a
+    traced array, OpenCV's own ``real`` function otherwise."""
+    handler = CV2_HANDLERS.get(name)
+
+    def f(*args: Any, **kwargs: Any) -> Any:
+        if not _has_sym(args, kwargs):
+            return real(*args, **kwargs)
+        if handler is not None:
+            return handler(*args, **kwargs)
+        why = _WHY_NOT.get(name, "not lowered: only cv2." + ", cv2.".join(CV2_HANDLERS) + " are")
+        raise TraceError(f"cv2.{name} ({why}); the op runs on the numpy path")
+    f.__name__ = f.__qualname__ = name
+    f.__wrapped__ = real  # type: ignore[attr-defined]
+    return f
+
+
+_LOCK = threading.Lock()
+#: Traces running, {name: OpenCV's function}, then what restores PIL (pil_api.install_pil).
+_installed: list[Any] = [0, {}]
+
+
+@contextmanager
+def cv2_installed() -> Iterator[None]:
+    """While tracing: every function of an imported ``cv2`` module is replaced by its
+    :func:`_wrapper`, so that an op's helpers and the libraries it calls reach the handlers as
+    well as its own code (a call on real arrays, from any thread, is OpenCV's own); and
+    ``PIL.Image.fromarray`` of a traced array gives a traced image (:mod:`.pil_api`).
+    Restored when the last trace running ends."""
+    cv2 = sys.modules.get("cv2")
+    with _LOCK:
+        if _installed[0] == 0:
+            saved = {}
+            for name in dir(cv2) if cv2 is not None else ():
+                v = getattr(cv2, name, None)
+                if not name.startswith("_") and isinstance(v, types.BuiltinFunctionType):
+                    saved[name] = v
+                    setattr(cv2, name, _wrapper(name, v))
+            _installed[1] = saved
+            _installed.append(install_pil())
+        _installed[0] += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _installed[0] -= 1
+            if _installed[0] == 0:
+                for name, v in _installed[1].items():
+                    setattr(cv2, name, v)
+                _installed[1] = {}
+                restore = _installed.pop()
+                if restore is not None:
+                    restore()
+
+
+def _sz_lut(img: Any, lut: Any, inplace: bool = True) -> Any:
+    """albucore's ``sz_lut(img, lut, inplace)``: ``lut[img]`` (uint8 tables and images)."""
+    if not isinstance(img, Sym):
+        raise TraceError("albucore.sz_lut of a constant image with a traced table")
+    if img.dtype != np.uint8:
+        raise TraceError(f"albucore.sz_lut of a {img.dtype} image (it translates bytes)")
+    table = lut if isinstance(lut, Sym) else np.asarray(lut)
+    if table.dtype != np.uint8:
+        raise TraceError(f"albucore.sz_lut with a {table.dtype} table (it translates bytes)")
+    out = lookup(table, img)
+    if inplace:
+        return _into(img, out)
+    return out
+
+
+def library_handlers() -> dict[int, tuple[Any, Callable[..., Any]]]:
+    """Library helpers lowered while tracing, by ``id`` of the real function: ``(real, traced)``
+    (only those of libraries already imported)."""
+    found: dict[int, tuple[Any, Callable[..., Any]]] = {}
+    albucore = sys.modules.get("albucore")
+    if albucore is not None:
+        for mod in (albucore, sys.modules.get("albucore.utils"),
+                    sys.modules.get("albucore.functions")):
+            real = getattr(mod, "sz_lut", None) if mod is not None else None
+            if real is not None:
+                found[id(real)] = (real, _sz_lut)
+    return found
+
+
+def wrap_library(real: Any, traced: Callable[..., Any]) -> Callable[..., Any]:
+    """``traced`` where a traced array is passed, else the library's own ``real``."""
+    def f(*args: Any, **kwargs: Any) -> Any:
+        if _has_sym(args, kwargs):
+            return traced(*args, **kwargs)
+        return real(*args, **kwargs)
+    return f

@@ -1,0 +1,219 @@
+"""PIL images of traced arrays: ``Image.fromarray(img)`` while tracing gives a
+:class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
+quarter turns, crops inside the image, ``point`` with a constant table or function, and so
+``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB``), and
+``np.asarray(img)``/``np.array(img)`` give the traced array back. Any other PIL call on it is
+refused naming it. Only ``uint8`` images of modes ``L`` (HxW) and ``RGB`` (HxWx3) are traced.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.facts import _at_most, _nonneg
+from augment_ops.trace.ir import TraceError
+from augment_ops.trace.lookup import NUMPY_CALLS, lookup
+from augment_ops.trace.numpy_api import CREATION, _np_rot90, _np_stack
+from augment_ops.trace.sym import Sym, _dim, cast_node, ufunc
+
+#: What a PIL method not lowered would need, where there is more to say.
+_WHY_NOT: dict[str, str] = {
+    "resize": "PIL's resampling filters differ from DALI's resize",
+    "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
+    "filter": "PIL's filters have no exact DALI equivalent",
+    "transform": "PIL's resampling differs from DALI's warps",
+    "histogram": "a histogram of the pixels (ImageOps.equalize, autocontrast), which DALI's "
+                 "operators cannot compute",
+}
+
+
+def _gray(x: Sym) -> Sym:
+    """PIL's RGB -> L: ``(19595 R + 38470 G + 7471 B + 0x8000) >> 16`` (checked against PIL on
+    every RGB triple)."""
+    r, g, b = (Sym(cast_node(x[..., c]._checked(), np.int64)) for c in range(3))
+    acc = ufunc("add", ufunc("add", ufunc("add", ufunc("multiply", r, 19595),
+                                          ufunc("multiply", g, 38470)),
+                             ufunc("multiply", b, 7471)), 0x8000)
+    return Sym(cast_node(ufunc("floor_divide", acc, 1 << 16).node, np.uint8))
+
+
+class TracedImage:
+    """A PIL image of a traced uint8 array (``L``: HxW, ``RGB``: HxWx3)."""
+
+    def __init__(self, arr: Sym, mode: str) -> None:
+        self._arr = Sym(arr._checked())
+        self.mode = mode
+
+    # -- what PIL images tell
+    @property
+    def size(self) -> tuple[Any, Any]:
+        return self._arr.shape[1], self._arr.shape[0]
+
+    @property
+    def width(self) -> Any:
+        return self._arr.shape[1]
+
+    @property
+    def height(self) -> Any:
+        return self._arr.shape[0]
+
+    def getbands(self) -> tuple[str, ...]:
+        return tuple(self.mode)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        why = _WHY_NOT.get(name, "not lowered: only transpose, crop inside the image, point, "
+                                 "convert between L and RGB, split, copy and np.asarray are")
+        raise TraceError(f"PIL Image.{name} on a traced image ({why}); the op runs on the "
+                         "numpy path")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TraceError("a traced PIL image converted to an array outside the op's module (use "
+                         "np.asarray(img) in the op's own code)")
+
+    # -- lowered methods
+    def copy(self) -> TracedImage:
+        return TracedImage(self._arr, self.mode)
+
+    def transpose(self, method: int) -> TracedImage:
+        a = self._arr
+        if isinstance(method, Sym):
+            raise TraceError("PIL Image.transpose with a per-sample method (use an if)")
+        swap = (1, 0, 2) if a.ndim == 3 else (1, 0)
+        out = {0: lambda: a[:, ::-1], 1: lambda: a[::-1], 2: lambda: _np_rot90(a, 1),
+               3: lambda: _np_rot90(a, 2), 4: lambda: _np_rot90(a, 3),
+               5: lambda: a.transpose(swap), 6: lambda: a.transpose(swap)[::-1, ::-1]}.get(
+            int(method))
+        if out is None:
+            raise TraceError(f"PIL Image.transpose({method})")
+        return TracedImage(out(), self.mode)
+
+    def crop(self, box: Any = None) -> TracedImage:
+        if box is None:
+            return self.copy()
+        left, upper, right, lower = box
+        for v in box:
+            if not (isinstance(v, (int, np.integer)) or (isinstance(v, Sym) and v.ndim == 0
+                    and v.dtype.kind in "iu")):
+                raise TraceError(f"PIL Image.crop with a box coordinate of type "
+                                 f"{type(v).__name__} (only integers are lowered)")
+        h, w = (_dim(d) if isinstance(d, Sym) else d for d in self._arr.shape[:2])
+        x0, y0, x1, y1 = (_dim(v) for v in (left, upper, right, lower))
+        if not (_nonneg(x0) and _nonneg(y0) and _at_most(x0, x1) and _at_most(y0, y1)
+                and _at_most(x1, w) and _at_most(y1, h)):
+            raise TraceError("PIL Image.crop with a box the tracer cannot prove inside the "
+                             "image (PIL fills the part outside with zeros and raises for "
+                             "right < left; numpy slicing would clip instead): clamp the box "
+                             "with min()/max() first, or slice the array")
+        return TracedImage(self._arr[upper:lower, left:right], self.mode)
+
+    def point(self, lut: Any, mode: str | None = None) -> TracedImage:
+        from PIL import Image
+
+        # PIL applies a table (or a function evaluated on 0..255) per band; the table it really
+        # uses, with its conversions and clipping of the entries, is read off PIL itself on a
+        # ramp of every value.
+        bands = len(self.mode)
+        ramp = np.arange(256, dtype=np.uint8).reshape(1, 256)
+        if bands > 1:
+            ramp = np.repeat(ramp[..., None], bands, axis=2)
+        try:
+            # PIL calls a function on 0..255 for 8-bit images and applies the values as a list.
+            values = [lut(i) for i in range(256)] if callable(lut) else \
+                lut if isinstance(lut, (list, tuple)) else ()
+            if any(isinstance(v, Sym) for v in values):
+                raise TraceError("per-sample")
+            table = np.asarray(Image.fromarray(ramp).point(lut, mode))
+        except TraceError:
+            raise TraceError("PIL Image.point with a per-sample table (PIL needs its numbers "
+                             "when the op is traced; a table built with numpy from np.arange "
+                             "and the draws, indexed as table[np.asarray(img)], traces)"
+                             ) from None
+        except Exception as e:
+            raise TraceError(f"PIL Image.point with a table PIL refuses ({type(e).__name__}: "
+                             f"{e})") from None
+        if table.dtype != np.uint8 or table.shape != ramp.shape:
+            raise TraceError(f"PIL Image.point to mode {mode!r} (only 8-bit results are "
+                             "lowered)")
+        if bands == 1:
+            return TracedImage(lookup(table[0], self._arr), self.mode)
+        return TracedImage(_np_stack([lookup(table[0, :, c], self._arr[..., c])
+                                      for c in range(bands)], axis=-1), self.mode)
+
+    def convert(self, mode: str | None = None, *args: Any, **kwargs: Any) -> TracedImage:
+        if args or kwargs:
+            raise TraceError("PIL Image.convert with a matrix, dither or palette")
+        if mode is None or mode == self.mode:
+            return self.copy()
+        if (self.mode, mode) == ("L", "RGB"):
+            return TracedImage(_np_stack([self._arr] * 3, axis=-1), "RGB")
+        if (self.mode, mode) == ("RGB", "L"):
+            return TracedImage(_gray(self._arr), "L")
+        raise TraceError(f"PIL Image.convert from {self.mode} to {mode} (only L <-> RGB is "
+                         "lowered)")
+
+    def split(self) -> tuple[TracedImage, ...]:
+        if self.mode == "L":
+            return (self.copy(),)
+        return tuple(TracedImage(self._arr[..., c], "L") for c in range(len(self.mode)))
+
+
+def _fromarray(obj: Any, mode: str | None = None) -> TracedImage:
+    if obj.dtype != np.uint8 or obj.ndim not in (2, 3) or (obj.ndim == 3 and \
+            obj.node.shape[2] != 3):
+        raise TraceError(f"PIL Image.fromarray of a {obj.dtype} array of rank {obj.ndim} (only "
+                         "uint8 HxW and HxWx3 images are lowered)")
+    inferred = "L" if obj.ndim == 2 else "RGB"
+    if mode not in (None, inferred):
+        raise TraceError(f"PIL Image.fromarray with mode {mode!r} of a {inferred} array")
+    return TracedImage(obj, inferred)
+
+
+_REAL: dict[str, Any] = {}
+
+
+def _wrapped_fromarray(real: Any) -> Any:
+    def fromarray(obj: Any, mode: str | None = None) -> Any:
+        if isinstance(obj, Sym):
+            return _fromarray(obj, mode)
+        return real(obj, mode) if mode is not None else real(obj)
+    fromarray.__wrapped__ = real  # type: ignore[attr-defined]
+    return fromarray
+
+
+def install_pil() -> Any:
+    """Replace ``PIL.Image.fromarray`` (when PIL is imported); returns what restores it."""
+    image = sys.modules.get("PIL.Image")
+    if image is None:
+        return None
+    _REAL["fromarray"] = image.fromarray
+    image.fromarray = _wrapped_fromarray(image.fromarray)
+    return lambda: setattr(image, "fromarray", _REAL.pop("fromarray"))
+
+
+def as_array(x: Any, dtype: Any = None, writable: bool = True) -> Sym:
+    """``np.asarray(img)`` / ``np.array(img)`` of a :class:`TracedImage`: its array (read-only
+    from ``np.asarray``, as PIL gives it)."""
+    arr = x._arr if dtype is None else x._arr.astype(dtype)
+    return Sym(arr._checked(), writable=writable)
+
+
+def _image_aware(real: Any, writable: bool) -> Any:
+    def f(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(a, TracedImage):
+            if args[1:] or set(kwargs) - {"dtype", "copy"}:
+                raise TraceError("np.asarray/np.array of a traced PIL image with arguments "
+                                 "other than dtype")
+            return as_array(a, kwargs.get("dtype", args[0] if args else None), writable)
+        return real(a, *args, **kwargs)
+    f.__name__ = f.__qualname__ = getattr(real, "__name__", "array")
+    return f
+
+
+NUMPY_CALLS["array"] = _image_aware(NUMPY_CALLS.get("array", np.array), True)
+NUMPY_CALLS["asarray"] = _image_aware(NUMPY_CALLS.get("asarray", CREATION["asarray"]), False)
+NUMPY_CALLS["asanyarray"] = _image_aware(NUMPY_CALLS.get("asanyarray", np.asanyarray), False)

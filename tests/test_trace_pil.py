@@ -1,0 +1,135 @@
+"""PIL images of traced arrays (``Image.fromarray`` -> :class:`TracedImage` -> ``np.asarray``):
+each lowered op gives PIL's pixels exactly in a CPU DALI pipeline; other PIL calls are refused
+naming them."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from test_trace_lookup import _check, _refusal
+
+from augment_ops.trace import TraceError, trace_function
+
+Image = pytest.importorskip("PIL.Image")
+ImageOps = pytest.importorskip("PIL.ImageOps")
+
+
+def _transposed(method):
+    def op(img):
+        return np.asarray(Image.fromarray(img).transpose(method))
+    op.__name__ = f"u_transpose_{int(method)}"
+    return op
+
+
+@pytest.mark.parametrize("method", list(range(7)))
+def test_transposes_equal_pil(method):
+    _check(_transposed(method))
+
+
+def u_crop_inside(img):
+    pil = Image.fromarray(img)
+    w, h = pil.size
+    return np.asarray(pil.crop((w // 4, h // 3, w // 4 + (w - w // 4) // 2, h)))
+
+
+def u_point_function(img):
+    return np.asarray(Image.fromarray(img).point(lambda v: v * 3 - 100))
+
+
+def u_point_per_band(img):
+    lut = [255 - i for i in range(256)] + [i // 2 for i in range(256)] + \
+        [min(255, i * 2) for i in range(256)]
+    return np.asarray(Image.fromarray(img).point(lut))
+
+
+def u_gray_and_back(img):
+    gray = Image.fromarray(img).convert("L")
+    return np.array(gray.convert("RGB"))
+
+
+def u_split_bands(img):
+    r, _g, b = Image.fromarray(img).split()
+    return np.asarray(r) // 2 + np.asarray(b) // 2
+
+
+def u_image_ops(img):
+    pil = Image.fromarray(img)
+    out = ImageOps.posterize(ImageOps.solarize(ImageOps.invert(pil), 100), 3)
+    return np.array(out, dtype=np.float32) / 255
+
+
+def u_gray_point(img):
+    gray = Image.fromarray(img[..., 0])
+    return np.asarray(gray.point([(i * 7) % 256 for i in range(256)]))
+
+
+@pytest.mark.parametrize("func,ndim", [(u_crop_inside, 3), (u_point_function, 3),
+                                       (u_point_per_band, 3), (u_gray_and_back, 3),
+                                       (u_split_bands, 2), (u_image_ops, 3),
+                                       (u_gray_point, 2)],
+                         ids=lambda f: getattr(f, "__name__", str(f)))
+def test_pil_calls_equal_pil(func, ndim):
+    _check(func, ndim=ndim)
+
+
+def test_asarray_of_a_traced_image_is_read_only_as_pils():
+    def u_write_asarray(img):
+        a = np.asarray(Image.fromarray(img))
+        a[0:1, 0:1] = 0
+        return a
+    assert "read-only" in _refusal(u_write_asarray)
+
+
+def u_resize(img):
+    return np.asarray(Image.fromarray(img).resize((4, 4)))
+
+
+def u_hsv(img):
+    return np.asarray(Image.fromarray(img).convert("HSV"))
+
+
+def u_crop_outside(img):
+    pil = Image.fromarray(img)
+    return np.asarray(pil.crop((0, 0, 8, 8)))
+
+
+def u_float_image(img):
+    return np.asarray(Image.fromarray(img.astype(np.float32)))
+
+
+def u_drawn_table(img, rng):
+    shift = rng.integers(0, 9)
+    return np.asarray(Image.fromarray(img).point(lambda v: v + shift))
+
+
+def u_short_table(img):
+    return np.asarray(Image.fromarray(img).point([1, 2, 3]))
+
+
+def test_other_pil_calls_are_refused_naming_them():
+    assert re.search(r"^PIL Image\.resize on a traced image \(PIL's resampling",
+                     _refusal(u_resize))
+    assert "PIL Image.convert from RGB to HSV" in _refusal(u_hsv)
+    assert "cannot prove inside the image (PIL fills the part outside with zeros" in \
+        _refusal(u_crop_outside)
+    assert "Image.fromarray of a float32 array" in _refusal(u_float_image, dtype=np.float32)
+    assert "PIL Image.point with a per-sample table (PIL needs its numbers" in \
+        _refusal(u_drawn_table, random=True)
+    assert "PIL Image.point with a table PIL refuses (" in _refusal(u_short_table)
+
+
+def test_fromarray_is_restored_after_tracing():
+    real = Image.fromarray
+    with pytest.raises(TraceError):
+        trace_function(u_resize, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
+    assert Image.fromarray is real
+    assert np.asarray(Image.fromarray(np.zeros((2, 2), np.uint8))).shape == (2, 2)
+
+
+def test_histogram_based_image_ops_are_refused_saying_why():
+    def u_equalize(img):
+        return np.asarray(ImageOps.equalize(Image.fromarray(img)))
+    assert "PIL Image.histogram on a traced image (a histogram of the pixels" in \
+        _refusal(u_equalize)
