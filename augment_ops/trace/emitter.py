@@ -30,6 +30,7 @@ from augment_ops.trace.lower_patterns import (
     _constant_difference,
     _difference,
     _exact_float64_of_int,
+    _folded_fills,
     _free,
     _is_zero,
     _lane_key,
@@ -48,6 +49,8 @@ class _Scalars:
         self.dims: dict[int, Any] = {}
         self.memo: dict[int, Any] = {}
         self.vmemo: dict[tuple, Any] = {}
+        #: The constant standing for each array filled with one (:func:`_folded_fills`).
+        self.fill_consts: dict[int, Node] = {}
         #: Nodes whose values come from outside the graph (``sample_values``).
         self.given: set[int] = set()
 
@@ -64,7 +67,8 @@ class _Scalars:
             return n
         got = self.memo.get(id(n))
         if got is None:
-            got = getattr(self, "_" + n.op)(n)
+            m = _folded_fills(n, self.fill_consts)
+            got = getattr(self, "_" + m.op)(m)
             self.memo[id(n)] = got
         return got
 

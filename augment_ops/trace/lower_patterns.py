@@ -247,3 +247,71 @@ def _at_least_zero(d: Any) -> bool:
     got = _clamp_operands(d)
     return (low is not None and low >= 0) or (
         got is not None and got[0] == "max" and (_is_zero(got[1]) or _is_zero(got[2])))
+
+
+def _fill_constant(a: Any) -> Any:
+    """The value of ``a`` where it is an array filled with one constant of its own dtype
+    (``np.full_like(img, 255)``, ``np.zeros_like(img) + 255``, a cast of one), as a 0-d numpy
+    array, else None. Arithmetic on fills is evaluated by numpy on one element: ufuncs are
+    elementwise, so that is the value of every element, with numpy's own rounding and
+    wrap-around."""
+    if not isinstance(a, Node) or a.ndim == 0:
+        return None
+    if a.op == "full":
+        v = a.args[1]
+        if not isinstance(v, Node) or v.op != "const" or v.value.ndim != 0 or \
+                v.dtype != a.dtype:
+            return None
+        return v.value
+    if a.op == "cast":
+        x = a.args[0]
+        f = _fill_constant(x) if isinstance(x, Node) and x.shape == a.shape else None
+        if f is None:
+            return None
+        with np.errstate(all="ignore"):
+            return np.asarray(np.asarray(f).reshape(1).astype(a.dtype)[0])
+    if a.op != "bin" or len(a.attrs) != 1 or not hasattr(np, a.attrs[0]):
+        return None
+    operands = []
+    for x in a.args:
+        if not isinstance(x, Node):
+            return None
+        if x.op == "const" and x.value.ndim == 0:
+            operands.append(x.value.item() if x.weak else x.value)
+        elif x.shape == a.shape and (f := _fill_constant(x)) is not None:
+            operands.append(np.asarray(f).reshape(1))
+        else:
+            return None
+    if not any(isinstance(o, np.ndarray) and o.ndim == 1 for o in operands):
+        return None
+    with np.errstate(all="ignore"):
+        got = getattr(np, a.attrs[0])(*operands)
+    if not isinstance(got, np.ndarray) or got.dtype != a.dtype:
+        return None
+    return np.asarray(got[0])
+
+
+def _folded_fills(n: Node, consts: dict[int, Node]) -> Node:
+    """``n``, or where an elementwise ``n`` (arithmetic, comparison, ``np.where``'s two values)
+    takes an array filled with a constant, ``n`` on that constant as a 0-d array of the fill's
+    dtype: ``np.full_like(img, 255) - img`` is ``np.uint8(255) - img``, one operator where the
+    fill takes its own passes over the image. The constant broadcasts to the same values, so this
+    holds whenever another argument, left as it is, has ``n``'s whole shape. ``consts`` keeps
+    one constant node per fill (``is`` tests of the patterns see one node)."""
+    if n.op not in ("bin", "where") or n.ndim == 0:
+        return n
+    # A condition stays an array: the select's bitwise mask is made from it.
+    fills = [None if n.op == "where" and k == 0 else _fill_constant(a)
+             for k, a in enumerate(n.args)]
+    if all(f is None for f in fills) or not any(
+            f is None and isinstance(a, Node) and a.shape == n.shape
+            for a, f in zip(n.args, fills, strict=True)):
+        return n
+    args = []
+    for a, f in zip(n.args, fills, strict=True):
+        if f is not None:
+            if id(a) not in consts:
+                consts[id(a)] = Node("const", (), (), a.dtype, (), value=np.asarray(f, a.dtype))
+            a = consts[id(a)]
+        args.append(a)
+    return Node(n.op, tuple(args), n.attrs, n.dtype, n.shape, n.weak, n.value)

@@ -1,0 +1,200 @@
+"""Phrasings of one op lower to the same DALI graph: the same number of operators in the built
+pipeline, and numpy's pixels exactly (draws fixed with the native path's counter draws).
+
+An array filled with a constant (``np.full_like(img, 255)``, ``np.zeros_like(img) + 7``) that
+meets another array of the whole shape in arithmetic, a comparison or ``np.where`` is emitted
+as a scalar constant broadcast by that operator, as the same op written with a Python scalar
+is, in place of the fill's own passes over the image."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from augment_ops import Op
+from augment_ops.lower_dali import SampleScalars, emit, sample_scalar_nodes
+from augment_ops.trace import trace_op
+from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
+
+SEED = 5
+SIZES = [(1, 1), (2, 7), (5, 3), (9, 12)]
+
+
+def _images(dtype: type = np.uint8, sizes=SIZES) -> list[np.ndarray]:
+    """Images (the tracer's uint8 HWC) with a black and a white pixel."""
+    out = []
+    for k, (h, w) in enumerate(sizes):
+        img = np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=dtype)
+        img.reshape(-1)[0] = 0
+        img.reshape(-1)[-1] = 255
+        out.append(img)
+    return out
+
+
+def _lowered(fn: Callable[..., np.ndarray], imgs: list[np.ndarray], random: bool = False,
+             dtype: type = np.uint8) -> tuple[list[np.ndarray], Counter]:
+    """The op ``fn`` traced and run by a DALI CPU pipeline on ``imgs`` (one batch, sample k
+    drawing as manifest sample k of epoch 0), and the operators of the built pipeline by kind
+    (the external sources left out); numpy's results are asserted equal on the way."""
+    from nvidia.dali import fn as dfn
+    from nvidia.dali.pipeline import Pipeline
+
+    op = Op(name=f"phrasing_{fn.__name__}", fn=fn, random=random, dtype=dtype)
+    traced = trace_op(op)
+    nodes = sample_scalar_nodes(traced)
+    salt = name_salt(op.name)
+    index = np.arange(len(imgs), dtype=np.int64)
+    epoch = np.zeros(len(imgs), dtype=np.int64)
+    values = SampleScalars(nodes, lambda i, e, slot: counter_uniform(SEED, e, i, salt, slot))(
+        index, epoch) if nodes else []
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
+    with pipe:
+        img = dfn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        given = [dfn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                 for a in values]
+        pipe.set_outputs(*emit(traced, img, sample_values=given))
+    pipe.build()
+    (out,) = pipe.run()
+    got = [np.array(out[k]) for k in range(len(imgs))]
+    for k, im in enumerate(imgs):
+        ref = op.apply(im, counter_rng(SEED, 0, k, salt) if random else None)[0]
+        where = f"{fn.__name__} on {im.dtype} {im.shape}"
+        assert got[k].dtype == ref.dtype and got[k].shape == ref.shape, (where, got[k].dtype)
+        np.testing.assert_array_equal(got[k], ref, err_msg=where)
+    kinds = Counter(type(o._op).__name__ for o in pipe._ops
+                    if o._op is not None and type(o._op).__name__ != "ExternalSource")
+    return got, kinds
+
+
+# -- one op, several phrasings ---------------------------------------------------------------------
+def invert_full_like(img):
+    return np.full_like(img, 255) - img
+
+
+def invert_scalar(img):
+    return 255 - img
+
+
+def invert_typed_scalar(img):
+    return np.subtract(np.uint8(255), img)
+
+
+def invert_zeros_plus(img):
+    return (np.zeros_like(img) + 255) - img
+
+
+def offset_full_like(img):
+    return img + np.full_like(img, 7)
+
+
+def offset_scalar(img):
+    return img + img.dtype.type(7)
+
+
+def offset_ufunc(img):
+    return np.add(img, np.ones_like(img) * 7)
+
+
+def solarize_where_scalar(img):
+    return np.where(img < 128, img, 255 - img)
+
+
+def solarize_where_full(img):
+    return np.where(img < np.full_like(img, 128), img, np.full_like(img, 255) - img)
+
+
+def flip_slice(img, rng):
+    return img[:, ::-1] if rng.random() < 0.5 else img
+
+
+def flip_fliplr(img, rng):
+    return np.fliplr(img) if rng.uniform() < 0.5 else img
+
+
+def flip_np_flip(img, rng):
+    if rng.uniform(0, 1) < 0.5:
+        return np.flip(img, axis=1)
+    return img
+
+
+def brightness_astype(img, rng):
+    return np.clip(img.astype(np.float32) * rng.uniform(0.8, 1.2), 0, 255).astype(np.uint8)
+
+
+def brightness_float32_factor(img, rng):
+    f = np.float32(rng.uniform(0.8, 1.2))
+    return np.clip(img * f, 0, 255).astype(np.uint8)
+
+
+def brightness_in_place(img, rng):
+    out = img.astype(np.float32)
+    out *= rng.uniform(0.8, 1.2)
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+PHRASINGS = {
+    "invert": [invert_full_like, invert_scalar, invert_typed_scalar, invert_zeros_plus],
+    "offset": [offset_full_like, offset_scalar, offset_ufunc],
+    "solarize": [solarize_where_scalar, solarize_where_full],
+}
+RANDOM_PHRASINGS = {
+    "flip": [flip_slice, flip_fliplr, flip_np_flip],
+    "brightness": [brightness_astype, brightness_float32_factor, brightness_in_place],
+}
+
+
+@pytest.mark.parametrize("op", sorted(PHRASINGS))
+def test_phrasings_of_a_pixel_op_give_one_graph_and_numpys_pixels(op):
+    fns = PHRASINGS[op]
+    kinds = [_lowered(f, _images(np.uint8))[1] for f in fns]
+    assert all(k == kinds[0] for k in kinds), dict(zip([f.__name__ for f in fns], kinds,
+                                                       strict=True))
+
+
+@pytest.mark.parametrize("op", sorted(RANDOM_PHRASINGS))
+def test_phrasings_of_a_random_op_give_one_graph_and_numpys_pixels(op):
+    fns = RANDOM_PHRASINGS[op]
+    kinds = [_lowered(f, _images(np.uint8), random=True)[1] for f in fns]
+    assert all(k == kinds[0] for k in kinds), dict(zip([f.__name__ for f in fns], kinds,
+                                                       strict=True))
+
+
+def test_a_fill_meeting_the_image_takes_no_operator_of_its_own():
+    _, kinds = _lowered(invert_full_like, _images(np.uint8))
+    assert sum(kinds.values()) == 2 and kinds["_ArithmeticGenericOp"] == 1, kinds  # + layout
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int16, np.int32, np.float32,
+                                   np.float64])
+def test_a_folded_fill_keeps_numpys_dtype_and_wrap_around(dtype):
+    """The fill's constant keeps the fill's dtype: integer results wrap around as numpy's do
+    (200 * 255 in int16, 100 * -1 in int8), float results round as numpy's (a float64 fill stays
+    float64, where DALI keeps bare real constants as float32)."""
+
+    k = 100 if dtype == np.int8 else 200  # numpy refuses 200 as an int8
+
+    def scale_by_full(img, dt=dtype, k=k):
+        x = img.astype(dt)
+        return x * np.full_like(x, k) - (np.zeros_like(x) + 1)
+
+    def float64_fill(img, dt=dtype):
+        x = img.astype(dt)
+        return (np.full_like(x, 0.1, dtype=np.float64) + 0.2) * x
+
+    _lowered(scale_by_full, _images(), dtype=dtype)
+    _lowered(float64_fill, _images(), dtype=np.float64)
+
+
+def test_a_fill_broadcast_against_a_smaller_array_keeps_its_pass():
+    """Where no other operand has the result's whole shape (a fill of the image's shape plus a
+    row), the fill's shape makes the result's: it is not replaced by a scalar."""
+
+    def fill_plus_row(img):
+        return np.full_like(img, 2) + img[:1]
+
+    _, kinds = _lowered(fill_plus_row, _images(np.uint8))
+    _, plain = _lowered(invert_scalar, _images(np.uint8))
+    assert sum(kinds.values()) > sum(plain.values()), kinds
