@@ -135,6 +135,18 @@ def brightness_in_place(img, rng):
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
+def contrast_mean_method(img, rng):
+    a = rng.uniform(0.8, 1.2)
+    m = img.mean()
+    return np.clip((img.astype(np.float32) - m) * a + m, 0, 255).astype(np.uint8)
+
+
+def contrast_blend(img, rng):
+    a = rng.uniform(0.8, 1.2)
+    m = np.mean(img)
+    return np.clip(a * img + (1 - a) * m, 0, 255).astype(np.uint8)
+
+
 PHRASINGS = {
     "invert": [invert_full_like, invert_scalar, invert_typed_scalar, invert_zeros_plus],
     "offset": [offset_full_like, offset_scalar, offset_ufunc],
@@ -143,6 +155,7 @@ PHRASINGS = {
 RANDOM_PHRASINGS = {
     "flip": [flip_slice, flip_fliplr, flip_np_flip],
     "brightness": [brightness_astype, brightness_float32_factor, brightness_in_place],
+    "contrast": [contrast_mean_method, contrast_blend],
 }
 
 
@@ -198,3 +211,62 @@ def test_a_fill_broadcast_against_a_smaller_array_keeps_its_pass():
     _, kinds = _lowered(fill_plus_row, _images(np.uint8))
     _, plain = _lowered(invert_scalar, _images(np.uint8))
     assert sum(kinds.values()) > sum(plain.values()), kinds
+
+
+@pytest.mark.parametrize("mid", [np.int16, np.uint16, np.int32, np.int64, np.float32,
+                                 np.float64])
+@pytest.mark.parametrize("out", [np.float64, np.float32, np.int8, np.uint8, np.int16])
+def test_a_cast_through_a_type_holding_every_value_is_one_cast(mid, out):
+    """``img.astype(A).astype(B)``, where A holds every value of the image's dtype, is one
+    conversion from the image to B, with numpy's wrap-around and rounding."""
+
+    def twice(img, mid=mid, out=out):
+        return img.astype(mid).astype(out)
+
+    def once(img, out=out):
+        return img.astype(out)
+
+    _, kinds_twice = _lowered(twice, _images(), dtype=out)
+    _, kinds_once = _lowered(once, _images(), dtype=out)
+    # An output that is the input itself (uint8 -> A -> uint8) takes no layout operator.
+    if out != np.uint8:
+        assert kinds_twice == kinds_once, (kinds_twice, kinds_once)
+    else:
+        assert kinds_twice == Counter({"Reshape": 1}) and not kinds_once, kinds_twice
+
+
+@pytest.mark.parametrize("out", [np.float64, np.uint8, np.int16])
+def test_a_narrowing_first_cast_is_kept(out):
+    """uint8 -> int8 wraps 128..255 around: the second cast converts the wrapped values."""
+
+    def twice(img, out=out):
+        return (img.astype(np.int8) * np.int8(3)).astype(np.int8).astype(out) + \
+            img.astype(np.int8).astype(out)
+
+    _lowered(twice, _images(), dtype=out)
+
+
+def test_multiplying_by_one_and_exact_float64_constants_take_no_operators():
+    def plain(img):
+        x = img.astype(np.float64)
+        return np.clip(x * 0.5, 0, 255)
+
+    def phrased(img):
+        x = img.astype(np.float64) * 1
+        return np.clip(1.0 * x * 0.5, 0.0, 255.0)
+
+    _, a = _lowered(plain, _images(), dtype=np.float64)
+    _, b = _lowered(phrased, _images(), dtype=np.float64)
+    assert a == b and "Reinterpret" not in a, (a, b)
+
+
+@pytest.mark.parametrize("c", [0.1, -0.0, 1e-300, float("inf"), 2.0**-149, 3.0e38, 1e39])
+def test_float64_constants_keep_their_value(c):
+    """A float64 constant float32 cannot hold (0.1, a subnormal, beyond float32's range) and
+    -0.0 keep their exact bits; those it can (inf, 2**-149, 3e38 after rounding: not exact)
+    are typed constants."""
+
+    def affine(img, c=c):
+        return img.astype(np.float64) * c + c
+
+    _lowered(affine, _images(), dtype=np.float64)

@@ -29,14 +29,29 @@ from augment_ops.trace.lower_patterns import (
     _clamp_bounds,
     _constant_difference,
     _difference,
+    _exact_cast_source,
     _exact_float64_of_int,
+    _float32_exact_float64,
     _folded_fills,
     _free,
     _is_zero,
     _lane_key,
+    _times_one,
     _unclamped_start,
     _unclamped_stop,
 )
+
+
+def _operand_constant(value: Any, dt: np.dtype) -> Any:
+    """A constant operand of an arithmetic operator: a float64 scalar that float32 holds
+    exactly as a typed constant (DALI keeps a real constant as float32 and types it as
+    declared: one operand, where the bit pattern takes two operators), else
+    :func:`_constant`."""
+    if _float32_exact_float64(value, dt):
+        from nvidia.dali import types
+
+        return types.Constant(float(value), dtype=types.FLOAT64)
+    return _constant(value, dt)
 
 
 class _Scalars:
@@ -84,7 +99,7 @@ class _Scalars:
                          "sample_values= to emit")
 
     def _const(self, n: Node) -> Any:
-        return _constant(n.value, n.dtype)
+        return _operand_constant(n.value, n.dtype)
 
     # -- elementwise
     # The scalar operators take ``val``, the DALI value of an argument: ``self.value`` for one
@@ -92,6 +107,11 @@ class _Scalars:
     def _cast(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
         val = val or self.value
         (x,) = n.args
+        inner = _exact_cast_source(n)
+        if inner is not None:  # uint8 -> float32 -> float64: one conversion of the same values
+            if inner.dtype == n.dtype:  # a round trip: the values themselves
+                return val(inner)
+            return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
             # Already integral: nothing to truncate before the conversion.
             from nvidia.dali import fn
@@ -108,6 +128,9 @@ class _Scalars:
             return val(a)  # integer bounds such as h - 0, y + 0: no operator
         if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
             return val(b)
+        one = _times_one(n)
+        if one is not None:  # x * 1 is x, bit for bit, in every dtype
+            return val(one)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
         if n.attrs[0] in ("add", "subtract", "multiply") and n.dtype == np.float64:
             ia, ib = _exact_float64_of_int(a), _exact_float64_of_int(b)
@@ -127,7 +150,8 @@ class _Scalars:
             import nvidia.dali.math as dmath
 
             x, lo, hi = bounds
-            return dmath.clamp(val(x), _constant(lo, n.dtype), _constant(hi, n.dtype))
+            return dmath.clamp(val(x), _operand_constant(lo, n.dtype),
+                               _operand_constant(hi, n.dtype))
         return binary(n.attrs[0], val(a), val(b), a.dtype, b_negative=sign)
 
     def _un(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:

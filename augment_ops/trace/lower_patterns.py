@@ -48,7 +48,7 @@ def _free(n: Node) -> bool:
         return n.dtype == n.args[0].dtype
     if n.op == "bin":
         a, b = n.args
-        return n.attrs[1:] == ("first",) or (
+        return n.attrs[1:] == ("first",) or _times_one(n) is not None or (
             n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b)) or (
             n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a))
     return False
@@ -315,3 +315,44 @@ def _folded_fills(n: Node, consts: dict[int, Node]) -> Node:
             a = consts[id(a)]
         args.append(a)
     return Node(n.op, tuple(args), n.attrs, n.dtype, n.shape, n.weak, n.value)
+
+
+def _times_one(n: Node) -> Node | None:
+    """``x`` where ``n`` is ``x * 1`` or ``1 * x`` in ``x``'s own dtype (bit for bit ``x``, NaN
+    and -0.0 included), else None."""
+    if n.op != "bin" or n.attrs[0] != "multiply" or n.dtype.kind not in "iuf":
+        return None
+    a, b = n.args
+    for one, x in ((b, a), (a, b)):
+        if isinstance(one, Node) and isinstance(x, Node) and one.op == "const" and \
+                one.value.ndim == 0 and one.dtype.kind in "iuf" and one.value.item() == 1 and \
+                x.dtype == n.dtype and x.shape == n.shape:
+            return x
+    return None
+
+
+def _exact_cast_source(n: Node) -> Node | None:
+    """``x`` where ``n`` casts ``x`` twice and the first cast keeps every value of ``x``'s dtype
+    (``img.astype(np.float32).astype(np.float64)``): numpy's casts are functions of the value,
+    so one cast from ``x`` gives the same result, else None."""
+    if n.op != "cast":
+        return None
+    (y,) = n.args
+    if not isinstance(y, Node) or y.op != "cast" or y.dtype == n.dtype:
+        return None
+    (x,) = y.args
+    if not isinstance(x, Node) or x.dtype == y.dtype or \
+            not np.can_cast(x.dtype, y.dtype, casting="safe"):
+        return None
+    return x
+
+
+def _float32_exact_float64(value: Any, dt: np.dtype) -> bool:
+    """Whether ``value`` of dtype ``dt`` is a float64 scalar that float32 holds exactly (not
+    -0.0 nor NaN, whose bits a float32 constant may not keep)."""
+    arr = np.asarray(value)
+    if np.dtype(dt) != np.float64 or arr.ndim != 0:
+        return False
+    v = float(arr)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, not equal
+        return v == v and not (v == 0 and np.signbit(v)) and float(np.float32(v)) == v
