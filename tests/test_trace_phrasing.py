@@ -270,3 +270,26 @@ def test_float64_constants_keep_their_value(c):
         return img.astype(np.float64) * c + c
 
     _lowered(affine, _images(), dtype=np.float64)
+
+
+def select_fill_row_condition(img):
+    return np.where(img[:1] < 100, np.full_like(img, 3), img)
+
+
+def select_fill_column_value(img):
+    return np.where(img < 100, img[:, :1], np.full_like(img, 7))
+
+
+def divide_fill_by_zeroes(img):  # numpy's 9 // 0 is 0, as the folded constant's must be
+    return np.full_like(img, 9) // (img % 4) + np.ones_like(img) * img
+
+
+def float_fill_arithmetic(img):
+    return (np.zeros_like(img, dtype=np.float32) - 0.5) * img
+
+
+@pytest.mark.parametrize("fn", [select_fill_row_condition, select_fill_column_value,
+                                divide_fill_by_zeroes, float_fill_arithmetic],
+                         ids=lambda f: f.__name__)
+def test_folded_fills_broadcast_and_divide_as_numpy(fn):
+    _lowered(fn, _images(), dtype=np.float32 if fn is float_fill_arithmetic else np.uint8)
