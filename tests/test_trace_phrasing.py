@@ -35,14 +35,14 @@ def _images(dtype: type = np.uint8, sizes=SIZES) -> list[np.ndarray]:
 
 
 def _lowered(fn: Callable[..., np.ndarray], imgs: list[np.ndarray], random: bool = False,
-             dtype: type = np.uint8) -> tuple[list[np.ndarray], Counter]:
+             dtype: type = np.uint8, ndim: int = 3) -> tuple[list[np.ndarray], Counter]:
     """The op ``fn`` traced and run by a DALI CPU pipeline on ``imgs`` (one batch, sample k
     drawing as manifest sample k of epoch 0), and the operators of the built pipeline by kind
     (the external sources left out); numpy's results are asserted equal on the way."""
     from nvidia.dali import fn as dfn
     from nvidia.dali.pipeline import Pipeline
 
-    op = Op(name=f"phrasing_{fn.__name__}", fn=fn, random=random, dtype=dtype)
+    op = Op(name=f"phrasing_{fn.__name__}", fn=fn, random=random, dtype=dtype, ndim=ndim)
     traced = trace_op(op)
     nodes = sample_scalar_nodes(traced)
     salt = name_salt(op.name)
@@ -293,3 +293,62 @@ def float_fill_arithmetic(img):
                          ids=lambda f: f.__name__)
 def test_folded_fills_broadcast_and_divide_as_numpy(fn):
     _lowered(fn, _images(), dtype=np.float32 if fn is float_fill_arithmetic else np.uint8)
+
+
+def grey_mean_method(img):
+    return img.mean(axis=2).astype(np.uint8)[..., None]
+
+
+def grey_np_mean(img):
+    return np.mean(img, axis=-1).astype(np.uint8)[..., None]
+
+
+def grey_channels_added(img):
+    r, g, b = img[..., 0], img[..., 1], img[..., 2]
+    return ((b.astype(np.float64) + r.astype(np.float64) + g.astype(np.float64)) / 3.0
+            ).astype(np.uint8)[..., None]
+
+
+def test_phrasings_of_a_channel_mean_are_one_sum():
+    fns = [grey_mean_method, grey_np_mean, grey_channels_added]
+    kinds = [_lowered(f, _images())[1] for f in fns]
+    assert all(k == kinds[0] for k in kinds), kinds
+    assert kinds[0]["Sum"] == 1 and "_TensorSubscript" not in kinds[0], kinds[0]
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int16, np.uint16, np.int32,
+                                np.int64, np.uint64])
+def test_a_channel_sum_in_any_dtype_that_holds_it_is_one_sum(dt):
+    def added(img, dt=dt):
+        return img[..., 2].astype(dt) + img[..., 0].astype(dt) + img[..., 1].astype(dt)
+
+    _, kinds = _lowered(added, _images(), dtype=dt, ndim=2)
+    assert kinds["Sum"] == 1 and "_TensorSubscript" not in kinds, kinds
+
+
+@pytest.mark.parametrize("case", ["int8_wraps", "two_of_three", "a_channel_twice",
+                                  "four_terms"])
+def test_sums_that_are_not_a_whole_exact_channel_sum_keep_their_additions(case):
+    """int8 overflows (numpy wraps each partial sum), a sum missing a channel or taking one
+    twice is another value: each keeps numpy's own additions, with numpy's pixels."""
+
+    def int8_wraps(img):
+        return img[..., 0].astype(np.int8) + img[..., 1].astype(np.int8) + \
+            img[..., 2].astype(np.int8)
+
+    def two_of_three(img):
+        return img[..., 0].astype(np.int16) + img[..., 2].astype(np.int16)
+
+    def a_channel_twice(img):
+        return img[..., 0].astype(np.int16) + img[..., 0].astype(np.int16) + \
+            img[..., 1].astype(np.int16)
+
+    def four_terms(img):  # every channel, one of them twice
+        return (img[..., 0].astype(np.int16) + img[..., 1].astype(np.int16)) + \
+            (img[..., 2].astype(np.int16) + img[..., 0].astype(np.int16))
+
+    fn = {"int8_wraps": int8_wraps, "two_of_three": two_of_three,
+          "a_channel_twice": a_channel_twice, "four_terms": four_terms}[case]
+    _, kinds = _lowered(fn, _images(), dtype=np.int8 if case == "int8_wraps" else np.int16,
+                        ndim=2)
+    assert "Sum" not in kinds, kinds

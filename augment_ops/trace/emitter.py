@@ -36,6 +36,7 @@ from augment_ops.trace.lower_patterns import (
     _free,
     _is_zero,
     _lane_key,
+    _summed_lanes,
     _times_one,
     _unclamped_start,
     _unclamped_stop,
@@ -124,6 +125,15 @@ class _Scalars:
         a, b = n.args
         if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
             return val(a)
+        lanes = _summed_lanes(n)
+        if lanes is not None:  # r + g + b: one sum over the channels, exact in any order
+            from nvidia.dali import fn, types
+
+            # uint8 into uint64: the sum np.sum makes, which the lowering of a reduction uses
+            # on both devices.
+            x, axis = lanes
+            total = fn.reductions.sum(val(x), axes=[axis], dtype=types.UINT64)
+            return cast(total, np.dtype(np.uint64), n.dtype, nonneg=True)
         if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
             return val(a)  # integer bounds such as h - 0, y + 0: no operator
         if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):

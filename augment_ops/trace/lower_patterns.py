@@ -356,3 +356,44 @@ def _float32_exact_float64(value: Any, dt: np.dtype) -> bool:
     v = float(arr)
     with np.errstate(over="ignore"):  # beyond float32's range: inf, not equal
         return v == v and not (v == 0 and np.signbit(v)) and float(np.float32(v)) == v
+
+
+def _summed_lanes(n: Node) -> tuple[Node, int] | None:
+    """``(x, axis)`` where the array node ``n`` adds up, in any order, ``x[..., k]`` cast to
+    ``n``'s dtype for every index ``k`` of ``x``'s static ``axis`` exactly once, as numpy's
+    ``img.mean(axis=-1)`` or ``r + g + b`` does: one sum over the axis then gives the same
+    values. Only for uint8 ``x`` (what DALI's sum takes into uint64) and where
+    every partial sum is exact in ``n``'s dtype (integers below float's mantissa, no integer
+    overflow), so that the order of the additions cannot matter."""
+    if n.op != "bin" or n.attrs != ("add",) or n.ndim == 0:
+        return None
+    leaves: list[Any] = []
+    stack: list[Any] = [n]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, Node) and d.op == "bin" and d.attrs == ("add",) and \
+                d.dtype == n.dtype and d.shape == n.shape:
+            stack.extend(d.args)
+        else:
+            leaves.append(d)
+    x, axis, ks = None, None, []
+    for leaf in leaves:
+        if not (isinstance(leaf, Node) and leaf.op == "cast" and leaf.dtype == n.dtype):
+            return None
+        t = leaf.args[0]
+        if not (isinstance(t, Node) and t.op == "take" and isinstance(t.args[1], int)):
+            return None
+        if x is None:
+            x, axis = t.args[0], t.attrs[0]
+        if t.args[0] is not x or t.attrs[0] != axis:
+            return None
+        ks.append(t.args[1])
+    if not isinstance(x, Node) or x.dtype != np.uint8 or axis is None or \
+            not isinstance(x.shape[axis], int) or sorted(ks) != list(range(x.shape[axis])):
+        return None
+    bound = len(ks) * 255
+    if n.dtype.kind == "f":
+        return (x, axis) if bound <= 2 ** (np.finfo(n.dtype).nmant + 1) else None
+    if n.dtype.kind in "iu":
+        return (x, axis) if bound <= np.iinfo(n.dtype).max else None
+    return None
