@@ -7,6 +7,7 @@ Exact for slicing and flips; within ``op.tolerance`` for interpolating ops.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,36 @@ def test_on_the_cpu_pixel_arithmetic_runs_on_the_numpy_path(tmp_path):
                                  fn=lambda img, lock=None: (img.astype(np.float32) * 1.5)
                                  .astype(np.uint8), params=(("lock", lock),))
     assert choose_paths([unpicklable], gpu=False) == {"paths_test_locked": "native"}
+
+
+def test_explain_choice_says_why_the_automatic_choice_picks_each_path():
+    from extsrc.ops_runtime.paths import explain_choice
+
+    math = augment_ops.Op(name="paths_test_brightness", fn=_brightness)
+    moves = augment_ops.Op(name="paths_test_corners", fn=_corners)
+    lock = __import__("threading").Lock()
+    unpicklable = augment_ops.Op(name="paths_test_locked",
+                                 fn=lambda img, lock=None: (img.astype(np.float32) * 1.5)
+                                 .astype(np.uint8), params=(("lock", lock),))
+    untraceable = _untraceable_op()
+    try:
+        cases = [
+            (math, False, r"^numpy: the op's traced graph computes new pixel values"),
+            (augment_ops.get("grid2x2"), False, r"^numpy: the op has 4 outputs"),
+            (moves, False, r"^native \(traced\): DALI operators on the CPU, as the op only "
+                           r"moves pixels"),
+            (unpicklable, False, r"^native \(traced\): .*cannot be sent to the op pool"),
+            (math, True, r"^native \(traced\): DALI operators on the GPU$"),
+            (untraceable, False, r"^numpy: .*scipy"),
+            (untraceable, True, r"^numpy: .*scipy"),
+        ]
+        for op, gpu, why in cases:
+            chosen = choose_paths([op], gpu=gpu)[op.name]
+            got = explain_choice(op, gpu=gpu)
+            assert got.startswith(chosen + (":" if chosen == "numpy" else " ")), (op.name, got)
+            assert re.search(why, got), (op.name, gpu, got)
+    finally:
+        augment_ops.unregister("blur_outside_numpy")
 
 
 def test_the_cpu_path_choice_and_batches_do_not_depend_on_the_op_workers(tmp_path):

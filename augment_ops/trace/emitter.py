@@ -29,13 +29,30 @@ from augment_ops.trace.lower_patterns import (
     _clamp_bounds,
     _constant_difference,
     _difference,
+    _exact_cast_source,
     _exact_float64_of_int,
+    _float32_exact_float64,
+    _folded_fills,
     _free,
     _is_zero,
     _lane_key,
+    _summed_lanes,
+    _times_one,
     _unclamped_start,
     _unclamped_stop,
 )
+
+
+def _operand_constant(value: Any, dt: np.dtype) -> Any:
+    """A constant operand of an arithmetic operator: a float64 scalar that float32 holds
+    exactly as a typed constant (DALI keeps a real constant as float32 and types it as
+    declared: one operand, where the bit pattern takes two operators), else
+    :func:`_constant`."""
+    if _float32_exact_float64(value, dt):
+        from nvidia.dali import types
+
+        return types.Constant(float(value), dtype=types.FLOAT64)
+    return _constant(value, dt)
 
 
 class _Scalars:
@@ -48,6 +65,8 @@ class _Scalars:
         self.dims: dict[int, Any] = {}
         self.memo: dict[int, Any] = {}
         self.vmemo: dict[tuple, Any] = {}
+        #: The constant standing for each array filled with one (:func:`_folded_fills`).
+        self.fill_consts: dict[int, Node] = {}
         #: Nodes whose values come from outside the graph (``sample_values``).
         self.given: set[int] = set()
 
@@ -64,7 +83,8 @@ class _Scalars:
             return n
         got = self.memo.get(id(n))
         if got is None:
-            got = getattr(self, "_" + n.op)(n)
+            m = _folded_fills(n, self.fill_consts)
+            got = getattr(self, "_" + m.op)(m)
             self.memo[id(n)] = got
         return got
 
@@ -80,7 +100,7 @@ class _Scalars:
                          "sample_values= to emit")
 
     def _const(self, n: Node) -> Any:
-        return _constant(n.value, n.dtype)
+        return _operand_constant(n.value, n.dtype)
 
     # -- elementwise
     # The scalar operators take ``val``, the DALI value of an argument: ``self.value`` for one
@@ -88,6 +108,11 @@ class _Scalars:
     def _cast(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
         val = val or self.value
         (x,) = n.args
+        inner = _exact_cast_source(n)
+        if inner is not None:  # uint8 -> float32 -> float64: one conversion of the same values
+            if inner.dtype == n.dtype:  # a round trip: the values themselves
+                return val(inner)
+            return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
             # Already integral: nothing to truncate before the conversion.
             from nvidia.dali import fn
@@ -100,10 +125,22 @@ class _Scalars:
         a, b = n.args
         if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
             return val(a)
+        lanes = _summed_lanes(n)
+        if lanes is not None:  # r + g + b: one sum over the channels, exact in any order
+            from nvidia.dali import fn, types
+
+            # uint8 into uint64: the sum np.sum makes, which the lowering of a reduction uses
+            # on both devices.
+            x, axis = lanes
+            total = fn.reductions.sum(val(x), axes=[axis], dtype=types.UINT64)
+            return cast(total, np.dtype(np.uint64), n.dtype, nonneg=True)
         if n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b):
             return val(a)  # integer bounds such as h - 0, y + 0: no operator
         if n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a):
             return val(b)
+        one = _times_one(n)
+        if one is not None:  # x * 1 is x, bit for bit, in every dtype
+            return val(one)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
         if n.attrs[0] in ("add", "subtract", "multiply") and n.dtype == np.float64:
             ia, ib = _exact_float64_of_int(a), _exact_float64_of_int(b)
@@ -123,7 +160,8 @@ class _Scalars:
             import nvidia.dali.math as dmath
 
             x, lo, hi = bounds
-            return dmath.clamp(val(x), _constant(lo, n.dtype), _constant(hi, n.dtype))
+            return dmath.clamp(val(x), _operand_constant(lo, n.dtype),
+                               _operand_constant(hi, n.dtype))
         return binary(n.attrs[0], val(a), val(b), a.dtype, b_negative=sign)
 
     def _un(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:

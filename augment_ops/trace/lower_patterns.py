@@ -48,7 +48,7 @@ def _free(n: Node) -> bool:
         return n.dtype == n.args[0].dtype
     if n.op == "bin":
         a, b = n.args
-        return n.attrs[1:] == ("first",) or (
+        return n.attrs[1:] == ("first",) or _times_one(n) is not None or (
             n.dtype.kind in "iu" and n.attrs[0] in ("add", "subtract") and _is_zero(b)) or (
             n.dtype.kind in "iu" and n.attrs[0] == "add" and _is_zero(a))
     return False
@@ -247,3 +247,153 @@ def _at_least_zero(d: Any) -> bool:
     got = _clamp_operands(d)
     return (low is not None and low >= 0) or (
         got is not None and got[0] == "max" and (_is_zero(got[1]) or _is_zero(got[2])))
+
+
+def _fill_constant(a: Any) -> Any:
+    """The value of ``a`` where it is an array filled with one constant of its own dtype
+    (``np.full_like(img, 255)``, ``np.zeros_like(img) + 255``, a cast of one), as a 0-d numpy
+    array, else None. Arithmetic on fills is evaluated by numpy on one element: ufuncs are
+    elementwise, so that is the value of every element, with numpy's own rounding and
+    wrap-around."""
+    if not isinstance(a, Node) or a.ndim == 0:
+        return None
+    if a.op == "full":
+        v = a.args[1]
+        if not isinstance(v, Node) or v.op != "const" or v.value.ndim != 0 or \
+                v.dtype != a.dtype:
+            return None
+        return v.value
+    if a.op == "cast":
+        x = a.args[0]
+        f = _fill_constant(x) if isinstance(x, Node) and x.shape == a.shape else None
+        if f is None:
+            return None
+        with np.errstate(all="ignore"):
+            return np.asarray(np.asarray(f).reshape(1).astype(a.dtype)[0])
+    if a.op != "bin" or len(a.attrs) != 1 or not hasattr(np, a.attrs[0]):
+        return None
+    operands = []
+    for x in a.args:
+        if not isinstance(x, Node):
+            return None
+        if x.op == "const" and x.value.ndim == 0:
+            operands.append(x.value.item() if x.weak else x.value)
+        elif x.shape == a.shape and (f := _fill_constant(x)) is not None:
+            operands.append(np.asarray(f).reshape(1))
+        else:
+            return None
+    if not any(isinstance(o, np.ndarray) and o.ndim == 1 for o in operands):
+        return None
+    with np.errstate(all="ignore"):
+        got = getattr(np, a.attrs[0])(*operands)
+    if not isinstance(got, np.ndarray) or got.dtype != a.dtype:
+        return None
+    return np.asarray(got[0])
+
+
+def _folded_fills(n: Node, consts: dict[int, Node]) -> Node:
+    """``n``, or where an elementwise ``n`` (arithmetic, comparison, ``np.where``'s two values)
+    takes an array filled with a constant, ``n`` on that constant as a 0-d array of the fill's
+    dtype: ``np.full_like(img, 255) - img`` is ``np.uint8(255) - img``, one operator where the
+    fill takes its own passes over the image. The constant broadcasts to the same values, so this
+    holds whenever another argument, left as it is, has ``n``'s whole shape. ``consts`` keeps
+    one constant node per fill (``is`` tests of the patterns see one node)."""
+    if n.op not in ("bin", "where") or n.ndim == 0:
+        return n
+    # A condition stays an array: the select's bitwise mask is made from it.
+    fills = [None if n.op == "where" and k == 0 else _fill_constant(a)
+             for k, a in enumerate(n.args)]
+    if all(f is None for f in fills) or not any(
+            f is None and isinstance(a, Node) and a.shape == n.shape
+            for a, f in zip(n.args, fills, strict=True)):
+        return n
+    args = []
+    for a, f in zip(n.args, fills, strict=True):
+        if f is not None:
+            if id(a) not in consts:
+                consts[id(a)] = Node("const", (), (), a.dtype, (), value=np.asarray(f, a.dtype))
+            a = consts[id(a)]
+        args.append(a)
+    return Node(n.op, tuple(args), n.attrs, n.dtype, n.shape, n.weak, n.value)
+
+
+def _times_one(n: Node) -> Node | None:
+    """``x`` where ``n`` is ``x * 1`` or ``1 * x`` in ``x``'s own dtype (bit for bit ``x``, NaN
+    and -0.0 included), else None."""
+    if n.op != "bin" or n.attrs[0] != "multiply" or n.dtype.kind not in "iuf":
+        return None
+    a, b = n.args
+    for one, x in ((b, a), (a, b)):
+        if isinstance(one, Node) and isinstance(x, Node) and one.op == "const" and \
+                one.value.ndim == 0 and one.dtype.kind in "iuf" and one.value.item() == 1 and \
+                x.dtype == n.dtype and x.shape == n.shape:
+            return x
+    return None
+
+
+def _exact_cast_source(n: Node) -> Node | None:
+    """``x`` where ``n`` casts ``x`` twice and the first cast keeps every value of ``x``'s dtype
+    (``img.astype(np.float32).astype(np.float64)``): numpy's casts are functions of the value,
+    so one cast from ``x`` gives the same result, else None."""
+    if n.op != "cast":
+        return None
+    (y,) = n.args
+    if not isinstance(y, Node) or y.op != "cast" or y.dtype == n.dtype:
+        return None
+    (x,) = y.args
+    if not isinstance(x, Node) or x.dtype == y.dtype or \
+            not np.can_cast(x.dtype, y.dtype, casting="safe"):
+        return None
+    return x
+
+
+def _float32_exact_float64(value: Any, dt: np.dtype) -> bool:
+    """Whether ``value`` of dtype ``dt`` is a float64 scalar that float32 holds exactly (not
+    -0.0 nor NaN, whose bits a float32 constant may not keep)."""
+    arr = np.asarray(value)
+    if np.dtype(dt) != np.float64 or arr.ndim != 0:
+        return False
+    v = float(arr)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, not equal
+        return v == v and not (v == 0 and np.signbit(v)) and float(np.float32(v)) == v
+
+
+def _summed_lanes(n: Node) -> tuple[Node, int] | None:
+    """``(x, axis)`` where the array node ``n`` adds up, in any order, ``x[..., k]`` cast to
+    ``n``'s dtype for every index ``k`` of ``x``'s static ``axis`` exactly once, as numpy's
+    ``img.mean(axis=-1)`` or ``r + g + b`` does: one sum over the axis then gives the same
+    values. Only for uint8 ``x`` (what DALI's sum takes into uint64) and where
+    every partial sum is exact in ``n``'s dtype (integers below float's mantissa, no integer
+    overflow), so that the order of the additions cannot matter."""
+    if n.op != "bin" or n.attrs != ("add",) or n.ndim == 0:
+        return None
+    leaves: list[Any] = []
+    stack: list[Any] = [n]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, Node) and d.op == "bin" and d.attrs == ("add",) and \
+                d.dtype == n.dtype and d.shape == n.shape:
+            stack.extend(d.args)
+        else:
+            leaves.append(d)
+    x, axis, ks = None, None, []
+    for leaf in leaves:
+        if not (isinstance(leaf, Node) and leaf.op == "cast" and leaf.dtype == n.dtype):
+            return None
+        t = leaf.args[0]
+        if not (isinstance(t, Node) and t.op == "take" and isinstance(t.args[1], int)):
+            return None
+        if x is None:
+            x, axis = t.args[0], t.attrs[0]
+        if t.args[0] is not x or t.attrs[0] != axis:
+            return None
+        ks.append(t.args[1])
+    if not isinstance(x, Node) or x.dtype != np.uint8 or axis is None or \
+            not isinstance(x.shape[axis], int) or sorted(ks) != list(range(x.shape[axis])):
+        return None
+    bound = len(ks) * 255
+    if n.dtype.kind == "f":
+        return (x, axis) if bound <= 2 ** (np.finfo(n.dtype).nmant + 1) else None
+    if n.dtype.kind in "iu":
+        return (x, axis) if bound <= np.iinfo(n.dtype).max else None
+    return None

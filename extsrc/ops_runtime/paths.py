@@ -41,7 +41,7 @@ from augment_ops.trace import TraceError, explain, trace_op
 from extsrc._util.slowstart import stage
 from extsrc.ops_runtime.pool import check_picklable
 
-__all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels"]
+__all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels", "explain_choice"]
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -138,13 +138,48 @@ def choose_paths(
             chosen[op.name] = want
             continue
         with stage(f"tracing op '{op.name}' into DALI operators"):
-            offered = [p for p in available_paths(op) if p != "gpu" or gpu]
-        prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
-        choice = next(p for p in prefs if p in offered)
-        if (choice == "native" and not gpu and (op.num_outputs > 1 or computes_on_pixels(op))
-                and _picklable(op)):
-            choice = "numpy"
-        if choice == "gpu" and not _cupy_available():
-            choice = "native" if "native" in offered else "numpy"
-        chosen[op.name] = choice
+            chosen[op.name] = _automatic(op, gpu)[0]
     return chosen
+
+
+def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
+    """The path the automatic choice gives ``op`` on the device, and why (see the module)."""
+    offered = [p for p in available_paths(op) if p != "gpu" or gpu]
+    prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
+    choice = next(p for p in prefs if p in offered)
+    if choice == "native" and not gpu and _picklable(op):
+        if op.num_outputs > 1:
+            return "numpy", (
+                f"numpy: the op has {op.num_outputs} outputs, which the numpy path's op pool "
+                "resizes in the same step on every core, while each native output takes a "
+                "DALI resize of its own on the CPU; OpRuntime(op_path='native') forces the "
+                "DALI operators")
+        if computes_on_pixels(op):
+            return "numpy", (
+                "numpy: the op's traced graph computes new pixel values, which DALI's CPU "
+                "operators do in one pass over the image per operator, while the numpy "
+                "path's op pool runs the whole op on every core; "
+                "OpRuntime(op_path='native') forces the DALI operators")
+    if choice == "gpu" and not _cupy_available():
+        choice = "native" if "native" in offered else "numpy"
+        if choice == "numpy":
+            return choice, "numpy: the op's gpu path needs CuPy, which is not importable, " \
+                "and it has no native path (" + explain(op) + ")"
+    if choice == "native":
+        if gpu:
+            return choice, f"{explain(op)}: DALI operators on the GPU"
+        if op.num_outputs > 1 or computes_on_pixels(op):
+            return choice, (f"{explain(op)}: DALI operators on the CPU, as the op cannot be "
+                            "sent to the op pool's worker processes (not picklable)")
+        return choice, (f"{explain(op)}: DALI operators on the CPU, as the op only moves "
+                        "pixels or fills regions, which DALI does as fast as numpy")
+    if choice == "gpu":
+        return choice, f"gpu: the op's array code on CuPy arrays ({explain(op)})"
+    return choice, explain(op)
+
+
+def explain_choice(op: Op, *, gpu: bool) -> str:
+    """Why the automatic choice (``op_path=None``) gives ``op`` the path it does on a GPU
+    (``gpu=True``) or the CPU: the path, then the reason, as
+    ``"numpy: the op's traced graph computes new pixel values, ..."``."""
+    return _automatic(op, gpu)[1]
