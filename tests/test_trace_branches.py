@@ -121,8 +121,9 @@ def test_a_loader_batch_whose_samples_draw_different_rotations_equals_numpy(tmp_
     manifest = _dataset(tmp_path, [(6, 6)] * 16)
     op = b_random_rot90
     ks = set()
-    with extsrc.Loader(manifest, batch_size=8, ops=[op], op_path="native", device="cpu",
-                       shuffle=False, num_workers=0, seed=SEED) as loader:
+    with extsrc.Loader(manifest, batch_size=8, ops=[op], device="cpu", shuffle=False, seed=SEED,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {op.name: "native"}
         for batch in loader:
             for k, index in enumerate(batch["index"].tolist()):

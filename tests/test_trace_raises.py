@@ -117,8 +117,9 @@ def test_a_raise_on_some_samples_lowers_with_a_check_and_equals_numpy_elsewhere(
 def test_the_native_path_raises_for_the_samples_numpy_raises_for(tmp_path, op, sizes, bad,
                                                                   error, message):
     manifest = _dataset(tmp_path, sizes)
-    with extsrc.Loader(manifest, batch_size=1, ops=[op], op_path="native", device="cpu",
-                       shuffle=False, num_workers=0) as loader:
+    with extsrc.Loader(manifest, batch_size=1, ops=[op], device="cpu", shuffle=False,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
         assert loader.op_paths == {op.name: "native"}
         it = iter(loader)
         for k in range(bad):

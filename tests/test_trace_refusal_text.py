@@ -55,38 +55,21 @@ def x_torch_in_a_helper(img):
 
 
 @unregistered()
-def x_contiguous(img):
-    return np.ascontiguousarray(img[:, ::-1])
-
-
-@unregistered()
-def x_require(img):
-    return np.require(img, requirements=["C"])
-
-
-@unregistered()
-def x_array_of_draws(img, rng):
-    v = np.array([rng.normal(), rng.normal(), rng.normal()])
-    return np.clip(img + v, 0, 255).astype(np.uint8)
+def x_median(img):
+    return img - np.uint8(np.median(img))
 
 
 CASES = [
-    (x_cv2_blur, r"cv2\.GaussianBlur is outside numpy: the tracer lowers numpy code only, and a "
-                 r"cv2 function cannot run on the per-sample values of a DALI pipeline; the op "
-                 r"runs on the numpy path \(written with numpy functions, the step could lower\)",
+    (x_cv2_blur, r"cv2\.GaussianBlur \(OpenCV's fixed-point kernels for uint8 differ from DALI's "
+                 r"gaussian_blur\); the op runs on the numpy path",
      r"return cv2.GaussianBlur\(out, \(3, 3\), 0\)"),
-    (x_cv2_on_a_draw, r"cv2\.blur is outside numpy", r"return cv2.blur\(img\[::-1\], \(k, k\)\)"),
-    (x_pil, r"PIL\.Image\.fromarray is outside numpy: .* a PIL function",
+    (x_cv2_on_a_draw, r"cv2\.blur \(not lowered: only cv2\.cvtColor, cv2\.LUT",
+     r"return cv2.blur\(img\[::-1\], \(k, k\)\)"),
+    (x_pil, r"PIL Image\.rotate on a traced image \(PIL's rotation by an angle resamples",
      r"return np.asarray\(Image.fromarray\(img\).rotate\(90\)\)"),
     (x_torch_in_a_helper, r"torch\.from_numpy is outside numpy: .* a torch function",
      r"return torch.from_numpy\(a\).numpy\(\)"),
-    (x_contiguous, r"np\.ascontiguousarray \(a numpy function the tracer does not lower: it "
-                   r"converts its argument to a concrete array; the op runs on the numpy path\)",
-     r"return np.ascontiguousarray\(img\[:, ::-1\]\)"),
-    (x_require, r"np\.require \(a numpy function the tracer does not lower",
-     r"return np.require\(img, requirements=\[\"C\"\]\)"),
-    (x_array_of_draws, r"np\.array \(a numpy function the tracer does not lower",
-     r"v = np.array\(\[rng.normal\(\), rng.normal\(\), rng.normal\(\)\]\)"),
+    (x_median, r"np\.median", r"return img - np.uint8\(np.median\(img\)\)"),
 ]
 
 
@@ -96,7 +79,7 @@ def test_a_call_outside_what_the_tracer_lowers_is_named_at_the_users_line(op, co
         trace_op(op)
     text = str(e.value)
     assert re.fullmatch(rf"{construct}.* at \S+test_trace_refusal_text.py:\d+: {line}", text), text
-    for leak in ("Sym", "Node", "OpenCV", "__array_interface__", "Overload", "traced"):
+    for leak in ("Sym", "Node", "OpenCV(", "__array_interface__", "Overload", "<traced"):
         assert leak not in text, (leak, text)
     assert augment_ops.explain(op) == f"numpy: {text}"
 
@@ -130,40 +113,13 @@ def test_a_library_raising_on_bad_arguments_keeps_its_error():
 
 
 # -- constructs named as written --------------------------------------------------------------
-LUT = np.arange(256, dtype=np.uint8)[::-1].copy()
-LUT.setflags(write=False)
+SHORT_LUT = np.arange(100, dtype=np.uint8)
+SHORT_LUT.setflags(write=False)
 
 
 @unregistered()
-def x_list_fill(img, rng):
-    out = img.copy()
-    out[1:3, 1:3] = [rng.integers(0, 255) for _ in range(3)]
-    return out
-
-
-@unregistered()
-def x_tuple_fill(img):
-    out = img.copy()
-    out[:2] = (10, 128, 250)
-    return out
-
-
-@unregistered()
-def x_array_fill(img):
-    out = img.copy()
-    out[:, :2, ...] = np.array((10, 128, 250), dtype=out.dtype)
-    return out
-
-
-@unregistered()
-def x_constant_lut(img):
-    return LUT[img]
-
-
-@unregistered()
-def x_traced_lut(img):
-    table = np.arange(256, dtype=np.uint8) // 2 + img[0, 0, 0]
-    return table[img]
+def x_short_lut(img):
+    return SHORT_LUT[img]
 
 
 @unregistered()
@@ -178,35 +134,21 @@ def x_power_of_a_draw(img, rng):
     return img + np.uint8(2 ** rng.integers(0, 4))
 
 
-@unregistered()
-def x_np_power(img):
-    return np.power(img, 3)
-
-
 TEXTS = [
-    (x_list_fill, r"assigning several values \(a list\) into a region \(a value per channel; "
-                  r"only a scalar fill is lowered\)", r"out\[1:3, 1:3\] = \[rng"),
-    (x_tuple_fill, r"assigning several values \(a tuple\) into a region", r"out\[:2\] = \(10"),
-    (x_array_fill, r"assigning several values \(a ndarray\) into a region",
-     r"out\[:, :2, \.\.\.\]"),
-    (x_constant_lut, r"indexing a constant array with a traced array \(a lookup table lut\[img\], "
-                     r"or fancy indexing; only slices and integer indices are lowered\)",
-     r"return LUT\[img\]"),
-    (x_traced_lut, r"indexing with an array \(a lookup table lut\[img\], or fancy indexing; only "
-                   r"slices and integer indices are lowered\)", r"return table\[img\]"),
-    (x_power_of_a_constant, r"the power operator \(\*\*\) other than x \*\* 2",
+    (x_short_lut, r"a lookup table of 100 entries indexed by uint8 values: numpy raises "
+                  r"IndexError for a value outside -100\.\.99", r"return SHORT_LUT\[img\]"),
+    (x_power_of_a_constant, r"np\.power \(\*\*\) with a per-sample exponent",
      r"table = \(np.arange"),
-    (x_power_of_a_draw, r"the power operator \(\*\*\) other than x \*\* 2", r"return img \+ np"),
-    (x_np_power, r"np\.power", r"return np.power\(img, 3\)"),
+    (x_power_of_a_draw, r"\*\* with a per-sample exponent", r"return img \+ np"),
 ]
 
 
 @pytest.mark.parametrize(("op", "construct", "line"), TEXTS, ids=lambda v: getattr(v, "name", ""))
 def test_a_refusal_names_the_construct_as_written(op, construct, line):
-    """The construct the user wrote (a per-channel fill that numpy accepts, a lookup table,
-    ``**``), at the user's line; explain() says the same."""
+    """The construct the user wrote (a lookup table numpy may index past, ``**``), at the user's
+    line; explain() says the same."""
     rng = np.random.default_rng(0)
-    img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
+    img = rng.integers(0, 100, (5, 6, 3), dtype=np.uint8)
     op.apply(img, rng if op.random else None)  # numpy runs it: no "numpy refuses"
     with pytest.raises(TraceError) as e:
         trace_op(op)

@@ -216,4 +216,5 @@ def _image_aware(real: Any, writable: bool) -> Any:
 
 NUMPY_CALLS["array"] = _image_aware(NUMPY_CALLS.get("array", np.array), True)
 NUMPY_CALLS["asarray"] = _image_aware(NUMPY_CALLS.get("asarray", CREATION["asarray"]), False)
-NUMPY_CALLS["asanyarray"] = _image_aware(NUMPY_CALLS.get("asanyarray", np.asanyarray), False)
+NUMPY_CALLS["asanyarray"] = _image_aware(NUMPY_CALLS.get("asanyarray", CREATION["asanyarray"]),
+                                         False)
