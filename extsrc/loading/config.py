@@ -309,7 +309,7 @@ class LoaderConfig:
                 )
             names = defaults
         else:
-            argcheck.check_sequence(om, "Loader: output_map", "a sequence of output names")
+            argcheck.check_sequence(om, "Loader: output_map", "None or a sequence of output names")
             names = tuple(om)
             object.__setattr__(self, "output_map", names)
             if len(names) != len(defaults):
