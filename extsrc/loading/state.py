@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import json
 import numbers
@@ -34,8 +35,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from extsrc.errors import StateMismatchError
+from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 
-__all__ = ["FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "check_state", "make_state"]
+__all__ = [
+    "FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "check_state", "loader_state_config",
+    "make_state", "resume_point",
+]
 
 STATE_VERSION = 1
 
@@ -75,6 +80,49 @@ def describe_stages(stages: Any) -> list[dict[str, Any]]:
         name = getattr(s, "__qualname__", None) or type(s).__qualname__
         out.append({"name": name, "params": {k: _json_safe(v) for k, v in params.items()}})
     return out
+
+
+def loader_state_config(config: Any, num_samples: int, fingerprint: str,
+                        indices: Any) -> dict[str, Any]:
+    """What a resume state of a loader with ``config`` (a
+    :class:`~extsrc.loading.config.LoaderConfig`) must match: everything that decides which
+    samples each batch holds and their pixels. ``num_samples`` and ``fingerprint``: the
+    manifest's; ``indices``: the samples read (``None``: all)."""
+    c = config
+    state = {
+        "batch_size": c.batch_size,
+        "shard_id": c.sampling.shard_id,
+        "num_shards": c.sampling.num_shards,
+        "seed": c.seed,
+        "shuffle": c.shuffle,
+        "last_batch": c.sampling.last_batch,
+        "num_samples": num_samples if indices is None else len(indices),
+        "manifest": fingerprint,
+        "ops": describe_ops(c.ops),
+        "transforms": describe_ops(c.transforms),
+        "resize": None if c.resize is None else list(c.resize),
+        # Which pixels a resized image keeps; layout, dtype and normalize only present them.
+        "resize_mode": c.format.resize_mode,
+        "stages": describe_stages(c.stages),
+        "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
+    }
+    if indices is not None:  # on_error="skip": which samples are read counts too
+        state["indices"] = hashlib.sha256(indices.tobytes()).hexdigest()
+    return state
+
+
+def resume_point(state: Any, expected: Mapping[str, Any], config: Any, num_samples: int,
+                 num_batches: int) -> tuple[int, int]:
+    """:func:`check_state` of ``state`` against ``expected`` (:func:`loader_state_config`), for a
+    loader reading ``num_samples`` samples with ``config``: a state
+    without ``"sharding"`` (written before shards were balanced) stands for
+    :data:`FILLED_IN_ORDER` where that changed its ``last_batch="pad"`` plan
+    (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`)."""
+    unchanged = pad_plan_unchanged_by_balancing(
+        num_samples, batch_size=config.batch_size, num_shards=config.sampling.num_shards,
+        last_batch=config.sampling.last_batch)
+    return check_state(state, expected, num_batches, implied={
+        "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
 
 
 def make_state(epoch: int, batch: int, config: Mapping[str, Any]) -> dict[str, Any]:
