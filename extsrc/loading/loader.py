@@ -23,7 +23,6 @@ from extsrc._util.argcheck import check_int
 from extsrc._util.device import resolve_device
 from extsrc._util.mainguard import check_main_guard
 from extsrc._util.slowstart import stage
-from extsrc.errors import PipelineError
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.image import build_pipeline
 from extsrc.loading.config import (
@@ -46,7 +45,7 @@ from extsrc.loading.options import (
 )
 from extsrc.loading.position import ReadPosition
 from extsrc.loading.skipping import skip_bad, validate_images
-from extsrc.loading.state import loader_state_config, make_state, resume_point
+from extsrc.loading.state import Resumable
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
 from extsrc.sources.images import ShardedSource
@@ -131,7 +130,7 @@ def warn_abandoned(pos: ReadPosition) -> None:
     )
 
 
-class Loader:
+class Loader(Resumable):
     """Iterate epochs of batches as ``dict[name, torch.Tensor]`` from a labelled manifest.
 
     The DALI graph: ``ShardedSource`` (raw bytes, read in worker processes) -> image decoding ->
@@ -174,7 +173,8 @@ class Loader:
     failed batch. Arguments are checked at construction, each refused naming it
     (:class:`TypeError` for a wrong type, :class:`ValueError` for a value out of range).
 
-    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`).
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`,
+    where they are defined).
     """
 
     def __init__(
@@ -219,8 +219,11 @@ class Loader:
         self.validation: Any = None
         # The manifest indices read (on_error="skip": the good samples), None: all of them.
         self._indices: Any = None
-        if c.bad_files.on_error == "skip":
-            self._indices = self._skip_bad(manifest, c.bad_files.validate_kwargs)
+        if c.bad_files.on_error == "skip":  # validate up front; read only the good samples
+            self.validation, self._indices = skip_bad(
+                manifest, self._validate, c.bad_files.validate_kwargs, type(self).__name__,
+                self._samples)
+            self.skipped = self.validation.problems
         else:
             manifest.check_root()
         check_batch_for_samples(
@@ -326,22 +329,8 @@ class Loader:
         self.position.move_to(epoch, 0)
 
     def _conclude(self) -> None:
-        """End the current epoch in place if every batch of it was taken: DALI's end of epoch is
-        read (the source stops at the epoch's end, so nothing of the next epoch was read) and
-        the pipeline resets for the next one."""
-        current = self._epoch
-        pos = self.position
-        if current is None or not current.started or pos.batch < pos.num_batches:
-            return
-        try:
-            next(current)
-        except StopIteration:
-            return
-        self.close()
-        raise PipelineError(
-            f"DALI gave a batch past the end of epoch {pos.epoch} ({pos.num_batches} batches); "
-            "this is a bug in extsrc, please report it"
-        )
+        if self._epoch is not None:
+            self._epoch.conclude()
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now.
@@ -355,43 +344,6 @@ class Loader:
             run.close()
         if self.op_pool is not None:
             self.op_pool.close()
-
-    # -- resume -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
-
-        ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
-        ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
-        checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
-        Taken after a ``break``, it points at the rest of the interrupted epoch (while this
-        loader's next ``for`` would start the next epoch).
-        """
-        epoch, batch = self.position.due()
-        return make_state(epoch, batch, self._state_config())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
-        batches that were still due (same order, same random op results), then whole epochs.
-        DALI's own randomness (the presets' crops and flips) is seeded per shard and resume
-        point: reproducible for the same start, but not bit-identical to an uninterrupted run.
-
-        Call it before iterating or between epochs. A state from another configuration (batch
-        size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
-        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
-        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
-        state saved before shards were balanced where its ``last_batch="pad"`` plan differs
-        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
-        restart.
-        """
-        src = self.source
-        samples = len(self.manifest) if src.indices is None else len(src.indices)
-        epoch, batch = resume_point(state, self._state_config(), self.config, samples, len(self))
-        self.close()
-        self.position.move_to(epoch, batch)
-
-    def _state_config(self) -> dict[str, Any]:
-        return loader_state_config(self.config, len(self.manifest), self.manifest.fingerprint(),
-                                   self._indices)
 
     def __enter__(self) -> Loader:
         return self
@@ -473,13 +425,6 @@ class Loader:
         """The option groups as this loader runs them (a video loader refuses and replaces
         fields it does not use)."""
         return groups
-
-    def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
-        """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        self.validation, indices = skip_bad(manifest, self._validate, kwargs,
-                                            type(self).__name__, self._samples)
-        self.skipped = self.validation.problems
-        return indices
 
     #: What the loader's samples are called in messages.
     _samples = "samples"

@@ -31,15 +31,15 @@ import hashlib
 import inspect
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extsrc.errors import StateMismatchError
 from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 
 __all__ = [
-    "FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "check_state", "loader_state_config",
-    "make_state", "resume_point",
+    "FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "Resumable", "check_state",
+    "loader_state_config", "make_state", "resume_point",
 ]
 
 STATE_VERSION = 1
@@ -286,3 +286,54 @@ def check_state(
     # After the comparison: under another configuration the epoch has another length.
     check_fields(state, num_batches)
     return epoch, batch
+
+
+class Resumable:
+    """The resume methods of the loaders (:class:`~extsrc.loading.loader.Loader` and its
+    subclasses): a loader brings its ``config``, ``manifest``, ``source``, ``position``, the
+    indices it reads (``_indices``, ``None``: all), ``len()`` (batches per epoch) and
+    ``close()``; a subclass whose samples depend on more adds that to :meth:`_state_config`."""
+
+    config: Any
+    manifest: Any
+    source: Any
+    position: Any
+    _indices: Any
+    close: Callable[[], None]
+    __len__: Callable[[], int]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
+
+        ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
+        ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
+        checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
+        Taken after a ``break``, it points at the rest of the interrupted epoch (while this
+        loader's next ``for`` would start the next epoch).
+        """
+        epoch, batch = self.position.due()
+        return make_state(epoch, batch, self._state_config())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
+        batches that were still due (same order, same random op results), then whole epochs.
+        DALI's own randomness (the presets' crops and flips) is seeded per shard and resume
+        point: reproducible for the same start, but not bit-identical to an uninterrupted run.
+
+        Call it before iterating or between epochs. A state from another configuration (batch
+        size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
+        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
+        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
+        state saved before shards were balanced where its ``last_batch="pad"`` plan differs
+        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
+        restart.
+        """
+        src = self.source
+        samples = len(self.manifest) if src.indices is None else len(src.indices)
+        epoch, batch = resume_point(state, self._state_config(), self.config, samples, len(self))
+        self.close()
+        self.position.move_to(epoch, batch)
+
+    def _state_config(self) -> dict[str, Any]:
+        return loader_state_config(self.config, len(self.manifest), self.manifest.fingerprint(),
+                                   self._indices)
