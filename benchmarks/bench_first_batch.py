@@ -172,9 +172,9 @@ def _extsrc(manifest, args, gpu: bool, variant: str):
 
     transforms = {"extsrc": [], "extsrc_inline": [], "extsrc_builtin": ["random_hflip"]}.get(
         variant, [variant])
-    extra = {"num_workers": 0} if variant == "extsrc_inline" else {}
+    workers = extsrc.Workers(num_workers=0 if variant == "extsrc_inline" else None)
     return extsrc.Loader(manifest, batch_size=args.batch_size, transforms=transforms,
-                         resize=args.resize, device="cuda" if gpu else "cpu", **extra)
+                         resize=args.resize, device="cuda" if gpu else "cpu", workers=workers)
 
 
 def _steady(loader, it, batches: int, gpu: bool) -> float:
