@@ -1,5 +1,6 @@
 """Helpers shared by the tests: real image datasets written to disk, bad files made for real,
-and the live child processes of this process (no test file imports another)."""
+the live child processes and open descriptors of this process (no test file imports another;
+scripts/stress_loaders.py uses them too)."""
 
 from __future__ import annotations
 
@@ -200,6 +201,19 @@ def children(*, zombies: bool = False) -> set[int]:
                 and b"resource_tracker" not in cmd:
             out.add(int(d))
     return out
+
+
+def open_fds() -> tuple[int, int]:
+    """(open file descriptors, of which memory files) of this process."""
+    n = mem = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+        n += 1
+        mem += target.startswith("/memfd:")
+    return n, mem
 
 
 def png_interlaced(img: np.ndarray) -> bytes:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import children, write_dataset
+from helpers import children, open_fds, write_dataset
 
 from extsrc import Loader, Workers
 from extsrc._dali import lifecycle
@@ -23,19 +23,6 @@ from extsrc.errors import WorkerDiedError, WorkerStartError
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fds() -> tuple[int, int]:
-    """(open descriptors, of which memory files) of this process."""
-    n = mem = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        n += 1
-        mem += target.startswith("/memfd:")
-    return n, mem
 
 
 def shm() -> set[str]:
@@ -113,8 +100,8 @@ def test_build_iterate_close_and_drop_cycles_leave_nothing_behind(tmp_path):
             time.sleep(0.05)
         assert children() - before_children == set(), f"cycle {cycle}"
         if baseline is None:
-            baseline = fds()
-        assert fds() == baseline, f"cycle {cycle}"
+            baseline = open_fds()
+        assert open_fds() == baseline, f"cycle {cycle}"
     assert new_shm(before_shm) == set()
 
 
