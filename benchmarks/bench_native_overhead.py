@@ -77,19 +77,16 @@ def measure(manifest: Path, transforms, ops, args, *, resize: int, batches: int)
         op_runtime=extsrc.OpRuntime(op_path="native" if (transforms or ops) else None),
         format=extsrc.BatchFormat(resize_mode="stretch"),
         workers=extsrc.Workers(num_threads=args.threads, num_workers=args.workers))
+    from data import across_epochs
+
     try:
-        it = iter(loader)
+        feed = across_epochs(loader)
         n = 0
         for _ in range(args.warmup):
-            next(it)
+            next(feed)
         start = time.perf_counter()
         for _ in range(batches):
-            try:
-                batch = next(it)
-            except StopIteration:
-                it = iter(loader)
-                batch = next(it)
-            n += int(batch["label"].shape[0])
+            n += int(next(feed)["label"].shape[0])
         elapsed = time.perf_counter() - start
         paths = dict(loader.op_paths)
     finally:
