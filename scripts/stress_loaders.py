@@ -39,9 +39,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The tests' own counts of child processes and open descriptors (tests/helpers.py).
+# The tests' own counts of child processes and open descriptors, and their forked child
+# (tests/helpers.py).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import children, open_fds
+from helpers import children, forked_gc_exits, open_fds
 
 MODES = ("close", "drop")
 
@@ -67,24 +68,10 @@ def _write_dataset(root: Path, n: int) -> Path:
 
 def _fork_check(timeout: float) -> str | None:
     """Fork a child that collects garbage and exits; what went wrong, or None."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            gc.collect()
-            code = 0
-        except BaseException:
-            code = 3
-        os._exit(code)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return None if code == 0 else f"forked child exited with {code}"
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return f"forked child did not exit within {timeout:g} s"
+    code = forked_gc_exits(timeout)
+    if code == -9:
+        return f"forked child did not exit within {timeout:g} s"
+    return None if code == 0 else f"forked child exited with {code}"
 
 
 def _cycle(manifest: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import children, open_fds, write_dataset
+from helpers import children, forked_gc_exits, open_fds, write_dataset
 
 from extsrc import Loader, Workers
 from extsrc._dali import lifecycle
@@ -49,30 +49,6 @@ def loader(manifest: Path, num_workers: int = 2, **kw) -> Loader:
 
 def one_epoch(ld: Loader) -> list[int]:
     return [i for b in ld for i in b["index"].tolist()]
-
-
-def forked_gc_exits(timeout: float = 30.0) -> int:
-    """Fork a child that collects garbage and ends as multiprocessing's workers (DataLoader's
-    included) end, with ``os._exit``; its exit code (-9: it did not end within ``timeout`` and
-    was killed). :func:`test_forked_child_exits_through_interpreter_teardown` covers a child
-    that ends as a script does."""
-    pid = os.fork()
-    if pid == 0:  # the child: a copy of pytest, which must not go on running tests
-        code = 0
-        try:
-            gc.collect()
-        except BaseException:
-            code = 3
-        os._exit(code)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return -9
 
 
 @pytest.mark.slow
