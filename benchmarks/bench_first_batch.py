@@ -172,22 +172,20 @@ def _extsrc(manifest, args, gpu: bool, variant: str):
 
     transforms = {"extsrc": [], "extsrc_inline": [], "extsrc_builtin": ["random_hflip"]}.get(
         variant, [variant])
-    extra = {"num_workers": 0} if variant == "extsrc_inline" else {}
+    workers = extsrc.Workers(num_workers=0 if variant == "extsrc_inline" else None)
     return extsrc.Loader(manifest, batch_size=args.batch_size, transforms=transforms,
-                         resize=args.resize, device="cuda" if gpu else "cpu", **extra)
+                         resize=args.resize, device="cuda" if gpu else "cpu", workers=workers)
 
 
 def _steady(loader, it, batches: int, gpu: bool) -> float:
     """Images/s over ``batches`` more batches after the second, across epochs as needed."""
     import torch
+    from data import across_epochs
 
     n, t = 0, time.perf_counter()
+    feed = across_epochs(loader, it)
     for _ in range(batches):
-        try:
-            out = next(it)
-        except StopIteration:
-            it = iter(loader)
-            out = next(it)
+        out = next(feed)
         if isinstance(out, (list, tuple)):
             out = out[0]  # DALI's iterator: one dict per pipeline; a DataLoader: (images, labels)
         n += len(next(iter(out.values()))) if isinstance(out, dict) else len(out)

@@ -1,6 +1,7 @@
 """What the traced (native) path of users' ops costs on the CPU, per batch, beside no op at all.
 
-For each op of ``user_ops.SUITE`` that traces, ``extsrc.Loader(device="cpu", op_path="native")``
+For each op of ``user_ops.SUITE`` that traces, ``extsrc.Loader(device="cpu",
+op_runtime=extsrc.OpRuntime(op_path="native"))``
 against the same loader with no op, on two generated datasets:
 
 - ``large``: 500x375 JPEGs (``benchmarks/data.py``), the work of the GPU benchmark on the CPU;
@@ -70,23 +71,22 @@ def small_dataset(root: Path, n: int, size: tuple[int, int] = (48, 64)) -> Path:
 def measure(manifest: Path, transforms, ops, args, *, resize: int, batches: int) -> dict:
     import extsrc
 
-    loader = extsrc.Loader(manifest, batch_size=args.batch_size, transforms=transforms, ops=ops,
-                           op_path="native" if (transforms or ops) else None,
-                           resize=resize, resize_mode="stretch", device="cpu",
-                           num_threads=args.threads, num_workers=args.workers, seed=0)
+    loader = extsrc.Loader(
+        manifest, batch_size=args.batch_size, transforms=transforms, ops=ops, resize=resize,
+        device="cpu", seed=0,
+        op_runtime=extsrc.OpRuntime(op_path="native" if (transforms or ops) else None),
+        format=extsrc.BatchFormat(resize_mode="stretch"),
+        workers=extsrc.Workers(num_threads=args.threads, num_workers=args.workers))
+    from data import across_epochs
+
     try:
-        it = iter(loader)
+        feed = across_epochs(loader)
         n = 0
         for _ in range(args.warmup):
-            next(it)
+            next(feed)
         start = time.perf_counter()
         for _ in range(batches):
-            try:
-                batch = next(it)
-            except StopIteration:
-                it = iter(loader)
-                batch = next(it)
-            n += int(batch["label"].shape[0])
+            n += int(next(feed)["label"].shape[0])
         elapsed = time.perf_counter() - start
         paths = dict(loader.op_paths)
     finally:

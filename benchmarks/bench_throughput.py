@@ -265,12 +265,17 @@ class Setup:
     def gpu(self) -> bool:
         return self.device_id is not None
 
-    def loader(self, **kw):
+    def loader(self, op_path: str | None = None, decoder: str = "auto", **workers):
+        """extsrc's Loader of the job; ``workers``: fields of ``extsrc.Workers`` (the
+        variants' modifiers)."""
         import extsrc
 
         # The baselines stretch every output to a square: so does extsrc here.
         return extsrc.Loader(self.manifest, batch_size=self.batch_size, ops=["grid2x2"],
-                             resize=self.resize, resize_mode="stretch", device=self.device, **kw)
+                             resize=self.resize, device=self.device,
+                             format=extsrc.BatchFormat(resize_mode="stretch"),
+                             op_runtime=extsrc.OpRuntime(op_path=op_path),
+                             workers=extsrc.Workers(decoder=decoder, **workers))
 
 
 @dataclass(frozen=True)

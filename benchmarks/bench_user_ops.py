@@ -8,10 +8,10 @@ to ``--resize`` (224x224), with labels, batch 128, over generated 500x375 JPEGs
   traces; ``loader.op_paths`` and ``augment_ops.explain`` are recorded);
 - ``gpu``: the op's own code on CuPy arrays (GPU only);
 - ``numpy``: the op through ``python_function`` on the CPU (GPU decoding on a GPU), one sample
-  after another in DALI's thread (``op_workers=0``);
-- ``pool``: the numpy path with its op pool of worker processes (``op_pool="process"``,
+  after another in DALI's thread (``OpRuntime(op_workers=0)``);
+- ``pool``: the numpy path with its op pool of worker processes (``OpRuntime(op_pool="process")``,
   ``--op-workers``, default: every core), the automatic choice for ops that do not trace;
-- ``threads``: the numpy path with a pool of threads (``op_pool="thread"``);
+- ``threads``: the numpy path with a pool of threads (``OpRuntime(op_pool="thread")``);
 - ``dataloader``: a PyTorch ``DataLoader``, one worker per core, PIL decoding, the same numpy op,
   PIL bilinear resizes.
 
@@ -200,11 +200,12 @@ def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, thr
                   device, op_workers=None, op_pool="process"):
     import extsrc
 
-    loader = extsrc.Loader(manifest, batch_size=batch_size, transforms=transforms, ops=ops,
-                           op_path=op_path, resize=resize, device=device, num_threads=threads,
-                           num_workers=workers, last_batch="partial", op_workers=op_workers,
-                           op_pool=op_pool,
-                           resize_mode="stretch")  # as the ceiling and the DataLoader resize
+    loader = extsrc.Loader(
+        manifest, batch_size=batch_size, transforms=transforms, ops=ops, resize=resize,
+        device=device, sampling=extsrc.Sampling(last_batch="partial"),
+        workers=extsrc.Workers(num_threads=threads, num_workers=workers),
+        op_runtime=extsrc.OpRuntime(op_path=op_path, op_workers=op_workers, op_pool=op_pool),
+        format=extsrc.BatchFormat(resize_mode="stretch"))  # as the ceiling and DataLoader resize
 
     return Epochs(loader, op_paths=loader.op_paths,
                   dali={"threads": loader.plan.threads, "readers": loader.plan.workers})

@@ -103,8 +103,10 @@ def extsrc_epochs(pairs, args, gpu, windows=True):
     m = extsrc.Manifest.from_lists([p for p, _ in pairs], [y for _, y in pairs])
     return extsrc.VideoLoader(
         m, batch_size=args.batch_size, sequence_length=args.sequence_length, stride=args.stride,
-        clip="random", resize=args.resize, resize_mode="stretch", device="cuda" if gpu else "cpu",
-        num_workers=args.workers, num_threads=args.threads, last_batch="drop", windows=windows,
+        clip="random", resize=args.resize, device="cuda" if gpu else "cpu", windows=windows,
+        format=extsrc.BatchFormat(resize_mode="stretch"),
+        workers=extsrc.Workers(num_workers=args.workers, num_threads=args.threads),
+        sampling=extsrc.Sampling(last_batch="drop"),
     )
 
 

@@ -8,12 +8,23 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 H, W = 375, 500
+
+
+def across_epochs(loader: Iterable[Any], it: Iterator[Any] | None = None) -> Iterator[Any]:
+    """The batches of ``it`` (an epoch already under way, if given), then of ``loader`` one
+    epoch after another without end: a timed loop of N batches need not fit in one epoch."""
+    if it is not None:
+        yield from it
+    while True:
+        yield from loader
 
 
 def _bases(count: int = 16, seed: int = 0) -> np.ndarray:

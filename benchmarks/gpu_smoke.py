@@ -35,9 +35,10 @@ def main() -> int:
     t0 = time.perf_counter()
     cases = [
         ("auto grid2x2", dict(ops=["grid2x2"])),
-        ("numpy grid2x2 (gpu decode)", dict(ops=["grid2x2"], op_path="numpy")),
+        ("numpy grid2x2 (gpu decode)", dict(ops=["grid2x2"],
+                                             op_runtime=extsrc.OpRuntime(op_path="numpy"))),
         ("gpu random_crop+random_hflip", dict(ops=["random_crop", "random_hflip"],
-                                               op_path="gpu")),
+                                               op_runtime=extsrc.OpRuntime(op_path="gpu"))),
     ]
     for name, kw in cases:
         loader = extsrc.Loader(manifest, batch_size=64, resize=64, device="cuda", **kw)

@@ -1,6 +1,7 @@
 """Where a GPU loader's op pool spends a batch: medians of per-batch timings.
 
-Runs ``extsrc.Loader(transforms=[op], op_path="numpy", device="cuda:0")`` over the generated
+Runs ``extsrc.Loader(transforms=[op], device="cuda:0",
+op_runtime=extsrc.OpRuntime(op_path="numpy"))`` over the generated
 500x375 JPEGs (``data.py``) and times, for every batch the pool's ``dl_tensor_python_function``
 is called with:
 
@@ -117,9 +118,11 @@ def timeline(manifest: str, name: str, *, op_workers: int, threads: int, readers
     oppool.OpPool._run_processes = run
     oppool.recv_message = recv
     try:
-        loader = extsrc.Loader(manifest, batch_size=128, transforms=(name,), op_path="numpy",
-                               resize=224, device="cuda:0", num_threads=threads,
-                               num_workers=readers, op_workers=op_workers, resize_mode="stretch")
+        loader = extsrc.Loader(
+            manifest, batch_size=128, transforms=(name,), resize=224, device="cuda:0",
+            op_runtime=extsrc.OpRuntime(op_path="numpy", op_workers=op_workers),
+            workers=extsrc.Workers(num_threads=threads, num_workers=readers),
+            format=extsrc.BatchFormat(resize_mode="stretch"))
         n, t0 = 0, None
         for ep in range(epochs):
             for k, b in enumerate(loader):

@@ -7,6 +7,10 @@ that the package runs. One import hook (:class:`MovedFinder`, installed by ``ext
 serves every row of :data:`MOVED`, instead of one shim file per old path. A module that was
 split maps to the module, or the package, that re-exports its public names.
 
+``python -m extsrc.cli`` (any old path run with ``-m``) runs the new module's code as
+``__main__``, after a :class:`FutureWarning` (shown by default: the reader is the person typing the
+command) naming the new path.
+
 The package itself and its tests import the new paths only; the old ones go in the next release.
 """
 
@@ -18,7 +22,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
-from types import ModuleType
+from types import CodeType, ModuleType
 
 __all__ = ["MOVED", "MovedFinder", "install", "moved_attribute"]
 
@@ -105,7 +109,10 @@ class MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        # The new file as origin: ``python -m <old name>`` sets ``__file__`` from it.
+        new = importlib.util.find_spec(MOVED[fullname])
+        return importlib.util.spec_from_loader(
+            fullname, self, origin=new.origin if new is not None else None)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
@@ -125,6 +132,25 @@ class MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         old = module.__spec__.name if module.__spec__ is not None else None
         if old in self._specs:
             module.__spec__ = self._specs.pop(old)
+
+
+    def get_code(self, fullname: str) -> CodeType:
+        """The new module's code, for ``python -m <old name>`` (:mod:`runpy` runs it as
+        ``__main__``); the import system itself never calls this."""
+        new = MOVED[fullname]
+        warnings.warn(
+            f"{fullname} moved to {new}: run `python -m {new}` instead ({fullname} goes in the "
+            "next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        spec = importlib.util.find_spec(new)
+        code = None
+        if spec is not None and isinstance(spec.loader, importlib.abc.InspectLoader):
+            code = spec.loader.get_code(new)
+        if code is None:
+            raise ImportError(f"{fullname} moved to {new}, which has no code to run", name=new)
+        return code
 
 
 def install() -> None:

@@ -39,41 +39,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The tests' own counts of child processes and open descriptors, and their forked child
+# (tests/helpers.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import children, forked_gc_exits, open_fds
+
 MODES = ("close", "drop")
 
 
 # -- what a mode's child process runs -------------------------------------------------------------
-
-
-def _children() -> list[int]:
-    """Live child processes of this process (resource trackers left out: one per process by
-    design)."""
-    me, out = os.getpid(), []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z" and b"resource_tracker" not in cmd:
-            out.append(int(d))
-    return sorted(out)
-
-
-def _fds() -> tuple[int, int]:
-    """(open file descriptors, of which memory files) of this process."""
-    fds = memfds = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # the descriptor listdir itself used
-        fds += 1
-        memfds += target.startswith("/memfd:")
-    return fds, memfds
 
 
 def _write_dataset(root: Path, n: int) -> Path:
@@ -94,24 +68,10 @@ def _write_dataset(root: Path, n: int) -> Path:
 
 def _fork_check(timeout: float) -> str | None:
     """Fork a child that collects garbage and exits; what went wrong, or None."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            gc.collect()
-            code = 0
-        except BaseException:
-            code = 3
-        os._exit(code)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            code = os.waitstatus_to_exitcode(status)
-            return None if code == 0 else f"forked child exited with {code}"
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return f"forked child did not exit within {timeout:g} s"
+    code = forked_gc_exits(timeout)
+    if code == -9:
+        return f"forked child did not exit within {timeout:g} s"
+    return None if code == 0 else f"forked child exited with {code}"
 
 
 def _cycle(manifest: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -150,14 +110,14 @@ def run_mode(args: argparse.Namespace) -> int:
     for i in range(args.cycles):
         t = time.monotonic()
         res = _cycle(manifest, args.mode, args)
-        res.update(cycle=i, seconds=round(time.monotonic() - t, 3), fds=_fds(),
-                   children=_children())
+        res.update(cycle=i, seconds=round(time.monotonic() - t, 3), fds=open_fds(),
+                   children=sorted(children()))
         if baseline is None:
             baseline = res["fds"]
         print(json.dumps(res), flush=True)
     time.sleep(0.5)  # stopped processes finish exiting
-    fds, memfds = _fds()
-    final = {"final": True, "children": _children(), "fds": fds, "memfds": memfds,
+    fds, memfds = open_fds()
+    final = {"final": True, "children": sorted(children()), "fds": fds, "memfds": memfds,
              "baseline_fds": baseline[0] if baseline else fds,
              "baseline_memfds": baseline[1] if baseline else memfds}
     print(json.dumps(final), flush=True)
@@ -232,7 +192,7 @@ def supervise(mode: str, manifest: Path, args: argparse.Namespace) -> dict[str, 
     stderr = proc.stderr.read() if proc.stderr is not None else ""
     code = proc.wait()
     time.sleep(0.5)
-    leftovers = [p for p in _children() if p not in args.spinners]  # reparented to us
+    leftovers = [p for p in sorted(children()) if p not in args.spinners]  # reparented to us
     for pid in leftovers:
         try:
             os.kill(pid, signal.SIGKILL)

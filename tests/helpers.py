@@ -1,11 +1,14 @@
 """Helpers shared by the tests: real image datasets written to disk, bad files made for real,
-and the live child processes of this process (no test file imports another)."""
+the live child processes and open descriptors of this process (no test file imports another;
+scripts/stress_loaders.py uses them too)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -200,6 +203,43 @@ def children(*, zombies: bool = False) -> set[int]:
                 and b"resource_tracker" not in cmd:
             out.add(int(d))
     return out
+
+
+def open_fds() -> tuple[int, int]:
+    """(open file descriptors, of which memory files) of this process."""
+    n = mem = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the descriptor listdir itself used
+        n += 1
+        mem += target.startswith("/memfd:")
+    return n, mem
+
+
+def forked_gc_exits(timeout: float = 30.0) -> int:
+    """Fork a child that collects garbage and ends as multiprocessing's workers (DataLoader's
+    included) end, with ``os._exit``; its exit code (-9: it did not end within ``timeout`` and
+    was killed). test_lifecycle's ``test_forked_child_exits_through_interpreter_teardown`` covers
+    a child that ends as a script does."""
+    pid = os.fork()
+    if pid == 0:  # the child: a copy of the caller (pytest), which must not go on running
+        code = 0
+        try:
+            gc.collect()
+        except BaseException:
+            code = 3
+        os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return -9
 
 
 def png_interlaced(img: np.ndarray) -> bytes:

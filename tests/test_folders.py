@@ -170,6 +170,8 @@ def test_no_class_folders_and_no_folder(tmp_path):
         Manifest.from_folder(tmp_path)
     with pytest.raises(ManifestFileNotFoundError, match=r"nope/: not found"):
         Manifest.from_folder(tmp_path / "nope")
+    with pytest.raises(TypeError, match=r"from_folder: folder must be a folder path .*int 3"):
+        Manifest.from_folder(3)  # type: ignore[arg-type]
 
 
 def test_read_manifest_refuses_column_arguments_for_a_folder(tmp_path):

@@ -206,6 +206,36 @@ def test_the_graph_sees_every_module_and_the_package_layout() -> None:
     assert "extsrc.sources.folders" in edges["extsrc.sources.manifest"]
 
 
+#: The layers from the bottom up (README "How the code is laid out"): a module imports modules
+#: of its own layer and lower ones only. augment_ops, the op registry and tracer, is below all
+#: of extsrc; ``extsrc`` itself is the public face (the facade, ``__main__``, the old paths).
+LAYERS = ("augment_ops", "extsrc.errors", "extsrc._util", "extsrc._dali", "extsrc.sources",
+          "extsrc.ops_runtime", "extsrc.graph", "extsrc.validation", "extsrc.loading",
+          "extsrc.tools", "extsrc")
+#: Imports up the layers by design: the graph builders take the loader's config whole
+#: (``build_pipeline(source, config, ...)``), so they read its type and the output names.
+UP_BY_DESIGN = {("extsrc.graph.image", "extsrc.loading.config"),
+                ("extsrc.graph.video", "extsrc.loading.config")}
+
+
+def up_imports(edges: Edges, layers: tuple[str, ...]) -> list[tuple[str, str, str]]:
+    """``(module, imported module, where)`` of every import of a higher layer's module; a
+    module's layer is the longest of ``layers`` that it is or lies in."""
+    def layer(module: str) -> int:
+        found = [i for i, name in enumerate(layers)
+                 if module == name or module.startswith(name + ".")]
+        return max(found, key=lambda i: len(layers[i])) if found else -1
+
+    return [(a, b, ", ".join(where)) for a, targets in sorted(edges.items())
+            for b, where in sorted(targets.items()) if layer(b) > layer(a)]
+
+
+def test_imports_go_down_the_layers() -> None:
+    up = [u for u in up_imports(import_edges(REPO, PACKAGES), LAYERS)
+          if u[:2] not in UP_BY_DESIGN]
+    assert not up, "imports up the layers:\n" + "\n".join(f"{a} -> {b} ({w})" for a, b, w in up)
+
+
 # -- the check itself, on a small package written for it --------------------------------------
 
 
@@ -260,3 +290,15 @@ def test_two_cycles_through_one_module_are_both_listed(tmp_path: Path) -> None:
 def test_no_cycle_no_report(tmp_path: Path, text: str) -> None:
     _write(tmp_path, {"pkg/__init__.py": "", "pkg/a.py": text, "pkg/b.py": "import os\n"})
     assert find_cycles(import_edges(tmp_path, ("pkg",))) == []
+
+
+def test_an_import_up_the_layers_is_found(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low/__init__.py": "",
+        "pkg/low/a.py": "def f():\n    from pkg.high import b  # lazy: up all the same\n",
+        "pkg/high/__init__.py": "",
+        "pkg/high/b.py": "from pkg.low import a  # down: fine\n",
+    })
+    up = up_imports(import_edges(tmp_path, ("pkg",)), ("pkg.low", "pkg.high"))
+    assert up == [("pkg.low.a", "pkg.high.b", f"{os.path.join('pkg', 'low', 'a.py')}:2")]

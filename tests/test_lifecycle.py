@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import children, write_dataset
+from helpers import children, forked_gc_exits, open_fds, write_dataset
 
 from extsrc import Loader, Workers
 from extsrc._dali import lifecycle
@@ -23,19 +23,6 @@ from extsrc.errors import WorkerDiedError, WorkerStartError
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def fds() -> tuple[int, int]:
-    """(open descriptors, of which memory files) of this process."""
-    n = mem = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        n += 1
-        mem += target.startswith("/memfd:")
-    return n, mem
 
 
 def shm() -> set[str]:
@@ -64,30 +51,6 @@ def one_epoch(ld: Loader) -> list[int]:
     return [i for b in ld for i in b["index"].tolist()]
 
 
-def forked_gc_exits(timeout: float = 30.0) -> int:
-    """Fork a child that collects garbage and ends as multiprocessing's workers (DataLoader's
-    included) end, with ``os._exit``; its exit code (-9: it did not end within ``timeout`` and
-    was killed). :func:`test_forked_child_exits_through_interpreter_teardown` covers a child
-    that ends as a script does."""
-    pid = os.fork()
-    if pid == 0:  # the child: a copy of pytest, which must not go on running tests
-        code = 0
-        try:
-            gc.collect()
-        except BaseException:
-            code = 3
-        os._exit(code)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return -9
-
-
 @pytest.mark.slow
 def test_build_iterate_close_and_drop_cycles_leave_nothing_behind(tmp_path):
     """5 cycles of each mode: a train and a val loader built, read and closed (even cycles) or
@@ -113,8 +76,8 @@ def test_build_iterate_close_and_drop_cycles_leave_nothing_behind(tmp_path):
             time.sleep(0.05)
         assert children() - before_children == set(), f"cycle {cycle}"
         if baseline is None:
-            baseline = fds()
-        assert fds() == baseline, f"cycle {cycle}"
+            baseline = open_fds()
+        assert open_fds() == baseline, f"cycle {cycle}"
     assert new_shm(before_shm) == set()
 
 

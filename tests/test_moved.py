@@ -75,3 +75,18 @@ def test_unknown_module_is_still_not_found() -> None:
         importlib.import_module("extsrc.no_such_module")
     with pytest.raises(AttributeError, match="no_such_module"):
         _ = extsrc.no_such_module
+
+
+def test_old_path_runs_with_dash_m(tmp_path) -> None:
+    """``python -m extsrc.cli`` runs the command line, its exit status included, after a warning
+    a user sees by default naming the new path."""
+    run = subprocess.run([sys.executable, "-m", "extsrc.cli", "--version"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("extsrc ")
+    assert "FutureWarning: extsrc.cli moved to extsrc.tools.cli" in run.stderr
+    assert "python -m extsrc.tools.cli" in run.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "extsrc.cli", "validate", str(tmp_path / "none.csv")],
+        capture_output=True, text=True, cwd=tmp_path)
+    assert missing.returncode == 2 and "none.csv" in missing.stderr

@@ -53,7 +53,7 @@ BAD_GROUPS = [
     (BadFiles, {"on_error": True}, TypeError, r"BadFiles: on_error must be 'raise' or 'skip'"),
     (BadFiles, {"max_pixels": 0}, ValueError, r"BadFiles: max_pixels must be >= 1"),
     (BadFiles, {"max_file_bytes": "1MB"}, TypeError,
-     r"BadFiles: max_file_bytes must be a positive int"),
+     r"BadFiles: max_file_bytes must be an int or None \(the largest file read, in bytes"),
     (BadFiles, {"validate_kwargs": {"n_jobs": 1}}, ValueError,
      r"BadFiles: validate_kwargs is used by on_error='skip' only"),
     (BadFiles, {"validate_kwargs": {"bogus": 1}, "on_error": "skip"}, TypeError,

@@ -10,14 +10,7 @@ import pytest
 from PIL import Image
 
 import extsrc
-from extsrc.loading.presets import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    TrainPreset,
-    ValPreset,
-    train_loader,
-    val_loader,
-)
+from extsrc import IMAGENET_MEAN, IMAGENET_STD, TrainPreset, ValPreset, train_loader, val_loader
 
 MEAN = np.asarray(IMAGENET_MEAN, np.float32)
 STD = np.asarray(IMAGENET_STD, np.float32)

@@ -208,8 +208,9 @@ BAD_ARGUMENTS = [
     ({"on_error": True}, TypeError, r"on_error must be 'raise' or 'skip', got bool"),
     ({"max_pixels": 0}, ValueError, r"max_pixels must be >= 1"),
     ({"max_pixels": 1.5e8}, TypeError, r"max_pixels must be an int or None"),
-    ({"max_file_bytes": 0}, ValueError, r"max_file_bytes must be >= 1 byte"),
-    ({"max_file_bytes": "1MB"}, TypeError, r"max_file_bytes must be a positive int"),
+    ({"max_file_bytes": 0}, ValueError, r"max_file_bytes must be >= 1 \(the largest file read, "
+                                        r"in bytes; None: no limit\), got 0"),
+    ({"max_file_bytes": "1MB"}, TypeError, r"max_file_bytes must be an int or None"),
     ({"validate_kwargs": {"n_jobs": 1}}, ValueError, r"validate_kwargs is used by on_error='skip'"),
     ({"validate_kwargs": {"bogus": 1}, "on_error": "skip"}, TypeError,
      r"validate_kwargs has unknown option\(s\) \['bogus'\]"),

@@ -320,11 +320,22 @@ def test_bad_videos_skipped_or_reported_up_front(bad_manifest: Path) -> None:
     report = extsrc.validate_videos(manifest)
     assert [(p.line, p.reason) for p in report.problems] == [
         (3, "truncated"), (4, "not_video"), (5, "unsupported_codec")]
-    with pytest.warns(UserWarning, match="skipping 3 of 5 videos"):
+    with pytest.warns(UserWarning, match="skipping 3 of 5 videos") as caught:
         ld = loader(manifest, bad_files=extsrc.BadFiles(on_error="skip"))
+    assert caught[0].filename == __file__  # the caller's line, not the loader's
     with ld:
         assert sorted(i for b in ld for i in b["index"].tolist()) == [0, 4]
     assert len(ld.skipped) == 3
+
+
+def test_flat_keyword_warning_points_at_the_callers_line(videos: Path) -> None:
+    with pytest.warns(DeprecationWarning, match=r"VideoLoader: flat keyword arguments "
+                                                r"\['num_workers'\].*workers=Workers") as caught:
+        ld = extsrc.VideoLoader(videos / "train.csv", batch_size=2, sequence_length=5,
+                                device="cpu", num_workers=0)
+    assert caught[0].filename == __file__
+    assert ld.config.workers.num_workers == 0 and ld.config.workers.decoder == "cpu"
+    ld.close()
 
 
 def test_folder_of_class_folders(tmp_path: Path) -> None:

@@ -28,6 +28,22 @@ def manifest_of(tmp_path: Path, *names: str) -> extsrc.Manifest:
     return extsrc.read_manifest(tmp_path / "m.csv", root=tmp_path)
 
 
+def uniform_clips(tmp_path: Path, name: str, length: int, stride: int) -> list[dict]:
+    """The two ``clip="uniform"`` clips of ``length`` frames every ``stride`` of the video
+    ``name`` in ``tmp_path``, one batch each."""
+    with loader(manifest_of(tmp_path, name), batch_size=1, sequence_length=length,
+                stride=stride, clip="uniform", clips_per_video=2) as ld:
+        return list(ld)
+
+
+def assert_frames_among_held(batches: list[dict], spec: ClipSpec, held: list[int]) -> None:
+    """Each clip's frames are those it names, counted among the frames the file holds (DALI
+    numbers ``held`` 0, 1, ...)."""
+    for b in batches:
+        want = [held[f] for f in spec.frames(b["start_frame"].item())]
+        assert frame_numbers(b["video"].numpy()[0]) == want
+
+
 def avi_with_length(data: bytes, frames: int) -> bytes:
     """An AVI whose main header (``avih``) and video stream header (``strh``) claim ``frames``."""
     out = bytearray(data)
@@ -94,10 +110,7 @@ def test_avi_with_fewer_frame_chunks_than_its_index_and_headers_claim(tmp_path: 
     struct.pack_into("<I", data, 4, len(data) - 8)
     (tmp_path / "cut.avi").write_bytes(bytes(data))
     assert probe_video(bytes(data)).num_frames == 12
-    m = manifest_of(tmp_path, "cut.avi")
-    with loader(m, batch_size=1, sequence_length=4, stride=3, clip="uniform",
-                clips_per_video=2) as ld:
-        batches = list(ld)
+    batches = uniform_clips(tmp_path, "cut.avi", 4, 3)
     assert [b["start_frame"].item() for b in batches] == [0, 2]
     for b in batches:
         check_clips(b, ClipSpec(4, 3))
@@ -118,15 +131,9 @@ def test_avi_dropped_frames_are_not_counted_as_dali_skips_them(tmp_path: Path) -
     struct.pack_into("<I", out, 4, len(out) - 8)
     (tmp_path / "dropped.avi").write_bytes(bytes(out))
     assert probe_video(bytes(out)).num_frames == 19
-    m = manifest_of(tmp_path, "dropped.avi")
-    with loader(m, batch_size=1, sequence_length=5, stride=2, clip="uniform",
-                clips_per_video=2) as ld:
-        batches = list(ld)
+    batches = uniform_clips(tmp_path, "dropped.avi", 5, 2)
     assert [b["start_frame"].item() for b in batches] == [0, 10]
-    held = [k for k in range(20) if k != 10]  # the frames DALI numbers 0, 1, ...
-    for b in batches:
-        want = [held[f] for f in ClipSpec(5, 2).frames(b["start_frame"].item())]
-        assert frame_numbers(b["video"].numpy()[0]) == want
+    assert_frames_among_held(batches, ClipSpec(5, 2), held=[k for k in range(20) if k != 10])
 
 
 def test_avi_frames_in_opendml_extensions_count_and_trailing_bytes_do_not(
@@ -145,10 +152,7 @@ def test_avi_frames_in_opendml_extensions_count_and_trailing_bytes_do_not(
     data = bytes(first) + b"RIFF" + struct.pack("<I", 4 + len(lst)) + b"AVIX" + lst
     (tmp_path / "odml.avi").write_bytes(data + b"junk\xff\xff\xff\x7f")  # a chunk past the end
     assert probe_video(data).num_frames == 25
-    m = manifest_of(tmp_path, "odml.avi")
-    with loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
-                clips_per_video=2) as ld:
-        batches = list(ld)
+    batches = uniform_clips(tmp_path, "odml.avi", 5, 1)
     assert [b["start_frame"].item() for b in batches] == [0, 20]
     for b in batches:
         check_clips(b, ClipSpec(5, 1))
@@ -192,10 +196,7 @@ def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) ->
     struct.pack_into(">d", good, i + 3, struct.unpack_from(">d", good, i + 3)[0] * 5)
     (tmp_path / "long.mkv").write_bytes(bytes(good))
     assert probe_video(bytes(good)).num_frames == 20
-    m = manifest_of(tmp_path, "long.mkv")
-    with loader(m, batch_size=1, sequence_length=5, stride=1, clip="uniform",
-                clips_per_video=2) as ld:
-        batches = list(ld)
+    batches = uniform_clips(tmp_path, "long.mkv", 5, 1)
     assert [b["start_frame"].item() for b in batches] == [0, 15]
     for b in batches:
         check_clips(b, ClipSpec(5, 1))
@@ -230,14 +231,9 @@ def test_matroska_blocks_without_frame_data_are_not_counted(tmp_path: Path) -> N
     assert probe_video(bytes(out)).num_frames == 19
     m = manifest_of(tmp_path, "empty_block.mkv")
     assert extsrc.validate(m, progress=False, device="cpu").ok
-    with loader(m, batch_size=1, sequence_length=5, stride=2, clip="uniform",
-                clips_per_video=2) as ld:
-        batches = list(ld)
+    batches = uniform_clips(tmp_path, "empty_block.mkv", 5, 2)
     assert [b["start_frame"].item() for b in batches] == [0, 10]
-    held = [k for k in range(20) if k != 10]  # the frames DALI numbers 0, 1, ...
-    for b in batches:
-        want = [held[f] for f in ClipSpec(5, 2).frames(b["start_frame"].item())]
-        assert frame_numbers(b["video"].numpy()[0]) == want
+    assert_frames_among_held(batches, ClipSpec(5, 2), held=[k for k in range(20) if k != 10])
 
 
 def test_mp4_whose_samples_lie_past_the_end_is_refused_naming_the_line(tmp_path: Path) -> None:

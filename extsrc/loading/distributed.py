@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extsrc._util.caller import user_stacklevel
 from extsrc._util.device import cuda_device_count
 
 __all__ = ["DistInfo", "detect", "resolve_sharding"]
@@ -149,7 +150,7 @@ def resolve_sharding(
             "ranks will not split the dataset between them. Leave shard_id and num_shards unset "
             "to shard by global rank",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
     if device is None and info.world_size > 1:

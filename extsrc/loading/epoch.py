@@ -122,6 +122,23 @@ class Epoch(Iterator[dict[str, Any]]):
         pos.advance()
         return self._to_batch(batch[0])
 
+    def conclude(self) -> None:
+        """End this epoch in place if every batch of it was taken: DALI's end of epoch is read
+        (the source stops at the epoch's end, so nothing of the next epoch was read) and the
+        pipeline resets for the next one."""
+        pos = self._position
+        if not self.started or pos.batch < pos.num_batches:
+            return
+        try:
+            next(self)
+        except StopIteration:
+            return
+        self.close()
+        raise PipelineError(
+            f"DALI gave a batch past the end of epoch {pos.epoch} ({pos.num_batches} batches); "
+            "this is a bug in extsrc, please report it"
+        )
+
     def close(self) -> None:
         """Stop this epoch and DALI's threads and worker processes now (if it is the loader's
         current epoch). The loader keeps its position: the next ``for`` continues with the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,8 +22,7 @@ from extsrc._dali.run import PipelineRun
 from extsrc._util.argcheck import check_int
 from extsrc._util.device import resolve_device
 from extsrc._util.mainguard import check_main_guard
-from extsrc._util.slowstart import SLOW_SECONDS, stage
-from extsrc.errors import PipelineError
+from extsrc._util.slowstart import stage
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.image import build_pipeline
 from extsrc.loading.config import (
@@ -33,7 +31,6 @@ from extsrc.loading.config import (
     LoaderConfig,
     RunPlan,
     check_batch_for_samples,
-    cores_per_process,
 )
 from extsrc.loading.distributed import detect, resolve_sharding
 from extsrc.loading.epoch import Epoch, to_torch
@@ -47,24 +44,16 @@ from extsrc.loading.options import (
     from_flat,
 )
 from extsrc.loading.position import ReadPosition
-from extsrc.loading.state import (
-    FILLED_IN_ORDER,
-    SHARDING,
-    check_state,
-    describe_ops,
-    describe_stages,
-    make_state,
-)
+from extsrc.loading.skipping import skip_bad, validate_images
+from extsrc.loading.state import Resumable
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
 from extsrc.sources.images import ShardedSource
 from extsrc.sources.manifest import Manifest
-from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 from extsrc.sources.table import read_manifest
 
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig", "check_ops", "plan_run",
-    "state_config",
 ]
 
 
@@ -81,36 +70,9 @@ def plan_run(config: LoaderConfig) -> RunPlan:
     return plan
 
 
-def state_config(config: LoaderConfig, manifest: Manifest, indices: Any) -> dict[str, Any]:
-    """What a resume state must match (see :mod:`extsrc.loading.state`): everything that decides
-    which samples each batch holds and their pixels; ``indices``: the samples read (``None``:
-    all)."""
-    c, m = config, manifest
-    state = {
-        "batch_size": c.batch_size,
-        "shard_id": c.sampling.shard_id,
-        "num_shards": c.sampling.num_shards,
-        "seed": c.seed,
-        "shuffle": c.shuffle,
-        "last_batch": c.sampling.last_batch,
-        "num_samples": len(m) if indices is None else len(indices),
-        "manifest": m.fingerprint(),
-        "ops": describe_ops(c.ops),
-        "transforms": describe_ops(c.transforms),
-        "resize": None if c.resize is None else list(c.resize),
-        # Which pixels a resized image keeps; layout, dtype and normalize only present them.
-        "resize_mode": c.format.resize_mode,
-        "stages": describe_stages(c.stages),
-        "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
-    }
-    if indices is not None:  # on_error="skip": which samples are read counts too
-        state["indices"] = hashlib.sha256(indices.tobytes()).hexdigest()
-    return state
-
-
 def check_ops(config: LoaderConfig, takes_clips: bool) -> None:
-    """The ops' declarations a loader can run: a resizable output dtype, and whole-clip ops
-    (``ndim=4``) only in a video loader."""
+    """The ops' declarations a loader can run: a resizable output dtype, whole-clip ops
+    (``ndim=4``) only in a video loader, and no rank-2 outputs in a video loader."""
     for op in config.ops:
         check_output_dtype(op)
     for op in (*config.ops, *config.transforms):
@@ -119,23 +81,41 @@ def check_ops(config: LoaderConfig, takes_clips: bool) -> None:
                 f"Loader: op '{op.name}' works on whole video clips (ndim=4); use it "
                 "with extsrc.VideoLoader, or register an op on HWC images (ndim=3)"
             )
+        if takes_clips and op.ndim == 2:
+            raise ValueError(
+                f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
+                "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
+            )
 
 
-def good_indices(report: Any, manifest: Manifest, who: str, what: str) -> Any:
-    """on_error="skip": the indices of the good samples of a validation ``report`` (``None``:
-    all), with a warning counting the rest; every sample bad is an error."""
-    if not report.problems:
-        return None
-    if len(report.ok_indices) == 0:
-        report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
-    warnings.warn(
-        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
-        f"{what} of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
-        "loader.skipped lists them all; batch['index'] still refers to the original "
-        "manifest",
-        stacklevel=4,
-    )
-    return report.ok_indices
+def as_manifest(manifest: Any) -> Manifest:
+    """A :class:`~extsrc.sources.manifest.Manifest`, or a manifest file path read."""
+    if isinstance(manifest, (str, os.PathLike)):
+        manifest = read_manifest(manifest)
+    if not isinstance(manifest, Manifest):
+        raise TypeError(
+            f"manifest must be an extsrc.Manifest or a manifest file path, got "
+            f"{type(manifest).__name__}"
+        )
+    return manifest
+
+
+def with_shards(groups: dict[str, Any], device: Any) -> tuple[dict[str, Any], Any]:
+    """The option groups and the device with unset shards and device filled in from the
+    launcher (``torchrun``'s rank and local GPU, :mod:`extsrc.loading.distributed`)."""
+    s = groups["sampling"]
+    shard_id, num_shards, device = resolve_sharding(s.shard_id, s.num_shards, device, detect())
+    sampling = dataclasses.replace(s, shard_id=shard_id, num_shards=num_shards)
+    return {**groups, "sampling": sampling}, device
+
+
+def start_run(pipe: Any, config: LoaderConfig, plan: RunPlan) -> PipelineRun:
+    """Build the DALI pipeline ``pipe`` and start its iterator, with the slow-start message."""
+    n = plan.workers
+    readers = f"{n} reader process{'es' if n > 1 else ''}, {plan.method}"
+    with stage(f"building the DALI pipeline ({readers})" if n else "building the DALI pipeline"):
+        return PipelineRun(pipe, [*config.output_names, *config.hidden_outputs], workers=n,
+                           device_id=config.device_id, watchdog=config.workers.watchdog)
 
 
 def warn_abandoned(pos: ReadPosition) -> None:
@@ -150,7 +130,7 @@ def warn_abandoned(pos: ReadPosition) -> None:
     )
 
 
-class Loader:
+class Loader(Resumable):
     """Iterate epochs of batches as ``dict[name, torch.Tensor]`` from a labelled manifest.
 
     The DALI graph: ``ShardedSource`` (raw bytes, read in worker processes) -> image decoding ->
@@ -193,7 +173,8 @@ class Loader:
     failed batch. Arguments are checked at construction, each refused naming it
     (:class:`TypeError` for a wrong type, :class:`ValueError` for a value out of range).
 
-    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`).
+    Resume: :meth:`state_dict` / :meth:`load_state_dict` (see :mod:`extsrc.loading.state`,
+    where they are defined).
     """
 
     def __init__(
@@ -216,21 +197,10 @@ class Loader:
         stages: Sequence[Any] = (),
         **flat: Any,
     ) -> None:
-        groups = from_flat(type(self).__name__, {
+        groups, device = with_shards(self._own_groups(from_flat(type(self).__name__, {
             "sampling": sampling, "workers": workers, "op_runtime": op_runtime,
-            "bad_files": bad_files, "format": format}, flat)
-        s = groups["sampling"]
-        shard_id, num_shards, device = resolve_sharding(s.shard_id, s.num_shards, device,
-                                                         detect())
-        groups["sampling"] = dataclasses.replace(s, shard_id=shard_id, num_shards=num_shards)
-        if isinstance(manifest, (str, os.PathLike)):
-            manifest = read_manifest(manifest)
-        if not isinstance(manifest, Manifest):
-            raise TypeError(
-                f"manifest must be an extsrc.Manifest or a manifest file path, got "
-                f"{type(manifest).__name__}"
-            )
-        self.manifest = manifest
+            "bad_files": bad_files, "format": format}, flat)), device)
+        self.manifest = manifest = as_manifest(manifest)
         self.config = LoaderConfig(
             batch_size=batch_size, ops=ops, transforms=transforms, resize=resize,
             output_map=output_map, shuffle=shuffle, seed=seed, device_id=resolve_device(device),
@@ -249,10 +219,11 @@ class Loader:
         self.validation: Any = None
         # The manifest indices read (on_error="skip": the good samples), None: all of them.
         self._indices: Any = None
-        if c.bad_files.on_error == "skip":
-            with stage(f"checking the {len(manifest):,} files of {manifest.source} "
-                       "(on_error='skip')"):
-                self._indices = self._skip_bad(manifest, c.bad_files.validate_kwargs)
+        if c.bad_files.on_error == "skip":  # validate up front; read only the good samples
+            self.validation, self._indices = skip_bad(
+                manifest, self._validate, c.bad_files.validate_kwargs, type(self).__name__,
+                self._samples)
+            self.skipped = self.validation.problems
         else:
             manifest.check_root()
         check_batch_for_samples(
@@ -358,22 +329,8 @@ class Loader:
         self.position.move_to(epoch, 0)
 
     def _conclude(self) -> None:
-        """End the current epoch in place if every batch of it was taken: DALI's end of epoch is
-        read (the source stops at the epoch's end, so nothing of the next epoch was read) and
-        the pipeline resets for the next one."""
-        current = self._epoch
-        pos = self.position
-        if current is None or not current.started or pos.batch < pos.num_batches:
-            return
-        try:
-            next(current)
-        except StopIteration:
-            return
-        self.close()
-        raise PipelineError(
-            f"DALI gave a batch past the end of epoch {pos.epoch} ({pos.num_batches} batches); "
-            "this is a bug in extsrc, please report it"
-        )
+        if self._epoch is not None:
+            self._epoch.conclude()
 
     def close(self) -> None:
         """Stop DALI's threads and worker processes now.
@@ -387,46 +344,6 @@ class Loader:
             run.close()
         if self.op_pool is not None:
             self.op_pool.close()
-
-    # -- resume -----------------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
-
-        ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
-        ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
-        checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
-        Taken after a ``break``, it points at the rest of the interrupted epoch (while this
-        loader's next ``for`` would start the next epoch).
-        """
-        epoch, batch = self.position.due()
-        return make_state(epoch, batch, self._state_config())
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
-        batches that were still due (same order, same random op results), then whole epochs.
-        DALI's own randomness (the presets' crops and flips) is seeded per shard and resume
-        point: reproducible for the same start, but not bit-identical to an uninterrupted run.
-
-        Call it before iterating or between epochs. A state from another configuration (batch
-        size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
-        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
-        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
-        state saved before shards were balanced where its ``last_batch="pad"`` plan differs
-        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
-        restart.
-        """
-        c, src = self.config, self.source
-        samples = len(self.manifest) if src.indices is None else len(src.indices)
-        unchanged = pad_plan_unchanged_by_balancing(
-            samples, batch_size=c.batch_size, num_shards=c.sampling.num_shards,
-            last_batch=c.sampling.last_batch)
-        epoch, batch = check_state(state, self._state_config(), len(self), implied={
-            "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
-        self.close()
-        self.position.move_to(epoch, batch)
-
-    def _state_config(self) -> dict[str, Any]:
-        return state_config(self.config, self.manifest, self._indices)
 
     def __enter__(self) -> Loader:
         return self
@@ -457,18 +374,11 @@ class Loader:
             epoch, batch = self.position.settle()
             if (self.source.start_epoch, self.source.start_batch) != (epoch, batch):
                 self.source = self._make_source(epoch, batch)
-            c, n = self.config, self.plan.workers
             pipe = self._build_pipeline()
             if self.op_pool is not None and self.plan.numpy_ops:
                 self.op_pool.start()  # the workers' interpreters start while DALI builds
             self.pipeline_builds += 1
-            readers = f"{n} reader process{'es' if n > 1 else ''}, {self.plan.method}"
-            with stage(f"building the DALI pipeline ({readers})" if n else
-                       "building the DALI pipeline"):
-                self._run = PipelineRun(
-                    pipe, [*c.output_names, *c.hidden_outputs], workers=n,
-                    device_id=c.device_id, watchdog=c.workers.watchdog,
-                )
+            self._run = start_run(pipe, self.config, self.plan)
         return self._run
 
     def _new_epoch(self, run: PipelineRun) -> Epoch:
@@ -511,25 +421,15 @@ class Loader:
             max_file_bytes=c.bad_files.max_file_bytes,
         )
 
-    def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:
-        """on_error="skip": validate up front; the indices of the good samples (None: all)."""
-        self.validation = report = self._validate(manifest, dict(kwargs or {}))
-        self.skipped = report.problems
-        return good_indices(report, manifest, type(self).__name__, self._samples)
+    def _own_groups(self, groups: dict[str, Any]) -> dict[str, Any]:
+        """The option groups as this loader runs them (a video loader refuses and replaces
+        fields it does not use)."""
+        return groups
 
     #: What the loader's samples are called in messages.
     _samples = "samples"
 
     def _validate(self, manifest: Manifest, kwargs: dict[str, Any]) -> Any:
-        """The :class:`~extsrc.ValidationReport` of every image, with the loader's limits: the
-        image checks themselves, since this loader's manifest lists images (the media detection
-        of :func:`extsrc.validate`, and the video checks it may pick, are not for it)."""
-        from extsrc.validation.images import validate_images
-
-        # n_jobs: this process's share of the cores, so that every rank of a node validating at
-        # once does not start cores x ranks processes.
-        # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
-        bad = self.config.bad_files
-        defaults = {"max_pixels": bad.max_pixels, "n_jobs": cores_per_process(),
-                    "max_file_bytes": bad.max_file_bytes, "progress": SLOW_SECONDS}
-        return validate_images(manifest, **{**defaults, **kwargs})
+        """The report of :func:`extsrc.loading.skipping.validate_images`, with this loader's
+        limits."""
+        return validate_images(self.config.bad_files, manifest, kwargs)

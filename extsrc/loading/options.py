@@ -29,6 +29,7 @@ from typing import Any, get_args
 
 from augment_ops.registry import IMPLEMENTATIONS
 from extsrc._util import argcheck
+from extsrc._util.caller import user_stacklevel
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.ops_runtime.pool import POOL_KINDS, check_op_timeout
 from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, check_max_file_bytes
@@ -306,7 +307,7 @@ FLAT: dict[str, str] = {name: group for group, (_, names) in GROUPS.items() for 
 
 def from_flat(who: str, groups: Mapping[str, Any], flat: Mapping[str, Any], *,
               base: Mapping[str, Mapping[str, Any]] | None = None,
-              stacklevel: int = 3) -> dict[str, Any]:
+              stacklevel: int | None = None) -> dict[str, Any]:
     """The groups a loader runs with, given its group keywords (``None``: not given) and the flat
     keywords of earlier releases.
 
@@ -315,6 +316,7 @@ def from_flat(who: str, groups: Mapping[str, Any], flat: Mapping[str, Any], *,
     with its group is a :class:`TypeError`, as is a keyword no group holds. A group not given
     is built from ``base[group]`` (a caller's own defaults, the presets'), with the flat
     keywords over them. Returns ``{group keyword: group}`` for every group in ``groups``.
+    The warning points at ``stacklevel`` (``None``: the first line outside extsrc).
     """
     unknown = sorted(k for k in flat if k not in FLAT or FLAT[k] not in groups)
     if unknown:
@@ -343,6 +345,7 @@ def from_flat(who: str, groups: Mapping[str, Any], flat: Mapping[str, Any], *,
         warnings.warn(
             f"{who}: flat keyword arguments {sorted(flat)} are deprecated and will be removed "
             f"in the next release; pass {', '.join(advice)} (from extsrc)",
-            DeprecationWarning, stacklevel=stacklevel,
+            DeprecationWarning,
+            stacklevel=user_stacklevel() if stacklevel is None else stacklevel,
         )
     return out

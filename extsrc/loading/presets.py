@@ -173,7 +173,7 @@ def _loader_kwargs(who: str, ops: Sequence[str | Op], preset: TrainPreset | ValP
                        "normalize": (preset.mean, preset.std)}}
     flat = {k: kwargs.pop(k) for k in list(kwargs) if k in FLAT}
     groups = {k: kwargs.pop(k, None) for k in GROUPS}
-    kwargs.update(from_flat(who, groups, flat, base=base, stacklevel=4))
+    kwargs.update(from_flat(who, groups, flat, base=base))
     return kwargs
 
 

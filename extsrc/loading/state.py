@@ -27,15 +27,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import inspect
 import json
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extsrc.errors import StateMismatchError
+from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 
-__all__ = ["FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "check_state", "make_state"]
+__all__ = [
+    "FILLED_IN_ORDER", "SHARDING", "STATE_VERSION", "Resumable", "check_state",
+    "loader_state_config", "make_state", "resume_point",
+]
 
 STATE_VERSION = 1
 
@@ -75,6 +80,49 @@ def describe_stages(stages: Any) -> list[dict[str, Any]]:
         name = getattr(s, "__qualname__", None) or type(s).__qualname__
         out.append({"name": name, "params": {k: _json_safe(v) for k, v in params.items()}})
     return out
+
+
+def loader_state_config(config: Any, num_samples: int, fingerprint: str,
+                        indices: Any) -> dict[str, Any]:
+    """What a resume state of a loader with ``config`` (a
+    :class:`~extsrc.loading.config.LoaderConfig`) must match: everything that decides which
+    samples each batch holds and their pixels. ``num_samples`` and ``fingerprint``: the
+    manifest's; ``indices``: the samples read (``None``: all)."""
+    c = config
+    state = {
+        "batch_size": c.batch_size,
+        "shard_id": c.sampling.shard_id,
+        "num_shards": c.sampling.num_shards,
+        "seed": c.seed,
+        "shuffle": c.shuffle,
+        "last_batch": c.sampling.last_batch,
+        "num_samples": num_samples if indices is None else len(indices),
+        "manifest": fingerprint,
+        "ops": describe_ops(c.ops),
+        "transforms": describe_ops(c.transforms),
+        "resize": None if c.resize is None else list(c.resize),
+        # Which pixels a resized image keeps; layout, dtype and normalize only present them.
+        "resize_mode": c.format.resize_mode,
+        "stages": describe_stages(c.stages),
+        "sharding": SHARDING,  # which arithmetic placed the samples (extsrc.sources.sharding)
+    }
+    if indices is not None:  # on_error="skip": which samples are read counts too
+        state["indices"] = hashlib.sha256(indices.tobytes()).hexdigest()
+    return state
+
+
+def resume_point(state: Any, expected: Mapping[str, Any], config: Any, num_samples: int,
+                 num_batches: int) -> tuple[int, int]:
+    """:func:`check_state` of ``state`` against ``expected`` (:func:`loader_state_config`), for a
+    loader reading ``num_samples`` samples with ``config``: a state
+    without ``"sharding"`` (written before shards were balanced) stands for
+    :data:`FILLED_IN_ORDER` where that changed its ``last_batch="pad"`` plan
+    (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`)."""
+    unchanged = pad_plan_unchanged_by_balancing(
+        num_samples, batch_size=config.batch_size, num_shards=config.sampling.num_shards,
+        last_batch=config.sampling.last_batch)
+    return check_state(state, expected, num_batches, implied={
+        "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
 
 
 def make_state(epoch: int, batch: int, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,3 +286,54 @@ def check_state(
     # After the comparison: under another configuration the epoch has another length.
     check_fields(state, num_batches)
     return epoch, batch
+
+
+class Resumable:
+    """The resume methods of the loaders (:class:`~extsrc.loading.loader.Loader` and its
+    subclasses): a loader brings its ``config``, ``manifest``, ``source``, ``position``, the
+    indices it reads (``_indices``, ``None``: all), ``len()`` (batches per epoch) and
+    ``close()``; a subclass whose samples depend on more adds that to :meth:`_state_config`."""
+
+    config: Any
+    manifest: Any
+    source: Any
+    position: Any
+    _indices: Any
+    close: Callable[[], None]
+    __len__: Callable[[], int]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
+
+        ``{"version": 1, "epoch": e, "batch": b, "config": {...}}``: the next batch is batch
+        ``b`` of epoch ``e`` (``b`` batches of the epoch were yielded). Save it with your model
+        checkpoint; a Loader built the same way resumes from it with :meth:`load_state_dict`.
+        Taken after a ``break``, it points at the rest of the interrupted epoch (while this
+        loader's next ``for`` would start the next epoch).
+        """
+        epoch, batch = self.position.due()
+        return make_state(epoch, batch, self._state_config())
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict`: the next ``for batch in loader`` yields exactly the
+        batches that were still due (same order, same random op results), then whole epochs.
+        DALI's own randomness (the presets' crops and flips) is seeded per shard and resume
+        point: reproducible for the same start, but not bit-identical to an uninterrupted run.
+
+        Call it before iterating or between epochs. A state from another configuration (batch
+        size, shards, seed, shuffle, last_batch, manifest content, ops, resize, stages and their
+        parameters, resize_mode) raises :class:`~extsrc.errors.StateMismatchError` listing what
+        differs; ``layout``, ``dtype`` and ``normalize`` may change between runs. So does a
+        state saved before shards were balanced where its ``last_batch="pad"`` plan differs
+        (:func:`~extsrc.sources.sharding.pad_plan_unchanged_by_balancing`), naming the epoch to
+        restart.
+        """
+        src = self.source
+        samples = len(self.manifest) if src.indices is None else len(src.indices)
+        epoch, batch = resume_point(state, self._state_config(), self.config, samples, len(self))
+        self.close()
+        self.position.move_to(epoch, batch)
+
+    def _state_config(self) -> dict[str, Any]:
+        return loader_state_config(self.config, len(self.manifest), self.manifest.fingerprint(),
+                                   self._indices)

@@ -21,7 +21,6 @@ from extsrc._util.textsafe import shown
 from extsrc.errors import ExtsrcError, PipelineError
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.graph.video import VIDEO_LAYOUTS, build_video_pipeline
-from extsrc.loading.config import as_ops
 from extsrc.loading.failures import InFlight, explain
 from extsrc.loading.loader import Loader
 from extsrc.loading.options import (
@@ -30,7 +29,6 @@ from extsrc.loading.options import (
     OpRuntime,
     Sampling,
     Workers,
-    from_flat,
 )
 from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.sources.manifest import Manifest
@@ -202,12 +200,6 @@ class VideoLoader(Loader):
         format: BatchFormat | None = None,
         **flat: Any,
     ) -> None:
-        groups = from_flat("VideoLoader", {
-            "sampling": sampling, "workers": workers, "op_runtime": op_runtime,
-            "bad_files": bad_files, "format": format}, flat)
-        _check_video_groups(groups)
-        #: Seconds per clip a clip op may take (None: no limit); see ClipOpRunner.
-        self.op_timeout = groups["op_runtime"].op_timeout
         if not isinstance(windows, bool):
             raise TypeError(f"VideoLoader: windows must be True or False, got {windows!r}")
         #: Whether each clip's decoder gets only its window of the file (extsrc.sources.video.trim).
@@ -221,22 +213,25 @@ class VideoLoader(Loader):
                 f"{layout!r}"
             )
         self.layout = layout
-        for op in (*as_ops(ops, "ops"), *as_ops(transforms, "transforms")):
-            if op.ndim == 2:
-                raise ValueError(
-                    f"VideoLoader: op '{op.name}' declares rank-2 outputs; an op on frames "
-                    "returns HWC frames (ndim=3), an op on whole clips FHWC clips (ndim=4)"
-                )
         super().__init__(
             _read(manifest), batch_size=batch_size, ops=ops, transforms=transforms,
             resize=resize, output_map=output_map, shuffle=shuffle, seed=seed, device=device,
-            sampling=groups["sampling"], format=groups["format"],
+            sampling=sampling, workers=workers, op_runtime=op_runtime, bad_files=bad_files,
+            format=format, **flat,
+        )
+
+    def _own_groups(self, groups: dict[str, Any]) -> dict[str, Any]:
+        _check_video_groups(groups)
+        #: Seconds per clip a clip op may take (None: no limit); see ClipOpRunner.
+        self.op_timeout = groups["op_runtime"].op_timeout
+        return {
+            **groups,
             # Clip ops run per frame in DALI's thread (a thread of their own with op_timeout):
             # no op pool (extsrc.ops_runtime.pool) for video yet; the video decoder is DALI's own.
-            op_runtime=OpRuntime(op_path="numpy", op_workers=0),
-            workers=dataclasses.replace(groups["workers"], decoder="cpu"),
-            bad_files=dataclasses.replace(groups["bad_files"], max_pixels=None),
-        )
+            "op_runtime": OpRuntime(op_path="numpy", op_workers=0),
+            "workers": dataclasses.replace(groups["workers"], decoder="cpu"),
+            "bad_files": dataclasses.replace(groups["bad_files"], max_pixels=None),
+        }
 
     # -- what differs from Loader -----------------------------------------------------------------
     @property

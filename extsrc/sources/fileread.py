@@ -28,6 +28,7 @@ import io
 import os
 import stat
 
+from extsrc._util.argcheck import check_int
 from extsrc._util.textsafe import shown
 from extsrc.errors import PathOutsideRootError, SampleReadError
 from extsrc.sources.folders import file_kind
@@ -131,18 +132,8 @@ def sample_read_error(
 def check_max_file_bytes(value: object, name: str = "max_file_bytes") -> int | None:
     """Validate a ``max_file_bytes`` argument: a positive int (numpy integers accepted) or
     ``None`` (no limit). Returns it as a plain int."""
-    import numbers
-
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(
-            f"{name} must be a positive int (bytes) or None for no limit, got "
-            f"{type(value).__name__} {value!r}"
-        )
-    if int(value) < 1:
-        raise ValueError(f"{name} must be >= 1 byte (or None for no limit), got {int(value)}")
-    return int(value)
+    return check_int(value, name, minimum=1, allow_none=True,
+                     what="the largest file read, in bytes; None: no limit")
 
 
 def _real_path(fd: int, path: str) -> str:

@@ -157,7 +157,7 @@ def read_folder(
     """The folder dataset under ``folder``, listed; see :meth:`extsrc.Manifest.from_folder`
     for the rules. ``root`` (default: ``folder``) is the folder every file must stay in."""
     fn = "Manifest.from_folder"
-    check_path(folder, f"{fn}: root", "a folder path")
+    check_path(folder, f"{fn}: folder", "a folder path")
     check_path(root, f"{fn}: root", "a folder", allow_none=True)
     refuse_url(folder, f"{fn}: the folder")
     refuse_url(root, f"{fn}: root")
@@ -171,87 +171,11 @@ def read_folder(
         raise ManifestFileNotFoundError(
             f"folder {shown(source)}: not found (looked for {shown(top)}); check the path"
         )
-
-    classes: list[str] = []
-    class_dirs: list[str] = []
-    loose: list[str] = []
-    for e in _entries(top):
-        if _is_dir(e):
-            classes.append(e.name)
-            class_dirs.append(e.path)
-        elif e.name.lower().endswith(exts):
-            loose.append(e.name)
-    if loose:
-        listed = ", ".join(shown(n) for n in loose[:_MAX_NAMED])
-        more = f" and {len(loose) - _MAX_NAMED} more" if len(loose) > _MAX_NAMED else ""
-        raise ManifestError(
-            f"folder {shown(source)}: {len(loose)} image file(s) directly in the folder "
-            f"({listed}{more}) belong to no class; a folder dataset holds one sub-folder per "
-            "class (train/cat/1.jpg): move them into a class folder, or delete them"
-        )
-    if not classes:
-        raise ManifestError(
-            f"folder {shown(source)}: no class folders; a folder dataset holds one sub-folder "
-            "per class, each with that class's images (train/cat/1.jpg, train/dog/2.jpg)"
-        )
-
-    paths: list[str] = []
-    labels: list[int] = []
-    counts: list[int] = []
-    skipped_by_class: list[list[str]] = []
-    top_stat = os.stat(top)
-    top_key = (top_stat.st_dev, top_stat.st_ino)
-    for k, d in enumerate(class_dirs):
-        files: list[str] = []
-        skipped: list[str] = []
-        st = os.stat(d)
-        _walk_files(d, exts, (top_key, (st.st_dev, st.st_ino)), files, skipped)
-        paths += files
-        labels += [k] * len(files)
-        counts.append(len(files))
-        skipped_by_class.append(skipped)
-
-    empty = [k for k, c in enumerate(counts) if c == 0]
-    if empty and not allow_empty:
-        k = empty[0]
-        names = ", ".join(shown(classes[j]) for j in empty[:_MAX_NAMED])
-        more = f" and {len(empty) - _MAX_NAMED} more" if len(empty) > _MAX_NAMED else ""
-        others = skipped_by_class[k]
-        held = (
-            f"; it holds {len(others)} file(s) of other types (such as "
-            f"{shown(os.path.basename(others[0]))}), listed with extensions=[...]"
-            if others else ""
-        )
-        raise ManifestError(
-            f"folder {shown(source)}: {len(empty)} empty class folder(s) ({names}{more}) hold "
-            f"no files with an image extension ({' '.join(exts)}){held}; an empty class would "
-            "shift the label of every class after it: add its images, delete the folder, or "
-            "pass allow_empty=True to keep it as a class without samples"
-        )
-
-    if all(map(_DIGITS_RE.match, classes)):
-        # Integer class folders: the names are the labels (0/, 1/, 7/), as a seed-style
-        # ``int(Path(p).parts[-2])`` reads them; two spellings of one number would merge.
-        values = [int(c) for c in classes]
-        if max(values) > np.iinfo(np.int64).max:
-            raise ManifestError(
-                f"folder {shown(source)}: class folder {shown(classes[values.index(max(values))])} "
-                "is a number too large for an int64 label; rename it"
-            )
-        seen: dict[int, str] = {}
-        for c, v in zip(classes, values, strict=True):
-            if v in seen:
-                raise ManifestError(
-                    f"folder {shown(source)}: class folders {shown(seen[v])} and {shown(c)} "
-                    f"are both label {v}; rename one"
-                )
-            seen[v] = c
-        label_array = np.array(values, dtype=np.int64)[np.array(labels, dtype=np.int64)] \
-            if labels else np.zeros(0, dtype=np.int64)
-        class_list = None
-    else:
-        label_array = np.array(labels, dtype=np.int64)
-        class_list = classes
+    classes, class_dirs = _class_folders(top, exts, source)
+    paths, labels, counts, skipped_by_class = _class_files(top, class_dirs, exts)
+    if not allow_empty:
+        _refuse_empty_classes(classes, counts, skipped_by_class, exts, source)
+    label_array, class_list = _labels(classes, labels, source)
     if not paths:
         raise ManifestError(
             f"folder {shown(source)}: no image files in its {len(classes)} class folder(s) "
@@ -267,3 +191,105 @@ def read_folder(
         root=limit,
     )
 
+
+def _class_folders(top: str, exts: tuple[str, ...], source: str) -> tuple[list[str], list[str]]:
+    """The class folders' names and paths directly under ``top``; an image file there (in no
+    class) or no class folder at all is refused."""
+    classes: list[str] = []
+    class_dirs: list[str] = []
+    loose: list[str] = []
+    for e in _entries(top):
+        if _is_dir(e):
+            classes.append(e.name)
+            class_dirs.append(e.path)
+        elif e.name.lower().endswith(exts):
+            loose.append(e.name)
+    if loose:
+        raise ManifestError(
+            f"folder {shown(source)}: {len(loose)} image file(s) directly in the folder "
+            f"({_some(loose)}) belong to no class; a folder dataset holds one sub-folder per "
+            "class (train/cat/1.jpg): move them into a class folder, or delete them"
+        )
+    if not classes:
+        raise ManifestError(
+            f"folder {shown(source)}: no class folders; a folder dataset holds one sub-folder "
+            "per class, each with that class's images (train/cat/1.jpg, train/dog/2.jpg)"
+        )
+    return classes, class_dirs
+
+
+def _some(names: list[str]) -> str:
+    """The first :data:`_MAX_NAMED` of ``names``, printable, and how many more there are."""
+    more = f" and {len(names) - _MAX_NAMED} more" if len(names) > _MAX_NAMED else ""
+    return ", ".join(shown(n) for n in names[:_MAX_NAMED]) + more
+
+
+def _class_files(
+    top: str, class_dirs: list[str], exts: tuple[str, ...]
+) -> tuple[list[str], list[int], list[int], list[list[str]]]:
+    """``(paths, class numbers, files per class, other files per class)`` of the class folders,
+    each walked without leaving it or ``top``."""
+    paths: list[str] = []
+    labels: list[int] = []
+    counts: list[int] = []
+    skipped_by_class: list[list[str]] = []
+    top_stat = os.stat(top)
+    top_key = (top_stat.st_dev, top_stat.st_ino)
+    for k, d in enumerate(class_dirs):
+        files: list[str] = []
+        skipped: list[str] = []
+        st = os.stat(d)
+        _walk_files(d, exts, (top_key, (st.st_dev, st.st_ino)), files, skipped)
+        paths += files
+        labels += [k] * len(files)
+        counts.append(len(files))
+        skipped_by_class.append(skipped)
+    return paths, labels, counts, skipped_by_class
+
+
+def _refuse_empty_classes(classes: list[str], counts: list[int],
+                          skipped_by_class: list[list[str]], exts: tuple[str, ...],
+                          source: str) -> None:
+    """Refuse class folders without images: an empty class would shift every later label."""
+    empty = [k for k, c in enumerate(counts) if c == 0]
+    if not empty:
+        return
+    others = skipped_by_class[empty[0]]
+    held = (
+        f"; it holds {len(others)} file(s) of other types (such as "
+        f"{shown(os.path.basename(others[0]))}), listed with extensions=[...]"
+        if others else ""
+    )
+    raise ManifestError(
+        f"folder {shown(source)}: {len(empty)} empty class folder(s) "
+        f"({_some([classes[j] for j in empty])}) hold "
+        f"no files with an image extension ({' '.join(exts)}){held}; an empty class would "
+        "shift the label of every class after it: add its images, delete the folder, or "
+        "pass allow_empty=True to keep it as a class without samples"
+    )
+
+
+def _labels(classes: list[str], labels: list[int],
+            source: str) -> tuple[np.ndarray, list[str] | None]:
+    """The int64 label of each file and the class names (``None`` for integer class folders,
+    whose names are the labels: 0/, 1/, 7/, as a seed-style ``int(Path(p).parts[-2])`` reads
+    them; two spellings of one number would merge)."""
+    if not all(map(_DIGITS_RE.match, classes)):
+        return np.array(labels, dtype=np.int64), classes
+    values = [int(c) for c in classes]
+    if max(values) > np.iinfo(np.int64).max:
+        raise ManifestError(
+            f"folder {shown(source)}: class folder {shown(classes[values.index(max(values))])} "
+            "is a number too large for an int64 label; rename it"
+        )
+    seen: dict[int, str] = {}
+    for c, v in zip(classes, values, strict=True):
+        if v in seen:
+            raise ManifestError(
+                f"folder {shown(source)}: class folders {shown(seen[v])} and {shown(c)} "
+                f"are both label {v}; rename one"
+            )
+        seen[v] = c
+    if not labels:
+        return np.zeros(0, dtype=np.int64), None
+    return np.array(values, dtype=np.int64)[np.array(labels, dtype=np.int64)], None

@@ -16,7 +16,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -147,16 +147,7 @@ def read_manifest(
     refuse_url(root, "read_manifest: root")
     source = os.fsdecode(os.fspath(path))
     if os.path.isdir(source):
-        given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
-        if header != "infer":
-            given["header"] = header
-        set_args = [f"{k}={v!r}" for k, v in given.items() if v is not None]
-        if set_args:
-            raise ManifestError(
-                f"{shown(source)}: is a folder, read as a folder dataset (one sub-folder per "
-                f"class), which has no columns; drop {', '.join(set_args)}, or pass the "
-                ".csv/.tsv/.txt manifest file"
-            )
+        _refuse_columns(source, sep=sep, path_col=path_col, label_cols=label_cols, header=header)
         return Manifest.from_listing(
             read_folder(source, root=root, allow_outside_root=allow_outside_root))
     where = shown(source)  # the manifest's name as messages show it
@@ -164,6 +155,19 @@ def read_manifest(
         return _read_file(source, where, root=root, sep=sep, path_col=path_col,
                           label_cols=label_cols, header=header, check_files=check_files,
                           allow_outside_root=allow_outside_root)
+
+
+def _refuse_columns(source: str, **columns: Any) -> None:
+    """A folder dataset has no columns: refuse the column arguments set for it."""
+    if columns["header"] == "infer":
+        del columns["header"]
+    set_args = [f"{k}={v!r}" for k, v in columns.items() if v is not None]
+    if set_args:
+        raise ManifestError(
+            f"{shown(source)}: is a folder, read as a folder dataset (one sub-folder per "
+            f"class), which has no columns; drop {', '.join(set_args)}, or pass the "
+            ".csv/.tsv/.txt manifest file"
+        )
 
 
 def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,

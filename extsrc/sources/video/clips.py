@@ -9,7 +9,7 @@ frame ``s`` of a clip that fits lies in ``[0, n - span]``:
 ``clip``      first frame of clip ``k`` of ``clips_per_video`` (``K``)
 ============  ==========================================================================
 ``"random"``  uniform in ``[0, n - span]``, drawn from (seed, epoch, manifest index, k) by a
-              counter-based hash (:func:`extsrc.ops_runtime.seeding.counter_uniform`): the same clip
+              counter-based hash (:func:`extsrc._util.counters.counter_uniform`): the same clip
               for the same sample and epoch in any process, another one the next epoch
 ``"uniform"`` ``round(k * (n - span) / (K - 1))``: ``K`` clips spread from the first frame to
               the last (``K = 1``: the centre clip)
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from extsrc._util import argcheck
-from extsrc.ops_runtime.seeding import counter_uniform, name_salt
+from extsrc._util.counters import counter_uniform, name_salt
 
 __all__ = ["ClipPolicy", "ClipSpec", "ShortVideoError", "ShortVideos", "clip_start"]
 

@@ -1,0 +1,65 @@
+"""``BadFiles(on_error="skip")``: a loader's manifest validated up front, its good samples kept.
+
+The loader reads only the samples of :func:`skip_bad`'s indices (``batch['index']`` still counts
+in the whole manifest) and lists what it left out in ``loader.skipped``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from extsrc._util.caller import user_stacklevel
+from extsrc._util.slowstart import SLOW_SECONDS, stage
+from extsrc.loading.config import cores_per_process
+from extsrc.loading.options import BadFiles
+from extsrc.sources.manifest import Manifest
+
+__all__ = ["good_indices", "skip_bad", "validate_images"]
+
+
+def skip_bad(
+    manifest: Manifest,
+    validate: Callable[[Manifest, dict[str, Any]], Any],
+    kwargs: Mapping[str, Any] | None,
+    who: str,
+    what: str,
+) -> tuple[Any, Any]:
+    """``(report, indices)``: ``validate(manifest, kwargs)``'s report and the indices of the good
+    samples (``None``: all), warning how many of the ``what`` (``"samples"``, ``"videos"``) were
+    left out. ``who``: the loader's class name, for messages."""
+    with stage(f"checking the {len(manifest):,} files of {manifest.source} (on_error='skip')"):
+        report = validate(manifest, dict(kwargs or {}))
+    return report, good_indices(report, manifest, who, what)
+
+
+def good_indices(report: Any, manifest: Manifest, who: str, what: str) -> Any:
+    """The indices of the good samples of a validation ``report`` (``None``: all), with a
+    warning counting the rest; every sample bad is an error."""
+    if not report.problems:
+        return None
+    if len(report.ok_indices) == 0:
+        report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
+    warnings.warn(
+        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+        f"{what} of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
+        "loader.skipped lists them all; batch['index'] still refers to the original "
+        "manifest",
+        stacklevel=user_stacklevel(),
+    )
+    return report.ok_indices
+
+
+def validate_images(bad: BadFiles, manifest: Manifest, kwargs: dict[str, Any]) -> Any:
+    """The :class:`~extsrc.ValidationReport` of every image, with the loader's limits: the
+    image checks themselves, since an image loader's manifest lists images (the media detection
+    of :func:`extsrc.validate`, and the video checks it may pick, are not for it)."""
+    from extsrc.validation.images import validate_images as check_images
+
+    # n_jobs: this process's share of the cores, so that every rank of a node validating at
+    # once does not start cores x ranks processes.
+    # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
+    defaults = {"max_pixels": bad.max_pixels, "n_jobs": cores_per_process(),
+                "max_file_bytes": bad.max_file_bytes, "progress": SLOW_SECONDS}
+    return check_images(manifest, **{**defaults, **kwargs})
