@@ -256,3 +256,25 @@ def png_interlaced(img: np.ndarray) -> bytes:
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)
     return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(raw)) + \
         _chunk(b"IEND", b"")
+
+
+def unregistered(**kw):
+    """``@augment_op`` that leaves the registry as it was (the ops of a test are its own)."""
+    import augment_ops
+    from augment_ops import augment_op
+
+    def wrap(fn):
+        op = augment_op(replace=True, **kw)(fn)
+        augment_ops.unregister(op.name)
+        return op
+    return wrap
+
+
+def sized_dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
+    """A manifest ``root/m.csv`` of PNG pattern images of the given (height, width), labels 0..n."""
+    lines = ["path,label"]
+    for i, (h, w) in enumerate(sizes):
+        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
+        lines.append(f"img{i}.png,{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"

@@ -14,27 +14,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import augment_ops
 import extsrc
-from augment_ops import augment_op
 from augment_ops.lower_dali import emit
 from augment_ops.trace import TraceError, trace_function
 from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
 
 SEED = 3
 
-
-def unregistered(**kw):
-    """``@augment_op`` that leaves the registry as it was (the ops here are the test's own)."""
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
 
 
 # -- users' ops, written as users write them --------------------------------------------------

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
 from test_trace import _emit_on
-from test_trace_parity import _check_same_error, unregistered
+from test_trace_parity import _check_same_error
 
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 from augment_ops.trace import TraceError, trace_function

@@ -7,28 +7,18 @@ the batch (real CPU DALI pipelines, counter draws replayed on numpy).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
+from helpers import sized_dataset as _dataset
 
-import augment_ops
 import extsrc
-from augment_ops import augment_op
 from augment_ops.lower_dali import emit
 from augment_ops.trace import trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 5
 
-
-def unregistered(**kw):
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
 
 
 @unregistered()
@@ -102,16 +92,6 @@ def test_a_batch_mixing_branches_of_different_layouts_equals_numpy(op):
 def b_random_rot90(img, rng):
     return np.rot90(img, rng.integers(0, 3, endpoint=True))
 
-
-def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
-    from PIL import Image
-
-    lines = ["path,label"]
-    for i, (h, w) in enumerate(sizes):
-        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
-        lines.append(f"img{i}.png,{i}")
-    (root / "m.csv").write_text("\n".join(lines) + "\n")
-    return root / "m.csv"
 
 
 def test_a_loader_batch_whose_samples_draw_different_rotations_equals_numpy(tmp_path):

@@ -14,33 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
+from helpers import sized_dataset as _dataset
 from test_trace import _emit_on
 
 import augment_ops
 import extsrc
-from augment_ops import augment_op
 from augment_ops.trace import trace_function, trace_op
 from extsrc.errors import OpError, OpOutputError
-
-
-def unregistered(**kw):
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
-
-
-def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
-    from PIL import Image
-
-    lines = ["path,label"]
-    for i, (h, w) in enumerate(sizes):
-        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
-        lines.append(f"img{i}.png,{i}")
-    (root / "m.csv").write_text("\n".join(lines) + "\n")
-    return root / "m.csv"
 
 
 def _first_error(manifest: Path, op, path: str, device: str = "cpu") -> Exception | None:

@@ -11,26 +11,17 @@ PYTEST_DONT_REWRITE: the ops' ``assert`` statements stay as Python runs them.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
+from helpers import sized_dataset as _dataset
 from test_trace import _emit_on
 
 import augment_ops
 import extsrc
-from augment_ops import augment_op
 from augment_ops.trace import TraceError, trace_op
 from extsrc.errors import OpError
-
-
-def unregistered(**kw):
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
 
 
 class TooSmall(Exception):
@@ -77,16 +68,6 @@ def r_raises_always(img):
         raise ValueError("big")
     raise ValueError("small")
 
-
-def _dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
-    from PIL import Image
-
-    lines = ["path,label"]
-    for i, (h, w) in enumerate(sizes):
-        Image.fromarray(pattern_image(i, h, w)).save(root / f"img{i}.png")
-        lines.append(f"img{i}.png,{i}")
-    (root / "m.csv").write_text("\n".join(lines) + "\n")
-    return root / "m.csv"
 
 
 @pytest.mark.parametrize("op", [r_needs_rows, r_asserts_width, r_own_exception],

@@ -11,19 +11,11 @@ import re
 import cv2
 import numpy as np
 import pytest
+from helpers import unregistered
 from PIL import Image
 
 import augment_ops
-from augment_ops import augment_op
 from augment_ops.trace import TraceError, trace_op
-
-
-def unregistered(**kw):
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
 
 
 @unregistered()

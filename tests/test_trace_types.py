@@ -10,23 +10,14 @@ import numbers
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
 
-import augment_ops
-from augment_ops import augment_op
 from augment_ops.lower_dali import SampleScalars, emit, sample_scalar_nodes
 from augment_ops.trace import trace_op
 from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
 
 SEED = 7
 
-
-def unregistered(**kw):
-    def wrap(fn):
-        op = augment_op(replace=True, **kw)(fn)
-        augment_ops.unregister(op.name)
-        return op
-    return wrap
 
 
 def _amount(value, scale):
