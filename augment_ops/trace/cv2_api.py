@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.combine import _np_concatenate, _np_stack
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
-from augment_ops.trace.numpy_api import _np_concatenate, _np_flip, _np_full_like, _np_stack
+from augment_ops.trace.numpy_api import _np_flip, _np_full_like
 from augment_ops.trace.pil_api import install_pil
 from augment_ops.trace.sym import Sym, cast_node, ufunc
 

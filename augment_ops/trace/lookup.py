@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
+from augment_ops.trace.creation import CREATION
 from augment_ops.trace.ir import Node, TraceError, _new, const
-from augment_ops.trace.numpy_api import CREATION
 from augment_ops.trace.sym import Sym, cast_node, implements, ufunc
 
 #: Elementwise node kinds a table may be built with (their result at a position depends only on

@@ -13,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.combine import _np_stack
+from augment_ops.trace.creation import CREATION
 from augment_ops.trace.facts import _at_most, _nonneg
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
-from augment_ops.trace.numpy_api import CREATION, _np_rot90, _np_stack
+from augment_ops.trace.numpy_api import _np_rot90
 from augment_ops.trace.sym import Sym, _dim, cast_node, ufunc
 
 #: What a PIL method not lowered would need, where there is more to say.

@@ -11,9 +11,10 @@ from typing import Any
 
 import numpy as np
 
+import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
+from augment_ops.trace.combine import _where
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node, TraceError, _new
-from augment_ops.trace.numpy_api import _where
 from augment_ops.trace.sym import Sym, _dtype_kind, _to_node, cast_node, raise_where, ufunc
 
 #: The most draws one ``rng`` call with ``size=`` may make (each is a per-sample scalar).

@@ -18,8 +18,10 @@ from typing import Any
 
 import numpy as np
 
+import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
 from augment_ops.state import library_file
 from augment_ops.trace.checks import guard_path
+from augment_ops.trace.creation import CREATION
 from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
 from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import (
@@ -34,7 +36,6 @@ from augment_ops.trace.ir import (
     _user_location,
 )
 from augment_ops.trace.lookup import NUMPY_CALLS, table_view
-from augment_ops.trace.numpy_api import CREATION
 from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import (

@@ -3,7 +3,9 @@ elementwise rules on it (:func:`ufunc`, :func:`cast_node`), with the result dtyp
 gives (NEP 50).
 
 numpy functions, indexing and reductions are graph builders in
-:mod:`augment_ops.trace.numpy_api`, which registers them in :data:`HANDLERS`; :class:`Sym`
+:mod:`augment_ops.trace.numpy_api` and the modules it imports (:mod:`~augment_ops.trace.indexing`,
+:mod:`~augment_ops.trace.combine`, :mod:`~augment_ops.trace.creation`), which register them in
+:data:`HANDLERS`; :class:`Sym`
 looks them up there (NEP 18's ``HANDLED_FUNCTIONS`` pattern), so this module never imports them.
 """
 
@@ -331,7 +333,7 @@ def _ones_of(x: Sym, one: Any) -> Any:
 #: Graph builders by name: numpy functions (``Sym.__array_function__`` looks a function up by its
 #: ``__name__``) and the array operations Sym's methods delegate (``"Sym.getitem"``,
 #: ``"Sym.setitem"``, ``"Sym.transpose"``, ``"Sym.reduce"``). Filled by
-#: :mod:`augment_ops.trace.numpy_api` through :func:`implements`.
+#: :mod:`augment_ops.trace.numpy_api` and the modules it imports through :func:`implements`.
 HANDLERS: dict[str, Callable[..., Any]] = {}
 
 

@@ -1,0 +1,70 @@
+"""Arrays combined from several traced arrays: ``np.where(c, a, b)``, ``np.concatenate`` and
+``np.stack``, with numpy's result dtype.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.ir import Dim, Node, TraceError, _new
+from augment_ops.trace.sym import Sym, _broadcast, _dop, _is_weak, _rep, _to_node, cast_node
+
+
+def _where(c: Any, a: Any, b: Any) -> Sym:
+    """``np.where(c, a, b)`` with numpy's result dtype."""
+    if not isinstance(c, Sym):
+        c = np.asarray(c)
+        if c.ndim == 0:
+            return a if bool(c) else b
+        raise TraceError("np.where with a constant array condition")
+    cn = cast_node(c.node, np.bool_) if c.dtype != np.bool_ else c.node
+    with np.errstate(all="ignore"):
+        try:
+            rdt = np.result_type(_rep(a), _rep(b)) if not (_is_weak(a) and _is_weak(b)) else (
+                np.result_type(np.asarray(_rep(a)), np.asarray(_rep(b))))
+        except Exception as e:
+            raise TraceError(f"np.where with operands numpy refuses ({e})") from None
+    # np.where converts Python scalars as an unsafe cast does (np.where(c, u8, -1) holds 255).
+    na, nb = (_to_node(np.asarray(v), rdt) if type(v) in (int, float, bool) else _to_node(v, rdt)
+              for v in (a, b))
+    if na is nb:
+        return Sym(na)
+    shape = _broadcast(cn.shape, na.shape, nb.shape)
+    return Sym(_new("where", (cn, na, nb), (), rdt, shape))
+
+
+def _concat(nodes: Sequence[Node], axis: int) -> Node:
+    shape = list(nodes[0].shape)
+    total: Dim = 0
+    for n in nodes:
+        total = _dop("add", total, n.shape[axis])
+    shape[axis] = total
+    return _new("cat", tuple(nodes), (axis,), nodes[0].dtype, tuple(shape))
+
+
+def _arrays(seq: Sequence[Any], what: str) -> list[Any]:
+    seq = list(seq)
+    if not seq or not builtins.any(isinstance(x, Sym) for x in seq):
+        raise TraceError(f"{what} without a traced array")
+    rdt = np.result_type(*(_rep(x) if isinstance(x, Sym) else np.asarray(x) for x in seq))
+    return [_to_node(x, rdt) for x in seq]
+
+
+def _np_concatenate(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
+    if kw:
+        raise TraceError(f"np.concatenate with {sorted(kw)}=")
+    nodes = _arrays(arrays, "np.concatenate")
+    return Sym(_concat(nodes, axis % nodes[0].ndim))
+
+
+def _np_stack(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
+    if kw:
+        raise TraceError(f"np.stack with {sorted(kw)}=")
+    nodes = _arrays(arrays, "np.stack")
+    axis = axis % (nodes[0].ndim + 1)
+    shape = (*nodes[0].shape[:axis], len(nodes), *nodes[0].shape[axis:])
+    return Sym(_new("stack", tuple(nodes), (axis,), nodes[0].dtype, shape))

@@ -1,0 +1,185 @@
+"""Arrays made from traced values: ``np.array``, ``np.asarray``, ``np.ascontiguousarray``,
+``np.require`` and ``np.zeros``/``ones``/``empty``/``full`` (:data:`CREATION`), and numpy's checks
+when it stores a Python number into an integer array.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.sym import Sym, _rep, _to_node, implements, raise_where, ufunc
+
+
+def _python_int_checks(value: Sym, dtype: np.dtype) -> None:
+    """numpy's checks when it stores a Python number (``int()`` of a draw, a size) into an
+    integer array: a float is truncated, NaN raises ValueError, a value outside the dtype's
+    range OverflowError (where numpy would wrap a numpy integer around)."""
+    t = value
+    if value.dtype.kind == "f":
+        raise_where(ufunc("not_equal", value, value), ValueError,
+                    "cannot convert float NaN to integer")
+        t = ufunc("trunc", value)
+    info = np.iinfo(dtype)
+    lo, hi = lower(t.node), upper(t.node)
+    message = f"Python integer out of bounds for {dtype}"
+    if lo is None or lo < int(info.min):
+        raise_where(ufunc("less", t, int(info.min)), OverflowError, message)
+    if hi is None or hi > int(info.max):
+        raise_where(ufunc("greater", t, int(info.max)), OverflowError, message)
+
+
+# -- array creation from traced values ----------------------------------------------------------
+# np.array, np.asarray, np.ascontiguousarray and np.require do not dispatch through
+# __array_function__ on their argument (only on like=): the traced function's ``np`` hands them
+# to these builders, which keep numpy's rules (a copy or the same array, the dtype numpy would
+# pick for a list of scalars) and call numpy itself when nothing traced is involved.
+def _holds_sym(x: Any) -> bool:
+    if isinstance(x, Sym):
+        return True
+    return isinstance(x, (list, tuple)) and builtins.any(_holds_sym(v) for v in x)
+
+
+def _from_sequence(seq: Sequence[Any], dtype: Any) -> Sym:
+    """``np.array([a, b, ...])`` with traced elements of one shape: numpy's dtype for the list
+    (Python numbers by their kind, numpy values by their dtype), then a stack on a new axis."""
+    items = [_from_sequence(v, None) if isinstance(v, (list, tuple)) else v for v in seq]
+    if not items:
+        raise TraceError("np.array of an empty sequence holding traced values")
+    reps = []
+    for v in items:
+        if isinstance(v, Sym):
+            reps.append(_rep(v) if v.node.weak else v.dtype.type(1))
+        elif isinstance(v, np.ndarray):
+            reps.append(v.dtype.type(1))
+        else:
+            reps.append(v)
+    rdt = np.dtype(dtype) if dtype is not None else np.array(reps).dtype
+    if rdt.kind not in "biuf":
+        raise TraceError(f"np.array of traced values as dtype {rdt}")
+    shapes = {tuple(_shape_key(d) for d in _node_or_const(v).shape) for v in items}
+    if len(shapes) != 1:
+        raise TraceError("np.array of traced values of different shapes")
+    nodes = []
+    for v in items:
+        if isinstance(v, Sym):
+            if v.node.weak and rdt.kind in "iu" and v.dtype.kind in "iuf":
+                _python_int_checks(v, rdt)  # np.array([300], np.uint8) raises as a store does
+            nodes.append(_to_node(v, rdt))
+        else:
+            nodes.append(const(np.array(v, dtype=rdt)))  # numpy's own conversion and errors
+    shape = (len(nodes), *nodes[0].shape)
+    return Sym(_new("stack", tuple(nodes), (0,), rdt, shape))
+
+
+def _shape_key(d: Dim) -> Any:
+    return d if isinstance(d, int) else id(d)
+
+
+def _node_or_const(v: Any) -> Node:
+    return v._checked() if isinstance(v, Sym) else const(np.asarray(v))
+
+
+def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
+             subok: bool = False, ndmin: int = 0, like: Any = None) -> Any:
+    """``np.array`` in a traced function."""
+    if not _holds_sym(obj):
+        return np.array(obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin,
+                        **({} if like is None else {"like": like}))
+    if ndmin or like is not None:
+        raise TraceError("np.array of a traced value with ndmin= or like=")
+    if isinstance(obj, Sym):
+        dt = np.dtype(dtype) if dtype is not None else obj.dtype
+        if copy is False and dt != obj.dtype:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        if copy is True or dt != obj.dtype:
+            return obj.astype(dt) if dt != obj.dtype else obj.copy()
+        return obj
+    return _from_sequence(obj, dtype)
+
+
+@implements("np.asarray")
+def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> Any:
+    """``np.asarray`` / ``np.asanyarray`` in a traced function: the same array where its dtype
+    already fits."""
+    if not _holds_sym(a):
+        return np.asarray(a, dtype, order, **kwargs)
+    copy = kwargs.pop("copy", None)
+    if kwargs:
+        raise TraceError(f"np.asarray of a traced value with {sorted(kwargs)}=")
+    return np_array(a, dtype, copy=copy)
+
+
+def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
+    """``np.ascontiguousarray`` in a traced function (a traced array has no memory layout: its
+    values are those of the array, converted to ``dtype``)."""
+    if not _holds_sym(a):
+        return np.ascontiguousarray(a, dtype, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.ascontiguousarray of a traced value with {sorted(kwargs)}=")
+    out = np_array(a, dtype, copy=None)
+    if isinstance(out, Sym) and out.ndim == 0:
+        out = out[None]
+    return out
+
+
+def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: Any) -> Any:
+    """``np.require`` in a traced function, copying where numpy copies."""
+    if not _holds_sym(a):
+        return np.require(a, dtype, requirements, **kwargs)
+    if kwargs:
+        raise TraceError(f"np.require of a traced value with {sorted(kwargs)}=")
+    if isinstance(requirements, str):
+        requirements = [requirements]
+    names = {"C_CONTIGUOUS": "C", "CONTIGUOUS": "C", "F_CONTIGUOUS": "F", "FORTRAN": "F",
+             "ALIGNED": "A", "WRITEABLE": "W", "OWNDATA": "O", "ENSUREARRAY": "E"}
+    req = {names.get(str(r).upper(), str(r).upper()) for r in (requirements or ())}
+    unknown = req - set("ACFWOE")
+    if unknown:
+        raise KeyError(sorted(unknown)[0])
+    if "F" in req and np.ndim(a) > 1:
+        raise TraceError("np.require(requirements='F') of a traced array (a Fortran-ordered "
+                         "copy; the traced graph has no memory layout)")
+    out = np_array(a, dtype, copy=None)
+    # numpy copies a read-only array for "W" and a view for "O"; otherwise it returns the same
+    # array, which later writes then change for every name bound to it.
+    if isinstance(a, Sym) and out is a and (("W" in req and not a._writable)
+                                            or ("O" in req and not a._base)):
+        out = a.copy()
+    return out
+
+
+def _new_array(name: str) -> Callable[..., Any]:
+    """``np.zeros`` / ``ones`` / ``empty`` / ``full`` in a traced function: numpy's own for a
+    constant shape; a per-sample shape (``np.zeros((h + 2 * p, w + 2 * p, c))``) is refused
+    with the rewrites that trace."""
+    real = getattr(np, name)
+
+    def build(shape: Any, *args: Any, **kwargs: Any) -> Any:
+        if _holds_sym(shape) or isinstance(shape, Sym) or builtins.any(
+                _holds_sym(v) or isinstance(v, Sym) for v in (*args, *kwargs.values())
+                if name != "full"):
+            raise TraceError(f"np.{name} of a per-sample shape (write it from the image: "
+                             "np.zeros_like(img), np.full_like, np.pad(img, ...) or "
+                             "np.concatenate of pieces)")
+        return real(shape, *args, **kwargs)
+    return build
+
+
+#: The builders the traced function's ``np`` returns instead of numpy's own functions.
+CREATION: dict[str, Callable[..., Any]] = {
+    "zeros": _new_array("zeros"),
+    "ones": _new_array("ones"),
+    "empty": _new_array("empty"),
+    "full": _new_array("full"),
+    "array": np_array,
+    "asarray": np_asarray,
+    "asanyarray": np_asarray,
+    "ascontiguousarray": np_ascontiguousarray,
+    "require": np_require,
+}

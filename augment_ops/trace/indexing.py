@@ -1,0 +1,486 @@
+"""Indexing and assignment on :class:`Sym`: ``a[key]`` (slices, flips, drawn indices, a value
+per channel) and ``a[key] = value`` (region fills, per-channel fills, boolean masks), as graph
+builders registered in :data:`augment_ops.trace.sym.HANDLERS` (``Sym.getitem``, ``Sym.setitem``,
+``Sym.transpose``).
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.combine import _concat, _np_stack, _where
+from augment_ops.trace.creation import _holds_sym, _python_int_checks, np_array
+from augment_ops.trace.facts import _at_most, _nonneg, _same, lower, upper
+from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.sym import (
+    Sym,
+    _dim,
+    _dim_sym,
+    _dlt,
+    _dop,
+    _dwhere,
+    cast_node,
+    implements,
+    raise_where,
+    ufunc,
+)
+
+
+@implements("Sym.setitem")
+def _setitem(a: Sym, key: Any, value: Any) -> None:
+    """``a[key] = value``: a boolean mask, or a region of slices filled with a scalar."""
+    n = a._checked()
+    if not a._writable:
+        raise TraceError("a write into the input image or a view of it (numpy refuses: "
+                         "the input is read-only; write into img.copy())")
+    if isinstance(key, Sym) and key.dtype.kind == "b":
+        v = np.asarray(value) if not isinstance(value, Sym) else value
+        a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
+        return
+    whole = _assign_whole(n, key, value)
+    if whole is not None:
+        a._write(whole)
+        return
+    full = _full_key(key, n.ndim)
+    if n.ndim == 3 and isinstance(full[2], (list, tuple)) and _holds_sym(full[2]):
+        full = (*full[:2], np_array(full[2]))  # a list of per-sample channels
+    if n.ndim == 3 and isinstance(full[2], Sym) and full[2].dtype.kind in "iu":
+        a._write(_fill_drawn_channels(n, full, value))
+        return
+    elements = _value_elements(value)
+    channels = _channel_list(n, key)
+    if elements is None and channels is None:
+        a._write(_fill_region(n, key, value))
+        return
+    a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _value_elements(value: Any) -> list[Any] | None:
+    """The values along the last axis of a per-channel fill ``value`` (a list, tuple, array or
+    traced vector, its leading axes of length 1 dropped as numpy broadcasts them); None for a
+    scalar."""
+    if isinstance(value, Sym):
+        node = value._checked()
+        if node.ndim == 0:
+            return None
+        if builtins.any(not isinstance(d, int) for d in node.shape):
+            raise TraceError("assigning an array of per-sample shape into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        if builtins.any(d != 1 for d in node.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {node.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        for _ in range(node.ndim - 1):
+            node = _new("take", (node, 0), (0,), node.dtype, node.shape[1:])
+        return [Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    if isinstance(value, (list, tuple)):
+        items: list[Any] = list(value)
+        while len(items) == 1 and isinstance(items[0], (list, tuple)):
+            items = list(items[0])
+        if builtins.any(isinstance(v, (list, tuple)) or (isinstance(v, (Sym, np.ndarray))
+                                                          and np.ndim(v) != 0) for v in items):
+            raise TraceError("assigning a nested sequence into a region (only a scalar or "
+                             "per-channel fill is lowered)")
+        return items
+    if isinstance(value, np.ndarray) and value.ndim >= 1:
+        if builtins.any(d != 1 for d in value.shape[:-1]):
+            raise TraceError(f"assigning an array of shape {value.shape} into a region (only a "
+                             "scalar or per-channel fill is lowered)")
+        return list(value.reshape(-1))
+    return None
+
+
+def _channel_list(n: Node, key: Any) -> list[int] | None:
+    """The channels ``a[..., chans] = v`` writes when ``chans`` is a list of ints; None for an
+    int or slice (a fill of one range)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not builtins.any(isinstance(k, (list, tuple, np.ndarray)) for k in key):
+        return None
+    key = _full_key(key, n.ndim)
+    if n.ndim != 3 or len(key) != 3 or builtins.any(
+            isinstance(k, (list, tuple, np.ndarray)) for k in key[:2]):
+        raise TraceError("an assignment with a list of indices other than on the channel axis")
+    c = n.shape[2]
+    arr = np.asarray(key[2])
+    if not isinstance(c, int) or arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise TraceError("an assignment with a channel index other than an int, a slice or a "
+                         "list of ints")
+    bad = [int(i) for i in arr if not -c <= int(i) < c]
+    if bad:
+        raise IndexError(f"index {bad[0]} is out of bounds for axis 2 with size {c}")
+    return [int(i) % c for i in arr]
+
+
+def _fill_channels(n: Node, key: Any, values: list[Any], channels: list[int] | None) -> Node:
+    """``a[y0:y1, x0:x1, chans] = values``: one fill per channel written, each with its value as
+    numpy converts it (a Python int out of the dtype's range is refused as numpy refuses it)."""
+    if n.ndim != 3:
+        raise TraceError("assigning a row of values into a region of a 2-D array (only a "
+                         "scalar fill is lowered there)")
+    key = _full_key(key, n.ndim)
+    c = n.shape[2]
+    if channels is None:
+        ck = key[2]
+        if not isinstance(c, int):
+            raise TraceError("a per-channel fill of an array whose channel count is per-sample")
+        if isinstance(ck, (int, np.integer)) and not isinstance(ck, bool):
+            channels = [int(ck) % c]
+        elif isinstance(ck, slice) and not builtins.any(
+                isinstance(b, Sym) for b in (ck.start, ck.stop, ck.step)):
+            channels = list(range(c))[ck]
+        else:
+            raise TraceError("a per-channel fill with a channel index other than an int, a "
+                             "constant slice or a list of ints")
+    if len(values) not in (1, len(channels)):
+        raise ValueError(f"could not broadcast input array from shape ({len(values)},) into "
+                         f"shape (..., {len(channels)})")
+    if len(values) == 1:
+        values = values * len(channels)
+    # numpy converts every value before it writes any.
+    converted = [_setitem_value(n.dtype, v) for v in values]
+    out = n
+    for ch, v in zip(channels, converted, strict=True):
+        out = _fill_region(out, (key[0], key[1], ch), v)
+    return out
+
+
+def _fill_drawn_channels(n: Node, key: tuple, value: Any) -> Node:
+    """``a[y0:y1, x0:x1, idx] = v`` with per-sample channel indices ``idx`` (drawn): each
+    channel is filled over rows ``y0:y1`` where ``idx`` names it, over no rows where not."""
+    elements = _value_elements(value)
+    if elements is not None and len(elements) != 1:
+        raise TraceError("a fill of per-sample channels with more than one value")
+    v = _setitem_value(n.dtype, elements[0] if elements is not None else value)
+    size = n.shape[2]
+    items = _drawn_indices(key[2], size, 2)
+    if not isinstance(key[0], slice) or not isinstance(key[1], slice):
+        raise TraceError("an assignment other than out[y0:y1, x0:x1, channels] = scalar")
+    lo, hi, _ = _normalize_slice(slice(key[0].start, key[0].stop, key[0].step or 1),
+                                 n.shape[0])
+    out = n
+    for c in range(size):
+        hit = None
+        for item in items:
+            h = _is_index(item, c, size)
+            hit = h if hit is None else ufunc("bitwise_or", hit, h)
+        rows = slice(_dim_sym(lo), _dim_sym(_dwhere(hit, hi, lo)))
+        out = _fill_region(out, (rows, key[1], c), v)
+    return out
+
+
+def _full_key(key: Any, ndim: int) -> tuple:
+    """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
+    key = key if isinstance(key, tuple) else (key,)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def _assign_whole(n: Node, key: Any, value: Any) -> Node | None:
+    """``a[:] = b`` / ``a[...] = b`` with a traced ``b`` of ``a``'s shape: ``b`` converted to
+    ``a``'s dtype (numpy's unsafe cast) replaces ``a``; None for other assignments."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not isinstance(value, Sym) or value.ndim != n.ndim or n.ndim == 0:
+        return None
+    if not builtins.all(k is Ellipsis or (isinstance(k, slice) and k == slice(None))
+                        for k in key):
+        return None
+    v = value._checked()
+    for dv, dn in zip(v.shape, n.shape, strict=True):
+        if not (dv is dn or (isinstance(dv, int) and isinstance(dn, int) and dv == dn)
+                or (isinstance(dv, Node) and isinstance(dn, Node) and _same(dv, dn))):
+            return None
+    return cast_node(v, n.dtype)
+
+
+def _mask_of(key: Sym, n: Node) -> Sym:
+    """A boolean index ``key`` of ``a[key] = v`` as a mask of ``a``'s shape: numpy's ``key``
+    covers ``a``'s leading axes and selects whole subarrays along the rest (an HxW mask on an
+    HWC image selects pixels, all channels)."""
+    kn = key._checked()
+    if kn.ndim > n.ndim:
+        raise TraceError(f"a boolean index of rank {kn.ndim} into an array of rank {n.ndim}")
+    for k, (dk, dn) in enumerate(zip(kn.shape, n.shape[:kn.ndim], strict=True)):
+        if not (dk is dn or (isinstance(dk, int) and isinstance(dn, int) and dk == dn)
+                or (isinstance(dk, Node) and isinstance(dn, Node) and _same(dk, dn))):
+            raise TraceError(f"a boolean index whose axis {k} may differ in length from the "
+                             "array's")
+    node = kn
+    for ax in range(kn.ndim, n.ndim):
+        node = _new("expand", (node,), (ax,), node.dtype, (*node.shape, 1))
+    return Sym(node)
+
+
+def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
+    """numpy's bounds for ``s`` on an axis of length ``n``: ``(lo, hi, reversed)`` with
+    ``0 <= lo <= hi <= n``, the slice taking ``lo..hi-1`` (reversed when the step is -1)."""
+    step = s.step
+    if isinstance(step, Sym):
+        raise TraceError("a per-sample slice step")
+    if step is None:
+        step = 1
+    if step not in (1, -1):
+        raise TraceError(f"a slice step of {step} (only 1 and -1 are lowered)")
+    if s.start is None and s.stop is None:
+        return 0, n, step == -1
+
+    def bound(b: Any, default: Dim, lo_clamp: Dim, hi_clamp: Dim) -> Dim:
+        if b is None:
+            return default
+        if isinstance(b, Sym) and b.dtype.kind not in "iu":
+            raise TraceError(f"a slice bound of dtype {b.dtype}")
+        if isinstance(b, (np.integer,)):
+            b = int(b)
+        if not isinstance(b, (int, Sym)):
+            raise TraceError(f"a slice bound of type {type(b).__name__}")
+        b = _dim(b)
+        # Facts known at trace time (a size, h // 2, min(size, h)) spare the run-time clamps.
+        if not _nonneg(b):
+            neg = _dlt(b, 0)
+            b = _dwhere(neg, _dop("add", b, n), b)
+            b = _dwhere(_dlt(b, lo_clamp), lo_clamp, b)
+        if not _at_most(b, hi_clamp):
+            b = _dwhere(_dlt(hi_clamp, b), hi_clamp, b)
+        return b
+
+    if step == 1:
+        lo = bound(s.start, 0, 0, n)
+        hi = bound(s.stop, n, 0, n)
+        if not _at_most(lo, hi):
+            hi = _dwhere(_dlt(hi, lo), lo, hi)
+        return lo, hi, False
+    last = _dop("subtract", n, 1)
+    start = bound(s.start, last, -1, last)
+    stop = bound(s.stop, -1, -1, last)
+    lo, hi = _dop("add", stop, 1), _dop("add", start, 1)
+    hi = _dwhere(_dlt(hi, lo), lo, hi)
+    return lo, hi, True
+
+
+@implements("Sym.getitem")
+def _getitem(n: Node, key: Any) -> Node:
+    key = key if isinstance(key, tuple) else (key,)
+    if key and isinstance(key[-1], (list, tuple)) and _holds_sym(key[-1]):
+        key = (*key[:-1], np_array(key[-1]))  # a list of per-sample indices
+    if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
+        return _take_drawn(n, key)
+    if builtins.sum(k is Ellipsis for k in key) > 1:
+        raise TraceError("more than one ... in an index")
+    explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if explicit > n.ndim:
+        raise TraceError(f"too many indices ({explicit}) for an array of rank {n.ndim}")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (n.ndim - explicit)
+    bounds: list[Any] = []
+    takes: list[tuple[int, Any]] = []
+    newaxes: list[int] = []
+    axis = 0
+    out_axis = 0
+    for k in key:
+        if k is None:
+            newaxes.append(out_axis)
+            out_axis += 1
+            continue
+        dim = n.shape[axis]
+        if isinstance(k, slice):
+            if k == slice(None):
+                bounds.append(None)
+            else:
+                bounds.append(_normalize_slice(k, dim))
+            out_axis += 1
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            k = int(k)
+            bounds.append(None)
+            if isinstance(dim, int):
+                if not -dim <= k < dim:
+                    raise TraceError(f"index {k} out of bounds for an axis of length {dim}")
+                takes.append((axis, k % dim))
+            else:
+                # A per-sample length: numpy raises IndexError out of bounds, for the sample.
+                size = Sym(dim)
+                raise_where(size <= k if k >= 0 else size < -k, IndexError,
+                            f"index {k} is out of bounds for axis {axis}")
+                takes.append((axis, k if k >= 0 else _dop("add", dim, k)))
+        elif isinstance(k, (list, tuple, np.ndarray)) and not isinstance(dim, Node):
+            arr = np.asarray(k)
+            if arr.ndim != 1 or arr.dtype.kind not in "iu":
+                raise TraceError("fancy indexing other than a list of ints on one axis")
+            bounds.append(("pick", tuple(int(i) % dim for i in arr)))
+            out_axis += 1
+        elif isinstance(k, Sym) and k.ndim:
+            raise TraceError("indexing with an array (a lookup table lut[img], or fancy "
+                             "indexing; only slices and integer indices are lowered)")
+        elif isinstance(k, Sym):
+            raise TraceError("indexing with a per-sample value (use a slice x[i:i+1])")
+        else:
+            raise TraceError(f"indexing with {type(k).__name__}")
+        axis += 1
+    out = n
+    # Slices (and picks) first, then integer takes from the last axis back, then new axes.
+    # All ranges in one slice (one copy), then the reversals.
+    ranges = [(ax, b[0], b[1]) for ax, b in enumerate(bounds)
+              if b is not None and b[0] != "pick"]
+    out = _slice(out, ranges)
+    for ax, b in enumerate(bounds):
+        if b is not None and b[0] != "pick" and b[2]:
+            out = _flip(out, ax)
+    for ax, b in enumerate(bounds):
+        if b is not None and b[0] == "pick":
+            parts = [_slice(out, [(ax, i, i + 1)]) for i in b[1]]
+            out = _concat(parts, ax) if len(parts) != 1 else parts[0]
+    for ax, i in sorted(takes, reverse=True):
+        shape = out.shape[:ax] + out.shape[ax + 1:]
+        out = _new("take", (out, i), (ax,), out.dtype, shape)
+    for ax in newaxes:
+        shape = (*out.shape[:ax], 1, *out.shape[ax:])
+        out = _new("expand", (out,), (ax,), out.dtype, shape)
+    return out
+
+
+#: The longest axis a per-sample index may select from (one select per element and position).
+MAX_DRAWN_INDEX_AXIS = 16
+
+
+def _drawn_indices(idx: Sym, size: Any, axis: int) -> list[Sym]:
+    """The elements of a per-sample index ``idx`` (a scalar or a vector of constant length) into
+    an axis of constant length ``size``, with numpy's IndexError out of range."""
+    if not isinstance(size, int) or size > MAX_DRAWN_INDEX_AXIS:
+        raise TraceError("indexing with a per-sample value on an axis whose length is "
+                         f"per-sample or over {MAX_DRAWN_INDEX_AXIS} (use a slice x[i:i+1])")
+    node = idx._checked()
+    if node.ndim > 1 or (node.ndim == 1 and not isinstance(node.shape[0], int)):
+        raise TraceError("indexing with a per-sample array other than a vector of constant "
+                         "length")
+    items = [idx] if node.ndim == 0 else [
+        Sym(_new("take", (node, i), (0,), node.dtype, ())) for i in range(node.shape[0])]
+    for v in items:
+        lo, hi = lower(v.node), upper(v.node)
+        if lo is None or lo < -size or hi is None or hi >= size:
+            raise_where(ufunc("bitwise_or", ufunc("less", v, -size),
+                              ufunc("greater_equal", v, size)), IndexError,
+                        f"index out of bounds for axis {axis} with size {size}")
+    return items
+
+
+def _is_index(v: Sym, c: int, size: int) -> Any:
+    """Whether per-sample index ``v`` selects position ``c`` of an axis of ``size``."""
+    hit = ufunc("equal", v, c)
+    lo = lower(v.node)
+    if lo is None or lo < 0:
+        hit = ufunc("bitwise_or", hit, ufunc("equal", v, c - size))
+    return hit
+
+
+def _take_drawn(n: Node, key: tuple) -> Node:
+    """``a[..., idx]`` with a per-sample index (``img[..., perm]`` with ``perm`` drawn) on the
+    last axis, of constant length: each position a select among that axis' elements."""
+    rest = _getitem(n, key[:-1] + (slice(None),) * (1 if Ellipsis in key else 0)) \
+        if len(key) > 1 else n
+    if Ellipsis not in key and len(key) != n.ndim:
+        raise TraceError("indexing with a per-sample value other than on the last axis")
+    axis = rest.ndim - 1
+    size = rest.shape[axis]
+    items = _drawn_indices(key[-1], size, n.ndim - 1)
+    parts = [Sym(_new("take", (rest, c), (axis,), rest.dtype, rest.shape[:axis]))
+             for c in range(size)]
+    picked = []
+    for v in items:
+        out = parts[size - 1]
+        for c in range(size - 2, -1, -1):
+            out = _where(_is_index(v, c, size), parts[c], out)
+        picked.append(Sym(cast_node(out.node, rest.dtype)))
+    if key[-1].ndim == 0:
+        return picked[0].node
+    return _np_stack(picked, axis=-1).node
+
+
+def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
+    """``n`` restricted to ``lo:hi`` on each listed axis (normalized bounds); one node."""
+    args: list[Any] = [n]
+    axes = []
+    shape = list(n.shape)
+    for axis, lo, hi in ranges:
+        if isinstance(lo, int) and lo == 0 and (hi is n.shape[axis] or hi == n.shape[axis]):
+            continue  # the whole axis
+        axes.append(axis)
+        args += [lo, hi]
+        shape[axis] = _dop("subtract", hi, lo)
+    if not axes:
+        return n
+    return _new("slice", tuple(args), tuple(axes), n.dtype, tuple(shape))
+
+
+def _flip(n: Node, axis: int) -> Node:
+    if n.op == "flip" and n.attrs == (axis,):
+        return n.args[0]
+    if n.ndim not in (2, 3):
+        raise TraceError(f"a reversal (step -1) of a rank-{n.ndim} array")
+    return _new("flip", (n,), (axis,), n.dtype, n.shape)
+
+
+@implements("Sym.transpose")
+def _transpose(n: Node, perm: tuple[int, ...]) -> Node:
+    if len(perm) != n.ndim or sorted(perm) != list(range(n.ndim)):
+        raise TraceError(f"transpose with axes {perm} for an array of rank {n.ndim}")
+    if perm == tuple(range(n.ndim)):
+        return n
+    return _new("transpose", (n,), (perm,), n.dtype, tuple(n.shape[p] for p in perm))
+
+
+def _setitem_value(dtype: np.dtype, value: Any) -> Any:
+    """The value numpy stores for ``a[...] = value`` into an array of ``dtype``."""
+    if isinstance(value, Sym):
+        if value.ndim != 0:
+            raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+        if value.node.weak and dtype.kind in "iu" and value.dtype.kind in "iuf":
+            _python_int_checks(value, dtype)
+        return Sym(cast_node(value.node, dtype))
+    if isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim):
+        # numpy broadcasts a sequence over the region (a value per channel); a per-sample
+        # element is no concrete value to test it on
+        raise TraceError(f"assigning several values (a {type(value).__name__}) into a region "
+                         "(a value per channel; only a scalar fill is lowered)")
+    tmp = np.zeros(1, dtype)
+    try:
+        tmp[0] = value
+    except Exception as e:
+        raise TraceError(f"an assignment numpy refuses ({e})") from None
+    if np.ndim(value) != 0:
+        raise TraceError("assigning an array into a region (only a scalar fill is lowered)")
+    return tmp[0]
+
+
+def _fill_region(n: Node, key: Any, value: Any) -> Node:
+    key = key if isinstance(key, tuple) else (key,)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (n.ndim - len(key) + 1) + key[i + 1:]
+    key = key + (slice(None),) * (n.ndim - len(key))
+    if len(key) != n.ndim or not builtins.all(isinstance(k, slice) for k in key[:2]):
+        raise TraceError("an assignment other than out[y0:y1, x0:x1(, c)] = scalar")
+    region: list[Dim] = []
+    for ax in (0, 1):
+        lo, hi, _ = _normalize_slice(slice(key[ax].start, key[ax].stop, key[ax].step or 1),
+                                     n.shape[ax])
+        region += [lo, hi]
+    chans: tuple = ()
+    if n.ndim == 3:
+        k = key[2]
+        c = n.shape[2]
+        if isinstance(k, slice):
+            if k != slice(None):
+                lo, hi, _ = _normalize_slice(slice(k.start, k.stop, k.step or 1), c)
+                chans = (lo, hi)
+        elif isinstance(k, (int, np.integer)):
+            chans = (int(k) % c, int(k) % c + 1)
+        else:
+            raise TraceError("an assignment with a channel index other than an int or slice")
+    v = _setitem_value(n.dtype, value)
+    vnode = v.node if isinstance(v, Sym) else const(v)
+    return _new("fill", (n, *region, vnode), chans, n.dtype, n.shape)
