@@ -26,6 +26,10 @@ __all__ = ["EXTRAS", "MissingExtraError", "require"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "preview": ("matplotlib",),
     "albumentations": ("albumentations",),
+    # Object storage (extsrc.sources.storage): fsspec and the filesystem of the protocol.
+    "s3": ("fsspec", "s3fs"),
+    "gcs": ("fsspec", "gcsfs"),
+    "http": ("fsspec", "aiohttp"),
 }
 
 

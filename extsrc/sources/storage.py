@@ -1,0 +1,624 @@
+"""Reading samples and manifests from object storage (S3, GCS, HTTP(S), any fsspec protocol).
+
+A manifest, its ``root`` and its rows may be URLs (``s3://bucket/train/cat/1.jpg``,
+``gs://...``, ``https://...``, or any protocol fsspec knows, such as ``az://`` or ``hf://``).
+:class:`Storage` reads them through `fsspec <https://filesystem-spec.readthedocs.io>`_:
+
+* one filesystem per protocol, created lazily in the process that reads (each DALI reader
+  process makes its own: open connections, event loops and thread pools are never pickled);
+* :meth:`Storage.read_many` reads a batch with up to ``concurrency`` requests in flight (a
+  thread pool per process), so throughput holds as the latency per request grows, and returns
+  the bytes in the order asked;
+* transient failures (HTTP 5xx, 429, ``SlowDown``/throttling, a reset or refused connection, a
+  timeout) are retried ``retries`` times with exponential backoff and full jitter; the retries
+  are counted (:attr:`Storage.stats`);
+* permanent failures (no such object or bucket, access denied, bad credentials) are not retried:
+  they come back as a :class:`~extsrc.fileread.FileReadProblem` with reason ``missing`` or
+  ``access_denied`` (``unreachable`` when the retries ran out), which the caller turns into an
+  error naming the manifest line and the URL.
+
+fsspec and the filesystem for a protocol are optional (``pip install 'extsrc[s3]'``, ``[gcs]``
+or ``[http]``); a URL without them raises :class:`~extsrc.extras.MissingExtraError` naming the
+extra. The default install carries no cloud SDK.
+
+``cache_dir`` keeps a local copy of every object read, so later epochs read the disk instead of
+the network; ``cache_bytes`` bounds it (least recently used objects are evicted first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from extsrc.fileread import FileReadProblem
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "PROTOCOL_EXTRAS",
+    "Storage",
+    "StorageStats",
+    "is_url",
+    "join_url",
+    "url_protocol",
+]
+
+log = logging.getLogger("extsrc")
+
+#: Requests in flight per reading process by default: enough to hide ~20-50 ms of latency per
+#: object at the rate a few decoder threads consume small images.
+DEFAULT_CONCURRENCY = 32
+
+#: protocol -> (the extra that installs its filesystem, the module it needs).
+PROTOCOL_EXTRAS: dict[str, tuple[str, str]] = {
+    "s3": ("s3", "s3fs"), "s3a": ("s3", "s3fs"),
+    "gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs"),
+    "http": ("http", "aiohttp"), "https": ("http", "aiohttp"),
+}
+
+_URL_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]+)://")
+
+
+def url_protocol(text: str) -> str | None:
+    """The lower-case protocol of a URL (``"s3"`` for ``s3://b/k``), ``None`` for a local path.
+
+    ``file://`` is not a storage URL (extsrc reads local files itself) and gives ``None``; so does
+    a one-letter scheme (a Windows drive).
+    """
+    m = _URL_RE.match(text)
+    if m is None:
+        return None
+    scheme = m["scheme"].lower()
+    return None if scheme in ("file", "local") else scheme
+
+
+def is_url(text: str) -> bool:
+    """Whether ``text`` is a storage URL that :class:`Storage` reads (see :func:`url_protocol`)."""
+    return url_protocol(text) is not None
+
+
+def _split(url: str) -> tuple[str, str]:
+    """``("s3://", "bucket/key")``."""
+    head, _, rest = url.partition("://")
+    return head + "://", rest
+
+
+def join_url(base: str, rel: str) -> str | None:
+    """``rel`` resolved against the folder URL ``base`` (``..`` and ``.`` collapsed), or ``None``
+    when ``..`` climbs above the bucket (or host)."""
+    import posixpath
+
+    if is_url(rel):
+        scheme, rest = _split(rel)
+    else:
+        scheme, rest = _split(base.rstrip("/") + "/" + rel)
+    trailing = rest.endswith("/")
+    parts: list[str] = []
+    for p in rest.split("/"):
+        if p == "..":
+            if len(parts) <= 1:  # the bucket or host itself
+                return None
+            parts.pop()
+        elif p not in ("", "."):
+            parts.append(p)
+    if not parts:
+        return None
+    out = scheme + posixpath.join(*parts)
+    return out + "/" if trailing else out
+
+
+def known_protocol(protocol: str) -> bool:
+    """Whether fsspec (if installed) has a filesystem for ``protocol``."""
+    if protocol in PROTOCOL_EXTRAS:
+        return True
+    try:
+        from fsspec.registry import known_implementations, registry
+    except ImportError:
+        return False
+    return protocol in known_implementations or protocol in registry
+
+
+def require_protocol(protocol: str, needed_by: str) -> None:
+    """Raise :class:`~extsrc.extras.MissingExtraError` unless fsspec and the filesystem for
+    ``protocol`` can be imported."""
+    from extsrc.extras import require
+
+    extra, module = PROTOCOL_EXTRAS.get(protocol, ("s3", "fsspec"))
+    require("fsspec", extra, needed_by)
+    if protocol in PROTOCOL_EXTRAS:
+        require(module, extra, needed_by)
+
+
+# -- failure classes -------------------------------------------------------------------------------
+
+_TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+    "TooManyRequestsException", "ServiceUnavailable", "InternalError", "RequestTimeout",
+    "RequestTimeoutException", "PriorRequestNotComplete", "BandwidthLimitExceeded",
+})
+_DENIED_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "AllAccessDisabled", "AccountProblem", "NotSignedUp",
+})
+_TRANSIENT_ERRNOS = frozenset({
+    errno.EBUSY, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED,
+    errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", errno.EIO), errno.EHOSTUNREACH,
+    errno.ENETUNREACH, errno.ENETRESET,
+})
+# Exception class names (anywhere in the class hierarchy) of network failures in botocore,
+# aiohttp, urllib3, requests and the standard library that a new request may not hit.
+_TRANSIENT_NAMES = re.compile(
+    r"Timeout|ConnectionError|ConnectionClosed|ServerDisconnected|ClientPayloadError|"
+    r"IncompleteRead|ResponseParserError|ClientOSError|EndpointConnectionError|ProxyConnection|"
+    r"ProtocolError|ChunkedEncodingError|RemoteDisconnected|HTTPClientError"
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out, seen = [], set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and len(out) < 8:
+        out.append(e)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _status(e: BaseException) -> int | None:
+    for name in ("status", "status_code", "code"):
+        v = getattr(e, name, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            return v
+    resp = getattr(e, "response", None)
+    if isinstance(resp, Mapping):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _error_code(e: BaseException) -> str | None:
+    resp = getattr(e, "response", None)
+    if isinstance(resp, Mapping):
+        code = resp.get("Error", {}).get("Code")
+        return None if code is None else str(code)
+    return None
+
+
+def classify(exc: BaseException) -> str:
+    """What a failed request means: ``"transient"`` (retry it), ``"missing"``,
+    ``"access_denied"`` or ``"unreadable"`` (permanent)."""
+    chain = _chain(exc)
+    for e in chain:
+        code = _error_code(e)
+        if code in _TRANSIENT_CODES:
+            return "transient"
+        if code in _DENIED_CODES:
+            return "access_denied"
+        if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound"):
+            return "missing"
+        status = _status(e)
+        if status is not None and (status >= 500 or status in (408, 429)):
+            return "transient"
+        if "SlowDown" in str(e) or "reduce your request rate" in str(e):
+            return "transient"
+    first = chain[0]
+    if isinstance(first, FileNotFoundError):
+        return "missing"
+    if isinstance(first, PermissionError):
+        return "access_denied"
+    for e in chain:
+        names = " ".join(t.__name__ for t in type(e).__mro__)
+        if isinstance(e, (TimeoutError, ConnectionError)) or _TRANSIENT_NAMES.search(names):
+            return "transient"
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            return "transient"
+        status = _status(e)
+        if status in (401, 403):
+            return "access_denied"
+        if status in (404, 410):
+            return "missing"
+    return "unreadable"
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): "full jitter", uniform in
+    ``[0, min(cap, base * 2**(attempt-1))]``, so that many readers retrying at once spread out."""
+    return rng.uniform(0.0, min(cap, base * 2.0 ** (attempt - 1)))
+
+
+@dataclass
+class StorageStats:
+    """Counts of one process's requests: objects read, bytes, retries (transient failures
+    retried), failures (objects given up on), cache hits."""
+
+    reads: int = 0
+    bytes: int = 0
+    retries: int = 0
+    failures: int = 0
+    cache_hits: int = 0
+    retried_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reads": self.reads, "bytes": self.bytes, "retries": self.retries,
+                "failures": self.failures, "cache_hits": self.cache_hits,
+                "retried_reasons": dict(self.retried_reasons)}
+
+
+# Options extsrc sets for a protocol unless the user sets them: extsrc retries itself (counted,
+# with backoff), so the filesystem's own retries are off; timeouts keep a silent server from
+# hanging a reader; one GET per object (s3fs would first ask for the size of each).
+def _defaults(protocol: str, timeout: float) -> dict[str, Any]:
+    if protocol in ("s3", "s3a"):
+        return {
+            "config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
+                              "retries": {"total_max_attempts": 1}},
+            "max_concurrency": 1,
+        }
+    if protocol in ("http", "https"):
+        try:
+            import aiohttp
+
+            return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(
+                total=None, sock_connect=timeout, sock_read=timeout)}}
+        except ImportError:
+            return {}
+    if protocol in ("gs", "gcs"):
+        return {"timeout": timeout}
+    return {}
+
+
+def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    for k, v in given.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class Storage:
+    """How to read URLs: fsspec options, concurrency, retries, timeouts and an optional cache.
+
+    Args:
+        options: fsspec ``storage_options`` of the filesystem the URLs use (s3fs:
+            ``{"key": ..., "secret": ..., "endpoint_url": ...}``, ``{"anon": True}``...), or,
+            for URLs of several protocols, a dict of them by protocol
+            (``{"s3": {...}, "https": {...}}``). ``None``: each filesystem's defaults
+            (credentials from the environment).
+        concurrency: requests in flight per reading process (threads of its pool).
+        retries: how many times a transient failure is retried before the read fails.
+        backoff: seconds of the first retry's backoff ceiling (doubled each retry, jittered).
+        max_backoff: largest backoff ceiling in seconds.
+        timeout: seconds to connect, and seconds without data while reading, before a request
+            counts as failed (transient): a server that stops answering fails the read after at
+            most about ``(retries + 1) * 2 * timeout + max_backoff * retries`` seconds.
+        cache_dir: a local folder keeping a copy of every object read (later epochs read it
+            instead of the network); ``None``: no cache.
+        cache_bytes: the cache's size bound in bytes; least recently used objects are evicted.
+
+    A Storage is picklable: it carries its settings, never an open filesystem, pool or
+    connection; each process creates its own on first use. :attr:`stats` counts that process's
+    reads and retries.
+    """
+
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        timeout: float = 20.0,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
+    ) -> None:
+        from extsrc.argcheck import check_int
+
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"storage_options must be a dict of fsspec options or None, got "
+                            f"{type(options).__name__}")
+        self.options = {} if options is None else dict(options)
+        self.concurrency = check_int(concurrency, "storage concurrency", minimum=1)
+        self.retries = check_int(retries, "storage retries", minimum=0)
+        for name, v in (("backoff", backoff), ("max_backoff", max_backoff),
+                        ("timeout", timeout)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"storage {name} must be a number of seconds > 0, got {v!r}")
+        self.backoff, self.max_backoff, self.timeout = float(backoff), float(max_backoff), \
+            float(timeout)
+        if cache_bytes is not None and cache_dir is None:
+            raise ValueError("storage cache_bytes bounds the cache in cache_dir: pass cache_dir "
+                             "too")
+        self.cache_dir = None if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
+        self.cache_bytes = (None if cache_bytes is None
+                            else check_int(cache_bytes, "storage cache_bytes", minimum=1))
+        self.stats = StorageStats()
+        self._init_local()
+
+    def _init_local(self) -> None:
+        self._pid = os.getpid()
+        self._fs: dict[str, Any] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._rng = random.Random()
+        self._cache: _Cache | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_fs", "_pool", "_lock", "_rng", "_cache", "_pid")}
+        state["stats"] = StorageStats()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_local()
+
+    def __repr__(self) -> str:  # never shows the options: they may hold credentials
+        return (f"Storage(protocol options: {sorted(self.options) or 'defaults'}, "
+                f"concurrency={self.concurrency}, retries={self.retries}, "
+                f"cache_dir={self.cache_dir!r})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Storage):
+            return NotImplemented
+        return self.__getstate__() == other.__getstate__()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- per-process resources --------------------------------------------------------------
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's pool and loops are not ours
+            self.stats = StorageStats()
+            self._init_local()
+
+    def options_for(self, protocol: str) -> dict[str, Any]:
+        """The fsspec options used for ``protocol`` (the user's over extsrc's defaults)."""
+        opts = self.options
+        if opts and all(isinstance(v, Mapping) and known_protocol(k) for k, v in opts.items()):
+            given = opts.get(protocol) or {}
+        else:
+            given = opts
+        return _merge(_defaults(protocol, self.timeout), given)
+
+    def filesystem(self, protocol: str) -> Any:
+        """This process's fsspec filesystem for ``protocol`` (created on first use)."""
+        self._check_pid()
+        fs = self._fs.get(protocol)
+        if fs is None:
+            with self._lock:
+                fs = self._fs.get(protocol)
+                if fs is None:
+                    require_protocol(protocol, f"reading {protocol}:// URLs")
+                    import fsspec
+
+                    fs = fsspec.filesystem(protocol, skip_instance_cache=True,
+                                           **self.options_for(protocol))
+                    if hasattr(fs, "retries"):
+                        fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
+                    self._fs[protocol] = fs
+        return fs
+
+    def _executor(self) -> ThreadPoolExecutor:
+        self._check_pid()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.concurrency,
+                                                    thread_name_prefix="extsrc-storage")
+        return self._pool
+
+    def _cache_or_none(self) -> _Cache | None:
+        if self.cache_dir is None:
+            return None
+        self._check_pid()
+        if self._cache is None:
+            self._cache = _Cache(self.cache_dir, self.cache_bytes)
+        return self._cache
+
+    def close(self) -> None:
+        """Stop this process's thread pool (it is re-created on the next read)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except FileReadProblem:
+                raise
+            except Exception as e:
+                kind = classify(e)
+                if kind != "transient":
+                    with self._lock:
+                        self.stats.failures += 1
+                    raise _problem(kind, url, e) from None
+                if attempt >= self.retries:
+                    with self._lock:
+                        self.stats.failures += 1
+                    raise FileReadProblem(
+                        "unreachable",
+                        f"the storage did not answer usably after {attempt + 1} attempts "
+                        f"(last: {_describe(e)})",
+                    ) from None
+                attempt += 1
+                with self._lock:
+                    self.stats.retries += 1
+                    name = type(e).__name__
+                    self.stats.retried_reasons[name] = self.stats.retried_reasons.get(name, 0) + 1
+                    delay = backoff_delay(attempt, self.backoff, self.max_backoff, self._rng)
+                log.debug("extsrc storage: retry %d of %s in %.2f s after %s", attempt, url,
+                          delay, _describe(e))
+                time.sleep(delay)
+
+    def read(self, url: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole object at ``url``, retrying transient failures; raises
+        :class:`~extsrc.fileread.FileReadProblem` (``missing``, ``access_denied``,
+        ``unreachable``, ``file_too_large``, ``unreadable``) when it cannot."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        cache = self._cache_or_none()
+        if cache is not None:
+            data = cache.get(url)
+            if data is not None:
+                with self._lock:
+                    self.stats.cache_hits += 1
+                return data
+        fs = self.filesystem(protocol)
+
+        def get() -> bytes:
+            if max_bytes is not None:
+                size = fs.size(url)
+                if size is not None and size > max_bytes:
+                    raise FileReadProblem(
+                        "file_too_large",
+                        f"the object is {size:,} bytes, more than max_file_bytes={max_bytes:,}")
+            return fs.cat_file(url)
+
+        data = self._with_retries(url, get)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise FileReadProblem("file_too_large", f"the object grew past max_file_bytes="
+                                                    f"{max_bytes:,} while being read")
+        with self._lock:
+            self.stats.reads += 1
+            self.stats.bytes += len(data)
+        if cache is not None:
+            cache.put(url, data)
+        return data
+
+    def read_many(self, urls: Sequence[str], *, max_bytes: int | None = None
+                  ) -> list[bytes | FileReadProblem]:
+        """Every object of ``urls``, read with up to ``concurrency`` requests in flight, in the
+        order given; a failed read's place holds its :class:`~extsrc.fileread.FileReadProblem`."""
+        def one(url: str) -> bytes | FileReadProblem:
+            try:
+                return self.read(url, max_bytes=max_bytes)
+            except FileReadProblem as e:
+                return e
+
+        if len(urls) <= 1:
+            return [one(u) for u in urls]
+        return list(self._executor().map(one, urls))
+
+    def list_files(self, url: str) -> list[str]:
+        """Every object under the folder URL ``url`` (recursively), as full URLs, sorted."""
+        protocol = url_protocol(url)
+        assert protocol is not None
+        fs = self.filesystem(protocol)
+        found = self._with_retries(url, lambda: fs.find(url.rstrip("/") + "/"))
+        scheme = protocol + "://"
+        return sorted(p if is_url(p) else scheme + p.lstrip("/") for p in found)
+
+    def exists(self, urls: Sequence[str]) -> list[bool]:
+        """Whether each object of ``urls`` exists (transient failures retried)."""
+        def one(url: str) -> bool:
+            fs = self.filesystem(url_protocol(url) or "")
+            try:
+                return bool(self._with_retries(url, lambda: fs.isfile(url)))
+            except FileReadProblem:
+                return False
+
+        return list(self._executor().map(one, urls)) if urls else []
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _problem(kind: str, url: str, e: BaseException) -> FileReadProblem:
+    if kind == "missing":
+        return FileReadProblem("missing", f"no such object (or bucket) ({_describe(e)})")
+    if kind == "access_denied":
+        return FileReadProblem(
+            "access_denied", f"access denied: the credentials in storage_options (or the "
+            f"environment) may not read it ({_describe(e)})")
+    return FileReadProblem("unreadable", f"cannot read the object: {_describe(e)}")
+
+
+class _Cache:
+    """Objects kept as files in ``folder``, named by a hash of their URL; at most ``limit``
+    bytes, least recently used evicted first (down to 90% of the limit, so that eviction runs
+    once per many writes). Safe across processes: files are written to a temporary name and
+    renamed, and a file another process evicted is just a miss."""
+
+    def __init__(self, folder: str, limit: int | None) -> None:
+        self.folder = folder
+        self.limit = limit
+        os.makedirs(folder, exist_ok=True)
+        self._lock = threading.Lock()
+        self._total = self._scan()[1] if limit is not None else 0
+
+    def _file(self, url: str) -> str:
+        return os.path.join(self.folder, hashlib.sha256(url.encode()).hexdigest())
+
+    def get(self, url: str) -> bytes | None:
+        path = self._file(url)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            os.utime(path)  # recently used: evicted last
+            return data
+        except OSError:
+            return None
+
+    def put(self, url: str, data: bytes) -> None:
+        if self.limit is not None and len(data) > self.limit:
+            return
+        path = self._file(url)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return
+        if self.limit is not None:
+            with self._lock:
+                self._total += len(data)
+                if self._total > self.limit:
+                    self._evict()
+
+    def _scan(self) -> tuple[list[tuple[float, str, int]], int]:
+        entries, total = [], 0
+        with os.scandir(self.folder) as it:
+            for e in it:
+                if e.name.endswith(".tmp"):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = e.stat()
+                    entries.append((st.st_mtime, e.path, st.st_size))
+                    total += st.st_size
+        return entries, total
+
+    def _evict(self) -> None:
+        assert self.limit is not None
+        entries, total = self._scan()  # other processes write here too: count from the disk
+        target = int(self.limit * 0.9)
+        for _, path, size in sorted(entries):
+            if total <= target:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            total -= size
+        self._total = total
