@@ -224,7 +224,8 @@ def _find_culprit(
             if i in seen:
                 continue
             seen.add(i)
-            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels)
+            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels,
+                                 storage=at.source.manifest.storage)
             if finding is not None:
                 return i, finding
     return None

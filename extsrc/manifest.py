@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -38,6 +38,7 @@ import numpy as np
 from extsrc.argcheck import check_bool
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.slowstart import stage
+from extsrc.sources.storage import Storage, is_url, join_url, known_protocol, url_protocol
 from extsrc.textsafe import shown
 
 __all__ = ["Manifest", "read_manifest"]
@@ -100,7 +101,11 @@ class Manifest:
         root: the folder every path must stay inside (symlinks followed), set by
             ``read_manifest(root=...)`` unless ``allow_outside_root=True``; ``None``: no limit.
             The Loader, :func:`extsrc.validate` and the source refuse paths outside it
-            (see :meth:`outside_root`).
+            (see :meth:`outside_root`). For a manifest read from a URL it is a folder URL
+            (default: the manifest's own folder).
+        storage: how URL paths are read (:class:`extsrc.sources.storage.Storage`: fsspec
+            options, concurrency, retries, cache), set when a path or the manifest is a URL;
+            ``None`` for local files only. Not part of equality or the fingerprint.
 
     ``labels`` is always a private read-only copy, so the caller's array is never frozen or
     aliased. Two manifests are equal when all fields are equal.
@@ -112,6 +117,7 @@ class Manifest:
     lines: tuple[int, ...]
     source: str
     root: str | None = None
+    storage: Storage | None = None
 
     def __post_init__(self) -> None:
         # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
@@ -121,15 +127,19 @@ class Manifest:
         paths = tuple(self.paths)
         # all(map(...)) first: per-element Python checks cost seconds on 1M samples.
         if not (all(map(isinstance, paths, itertools.repeat(str))) and _all_absolute(paths)):
-            i, p = next(
-                (i, p)
-                for i, p in enumerate(paths)
-                if not isinstance(p, str) or not os.path.isabs(p)
+            bad = next(
+                ((i, p) for i, p in enumerate(paths)
+                 if not isinstance(p, str) or not (os.path.isabs(p) or is_url(p))),
+                None,
             )
-            raise ManifestError(
-                f"{where}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
-                "use read_manifest() or Manifest.from_lists() to resolve relative paths"
-            )
+            if bad is not None:
+                raise ManifestError(
+                    f"{where}: Manifest.paths[{bad[0]}] must be an absolute path str or a URL, "
+                    f"got {bad[1]!r}; use read_manifest() or Manifest.from_lists() to resolve "
+                    "relative paths"
+                )
+            if self.storage is None:
+                object.__setattr__(self, "storage", Storage())
         labels = _validated_label_array(self.labels, len(paths), where)
         line_array = np.asarray(self.lines)
         if (
@@ -150,8 +160,11 @@ class Manifest:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "lines", lines)
         object.__setattr__(self, "classes", classes)
-        if self.root is not None:
+        if self.root is not None and not is_url(str(self.root)):
             object.__setattr__(self, "root", os.path.normpath(os.path.abspath(self.root)))
+        if self.storage is not None and not isinstance(self.storage, Storage):
+            raise TypeError(f"{where}: Manifest.storage must be an extsrc Storage or None, got "
+                            f"{type(self.storage).__name__}")
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -172,12 +185,13 @@ class Manifest:
         """
         if self.root is None:
             return []
-        prefix = os.path.join(self.root, "")
+        url_root = is_url(self.root)
+        prefix = self.root.rstrip("/") + "/" if url_root else os.path.join(self.root, "")
         starts = str.startswith
         if not follow_symlinks and all(map(starts, self.paths, itertools.repeat(prefix))):
             return []
         bad = [i for i, p in enumerate(self.paths) if not p.startswith(prefix)]
-        if follow_symlinks:
+        if follow_symlinks and not url_root:  # objects in a bucket have no symlinks
             real_prefix = os.path.join(os.path.realpath(self.root), "")
             seen = set(bad)
             bad += [
@@ -264,6 +278,7 @@ class Manifest:
         labels: Sequence[object] | np.ndarray,
         *,
         root: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, object] | Storage | None = None,
     ) -> Manifest:
         """Build a manifest in code, with the same label rules as :func:`read_manifest`.
 
@@ -272,7 +287,10 @@ class Manifest:
             labels: one label per path: integers ``>= 0`` or class names (strings), or one
                 row of integers per path (2-D) for several label columns. Strings that look
                 like integers count as integers; floats and bools are refused.
-            root: folder for relative paths; default: the current working directory.
+            root: folder for relative paths; default: the current working directory. A folder
+                URL (``s3://bucket/train/``) resolves relative paths under it; paths may also
+                be URLs themselves.
+            storage_options: how URLs are read, as for :func:`read_manifest`.
 
         ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions, which
         errors name: a missing value (``None``, a float NaN, pandas' ``NA``, an empty string,
@@ -297,7 +315,8 @@ class Manifest:
                 f"Manifest.from_lists: root must be a folder path (str or os.PathLike) or None, "
                 f"got {type(root).__name__} {root!r}"
             )
-        refuse_url(root, "Manifest.from_lists: root")
+        refuse_url(root, "Manifest.from_lists: root", allow_storage=True)
+        storage = _storage_arg(storage_options, "Manifest.from_lists")
         paths = list(paths)
         if all(map(isinstance, paths, itertools.repeat(str))):
             path_cells = paths
@@ -331,7 +350,9 @@ class Manifest:
         ]
         names = [f"column {j}" for j in range(len(cell_columns))]
         label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
-        root_dir = os.path.abspath(os.getcwd() if root is None else os.fspath(root))
+        root_text = None if root is None else os.fspath(root)
+        root_dir = root_text if root_text is not None and is_url(root_text) else \
+            os.path.abspath(os.getcwd() if root_text is None else root_text)
         resolved = _resolve_paths(path_cells, item_lines, loc, root_dir, "the paths list")
         return cls(
             paths=tuple(resolved),
@@ -339,6 +360,7 @@ class Manifest:
             classes=classes,
             lines=tuple(item_lines),
             source=loc.source,
+            storage=storage,
         )
 
     @classmethod
@@ -407,6 +429,7 @@ def read_manifest(
     header: HeaderSpec = "infer",
     check_files: bool = False,
     allow_outside_root: bool = False,
+    storage_options: Mapping[str, object] | Storage | None = None,
 ) -> Manifest:
     """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
 
@@ -451,7 +474,17 @@ def read_manifest(
             outside is refused, naming its line, when the manifest is used (by ``Loader``,
             :func:`extsrc.validate`, and when the file is opened), not by ``read_manifest``
             itself; :meth:`Manifest.check_root` checks it now. ``True`` lifts the limit.
-            Without ``root`` there is no limit.
+            Without ``root`` there is no limit, except for a manifest read from a URL: its
+            rows may only name objects under its own folder URL (or under ``root``) unless
+            ``allow_outside_root=True``, so that a manifest cannot make the loader read other
+            buckets with your credentials.
+        storage_options: for URLs (``s3://``, ``gs://``, ``https://``, any fsspec protocol):
+            the manifest itself, a URL ``root`` (relative rows resolve under it), rows that are
+            URLs, or a folder URL ending in ``/`` (``s3://bucket/train/``, read as a folder
+            dataset: the class is the first-level prefix). A dict of fsspec options for the
+            filesystem (``{"key": ..., "secret": ..., "endpoint_url": ...}`` for s3fs), or a
+            :class:`extsrc.sources.storage.Storage` setting concurrency, retries, timeouts and
+            a local cache too. ``None``: credentials from the environment.
 
     Rules:
         * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
@@ -486,9 +519,16 @@ def read_manifest(
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )
-    refuse_url(path, "read_manifest: the manifest")
-    refuse_url(root, "read_manifest: root")
+    refuse_url(path, "read_manifest: the manifest", allow_storage=True)
+    refuse_url(root, "read_manifest: root", allow_storage=True)
+    storage = _storage_arg(storage_options, "read_manifest")
     source = os.fsdecode(os.fspath(path))
+    root_text = None if root is None else os.fsdecode(os.fspath(root))
+    if is_url(source) or (root_text is not None and is_url(root_text)):
+        with stage(f"reading the manifest {shown(source)}"):
+            return _read_url_manifest(
+                source, root_text, storage, sep=sep, path_col=path_col, label_cols=label_cols,
+                header=header, check_files=check_files, allow_outside_root=allow_outside_root)
     if os.path.isdir(source):
         given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
         if header != "infer":
@@ -510,12 +550,119 @@ def read_manifest(
                           allow_outside_root=allow_outside_root)
 
 
+def _storage_arg(value: object, fn: str) -> Storage | None:
+    if value is None or isinstance(value, Storage):
+        return value
+    if isinstance(value, Mapping):
+        return Storage(value)
+    raise TypeError(f"{fn}: storage_options must be a dict of fsspec options, an "
+                    f"extsrc.sources.storage.Storage or None, got {type(value).__name__}")
+
+
+def _read_url_manifest(source: str, root: str | None, storage: Storage | None, *,
+                       sep: str | None, path_col: ColumnSpec | None,
+                       label_cols: LabelColsSpec | None, header: HeaderSpec, check_files: bool,
+                       allow_outside_root: bool) -> Manifest:
+    """:func:`read_manifest` where the manifest or its ``root`` is a URL."""
+    from extsrc.fileread import FileReadProblem
+    from extsrc.sources.storage import require_protocol
+
+    storage = storage or Storage()
+    where = shown(source)
+    if not is_url(source):
+        text = _read_text(source)
+        base = None
+    else:
+        protocol = url_protocol(source)
+        assert protocol is not None
+        require_protocol(protocol, f"read_manifest({where})")
+        if source.endswith("/"):
+            given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
+            set_args = [f"{k}={v!r}" for k, v in given.items() if v is not None]
+            if set_args or header != "infer":
+                raise ManifestError(
+                    f"{where}: a folder URL (ending in /) is read as a folder dataset (one "
+                    f"prefix per class), which has no columns; drop "
+                    f"{', '.join(set_args) or 'header'}, or pass the .csv/.tsv/.txt manifest")
+            return _read_url_folder(source, root, storage, allow_outside_root)
+        try:
+            raw = storage.read(source)
+        except FileReadProblem as e:
+            cls = ManifestFileNotFoundError if e.reason == "missing" else ManifestError
+            raise cls(f"{where}: cannot read the manifest: {e.message}; "
+                      f"{'check the URL' if e.reason == 'missing' else e.fix}",
+                      path=source, reason=e.reason) from None
+        text = _decode_text(raw, source)
+        base = source.rsplit("/", 1)[0] + "/"
+    root_url = root if root is not None and is_url(root) else (base if root is None else None)
+    return _read_file(source, where, root=root, sep=sep, path_col=path_col,
+                      label_cols=label_cols, header=header, check_files=check_files,
+                      allow_outside_root=allow_outside_root, text=text, root_url=root_url,
+                      storage=storage)
+
+
+def _read_url_folder(url: str, root: str | None, storage: Storage,
+                     allow_outside_root: bool) -> Manifest:
+    """A folder dataset under a folder URL: every image object under ``url/<class>/``."""
+    from extsrc.fileread import FileReadProblem
+    from extsrc.folders import IMAGE_EXTENSIONS
+
+    base = url.rstrip("/") + "/"
+    where = shown(base)
+    try:
+        found = storage.list_files(base)
+    except FileReadProblem as e:
+        raise ManifestFileNotFoundError(
+            f"folder {where}: cannot list it: {e.message}; {e.fix}", path=base,
+            reason=e.reason) from None
+    rel = [f[len(base):] for f in found if f.startswith(base)]
+    # As for a local folder: names starting with "." are skipped at every level, and only files
+    # with an image extension are listed.
+    rel = [r for r in rel if r and not any(p.startswith(".") for p in r.split("/"))
+           and os.path.splitext(r)[1].lower() in IMAGE_EXTENSIONS]
+    loose = [r for r in rel if "/" not in r]
+    if loose:
+        raise ManifestError(
+            f"folder {where}: {shown(base + loose[0])} is directly in the folder, so it belongs "
+            "to no class; move it into a class prefix (<folder>/<class>/<file>) or delete it",
+            path=base + loose[0])
+    if not rel:
+        raise ManifestError(
+            f"folder {where}: no image objects under it (looked for "
+            f"{' '.join(IMAGE_EXTENSIONS)} under <folder>/<class>/); check the URL")
+    rel.sort(key=lambda r: r.split("/"))
+    names = [r.split("/", 1)[0] for r in rel]
+    classes = sorted(set(names))
+    if all(re.fullmatch(r"[0-9]+", c) for c in classes):
+        by_value: dict[int, str] = {}
+        for c in classes:
+            if int(c) in by_value:
+                raise ManifestError(f"folder {where}: class prefixes {shown(by_value[int(c)])} "
+                                    f"and {shown(c)} are both label {int(c)}; rename one")
+            by_value[int(c)] = c
+        labels = np.array([int(n) for n in names], dtype=np.int64)
+        class_list = None
+    else:
+        index = {c: k for k, c in enumerate(classes)}
+        labels = np.array([index[n] for n in names], dtype=np.int64)
+        class_list = classes
+    limit = root if root is not None else base
+    return Manifest(paths=tuple(base + r for r in rel), labels=labels, classes=class_list,
+                    lines=tuple(range(1, len(rel) + 1)), source=base,
+                    root=None if allow_outside_root else limit, storage=storage)
+
+
 def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
                sep: str | None, path_col: ColumnSpec | None, label_cols: LabelColsSpec | None,
-               header: HeaderSpec, check_files: bool, allow_outside_root: bool) -> Manifest:
+               header: HeaderSpec, check_files: bool, allow_outside_root: bool,
+               text: str | None = None, root_url: str | None = None,
+               storage: Storage | None = None) -> Manifest:
     """:func:`read_manifest` of a manifest file, its arguments checked (``where``: the file's
-    name as messages show it)."""
-    text = _read_text(source)
+    name as messages show it). ``text``: the manifest's content when it was read already (from
+    a URL); ``root_url``: the folder URL relative rows resolve under, and the limit they must
+    stay inside unless ``allow_outside_root``."""
+    if text is None:
+        text = _read_text(source)
     # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
     physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     stripped = list(map(str.strip, physical))
@@ -568,22 +715,31 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
         label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
     )
 
-    root_dir = os.path.abspath(
-        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
-    )
+    if root_url is not None:
+        root_dir = root_url
+        limit = None if allow_outside_root else root_url
+    else:
+        root_dir = os.path.abspath(
+            os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+        )
+        limit = root_dir if root is not None and not allow_outside_root else None
     resolved = _resolve_paths(
         columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
     )
-    if check_files:
-        _check_files_exist(resolved, line_numbers, loc, root_dir)
-    return Manifest(
+    manifest = Manifest(
         paths=tuple(resolved),
         labels=labels,
         classes=classes,
         lines=tuple(line_numbers),
         source=source,
-        root=root_dir if root is not None and not allow_outside_root else None,
+        root=limit,
+        storage=storage,
     )
+    if root_url is not None and limit is not None:
+        manifest.check_root()  # a URL manifest naming other buckets is refused at once
+    if check_files:
+        _check_files_exist(resolved, line_numbers, loc, root_dir, manifest.storage)
+    return manifest
 
 
 def _check_read_args(
@@ -666,6 +822,10 @@ def _read_text(source: str) -> str:
             f"{shown(source)}: is a directory, not a manifest file; pass the path of the "
             ".csv/.tsv/.txt file inside it"
         ) from None
+    return _decode_text(raw, source)
+
+
+def _decode_text(raw: bytes, source: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -1290,11 +1450,20 @@ _URL = re.compile(
     r"|(?P<collapsed>s3|s3a|gs|gcs|az|abfss?|wasbs?|hdfs|https?|ftp|file):/(?!/)",
     re.IGNORECASE,
 )
-_URL_ADVICE = (
-    "URLs and object storage are not supported yet, so it would be read as a local path. "
-    "Download the files (aws s3 sync, gsutil -m rsync, wget) and list their local paths, or "
+_LOCAL_ADVICE = (
+    "download the files (aws s3 sync, gsutil -m rsync, wget) and list their local paths, or "
     "mount the bucket (s3fs, gcsfuse) and list the paths under the mount point"
 )
+_URL_ADVICE = (
+    "no fsspec filesystem reads this protocol, so it would be read as a local path. Object "
+    "storage is read at s3://, gs://, http(s):// and the other protocols fsspec knows (install "
+    f"fsspec and the package for yours); or {_LOCAL_ADVICE}"
+)
+
+
+def _storage_url(text: str) -> bool:
+    protocol = url_protocol(text)
+    return protocol is not None and known_protocol(protocol)
 
 
 def url_scheme(text: str) -> str | None:
@@ -1303,41 +1472,60 @@ def url_scheme(text: str) -> str | None:
     return None if m is None else (m["scheme"] or m["collapsed"]).lower()
 
 
-def _url_advice(scheme: str) -> str:
+def _url_advice(scheme: str, text: str) -> str:
     if scheme == "file":
         return ("file:// URLs are not supported: drop the file:// prefix and list the local "
                 "path itself")
+    if known_protocol(scheme) and not _storage_url(text):  # "s3:/bucket", as pathlib writes it
+        return (f"write it as {scheme}://... with two slashes to read it from object storage "
+                "(pathlib.Path collapses them: pass a str)")
+    if known_protocol(scheme):
+        return f"only local files are read here: {_LOCAL_ADVICE}"
     return _URL_ADVICE
 
 
-def refuse_url(value: object, what: str) -> None:
+def refuse_url(value: object, what: str, *, allow_storage: bool = False) -> None:
     """Refuse a manifest, folder or ``root`` argument that is a URL (``s3://...``,
     ``https://...``, any ``scheme://``) with a :class:`~extsrc.errors.ManifestError` saying
-    what to do, instead of a file-not-found error about a local path made of the URL."""
+    what to do, instead of a file-not-found error about a local path made of the URL.
+    ``allow_storage``: let through the URLs :mod:`extsrc.sources.storage` reads (a protocol
+    fsspec knows, written with ``://``)."""
     if not isinstance(value, (str, bytes, os.PathLike)):
         return
     text = os.fsdecode(os.fspath(value))
     scheme = url_scheme(text)
+    if scheme is not None and allow_storage and _storage_url(text):
+        return
     if scheme is not None:
         raise ManifestError(
-            f"{what} {shown(text)} is a URL ({scheme}://), and extsrc reads local files only; "
-            f"{_url_advice(scheme)}",
+            f"{what} {shown(text)} is a URL ({scheme}://) that cannot be read; "
+            f"{_url_advice(scheme, text)}",
             path=text, reason="url",
         )
 
 
-def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> None:
-    """Refuse, naming the line, a path cell that is a URL."""
+def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> bool:
+    """Refuse, naming the line, a path cell that is a URL no storage reads; whether any cell
+    is a storage URL (for which fsspec and its filesystem must be installed)."""
     if ":/" not in "\n".join(cells):  # one scan: 1M-line manifests stay fast
-        return
+        return False
+    from extsrc.sources.storage import require_protocol
+
+    protocols: set[str] = set()
     for cell, number in zip(cells, lines, strict=True):
         scheme = url_scheme(cell)
-        if scheme is not None:
+        if scheme is not None and _storage_url(cell):
+            protocol = url_protocol(cell)
+            if protocol not in protocols:
+                require_protocol(protocol, f"{loc.at(number)} ({shown(cell)})")  # type: ignore
+                protocols.add(protocol)  # type: ignore[arg-type]
+        elif scheme is not None:
             raise ManifestError(
-                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://), and extsrc reads "
-                f"local files only; {_url_advice(scheme)}",
+                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://) that cannot be "
+                f"read; {_url_advice(scheme, cell)}",
                 source=loc.source, line=number, path=cell, reason="url",
             )
+    return bool(protocols)
 
 
 def _resolve_paths(
@@ -1348,7 +1536,9 @@ def _resolve_paths(
         raise ManifestError(
             f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
         )
-    _refuse_url_cells(cells, lines, loc)
+    any_url = _refuse_url_cells(cells, lines, loc)
+    if any_url or is_url(root):
+        return _resolve_with_urls(cells, lines, loc, root)
     # Text such as "NA" or "nan" stays a file name here (a file may be called that; if none is,
     # the missing file is reported with its line), unlike in labels, where it would silently
     # become a class.
@@ -1360,6 +1550,25 @@ def _resolve_paths(
         out = [normpath(c if c[0] == "/" else prefix + c) for c in cells]
     else:
         out = [normpath(os.path.join(root, c)) for c in cells]
+    _refuse_unopenable(out, lines, loc)
+    return out
+
+
+def _resolve_with_urls(cells: list[str], lines: list[int], loc: _Loc, root: str) -> list[str]:
+    """Paths where cells or ``root`` are URLs: a URL cell is kept (``.`` and ``..`` collapsed),
+    a relative cell resolves under a URL ``root``, an absolute local path is kept."""
+    out = []
+    for cell, number in zip(cells, lines, strict=True):
+        if is_url(cell) or (is_url(root) and not os.path.isabs(cell)):
+            joined = join_url(root, cell)
+            if joined is None:
+                raise ManifestError(
+                    f"{loc.at(number)}: path {shown(cell)} climbs above the bucket (or host) of "
+                    f"{shown(root if not is_url(cell) else cell)} with '..'; fix the path",
+                    source=loc.source, line=number, path=cell, reason="outside_root")
+            out.append(joined)
+        else:
+            out.append(os.path.normpath(os.path.join(root, cell)))
     _refuse_unopenable(out, lines, loc)
     return out
 
@@ -1432,14 +1641,19 @@ def _all_absolute(paths: Sequence[str]) -> bool:
     return all(map(os.path.isabs, paths))
 
 
-def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str) -> None:
-    missing = [(number, p) for p, number in zip(paths, lines, strict=True) if not os.path.isfile(p)]
+def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str,
+                       storage: Storage | None = None) -> None:
+    urls = [k for k, p in enumerate(paths) if is_url(p)]
+    there = dict(zip(urls, storage.exists([paths[k] for k in urls]), strict=True)) \
+        if urls and storage is not None else {}
+    missing = [(number, p) for k, (p, number) in enumerate(zip(paths, lines, strict=True))
+               if not (there[k] if k in there else os.path.isfile(p))]
     if not missing:
         return
     first_line, first_path = missing[0]
     # A FIFO, socket, device or folder exists but is no image file: "not found" would mislead.
     what = ("not a regular file (a folder, FIFO, socket or device)"
-            if os.path.lexists(first_path) else "file not found")
+            if not is_url(first_path) and os.path.lexists(first_path) else "file not found")
     context = (
         f"resolved against root {shown(root)}; pass root=... if paths are relative to another "
         "folder"

@@ -29,6 +29,7 @@ from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
 from extsrc.manifest import Manifest
 from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
+from extsrc.sources.storage import is_url
 from extsrc.textsafe import shown
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
@@ -84,7 +85,10 @@ class ShardedSource:
     this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
     out) raises :class:`~extsrc.errors.PathOutsideRootError`. Files are opened by
     :func:`extsrc.fileread.read_regular`: anything but a regular file, or a file over
-    ``max_file_bytes`` (``None``: no limit), is refused before it is read.
+    ``max_file_bytes`` (``None``: no limit), is refused before it is read. URL samples are read
+    through the manifest's :attr:`~extsrc.Manifest.storage`, a batch's objects with many
+    requests in flight (:meth:`extsrc.sources.storage.Storage.read_many`); the order of the
+    samples in a batch is the same either way.
     """
 
 
@@ -150,7 +154,7 @@ class ShardedSource:
         self.check_images = check_images
         self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         root = getattr(manifest, "root", None)
-        self._root_real = None if root is None else os.path.realpath(root)
+        self._root_real = None if root is None or is_url(root) else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
         self._owner_pid = os.getpid()
 
@@ -182,13 +186,22 @@ class ShardedSource:
         batch = iteration + (self.start_batch if epoch_idx == 0 else 0)
         return epoch, batch
 
-    def read(self, index: int) -> np.ndarray:
-        """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
+    def read(self, index: int, fetched: bytes | FileReadProblem | None = None) -> np.ndarray:
+        """The raw bytes of manifest sample ``index``, or an error naming its line and path.
+        ``fetched``: its bytes, or the problem reading them, when they were read already."""
         m = self.manifest
         path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
         where = m.where(index)
         try:
-            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+            if isinstance(fetched, FileReadProblem):
+                raise fetched
+            if fetched is not None:
+                data = fetched
+            elif m.storage is not None and is_url(path):
+                data = m.storage.read(path, max_bytes=self.max_file_bytes)
+            else:
+                data = read_regular(path, max_bytes=self.max_file_bytes,
+                                    root_real=self._root_real)
         except FileReadProblem as e:
             raise sample_read_error(e, where, path, UP_FRONT_HINT, **fields) from None
         if not data:
@@ -208,8 +221,20 @@ class ShardedSource:
         if b >= self._num_batches:
             raise StopIteration
         indices, is_pad = self.plan(epoch).batch(b)
-        encoded = [self.read(int(i)) for i in indices]
+        encoded = self.read_batch(indices)
         return (encoded, *self.labels_and_info(indices, epoch, is_pad))
+
+    def read_batch(self, indices: np.ndarray) -> list[np.ndarray]:
+        """:meth:`read` of every sample of a batch, in order; URL samples are fetched together,
+        with many requests in flight. The first bad sample (in batch order) raises."""
+        m = self.manifest
+        if m.storage is None:
+            return [self.read(int(i)) for i in indices]
+        at = [k for k, i in enumerate(indices) if is_url(m.paths[int(i)])]
+        got = m.storage.read_many([m.paths[int(indices[k])] for k in at],
+                                  max_bytes=self.max_file_bytes)
+        fetched: dict[int, bytes | FileReadProblem] = dict(zip(at, got, strict=True))
+        return [self.read(int(i), fetched.get(k)) for k, i in enumerate(indices)]
 
     def labels_and_info(self, indices: np.ndarray, epoch: int,
                         is_pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
