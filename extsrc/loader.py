@@ -46,7 +46,7 @@ from extsrc.pipeline import build_pipeline
 from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
-from extsrc.source import ShardedSource
+from extsrc.source import STAND_IN, ShardedSource
 from extsrc.state import (
     FILLED_IN_ORDER,
     SHARDING,
@@ -510,7 +510,33 @@ class Loader:
         """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
         outputs, as CPU tensors."""
         info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+        if self.on_error == "skip" and bool((info[:, 2] == STAND_IN).any()):
+            self._report_stand_ins(info[info[:, 2] == STAND_IN, 0].tolist())
         return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
+
+    def _report_stand_ins(self, indices: list[int]) -> None:
+        """on_error="skip": samples that could not be read during the epoch (a file or object
+        deleted, damaged or refused after the up-front check) went out as ``is_pad`` rows
+        holding another sample; add each to :attr:`skipped` once, with a warning."""
+        from extsrc.doctor import Problem
+        from extsrc.imagecheck import check_file
+
+        known = {p.index for p in self.skipped}
+        m = self.manifest
+        for i in dict.fromkeys(int(i) for i in indices):
+            if i in known:
+                continue
+            finding = check_file(m.paths[i], decode=False, max_pixels=self.max_pixels,
+                                 max_file_bytes=self.max_file_bytes, storage=m.storage)
+            reason, message = ((finding.reason, f"{finding.message}; {finding.fix}")
+                               if finding is not None else
+                               ("unreadable", "could not be read during the epoch"))
+            problem = Problem(index=i, line=m.lines[i], path=m.paths[i], reason=reason,
+                              message=message, source=m.source)
+            self.skipped = (*self.skipped, problem)
+            warnings.warn(
+                f"extsrc.Loader(on_error='skip'): {problem}; its place in the batch holds "
+                "another sample marked is_pad (loader.skipped lists it)", stacklevel=4)
 
     def _explain(self, e: Exception, at: InFlight) -> Exception:
         """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
@@ -525,7 +551,7 @@ class Loader:
             self.manifest, batch_size=c.batch_size, shard_id=c.shard_id, num_shards=c.num_shards,
             shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=self.max_pixels, indices=self._indices,
-            max_file_bytes=self.max_file_bytes,
+            max_file_bytes=self.max_file_bytes, skip_unreadable=self.on_error == "skip",
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:

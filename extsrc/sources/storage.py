@@ -367,7 +367,7 @@ class Storage:
         self._init_local()
 
     def __repr__(self) -> str:  # never shows the options: they may hold credentials
-        return (f"Storage(protocol options: {sorted(self.options) or 'defaults'}, "
+        return (f"Storage({len(self.options)} fsspec option(s), "
                 f"concurrency={self.concurrency}, retries={self.retries}, "
                 f"cache_dir={self.cache_dir!r})")
 
