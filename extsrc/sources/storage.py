@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
 import hashlib
 import logging
 import os
@@ -36,6 +37,7 @@ import random
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +67,31 @@ PROTOCOL_EXTRAS: dict[str, tuple[str, str]] = {
     "gs": ("gcs", "gcsfs"), "gcs": ("gcs", "gcsfs"),
     "http": ("http", "aiohttp"), "https": ("http", "aiohttp"),
 }
+
+# Filesystems and pools a forked process inherited from its parent (Storage._forget_parent),
+# and every Storage of this process, whose inherited ones a forked child sets aside at once.
+_INHERITED: list[Any] = []
+_LIVE: weakref.WeakSet[Storage] = weakref.WeakSet()
+
+
+_MADE_FILESYSTEM = [False]
+
+
+def _before_fork() -> None:
+    # A filesystem no longer used but not yet collected (in a reference cycle) would otherwise be
+    # collected in the child, where its finalizer closes the parent's connections from the
+    # child's event loop (asyncio errors printed by reader processes): collect it here first.
+    if _MADE_FILESYSTEM[0]:
+        gc.collect()
+
+
+def _after_fork_in_child() -> None:
+    for storage in list(_LIVE):
+        storage._forget_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 _URL_RE = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]+)://")
 
@@ -349,6 +376,7 @@ class Storage:
         self._init_local()
 
     def _init_local(self) -> None:
+        _LIVE.add(self)
         self._pid = os.getpid()
         self._fs: dict[str, Any] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -371,19 +399,20 @@ class Storage:
                 f"concurrency={self.concurrency}, retries={self.retries}, "
                 f"cache_dir={self.cache_dir!r})")
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Storage):
-            return NotImplemented
-        return self.__getstate__() == other.__getstate__()
-
-    __hash__ = None  # type: ignore[assignment]
-
     # -- per-process resources --------------------------------------------------------------
 
     def _check_pid(self) -> None:
-        if self._pid != os.getpid():  # a forked child: the parent's pool and loops are not ours
-            self.stats = StorageStats()
-            self._init_local()
+        if self._pid != os.getpid():  # forked: the parent's pool and loops are not ours
+            self._forget_parent()
+
+    def _forget_parent(self) -> None:
+        # The parent's filesystems are kept, never collected: collecting one runs its finalizer,
+        # which would close the parent's connections from this process's event loop (asyncio
+        # errors printed by a reader process).
+        if self._fs or self._pool is not None:
+            _INHERITED.append((self._fs, self._pool, self._cache))
+        self.stats = StorageStats()
+        self._init_local()
 
     def options_for(self, protocol: str) -> dict[str, Any]:
         """The fsspec options used for ``protocol`` (the user's over extsrc's defaults)."""
@@ -407,6 +436,7 @@ class Storage:
 
                     fs = fsspec.filesystem(protocol, skip_instance_cache=True,
                                            **self.options_for(protocol))
+                    _MADE_FILESYSTEM[0] = True
                     if hasattr(fs, "retries"):
                         fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
                     self._fs[protocol] = fs
@@ -485,18 +515,21 @@ class Storage:
         fs = self.filesystem(protocol)
 
         def get() -> bytes:
-            if max_bytes is not None:
-                size = fs.size(url)
-                if size is not None and size > max_bytes:
-                    raise FileReadProblem(
-                        "file_too_large",
-                        f"the object is {size:,} bytes, more than max_file_bytes={max_bytes:,}")
-            return fs.cat_file(url)
+            if max_bytes is None:
+                return fs.cat_file(url)
+            # One ranged GET, no size request first: at most max_bytes + 1 bytes come back,
+            # enough to tell a too-large object (a server ignoring ranges sends it whole).
+            try:
+                return fs.cat_file(url, start=0, end=max_bytes + 1)
+            except Exception as e:
+                if not _range_refused(e):
+                    raise
+                return fs.cat_file(url)  # an empty object has no byte 0 to range over
 
         data = self._with_retries(url, get)
         if max_bytes is not None and len(data) > max_bytes:
-            raise FileReadProblem("file_too_large", f"the object grew past max_file_bytes="
-                                                    f"{max_bytes:,} while being read")
+            raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
+                                                    f"{max_bytes:,} bytes")
         with self._lock:
             self.stats.reads += 1
             self.stats.bytes += len(data)
@@ -537,6 +570,13 @@ class Storage:
                 return False
 
         return list(self._executor().map(one, urls)) if urls else []
+
+
+def _range_refused(exc: BaseException) -> bool:
+    """Whether a ranged read failed because the range cannot be satisfied (HTTP 416, S3
+    ``InvalidRange``: the object is empty)."""
+    return any(_error_code(e) == "InvalidRange" or _status(e) == 416
+               or "InvalidRange" in str(e) for e in _chain(exc))
 
 
 def _describe(e: BaseException) -> str:
