@@ -47,6 +47,7 @@ from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
 from extsrc.source import STAND_IN, ShardedSource
+from extsrc.sources.storage import StatsDir
 from extsrc.state import (
     FILLED_IN_ORDER,
     SHARDING,
@@ -253,6 +254,8 @@ class Loader:
         check_batch_for_samples(
             self.config.batch_size, len(manifest) if self._indices is None else len(self._indices)
         )
+        # Reader processes write their object-storage counts here (Loader.storage_stats).
+        self._storage_stats = StatsDir() if manifest.storage is not None else None
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
@@ -386,6 +389,16 @@ class Loader:
             run.close()
         if self.op_pool is not None:
             self.op_pool.close()
+
+    def storage_stats(self) -> dict[str, Any]:
+        """For a manifest of URLs: what the reader processes did, added up: ``reads`` (objects),
+        ``bytes``, ``retries`` (transient failures retried), ``failures`` (objects given up
+        on), ``cache_hits``, ``retried_reasons`` (retries by exception type) and ``processes``.
+        All zero for local files."""
+        if self._storage_stats is None:
+            return {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
+                    "retried_reasons": {}, "processes": 0}
+        return self._storage_stats.total()
 
     # -- resume -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -552,6 +565,7 @@ class Loader:
             shuffle=c.shuffle, seed=c.seed, last_batch=c.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=self.max_pixels, indices=self._indices,
             max_file_bytes=self.max_file_bytes, skip_unreadable=self.on_error == "skip",
+            stats_dir=None if self._storage_stats is None else self._storage_stats.path,
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:

@@ -114,6 +114,7 @@ class ShardedSource:
         indices: Sequence[int] | np.ndarray | None = None,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         skip_unreadable: bool = False,
+        stats_dir: str | None = None,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -160,6 +161,7 @@ class ShardedSource:
         self.check_images = check_images
         self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         self.skip_unreadable = bool(skip_unreadable)
+        self.stats_dir = stats_dir
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None or is_url(root) else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
@@ -257,6 +259,8 @@ class ShardedSource:
             got = m.storage.read_many([m.paths[int(indices[k])] for k in at],
                                       max_bytes=self.max_file_bytes)
             fetched = dict(zip(at, got, strict=True))
+            if self.stats_dir is not None and at:
+                m.storage.write_stats(self.stats_dir)  # for Loader.storage_stats()
         out: list[np.ndarray | SampleReadError] = []
         for k, i in enumerate(indices):
             try:

@@ -31,6 +31,7 @@ import contextlib
 import errno
 import gc
 import hashlib
+import json
 import logging
 import os
 import random
@@ -48,6 +49,7 @@ from extsrc.fileread import FileReadProblem
 __all__ = [
     "DEFAULT_CONCURRENCY",
     "PROTOCOL_EXTRAS",
+    "StatsDir",
     "Storage",
     "StorageStats",
     "is_url",
@@ -459,6 +461,17 @@ class Storage:
             self._cache = _Cache(self.cache_dir, self.cache_bytes)
         return self._cache
 
+    def write_stats(self, folder: str) -> None:
+        """Write this process's :attr:`stats` to ``folder/<pid>.json`` (see :class:`StatsDir`)."""
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        with self._lock:
+            text = json.dumps(self.stats.as_dict())
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+
     def close(self) -> None:
         """Stop this process's thread pool (it is re-created on the next read)."""
         pool, self._pool = self._pool, None
@@ -592,6 +605,45 @@ def _problem(kind: str, url: str, e: BaseException) -> FileReadProblem:
             "access_denied", f"access denied: the credentials in storage_options (or the "
             f"environment) may not read it ({_describe(e)})")
     return FileReadProblem("unreadable", f"cannot read the object: {_describe(e)}")
+
+
+class StatsDir:
+    """A temporary folder where every reading process of one loader writes its
+    :class:`StorageStats` (:meth:`Storage.write_stats`), so that the loader can add up the
+    requests, retries and failures of reader processes it cannot otherwise see. Removed with
+    :meth:`close` or when the object is collected."""
+
+    def __init__(self) -> None:
+        import shutil
+        import tempfile
+
+        self.path = tempfile.mkdtemp(prefix="extsrc-storage-stats-")
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True)
+
+    def total(self) -> dict[str, Any]:
+        """The stats of every process that wrote some, added up."""
+        out: dict[str, Any] = StorageStats().as_dict()
+        out["processes"] = 0
+        with contextlib.suppress(OSError), os.scandir(self.path) as it:
+            for e in it:
+                if not e.name.endswith(".json"):
+                    continue
+                try:
+                    with open(e.path) as f:
+                        one = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                out["processes"] += 1
+                for k, v in one.items():
+                    if isinstance(v, dict):
+                        for name, n in v.items():
+                            out[k][name] = out[k].get(name, 0) + n
+                    else:
+                        out[k] += v
+        return out
+
+    def close(self) -> None:
+        self._finalizer()
 
 
 class _Cache:
