@@ -146,6 +146,18 @@ def test_missing_url_manifest_and_bad_bucket_are_clear(s3_server: S3Server) -> N
         read_manifest("s3://no-such-bucket-x/m.csv", storage_options=so)
 
 
+def test_check_files_finds_missing_objects(s3_server: S3Server, dataset: dict) -> None:
+    from extsrc.errors import ManifestFileNotFoundError
+
+    s3_server.client().put_object(Bucket="extsrc-data", Key="ds/gaps.csv",
+                                  Body=b"images/00000.png,0\nimages/nope.png,1\n")
+    so = s3_server.storage_options()
+    with pytest.raises(ManifestFileNotFoundError, match=r"gaps\.csv line 2: file not found: "
+                                                        r"s3://extsrc-data/ds/images/nope\.png"):
+        read_manifest("s3://extsrc-data/ds/gaps.csv", storage_options=so, check_files=True)
+    assert len(read_manifest(dataset["url"], storage_options=so, check_files=True)) == N
+
+
 def test_url_folder_is_a_class_tree(s3_server: S3Server, dataset: dict) -> None:
     m = read_manifest("s3://extsrc-data/tree/", storage_options=s3_server.storage_options())
     assert m.classes == ["cat", "dog"] and len(m) == 6  # .hidden.png and notes.txt skipped
@@ -155,6 +167,24 @@ def test_url_folder_is_a_class_tree(s3_server: S3Server, dataset: dict) -> None:
     with pytest.raises(ManifestError, match=r"folder s3://extsrc-data/ds/images/: .*00000\.png is "
                                             r"directly in the folder, so it belongs to no class"):
         read_manifest("s3://extsrc-data/ds/images/", storage_options=s3_server.storage_options())
+
+
+def test_any_fsspec_protocol_reads(dataset: dict, reference: dict) -> None:
+    """fsspec's in-memory filesystem stands for the protocols extsrc does not name itself."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    local = dataset["local"].parent
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            fs.pipe_file(f"/extsrc-mem/{path.relative_to(local).as_posix()}", path.read_bytes())
+    try:
+        m = read_manifest("memory://extsrc-mem/manifest.csv")
+        assert m.paths[0] == "memory://extsrc-mem/images/00000.png"
+        with Loader(m, batch_size=BATCH, resize=16, device="cpu", num_workers=0) as loader:
+            assert_same_samples(epoch_by_index(loader), reference)
+    finally:
+        fs.rm("/extsrc-mem", recursive=True)
 
 
 def test_missing_extra_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
