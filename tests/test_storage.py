@@ -331,6 +331,19 @@ def test_object_deleted_mid_epoch_is_a_reported_skip(s3_server: S3Server, datase
     assert any("del2/6.png" in str(w.message) for w in caught)
 
 
+def test_local_file_deleted_mid_epoch_is_a_reported_skip_too(tmp_path: Path) -> None:
+    manifest = write_dataset(tmp_path, 8, fmt="png")
+    with Loader(str(manifest), batch_size=4, resize=16, device="cpu", shuffle=False,
+                on_error="skip", num_workers=1) as loader:
+        (tmp_path / "images" / "00005.png").unlink()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            flat = [(i, bool(p)) for b in loader
+                    for i, p in zip(b["index"].tolist(), b["is_pad"].tolist(), strict=True)]
+    assert flat == [(i, i == 5) for i in range(8)]
+    assert [(p.index, p.line, p.reason) for p in loader.skipped] == [(5, 7, "missing")]
+
+
 def test_a_server_that_stops_answering_fails_in_bounded_time(
         s3_server: S3Server, fault_proxy: FaultProxy, dataset: dict) -> None:
     storage = Storage(s3_server.storage_options(fault_proxy.endpoint), timeout=1, retries=1,

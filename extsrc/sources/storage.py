@@ -607,6 +607,15 @@ def _problem(kind: str, url: str, e: BaseException) -> FileReadProblem:
     return FileReadProblem("unreadable", f"cannot read the object: {_describe(e)}")
 
 
+def _remove_folder(path: str, owner: int) -> None:
+    # Only in the process that made it: a forked reader process exiting runs its copy of the
+    # finalizer too, and must leave the folder to its parent.
+    if os.getpid() == owner:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class StatsDir:
     """A temporary folder where every reading process of one loader writes its
     :class:`StorageStats` (:meth:`Storage.write_stats`), so that the loader can add up the
@@ -614,11 +623,10 @@ class StatsDir:
     :meth:`close` or when the object is collected."""
 
     def __init__(self) -> None:
-        import shutil
         import tempfile
 
         self.path = tempfile.mkdtemp(prefix="extsrc-storage-stats-")
-        self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True)
+        self._finalizer = weakref.finalize(self, _remove_folder, self.path, os.getpid())
 
     def total(self) -> dict[str, Any]:
         """The stats of every process that wrote some, added up."""
