@@ -14,6 +14,10 @@ A folder of class sub-folders (``train/cat/1.jpg``) is read as a manifest too:
 :meth:`Manifest.from_folder`, or :func:`read_manifest` given the folder (see
 :mod:`extsrc.folders`).
 
+The manifest, its ``root``, its rows and a folder may be URLs read from object storage
+(``read_manifest("s3://bucket/train.csv", storage_options=...)``; see
+:mod:`extsrc.sources.storage`).
+
 Public API: :func:`read_manifest` and :class:`Manifest` (plus ``Manifest.from_lists`` and
 ``Manifest.from_folder``).
 """
@@ -89,7 +93,8 @@ class Manifest:
     """An immutable, validated list of samples: resolved file paths and integer labels.
 
     Attributes:
-        paths: absolute, normalised file paths (``str``), one per sample.
+        paths: absolute, normalised file paths (``str``), or URLs (``s3://bucket/key``,
+            ``.`` and ``..`` collapsed), one per sample.
         labels: read-only ``np.int64`` array, shape ``(N,)`` for one label column or
             ``(N, k)`` for ``k`` label columns; all values are ``>= 0``.
         classes: sorted class names when the (single) label column held names; ``labels`` are
