@@ -1574,7 +1574,10 @@ def _resolve_with_urls(cells: list[str], lines: list[int], loc: _Loc, root: str)
             out.append(joined)
         else:
             out.append(os.path.normpath(os.path.join(root, cell)))
-    _refuse_unopenable(out, lines, loc)
+    # The operating system's limits (path and name lengths) apply to local paths only: an
+    # object key may be 1,024 bytes with parts longer than a file name may be.
+    local = [k for k, p in enumerate(out) if not is_url(p)]
+    _refuse_unopenable([out[k] for k in local], [lines[k] for k in local], loc)
     return out
 
 

@@ -87,6 +87,8 @@ def test_url_helpers() -> None:
     assert join_url("s3://b/ds/", "images/../a.jpg") == "s3://b/ds/a.jpg"
     assert join_url("s3://b/ds/", "../../x.jpg") is None  # above the bucket
     assert join_url("s3://b/ds/", "gs://c/./d") == "gs://c/d"
+    long_key = "s3://b/" + "k" * 300 + "/a.jpg"  # longer than a file name may be, a valid key
+    assert Manifest.from_lists([long_key], [0]).paths == (long_key,)
 
 
 def test_read_manifest_from_s3_resolves_rows_under_its_folder(s3_server: S3Server,

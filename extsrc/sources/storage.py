@@ -383,6 +383,8 @@ class Storage:
         self._fs: dict[str, Any] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        # Seeded from the OS on purpose: backoff jitter must differ between processes, so that
+        # readers throttled together do not retry together.
         self._rng = random.Random()
         self._cache: _Cache | None = None
 
