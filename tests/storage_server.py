@@ -134,15 +134,17 @@ class S3Server:
 class Faults:
     """What :class:`FaultProxy` does to the requests it forwards.
 
-    ``delay``: seconds added before forwarding every request (latency). ``slowdown`` and
-    ``drop``: fractions of object keys whose first ``times`` requests get ``503 SlowDown`` or a
-    dropped connection. ``stall``: answer nothing, hold every connection open until the proxy
-    stops. ``methods``: the HTTP methods faults apply to (delay applies to all).
+    ``delay``: seconds added before forwarding every request (latency). ``slowdown``, ``drop``
+    and ``deny``: fractions of object keys whose first ``times`` requests get ``503 SlowDown``, a
+    dropped connection, or ``403 AccessDenied``. ``stall``: answer nothing, hold every
+    connection open until the proxy stops. ``methods``: the HTTP methods faults apply to (delay
+    applies to all).
     """
 
     delay: float = 0.0
     slowdown: float = 0.0
     drop: float = 0.0
+    deny: float = 0.0
     times: int = 1
     stall: bool = False
     methods: tuple[str, ...] = ("GET",)
@@ -156,6 +158,7 @@ class Counts:
     requests: int = 0
     slowdown: int = 0
     drop: int = 0
+    deny: int = 0
     stall: int = 0
     per_key: dict[str, int] = field(default_factory=dict)
 
@@ -169,6 +172,10 @@ _SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message><RequestId>extsrc-test</RequestId>"
     b"</Error>"
+)
+_DENIED_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+    b"<Message>Access Denied</Message><RequestId>extsrc-test</RequestId></Error>"
 )
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
                           "te", "trailer", "upgrade"})
@@ -212,13 +219,15 @@ class _Handler(BaseHTTPRequestHandler):
                                        struct.pack("ii", 1, 0))
             self.close_connection = True
             return
-        if fault == "slowdown":
-            self.send_response(503, "Slow Down")
+        if fault in ("slowdown", "deny"):
+            status, reason, body = ((503, "Slow Down", _SLOWDOWN_BODY) if fault == "slowdown"
+                                    else (403, "Forbidden", _DENIED_BODY))
+            self.send_response(status, reason)
             self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(_SLOWDOWN_BODY)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(_SLOWDOWN_BODY)
+                self.wfile.write(body)
             return
         conn = proxy.connection()
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
@@ -286,7 +295,8 @@ class FaultProxy:
                 self.faults = faults
 
     def decide(self, method: str, key: str) -> str | None:
-        """Count a request and pick its fault: ``"stall"``, ``"drop"``, ``"slowdown"`` or None."""
+        """Count a request and pick its fault: ``"stall"``, ``"drop"``, ``"slowdown"``,
+        ``"deny"`` or None."""
         f = self.faults
         with self._lock:
             c = self.counts
@@ -302,6 +312,8 @@ class FaultProxy:
                     fault = "drop"
                 elif key_selected(key, f.slowdown):
                     fault = "slowdown"
+                elif key_selected(key, f.deny):
+                    fault = "deny"
             if fault is not None:
                 setattr(c, fault, getattr(c, fault) + 1)
             return fault

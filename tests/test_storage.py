@@ -371,6 +371,21 @@ def test_a_server_that_stops_answering_fails_in_bounded_time(
     assert "did not answer usably after 2 attempts" in str(result[0])
 
 
+def test_access_denied_is_not_retried_and_names_the_line(
+        s3_server: S3Server, fault_proxy: FaultProxy, dataset: dict) -> None:
+    m = read_manifest(dataset["url"], storage_options=Storage(
+        s3_server.storage_options(fault_proxy.endpoint)))
+    fault_proxy.reset(Faults(deny=1.0, times=10**6))  # every object refused
+    with pytest.raises(SampleReadError, match=r"manifest\.csv line 2: s3://extsrc-data/ds/images/"
+                                              r"00000\.png: access denied.*\[access_denied\]; "
+                                              r"check the credentials") as ei:
+        with Loader(m, batch_size=BATCH, resize=16, device="cpu", shuffle=False,
+                    num_workers=0) as loader:
+            next(iter(loader))
+    assert (ei.value.line, ei.value.reason) == (2, "access_denied")
+    assert m.storage.stats.retries == 0
+
+
 def test_storage_read_reports_permanent_failures(s3_server: S3Server, dataset: dict) -> None:
     storage = Storage(s3_server.storage_options())
     with pytest.raises(FileReadProblem, match="no such object") as ei:
