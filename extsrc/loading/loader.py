@@ -57,9 +57,10 @@ from extsrc.loading.state import (
 )
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
-from extsrc.sources.images import ShardedSource
+from extsrc.sources.images import STAND_IN, ShardedSource
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
+from extsrc.sources.storage import StatsDir
 from extsrc.sources.table import read_manifest
 
 __all__ = [
@@ -258,6 +259,8 @@ class Loader:
         check_batch_for_samples(
             c.batch_size, len(manifest) if self._indices is None else len(self._indices)
         )
+        # Reader processes write their object-storage counts here (Loader.storage_stats).
+        self._storage_stats = StatsDir() if manifest.storage is not None else None
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
@@ -388,6 +391,16 @@ class Loader:
         if self.op_pool is not None:
             self.op_pool.close()
 
+    def storage_stats(self) -> dict[str, Any]:
+        """For a manifest of URLs: what the reader processes did, added up: ``reads`` (objects),
+        ``bytes``, ``retries`` (transient failures retried), ``failures`` (objects given up
+        on), ``cache_hits``, ``retried_reasons`` (retries by exception type) and ``processes``.
+        All zero for local files."""
+        if self._storage_stats is None:
+            return {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
+                    "retried_reasons": {}, "processes": 0}
+        return self._storage_stats.total()
+
     # -- resume -----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).
@@ -493,7 +506,34 @@ class Loader:
         """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
         outputs, as CPU tensors."""
         info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+        if self.config.bad_files.on_error == "skip" and bool((info[:, 2] == STAND_IN).any()):
+            self._report_stand_ins(info[info[:, 2] == STAND_IN, 0].tolist())
         return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
+
+    def _report_stand_ins(self, indices: list[int]) -> None:
+        """on_error="skip": samples that could not be read during the epoch (a file or object
+        deleted, damaged or refused after the up-front check) went out as ``is_pad`` rows
+        holding another sample; add each to :attr:`skipped` once, with a warning."""
+        from extsrc.sources.imagecheck import check_file
+        from extsrc.validation.report import Problem
+
+        known = {p.index for p in self.skipped}
+        m = self.manifest
+        for i in dict.fromkeys(int(i) for i in indices):
+            if i in known:
+                continue
+            bad = self.config.bad_files
+            finding = check_file(m.paths[i], decode=False, max_pixels=bad.max_pixels,
+                                 max_file_bytes=bad.max_file_bytes, storage=m.storage)
+            reason, message = ((finding.reason, f"{finding.message}; {finding.fix}")
+                               if finding is not None else
+                               ("unreadable", "could not be read during the epoch"))
+            problem = Problem(index=i, line=m.lines[i], path=m.paths[i], reason=reason,
+                              message=message, source=m.source)
+            self.skipped = (*self.skipped, problem)
+            warnings.warn(
+                f"extsrc.Loader(on_error='skip'): {problem}; its place in the batch holds "
+                "another sample marked is_pad (loader.skipped lists it)", stacklevel=4)
 
     def _explain(self, e: Exception, at: InFlight) -> Exception:
         """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
@@ -509,6 +549,8 @@ class Loader:
             shuffle=c.shuffle, seed=c.seed, last_batch=s.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=self._indices,
             max_file_bytes=c.bad_files.max_file_bytes,
+            skip_unreadable=c.bad_files.on_error == "skip",
+            stats_dir=None if self._storage_stats is None else self._storage_stats.path,
         )
 
     def _skip_bad(self, manifest: Manifest, kwargs: Mapping[str, Any] | None) -> Any:

@@ -149,6 +149,7 @@ class ValidationReport:
             lines=tuple(m.lines[i] for i in keep),
             source=m.source,
             root=m.root,
+            storage=m.storage,
         )
 
     def write_clean(self, path: str | os.PathLike[str]) -> Path:
