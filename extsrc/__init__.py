@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from extsrc.sample_videos import make_sample_videos
     from extsrc.sharding import LastBatch, ShardPlan, epoch_permutation, shard_indices, shard_plan
     from extsrc.source import SOURCE_OUTPUTS, ShardedSource
+    from extsrc.sources.shards import ShardManifest, read_shards
     from extsrc.video import VideoLoader
     from extsrc.videocheck import validate_videos
     from extsrc.videoclips import ClipSpec
@@ -86,6 +87,7 @@ __all__ = [
     "PipelineError",
     "Problem",
     "SampleReadError",
+    "ShardManifest",
     "ShardPlan",
     "ShardedSource",
     "StateMismatchError",
@@ -101,6 +103,7 @@ __all__ = [
     "make_sample_videos",
     "probe_video",
     "read_manifest",
+    "read_shards",
     "render_batch",
     "shard_indices",
     "shard_plan",
@@ -157,6 +160,8 @@ _WHERE: dict[str, str] = {
     "shard_plan": "extsrc.sharding",
     "SOURCE_OUTPUTS": "extsrc.source",
     "ShardedSource": "extsrc.source",
+    "ShardManifest": "extsrc.sources.shards",
+    "read_shards": "extsrc.sources.shards",
     "VideoLoader": "extsrc.video",
     "validate_videos": "extsrc.videocheck",
     "ClipSpec": "extsrc.videoclips",

@@ -85,6 +85,8 @@ class Problem:
     source: str
 
     def __str__(self) -> str:
+        if self.index < 0:  # found while tar shards were indexed: the path names shard + member
+            return f"{shown(self.path)}: {self.message} [{self.reason}]"
         # Escaped: a file name may carry terminal control sequences.
         return (
             f"{sample_where(self.source, self.line)}: {shown(self.path)}: {self.message} "
@@ -155,6 +157,8 @@ class ValidationReport:
         if not self.problems:
             return m
         keep = self.ok_indices
+        if hasattr(m, "select"):  # tar shards: samples are byte ranges the copy must keep
+            return m.select(keep)
         return Manifest(
             paths=tuple(m.paths[i] for i in keep),
             labels=m.labels[keep],
@@ -186,6 +190,11 @@ class ValidationReport:
                 "ValidationReport.write_clean: path must be a file path (str or os.PathLike), "
                 f"got {type(path).__name__} {path!r}"
             )
+        if hasattr(self.manifest, "shards"):
+            raise ManifestError(
+                f"write_clean: {shown(self.manifest.source)} is tar shards, whose members a CSV "
+                "manifest cannot list; train on report.clean_manifest() or pass on_error='skip' "
+                "to the Loader, or rewrite the shards without the bad samples")
         out = Path(path)
         src = self.manifest.source
         if not is_folder_source(src) and same_file(out, src):
@@ -281,8 +290,14 @@ def _check_chunk(
     """Run on a worker: the problems of ``paths`` as ``(offset, reason, message)``."""
     found = []
     for k, p in enumerate(paths):
-        f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
-                       max_file_bytes=max_file_bytes)
+        if isinstance(p, tuple):  # a tar shard's member: (shard, offset, size, storage options)
+            from extsrc.sources.shards import check_range
+
+            f = check_range(*p, decode=decode, max_pixels=max_pixels,
+                            max_file_bytes=max_file_bytes)
+        else:
+            f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
+                           max_file_bytes=max_file_bytes)
         if f is not None:
             found.append((k, f.reason, f"{f.message}; {f.fix}"))
     return start, found
@@ -327,6 +342,13 @@ def _read_media(
 
     if not isinstance(manifest, Manifest):
         path = manifest
+        from extsrc.sources.shards import is_shard_source, read_shards
+
+        if is_shard_source(path):  # problems found while indexing join the report
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                manifest = read_shards(path, on_error="skip")
+            return manifest, "image" if media == "auto" else media
         if os.path.isdir(path) and media != "image":
             try:
                 videos = Manifest.from_folder(path, extensions=VIDEO_EXTENSIONS)
@@ -466,7 +488,8 @@ def validate(
     root_real = None if manifest.root is None else os.path.realpath(manifest.root)
     lexical_out = set(manifest.outside_root())
     todo = [i for i in range(n) if i not in lexical_out] if lexical_out else range(n)
-    paths = [manifest.paths[i] for i in todo]
+    paths = ([manifest.range(i) for i in todo] if hasattr(manifest, "range")
+             else [manifest.paths[i] for i in todo])
 
     from joblib import effective_n_jobs
     from tqdm.auto import tqdm
@@ -492,6 +515,12 @@ def validate(
                 message=reworded_fix(msg, manifest.source), source=manifest.source)
         for i, (r, msg) in sorted(found.items())
     )
+    # Tar shards: what indexing left out (on_error='skip'), reported beside the members' problems.
+    problems = tuple(
+        Problem(index=-1, line=0, path=p.path, reason=p.reason, message=f"{p.message}; {p.fix}",
+                source=manifest.source)
+        for p in getattr(manifest, "skipped", ())
+    ) + problems
     ok = np.ones(n, dtype=bool)
     ok[list(found)] = False
     ok_indices = np.flatnonzero(ok).astype(np.int64)

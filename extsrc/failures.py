@@ -27,6 +27,7 @@ from extsrc.folders import sample_where
 from extsrc.imagecheck import Finding, check_file
 from extsrc.oppaths import RAISED
 from extsrc.source import ShardedSource, bad_image_error
+from extsrc.sources.shards import ShardManifest
 from extsrc.textsafe import shown
 
 __all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
@@ -224,7 +225,9 @@ def _find_culprit(
             if i in seen:
                 continue
             seen.add(i)
-            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels)
+            m = at.source.manifest
+            finding = (m.check(i, max_pixels=max_pixels) if isinstance(m, ShardManifest)
+                       else check_file(m.paths[i], decode=True, max_pixels=max_pixels))
             if finding is not None:
                 return i, finding
     return None

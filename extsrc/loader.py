@@ -47,6 +47,7 @@ from extsrc.position import ReadPosition
 from extsrc.sharding import LastBatch, check_int, pad_plan_unchanged_by_balancing
 from extsrc.slowstart import SLOW_SECONDS, stage
 from extsrc.source import ShardedSource
+from extsrc.sources.shards import is_shard_source, read_shards
 from extsrc.state import (
     FILLED_IN_ORDER,
     SHARDING,
@@ -159,7 +160,7 @@ class Loader:
 
     def __init__(
         self,
-        manifest: Manifest | str | os.PathLike[str],
+        manifest: Manifest | str | os.PathLike[str] | Sequence[str],
         *,
         batch_size: int,
         ops: Sequence[str | Op] = (),
@@ -194,7 +195,11 @@ class Loader:
         resize_mode: ResizeMode = "shorter_side",
     ) -> None:
         shard_id, num_shards, device = resolve_sharding(shard_id, num_shards, device, detect())
-        if isinstance(manifest, (str, os.PathLike)):
+        if is_shard_source(manifest):  # tar shards, indexed into byte ranges of their members
+            with warnings.catch_warnings():  # on_error="skip": loader.skipped reports them
+                warnings.simplefilter("ignore" if on_error == "skip" else "default")
+                manifest = read_shards(manifest, on_error="skip" if on_error == "skip" else "raise")
+        elif isinstance(manifest, (str, os.PathLike)):
             manifest = read_manifest(manifest)
         if not isinstance(manifest, Manifest):
             raise TypeError(

@@ -29,6 +29,7 @@ from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, fix_for
 from extsrc.manifest import Manifest
 from extsrc.orphan import exit_with_parent
 from extsrc.sharding import LastBatch, ShardPlan, check_args, num_batches_per_shard, shard_plan
+from extsrc.sources.shards import ShardManifest
 from extsrc.textsafe import shown
 
 __all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
@@ -188,7 +189,10 @@ class ShardedSource:
         path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
         where = m.where(index)
         try:
-            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+            if isinstance(m, ShardManifest):  # a member of a tar shard: one ranged read
+                data = m.read(index, max_bytes=self.max_file_bytes)
+            else:
+                data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
         except FileReadProblem as e:
             raise sample_read_error(e, where, path, UP_FRONT_HINT, **fields) from None
         if not data:
