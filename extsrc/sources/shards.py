@@ -527,8 +527,9 @@ def _check_end(f: Any, end: int, size: int, shard: str,
             at = pos + next(i for i, b in enumerate(chunk) if b)
             return ShardProblem(
                 shard, last, "bad_shard",
-                f"the tar header at byte {end:,} is damaged (non-zero data at byte {at:,} after "
-                f"it): {size - end:,} bytes of members after this one cannot be read")
+                f"the tar header at byte {end:,} is damaged (tar reading stops there, and "
+                f"byte {at:,} after it is not zero): the {size - end:,} bytes after this member "
+                "cannot be read")
         pos += len(chunk)
     return None
 
