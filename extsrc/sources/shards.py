@@ -309,7 +309,7 @@ _LOCK = threading.Lock()
 _OPEN: dict[str, int] = {}
 _OPEN_PID = [os.getpid()]
 _MAX_OPEN = 64
-_FS: dict[tuple[str, str], Any] = {}
+_FS: dict[tuple[int, str, str], Any] = {}
 
 
 def _local_fd(path: str) -> int:
@@ -345,7 +345,10 @@ def _filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[An
             f"{shown(url)} is a URL: reading shards from object storage needs fsspec and the "
             "protocol's package; pip install fsspec s3fs (gcsfs for gs://, aiohttp for https://)",
             path=url, reason="missing_extra") from None
-    key = (url.split("://", 1)[0].lower(), repr(sorted((storage_options or {}).items())))
+    # The process id is part of the key: a forked reader must not use its parent's client
+    # (s3fs refuses: its event loop and connections belong to the parent).
+    key = (os.getpid(), url.split("://", 1)[0].lower(),
+           repr(sorted((storage_options or {}).items())))
     with _LOCK:
         fs = _FS.get(key)
     if fs is None:
