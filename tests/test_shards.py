@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import corrupt_jpeg, encode, pattern_image
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from storage_server import Faults, fault_proxy, s3_server  # noqa: F401
 
@@ -373,3 +375,72 @@ def test_shards_over_s3_read_like_local_ones(tmp_path, s3_server, fault_proxy, p
     with pytest.raises(ManifestFileNotFoundError, match=r"train-000004\.tar: the shard does not"):
         read_shards("s3://extsrc-shards/train/train-{000003..000004}.tar",
                     storage_options=s3_server.storage_options())
+
+
+# -- the tar header reader ------------------------------------------------------------------------
+
+
+def tarfile_listing(path: Path) -> list[tuple[str, int, int, bool]]:
+    with tarfile.open(path) as tf:
+        return [(t.name, t.offset_data, t.size if t.isreg() else 0, t.isreg())
+                for t in tf if not t.isdir()]
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fmt=st.sampled_from([tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]),
+       entries=st.lists(st.tuples(
+           st.text(st.characters(min_codepoint=0x21, max_codepoint=0x24ff,
+                                 blacklist_characters="/\\\x7f", blacklist_categories=("Cs",)),
+                   min_size=1, max_size=40),
+           st.integers(0, 1300), st.sampled_from(["file", "dir", "symlink", "hardlink"]),
+           st.integers(0, 3), st.booleans()), min_size=1, max_size=6))
+def test_header_reader_lists_what_tarfile_lists(tmp_path, fmt, entries) -> None:
+    """Names (long ones, ustar's prefix, non-ASCII, pax and GNU long names), offsets and sizes
+    as tarfile reads them, for every format tarfile writes."""
+    from extsrc.sources.tarindex import read_members
+
+    path = tmp_path / f"h{fmt}.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for k, (stem, size, kind, depth, fractional) in enumerate(entries):
+            name = "/".join([f"d{k}" * (12 * j + 1) for j in range(depth)] + [f"{stem}.{k}.jpg"])
+            ti = tarfile.TarInfo(name)
+            ti.mtime = 1_700_000_000.5 if fractional else 1_700_000_000
+            if kind == "file":
+                ti.size = size
+                try:
+                    tf.addfile(ti, io.BytesIO(bytes([k % 251]) * size))
+                except ValueError:  # a name this format cannot hold
+                    continue
+            else:
+                ti.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE,
+                           "hardlink": tarfile.LNKTYPE}[kind]
+                ti.linkname = "target.jpg"
+                try:
+                    tf.addfile(ti)
+                except ValueError:
+                    continue
+    with open(path, "rb") as f:
+        scan = read_members(f, path.stat().st_size)
+    assert scan.problem is None
+    assert [(m.name, m.offset, m.size, m.regular) for m in scan.members] == tarfile_listing(path)
+
+
+def test_formats_the_header_reader_leaves_to_tarfile_give_the_same_index(tmp_path) -> None:
+    from extsrc.sources.tarindex import Unsupported, read_members
+
+    path = tmp_path / "labelled-000000.tar"
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
+        volume = tarfile.TarInfo("backup of 2026-11-25")  # GNU tar's --label: a 'V' header
+        volume.type = b"V"
+        tf.addfile(volume)
+        for name, data in [m for i in range(3) for m in good(i)]:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            tf.addfile(ti, io.BytesIO(data))
+    with open(path, "rb") as f, pytest.raises(Unsupported, match="type b'V'"):
+        read_members(f, path.stat().st_size)
+    m = read_shards(str(path))  # read through tarfile instead
+    assert [p.rsplit("/", 1)[1] for p in m.paths] == ["000000.png", "000001.png", "000002.png"]
+    assert [m.read(i) for i in range(3)] == [png(i) for i in range(3)]
+    assert m.labels.tolist() == [label_of(i) for i in range(3)]

@@ -59,6 +59,7 @@ from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.fileread import DEFAULT_MAX_FILE_BYTES, FileReadProblem
 from extsrc.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, decode_check
 from extsrc.manifest import Manifest, _validate_classes, _validated_label_array, url_scheme
+from extsrc.sources.tarindex import Unsupported, read_members
 from extsrc.textsafe import shown
 
 __all__ = [
@@ -461,7 +462,60 @@ class _Stop(Exception):
 def _scan(f: Any, size: int, shard: str, label: str | None,
           ) -> tuple[list[tuple[str, int, int]], dict[str, bytes], list[ShardProblem]]:
     """The members of an open shard as ``(name, data offset, size)`` (offset -1: not a regular
-    file), the data of the label members, and what is wrong with the archive itself."""
+    file), the data of the label members, and what is wrong with the archive itself.
+
+    :func:`extsrc.sources.tarindex.read_members` reads the headers; an archive in a format it
+    leaves to :mod:`tarfile` is read by :func:`_scan_tarfile`, with the same results."""
+    if size == 0:
+        return [], {}, [ShardProblem(shard, None, "bad_shard", "the shard is empty (0 bytes)")]
+
+    def want(name: str) -> bool:
+        m = _KEY_RE.match(name)
+        return m is not None and m.group(2).lower() == label
+
+    try:
+        scan = read_members(f, size, None if label is None else want, _LABEL_MAX_BYTES)
+    except Unsupported:
+        f.seek(0)
+        return _scan_tarfile(f, size, shard, label)
+    members = [(m.name, m.offset if m.regular else -1, m.size) for m in scan.members]
+    if scan.problem is None:
+        problem = _check_end(f, scan.end, size, shard, members)
+        return members, scan.data, [] if problem is None else [problem]
+    kind, at, member = scan.problem
+    last = None if member is None else member.name
+    if kind == "not_tar":
+        problem = ShardProblem(shard, None, "bad_shard",
+                               "the shard is not a tar archive (its first header's checksum is "
+                               "wrong)")
+    elif kind == "damaged":
+        problem = ShardProblem(
+            shard, last, "bad_shard",
+            f"the tar header at byte {at:,} is damaged (its checksum or size is wrong): the "
+            f"{size - at:,} bytes after this member cannot be read")
+    elif kind == "cut_member":
+        assert member is not None
+        problem = ShardProblem(
+            shard, last, "truncated_shard",
+            f"the shard ends {member.offset + member.size - size:,} bytes before this member's "
+            f"data does ({size:,} bytes, the member's {member.size:,} start at byte "
+            f"{member.offset:,})")
+    elif kind == "cut_header":
+        problem = ShardProblem(
+            shard, last, "truncated_shard",
+            f"the shard ends inside a tar header (byte {at:,}): it was cut short after this "
+            "member, and the members after it are lost")
+    else:  # no_end
+        problem = ShardProblem(
+            shard, last, "truncated_shard",
+            "the shard ends without tar's end-of-archive blocks: it was cut short after this "
+            "member, and the members after it are lost")
+    return members, scan.data, [problem]
+
+
+def _scan_tarfile(f: Any, size: int, shard: str, label: str | None,
+                  ) -> tuple[list[tuple[str, int, int]], dict[str, bytes], list[ShardProblem]]:
+    """:func:`_scan` through :mod:`tarfile`, for the formats ``read_members`` leaves to it."""
     members: list[tuple[str, int, int]] = []
     label_data: dict[str, bytes] = {}
     problems: list[ShardProblem] = []
