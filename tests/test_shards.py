@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -28,6 +29,7 @@ from storage_server import Faults, fault_proxy, s3_server  # noqa: F401
 
 from extsrc import Loader, read_manifest, read_shards, validate
 from extsrc.errors import BadImageError, ManifestError, ManifestFileNotFoundError
+from extsrc.fileread import FileReadProblem
 from extsrc.sources.shards import ShardManifest, expand_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
@@ -309,6 +311,28 @@ def test_missing_shard_compressed_and_repeated_shards(tmp_path, pattern) -> None
     one = read_shards(pattern).shards[0]
     with pytest.raises(ManifestError, match=r"is named 2 times; every sample would be read"):
         read_shards([one, one])
+
+
+def test_a_shard_changed_after_indexing_is_refused_not_misread(tmp_path) -> None:
+    shard = tmp_path / "c-000000.tar"
+    write_tar(shard, [m for i in range(3) for m in good(i)])
+    old = read_shards(str(shard))
+    assert old.read(1) == png(1)  # this process now holds the shard open
+    # Replaced by another shard (a new file at the path: members at other offsets).
+    tmp = tmp_path / "new.tar"
+    write_tar(tmp, [("extra.cls", b"1"), ("extra.png", png(7)),
+                    *[m for i in range(3) for m in good(i)]])
+    os.replace(tmp, shard)
+    new = read_shards(str(shard))  # reads the new file, not the one still open
+    assert [new.read(i) for i in range(4)] == [png(7), png(0), png(1), png(2)]
+    with pytest.raises(FileReadProblem, match=r"its shard changed since it was indexed"):
+        old.read(1)  # the old index no longer fits the file at the path
+    # Rewritten in place: the open descriptor sees the new content, and the stamp catches it.
+    with open(shard, "ab") as f:
+        f.write(bytes(512))
+    with pytest.raises(FileReadProblem, match=r"read the shards again"):
+        new.read(0)
+    assert read_shards(str(shard)).read(0) == png(7)
 
 
 def test_bad_image_member_named_by_the_loader_and_skipped_with_on_error_skip(tmp_path) -> None:

@@ -224,6 +224,9 @@ class ShardManifest(Manifest):
             its shard, and its length in bytes.
         storage_options: passed to fsspec for URL shards (``None``: its defaults).
         skipped: what ``on_error="skip"`` left out while indexing.
+        stamps: every local shard's ``(size, mtime_ns)`` when it was indexed (``None`` for a
+            URL shard, or to check nothing): a read from a shard that has changed since is
+            refused, since its offsets would point into other data.
     """
 
     shards: tuple[str, ...] = ()
@@ -232,6 +235,7 @@ class ShardManifest(Manifest):
     sizes: np.ndarray = field(default_factory=lambda: _NONE)
     storage_options: Mapping[str, Any] | None = None
     skipped: tuple[ShardProblem, ...] = ()
+    stamps: tuple[tuple[int, int] | None, ...] = ()
 
     def __post_init__(self) -> None:
         # The manifest's own checks, less "paths are absolute": a URL shard's samples are not.
@@ -260,10 +264,14 @@ class ShardManifest(Manifest):
         if n and arrays["shard_of"].max() >= len(shards):
             raise ManifestError(f"{where}: ShardManifest.shard_of names a shard not in shards")
         options = None if self.storage_options is None else dict(self.storage_options)
+        stamps = tuple(None if t is None else (int(t[0]), int(t[1])) for t in self.stamps) \
+            or (None,) * len(shards)
+        if len(stamps) != len(shards):
+            raise ManifestError(f"{where}: ShardManifest.stamps needs one entry per shard")
         for name, value in (("source", source), ("paths", paths), ("labels", labels),
                             ("lines", lines), ("classes", classes), ("shards", shards),
                             ("storage_options", options), ("skipped", tuple(self.skipped)),
-                            *arrays.items()):
+                            ("stamps", stamps), *arrays.items()):
             object.__setattr__(self, name, value)
 
     def select(self, keep: Sequence[int] | np.ndarray) -> ShardManifest:
@@ -275,19 +283,23 @@ class ShardManifest(Manifest):
             classes=self.classes, lines=tuple(self.lines[i] for i in keep), source=self.source,
             shards=self.shards, shard_of=self.shard_of[keep], offsets=self.offsets[keep],
             sizes=self.sizes[keep], storage_options=self.storage_options, skipped=self.skipped,
+            stamps=self.stamps,
         )
 
-    def range(self, index: int) -> tuple[str, int, int, Mapping[str, Any] | None]:
+    def range(self, index: int) -> tuple[str, int, int, Mapping[str, Any] | None,
+                                         tuple[int, int] | None]:
         """Where sample ``index``'s image member lies: ``(shard, offset, size,
-        storage_options)``, the arguments of :func:`read_range` and :func:`check_range`."""
-        return (self.shards[int(self.shard_of[index])], int(self.offsets[index]),
-                int(self.sizes[index]), self.storage_options)
+        storage_options, stamp)``, the arguments of :func:`read_range` and
+        :func:`check_range`."""
+        s = int(self.shard_of[index])
+        return (self.shards[s], int(self.offsets[index]), int(self.sizes[index]),
+                self.storage_options, self.stamps[s])
 
     def read(self, index: int, *, max_bytes: int | None = DEFAULT_MAX_FILE_BYTES) -> bytes:
         """The image member of sample ``index``, or :class:`~extsrc.fileread.FileReadProblem`."""
-        shard, offset, size, options = self.range(index)
+        shard, offset, size, options, stamp = self.range(index)
         _check_size(size, max_bytes)
-        return read_range(shard, offset, size, options)
+        return read_range(shard, offset, size, options, stamp)
 
     def check(self, index: int, *, decode: bool = True,
               max_pixels: int | None = DEFAULT_MAX_PIXELS,
@@ -360,14 +372,33 @@ def _filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[An
 
 
 def read_range(shard: str, offset: int, size: int,
-               storage_options: Mapping[str, Any] | None = None) -> bytes:
-    """``size`` bytes at ``offset`` of ``shard`` (a local path or a URL); a short read raises
-    :class:`~extsrc.fileread.FileReadProblem` (the shard changed since it was indexed)."""
+               storage_options: Mapping[str, Any] | None = None,
+               stamp: tuple[int, int] | None = None) -> bytes:
+    """``size`` bytes at ``offset`` of ``shard`` (a local path or a URL). A local shard whose
+    ``(size, mtime_ns)`` is no longer ``stamp`` (rewritten, replaced, grown), or a short read,
+    raises :class:`~extsrc.fileread.FileReadProblem`: the index no longer fits the shard."""
     if _is_remote(shard):
         data = _remote_range(shard, offset, size, storage_options)
     else:
         with _LOCK:  # a descriptor is not closed by another thread while it is read
-            data = os.pread(_local_fd(shard), size, offset)
+            fd = _local_fd(shard)
+            if stamp is not None:  # one fstat: cheap beside silently reading other bytes
+                st = os.fstat(fd)
+                if (st.st_size, st.st_mtime_ns) != stamp:
+                    try:  # replaced (a new file at the path) since it was opened? read that
+                        now = os.stat(shard)
+                    except OSError:
+                        now = None
+                    if now is not None and (now.st_size, now.st_mtime_ns) == stamp:
+                        os.close(_OPEN.pop(shard))
+                        fd = _local_fd(shard)
+                    else:
+                        raise FileReadProblem(
+                            "unreadable",
+                            "its shard changed since it was indexed (its size or modification "
+                            "time differs), so the index no longer points at this member: read "
+                            "the shards again")
+            data = os.pread(fd, size, offset)
     if len(data) != size:
         raise FileReadProblem(
             "unreadable",
@@ -404,14 +435,15 @@ def _check_size(size: int, max_bytes: int | None) -> None:
 
 
 def check_range(shard: str, offset: int, size: int,
-                storage_options: Mapping[str, Any] | None = None, *, decode: bool = True,
+                storage_options: Mapping[str, Any] | None = None,
+                stamp: tuple[int, int] | None = None, *, decode: bool = True,
                 max_pixels: int | None = DEFAULT_MAX_PIXELS,
                 max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES) -> Finding | None:
     """The checks :func:`extsrc.imagecheck.check_file` makes of a file, made of a shard member
     (``None``: good); ``decode`` decodes it fully, as :func:`extsrc.validate` does."""
     try:
         _check_size(size, max_file_bytes)
-        data = read_range(shard, offset, size, storage_options)
+        data = read_range(shard, offset, size, storage_options, stamp)
     except FileReadProblem as e:
         return Finding(e.reason, e.message)
     finding = check_bytes(data, max_pixels=max_pixels)
@@ -430,21 +462,24 @@ class _Indexed:
 
     samples: list[tuple[str, str, int, int, int | str]]
     problems: list[ShardProblem]
+    stamp: tuple[int, int] | None = None
 
 
-def _open_shard(shard: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, int]:
-    """The shard opened for reading, and its size; a :class:`ShardProblem` if it cannot be."""
+def _open_shard(shard: str, storage_options: Mapping[str, Any] | None,
+                ) -> tuple[Any, int, tuple[int, int] | None]:
+    """The shard opened for reading, its size and (local shards) its ``(size, mtime_ns)``; a
+    :class:`ShardProblem` if it cannot be opened."""
     try:
         if _is_remote(shard):
             fs, path = _filesystem(shard, storage_options)
             f = fs.open(path, "rb", block_size=_REMOTE_BLOCK, cache_type="readahead")
-            return f, int(f.size)
+            return f, int(f.size), None
         f = open(shard, "rb")  # the caller closes it
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
             f.close()
             raise IsADirectoryError(shard)
-        return f, st.st_size
+        return f, st.st_size, (st.st_size, st.st_mtime_ns)
     except FileNotFoundError:
         raise _Stop(ShardProblem(shard, None, "missing_shard", "the shard does not exist")) \
             from None
@@ -628,7 +663,7 @@ def _index(shard: str, *, label: str | None, label_field: str | None,
            ) -> _Indexed:
     """Read one shard's headers (and label members) into its samples and problems."""
     try:
-        f, size = _open_shard(shard, storage_options)
+        f, size, stamp = _open_shard(shard, storage_options)
     except _Stop as stop:
         return _Indexed([], [stop.problem])
     with f:
@@ -700,7 +735,7 @@ def _index(shard: str, *, label: str | None, label_field: str | None,
                                              f"the label member is bad: {e}"))
                 continue
         samples.append((key, name, offset, length, value))
-    return _Indexed(samples, problems)
+    return _Indexed(samples, problems, stamp)
 
 
 # --------------------------------------------------------------------------------------------
@@ -880,4 +915,5 @@ def read_shards(
         offsets=np.array([s[2] for ix in indexed for s in ix.samples], dtype=np.int64),
         sizes=np.array([s[3] for ix in indexed for s in ix.samples], dtype=np.int64),
         storage_options=storage_options, skipped=tuple(problems),
+        stamps=tuple(ix.stamp for ix in indexed),
     )
