@@ -13,13 +13,18 @@ Variants:
 - ``webdataset``: ``wds.WebDataset(urls, shardshuffle=True).shuffle(1000).decode("pil")``, the
   image resized with Pillow, in a ``torch.utils.data.DataLoader`` with the same worker count
   (with ``--device cuda`` each batch is then copied to the GPU, where extsrc's batches are);
+- ``read_files``, ``read_shards``: extsrc's reader alone (``ShardedSource``: each sample's bytes
+  read and their image header checked, no decoding) over one epoch in this process, what each
+  reader process does;
 - ``shards_s3`` (``--s3``): the same shards uploaded to a local S3 server (moto, on 127.0.0.1, in
   this process) and read through ``s3://`` URLs.
 
-Reported per variant, medians over ``--repeats`` rounds (rounds interleave the variants):
+Reported per variant, medians over ``--repeats`` rounds (rounds interleave the variants, every
+other round in reverse order):
 ``build`` (constructing the loader: for shards, indexing them), ``first_batch`` (``iter`` and
 the first batch: the pipeline build and reader start), ``images_per_s`` over ``--epochs`` full
-epochs after the first batch.
+epochs after the first batch; and ratios of images/s paired round by round (``shards/files``,
+``shards/webdataset``, ...), which a busy machine's drift disturbs less.
 
     python benchmarks/bench_shards.py --n 1024 --shards 8 --batch-size 64 --resize 224 \
         --workers 2 --repeats 3 --s3 --out benchmarks/results/2026-11-25_cpu2_shards.json
@@ -94,6 +99,24 @@ def run_extsrc(source, args) -> dict[str, float]:
     return {"build": t1 - t0, "first_batch": t2 - t1, "images_per_s": n / (t3 - t2)}
 
 
+def run_reader(source, args) -> dict[str, float]:
+    """One epoch of extsrc's reader alone (``ShardedSource``: read and check each sample's bytes,
+    no decoding), in this process: what a reader process does per batch."""
+    from types import SimpleNamespace
+
+    from extsrc import ShardedSource, read_manifest
+
+    t0 = time.perf_counter()
+    manifest = read_manifest(source) if isinstance(source, str) else source
+    src = ShardedSource(manifest, batch_size=args.batch_size, shuffle=True, seed=0)
+    t1 = time.perf_counter()
+    n = 0
+    for b in range(len(src)):
+        n += len(src(SimpleNamespace(iteration=b, epoch_idx=0))[0])
+    t2 = time.perf_counter()
+    return {"build": t1 - t0, "first_batch": 0.0, "images_per_s": n / (t2 - t1)}
+
+
 def run_webdataset(pattern: str, args) -> dict[str, float]:
     import numpy as np
     import torch
@@ -138,6 +161,22 @@ def run_webdataset(pattern: str, args) -> dict[str, float]:
     return {"build": t1 - t0, "first_batch": t2 - t1, "images_per_s": n / (t3 - t2)}
 
 
+PAIRS = (("shards", "files"), ("shards", "webdataset"), ("read_shards", "read_files"),
+         ("shards_s3", "shards"))
+
+
+def paired_ratios(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict]:
+    """images/s of one variant over another, round by round (the two ran minutes apart at
+    most, so a busy machine's drift cancels better than in a ratio of medians)."""
+    out = {}
+    for a, b in PAIRS:
+        if a in rounds and b in rounds:
+            r = [x["images_per_s"] / y["images_per_s"] for x, y in zip(rounds[a], rounds[b],
+                                                                          strict=True)]
+            out[f"{a}/{b}"] = {"median": statistics.median(r), "rounds": [round(v, 3) for v in r]}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=1024)
@@ -152,7 +191,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also read the shards from a local moto S3")
     p.add_argument("--data", default="/tmp/extsrc_bench_shards")
-    p.add_argument("--variants", default="files,shards,webdataset")
+    p.add_argument("--variants", default="read_files,read_shards,files,shards,webdataset")
     p.add_argument("--out")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
@@ -177,9 +216,12 @@ def main() -> None:
     rounds: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
         for r in range(args.repeats):
-            for v in variants:
+            # Every other round in reverse, so no variant always runs after the same one.
+            for v in (variants if r % 2 == 0 else variants[::-1]):
                 if v == "webdataset":
                     res = run_webdataset(pattern, args)
+                elif v.startswith("read_"):
+                    res = run_reader(sources[v[len("read_"):]], args)
                 else:
                     src = sources[v]
                     if callable(src):  # indexing a remote shard counts as building the loader
@@ -201,6 +243,9 @@ def main() -> None:
     for v, m in medians.items():
         print(f"median {v:12s} build {m['build']:.3f} s  first_batch {m['first_batch']:.3f} s  "
               f"{m['images_per_s']:.0f} images/s")
+    ratios = paired_ratios(rounds)
+    for name, r in ratios.items():
+        print(f"paired {name:26s} median {r['median']:.2f}  rounds {r['rounds']}")
     if args.out:
         import nvidia.dali
         import torch
@@ -213,7 +258,7 @@ def main() -> None:
                         "dali": nvidia.dali.__version__, "torch": torch.__version__,
                         "webdataset": webdataset.__version__},
             "args": vars(args), "mean_image_bytes": mean_bytes,
-            "medians": medians, "rounds": rounds,
+            "medians": medians, "paired_ratios": ratios, "rounds": rounds,
         }, indent=1) + "\n")
 
 
