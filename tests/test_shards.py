@@ -351,6 +351,18 @@ def test_bad_image_member_named_by_the_loader_and_skipped_with_on_error_skip(tmp
     assert sorted(got) == [0, 1, 3, 4]
 
 
+def test_a_member_only_dali_fails_to_decode_is_named(tmp_path) -> None:
+    """Header checks pass, DALI's decoder fails: the loader finds the member by decoding the
+    failed batch's members from the shard."""
+    members = [m for i in range(4) for m in sample_members(i, "jpg")[:2]]
+    members[3] = ("000001.jpg", corrupt_jpeg())
+    shard = str(write_tar(tmp_path / "dali-000000.tar", members))
+    with pytest.raises(BadImageError, match=r"dali-000000\.tar/000001\.jpg: DALI could not "
+                       r"decode this file: .*\[corrupt\]; .*remove the sample from its shard"):
+        with Loader(shard, batch_size=4, shuffle=False, resize=16, **CPU) as loader:
+            next(iter(loader))
+
+
 def test_validate_reports_members_and_indexing_problems(tmp_path) -> None:
     members = [m for i in range(4) for m in good(i)]
     members[3] = ("000001.png", b"not an image at all" * 10)
