@@ -39,17 +39,14 @@ keeps every :class:`ShardProblem` in :attr:`ShardManifest.skipped`. Members with
 from __future__ import annotations
 
 import glob
-import json
 import os
 import re
 import stat
-import tarfile
 import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -551,6 +548,8 @@ def _scan(f: Any, size: int, shard: str, label: str | None,
 def _scan_tarfile(f: Any, size: int, shard: str, label: str | None,
                   ) -> tuple[list[tuple[str, int, int]], dict[str, bytes], list[ShardProblem]]:
     """:func:`_scan` through :mod:`tarfile`, for the formats ``read_members`` leaves to it."""
+    import tarfile  # only here: read_manifest imports this module for every manifest
+
     members: list[tuple[str, int, int]] = []
     label_data: dict[str, bytes] = {}
     problems: list[ShardProblem] = []
@@ -633,6 +632,8 @@ def _parse_label(data: bytes, ext: str, field: str | None) -> int | str:
     except UnicodeDecodeError:
         raise ValueError("it is not UTF-8 text") from None
     if ext == "json":
+        import json
+
         try:
             obj = json.loads(text)
         except ValueError as e:
@@ -869,6 +870,8 @@ def read_shards(
     remote = any(_is_remote(s) for s in names)
     workers = min(max_workers, len(names)) if remote else 1
     if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(workers) as pool:
             indexed = list(pool.map(one, names))
     else:
