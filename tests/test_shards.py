@@ -311,6 +311,9 @@ def test_missing_shard_compressed_and_repeated_shards(tmp_path, pattern) -> None
     one = read_shards(pattern).shards[0]
     with pytest.raises(ManifestError, match=r"is named 2 times; every sample would be read"):
         read_shards([one, one])
+    os.symlink(one, tmp_path / "alias-000000.tar")
+    with pytest.raises(ManifestError, match=r"alias-000000\.tar are the same file \(a link\)"):
+        read_shards([one, str(tmp_path / "alias-000000.tar")])
 
 
 def test_a_shard_changed_after_indexing_is_refused_not_misread(tmp_path) -> None:

@@ -802,6 +802,20 @@ def _shard_list(shards: object, storage_options: Mapping[str, Any] | None,
             f"{shown(source)}: shard {shown(twice[0])} is named {seen[twice[0]]} times; every "
             "sample would be read that many times an epoch. Name each shard once",
             source=source, path=twice[0], reason="duplicate_shard")
+    files: dict[tuple[int, int], str] = {}  # the same file under two names (a link, a mount)
+    for name in out:
+        if _is_remote(name):
+            continue
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue  # reported when the shard is indexed
+        other = files.setdefault((st.st_dev, st.st_ino), name)
+        if other != name:
+            raise ManifestError(
+                f"{shown(source)}: shards {shown(other)} and {shown(name)} are the same file (a "
+                "link); every sample would be read twice an epoch. Name each shard once",
+                source=source, path=name, reason="duplicate_shard")
     return out, source
 
 
