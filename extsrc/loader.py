@@ -549,8 +549,10 @@ class Loader:
             return None
         if len(report.ok_indices) == 0:
             report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
+        # Tar shards: the samples left out while indexing count too (manifest.skipped).
+        total = len(manifest) + len(getattr(manifest, "skipped", ()))
         warnings.warn(
-            f"extsrc.Loader(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+            f"extsrc.Loader(on_error='skip'): skipping {report.num_bad} of {total} "
             f"samples of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
             "loader.skipped lists them all; batch['index'] still refers to the original "
             "manifest",

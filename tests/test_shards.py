@@ -354,6 +354,24 @@ def test_bad_image_member_named_by_the_loader_and_skipped_with_on_error_skip(tmp
     assert sorted(got) == [0, 1, 3, 4]
 
 
+def test_loader_on_error_skip_reports_indexing_problems_too(tmp_path) -> None:
+    write_tar(tmp_path / "s-000000.tar", [*good(0), ("000001.cls", b"dog"), ("000001.png", png(1)),
+                                          *good(2)])
+    write_tar(tmp_path / "s-000001.tar", [*good(3), ("000004.png", png(4))])
+    pattern = str(tmp_path / "s-{000000..000001}.tar")
+    with pytest.raises(ManifestError, match=r"s-000000\.tar member 000001\.cls: the label member"):
+        Loader(pattern, batch_size=2, **CPU)
+    with pytest.warns(UserWarning, match=r"skipping 2 of 5 samples") as caught:
+        loader = Loader(pattern, batch_size=2, on_error="skip", **CPU)
+    assert len(caught) == 1  # one report, not one from indexing and one from validating
+    with loader:
+        assert sorted(epoch_indices(loader)) == [0, 1, 2]
+        assert [(p.reason, p.path.rsplit("/", 2)[1:]) for p in loader.skipped] == [
+            ("bad_label", ["s-000000.tar", "000001.cls"]),
+            ("no_label", ["s-000001.tar", "000004.png"])]
+        assert [int(x) for x in loader.manifest.labels] == [label_of(i) for i in (0, 2, 3)]
+
+
 def test_a_member_only_dali_fails_to_decode_is_named(tmp_path) -> None:
     """Header checks pass, DALI's decoder fails: the loader finds the member by decoding the
     failed batch's members from the shard."""
