@@ -97,8 +97,6 @@ SHARD_REASONS: dict[str, tuple[str, str]] = {
                       "give every sample its own key (webdataset groups members by key)"),
     "not_a_file": ("the member is a link or a special file, not a regular file",
                    "store the file itself (tar --dereference --hard-dereference)"),
-    "too_large": ("the member is larger than max_file_bytes",
-                  "drop the sample, or raise max_file_bytes if the file is genuine"),
 }
 
 # webdataset's split of a member name into key and extension: the directory part and the file
