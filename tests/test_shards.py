@@ -338,6 +338,33 @@ def test_a_shard_changed_after_indexing_is_refused_not_misread(tmp_path) -> None
     assert read_shards(str(shard)).read(0) == png(7)
 
 
+def test_index_cache_is_reused_for_the_same_content_only(tmp_path, monkeypatch) -> None:
+    from extsrc.sources import shards as shards_module
+
+    pattern = write_shards(tmp_path / "data", shards=2, per_shard=3)
+    cache = tmp_path / "cache"
+    first = read_shards(pattern, index_cache=cache)
+    assert len(list(cache.glob("*.json"))) == 2
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the shard was scanned again")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(shards_module, "_scan", no_scan)
+        again = read_shards(pattern, index_cache=cache)
+    assert again.fingerprint() == first.fingerprint()
+    assert again.offsets.tolist() == first.offsets.tolist()
+    assert again.labels.tolist() == first.labels.tolist()
+    # Another content at the same path (a sample fewer): indexed again, not taken from the cache.
+    write_tar(tmp_path / "data" / "train-000001.tar", [m for i in (3, 4) for m in good(i)])
+    changed = read_shards(pattern, index_cache=cache)
+    assert len(changed) == 5 and [changed.read(i) for i in (3, 4)] == [png(3), png(4)]
+    # A damaged cache file is read past: the shard is indexed again.
+    for f in cache.glob("*.json"):
+        f.write_text("{not json")
+    assert read_shards(pattern, index_cache=cache).fingerprint() == changed.fingerprint()
+
+
 def test_bad_image_member_named_by_the_loader_and_skipped_with_on_error_skip(tmp_path) -> None:
     members = [m for i in range(5) for m in good(i)]
     members[5] = ("000002.png", corrupt_jpeg()[:300])  # the image member of sample 000002
@@ -413,7 +440,12 @@ def test_shards_over_s3_read_like_local_ones(tmp_path, s3_server, fault_proxy, p
     bucket = s3_server.make_bucket("extsrc-shards")
     s3_server.upload_tree(folder, bucket, "train")
     url = "s3://extsrc-shards/train/train-{000000..000003}.tar"
-    remote = read_shards(url, storage_options=s3_server.storage_options())
+    remote = read_shards(url, storage_options=s3_server.storage_options(),
+                         index_cache=tmp_path / "cache")
+    assert len(list((tmp_path / "cache").glob("*.json"))) == SHARDS  # keyed by ETag
+    cached = read_shards(url, storage_options=s3_server.storage_options(),
+                         index_cache=tmp_path / "cache")
+    assert cached.fingerprint() == remote.fingerprint()
     assert remote.labels.tolist() == local.labels.tolist()
     assert remote.offsets.tolist() == local.offsets.tolist()
     assert remote.paths[0] == "s3://extsrc-shards/train/train-000000.tar/000000.png"

@@ -657,20 +657,86 @@ def _parse_label(data: bytes, ext: str, field: str | None) -> int | str:
     return value
 
 
+_CACHE_VERSION = "extsrc-shard-index-v1"
+
+
+def _identity(shard: str, f: Any, size: int, stamp: tuple[int, int] | None) -> list | None:
+    """What tells this shard's content apart from any later one: the local file's size and
+    modification time, or the object's size and ETag (or modification time); ``None`` when
+    the storage says neither, and the index is then never cached."""
+    if stamp is not None:
+        return [shard, size, stamp[1]]
+    details = getattr(f, "details", None) or {}
+    for key in ("ETag", "etag", "LastModified", "mtime", "last_modified", "updated"):
+        if details.get(key) is not None:
+            return [shard, size, key, str(details[key])]
+    return None
+
+
+def _cache_file(cache: str, identity: list, label: str | None) -> str:
+    import hashlib
+    import json
+
+    key = json.dumps([_CACHE_VERSION, identity, label]).encode("utf-8", "surrogateescape")
+    return os.path.join(cache, hashlib.sha256(key).hexdigest() + ".json")
+
+
+def _cache_load(path: str, shard: str,
+                ) -> tuple[list[tuple[str, int, int]], dict[str, bytes], list[ShardProblem]] | None:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        members = [(str(n), int(o), int(z)) for n, o, z in doc["members"]]
+        data = {str(n): bytes.fromhex(h) for n, h in doc["labels"].items()}
+        problems = [ShardProblem(shard, m, str(r), str(t)) for m, r, t in doc["problems"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or unreadable: index the shard again
+    return members, data, problems
+
+
+def _cache_store(path: str, members: list[tuple[str, int, int]], data: dict[str, bytes],
+                 problems: list[ShardProblem]) -> None:
+    import json
+    import tempfile
+
+    doc = {"members": members, "labels": {n: d.hex() for n, d in data.items()},
+           "problems": [[p.member, p.reason, p.message] for p in problems]}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)  # whole or not at all: readers never see half an index
+    except OSError as e:
+        warnings.warn(f"read_shards: the index cache {shown(path)} cannot be written ({e}); "
+                      "the shards are indexed again next time", stacklevel=4)
+
+
 def _index(shard: str, *, label: str | None, label_field: str | None,
            image_extensions: frozenset[str], storage_options: Mapping[str, Any] | None,
-           ) -> _Indexed:
-    """Read one shard's headers (and label members) into its samples and problems."""
+           index_cache: str | None = None) -> _Indexed:
+    """Read one shard's headers (and label members) into its samples and problems; with
+    ``index_cache``, reuse (or keep) what an earlier read of the same content found."""
     try:
         f, size, stamp = _open_shard(shard, storage_options)
     except _Stop as stop:
         return _Indexed([], [stop.problem])
     with f:
-        try:
-            members, label_data, problems = _scan(f, size, shard, label)
-        except OSError as e:
-            return _Indexed([], [ShardProblem(shard, None, "unreadable_shard",
-                                              f"reading the shard failed: {e}")])
+        identity = None if index_cache is None else _identity(shard, f, size, stamp)
+        cache = None if identity is None else _cache_file(index_cache, identity, label)
+        found = None if cache is None else _cache_load(cache, shard)
+        if found is not None:
+            members, label_data, problems = found
+        else:
+            try:
+                members, label_data, problems = _scan(f, size, shard, label)
+            except OSError as e:
+                return _Indexed([], [ShardProblem(shard, None, "unreadable_shard",
+                                                  f"reading the shard failed: {e}")])
+            if cache is not None:
+                _cache_store(cache, members, label_data, problems)
     groups: dict[str, dict[str, tuple[str, int, int]]] = {}
     bad: set[str] = set()
     last_key = None
@@ -826,6 +892,7 @@ def read_shards(
     on_error: str = "raise",
     storage_options: Mapping[str, Any] | None = None,
     max_workers: int = 16,
+    index_cache: str | os.PathLike[str] | None = None,
 ) -> ShardManifest:
     """Index webdataset-style tar shards into a :class:`ShardManifest` (see the module's
     docstring for the design and the checks).
@@ -848,6 +915,10 @@ def read_shards(
             problems in :attr:`ShardManifest.skipped`.
         storage_options: passed to fsspec for URL shards (credentials, endpoint_url...).
         max_workers: shards indexed at once (threads; remote shards wait on the network).
+        index_cache: a folder where each shard's member table is kept (one JSON file per
+            shard content: a local shard's size and modification time, an object's size and
+            ETag), so that reading the same shards again reads no tar headers; a remote shard is
+            otherwise read whole to index it. ``None`` (the default): no cache.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"read_shards: on_error must be 'raise' or 'skip', got {on_error!r}")
@@ -875,9 +946,11 @@ def read_shards(
         raise ValueError(f"read_shards: max_workers must be an int >= 1, got {max_workers!r}")
     names, source = _shard_list(shards, storage_options)
 
+    cache = None if index_cache is None else os.path.abspath(os.fspath(index_cache))
+
     def one(shard: str) -> _Indexed:
         return _index(shard, label=label, label_field=label_field, image_extensions=exts,
-                      storage_options=storage_options)
+                      storage_options=storage_options, index_cache=cache)
 
     remote = any(_is_remote(s) for s in names)
     workers = min(max_workers, len(names)) if remote else 1
