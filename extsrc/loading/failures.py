@@ -27,6 +27,7 @@ from extsrc.errors import (
 )
 from extsrc.sources.imagecheck import Finding, check_file
 from extsrc.sources.images import ShardedSource, bad_image_error
+from extsrc.sources.shards import ShardManifest
 from extsrc.sources.where import sample_where
 
 __all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
@@ -225,8 +226,10 @@ def _find_culprit(
             if i in seen:
                 continue
             seen.add(i)
-            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels,
-                                 storage=at.source.manifest.storage)
+            m = at.source.manifest
+            finding = (m.check(i, max_pixels=max_pixels) if isinstance(m, ShardManifest)
+                       else check_file(m.paths[i], decode=True, max_pixels=max_pixels,
+                                       storage=m.storage))
             if finding is not None:
                 return i, finding
     return None

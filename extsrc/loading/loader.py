@@ -60,6 +60,7 @@ from extsrc.ops_runtime.pool import OpPool, check_picklable
 from extsrc.sources.images import STAND_IN, ShardedSource
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
+from extsrc.sources.shards import is_shard_source, read_shards
 from extsrc.sources.storage import StatsDir
 from extsrc.sources.table import read_manifest
 
@@ -129,8 +130,10 @@ def good_indices(report: Any, manifest: Manifest, who: str, what: str) -> Any:
         return None
     if len(report.ok_indices) == 0:
         report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
+    # Tar shards: the samples left out while indexing count too (manifest.skipped).
+    total = len(manifest) + len(getattr(manifest, "skipped", ()))
     warnings.warn(
-        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {total} "
         f"{what} of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
         "loader.skipped lists them all; batch['index'] still refers to the original "
         "manifest",
@@ -199,7 +202,7 @@ class Loader:
 
     def __init__(
         self,
-        manifest: Manifest | str | os.PathLike[str],
+        manifest: Manifest | str | os.PathLike[str] | Sequence[str],
         *,
         batch_size: int,
         ops: Sequence[str | Op] = (),
@@ -224,7 +227,12 @@ class Loader:
         shard_id, num_shards, device = resolve_sharding(s.shard_id, s.num_shards, device,
                                                          detect())
         groups["sampling"] = dataclasses.replace(s, shard_id=shard_id, num_shards=num_shards)
-        if isinstance(manifest, (str, os.PathLike)):
+        if is_shard_source(manifest):  # tar shards, indexed into byte ranges of their members
+            skip = groups["bad_files"].on_error == "skip"
+            with warnings.catch_warnings():  # on_error="skip": loader.skipped reports them
+                warnings.simplefilter("ignore" if skip else "default")
+                manifest = read_shards(manifest, on_error="skip" if skip else "raise")
+        elif isinstance(manifest, (str, os.PathLike)):
             manifest = read_manifest(manifest)
         if not isinstance(manifest, Manifest):
             raise TypeError(

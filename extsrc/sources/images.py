@@ -36,6 +36,7 @@ from extsrc.sources.sharding import (
     num_batches_per_shard,
     shard_plan,
 )
+from extsrc.sources.shards import ShardManifest
 from extsrc.sources.storage import is_url
 from extsrc.sources.where import reworded_fix
 
@@ -213,6 +214,8 @@ class ShardedSource:
                 raise fetched
             if fetched is not None:
                 data = fetched
+            elif isinstance(m, ShardManifest):  # a member of a tar shard: one ranged read
+                data = m.read(index, max_bytes=self.max_file_bytes)
             elif m.storage is not None and is_url(path):
                 data = m.storage.read(path, max_bytes=self.max_file_bytes)
             else:

@@ -155,6 +155,12 @@ def read_manifest(
             floats are not column positions); ``ValueError`` for one out of range. Messages
             name the argument.
     """
+    from extsrc.sources.shards import is_shard_source, read_shards
+
+    if is_shard_source(path):  # tar shards: extsrc.sources.shards.read_shards, label="cls"
+        _refuse_shard_args(path, root=root, sep=sep, path_col=path_col, label_cols=label_cols,
+                           header=header, check_files=check_files)
+        return read_shards(path)
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )
@@ -279,6 +285,17 @@ def _read_url_folder(url: str, root: str | None, storage: Storage,
     return Manifest(paths=tuple(base + r for r in rel), labels=labels, classes=class_list,
                     lines=tuple(range(1, len(rel) + 1)), source=base,
                     root=None if allow_outside_root else limit, storage=storage)
+
+
+def _refuse_shard_args(path: object, **given: object) -> None:
+    """Tar shards have no columns or root: refuse the arguments that would be ignored."""
+    set_args = [f"{k}={v!r}" for k, v in given.items()
+                if v not in (None, False) and not (k == "header" and v == "infer")]
+    if set_args:
+        raise ManifestError(
+            f"{shown(path)}: tar shards have no columns or root; drop {', '.join(set_args)}, or "
+            "call extsrc.read_shards(...) for the shards' options (label=, image_extensions=)"
+        )
 
 
 def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,

@@ -22,9 +22,8 @@ from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError
 from extsrc.sources.urls import known_protocol, url_protocol
 
-__all__ = ["is_folder_source", "refuse_url", "reworded_fix", "sample_where", "storage_url",
-           "url_advice",
-           "url_scheme"]
+__all__ = ["is_folder_source", "is_shards_source", "refuse_url", "reworded_fix", "sample_where",
+           "storage_url", "url_advice", "url_scheme"]
 
 
 def is_folder_source(source: str) -> bool:
@@ -40,11 +39,23 @@ def sample_where(source: str, line: int | str, *, plural: bool = False) -> str:
     s = "s" if plural else ""
     if is_folder_source(source):
         return f"folder {shown(source)}, sample{s} {line}"
+    if is_shards_source(source):
+        return f"shards {shown(source)}, sample{s} {line}"
     return f"{shown(source)} line{s} {line}"
 
 
+def is_shards_source(source: str) -> bool:
+    """Whether a manifest's ``source`` names tar shards (:mod:`extsrc.sources.shards`: a shard,
+    a pattern, or a ``{a.tar,b.tar}`` list); its ``lines`` are then sample numbers."""
+    return source.lower().endswith((".tar", ".tar}"))
+
+
 def reworded_fix(fix: str, source: str | None) -> str:
-    """``fix`` (how to fix a bad sample) for a folder dataset, which has no line to drop."""
+    """``fix`` (how to fix a bad sample) for a folder dataset or tar shards, which have no line
+    to drop."""
+    if source is not None and is_shards_source(source):
+        return fix.replace("drop the line", "remove the sample from its shard").replace(
+            "fix the path in the manifest", "fix the member's name in the shard")
     if source is None or not is_folder_source(source):
         return fix
     return fix.replace("drop the line", "delete the file").replace(

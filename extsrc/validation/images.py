@@ -85,7 +85,9 @@ def validate_images(
                  else os.path.realpath(manifest.root))
     lexical_out = set(manifest.outside_root())
     todo = [i for i in range(n) if i not in lexical_out] if lexical_out else range(n)
-    paths = [manifest.paths[i] for i in todo]
+    # Tar shards: a sample is a byte range of its shard, checked by the shards module.
+    paths = ([manifest.range(i) for i in todo] if hasattr(manifest, "range")
+             else [manifest.paths[i] for i in todo])
 
     from joblib import effective_n_jobs
     from tqdm.auto import tqdm
@@ -111,6 +113,12 @@ def validate_images(
                 message=reworded_fix(msg, manifest.source), source=manifest.source)
         for i, (r, msg) in sorted(found.items())
     )
+    # Tar shards: what indexing left out (on_error='skip'), reported beside the members' problems.
+    problems = tuple(
+        Problem(index=-1, line=0, path=p.path, reason=p.reason, message=f"{p.message}; {p.fix}",
+                source=manifest.source)
+        for p in getattr(manifest, "skipped", ())
+    ) + problems
     ok = np.ones(n, dtype=bool)
     ok[list(found)] = False
     ok_indices = np.flatnonzero(ok).astype(np.int64)
@@ -132,12 +140,18 @@ def _check_chunk(
     if storage is not None:
         from extsrc.sources.storage import is_url
 
-        at = [k for k, p in enumerate(paths) if is_url(p)]
+        at = [k for k, p in enumerate(paths) if isinstance(p, str) and is_url(p)]
         got = storage.read_many([paths[k] for k in at], max_bytes=max_file_bytes)
         fetched = dict(zip(at, got, strict=True))
     for k, p in enumerate(paths):
-        f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
-                       max_file_bytes=max_file_bytes, storage=storage, data=fetched.get(k))
+        if isinstance(p, tuple):  # a tar shard's member: ShardManifest.range's fields
+            from extsrc.sources.shards import check_range
+
+            f = check_range(*p, decode=decode, max_pixels=max_pixels,
+                            max_file_bytes=max_file_bytes)
+        else:
+            f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
+                           max_file_bytes=max_file_bytes, storage=storage, data=fetched.get(k))
         if f is not None:
             found.append((k, f.reason, f"{f.message}; {f.fix}"))
     return start, found
