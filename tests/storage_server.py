@@ -244,7 +244,12 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in resp.getheaders():
             if k.lower() not in _HOP_HEADERS and k.lower() != "content-length":
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        # A HEAD answer has no body, but its Content-Length is the size of the object (what a
+        # GET would send): clients read object sizes from it. Otherwise the length of the body
+        # sent, which read() has de-chunked.
+        upstream = resp.getheader("Content-Length")
+        length = upstream if self.command == "HEAD" and upstream is not None else len(data)
+        self.send_header("Content-Length", str(length))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

@@ -399,6 +399,28 @@ def test_storage_read_reports_permanent_failures(s3_server: S3Server, dataset: d
     assert ei.value.reason == "file_too_large"
 
 
+def test_sizes_read_through_the_fault_proxy_are_the_objects_sizes(
+        s3_server: S3Server, fault_proxy: FaultProxy, dataset: dict) -> None:
+    # A HEAD answer has no body, but its Content-Length is the object's size: a proxy sending
+    # the length of the (empty) body it forwards would make every size read through it 0.
+    import boto3
+
+    key = "ds/images/00000.png"
+    want = len(s3_server.client().get_object(Bucket="extsrc-data", Key=key)["Body"].read())
+    assert want > 0
+    fault_proxy.reset()
+    opts = s3_server.storage_options(fault_proxy.endpoint)
+    client = boto3.client("s3", endpoint_url=fault_proxy.endpoint,
+                          region_name=storage_server.TEST_REGION,
+                          aws_access_key_id=opts["key"], aws_secret_access_key=opts["secret"])
+    assert client.head_object(Bucket="extsrc-data", Key=key)["ContentLength"] == want
+    fs = Storage(opts).filesystem("s3")
+    assert fs.size(f"s3://extsrc-data/{key}") == want
+    assert fs.info(f"s3://extsrc-data/{key}")["size"] == want
+    heads = [k for k in fault_proxy.counts.per_key if k.startswith("HEAD ")]
+    assert heads, fault_proxy.counts.per_key  # the sizes came through the proxy
+
+
 def test_cache_serves_later_epochs_within_its_bound(s3_server: S3Server, fault_proxy: FaultProxy,
                                                     dataset: dict, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
