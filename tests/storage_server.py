@@ -153,7 +153,8 @@ class Faults:
 @dataclass
 class Counts:
     """What :class:`FaultProxy` saw: requests forwarded or failed, by kind, and per
-    ``"<METHOD> <path>"``."""
+    ``"<METHOD> <path>"``; ``max_in_flight``: the most requests it was answering at once (with a
+    ``delay``, how many a client had sent before the first answer came back)."""
 
     requests: int = 0
     slowdown: int = 0
@@ -161,6 +162,7 @@ class Counts:
     deny: int = 0
     stall: int = 0
     per_key: dict[str, int] = field(default_factory=dict)
+    max_in_flight: int = 0
 
 
 def key_selected(key: str, fraction: float) -> bool:
@@ -204,6 +206,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         proxy = self.server.proxy
+        proxy.in_flight(+1)
+        try:
+            self._answer(proxy)
+        finally:
+            proxy.in_flight(-1)
+
+    def _answer(self, proxy: FaultProxy) -> None:
         body = self._body()
         key = self.path.split("?", 1)[0]
         fault = proxy.decide(self.command, key)
@@ -275,6 +284,7 @@ class FaultProxy:
         self.counts = Counts()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        self._busy = 0  # requests being answered now
         self._local = threading.local()
         self._server = _ProxyServer(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
@@ -291,6 +301,12 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+    def in_flight(self, change: int) -> None:
+        """A request begins (+1) or ends (-1); :attr:`Counts.max_in_flight` keeps the peak."""
+        with self._lock:
+            self._busy += change
+            self.counts.max_in_flight = max(self.counts.max_in_flight, self._busy)
 
     def reset(self, faults: Faults | None = None) -> None:
         """Clear the counts (and the per-key fault history); set new ``faults`` if given."""

@@ -10,7 +10,6 @@ shards read from a local S3 server (moto) through ``s3://`` URLs.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import subprocess
@@ -31,6 +30,7 @@ from extsrc import BadFiles, Loader, Sampling, Workers, read_manifest, read_shar
 from extsrc.errors import BadImageError, ManifestError, ManifestFileNotFoundError
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.shards import ShardManifest, expand_shards
+from extsrc.sources.storage import Storage
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
@@ -452,19 +452,35 @@ def test_shards_over_s3_read_like_local_ones(tmp_path, s3_server, fault_proxy, p
     assert remote.labels.tolist() == local.labels.tolist()
     assert remote.offsets.tolist() == local.offsets.tolist()
     assert remote.paths[0] == "s3://extsrc-shards/train/train-000000.tar/000000.png"
-    # The samples' ranged reads through the fault proxy: a third of the shards answer 503
-    # SlowDown once. (Indexing goes direct: the proxy answers HEAD with Content-Length 0.)
-    fault_proxy.reset(Faults(slowdown=0.34, times=1))
-    remote = dataclasses.replace(
-        remote, storage_options=s3_server.storage_options(fault_proxy.endpoint))
+    # Indexed again through the fault proxy (sizes from its HEAD answers), then the samples'
+    # ranged reads through it, a third of the shards answering 503 SlowDown once.
+    fault_proxy.reset()
+    remote = read_shards(url, storage_options=Storage(
+        s3_server.storage_options(fault_proxy.endpoint)))
+    assert remote.offsets.tolist() == local.offsets.tolist()
     assert remote.read(0) == png(0)  # this process now holds a client for these options...
     # ...which a forked reader process must not use (s3fs's clients are not fork-safe).
+    fault_proxy.reset(Faults(slowdown=0.34, times=1))  # faults from here on: the readers'
+    seen = []
     with Loader(remote, batch_size=4, shuffle=True, seed=2, device="cpu",
                 workers=Workers(num_workers=1)) as loader:
         for batch in loader:
             for k, i in enumerate(batch["index"].tolist()):
+                seen.append(i)
                 np.testing.assert_array_equal(batch["image"][k].numpy(), image_of(i))
+    assert sorted(seen) == list(range(N))
     assert fault_proxy.counts.slowdown > 0  # the faults happened and were ridden out
+    # The ranged reads went through the storage layer: counted, and its retries with them.
+    stats = loader.storage_stats()
+    assert stats["reads"] >= N and stats["retries"] >= 1
+    assert stats["retried_reasons"] and stats["failures"] == 0
+    # A batch's ranged reads go out together, up to the storage's concurrency, and come back
+    # in batch order.
+    fault_proxy.reset(Faults(delay=0.05))
+    indices = [9, 2, 17, 5, 11, 0, 14, 7]
+    got = remote.read_many(indices)
+    assert got == [png(i) for i in indices]
+    assert fault_proxy.counts.max_in_flight > 1
     with pytest.raises(ManifestFileNotFoundError, match=r"train-000004\.tar: the shard does not"):
         read_shards("s3://extsrc-shards/train/train-{000003..000004}.tar",
                     storage_options=s3_server.storage_options())

@@ -264,7 +264,12 @@ class ShardedSource:
         its error; URL samples are fetched together, with many requests in flight."""
         m = self.manifest
         fetched: dict[int, bytes | FileReadProblem] = {}
-        if m.storage is not None:
+        # Tar shards first: their paths (<shard URL>/<member>) are no objects of their own.
+        if isinstance(m, ShardManifest):
+            fetched = dict(enumerate(m.read_many(indices, max_bytes=self.max_file_bytes)))
+            if self.stats_dir is not None and m.storage is not None:
+                m.storage.write_stats(self.stats_dir)  # for Loader.storage_stats()
+        elif m.storage is not None:
             at = [k for k, i in enumerate(indices) if is_url(m.paths[int(i)])]
             got = m.storage.read_many([m.paths[int(indices[k])] for k in at],
                                       max_bytes=self.max_file_bytes)

@@ -39,12 +39,12 @@ keeps every :class:`ShardProblem` in :attr:`ShardManifest.skipped`. Members with
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
 import stat
 import threading
-import time
 import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -57,7 +57,13 @@ from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES, FileReadProblem
 from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS, Finding, check_bytes, decode_check
-from extsrc.sources.manifest import Manifest, _validate_classes, _validated_label_array
+from extsrc.sources.manifest import (
+    Manifest,
+    _validate_classes,
+    _validated_label_array,
+    storage_arg,
+)
+from extsrc.sources.storage import Storage, url_protocol
 from extsrc.sources.tarindex import Unsupported, read_members
 from extsrc.sources.where import url_scheme
 
@@ -113,7 +119,6 @@ _COMPRESSED_RE = re.compile(r"\.(tar\.(gz|bz2|xz|zst|lz4)|tgz|tbz2?|txz)\Z", re.
 _LABEL_MAX_BYTES = 1 << 20  # a cls/json member larger than this is not a label
 _MAX_NAMED = 3  # problems named in a skip warning
 _REMOTE_BLOCK = 8 << 20  # read-ahead while indexing a remote shard
-_REMOTE_TRIES = 4
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.flags.writeable = False
 
@@ -219,7 +224,8 @@ class ShardManifest(Manifest):
         shard_of: read-only ``int64`` array: the index in :attr:`shards` of every sample.
         offsets, sizes: read-only ``int64`` arrays: where every image member's data starts in
             its shard, and its length in bytes.
-        storage_options: passed to fsspec for URL shards (``None``: its defaults).
+        storage: how URL shards are read (:class:`~extsrc.sources.storage.Storage`: fsspec
+            options, requests in flight, retries, cache); ``None`` for local shards only.
         skipped: what ``on_error="skip"`` left out while indexing.
         stamps: every local shard's ``(size, mtime_ns)`` when it was indexed (``None`` for a
             URL shard, or to check nothing): a read from a shard that has changed since is
@@ -230,7 +236,6 @@ class ShardManifest(Manifest):
     shard_of: np.ndarray = field(default_factory=lambda: _NONE)
     offsets: np.ndarray = field(default_factory=lambda: _NONE)
     sizes: np.ndarray = field(default_factory=lambda: _NONE)
-    storage_options: Mapping[str, Any] | None = None
     skipped: tuple[ShardProblem, ...] = ()
     stamps: tuple[tuple[int, int] | None, ...] = ()
 
@@ -260,14 +265,19 @@ class ShardManifest(Manifest):
             arrays[name] = a
         if n and arrays["shard_of"].max() >= len(shards):
             raise ManifestError(f"{where}: ShardManifest.shard_of names a shard not in shards")
-        options = None if self.storage_options is None else dict(self.storage_options)
+        storage = self.storage
+        if storage is not None and not isinstance(storage, Storage):
+            raise TypeError(f"{where}: ShardManifest.storage must be an extsrc Storage or None, "
+                            f"got {type(storage).__name__}")
+        if storage is None and any(_is_remote(x) for x in shards):
+            storage = Storage()
         stamps = tuple(None if t is None else (int(t[0]), int(t[1])) for t in self.stamps) \
             or (None,) * len(shards)
         if len(stamps) != len(shards):
             raise ManifestError(f"{where}: ShardManifest.stamps needs one entry per shard")
         for name, value in (("source", source), ("paths", paths), ("labels", labels),
                             ("lines", lines), ("classes", classes), ("shards", shards),
-                            ("storage_options", options), ("skipped", tuple(self.skipped)),
+                            ("storage", storage), ("skipped", tuple(self.skipped)),
                             ("stamps", stamps), *arrays.items()):
             object.__setattr__(self, name, value)
 
@@ -279,25 +289,63 @@ class ShardManifest(Manifest):
             paths=tuple(self.paths[i] for i in keep), labels=self.labels[keep],
             classes=self.classes, lines=tuple(self.lines[i] for i in keep), source=self.source,
             shards=self.shards, shard_of=self.shard_of[keep], offsets=self.offsets[keep],
-            sizes=self.sizes[keep], storage_options=self.storage_options, skipped=self.skipped,
+            sizes=self.sizes[keep], storage=self.storage, skipped=self.skipped,
             stamps=self.stamps,
         )
 
-    def range(self, index: int) -> tuple[str, int, int, Mapping[str, Any] | None,
+    def range(self, index: int) -> tuple[str, int, int, Storage | None,
                                          tuple[int, int] | None]:
-        """Where sample ``index``'s image member lies: ``(shard, offset, size,
-        storage_options, stamp)``, the arguments of :func:`read_range` and
-        :func:`check_range`."""
+        """Where sample ``index``'s image member lies: ``(shard, offset, size, storage,
+        stamp)``, the arguments of :func:`read_range` and :func:`check_range`."""
         s = int(self.shard_of[index])
         return (self.shards[s], int(self.offsets[index]), int(self.sizes[index]),
-                self.storage_options, self.stamps[s])
+                self.storage, self.stamps[s])
+
+    def is_remote(self, index: int) -> bool:
+        """Whether sample ``index`` lies in a shard behind a URL (read through :attr:`storage`)."""
+        return self.remote[int(self.shard_of[index])]
+
+    @functools.cached_property
+    def remote(self) -> tuple[bool, ...]:
+        """Whether each shard of :attr:`shards` is behind a URL."""
+        return tuple(_is_remote(x) for x in self.shards)
 
     def read(self, index: int, *, max_bytes: int | None = DEFAULT_MAX_FILE_BYTES) -> bytes:
         """The image member of sample ``index``, or
         :class:`~extsrc.sources.fileread.FileReadProblem`."""
-        shard, offset, size, options, stamp = self.range(index)
+        shard, offset, size, storage, stamp = self.range(index)
         _check_size(size, max_bytes)
-        return read_range(shard, offset, size, options, stamp)
+        return read_range(shard, offset, size, storage, stamp)
+
+    def read_many(self, indices: Sequence[int] | np.ndarray, *,
+                  max_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+                  ) -> list[bytes | FileReadProblem]:
+        """The image members of samples ``indices``, in that order, a failed read's place
+        holding its :class:`~extsrc.sources.fileread.FileReadProblem`. Members of URL shards
+        are read together through :attr:`storage`, up to its ``concurrency`` ranged GETs in
+        flight; members of local shards by one ``pread`` each."""
+        out: list[bytes | FileReadProblem | None] = [None] * len(indices)
+        remote: list[tuple[int, tuple[str, int, int]]] = []
+        for k, i in enumerate(indices):
+            shard, offset, size, _, _ = self.range(int(i))
+            if self.is_remote(int(i)):
+                try:
+                    _check_size(size, max_bytes)
+                except FileReadProblem as e:
+                    out[k] = e
+                    continue
+                remote.append((k, (shard, offset, size)))
+            else:
+                try:
+                    out[k] = self.read(int(i), max_bytes=max_bytes)
+                except FileReadProblem as e:
+                    out[k] = e
+        if remote:
+            assert self.storage is not None  # set for every manifest with a URL shard
+            got = self.storage.read_ranges([r for _, r in remote])
+            for (k, _), g in zip(remote, got, strict=True):
+                out[k] = g
+        return out  # type: ignore[return-value]
 
     def check(self, index: int, *, decode: bool = True,
               max_pixels: int | None = DEFAULT_MAX_PIXELS,
@@ -320,7 +368,6 @@ _LOCK = threading.Lock()
 _OPEN: dict[str, int] = {}
 _OPEN_PID = [os.getpid()]
 _MAX_OPEN = 64
-_FS: dict[tuple[int, str, str], Any] = {}
 
 
 def _local_fd(path: str) -> int:
@@ -346,37 +393,14 @@ def _local_fd(path: str) -> int:
     return fd
 
 
-def _filesystem(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
-    """fsspec's filesystem for ``url`` (one per protocol and options in each process; never
-    pickled: a reader process makes its own) and the path in it."""
-    try:
-        import fsspec
-    except ImportError:
-        raise ManifestError(
-            f"{shown(url)} is a URL: reading shards from object storage needs fsspec and the "
-            "protocol's package; pip install fsspec s3fs (gcsfs for gs://, aiohttp for https://)",
-            path=url, reason="missing_extra") from None
-    # The process id is part of the key: a forked reader must not use its parent's client
-    # (s3fs refuses: its event loop and connections belong to the parent).
-    key = (os.getpid(), url.split("://", 1)[0].lower(),
-           repr(sorted((storage_options or {}).items())))
-    with _LOCK:
-        fs = _FS.get(key)
-    if fs is None:
-        fs, _ = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-        with _LOCK:
-            _FS[key] = fs
-    return fs, fs._strip_protocol(url)
-
-
-def read_range(shard: str, offset: int, size: int,
-               storage_options: Mapping[str, Any] | None = None,
+def read_range(shard: str, offset: int, size: int, storage: Storage | None = None,
                stamp: tuple[int, int] | None = None) -> bytes:
-    """``size`` bytes at ``offset`` of ``shard`` (a local path or a URL). A local shard whose
+    """``size`` bytes at ``offset`` of ``shard`` (a local path, or a URL read through
+    ``storage``: one ranged GET with its retries and counts). A local shard whose
     ``(size, mtime_ns)`` is no longer ``stamp`` (rewritten, replaced, grown), or a short read,
     raises :class:`~extsrc.sources.fileread.FileReadProblem`: the index no longer fits the shard."""
     if _is_remote(shard):
-        data = _remote_range(shard, offset, size, storage_options)
+        data = (storage or Storage()).read_range(shard, offset, size)
     else:
         with _LOCK:  # a descriptor is not closed by another thread while it is read
             fd = _local_fd(shard)
@@ -405,26 +429,6 @@ def read_range(shard: str, offset: int, size: int,
     return data
 
 
-def _remote_range(url: str, offset: int, size: int,
-                  storage_options: Mapping[str, Any] | None) -> bytes:
-    """A ranged read, tried again with growing waits on errors that may pass."""
-    fs, path = _filesystem(url, storage_options)
-    for attempt in range(_REMOTE_TRIES):
-        try:
-            return bytes(fs.cat_file(path, start=offset, end=offset + size))
-        except FileNotFoundError:
-            raise FileReadProblem("missing", "its shard no longer exists") from None
-        except PermissionError as e:
-            raise FileReadProblem("unreadable", f"access to its shard is denied: {e}") from None
-        except Exception as e:  # network errors come in many types
-            if attempt == _REMOTE_TRIES - 1:
-                raise FileReadProblem(
-                    "unreadable", f"reading its shard failed {_REMOTE_TRIES} times: "
-                    f"{type(e).__name__}: {e}") from None
-            time.sleep(0.05 * 2 ** attempt)
-    raise AssertionError("unreachable")
-
-
 def _check_size(size: int, max_bytes: int | None) -> None:
     if max_bytes is not None and size > max_bytes:
         raise FileReadProblem(
@@ -433,7 +437,7 @@ def _check_size(size: int, max_bytes: int | None) -> None:
 
 
 def check_range(shard: str, offset: int, size: int,
-                storage_options: Mapping[str, Any] | None = None,
+                storage: Storage | None = None,
                 stamp: tuple[int, int] | None = None, *, decode: bool = True,
                 max_pixels: int | None = DEFAULT_MAX_PIXELS,
                 max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES) -> Finding | None:
@@ -441,7 +445,7 @@ def check_range(shard: str, offset: int, size: int,
     member (``None``: good); ``decode`` decodes it fully, as :func:`extsrc.validate` does."""
     try:
         _check_size(size, max_file_bytes)
-        data = read_range(shard, offset, size, storage_options, stamp)
+        data = read_range(shard, offset, size, storage, stamp)
     except FileReadProblem as e:
         return Finding(e.reason, e.message)
     finding = check_bytes(data, max_pixels=max_pixels)
@@ -463,14 +467,23 @@ class _Indexed:
     stamp: tuple[int, int] | None = None
 
 
-def _open_shard(shard: str, storage_options: Mapping[str, Any] | None,
+def _open_shard(shard: str, storage: Storage | None,
                 ) -> tuple[Any, int, tuple[int, int] | None]:
     """The shard opened for reading, its size and (local shards) its ``(size, mtime_ns)``; a
     :class:`ShardProblem` if it cannot be opened."""
     try:
         if _is_remote(shard):
-            fs, path = _filesystem(shard, storage_options)
-            f = fs.open(path, "rb", block_size=_REMOTE_BLOCK, cache_type="readahead")
+            storage = storage or Storage()
+            fs = storage.filesystem(url_protocol(shard) or "")
+            try:  # the storage's retries and failure classes; the reads that follow stream
+                f = storage._with_retries(shard, lambda: fs.open(
+                    shard, "rb", block_size=_REMOTE_BLOCK, cache_type="readahead"))
+            except FileReadProblem as e:
+                if e.reason == "missing":
+                    raise _Stop(ShardProblem(shard, None, "missing_shard",
+                                             "the shard does not exist")) from None
+                raise _Stop(ShardProblem(shard, None, "unreadable_shard",
+                                         f"the shard cannot be read: {e.message}")) from None
             return f, int(f.size), None
         f = open(shard, "rb")  # the caller closes it
         st = os.fstat(f.fileno())
@@ -718,12 +731,12 @@ def _cache_store(path: str, members: list[tuple[str, int, int]], data: dict[str,
 
 
 def _index(shard: str, *, label: str | None, label_field: str | None,
-           image_extensions: frozenset[str], storage_options: Mapping[str, Any] | None,
+           image_extensions: frozenset[str], storage: Storage | None,
            index_cache: str | None = None) -> _Indexed:
     """Read one shard's headers (and label members) into its samples and problems; with
     ``index_cache``, reuse (or keep) what an earlier read of the same content found."""
     try:
-        f, size, stamp = _open_shard(shard, storage_options)
+        f, size, stamp = _open_shard(shard, storage)
     except _Stop as stop:
         return _Indexed([], [stop.problem])
     with f:
@@ -810,7 +823,7 @@ def _index(shard: str, *, label: str | None, label_field: str | None,
 # The entry point
 
 
-def _shard_list(shards: object, storage_options: Mapping[str, Any] | None,
+def _shard_list(shards: object, storage: Storage | None,
                 ) -> tuple[list[str], str]:
     """The shards named (patterns expanded, local paths made absolute), and ``source``."""
     if isinstance(shards, (str, os.PathLike)):
@@ -841,9 +854,9 @@ def _shard_list(shards: object, storage_options: Mapping[str, Any] | None,
                     reason="bad_pattern")
             if _is_remote(name):
                 if glob.has_magic(name):
-                    fs, path = _filesystem(name, storage_options)
-                    proto = name.split("://", 1)[0]
-                    matched = sorted(fs.glob(path))
+                    proto = url_protocol(name) or ""
+                    fs = (storage or Storage()).filesystem(proto)
+                    matched = sorted(p.split("://", 1)[-1] for p in fs.glob(name))
                     out += [f"{proto}://{p}" for p in matched]
                     if not matched:
                         raise ManifestFileNotFoundError(
@@ -893,7 +906,7 @@ def read_shards(
     label_field: str | None = None,
     image_extensions: Sequence[str] | None = None,
     on_error: str = "raise",
-    storage_options: Mapping[str, Any] | None = None,
+    storage_options: Mapping[str, Any] | Storage | None = None,
     max_workers: int = 16,
     index_cache: str | os.PathLike[str] | None = None,
 ) -> ShardManifest:
@@ -916,7 +929,11 @@ def read_shards(
         on_error: ``"raise"``: raise :class:`~extsrc.errors.ManifestError` for the first
             problem found; ``"skip"``: leave the bad samples (or shards) out, warn, and keep the
             problems in :attr:`ShardManifest.skipped`.
-        storage_options: passed to fsspec for URL shards (credentials, endpoint_url...).
+        storage_options: for URL shards, as for :func:`extsrc.read_manifest`: a dict of fsspec
+            options (credentials, ``endpoint_url``...) or a
+            :class:`~extsrc.sources.storage.Storage` (requests in flight, retries, timeouts,
+            cache too). Samples are read through it: ranged GETs with its retries, counted in
+            ``loader.storage_stats()``.
         max_workers: shards indexed at once (threads; remote shards wait on the network).
         index_cache: a folder where each shard's member table is kept (one JSON file per
             shard content: a local shard's size and modification time, an object's size and
@@ -947,13 +964,16 @@ def read_shards(
         raise ValueError(f"read_shards: label={label!r} is also an image extension")
     if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
         raise ValueError(f"read_shards: max_workers must be an int >= 1, got {max_workers!r}")
-    names, source = _shard_list(shards, storage_options)
+    storage = storage_arg(storage_options, "read_shards")
+    names, source = _shard_list(shards, storage)
+    if storage is None and any(_is_remote(s) for s in names):
+        storage = Storage()
 
     cache = None if index_cache is None else os.path.abspath(os.fspath(index_cache))
 
     def one(shard: str) -> _Indexed:
         return _index(shard, label=label, label_field=label_field, image_extensions=exts,
-                      storage_options=storage_options, index_cache=cache)
+                      storage=storage, index_cache=cache)
 
     remote = any(_is_remote(s) for s in names)
     workers = min(max_workers, len(names)) if remote else 1
@@ -1005,6 +1025,6 @@ def read_shards(
         shards=tuple(names), shard_of=np.array(shard_of, dtype=np.int64),
         offsets=np.array([s[2] for ix in indexed for s in ix.samples], dtype=np.int64),
         sizes=np.array([s[3] for ix in indexed for s in ix.samples], dtype=np.int64),
-        storage_options=storage_options, skipped=tuple(problems),
+        storage=storage, skipped=tuple(problems),
         stamps=tuple(ix.stamp for ix in indexed),
     )

@@ -506,6 +506,54 @@ class Storage:
             return [one(u) for u in urls]
         return list(self._executor().map(one, urls))
 
+    def read_range(self, url: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
+        a tar shard), with :meth:`read`'s retries, counts and cache; fewer bytes than asked
+        (the object is shorter) raise :class:`~extsrc.sources.fileread.FileReadProblem`
+        ``unreadable``."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        key = f"{url}#bytes={offset}-{offset + size}"  # a cache entry per range
+        cache = self._cache_or_none()
+        if cache is not None:
+            data = cache.get(key)
+            if data is not None:
+                with self._lock:
+                    self.stats.cache_hits += 1
+                return data
+        fs = self.filesystem(protocol)
+        data = bytes(self._with_retries(
+            url, lambda: fs.cat_file(url, start=offset, end=offset + size)))
+        if len(data) != size:
+            with self._lock:
+                self.stats.failures += 1
+            raise FileReadProblem(
+                "unreadable",
+                f"the object ends {size - len(data):,} bytes before the range "
+                f"{offset:,}+{size:,} does: it changed since it was indexed (read it again)")
+        with self._lock:
+            self.stats.reads += 1
+            self.stats.bytes += len(data)
+        if cache is not None:
+            cache.put(key, data)
+        return data
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int]]
+                    ) -> list[bytes | FileReadProblem]:
+        """:meth:`read_range` of every ``(url, offset, size)``, with up to ``concurrency``
+        requests in flight, in the order given; a failed read's place holds its
+        :class:`~extsrc.sources.fileread.FileReadProblem`."""
+        def one(r: tuple[str, int, int]) -> bytes | FileReadProblem:
+            try:
+                return self.read_range(*r)
+            except FileReadProblem as e:
+                return e
+
+        if len(ranges) <= 1:
+            return [one(r) for r in ranges]
+        return list(self._executor().map(one, ranges))
+
     def list_files(self, url: str) -> list[str]:
         """Every object under the folder URL ``url`` (recursively), as full URLs, sorted."""
         protocol = url_protocol(url)
