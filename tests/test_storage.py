@@ -29,6 +29,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 s3_server = storage_server.s3_server
 fault_proxy = storage_server.fault_proxy
 
+REPO = Path(__file__).resolve().parent.parent
 N = 23
 BATCH = 4
 
@@ -197,6 +198,19 @@ def test_missing_extra_names_what_to_install(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(MissingExtraError, match=r"needs gcsfs, which is not installed; install it "
                                                 r"with pip install 'extsrc\[gcs\]'"):
         Manifest.from_lists(["gs://bucket/a.jpg"], [0])
+
+
+def test_a_csv_manifest_imports_no_storage_or_tar_module(tmp_path: Path) -> None:
+    # read_manifest imports extsrc.sources.storage and .shards for every manifest; neither may
+    # import fsspec, a filesystem package or tarfile until a URL or a shard is read.
+    manifest = write_dataset(tmp_path, 2, fmt="png")
+    code = ("import sys, extsrc\n"
+            f"extsrc.read_manifest({str(manifest)!r})\n"
+            "heavy = ('fsspec', 's3fs', 'gcsfs', 'aiohttp', 'botocore', 'aiobotocore', 'tarfile')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_failures_are_classified() -> None:
