@@ -17,7 +17,9 @@ Variants:
   read and their image header checked, no decoding) over one epoch in this process, what each
   reader process does;
 - ``shards_s3`` (``--s3``): the same shards uploaded to a local S3 server (moto, on 127.0.0.1, in
-  this process) and read through ``s3://`` URLs.
+  this process) and read through ``s3://`` URLs;
+- ``shards_s3_<L>ms`` (``--s3-latency L``): the same through the test suite's proxy
+  (``tests/storage_server.py``) adding ``L`` ms to every request, as a remote bucket would.
 
 Reported per variant, medians over ``--repeats`` rounds (rounds interleave the variants, every
 other round in reverse order):
@@ -108,6 +110,8 @@ def run_reader(source, args) -> dict[str, float]:
     from extsrc import ShardedSource, read_manifest
 
     t0 = time.perf_counter()
+    if callable(source):  # a remote source, indexed here
+        source = source()
     manifest = read_manifest(source) if isinstance(source, str) else source
     src = ShardedSource(manifest, batch_size=args.batch_size, shuffle=True, seed=0)
     t1 = time.perf_counter()
@@ -170,7 +174,9 @@ def paired_ratios(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict]:
     """images/s of one variant over another, round by round (the two ran minutes apart at
     most, so a busy machine's drift cancels better than in a ratio of medians)."""
     out = {}
-    for a, b in PAIRS:
+    pairs = (*PAIRS, *((v, "shards") for v in rounds if v.startswith("shards_s3_")),
+             *((v, "read_shards") for v in rounds if v.startswith("read_shards_s3")))
+    for a, b in pairs:
         if a in rounds and b in rounds:
             r = [x["images_per_s"] / y["images_per_s"] for x, y in zip(rounds[a], rounds[b],
                                                                           strict=True)]
@@ -191,20 +197,31 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--s3", action="store_true", help="also read the shards from a local moto S3")
+    p.add_argument("--s3-latency", type=float, action="append", default=[],
+                   help="with --s3: also through a proxy adding this many ms per request "
+                        "(repeatable)")
     p.add_argument("--data", default="/tmp/extsrc_bench_shards")
-    p.add_argument("--variants", default="read_files,read_shards,files,shards,webdataset")
+    p.add_argument("--variants", default="read_files,read_shards,files,shards,webdataset",
+                   help="comma-separated; with --s3, S3 variants (shards_s3, shards_s3_<L>ms, and "
+                        "read_ before either) may be named too")
     p.add_argument("--out")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
 
     manifest, mean_bytes = make_dataset(Path(args.data) / "files", args.n)
     pattern = write_shards(manifest, Path(args.data) / "shards", args.shards)
-    variants = args.variants.split(",") + (["shards_s3"] if args.s3 else [])
+    latencies = args.s3_latency if args.s3 else []
+    given = args.variants.split(",")
+    s3_variants = (["shards_s3"] if args.s3 else []) + [f"shards_s3_{ms:g}ms" for ms in latencies]
+    # The S3 variants join the list unless it names some itself (read_shards_s3_20ms: the
+    # reader alone over S3 with 20 ms per request).
+    variants = given if any("s3" in v for v in given) else given + s3_variants
     sources: dict[str, object] = {"files": str(manifest), "shards": pattern}
     server = None
+    proxies: list = []
     if args.s3:
         sys.path.insert(0, str(HERE.parent / "tests"))
-        from storage_server import S3Server
+        from storage_server import FaultProxy, Faults, S3Server
 
         from extsrc import read_shards
 
@@ -213,6 +230,11 @@ def main() -> None:
         server.upload_tree(Path(pattern).parent, "bench-shards", "train")
         url = f"s3://bench-shards/train/{Path(pattern).name}"
         sources["shards_s3"] = lambda: read_shards(url, storage_options=server.storage_options())
+        for ms in latencies:
+            proxy = FaultProxy(server.endpoint, Faults(delay=ms / 1000)).__enter__()
+            proxies.append(proxy)
+            sources[f"shards_s3_{ms:g}ms"] = lambda e=proxy.endpoint: read_shards(
+                url, storage_options=server.storage_options(e))
 
     rounds: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
@@ -237,6 +259,8 @@ def main() -> None:
                 print(f"round {r} {v:12s} " + "  ".join(f"{k} {x:.3f}" for k, x in res.items()),
                       flush=True)
     finally:
+        for proxy in proxies:
+            proxy.__exit__(None, None, None)
         if server is not None:
             server.__exit__(None, None, None)
     medians = {v: {k: statistics.median(x[k] for x in rs) for k in rs[0]}
