@@ -60,6 +60,7 @@ if TYPE_CHECKING:
         shard_indices,
         shard_plan,
     )
+    from extsrc.sources.shards import ShardManifest, read_shards
     from extsrc.sources.table import read_manifest
     from extsrc.sources.video.clips import ClipSpec
     from extsrc.sources.video.probe import VideoInfo, probe_video
@@ -103,6 +104,7 @@ __all__ = [
     "Problem",
     "SampleReadError",
     "Sampling",
+    "ShardManifest",
     "ShardPlan",
     "ShardedSource",
     "StateMismatchError",
@@ -119,6 +121,7 @@ __all__ = [
     "make_sample_videos",
     "probe_video",
     "read_manifest",
+    "read_shards",
     "render_batch",
     "shard_indices",
     "shard_plan",
@@ -180,6 +183,8 @@ _WHERE: dict[str, str] = {
     "shard_plan": "extsrc.sources.sharding",
     "SOURCE_OUTPUTS": "extsrc.sources.images",
     "ShardedSource": "extsrc.sources.images",
+    "ShardManifest": "extsrc.sources.shards",
+    "read_shards": "extsrc.sources.shards",
     "VideoLoader": "extsrc.loading.video",
     "validate_videos": "extsrc.validation.videos",
     "ClipSpec": "extsrc.sources.video.clips",

@@ -916,22 +916,22 @@ def test_shown_text_is_printable_and_printable_text_unchanged(text):
     out.encode("utf-8")  # no lone surrogate left to break a terminal's encoder
 
 
-# -- URLs: refused until they are supported ---------------------------------------------------
-URL_ADVICE = r"URLs and object storage are not supported yet.*s3fs, gcsfuse"
+# -- URLs that no storage reads are refused (object storage: tests/test_storage.py) ----------
+URL_ADVICE = r"no fsspec filesystem reads this protocol.*s3fs, gcsfuse"
 
 
-@pytest.mark.parametrize(("cell", "scheme"), [
-    ("s3://bucket/train/a.jpg", "s3"), ("gs://bucket/a.jpg", "gs"),
-    ("https://example.com/a.jpg", "https"), ("http://example.com/a.jpg", "http"),
-    ("HTTPS://EXAMPLE.COM/A.JPG", "https"), ("hf+hub://org/set/a.jpg", "hf+hub"),
-    ("az:/container/a.jpg", "az"),  # as pathlib.Path("az://container/a.jpg") writes it
+@pytest.mark.parametrize(("cell", "scheme", "advice"), [
+    ("hf+hub://org/set/a.jpg", "hf+hub", URL_ADVICE),
+    ("nosuchproto://bucket/a.jpg", "nosuchproto", URL_ADVICE),
+    ("az:/container/a.jpg", "az", r"write it as az://\.\.\. with two slashes"),
+    ("S3:/bucket/a.jpg", "s3", r"write it as s3://\.\.\. with two slashes"),
 ])
-def test_url_in_a_manifest_row_is_refused_naming_the_line(tmp_path: Path, cell: str,
-                                                          scheme: str) -> None:
+def test_unreadable_url_in_a_manifest_row_is_refused_naming_the_line(
+        tmp_path: Path, cell: str, scheme: str, advice: str) -> None:
     m = tmp_path / "m.csv"
     m.write_text(f"path,label\nlocal/a.jpg,0\n  {cell}  ,1\n")
     with pytest.raises(ManifestError, match=rf"m\.csv line 3: path {re.escape(cell)} is a URL "
-                                            rf"\({re.escape(scheme)}://\).*{URL_ADVICE}") as ei:
+                                            rf"\({re.escape(scheme)}://\).*{advice}") as ei:
         read_manifest(m)
     e = ei.value
     assert (e.line, e.path, e.reason) == (3, cell, "url")
@@ -948,32 +948,37 @@ def test_file_url_is_refused_with_its_own_advice(tmp_path: Path) -> None:
         Manifest.from_lists([Path("s3://bucket/a.jpg")], [0])
 
 
-def test_url_as_manifest_root_or_folder_is_refused(tmp_path: Path) -> None:
+def test_unreadable_url_as_manifest_root_or_folder_is_refused(tmp_path: Path) -> None:
     m = tmp_path / "m.csv"
     m.write_text("a.jpg,0\n")
-    with pytest.raises(ManifestError, match=rf"the manifest s3://bucket/m\.csv is a URL "
-                                            rf"\(s3://\).*{URL_ADVICE}"):
-        read_manifest("s3://bucket/m.csv")
-    with pytest.raises(ManifestError, match=r"read_manifest: root gs://bucket/ is a URL"):
-        read_manifest(m, root="gs://bucket/")
-    with pytest.raises(ManifestError, match=r"from_lists: root https://x\.org/d is a URL"):
-        Manifest.from_lists(["a.jpg"], [0], root="https://x.org/d")
-    with pytest.raises(ManifestError, match=r"from_folder: the folder gs://bucket/train is a URL"):
+    with pytest.raises(ManifestError, match=rf"the manifest nosuch://bucket/m\.csv is a URL "
+                                            rf"\(nosuch://\).*{URL_ADVICE}"):
+        read_manifest("nosuch://bucket/m.csv")
+    with pytest.raises(ManifestError, match=r"read_manifest: root nosuch://bucket/ is a URL"):
+        read_manifest(m, root="nosuch://bucket/")
+    with pytest.raises(ManifestError, match=r"from_lists: root nosuch://x\.org/d is a URL"):
+        Manifest.from_lists(["a.jpg"], [0], root="nosuch://x.org/d")
+    # Manifest.from_folder and read_folder read local folders; read_manifest("gs://b/train/")
+    # reads a folder URL.
+    with pytest.raises(ManifestError, match=r"from_folder: the folder gs://bucket/train is a URL "
+                                            r"\(gs://\).*only local files are read here"):
         Manifest.from_folder("gs://bucket/train")
-    with pytest.raises(ManifestError, match=r"read_manifest: root s3://b is a URL"):
-        read_manifest(tmp_path, root="s3://b")  # a folder dataset
     with pytest.raises(ManifestError, match=r"from_folder: root s3://b is a URL"):
         read_folder(tmp_path, root="s3://b")
 
 
-def test_loaders_refuse_a_url_manifest() -> None:
+def test_loaders_refuse_an_unreadable_url_manifest_and_videos_at_urls() -> None:
     import extsrc
 
-    for make in (lambda: extsrc.Loader("https://example.com/m.csv", batch_size=1, device="cpu"),
-                 lambda: extsrc.VideoLoader("s3://bucket/videos/", batch_size=1,
-                                            sequence_length=2, device="cpu")):
-        with pytest.raises(ManifestError, match=r"the manifest .* is a URL .*not supported yet"):
-            make()
+    with pytest.raises(ManifestError, match=r"the manifest nosuch://example\.com/m\.csv is a URL"):
+        extsrc.Loader("nosuch://example.com/m.csv", batch_size=1, device="cpu")
+    with pytest.raises(ManifestError, match=r"VideoLoader: the manifest s3://bucket/videos/ is a "
+                                            r"URL .*only local files are read here"):
+        extsrc.VideoLoader("s3://bucket/videos/", batch_size=1, sequence_length=2, device="cpu")
+    m = Manifest.from_lists(["s3://bucket/a.mp4"], [0])
+    with pytest.raises(ManifestError, match=r"VideoLoader: <from_lists> line 1: the video "
+                                            r"s3://bucket/a\.mp4 is a URL"):
+        extsrc.VideoLoader(m, batch_size=1, sequence_length=2, device="cpu")
 
 
 def test_windows_drive_letters_and_colons_are_not_urls(tmp_path: Path) -> None:

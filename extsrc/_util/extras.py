@@ -1,6 +1,6 @@
 """Optional dependencies ("extras"): what needs them, and the error that names the one to install.
 
-``pip install extsrc`` installs what the loader needs. Two parts need more:
+``pip install extsrc`` installs what the loader needs. Some parts need more:
 
 =====================  ======================  ================================================
 extra                  installs                needed by
@@ -10,6 +10,8 @@ extra                  installs                needed by
 ``albumentations``     albumentations 2.0.8    :func:`augment_ops.from_albumentations` (the
                                                last MIT-licensed release; the adapter is
                                                checked against it)
+``s3``, ``gcs``,       s3fs, gcsfs, or         manifests and samples at ``s3://``, ``gs://``,
+``http``               aiohttp (with fsspec)   ``http(s)://`` URLs (:mod:`extsrc.sources.storage`)
 =====================  ======================  ================================================
 """
 
@@ -26,6 +28,10 @@ __all__ = ["EXTRAS", "MissingExtraError", "require"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "preview": ("matplotlib",),
     "albumentations": ("albumentations",),
+    # Object storage (extsrc.sources.storage): fsspec and the filesystem of the protocol.
+    "s3": ("fsspec", "s3fs"),
+    "gcs": ("fsspec", "gcsfs"),
+    "http": ("fsspec", "aiohttp"),
 }
 
 

@@ -27,6 +27,7 @@ from extsrc.errors import (
 )
 from extsrc.sources.imagecheck import Finding, check_file
 from extsrc.sources.images import ShardedSource, bad_image_error
+from extsrc.sources.shards import ShardManifest
 from extsrc.sources.where import sample_where
 
 __all__ = ["DEBUG_ENV", "InFlight", "debug", "explain", "shown_alone", "worker_died"]
@@ -131,7 +132,7 @@ def explain(
     if dead:
         return worker_died(dead, at)
     if f.kind == "worker":
-        return _worker_exception(f, at)
+        return _worker_exception(f, at, lookahead)
     if f.kind == "op":
         return _op_exception(f)
     if f.kind == "decode":
@@ -139,14 +140,15 @@ def explain(
     return PipelineError(f"DALI failed while producing {at.where()}: {shown(f.text)}")
 
 
-def _worker_exception(f: DaliFailure, at: InFlight) -> Exception:
+def _worker_exception(f: DaliFailure, at: InFlight, lookahead: int = 0) -> Exception:
     """The source's exception in a worker process, as its extsrc type: the worker's message
     first, its traceback as ``detail``. Reading the batch again in this process gives the same
-    error as an object, with its fields (line, path, reason)."""
+    error as an object, with its fields (line, path, reason); the ``lookahead`` batches after it
+    too, since a worker may have failed on a batch it was reading ahead."""
     name, text = f.exc_type or "", f.exc_message or ""
     detail = f"Traceback in the DALI worker process:\n{f.traceback}"
-    if at.batch < len(at.source):
-        for i in at.indices(at.batch):
+    for b in range(at.batch, min(len(at.source), at.batch + 1 + lookahead)):
+        for i in at.indices(b):
             try:
                 at.source.read(i)
             except ExtsrcError as err:
@@ -224,7 +226,10 @@ def _find_culprit(
             if i in seen:
                 continue
             seen.add(i)
-            finding = check_file(at.source.manifest.paths[i], decode=True, max_pixels=max_pixels)
+            m = at.source.manifest
+            finding = (m.check(i, max_pixels=max_pixels) if isinstance(m, ShardManifest)
+                       else check_file(m.paths[i], decode=True, max_pixels=max_pixels,
+                                       storage=m.storage))
             if finding is not None:
                 return i, finding
     return None

@@ -48,8 +48,10 @@ from extsrc.loading.skipping import skip_bad, validate_images
 from extsrc.loading.state import Resumable
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
-from extsrc.sources.images import ShardedSource
+from extsrc.sources.images import STAND_IN, ShardedSource
 from extsrc.sources.manifest import Manifest
+from extsrc.sources.shards import is_shard_source, read_shards
+from extsrc.sources.storage import StatsDir
 from extsrc.sources.table import read_manifest
 
 __all__ = [
@@ -88,9 +90,15 @@ def check_ops(config: LoaderConfig, takes_clips: bool) -> None:
             )
 
 
-def as_manifest(manifest: Any) -> Manifest:
-    """A :class:`~extsrc.sources.manifest.Manifest`, or a manifest file path read."""
-    if isinstance(manifest, (str, os.PathLike)):
+def as_manifest(manifest: Any, on_error: str = "raise") -> Manifest:
+    """A :class:`~extsrc.sources.manifest.Manifest`, a manifest file path read, or tar shards
+    indexed into byte ranges of their members (``on_error="skip"``: the samples left out while
+    indexing go to ``manifest.skipped``, which the loader reports)."""
+    if is_shard_source(manifest):
+        with warnings.catch_warnings():  # on_error="skip": loader.skipped reports them
+            warnings.simplefilter("ignore" if on_error == "skip" else "default")
+            manifest = read_shards(manifest, on_error=on_error)
+    elif isinstance(manifest, (str, os.PathLike)):
         manifest = read_manifest(manifest)
     if not isinstance(manifest, Manifest):
         raise TypeError(
@@ -179,7 +187,7 @@ class Loader(Resumable):
 
     def __init__(
         self,
-        manifest: Manifest | str | os.PathLike[str],
+        manifest: Manifest | str | os.PathLike[str] | Sequence[str],
         *,
         batch_size: int,
         ops: Sequence[str | Op] = (),
@@ -200,7 +208,7 @@ class Loader(Resumable):
         groups, device = with_shards(self._own_groups(from_flat(type(self).__name__, {
             "sampling": sampling, "workers": workers, "op_runtime": op_runtime,
             "bad_files": bad_files, "format": format}, flat)), device)
-        self.manifest = manifest = as_manifest(manifest)
+        self.manifest = manifest = as_manifest(manifest, groups["bad_files"].on_error)
         self.config = LoaderConfig(
             batch_size=batch_size, ops=ops, transforms=transforms, resize=resize,
             output_map=output_map, shuffle=shuffle, seed=seed, device_id=resolve_device(device),
@@ -229,6 +237,8 @@ class Loader(Resumable):
         check_batch_for_samples(
             c.batch_size, len(manifest) if self._indices is None else len(self._indices)
         )
+        # Reader processes write their object-storage counts here (Loader.storage_stats).
+        self._storage_stats = StatsDir() if manifest.storage is not None else None
         self.source = self._make_source(0, 0)
         #: Where the next batch comes from; the epoch iterator advances it.
         self.position = ReadPosition(len(self.source))
@@ -345,6 +355,16 @@ class Loader(Resumable):
         if self.op_pool is not None:
             self.op_pool.close()
 
+    def storage_stats(self) -> dict[str, Any]:
+        """For a manifest of URLs: what the reader processes did, added up: ``reads`` (objects),
+        ``bytes``, ``retries`` (transient failures retried), ``failures`` (objects given up
+        on), ``cache_hits``, ``retried_reasons`` (retries by exception type) and ``processes``.
+        All zero for local files."""
+        if self._storage_stats is None:
+            return {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
+                    "retried_reasons": {}, "processes": 0}
+        return self._storage_stats.total()
+
     def __enter__(self) -> Loader:
         return self
 
@@ -403,7 +423,34 @@ class Loader(Resumable):
         """The per-sample metadata of a batch (``index``, ``is_pad``) from DALI's hidden
         outputs, as CPU tensors."""
         info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
+        if self.config.bad_files.on_error == "skip" and bool((info[:, 2] == STAND_IN).any()):
+            self._report_stand_ins(info[info[:, 2] == STAND_IN, 0].tolist())
         return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
+
+    def _report_stand_ins(self, indices: list[int]) -> None:
+        """on_error="skip": samples that could not be read during the epoch (a file or object
+        deleted, damaged or refused after the up-front check) went out as ``is_pad`` rows
+        holding another sample; add each to :attr:`skipped` once, with a warning."""
+        from extsrc.sources.imagecheck import check_file
+        from extsrc.validation.report import Problem
+
+        known = {p.index for p in self.skipped}
+        m = self.manifest
+        for i in dict.fromkeys(int(i) for i in indices):
+            if i in known:
+                continue
+            bad = self.config.bad_files
+            finding = check_file(m.paths[i], decode=False, max_pixels=bad.max_pixels,
+                                 max_file_bytes=bad.max_file_bytes, storage=m.storage)
+            reason, message = ((finding.reason, f"{finding.message}; {finding.fix}")
+                               if finding is not None else
+                               ("unreadable", "could not be read during the epoch"))
+            problem = Problem(index=i, line=m.lines[i], path=m.paths[i], reason=reason,
+                              message=message, source=m.source)
+            self.skipped = (*self.skipped, problem)
+            warnings.warn(
+                f"extsrc.Loader(on_error='skip'): {problem}; its place in the batch holds "
+                "another sample marked is_pad (loader.skipped lists it)", stacklevel=4)
 
     def _explain(self, e: Exception, at: InFlight) -> Exception:
         """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
@@ -419,6 +466,8 @@ class Loader(Resumable):
             shuffle=c.shuffle, seed=c.seed, last_batch=s.last_batch, start_epoch=start_epoch,
             start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=self._indices,
             max_file_bytes=c.bad_files.max_file_bytes,
+            skip_unreadable=c.bad_files.on_error == "skip",
+            stats_dir=None if self._storage_stats is None else self._storage_stats.path,
         )
 
     def _own_groups(self, groups: dict[str, Any]) -> dict[str, Any]:

@@ -41,8 +41,10 @@ def good_indices(report: Any, manifest: Manifest, who: str, what: str) -> Any:
         return None
     if len(report.ok_indices) == 0:
         report.clean_manifest()  # raises: every sample is bad, nothing is left to train on
+    # Tar shards: the samples left out while indexing count too (manifest.skipped).
+    total = len(manifest) + len(getattr(manifest, "skipped", ()))
     warnings.warn(
-        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {len(manifest)} "
+        f"extsrc.{who}(on_error='skip'): skipping {report.num_bad} of {total} "
         f"{what} of {manifest.source} ({report.counts}), e.g. {report.problems[0]}. "
         "loader.skipped lists them all; batch['index'] still refers to the original "
         "manifest",

@@ -53,11 +53,21 @@ VIDEO_METADATA_KEYS: tuple[str, ...] = ("index", "is_pad", "start_frame", "num_f
 
 
 def _read(manifest: Manifest | str | os.PathLike[str]) -> Manifest:
-    """A manifest path or a folder of class folders holding videos, read."""
+    """A manifest path or a folder of class folders holding videos, read. Videos are read from
+    local files only (DALI's video readers open files by name): a URL is refused."""
+    from extsrc.sources.where import refuse_url
+
     if isinstance(manifest, (str, os.PathLike)):
+        refuse_url(manifest, "VideoLoader: the manifest")
         if os.path.isdir(manifest):
             return Manifest.from_folder(manifest, extensions=VIDEO_EXTENSIONS)
-        return read_manifest(manifest)
+        manifest = read_manifest(manifest)
+    if isinstance(manifest, Manifest) and manifest.storage is not None:
+        from extsrc.sources.storage import is_url
+
+        i = next((i for i, p in enumerate(manifest.paths) if is_url(p)), None)
+        if i is not None:
+            refuse_url(manifest.paths[i], f"VideoLoader: {manifest.where(i)}: the video")
     return manifest  # type: ignore[return-value]
 
 

@@ -75,6 +75,11 @@ FILE_REASONS: dict[str, tuple[str, str]] = {
     "file_too_large": ("the file is larger than max_file_bytes (read-size guard)",
                        "drop the line, or raise max_file_bytes if the file is genuine"),
     "empty": ("the file has 0 bytes", "re-export the image or drop the line"),
+    "access_denied": ("the storage refused to read the object (permissions, credentials)",
+                      "check the credentials in storage_options (or the environment) and the "
+                      "bucket's policy, or drop the line"),
+    "unreachable": ("the storage kept failing (errors, timeouts) through every retry",
+                    "check the endpoint and the network, or raise the storage retries/timeout"),
     "outside_root": (
         "the path resolves outside the manifest's root folder",
         "move the file under the root, or pass allow_outside_root=True to read_manifest if "

@@ -25,6 +25,7 @@ import struct
 import warnings
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from extsrc._util.textsafe import shown
 from extsrc.sources.fileread import (
@@ -462,15 +463,32 @@ def check_file(
     max_pixels: int | None = DEFAULT_MAX_PIXELS,
     root_real: str | None = None,
     max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+    storage: Any = None,
+    data: bytes | FileReadProblem | None = None,
 ) -> Finding | None:
     """Every check of one file: file system, header, structure and (``decode``) a full decode.
 
+    A URL ``path`` is read through ``storage`` (an :class:`extsrc.sources.storage.Storage`;
+    default: one with the environment's credentials), or its bytes (or the problem reading them)
+    are given as ``data`` when a caller read several at once.
+
     The file is opened with :func:`extsrc.sources.fileread.open_regular`, as the loader opens it:
-    only a
-    regular file of at most ``max_file_bytes`` bytes is read. ``root_real``: the resolved root
-    folder the file must stay inside (symlinks followed), or ``None``. Returns ``None`` for a
-    good file.
+    only a regular file of at most ``max_file_bytes`` bytes is read. ``root_real``: the resolved
+    root folder the file must stay inside (symlinks followed), or ``None``. Returns ``None`` for
+    a good file.
     """
+    from extsrc.sources.storage import Storage, is_url
+
+    if data is not None or is_url(path):
+        try:
+            if isinstance(data, FileReadProblem):
+                raise data
+            if data is None:
+                data = (storage or Storage()).read(path, max_bytes=max_file_bytes)
+        except FileReadProblem as e:
+            return Finding(e.reason, e.message)
+        finding = check_bytes(data, max_pixels=max_pixels)
+        return decode_check(data) if finding is None and decode else finding
     try:
         f, size = open_regular(path, max_bytes=max_file_bytes, root_real=root_real)
     except FileReadProblem as e:

@@ -36,15 +36,22 @@ from extsrc.sources.sharding import (
     num_batches_per_shard,
     shard_plan,
 )
+from extsrc.sources.shards import ShardManifest
+from extsrc.sources.storage import is_url
 from extsrc.sources.where import reworded_fix
 
-__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "ReaderValues", "ShardedSource", "bad_image_error"]
+__all__ = ["INFO_COLUMNS", "SOURCE_OUTPUTS", "STAND_IN", "ReaderValues", "ShardedSource",
+           "bad_image_error"]
 
 #: What one call returns, in order: encoded bytes (one array per sample), labels (one int64
 #: array for the batch) and info (one int64 array for the batch, columns ``INFO_COLUMNS``).
 SOURCE_OUTPUTS: tuple[str, ...] = ("encoded", "label", "info")
 #: Columns of the ``info`` output: manifest index, epoch, 1 for a pad repeat else 0.
 INFO_COLUMNS: tuple[str, ...] = ("index", "epoch", "is_pad")
+#: ``is_pad`` of a row that stands in for a sample that could not be read during the epoch
+#: (``skip_unreadable``): the row holds another sample of the batch, ``index`` names the failed
+#: one. ``1`` marks a pad repeat.
+STAND_IN = 2
 
 
 # Appended to every bad-file message: how to find them all at once instead of one per run.
@@ -91,7 +98,10 @@ class ShardedSource:
     this off. When the manifest has a ``root``, a file resolving outside it (a symlink pointing
     out) raises :class:`~extsrc.errors.PathOutsideRootError`. Files are opened by
     :func:`extsrc.sources.fileread.read_regular`: anything but a regular file, or a file over
-    ``max_file_bytes`` (``None``: no limit), is refused before it is read.
+    ``max_file_bytes`` (``None``: no limit), is refused before it is read. URL samples are read
+    through the manifest's :attr:`~extsrc.Manifest.storage`, a batch's objects with many
+    requests in flight (:meth:`extsrc.sources.storage.Storage.read_many`); the order of the
+    samples in a batch is the same either way.
     """
 
 
@@ -111,6 +121,8 @@ class ShardedSource:
         check_images: bool = True,
         indices: Sequence[int] | np.ndarray | None = None,
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
+        skip_unreadable: bool = False,
+        stats_dir: str | None = None,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -156,8 +168,10 @@ class ShardedSource:
         self.max_pixels = max_pixels
         self.check_images = check_images
         self.max_file_bytes = check_max_file_bytes(max_file_bytes)
+        self.skip_unreadable = bool(skip_unreadable)
+        self.stats_dir = stats_dir
         root = getattr(manifest, "root", None)
-        self._root_real = None if root is None else os.path.realpath(root)
+        self._root_real = None if root is None or is_url(root) else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None
         self._owner_pid = os.getpid()
 
@@ -189,13 +203,24 @@ class ShardedSource:
         batch = iteration + (self.start_batch if epoch_idx == 0 else 0)
         return epoch, batch
 
-    def read(self, index: int) -> np.ndarray:
-        """The raw bytes of manifest sample ``index``, or an error naming its line and path."""
+    def read(self, index: int, fetched: bytes | FileReadProblem | None = None) -> np.ndarray:
+        """The raw bytes of manifest sample ``index``, or an error naming its line and path.
+        ``fetched``: its bytes, or the problem reading them, when they were read already."""
         m = self.manifest
         path, fields = m.paths[index], {"source": m.source, "line": m.lines[index]}
         where = m.where(index)
         try:
-            data = read_regular(path, max_bytes=self.max_file_bytes, root_real=self._root_real)
+            if isinstance(fetched, FileReadProblem):
+                raise fetched
+            if fetched is not None:
+                data = fetched
+            elif isinstance(m, ShardManifest):  # a member of a tar shard: one ranged read
+                data = m.read(index, max_bytes=self.max_file_bytes)
+            elif m.storage is not None and is_url(path):
+                data = m.storage.read(path, max_bytes=self.max_file_bytes)
+            else:
+                data = read_regular(path, max_bytes=self.max_file_bytes,
+                                    root_real=self._root_real)
         except FileReadProblem as e:
             raise sample_read_error(e, where, path, UP_FRONT_HINT, **fields) from None
         if not data:
@@ -215,8 +240,58 @@ class ShardedSource:
         if b >= self._num_batches:
             raise StopIteration
         indices, is_pad = self.plan(epoch).batch(b)
-        encoded = [self.read(int(i)) for i in indices]
-        return (encoded, *self.labels_and_info(indices, epoch, is_pad))
+        got = self._read_all(indices)
+        bad = [k for k, g in enumerate(got) if isinstance(g, Exception)]
+        stand_in = None
+        if bad:
+            if not self.skip_unreadable or len(bad) == len(got):
+                raise got[bad[0]]  # type: ignore[misc]
+            # on_error="skip": a sample that became unreadable during the epoch (deleted,
+            # damaged, access revoked) is replaced by a good sample of the same batch, marked
+            # STAND_IN, which the loader reports; the batch keeps its size and order.
+            stand_in = next(k for k in range(len(got)) if not isinstance(got[k], Exception))
+            is_pad = np.asarray(is_pad, dtype=np.int64).copy()
+            for k in bad:
+                got[k] = got[stand_in]
+                is_pad[k] = STAND_IN
+        labels, info = self.labels_and_info(indices, epoch, is_pad)
+        if stand_in is not None:
+            labels[bad] = labels[stand_in]
+        return (got, labels, info)  # type: ignore[return-value]
+
+    def _read_all(self, indices: np.ndarray) -> list[np.ndarray | SampleReadError]:
+        """:meth:`read` of every sample of a batch, in order, a failed sample's place holding
+        its error; URL samples are fetched together, with many requests in flight."""
+        m = self.manifest
+        fetched: dict[int, bytes | FileReadProblem] = {}
+        # Tar shards first: their paths (<shard URL>/<member>) are no objects of their own.
+        if isinstance(m, ShardManifest):
+            fetched = dict(enumerate(m.read_many(indices, max_bytes=self.max_file_bytes)))
+            if self.stats_dir is not None and m.storage is not None:
+                m.storage.write_stats(self.stats_dir)  # for Loader.storage_stats()
+        elif m.storage is not None:
+            at = [k for k, i in enumerate(indices) if is_url(m.paths[int(i)])]
+            got = m.storage.read_many([m.paths[int(indices[k])] for k in at],
+                                      max_bytes=self.max_file_bytes)
+            fetched = dict(zip(at, got, strict=True))
+            if self.stats_dir is not None and at:
+                m.storage.write_stats(self.stats_dir)  # for Loader.storage_stats()
+        out: list[np.ndarray | SampleReadError] = []
+        for k, i in enumerate(indices):
+            try:
+                out.append(self.read(int(i), fetched.get(k)))
+            except SampleReadError as e:
+                out.append(e)
+        return out
+
+    def read_batch(self, indices: np.ndarray) -> list[np.ndarray]:
+        """:meth:`read` of every sample of a batch, in order; URL samples are fetched together,
+        with many requests in flight. The first bad sample (in batch order) raises."""
+        got = self._read_all(indices)
+        for g in got:
+            if isinstance(g, Exception):
+                raise g
+        return got  # type: ignore[return-value]
 
     def labels_and_info(self, indices: np.ndarray, epoch: int,
                         is_pad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ import itertools
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -29,10 +29,12 @@ from extsrc._util.argcheck import check_path, check_sequence
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError, PathOutsideRootError
 from extsrc.sources.folders import FolderListing, read_folder
+from extsrc.sources.storage import Storage, is_url, join_url, url_protocol
 from extsrc.sources.where import (
     is_folder_source,
     refuse_url,
     sample_where,
+    storage_url,
     url_advice,
     url_scheme,
 )
@@ -71,7 +73,8 @@ class Manifest:
     """An immutable, validated list of samples: resolved file paths and integer labels.
 
     Attributes:
-        paths: absolute, normalised file paths (``str``), one per sample.
+        paths: absolute, normalised file paths (``str``), or URLs (``s3://bucket/key``,
+            ``.`` and ``..`` collapsed), one per sample.
         labels: read-only ``np.int64`` array, shape ``(N,)`` for one label column or
             ``(N, k)`` for ``k`` label columns; all values are ``>= 0``.
         classes: sorted class names when the (single) label column held names; ``labels`` are
@@ -83,7 +86,11 @@ class Manifest:
         root: the folder every path must stay inside (symlinks followed), set by
             ``read_manifest(root=...)`` unless ``allow_outside_root=True``; ``None``: no limit.
             The Loader, :func:`extsrc.validate` and the source refuse paths outside it
-            (see :meth:`outside_root`).
+            (see :meth:`outside_root`). For a manifest read from a URL it is a folder URL
+            (default: the manifest's own folder).
+        storage: how URL paths are read (:class:`extsrc.sources.storage.Storage`: fsspec
+            options, concurrency, retries, cache), set when a path or the manifest is a URL;
+            ``None`` for local files only. Not part of equality or the fingerprint.
 
     ``labels`` is always a private read-only copy, so the caller's array is never frozen or
     aliased. Two manifests are equal when all fields are equal.
@@ -95,6 +102,7 @@ class Manifest:
     lines: tuple[int, ...]
     source: str
     root: str | None = None
+    storage: Storage | None = None
 
     def __post_init__(self) -> None:
         # Normalise through object.__setattr__: the dataclass is frozen, but accepting any
@@ -104,15 +112,19 @@ class Manifest:
         paths = tuple(self.paths)
         # all(map(...)) first: per-element Python checks cost seconds on 1M samples.
         if not (all(map(isinstance, paths, itertools.repeat(str))) and _all_absolute(paths)):
-            i, p = next(
-                (i, p)
-                for i, p in enumerate(paths)
-                if not isinstance(p, str) or not os.path.isabs(p)
+            bad = next(
+                ((i, p) for i, p in enumerate(paths)
+                 if not isinstance(p, str) or not (os.path.isabs(p) or is_url(p))),
+                None,
             )
-            raise ManifestError(
-                f"{where}: Manifest.paths[{i}] must be an absolute path str, got {p!r}; "
-                "use read_manifest() or Manifest.from_lists() to resolve relative paths"
-            )
+            if bad is not None:
+                raise ManifestError(
+                    f"{where}: Manifest.paths[{bad[0]}] must be an absolute path str or a URL, "
+                    f"got {bad[1]!r}; use read_manifest() or Manifest.from_lists() to resolve "
+                    "relative paths"
+                )
+            if self.storage is None:
+                object.__setattr__(self, "storage", Storage())
         labels = _validated_label_array(self.labels, len(paths), where)
         line_array = np.asarray(self.lines)
         if (
@@ -133,8 +145,11 @@ class Manifest:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "lines", lines)
         object.__setattr__(self, "classes", classes)
-        if self.root is not None:
+        if self.root is not None and not is_url(str(self.root)):
             object.__setattr__(self, "root", os.path.normpath(os.path.abspath(self.root)))
+        if self.storage is not None and not isinstance(self.storage, Storage):
+            raise TypeError(f"{where}: Manifest.storage must be an extsrc Storage or None, got "
+                            f"{type(self.storage).__name__}")
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -153,12 +168,13 @@ class Manifest:
         """
         if self.root is None:
             return []
-        prefix = os.path.join(self.root, "")
+        url_root = is_url(self.root)
+        prefix = self.root.rstrip("/") + "/" if url_root else os.path.join(self.root, "")
         starts = str.startswith
         if not follow_symlinks and all(map(starts, self.paths, itertools.repeat(prefix))):
             return []
         bad = [i for i, p in enumerate(self.paths) if not p.startswith(prefix)]
-        if follow_symlinks:
+        if follow_symlinks and not url_root:  # objects in a bucket have no symlinks
             real_prefix = os.path.join(os.path.realpath(self.root), "")
             seen = set(bad)
             bad += [
@@ -242,6 +258,7 @@ class Manifest:
         labels: Sequence[object] | np.ndarray,
         *,
         root: str | os.PathLike[str] | None = None,
+        storage_options: Mapping[str, object] | Storage | None = None,
     ) -> Manifest:
         """Build a manifest in code, with the same label rules as :func:`read_manifest`.
 
@@ -250,7 +267,10 @@ class Manifest:
             labels: one label per path: integers ``>= 0`` or class names (strings), or one
                 row of integers per path (2-D) for several label columns. Strings that look
                 like integers count as integers; floats and bools are refused.
-            root: folder for relative paths; default: the current working directory.
+            root: folder for relative paths; default: the current working directory. A folder
+                URL (``s3://bucket/train/``) resolves relative paths under it; paths may also
+                be URLs themselves.
+            storage_options: how URLs are read, as for :func:`read_manifest`.
 
         ``source`` is ``"<from_lists>"`` and ``lines`` are the 1-based item positions, which
         errors name: a missing value (``None``, a float NaN, pandas' ``NA``, an empty string,
@@ -266,7 +286,8 @@ class Manifest:
         check_sequence(labels, "Manifest.from_lists: labels",
                        "a list (or array) with one label per path", iterable=True)
         check_path(root, "Manifest.from_lists: root", "a folder path", allow_none=True)
-        refuse_url(root, "Manifest.from_lists: root")
+        refuse_url(root, "Manifest.from_lists: root", allow_storage=True)
+        storage = storage_arg(storage_options, "Manifest.from_lists")
         paths = list(paths)
         if all(map(isinstance, paths, itertools.repeat(str))):
             path_cells = paths
@@ -300,7 +321,9 @@ class Manifest:
         ]
         names = [f"column {j}" for j in range(len(cell_columns))]
         label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
-        root_dir = os.path.abspath(os.getcwd() if root is None else os.fspath(root))
+        root_text = None if root is None else os.fspath(root)
+        root_dir = root_text if root_text is not None and is_url(root_text) else \
+            os.path.abspath(os.getcwd() if root_text is None else root_text)
         resolved = _resolve_paths(path_cells, item_lines, loc, root_dir, "the paths list")
         return cls(
             paths=tuple(resolved),
@@ -308,6 +331,7 @@ class Manifest:
             classes=classes,
             lines=tuple(item_lines),
             source=loc.source,
+            storage=storage,
         )
 
     @classmethod
@@ -373,6 +397,16 @@ class Manifest:
 
 # --------------------------------------------------------------------------------------------
 # Labels
+
+
+def storage_arg(value: object, fn: str) -> Storage | None:
+    """A ``storage_options`` argument of ``fn`` as a :class:`Storage` (``None`` stays ``None``)."""
+    if value is None or isinstance(value, Storage):
+        return value
+    if isinstance(value, Mapping):
+        return Storage(value)
+    raise TypeError(f"{fn}: storage_options must be a dict of fsspec options, an "
+                    f"extsrc.sources.storage.Storage or None, got {type(value).__name__}")
 
 
 def _is_missing_object(value: object) -> bool:
@@ -585,18 +619,28 @@ def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> No
 # Paths
 
 
-def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> None:
-    """Refuse, naming the line, a path cell that is a URL."""
+def _refuse_url_cells(cells: list[str], lines: list[int], loc: _Loc) -> bool:
+    """Refuse, naming the line, a path cell that is a URL no storage reads; whether any cell
+    is a storage URL (for which fsspec and its filesystem must be installed)."""
     if ":/" not in "\n".join(cells):  # one scan: 1M-line manifests stay fast
-        return
+        return False
+    from extsrc.sources.storage import require_protocol
+
+    protocols: set[str] = set()
     for cell, number in zip(cells, lines, strict=True):
         scheme = url_scheme(cell)
-        if scheme is not None:
+        if scheme is not None and storage_url(cell):
+            protocol = url_protocol(cell)
+            if protocol not in protocols:
+                require_protocol(protocol, f"{loc.at(number)} ({shown(cell)})")  # type: ignore
+                protocols.add(protocol)  # type: ignore[arg-type]
+        elif scheme is not None:
             raise ManifestError(
-                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://), and extsrc reads "
-                f"local files only; {url_advice(scheme)}",
+                f"{loc.at(number)}: path {shown(cell)} is a URL ({scheme}://) that cannot be "
+                f"read; {url_advice(scheme, cell)}",
                 source=loc.source, line=number, path=cell, reason="url",
             )
+    return bool(protocols)
 
 
 def _resolve_paths(
@@ -607,7 +651,9 @@ def _resolve_paths(
         raise ManifestError(
             f"{loc.at(number)}: empty path in {column}; every sample needs a file path"
         )
-    _refuse_url_cells(cells, lines, loc)
+    any_url = _refuse_url_cells(cells, lines, loc)
+    if any_url or is_url(root):
+        return _resolve_with_urls(cells, lines, loc, root)
     # Text such as "NA" or "nan" stays a file name here (a file may be called that; if none is,
     # the missing file is reported with its line), unlike in labels, where it would silently
     # become a class.
@@ -620,6 +666,28 @@ def _resolve_paths(
     else:
         out = [normpath(os.path.join(root, c)) for c in cells]
     _refuse_unopenable(out, lines, loc)
+    return out
+
+
+def _resolve_with_urls(cells: list[str], lines: list[int], loc: _Loc, root: str) -> list[str]:
+    """Paths where cells or ``root`` are URLs: a URL cell is kept (``.`` and ``..`` collapsed),
+    a relative cell resolves under a URL ``root``, an absolute local path is kept."""
+    out = []
+    for cell, number in zip(cells, lines, strict=True):
+        if is_url(cell) or (is_url(root) and not os.path.isabs(cell)):
+            joined = join_url(root, cell)
+            if joined is None:
+                raise ManifestError(
+                    f"{loc.at(number)}: path {shown(cell)} climbs above the bucket (or host) of "
+                    f"{shown(root if not is_url(cell) else cell)} with '..'; fix the path",
+                    source=loc.source, line=number, path=cell, reason="outside_root")
+            out.append(joined)
+        else:
+            out.append(os.path.normpath(os.path.join(root, cell)))
+    # The operating system's limits (path and name lengths) apply to local paths only: an
+    # object key may be 1,024 bytes with parts longer than a file name may be.
+    local = [k for k, p in enumerate(out) if not is_url(p)]
+    _refuse_unopenable([out[k] for k in local], [lines[k] for k in local], loc)
     return out
 
 
@@ -691,14 +759,19 @@ def _all_absolute(paths: Sequence[str]) -> bool:
     return all(map(os.path.isabs, paths))
 
 
-def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str) -> None:
-    missing = [(number, p) for p, number in zip(paths, lines, strict=True) if not os.path.isfile(p)]
+def _check_files_exist(paths: list[str], lines: list[int], loc: _Loc, root: str,
+                       storage: Storage | None = None) -> None:
+    urls = [k for k, p in enumerate(paths) if is_url(p)]
+    there = dict(zip(urls, storage.exists([paths[k] for k in urls]), strict=True)) \
+        if urls and storage is not None else {}
+    missing = [(number, p) for k, (p, number) in enumerate(zip(paths, lines, strict=True))
+               if not (there[k] if k in there else os.path.isfile(p))]
     if not missing:
         return
     first_line, first_path = missing[0]
     # A FIFO, socket, device or folder exists but is no image file: "not found" would mislead.
     what = ("not a regular file (a folder, FIFO, socket or device)"
-            if os.path.lexists(first_path) else "file not found")
+            if not is_url(first_path) and os.path.lexists(first_path) else "file not found")
     context = (
         f"resolved against root {shown(root)}; pass root=... if paths are relative to another "
         "folder"

@@ -5,7 +5,9 @@ This module is the parser: it finds the data lines, the separator, whether there
 which columns hold the path and the labels, and splits the cells (by itself for plain layouts,
 with pandas for quoted ones). The label and path rules that every manifest shares, however it
 was made, live with the value type in :mod:`extsrc.sources.manifest`; a folder path goes to
-:func:`extsrc.sources.folders.read_folder`.
+:func:`extsrc.sources.folders.read_folder`. The manifest, its ``root``, its rows and a folder
+may be URLs read from object storage (``read_manifest("s3://bucket/train.csv",
+storage_options=...)``; see :mod:`extsrc.sources.storage`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import itertools
 import os
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -32,7 +34,9 @@ from extsrc.sources.manifest import (
     _Loc,
     _parse_labels,
     _resolve_paths,
+    storage_arg,
 )
+from extsrc.sources.storage import Storage, is_url, url_protocol
 from extsrc.sources.where import refuse_url
 
 __all__ = ["Manifest", "read_manifest"]
@@ -64,6 +68,7 @@ def read_manifest(
     header: HeaderSpec = "infer",
     check_files: bool = False,
     allow_outside_root: bool = False,
+    storage_options: Mapping[str, object] | Storage | None = None,
 ) -> Manifest:
     """Read a CSV / TSV / whitespace-separated manifest into a :class:`Manifest`.
 
@@ -108,7 +113,17 @@ def read_manifest(
             outside is refused, naming its line, when the manifest is used (by ``Loader``,
             :func:`extsrc.validate`, and when the file is opened), not by ``read_manifest``
             itself; :meth:`Manifest.check_root` checks it now. ``True`` lifts the limit.
-            Without ``root`` there is no limit.
+            Without ``root`` there is no limit, except for a manifest read from a URL: its
+            rows may only name objects under its own folder URL (or under ``root``) unless
+            ``allow_outside_root=True``, so that a manifest cannot make the loader read other
+            buckets with your credentials.
+        storage_options: for URLs (``s3://``, ``gs://``, ``https://``, any fsspec protocol):
+            the manifest itself, a URL ``root`` (relative rows resolve under it), rows that are
+            URLs, or a folder URL ending in ``/`` (``s3://bucket/train/``, read as a folder
+            dataset: the class is the first-level prefix). A dict of fsspec options for the
+            filesystem (``{"key": ..., "secret": ..., "endpoint_url": ...}`` for s3fs), or a
+            :class:`extsrc.sources.storage.Storage` setting concurrency, retries, timeouts and
+            a local cache too. ``None``: credentials from the environment.
 
     Rules:
         * Blank lines and lines whose first non-space character is ``#`` are skipped; ``#``
@@ -140,12 +155,25 @@ def read_manifest(
             floats are not column positions); ``ValueError`` for one out of range. Messages
             name the argument.
     """
+    from extsrc.sources.shards import is_shard_source, read_shards
+
+    if is_shard_source(path):  # tar shards: extsrc.sources.shards.read_shards, label="cls"
+        _refuse_shard_args(path, root=root, sep=sep, path_col=path_col, label_cols=label_cols,
+                           header=header, check_files=check_files)
+        return read_shards(path)
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )
-    refuse_url(path, "read_manifest: the manifest")
-    refuse_url(root, "read_manifest: root")
+    refuse_url(path, "read_manifest: the manifest", allow_storage=True)
+    refuse_url(root, "read_manifest: root", allow_storage=True)
+    storage = storage_arg(storage_options, "read_manifest")
     source = os.fsdecode(os.fspath(path))
+    root_text = None if root is None else os.fsdecode(os.fspath(root))
+    if is_url(source) or (root_text is not None and is_url(root_text)):
+        with stage(f"reading the manifest {shown(source)}"):
+            return _read_url_manifest(
+                source, root_text, storage, sep=sep, path_col=path_col, label_cols=label_cols,
+                header=header, check_files=check_files, allow_outside_root=allow_outside_root)
     if os.path.isdir(source):
         _refuse_columns(source, sep=sep, path_col=path_col, label_cols=label_cols, header=header)
         return Manifest.from_listing(
@@ -170,12 +198,121 @@ def _refuse_columns(source: str, **columns: Any) -> None:
         )
 
 
+def _read_url_manifest(source: str, root: str | None, storage: Storage | None, *,
+                       sep: str | None, path_col: ColumnSpec | None,
+                       label_cols: LabelColsSpec | None, header: HeaderSpec, check_files: bool,
+                       allow_outside_root: bool) -> Manifest:
+    """:func:`read_manifest` where the manifest or its ``root`` is a URL."""
+    from extsrc.sources.fileread import FileReadProblem
+    from extsrc.sources.storage import require_protocol
+
+    storage = storage or Storage()
+    where = shown(source)
+    if not is_url(source):
+        text = _read_text(source)
+        base = None
+    else:
+        protocol = url_protocol(source)
+        assert protocol is not None
+        require_protocol(protocol, f"read_manifest({where})")
+        if source.endswith("/"):
+            given = {"sep": sep, "path_col": path_col, "label_cols": label_cols}
+            set_args = [f"{k}={v!r}" for k, v in given.items() if v is not None]
+            if set_args or header != "infer":
+                raise ManifestError(
+                    f"{where}: a folder URL (ending in /) is read as a folder dataset (one "
+                    f"prefix per class), which has no columns; drop "
+                    f"{', '.join(set_args) or 'header'}, or pass the .csv/.tsv/.txt manifest")
+            return _read_url_folder(source, root, storage, allow_outside_root)
+        try:
+            raw = storage.read(source)
+        except FileReadProblem as e:
+            cls = ManifestFileNotFoundError if e.reason == "missing" else ManifestError
+            raise cls(f"{where}: cannot read the manifest: {e.message}; "
+                      f"{'check the URL' if e.reason == 'missing' else e.fix}",
+                      path=source, reason=e.reason) from None
+        text = _decode_text(raw, source)
+        base = source.rsplit("/", 1)[0] + "/"
+    root_url = root if root is not None and is_url(root) else (base if root is None else None)
+    return _read_file(source, where, root=root, sep=sep, path_col=path_col,
+                      label_cols=label_cols, header=header, check_files=check_files,
+                      allow_outside_root=allow_outside_root, text=text, root_url=root_url,
+                      storage=storage)
+
+
+def _read_url_folder(url: str, root: str | None, storage: Storage,
+                     allow_outside_root: bool) -> Manifest:
+    """A folder dataset under a folder URL: every image object under ``url/<class>/``."""
+    from extsrc.sources.fileread import FileReadProblem
+    from extsrc.sources.folders import IMAGE_EXTENSIONS
+
+    base = url.rstrip("/") + "/"
+    where = shown(base)
+    try:
+        found = storage.list_files(base)
+    except FileReadProblem as e:
+        raise ManifestFileNotFoundError(
+            f"folder {where}: cannot list it: {e.message}; {e.fix}", path=base,
+            reason=e.reason) from None
+    rel = [f[len(base):] for f in found if f.startswith(base)]
+    # As for a local folder: names starting with "." are skipped at every level, and only files
+    # with an image extension are listed.
+    rel = [r for r in rel if r and not any(p.startswith(".") for p in r.split("/"))
+           and os.path.splitext(r)[1].lower() in IMAGE_EXTENSIONS]
+    loose = [r for r in rel if "/" not in r]
+    if loose:
+        raise ManifestError(
+            f"folder {where}: {shown(base + loose[0])} is directly in the folder, so it belongs "
+            "to no class; move it into a class prefix (<folder>/<class>/<file>) or delete it",
+            path=base + loose[0])
+    if not rel:
+        raise ManifestError(
+            f"folder {where}: no image objects under it (looked for "
+            f"{' '.join(IMAGE_EXTENSIONS)} under <folder>/<class>/); check the URL")
+    rel.sort(key=lambda r: r.split("/"))
+    names = [r.split("/", 1)[0] for r in rel]
+    classes = sorted(set(names))
+    if all(re.fullmatch(r"[0-9]+", c) for c in classes):
+        by_value: dict[int, str] = {}
+        for c in classes:
+            if int(c) in by_value:
+                raise ManifestError(f"folder {where}: class prefixes {shown(by_value[int(c)])} "
+                                    f"and {shown(c)} are both label {int(c)}; rename one")
+            by_value[int(c)] = c
+        labels = np.array([int(n) for n in names], dtype=np.int64)
+        class_list = None
+    else:
+        index = {c: k for k, c in enumerate(classes)}
+        labels = np.array([index[n] for n in names], dtype=np.int64)
+        class_list = classes
+    limit = root if root is not None else base
+    return Manifest(paths=tuple(base + r for r in rel), labels=labels, classes=class_list,
+                    lines=tuple(range(1, len(rel) + 1)), source=base,
+                    root=None if allow_outside_root else limit, storage=storage)
+
+
+def _refuse_shard_args(path: object, **given: object) -> None:
+    """Tar shards have no columns or root: refuse the arguments that would be ignored."""
+    set_args = [f"{k}={v!r}" for k, v in given.items()
+                if v not in (None, False) and not (k == "header" and v == "infer")]
+    if set_args:
+        raise ManifestError(
+            f"{shown(path)}: tar shards have no columns or root; drop {', '.join(set_args)}, or "
+            "call extsrc.read_shards(...) for the shards' options (label=, image_extensions=)"
+        )
+
+
 def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
                sep: str | None, path_col: ColumnSpec | None, label_cols: LabelColsSpec | None,
-               header: HeaderSpec, check_files: bool, allow_outside_root: bool) -> Manifest:
+               header: HeaderSpec, check_files: bool, allow_outside_root: bool,
+               text: str | None = None, root_url: str | None = None,
+               storage: Storage | None = None) -> Manifest:
     """:func:`read_manifest` of a manifest file, its arguments checked (``where``: the file's
-    name as messages show it)."""
-    text = _read_text(source)
+    name as messages show it). ``text``: the manifest's content when it was read already (from
+    a URL); ``root_url``: the folder URL relative rows resolve under, and the limit they must
+    stay inside unless ``allow_outside_root``."""
+    if text is None:
+        text = _read_text(source)
     # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
     physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     stripped = list(map(str.strip, physical))
@@ -228,22 +365,31 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
         label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
     )
 
-    root_dir = os.path.abspath(
-        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
-    )
+    if root_url is not None:
+        root_dir = root_url
+        limit = None if allow_outside_root else root_url
+    else:
+        root_dir = os.path.abspath(
+            os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+        )
+        limit = root_dir if root is not None and not allow_outside_root else None
     resolved = _resolve_paths(
         columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
     )
-    if check_files:
-        _check_files_exist(resolved, line_numbers, loc, root_dir)
-    return Manifest(
+    manifest = Manifest(
         paths=tuple(resolved),
         labels=labels,
         classes=classes,
         lines=tuple(line_numbers),
         source=source,
-        root=root_dir if root is not None and not allow_outside_root else None,
+        root=limit,
+        storage=storage,
     )
+    if root_url is not None and limit is not None:
+        manifest.check_root()  # a URL manifest naming other buckets is refused at once
+    if check_files:
+        _check_files_exist(resolved, line_numbers, loc, root_dir, manifest.storage)
+    return manifest
 
 
 def _check_read_args(
@@ -318,6 +464,10 @@ def _read_text(source: str) -> str:
             f"{shown(source)}: is a directory, not a manifest file; pass the path of the "
             ".csv/.tsv/.txt file inside it"
         ) from None
+    return _decode_text(raw, source)
+
+
+def _decode_text(raw: bytes, source: str) -> str:
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -17,6 +17,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -78,10 +79,15 @@ def validate_images(
         decode, n_jobs, max_pixels, progress, chunk_size, max_file_bytes)
     t0 = time.perf_counter()
     n = len(manifest)
-    root_real = None if manifest.root is None else os.path.realpath(manifest.root)
+    from extsrc.sources.storage import is_url
+
+    root_real = (None if manifest.root is None or is_url(manifest.root)
+                 else os.path.realpath(manifest.root))
     lexical_out = set(manifest.outside_root())
     todo = [i for i in range(n) if i not in lexical_out] if lexical_out else range(n)
-    paths = [manifest.paths[i] for i in todo]
+    # Tar shards: a sample is a byte range of its shard, checked by the shards module.
+    paths = ([manifest.range(i) for i in todo] if hasattr(manifest, "range")
+             else [manifest.paths[i] for i in todo])
 
     from joblib import effective_n_jobs
     from tqdm.auto import tqdm
@@ -90,7 +96,7 @@ def validate_images(
     cap = 256 if decode else 4096
     size = chunk_size or max(16, min(cap, math.ceil(len(paths) / (workers * 8)) or 1))
     starts = range(0, len(paths), size)
-    args = (decode, max_pixels, root_real, max_file_bytes)
+    args = (decode, max_pixels, root_real, max_file_bytes, manifest.storage)
     found: dict[int, tuple[str, str]] = {}
     with tqdm(total=n, unit="file", desc="extsrc.validate", disable=not progress,
               smoothing=0.1, delay=delay) as bar:
@@ -107,6 +113,12 @@ def validate_images(
                 message=reworded_fix(msg, manifest.source), source=manifest.source)
         for i, (r, msg) in sorted(found.items())
     )
+    # Tar shards: what indexing left out (on_error='skip'), reported beside the members' problems.
+    problems = tuple(
+        Problem(index=-1, line=0, path=p.path, reason=p.reason, message=f"{p.message}; {p.fix}",
+                source=manifest.source)
+        for p in getattr(manifest, "skipped", ())
+    ) + problems
     ok = np.ones(n, dtype=bool)
     ok[list(found)] = False
     ok_indices = np.flatnonzero(ok).astype(np.int64)
@@ -117,16 +129,29 @@ def validate_images(
     )
 
 
-
 def _check_chunk(
     start: int, paths: list[str], decode: bool, max_pixels: int | None, root_real: str | None,
-    max_file_bytes: int | None,
+    max_file_bytes: int | None, storage: Any = None,
 ) -> tuple[int, list[tuple[int, str, str]]]:
-    """Run on a worker: the problems of ``paths`` as ``(offset, reason, message)``."""
+    """Run on a worker: the problems of ``paths`` as ``(offset, reason, message)``. URLs are
+    read through ``storage``, many at once."""
     found = []
+    fetched: dict[int, Any] = {}
+    if storage is not None:
+        from extsrc.sources.storage import is_url
+
+        at = [k for k, p in enumerate(paths) if isinstance(p, str) and is_url(p)]
+        got = storage.read_many([paths[k] for k in at], max_bytes=max_file_bytes)
+        fetched = dict(zip(at, got, strict=True))
     for k, p in enumerate(paths):
-        f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
-                       max_file_bytes=max_file_bytes)
+        if isinstance(p, tuple):  # a tar shard's member: ShardManifest.range's fields
+            from extsrc.sources.shards import check_range
+
+            f = check_range(*p, decode=decode, max_pixels=max_pixels,
+                            max_file_bytes=max_file_bytes)
+        else:
+            f = check_file(p, decode=decode, max_pixels=max_pixels, root_real=root_real,
+                           max_file_bytes=max_file_bytes, storage=storage, data=fetched.get(k))
         if f is not None:
             found.append((k, f.reason, f"{f.message}; {f.fix}"))
     return start, found

@@ -72,6 +72,8 @@ class Problem:
     source: str
 
     def __str__(self) -> str:
+        if self.index < 0:  # found while tar shards were indexed: the path names shard + member
+            return f"{shown(self.path)}: {self.message} [{self.reason}]"
         # Escaped: a file name may carry terminal control sequences.
         return (
             f"{sample_where(self.source, self.line)}: {shown(self.path)}: {self.message} "
@@ -142,6 +144,8 @@ class ValidationReport:
         if not self.problems:
             return m
         keep = self.ok_indices
+        if hasattr(m, "select"):  # tar shards: samples are byte ranges the copy must keep
+            return m.select(keep)
         return Manifest(
             paths=tuple(m.paths[i] for i in keep),
             labels=m.labels[keep],
@@ -149,6 +153,7 @@ class ValidationReport:
             lines=tuple(m.lines[i] for i in keep),
             source=m.source,
             root=m.root,
+            storage=m.storage,
         )
 
     def write_clean(self, path: str | os.PathLike[str]) -> Path:
@@ -169,6 +174,12 @@ class ValidationReport:
                 spelled: a symlink, a relative path); nothing is written.
         """
         check_path(path, "ValidationReport.write_clean: path", "a file path")
+        if hasattr(self.manifest, "shards"):
+            raise ManifestError(
+                f"write_clean: {shown(self.manifest.source)} is tar shards, whose members a CSV "
+                "manifest cannot list; train on report.clean_manifest(), or pass "
+                "bad_files=extsrc.BadFiles(on_error='skip') to the Loader, or rewrite the shards "
+                "without the bad samples")
         out = Path(path)
         src = self.manifest.source
         if not is_folder_source(src) and same_file(out, src):

@@ -14,6 +14,7 @@ checks of its media directly.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Literal
 
 from extsrc.errors import ManifestError
@@ -36,6 +37,13 @@ def _read_media(
 
     if not isinstance(manifest, Manifest):
         path = manifest
+        from extsrc.sources.shards import is_shard_source, read_shards
+
+        if is_shard_source(path):  # problems found while indexing join the report
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                manifest = read_shards(path, on_error="skip")
+            return manifest, "image" if media == "auto" else media
         if os.path.isdir(path) and media != "image":
             try:
                 videos = Manifest.from_folder(path, extensions=VIDEO_EXTENSIONS)

@@ -1,0 +1,198 @@
+"""The same Loader over local files and over object storage (a local S3 server), with latency.
+
+The dataset (``benchmarks/data.py``: ImageNet-sized JPEGs) is written to disk and uploaded to
+moto's S3 server, which runs in a process of its own with one fault-injecting proxy per latency
+(``tests/storage_server.py``): every request through a proxy waits ``--latencies`` ms before it is
+forwarded, as a request to a remote bucket waits for the network. Rows:
+
+- ``local``: ``Loader("manifest.csv")``, the files on the local disk;
+- ``s3_<L>ms``: ``Loader(read_manifest("s3://.../manifest.csv", storage_options=...))`` through
+  the proxy adding ``L`` ms per request;
+- more rows can be added with :func:`add_row` (a name and a function returning the manifest, or
+  anything ``Loader`` takes, for a given server) before :func:`main` runs, e.g. tar shards.
+
+Per row and round: ``construct`` (``Loader(...)``, the manifest already read), ``first_batch``
+(``next(iter(loader))``: the pipeline build included), and the throughput of the rest
+of ``--epochs`` epochs in images per second; ``manifest``: reading the manifest (from the bucket
+for the ``s3`` rows). Medians over ``--repeats`` rounds after ``--warmup`` unrecorded ones; rounds
+interleave the rows. ``server_cpu_s``: CPU seconds the S3 server and proxies used during the
+row, taken from the same cores as the loader here (a remote bucket's are not).
+
+    python benchmarks/bench_storage.py --n 512 --batch-size 32 --resize 224 --workers 2 \\
+        --repeats 3 --out benchmarks/results/storage_cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+BUCKET = "extsrc-bench"
+
+#: Rows beyond ``local`` and ``s3_<L>ms``: name -> function(server info) -> what Loader takes.
+EXTRA_ROWS: dict[str, Callable[[dict[str, Any]], Any]] = {}
+
+
+def add_row(name: str, make: Callable[[dict[str, Any]], Any]) -> None:
+    """Add a row: ``make(server)`` returns the manifest (or path) for ``Loader``; ``server`` has
+    ``endpoints`` (latency in ms -> proxy endpoint), ``direct`` (the server itself),
+    ``storage_options(endpoint)``, ``bucket`` and ``local`` (the dataset's folder)."""
+    EXTRA_ROWS[name] = make
+
+
+def _serve(data: str, latencies: list[float], ready: Any, stop: Any) -> None:
+    """In a process of its own: the S3 server, the dataset uploaded, one proxy per latency."""
+    import contextlib
+
+    from storage_server import FaultProxy, Faults, S3Server
+
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(S3Server())
+        server.make_bucket(BUCKET)
+        server.upload_tree(Path(data), BUCKET, "ds")
+        endpoints = {}
+        for ms in latencies:
+            proxy = stack.enter_context(FaultProxy(server.endpoint, Faults(delay=ms / 1000)))
+            endpoints[ms] = proxy.endpoint
+        ready.put({"direct": server.endpoint, "endpoints": endpoints})
+        stop.wait()
+
+
+def storage_options(endpoint: str) -> dict[str, Any]:
+    from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
+
+    return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
+            "client_kwargs": {"region_name": TEST_REGION}}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_row(source: Any, args: argparse.Namespace) -> dict[str, float]:
+    from extsrc import Loader, Sampling, Workers
+
+    t0 = time.perf_counter()
+    loader = Loader(source, batch_size=args.batch_size, resize=args.resize, device=args.device,
+                    workers=Workers(num_workers=args.workers),
+                    sampling=Sampling(last_batch="drop"))
+    t1 = time.perf_counter()
+    with loader:
+        it = iter(loader)
+        next(it)
+        t2 = time.perf_counter()
+        images = 0
+        for b in it:
+            images += len(b["label"])
+        for _ in range(args.epochs - 1):
+            for b in loader:
+                images += len(b["label"])
+        t3 = time.perf_counter()
+    return {"construct": t1 - t0, "first_batch": t2 - t1, "images": images,
+            "seconds": t3 - t2, "images_per_s": images / (t3 - t2)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=512)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--resize", type=int, default=224)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1, help="rounds run first and not recorded")
+    p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 20.0, 50.0])
+    p.add_argument("--data", default=None, help="dataset folder (default: a temporary one)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+
+    from data import make_dataset
+
+    from extsrc import read_manifest
+
+    data = Path(args.data or tempfile.mkdtemp(prefix="bench_storage_"))
+    manifest, mean_bytes = make_dataset(data, args.n)
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    server = ctx.Process(target=_serve, args=(str(data), args.latencies, ready, stop),
+                         daemon=True)
+    server.start()
+    try:
+        info = ready.get(timeout=600)
+        url = f"s3://{BUCKET}/ds/manifest.csv"
+        rows: dict[str, Callable[[], Any]] = {"local": lambda: str(manifest)}
+        for ms in args.latencies:
+            endpoint = info["endpoints"][ms]
+            rows[f"s3_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
+                url, storage_options=storage_options(e)))
+        server_info = {**info, "bucket": BUCKET, "local": str(data),
+                       "storage_options": storage_options}
+        for name, make in EXTRA_ROWS.items():
+            rows[name] = lambda make=make: make(server_info)
+        results: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
+        for r in range(-args.warmup, args.repeats):  # rounds < 0 warm up: imports, caches
+            for name, make in rows.items():
+                t, cpu = time.perf_counter(), _cpu_seconds(server.pid)
+                source = make()
+                read = time.perf_counter() - t
+                got = {"manifest": read, **run_row(source, args)}
+                # The local server and its proxies share this machine's cores with the loader;
+                # a remote bucket's would not: their CPU time is recorded beside the throughput.
+                got["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                if r < 0:
+                    continue
+                results[name].append(got)
+                print(f"round {r} {name}: {got['images_per_s']:.1f} images/s, first batch "
+                      f"{got['first_batch']:.2f} s", flush=True)
+    finally:
+        stop.set()
+        server.join(timeout=30)
+        if server.is_alive():
+            server.kill()
+    keys = ("manifest", "construct", "first_batch", "images_per_s", "server_cpu_s")
+    medians = {name: {k: statistics.median(x[k] for x in runs) for k in keys}
+               for name, runs in results.items()}
+    local = medians["local"]["images_per_s"]
+    for m in medians.values():
+        m["vs_local"] = m["images_per_s"] / local
+    import nvidia.dali as dali
+    import torch
+
+    out = {
+        "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "python": platform.python_version(), "dali": dali.__version__,
+                    "torch": torch.__version__},
+        "dataset": {"n": args.n, "mean_bytes": mean_bytes},
+        "args": vars(args),
+        "medians": medians,
+        "rounds": results,
+    }
+    print(json.dumps(medians, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,714 @@
+"""Reading samples and manifests from object storage (S3, GCS, HTTP(S), any fsspec protocol).
+
+A manifest, its ``root`` and its rows may be URLs (``s3://bucket/train/cat/1.jpg``,
+``gs://...``, ``https://...``, or any protocol fsspec knows, such as ``az://`` or ``hf://``).
+:class:`Storage` reads them through `fsspec <https://filesystem-spec.readthedocs.io>`_:
+
+* one filesystem per protocol, created lazily in the process that reads (each DALI reader
+  process makes its own: open connections, event loops and thread pools are never pickled);
+* :meth:`Storage.read_many` reads a batch with up to ``concurrency`` requests in flight (a
+  thread pool per process), so throughput holds as the latency per request grows, and returns
+  the bytes in the order asked;
+* transient failures (HTTP 5xx, 429, ``SlowDown``/throttling, a reset or refused connection, a
+  timeout) are retried ``retries`` times with exponential backoff and full jitter; the retries
+  are counted (:attr:`Storage.stats`);
+* permanent failures (no such object or bucket, access denied, bad credentials) are not retried:
+  they come back as a :class:`~extsrc.sources.fileread.FileReadProblem` with reason ``missing`` or
+  ``access_denied`` (``unreachable`` when the retries ran out), which the caller turns into an
+  error naming the manifest line and the URL.
+
+fsspec and the filesystem for a protocol are optional (``pip install 'extsrc[s3]'``, ``[gcs]``
+or ``[http]``); a URL without them raises :class:`~extsrc._util.extras.MissingExtraError` naming the
+extra. The default install carries no cloud SDK.
+
+``cache_dir`` keeps a local copy of every object read, so later epochs read the disk instead of
+the network; ``cache_bytes`` bounds it (least recently used objects are evicted first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from extsrc.sources.fileread import FileReadProblem
+from extsrc.sources.urls import (
+    PROTOCOL_EXTRAS,
+    is_url,
+    join_url,
+    known_protocol,
+    url_protocol,
+)
+
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "PROTOCOL_EXTRAS",
+    "StatsDir",
+    "Storage",
+    "StorageStats",
+    "is_url",
+    "join_url",
+    "known_protocol",
+    "url_protocol",
+]
+
+log = logging.getLogger("extsrc")
+
+#: Requests in flight per reading process by default: enough to hide ~20-50 ms of latency per
+#: object at the rate a few decoder threads consume small images.
+DEFAULT_CONCURRENCY = 32
+
+# Filesystems and pools a forked process inherited from its parent (Storage._forget_parent),
+# and every Storage of this process, whose inherited ones a forked child sets aside at once.
+_INHERITED: list[Any] = []
+_LIVE: weakref.WeakSet[Storage] = weakref.WeakSet()
+
+
+_MADE_FILESYSTEM = [False]
+
+
+def _before_fork() -> None:
+    # A filesystem no longer used but not yet collected (in a reference cycle) would otherwise be
+    # collected in the child, where its finalizer closes the parent's connections from the
+    # child's event loop (asyncio errors printed by reader processes): collect it here first.
+    if _MADE_FILESYSTEM[0]:
+        gc.collect()
+
+
+def _after_fork_in_child() -> None:
+    for storage in list(_LIVE):
+        storage._forget_parent()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+def require_protocol(protocol: str, needed_by: str) -> None:
+    """Raise :class:`~extsrc._util.extras.MissingExtraError` unless fsspec and the filesystem for
+    ``protocol`` can be imported."""
+    from extsrc._util.extras import require
+
+    extra, module = PROTOCOL_EXTRAS.get(protocol, ("s3", "fsspec"))
+    require("fsspec", extra, needed_by)
+    if protocol in PROTOCOL_EXTRAS:
+        require(module, extra, needed_by)
+
+
+# -- failure classes -------------------------------------------------------------------------------
+
+_TRANSIENT_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+    "TooManyRequestsException", "ServiceUnavailable", "InternalError", "RequestTimeout",
+    "RequestTimeoutException", "PriorRequestNotComplete", "BandwidthLimitExceeded",
+})
+_DENIED_CODES = frozenset({
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+    "InvalidToken", "AllAccessDisabled", "AccountProblem", "NotSignedUp",
+})
+_TRANSIENT_ERRNOS = frozenset({
+    errno.EBUSY, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED,
+    errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", errno.EIO), errno.EHOSTUNREACH,
+    errno.ENETUNREACH, errno.ENETRESET,
+})
+# Exception class names (anywhere in the class hierarchy) of network failures in botocore,
+# aiohttp, urllib3, requests and the standard library that a new request may not hit.
+_TRANSIENT_NAMES = re.compile(
+    r"Timeout|ConnectionError|ConnectionClosed|ServerDisconnected|ClientPayloadError|"
+    r"IncompleteRead|ResponseParserError|ClientOSError|EndpointConnectionError|ProxyConnection|"
+    r"ProtocolError|ChunkedEncodingError|RemoteDisconnected|HTTPClientError"
+)
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out, seen = [], set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen and len(out) < 8:
+        out.append(e)
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return out
+
+
+def _status(e: BaseException) -> int | None:
+    for name in ("status", "status_code", "code"):
+        v = getattr(e, name, None)
+        if isinstance(v, int) and 100 <= v < 600:
+            return v
+    resp = getattr(e, "response", None)
+    if isinstance(resp, Mapping):
+        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if isinstance(v, int):
+            return v
+    return None
+
+
+def _error_code(e: BaseException) -> str | None:
+    resp = getattr(e, "response", None)
+    if isinstance(resp, Mapping):
+        code = resp.get("Error", {}).get("Code")
+        return None if code is None else str(code)
+    return None
+
+
+def classify(exc: BaseException) -> str:
+    """What a failed request means: ``"transient"`` (retry it), ``"missing"``,
+    ``"access_denied"`` or ``"unreadable"`` (permanent)."""
+    chain = _chain(exc)
+    for e in chain:
+        code = _error_code(e)
+        if code in _TRANSIENT_CODES:
+            return "transient"
+        if code in _DENIED_CODES:
+            return "access_denied"
+        if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound"):
+            return "missing"
+        status = _status(e)
+        if status is not None and (status >= 500 or status in (408, 429)):
+            return "transient"
+        if "SlowDown" in str(e) or "reduce your request rate" in str(e):
+            return "transient"
+    first = chain[0]
+    if isinstance(first, FileNotFoundError):
+        return "missing"
+    if isinstance(first, PermissionError):
+        return "access_denied"
+    for e in chain:
+        names = " ".join(t.__name__ for t in type(e).__mro__)
+        if isinstance(e, (TimeoutError, ConnectionError)) or _TRANSIENT_NAMES.search(names):
+            return "transient"
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            return "transient"
+        status = _status(e)
+        if status in (401, 403):
+            return "access_denied"
+        if status in (404, 410):
+            return "missing"
+    return "unreadable"
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): "full jitter", uniform in
+    ``[0, min(cap, base * 2**(attempt-1))]``, so that many readers retrying at once spread out."""
+    return rng.uniform(0.0, min(cap, base * 2.0 ** (attempt - 1)))
+
+
+@dataclass
+class StorageStats:
+    """Counts of one process's requests: objects read, bytes, retries (transient failures
+    retried), failures (objects given up on), cache hits."""
+
+    reads: int = 0
+    bytes: int = 0
+    retries: int = 0
+    failures: int = 0
+    cache_hits: int = 0
+    retried_reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reads": self.reads, "bytes": self.bytes, "retries": self.retries,
+                "failures": self.failures, "cache_hits": self.cache_hits,
+                "retried_reasons": dict(self.retried_reasons)}
+
+
+# Options extsrc sets for a protocol unless the user sets them: extsrc retries itself (counted,
+# with backoff), so the filesystem's own retries are off; timeouts keep a silent server from
+# hanging a reader; one GET per object (s3fs would first ask for the size of each).
+def _defaults(protocol: str, timeout: float) -> dict[str, Any]:
+    if protocol in ("s3", "s3a"):
+        return {
+            "config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
+                              "retries": {"total_max_attempts": 1}},
+            "max_concurrency": 1,
+        }
+    if protocol in ("http", "https"):
+        try:
+            import aiohttp
+
+            return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(
+                total=None, sock_connect=timeout, sock_read=timeout)}}
+        except ImportError:
+            return {}
+    if protocol in ("gs", "gcs"):
+        return {"timeout": timeout}
+    return {}
+
+
+def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    for k, v in given.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class Storage:
+    """How to read URLs: fsspec options, concurrency, retries, timeouts and an optional cache.
+
+    Args:
+        options: fsspec ``storage_options`` of the filesystem the URLs use (s3fs:
+            ``{"key": ..., "secret": ..., "endpoint_url": ...}``, ``{"anon": True}``...), or,
+            for URLs of several protocols, a dict of them by protocol
+            (``{"s3": {...}, "https": {...}}``). ``None``: each filesystem's defaults
+            (credentials from the environment).
+        concurrency: requests in flight per reading process (threads of its pool).
+        retries: how many times a transient failure is retried before the read fails.
+        backoff: seconds of the first retry's backoff ceiling (doubled each retry, jittered).
+        max_backoff: largest backoff ceiling in seconds.
+        timeout: seconds to connect, and seconds without data while reading, before a request
+            counts as failed (transient): a server that stops answering fails the read after at
+            most about ``(retries + 1) * 2 * timeout + max_backoff * retries`` seconds.
+        cache_dir: a local folder keeping a copy of every object read (later epochs read it
+            instead of the network); ``None``: no cache.
+        cache_bytes: the cache's size bound in bytes; least recently used objects are evicted.
+
+    A Storage is picklable: it carries its settings, never an open filesystem, pool or
+    connection; each process creates its own on first use. :attr:`stats` counts that process's
+    reads and retries.
+    """
+
+    def __init__(
+        self,
+        options: Mapping[str, Any] | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        timeout: float = 20.0,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_bytes: int | None = None,
+    ) -> None:
+        from extsrc._util.argcheck import check_int
+
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"storage_options must be a dict of fsspec options or None, got "
+                            f"{type(options).__name__}")
+        self.options = {} if options is None else dict(options)
+        self.concurrency = check_int(concurrency, "storage concurrency", minimum=1)
+        self.retries = check_int(retries, "storage retries", minimum=0)
+        for name, v in (("backoff", backoff), ("max_backoff", max_backoff),
+                        ("timeout", timeout)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ValueError(f"storage {name} must be a number of seconds > 0, got {v!r}")
+        self.backoff, self.max_backoff, self.timeout = float(backoff), float(max_backoff), \
+            float(timeout)
+        if cache_bytes is not None and cache_dir is None:
+            raise ValueError("storage cache_bytes bounds the cache in cache_dir: pass cache_dir "
+                             "too")
+        self.cache_dir = None if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
+        self.cache_bytes = (None if cache_bytes is None
+                            else check_int(cache_bytes, "storage cache_bytes", minimum=1))
+        self.stats = StorageStats()
+        self._init_local()
+
+    def _init_local(self) -> None:
+        _LIVE.add(self)
+        self._pid = os.getpid()
+        self._fs: dict[str, Any] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        # Seeded from the OS on purpose: backoff jitter must differ between processes, so that
+        # readers throttled together do not retry together.
+        self._rng = random.Random()
+        self._cache: _Cache | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("_fs", "_pool", "_lock", "_rng", "_cache", "_pid")}
+        state["stats"] = StorageStats()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_local()
+
+    def __repr__(self) -> str:  # never shows the options: they may hold credentials
+        return (f"Storage({len(self.options)} fsspec option(s), "
+                f"concurrency={self.concurrency}, retries={self.retries}, "
+                f"cache_dir={self.cache_dir!r})")
+
+    # -- per-process resources --------------------------------------------------------------
+
+    def _check_pid(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's pool and loops are not ours
+            self._forget_parent()
+
+    def _forget_parent(self) -> None:
+        # The parent's filesystems are kept, never collected: collecting one runs its finalizer,
+        # which would close the parent's connections from this process's event loop (asyncio
+        # errors printed by a reader process).
+        if self._fs or self._pool is not None:
+            _INHERITED.append((self._fs, self._pool, self._cache))
+        self.stats = StorageStats()
+        self._init_local()
+
+    def options_for(self, protocol: str) -> dict[str, Any]:
+        """The fsspec options used for ``protocol`` (the user's over extsrc's defaults)."""
+        opts = self.options
+        if opts and all(isinstance(v, Mapping) and known_protocol(k) for k, v in opts.items()):
+            given = opts.get(protocol) or {}
+        else:
+            given = opts
+        return _merge(_defaults(protocol, self.timeout), given)
+
+    def filesystem(self, protocol: str) -> Any:
+        """This process's fsspec filesystem for ``protocol`` (created on first use)."""
+        self._check_pid()
+        fs = self._fs.get(protocol)
+        if fs is None:
+            with self._lock:
+                fs = self._fs.get(protocol)
+                if fs is None:
+                    require_protocol(protocol, f"reading {protocol}:// URLs")
+                    import fsspec
+
+                    fs = fsspec.filesystem(protocol, skip_instance_cache=True,
+                                           **self.options_for(protocol))
+                    _MADE_FILESYSTEM[0] = True
+                    if hasattr(fs, "retries"):
+                        fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
+                    self._fs[protocol] = fs
+        return fs
+
+    def _executor(self) -> ThreadPoolExecutor:
+        self._check_pid()
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.concurrency,
+                                                    thread_name_prefix="extsrc-storage")
+        return self._pool
+
+    def _cache_or_none(self) -> _Cache | None:
+        if self.cache_dir is None:
+            return None
+        self._check_pid()
+        if self._cache is None:
+            self._cache = _Cache(self.cache_dir, self.cache_bytes)
+        return self._cache
+
+    def write_stats(self, folder: str) -> None:
+        """Write this process's :attr:`stats` to ``folder/<pid>.json`` (see :class:`StatsDir`)."""
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        tmp = f"{path}.{threading.get_ident()}.tmp"
+        with self._lock:
+            text = json.dumps(self.stats.as_dict())
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+
+    def close(self) -> None:
+        """Stop this process's thread pool (it is re-created on the next read)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except FileReadProblem:
+                raise
+            except Exception as e:
+                kind = classify(e)
+                if kind != "transient":
+                    with self._lock:
+                        self.stats.failures += 1
+                    raise _problem(kind, url, e) from None
+                if attempt >= self.retries:
+                    with self._lock:
+                        self.stats.failures += 1
+                    raise FileReadProblem(
+                        "unreachable",
+                        f"the storage did not answer usably after {attempt + 1} attempts "
+                        f"(last: {_describe(e)})",
+                    ) from None
+                attempt += 1
+                with self._lock:
+                    self.stats.retries += 1
+                    name = type(e).__name__
+                    self.stats.retried_reasons[name] = self.stats.retried_reasons.get(name, 0) + 1
+                    delay = backoff_delay(attempt, self.backoff, self.max_backoff, self._rng)
+                log.debug("extsrc storage: retry %d of %s in %.2f s after %s", attempt, url,
+                          delay, _describe(e))
+                time.sleep(delay)
+
+    def read(self, url: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole object at ``url``, retrying transient failures; raises
+        :class:`~extsrc.sources.fileread.FileReadProblem` (``missing``, ``access_denied``,
+        ``unreachable``, ``file_too_large``, ``unreadable``) when it cannot."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        cache = self._cache_or_none()
+        if cache is not None:
+            data = cache.get(url)
+            if data is not None:
+                with self._lock:
+                    self.stats.cache_hits += 1
+                return data
+        fs = self.filesystem(protocol)
+
+        def get() -> bytes:
+            if max_bytes is None:
+                return fs.cat_file(url)
+            # One ranged GET, no size request first: at most max_bytes + 1 bytes come back,
+            # enough to tell a too-large object (a server ignoring ranges sends it whole).
+            try:
+                return fs.cat_file(url, start=0, end=max_bytes + 1)
+            except Exception as e:
+                if not _range_refused(e):
+                    raise
+                return fs.cat_file(url)  # an empty object has no byte 0 to range over
+
+        data = self._with_retries(url, get)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
+                                                    f"{max_bytes:,} bytes")
+        with self._lock:
+            self.stats.reads += 1
+            self.stats.bytes += len(data)
+        if cache is not None:
+            cache.put(url, data)
+        return data
+
+    def read_many(self, urls: Sequence[str], *, max_bytes: int | None = None
+                  ) -> list[bytes | FileReadProblem]:
+        """Every object of ``urls``, read with up to ``concurrency`` requests in flight, in the
+        order given; a failed read's place holds its
+        :class:`~extsrc.sources.fileread.FileReadProblem`."""
+        def one(url: str) -> bytes | FileReadProblem:
+            try:
+                return self.read(url, max_bytes=max_bytes)
+            except FileReadProblem as e:
+                return e
+
+        if len(urls) <= 1:
+            return [one(u) for u in urls]
+        return list(self._executor().map(one, urls))
+
+    def read_range(self, url: str, offset: int, size: int) -> bytes:
+        """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
+        a tar shard), with :meth:`read`'s retries, counts and cache; fewer bytes than asked
+        (the object is shorter) raise :class:`~extsrc.sources.fileread.FileReadProblem`
+        ``unreadable``."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        key = f"{url}#bytes={offset}-{offset + size}"  # a cache entry per range
+        cache = self._cache_or_none()
+        if cache is not None:
+            data = cache.get(key)
+            if data is not None:
+                with self._lock:
+                    self.stats.cache_hits += 1
+                return data
+        fs = self.filesystem(protocol)
+        data = bytes(self._with_retries(
+            url, lambda: fs.cat_file(url, start=offset, end=offset + size)))
+        if len(data) != size:
+            with self._lock:
+                self.stats.failures += 1
+            raise FileReadProblem(
+                "unreadable",
+                f"the object ends {size - len(data):,} bytes before the range "
+                f"{offset:,}+{size:,} does: it changed since it was indexed (read it again)")
+        with self._lock:
+            self.stats.reads += 1
+            self.stats.bytes += len(data)
+        if cache is not None:
+            cache.put(key, data)
+        return data
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int]]
+                    ) -> list[bytes | FileReadProblem]:
+        """:meth:`read_range` of every ``(url, offset, size)``, with up to ``concurrency``
+        requests in flight, in the order given; a failed read's place holds its
+        :class:`~extsrc.sources.fileread.FileReadProblem`."""
+        def one(r: tuple[str, int, int]) -> bytes | FileReadProblem:
+            try:
+                return self.read_range(*r)
+            except FileReadProblem as e:
+                return e
+
+        if len(ranges) <= 1:
+            return [one(r) for r in ranges]
+        return list(self._executor().map(one, ranges))
+
+    def list_files(self, url: str) -> list[str]:
+        """Every object under the folder URL ``url`` (recursively), as full URLs, sorted."""
+        protocol = url_protocol(url)
+        assert protocol is not None
+        fs = self.filesystem(protocol)
+        found = self._with_retries(url, lambda: fs.find(url.rstrip("/") + "/"))
+        scheme = protocol + "://"
+        return sorted(p if is_url(p) else scheme + p.lstrip("/") for p in found)
+
+    def exists(self, urls: Sequence[str]) -> list[bool]:
+        """Whether each object of ``urls`` exists (transient failures retried)."""
+        def one(url: str) -> bool:
+            fs = self.filesystem(url_protocol(url) or "")
+            try:
+                return bool(self._with_retries(url, lambda: fs.isfile(url)))
+            except FileReadProblem:
+                return False
+
+        return list(self._executor().map(one, urls)) if urls else []
+
+
+def _range_refused(exc: BaseException) -> bool:
+    """Whether a ranged read failed because the range cannot be satisfied (HTTP 416, S3
+    ``InvalidRange``: the object is empty)."""
+    return any(_error_code(e) == "InvalidRange" or _status(e) == 416
+               or "InvalidRange" in str(e) for e in _chain(exc))
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _problem(kind: str, url: str, e: BaseException) -> FileReadProblem:
+    if kind == "missing":
+        return FileReadProblem("missing", f"no such object (or bucket) ({_describe(e)})")
+    if kind == "access_denied":
+        return FileReadProblem(
+            "access_denied", f"access denied: the credentials in storage_options (or the "
+            f"environment) may not read it ({_describe(e)})")
+    return FileReadProblem("unreadable", f"cannot read the object: {_describe(e)}")
+
+
+def _remove_folder(path: str, owner: int) -> None:
+    # Only in the process that made it: a forked reader process exiting runs its copy of the
+    # finalizer too, and must leave the folder to its parent.
+    if os.getpid() == owner:
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class StatsDir:
+    """A temporary folder where every reading process of one loader writes its
+    :class:`StorageStats` (:meth:`Storage.write_stats`), so that the loader can add up the
+    requests, retries and failures of reader processes it cannot otherwise see. Removed with
+    :meth:`close` or when the object is collected."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.path = tempfile.mkdtemp(prefix="extsrc-storage-stats-")
+        self._finalizer = weakref.finalize(self, _remove_folder, self.path, os.getpid())
+
+    def total(self) -> dict[str, Any]:
+        """The stats of every process that wrote some, added up."""
+        out: dict[str, Any] = StorageStats().as_dict()
+        out["processes"] = 0
+        with contextlib.suppress(OSError), os.scandir(self.path) as it:
+            for e in it:
+                if not e.name.endswith(".json"):
+                    continue
+                try:
+                    with open(e.path) as f:
+                        one = json.load(f)
+                except (OSError, ValueError):
+                    continue
+                out["processes"] += 1
+                for k, v in one.items():
+                    if isinstance(v, dict):
+                        for name, n in v.items():
+                            out[k][name] = out[k].get(name, 0) + n
+                    else:
+                        out[k] += v
+        return out
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class _Cache:
+    """Objects kept as files in ``folder``, named by a hash of their URL; at most ``limit``
+    bytes, least recently used evicted first (down to 90% of the limit, so that eviction runs
+    once per many writes). Safe across processes: files are written to a temporary name and
+    renamed, and a file another process evicted is just a miss."""
+
+    def __init__(self, folder: str, limit: int | None) -> None:
+        self.folder = folder
+        self.limit = limit
+        os.makedirs(folder, exist_ok=True)
+        self._lock = threading.Lock()
+        self._total = self._scan()[1] if limit is not None else 0
+
+    def _file(self, url: str) -> str:
+        return os.path.join(self.folder, hashlib.sha256(url.encode()).hexdigest())
+
+    def get(self, url: str) -> bytes | None:
+        path = self._file(url)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            os.utime(path)  # recently used: evicted last
+            return data
+        except OSError:
+            return None
+
+    def put(self, url: str, data: bytes) -> None:
+        if self.limit is not None and len(data) > self.limit:
+            return
+        path = self._file(url)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return
+        if self.limit is not None:
+            with self._lock:
+                self._total += len(data)
+                if self._total > self.limit:
+                    self._evict()
+
+    def _scan(self) -> tuple[list[tuple[float, str, int]], int]:
+        entries, total = [], 0
+        with os.scandir(self.folder) as it:
+            for e in it:
+                if e.name.endswith(".tmp"):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = e.stat()
+                    entries.append((st.st_mtime, e.path, st.st_size))
+                    total += st.st_size
+        return entries, total
+
+    def _evict(self) -> None:
+        assert self.limit is not None
+        entries, total = self._scan()  # other processes write here too: count from the disk
+        target = int(self.limit * 0.9)
+        for _, path, size in sorted(entries):
+            if total <= target:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            total -= size
+        self._total = total
