@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from extsrc._dali import KNOWN_VERSIONS, dali_version
+from extsrc._util.forks import STARTING
 
 __all__ = ["build", "overlaps"]
 
@@ -60,15 +61,18 @@ def overlaps(pipe: Any) -> bool:
 
 
 def build(pipe: Any) -> None:
-    """Build ``pipe`` as ``pipe.build()`` does, starting its workers on another thread."""
+    """Build ``pipe`` as ``pipe.build()`` does, starting its workers on another thread. The
+    workers start under :data:`extsrc._util.forks.STARTING`, as extsrc's op workers do."""
     if not overlaps(pipe):
-        pipe.build()
+        with STARTING:
+            pipe.build()
         return
     failed: list[BaseException] = []
 
     def start_workers() -> None:
         try:
-            pipe.start_py_workers()
+            with STARTING:
+                pipe.start_py_workers()
         except BaseException as e:  # raised again on the building thread
             failed.append(e)
 

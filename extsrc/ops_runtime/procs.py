@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from extsrc._util.forks import STARTING
 from extsrc.ops_runtime.worker import MappedFile, send_message
 
 __all__ = ["Mapped", "WorkerProcess", "memory_file", "worker_env"]
@@ -68,11 +69,12 @@ class WorkerProcess:
     def __init__(self, rank: int, inputs: Mapped) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from extsrc.ops_runtime.worker import main; main()",
-                 str(child.fileno()), str(os.getpid())],
-                pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=worker_env(),
-            )
+            with STARTING:  # no reader forked meanwhile may keep Popen's exec pipe open
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", "from extsrc.ops_runtime.worker import main; main()",
+                     str(child.fileno()), str(os.getpid())],
+                    pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=worker_env(),
+                )
         finally:
             child.close()
         self.rank = rank
