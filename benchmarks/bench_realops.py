@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import platform
@@ -207,57 +206,7 @@ def loader_epochs(manifest: str, *, op: Any, op_path: str | None, batch_size: in
                   dali={"threads": loader.plan.threads, "readers": loader.plan.workers})
 
 
-# -- measuring -------------------------------------------------------------------------------------
-def measure(make: Any, *, warmup: int, min_seconds: float, gpu: bool) -> dict[str, Any]:
-    """Build, time the first batch, skip ``warmup`` batches, then time batches (across epochs)
-    until ``min_seconds`` have passed."""
-    from bench_user_ops import batch_len
-
-    def sync() -> None:
-        if gpu:
-            import torch
-
-            torch.cuda.synchronize()
-
-    t = time.perf_counter()
-    runner = make()
-    built = time.perf_counter() - t
-    first = None
-    seen, n, batches, t0 = 0, 0, 0, None
-    try:
-        done = False
-        while not done:
-            for b in runner.epoch():
-                if first is None:
-                    sync()
-                    first = time.perf_counter() - t
-                if t0 is None:
-                    seen += 1
-                    if seen >= warmup:
-                        sync()
-                        t0 = time.perf_counter()
-                    continue
-                n += batch_len(b)
-                batches += 1
-                if time.perf_counter() - t0 >= min_seconds:
-                    done = True
-                    break
-        sync()
-        dt = time.perf_counter() - t0
-    finally:
-        op_paths, dali = runner.op_paths, runner.dali
-        runner.close()
-        gc.collect()
-    out: dict[str, Any] = {"images": n, "seconds": round(dt, 3),
-                           "images_per_s": round(n / dt, 1), "timed_batches": batches,
-                           "build_s": round(built, 2), "to_first_batch_s": round(first or 0.0, 3)}
-    if op_paths is not None:
-        out["op_paths"] = op_paths
-    if dali is not None:
-        out["dali"] = dali
-    return out
-
-
+# -- summarising -----------------------------------------------------------------------------------
 def median(values: list[float]) -> float:
     s = sorted(values)
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
@@ -374,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         "handwritten": handwritten,
         "paths": {e.name: path_reasons(e.op, gpu) for e in lowered},
     }
+    from bench_user_ops import measure
+
     runs: dict[str, list[dict[str, Any]]] = {}
     for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
         for name, make in variants.items():

@@ -41,6 +41,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -220,26 +221,32 @@ def batch_len(batch) -> int:
     return int(batch[-1].shape[0])
 
 
-def measure(make, *, warmup: int, min_seconds: float, gpu: bool) -> dict:
-    """Build, skip ``warmup`` batches, then time batches (across epochs, and stopping inside
-    one) until ``min_seconds`` have passed."""
-    import torch
+def measure(make: Any, *, warmup: int, min_seconds: float, gpu: bool) -> dict[str, Any]:
+    """Build, time the first batch, skip ``warmup`` batches, then time batches (across epochs,
+    and stopping inside one) until ``min_seconds`` have passed. ``bench_realops.py`` measures
+    with it too."""
 
-    def sync():
+    def sync() -> None:
         if gpu:
+            import torch
+
             torch.cuda.synchronize()
 
-    t_build = time.perf_counter()
+    t = time.perf_counter()
     runner = make()
-    built = time.perf_counter() - t_build
+    built = time.perf_counter() - t
+    first = None
     seen, n, batches, t0 = 0, 0, 0, None
     try:
         done = False
         while not done:
             for b in runner.epoch():
+                if first is None:
+                    sync()
+                    first = time.perf_counter() - t
                 if t0 is None:
                     seen += 1
-                    if seen == warmup:
+                    if seen >= warmup:
                         sync()
                         t0 = time.perf_counter()
                     continue
@@ -251,13 +258,16 @@ def measure(make, *, warmup: int, min_seconds: float, gpu: bool) -> dict:
         sync()
         dt = time.perf_counter() - t0
     finally:
+        op_paths, dali = runner.op_paths, runner.dali
         runner.close()
-    out = {"images": n, "seconds": round(dt, 3), "images_per_s": round(n / dt, 1),
-           "timed_batches": batches, "build_s": round(built, 2)}
-    if runner.op_paths is not None:
-        out["op_paths"] = runner.op_paths
-    if runner.dali is not None:
-        out["dali"] = runner.dali
+        gc.collect()
+    out: dict[str, Any] = {"images": n, "seconds": round(dt, 3),
+                           "images_per_s": round(n / dt, 1), "timed_batches": batches,
+                           "build_s": round(built, 2), "to_first_batch_s": round(first or 0.0, 3)}
+    if op_paths is not None:
+        out["op_paths"] = op_paths
+    if dali is not None:
+        out["dali"] = dali
     return out
 
 
