@@ -399,7 +399,11 @@ class Storage:
             return None
         self._check_pid()
         if self._cache is None:
-            self._cache = _Cache(self.cache_dir, self.cache_bytes)
+            # Once per process: the pool's threads ask at once, and two caches would each count
+            # half of what is written and let the folder grow past cache_bytes.
+            with self._lock:
+                if self._cache is None:
+                    self._cache = _Cache(self.cache_dir, self.cache_bytes)
         return self._cache
 
     def write_stats(self, folder: str) -> None:
