@@ -352,3 +352,58 @@ def test_sums_that_are_not_a_whole_exact_channel_sum_keep_their_additions(case):
     _, kinds = _lowered(fn, _images(), dtype=np.int8 if case == "int8_wraps" else np.int16,
                         ndim=2)
     assert "Sum" not in kinds, kinds
+
+
+# -- a rectangle filled with a value per channel: one erase ----------------------------------------
+def fill_tuple(img):
+    out = img.copy()
+    h, w = img.shape[:2]
+    out[h // 4:h // 2 + 1, 1:w] = (114, 0, 255)
+    return out
+
+
+def fill_per_channel_writes(img):
+    out = img.copy()
+    h, w = img.shape[:2]
+    for c, v in enumerate((114, 0, 255)):
+        out[h // 4:h // 2 + 1, 1:w, c] = v
+    return out
+
+
+def fill_drawn_list(img, rng):
+    out = img.copy()
+    h, w = img.shape[:2]
+    y, x = int(rng.integers(0, h)), int(rng.integers(0, w))
+    out[y:y + 3, x:x + 2] = [rng.integers(64, 191, endpoint=True) for _ in range(3)]
+    return out
+
+
+def fill_drawn_array(img, rng):
+    out = img.copy()
+    h, w = img.shape[:2]
+    y, x = int(rng.integers(0, h)), int(rng.integers(0, w))
+    out[y:y + 3, x:x + 2] = np.array([rng.integers(64, 191, endpoint=True) for _ in range(3)])
+    return out
+
+
+@pytest.mark.parametrize("fns,random", [((fill_tuple, fill_per_channel_writes), False),
+                                        ((fill_drawn_list, fill_drawn_array), True)])
+def test_a_fill_with_a_value_per_channel_is_one_erase(fns, random):
+    """``out[y0:y1, x0:x1] = (r, g, b)`` (constants or draws), written channel by channel or as
+    one tuple: one ``fn.erase`` with a value per channel, not one pass per channel."""
+    kinds = [_lowered(f, _images(np.uint8), random=random)[1] for f in fns]
+    assert all(k["Erase"] == 1 for k in kinds), kinds
+
+
+def test_a_channel_written_twice_keeps_numpys_order():
+    """The last write of a channel wins in numpy; such fills are not merged into one erase."""
+
+    def twice(img):
+        out = img.copy()
+        out[:2, :2, 0] = 1
+        out[:2, :2, 1] = 2
+        out[:2, :2, 0] = 3
+        out[:2, :2, 2] = 4
+        return out
+
+    _lowered(twice, _images(np.uint8))

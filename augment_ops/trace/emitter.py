@@ -385,20 +385,19 @@ class _Emitter(_Vectors):
         from nvidia.dali import fn, types
 
         x, y0, y1, x0, x1, v = n.args
+        merged = _channel_fills(n)
+        if merged is not None:
+            # One rectangle written channel by channel (``img[y0:y1, x0:x1] = (r, g, b)``):
+            # one erase with a value per channel, where each channel would take its own pass.
+            x, values = merged
+            fill = ([float(u.value) for u in values] if all(u.op == "const" for u in values)
+                    else fn.cast(self.vector(values), dtype=types.FLOAT))
+            anchor, shape = self._rectangle(x, y0, y1, x0, x1)
+            return fn.erase(self.value(x), anchor=anchor, shape=shape, axes=[0, 1],
+                            fill_value=fill)
         # fn.erase clips its region to the image (a part outside is not written, a shape <= 0
         # writes nothing), so the clamps that put numpy's bounds into 0..size need no operator.
-        lo = [_unclamped_start(y0), _unclamped_start(x0)]
-        hi = [_unclamped_stop(y1, x.shape[0], y0), _unclamped_stop(x1, x.shape[1], x0)]
-        sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
-        if all(isinstance(b, int) for b in lo):
-            anchor: Any = [float(b) for b in lo]
-        else:
-            anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
-        if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
-            shape: Any = [float(d) for d in sizes]
-        else:
-            shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
-                                   np.dtype(np.int64)), dtype=types.FLOAT)
+        anchor, shape = self._rectangle(x, y0, y1, x0, x1)
         axes = [0, 1]
         if n.attrs:
             c0, c1 = n.attrs
@@ -419,6 +418,27 @@ class _Emitter(_Vectors):
         mask = fn.erase(_zeros_like(data, types.UINT8), anchor=anchor, shape=shape,
                         axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
+
+    def _rectangle(self, x: Node, y0: Any, y1: Any, x0: Any, x1: Any) -> tuple[Any, Any]:
+        """``fn.erase``'s anchor and shape (float32, y then x) of the region ``y0:y1, x0:x1``
+        of ``x``."""
+        from nvidia.dali import fn, types
+
+        # fn.erase clips its region to the image (a part outside is not written, a shape <= 0
+        # writes nothing), so the clamps that put numpy's bounds into 0..size need no operator.
+        lo = [_unclamped_start(y0), _unclamped_start(x0)]
+        hi = [_unclamped_stop(y1, x.shape[0], y0), _unclamped_stop(x1, x.shape[1], x0)]
+        sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
+        if all(isinstance(b, int) for b in lo):
+            anchor: Any = [float(b) for b in lo]
+        else:
+            anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
+        if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
+            shape: Any = [float(d) for d in sizes]
+        else:
+            shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
+                                   np.dtype(np.int64)), dtype=types.FLOAT)
+        return anchor, shape
 
     def _lut(self, n: Node) -> Any:
         """A constant table read at positions (:mod:`augment_ops.trace.lookup`): its values are
@@ -445,6 +465,29 @@ class _Emitter(_Vectors):
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)
+
+
+def _channel_fills(n: Node) -> tuple[Node, list[Node]] | None:
+    """``(x, [v0, v1, ...])`` where ``n`` fills one rectangle of ``x`` channel by channel, channel
+    ``k`` with ``v_k``, every channel once (as ``img[y0:y1, x0:x1] = (r, g, b)`` traces), each
+    value one that ``fn.erase`` holds exactly (float32 holds every value of these dtypes), else
+    None. Later fills win in numpy, so a channel written twice is not merged."""
+    if n.dtype not in (np.uint8, np.int8, np.uint16, np.int16, np.float32):
+        return None
+    c = n.shape[2] if n.ndim == 3 else None
+    if not isinstance(c, int) or c < 2:
+        return None
+    region = n.args[1:5]
+    values: dict[int, Node] = {}
+    x = n
+    while x.op == "fill" and len(x.attrs) == 2 and x.attrs[1] == x.attrs[0] + 1 and \
+            all(a is b for a, b in zip(x.args[1:5], region, strict=True)) and \
+            x.attrs[0] not in values and len(values) < c:
+        values[x.attrs[0]] = x.args[5]
+        x = x.args[0]
+    if sorted(values) != list(range(c)) or any(v.ndim for v in values.values()):
+        return None
+    return x, [values[k] for k in range(c)]
 
 
 def _input_layout(n: Node) -> bool:
