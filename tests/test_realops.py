@@ -24,7 +24,7 @@ from realops import corpus, expected, known_failures
 
 from augment_ops.lower_dali import SampleScalars, check_layout, emit, sample_scalar_nodes
 from augment_ops.registry import OpContractError
-from augment_ops.trace import TraceError, trace_op
+from augment_ops.trace import TraceError, scalar_stage, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt, sample_rng
 
 SEED = 11
@@ -129,8 +129,12 @@ def _images(sizes) -> list[np.ndarray]:
     return imgs
 
 
+@pytest.mark.parametrize("scalars", ["dali", "numpy"])
 @pytest.mark.parametrize("entry", _params(LOWERED))
-def test_a_lowered_op_equals_numpy_in_a_dali_pipeline(entry):
+def test_a_lowered_op_equals_numpy_in_a_dali_pipeline(entry, scalars, monkeypatch):
+    """``scalars``: the op's per-sample scalars computed by DALI's operators, or all by numpy in
+    one operator (:mod:`augment_ops.trace.scalar_stage`), whatever their number."""
+    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
     op = entry.op
     traced = trace_op(op)
     sizes = [s for s in SIZES if min(s) >= op.min_size]

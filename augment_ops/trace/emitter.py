@@ -41,6 +41,7 @@ from augment_ops.trace.lower_patterns import (
     _unclamped_start,
     _unclamped_stop,
 )
+from augment_ops.trace.scalar_stage import ScalarStage
 
 
 def _operand_constant(value: Any, dt: np.dtype) -> Any:
@@ -69,6 +70,9 @@ class _Scalars:
         self.fill_consts: dict[int, Node] = {}
         #: Nodes whose values come from outside the graph (``sample_values``).
         self.given: set[int] = set()
+        #: Computes the per-sample scalars by numpy in one operator, for an op whose scalars
+        #: would take many (:mod:`augment_ops.trace.scalar_stage`); None: DALI operators.
+        self.stage: ScalarStage | None = None
 
     def dim(self, axis: int) -> Any:
         """The input's size along ``axis``, a per-sample int64 scalar (one operator per axis)."""
@@ -82,6 +86,10 @@ class _Scalars:
         if not isinstance(n, Node):
             return n
         got = self.memo.get(id(n))
+        if got is None and self.stage is not None and n.op not in ("const", "in_dim") and \
+                self.stage.takes(n):
+            got = self.stage.scalar(n)
+            self.memo[id(n)] = got
         if got is None:
             m = _folded_fills(n, self.fill_consts)
             got = getattr(self, "_" + m.op)(m)
@@ -213,6 +221,9 @@ class _Vectors(_Scalars):
             values = [v.value if isinstance(v, Node) else v for v in lanes]
             dt = nodes[0].dtype if nodes[0] is not None else np.dtype(np.int64)
             return _constant_node(np.array(values, dtype=dt), dt)
+        if self.stage is not None and self.stage.accepts(lanes) and \
+                not all(n is not None and n.op == "in_dim" for n in nodes):
+            return self.stage.vector(lanes)
         if all(n is not None and n.op == "in_dim" for n in nodes):
             axes = [n.attrs[0] for n in nodes]
             if axes == list(range(axes[0], axes[0] + len(axes))):
@@ -390,8 +401,12 @@ class _Emitter(_Vectors):
             # One rectangle written channel by channel (``img[y0:y1, x0:x1] = (r, g, b)``):
             # one erase with a value per channel, where each channel would take its own pass.
             x, values = merged
-            fill = ([float(u.value) for u in values] if all(u.op == "const" for u in values)
-                    else fn.cast(self.vector(values), dtype=types.FLOAT))
+            if all(u.op == "const" for u in values):
+                fill: Any = [float(u.value) for u in values]
+            elif self.stage is not None and self.stage.accepts(values):
+                fill = self.stage.vector(values, np.float32)
+            else:
+                fill = fn.cast(self.vector(values), dtype=types.FLOAT)
             anchor, shape = self._rectangle(x, y0, y1, x0, x1)
             return fn.erase(self.value(x), anchor=anchor, shape=shape, axes=[0, 1],
                             fill_value=fill)
@@ -428,6 +443,13 @@ class _Emitter(_Vectors):
         # writes nothing), so the clamps that put numpy's bounds into 0..size need no operator.
         lo = [_unclamped_start(y0), _unclamped_start(x0)]
         hi = [_unclamped_stop(y1, x.shape[0], y0), _unclamped_stop(x1, x.shape[1], x0)]
+        if self.stage is not None and self.stage.accepts(lo + hi):
+            # numpy computes the sizes as DALI would, int64 differences made float32.
+            i64 = np.dtype(np.int64)
+            size = [Node("bin", (b, a), ("subtract",), i64, ()) for a, b in zip(lo, hi,
+                                                                                strict=True)]
+            f32 = np.dtype(np.float32)
+            return self.stage.vector(lo, f32), self.stage.vector(size, f32)
         sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
         if all(isinstance(b, int) for b in lo):
             anchor: Any = [float(b) for b in lo]

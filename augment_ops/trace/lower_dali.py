@@ -5,7 +5,10 @@ branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GP
 elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone
 are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
 graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
-check calls Python only for a batch holding a too-small image, to raise). Facts the tracer knows
+check calls Python only for a batch holding a too-small image, to raise), except for an op whose
+scalars would take dozens of operators (:func:`uses_stage`): numpy computes them all in one
+``fn.python_function`` per batch (:mod:`augment_ops.trace.scalar_stage`), the draws arriving
+packed in one external-source output. Facts the tracer knows
 (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
 bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
 (it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
@@ -39,8 +42,11 @@ from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
+from augment_ops.trace.lower_patterns import _free
+from augment_ops.trace.scalar_stage import ScalarStage, evaluate, wants_stage
 
-__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes"]
+__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes",
+           "uses_stage"]
 
 
 class SampleScalars:
@@ -52,53 +58,56 @@ class SampleScalars:
     (:class:`extsrc.sources.images.ReaderValues`): the numbers arrive in the graph as
     external-source outputs, with numpy's own semantics and no Python call in the pipeline.
     ``uniform(index, epoch, slot)`` gives the draws (float64 arrays). Picklable.
+
+    ``packed``: all values of a sample as one byte vector, one external-source output in place of
+    one per value (hundreds for YOLOv5's cutout), for an op whose scalars numpy computes in the
+    graph too (:func:`uses_stage`), which reads them back with :meth:`unpack`.
     """
 
-    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray]) -> None:
+    def __init__(self, nodes: list[Node], uniform: Callable[..., np.ndarray],
+                 packed: bool = False) -> None:
         self.nodes = nodes
         self.uniform = uniform
+        self.packed = packed
+
+    @property
+    def num_outputs(self) -> int:
+        """How many per-sample values :meth:`__call__` gives: one per node, or one packed."""
+        return 1 if self.packed else len(self.nodes)
 
     def __call__(self, index: np.ndarray, epoch: np.ndarray) -> list[np.ndarray]:
-        """One array of shape ``(len(index),)`` per node, of the node's dtype."""
-        count = len(index)
-        memo: dict[int, np.ndarray] = {}
+        """One array of shape ``(len(index), *node.shape)`` per node, of the node's dtype; packed,
+        one uint8 array of shape ``(len(index), bytes)``."""
 
-        def ev(n: Node | int) -> Any:
-            """``n`` for every sample: an array of shape ``(count, *n.shape)`` (a vector of
-            draws, ``rng.uniform(size=3)``, has a constant shape)."""
-            if not isinstance(n, Node):
-                return np.full(count, n, np.int64)
-            got = memo.get(id(n))
-            if got is not None:
-                return got
+        def leaf(n: Node) -> np.ndarray | None:
+            if n.op == "uniform":
+                return self.uniform(index, epoch, n.attrs[0])
+            return None
 
-            def arg(a: Node) -> np.ndarray:  # aligned with n's axes, after the sample axis
-                v = ev(a)
-                return v.reshape((count,) + (1,) * (n.ndim - a.ndim) + v.shape[1:])
-            if n.op == "const":
-                got = np.broadcast_to(n.value, (count, *n.value.shape))
-            elif n.op == "uniform":
-                got = self.uniform(index, epoch, n.attrs[0])
-            elif n.op == "cast":
-                got = np.asarray(ev(n.args[0])).astype(n.dtype)
-            elif n.op == "bin":
-                got = getattr(np, n.attrs[0])(arg(n.args[0]), arg(n.args[1]))
-            elif n.op == "un":
-                got = getattr(np, n.attrs[0])(ev(n.args[0]))
-            elif n.op == "where":
-                got = np.where(*(arg(a) for a in n.args))
-            elif n.op == "stack":
-                got = np.stack([ev(a) for a in n.args], axis=1 + n.attrs[0])
-            elif n.op == "take" and isinstance(n.args[1], int):
-                got = np.take(ev(n.args[0]), n.args[1], axis=1 + n.attrs[0])
-            else:
-                raise ValueError(f"not a scalar of the draws alone: {n}")
-            got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count, *n.shape))
-            memo[id(n)] = got
-            return got
+        values = evaluate(self.nodes, len(index), leaf)
+        if not self.packed:
+            return values
+        return [np.concatenate([v.reshape(len(index), -1).view(np.uint8) for v in values]
+                               + [np.zeros((len(index), 0), np.uint8)], axis=1)]
 
-        with np.errstate(all="ignore"):
-            return [np.ascontiguousarray(ev(n)) for n in self.nodes]
+    def unpack(self, rows: np.ndarray) -> list[np.ndarray]:
+        """The values of :meth:`__call__` (unpacked) from its packed rows."""
+        count, out, at = len(rows), [], 0
+        for n in self.nodes:
+            size = n.dtype.itemsize * int(np.prod(n.shape, dtype=np.int64))
+            part = np.ascontiguousarray(rows[:, at:at + size])
+            out.append(part.view(n.dtype).reshape(count, *n.shape))
+            at += size
+        return out
+
+
+def uses_stage(traced: Traced) -> bool:
+    """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
+    (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
+    nodes = sample_scalar_nodes(traced)
+    if any(n.ndim > 1 for n in nodes):  # the stage hands out scalars and vectors only
+        return False
+    return wants_stage(traced, {id(n) for n in nodes}, lambda n: not _free(n))
 
 
 def sample_scalar_nodes(traced: Traced) -> list[Node]:
@@ -171,7 +180,7 @@ def check_layout(traced: Traced) -> CheckLayout:
 
 def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
          check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
-         min_size: int = 1) -> list[Any]:
+         min_size: int = 1, packed: SampleScalars | None = None) -> list[Any]:
     """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
 
     Every per-sample scalar is a DALI CPU operator on ``image.shape()``, except those of
@@ -193,13 +202,22 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     em = _Emitter(image)
     em.shape = image.shape()
     nodes = sample_scalar_nodes(traced)
-    if len(sample_values) != len(nodes):
-        raise ValueError(
-            f"the traced op needs {len(nodes)} per-sample value(s) made by SampleScalars from its "
-            f"draws; got {len(sample_values)}")
-    for n, value in zip(nodes, sample_values, strict=True):
-        em.memo[id(n)] = value
-        em.given.add(id(n))
+    if packed is not None:  # one byte vector per sample, which the stage unpacks
+        if len(sample_values) != 1 or packed.nodes != nodes or not packed.packed:
+            raise ValueError("packed= takes the op's SampleScalars (packed) and sample_values= "
+                             "its one output")
+        em.given.update(id(n) for n in nodes)
+        em.stage = ScalarStage(traced, em.shape, nodes, sample_values[0], unpack=packed.unpack)
+    else:
+        if len(sample_values) != len(nodes):
+            raise ValueError(
+                f"the traced op needs {len(nodes)} per-sample value(s) made by SampleScalars "
+                f"from its draws; got {len(sample_values)}")
+        for n, value in zip(nodes, sample_values, strict=True):
+            em.memo[id(n)] = value
+            em.given.add(id(n))
+        if uses_stage(traced):
+            em.stage = ScalarStage(traced, em.shape, nodes, *sample_values)
     layout = check_layout(traced)
     if check is not None and (min_size > 1 or layout.guards or layout.outputs):
         if info is None:

@@ -132,7 +132,7 @@ def _read(source: ShardedSource, programs: Sequence[Any], num_workers: int) -> A
     readers = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers > 0 else {}
     return fn.external_source(
         source=ReaderValues(source, programs) if programs else source,
-        num_outputs=len(SOURCE_OUTPUTS) + sum(len(p.nodes) for p in programs),
+        num_outputs=len(SOURCE_OUTPUTS) + sum(p.num_outputs for p in programs),
         batch=True,
         batch_info=True,
         **readers,
@@ -172,8 +172,10 @@ class _OpNodes:
         op, occurrence, program = use
         path = self.op_paths[op.name]
         if path == "native":
-            mine = [next(self.drawn) for _ in program.nodes] if program is not None else []
-            outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine)
+            mine = ([next(self.drawn) for _ in range(program.num_outputs)]
+                    if program is not None else [])
+            outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
+                                  program=program)
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
             outs = self._numpy_on_device(op, occurrence, img)
         elif path == "numpy":

@@ -89,19 +89,22 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0) -> SampleSc
     (a deterministic op, a hand-written lowering)."""
     if implementation(op, "native") is not None:
         return None
-    from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
+    from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
 
-    nodes = sample_scalar_nodes(trace_op(op))
+    traced = trace_op(op)
+    nodes = sample_scalar_nodes(traced)
     if not nodes:
         return None
-    return SampleScalars(nodes, CounterDraws(seed, op_salt(op.name, occurrence)))
+    return SampleScalars(nodes, CounterDraws(seed, op_salt(op.name, occurrence)),
+                         packed=uses_stage(traced))
 
 
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
-                   sample_values: Sequence[Any] = ()) -> list[Any]:
+                   sample_values: Sequence[Any] = (), program: SampleScalars | None = None
+                   ) -> list[Any]:
     """The op's native path on the image DataNode: its declared lowering, else its traced graph
     (with its per-sample checks, :class:`SampleCheck`, and, for a random op, ``sample_values``:
-    the outputs of its :func:`native_sample_scalars` program, as the source delivers them)."""
+    the outputs of its :func:`native_sample_scalars` ``program``, as the source delivers them)."""
     hand_written = implementation(op, "native")
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
@@ -110,7 +113,8 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
 
     traced = trace_op(op)
     return emit(traced, img, sample_values=sample_values, info=info,
-                check=SampleCheck(op, manifest, check_layout(traced)), min_size=op.min_size)
+                check=SampleCheck(op, manifest, check_layout(traced)), min_size=op.min_size,
+                packed=program if program is not None and program.packed else None)
 
 
 class CounterDraws:

@@ -1,0 +1,133 @@
+"""An op's per-sample scalars computed by numpy in one DALI operator
+(:mod:`augment_ops.trace.scalar_stage`): where they would take many operators (YOLOv5's cutout:
+31 rectangles from four draws each and the image's size), one ``fn.python_function`` computes
+them all per batch, the draws arriving packed in one external-source output; the pixels stay
+numpy's exactly, in a bare pipeline and through the loader with reader processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import has_gpu, pattern_image
+from PIL import Image
+from test_trace_phrasing import _images, _lowered
+
+import augment_ops
+import extsrc
+from augment_ops import Op
+from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
+from augment_ops.trace import scalar_stage, trace_op
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+
+def many_boxes(img, rng, p: float = 0.9):
+    """YOLOv5's cutout (utils/augmentations.py @v7.0), on a copy."""
+    im = img.copy()
+    if rng.random() < p:
+        h, w = im.shape[:2]
+        scales = [0.5] * 1 + [0.25] * 2 + [0.125] * 4 + [0.0625] * 8
+        for s in scales:
+            mask_h = rng.integers(1, max(1, int(h * s)), endpoint=True)
+            mask_w = rng.integers(1, max(1, int(w * s)), endpoint=True)
+            xmin = max(0, rng.integers(0, w, endpoint=True) - mask_w // 2)
+            ymin = max(0, rng.integers(0, h, endpoint=True) - mask_h // 2)
+            xmax = min(w, xmin + mask_w)
+            ymax = min(h, ymin + mask_h)
+            im[ymin:ymax, xmin:xmax] = [rng.integers(64, 191, endpoint=True) for _ in range(3)]
+    return im
+
+
+def shape_arithmetic(img):
+    """Scalars where numpy's and DALI's arithmetic differ: floor division and modulo of negative
+    numbers, integer wrap-around in casts, float truncation and rounding half to even."""
+    h, w = img.shape[:2]
+    a = (h * 7 - w * 13) // 5
+    b = (w - 3 * h) % 4
+    c = np.int64(h * 37 + w).astype(np.uint8)  # wraps around
+    d = int(np.rint(h / 2.0 + 0.5))
+    e = int(-w / 3)  # truncated toward 0
+    top = min(h, max(0, abs(a) % (h + 1)))
+    left = min(w, max(0, (b + d) % (w + 1)))
+    out = img.copy()
+    out[top:, left:] = c
+    out[: max(1, -e) % h] = np.uint8(d + b)
+    return out
+
+
+SIZES = [(1, 1), (2, 7), (5, 3), (9, 12), (31, 40), (64, 33)]
+
+
+@pytest.mark.parametrize("scalars", ["dali", "numpy"])
+def test_scalars_differing_between_numpy_and_dali_equal_numpy(scalars, monkeypatch):
+    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
+    _, kinds = _lowered(shape_arithmetic, _images(np.uint8, sizes=SIZES))
+    assert (kinds["PythonFunction"] == 1) == (scalars == "numpy"), kinds
+
+
+def test_many_scalars_take_one_operator_and_keep_numpys_pixels():
+    op = Op(name="phrasing_many_boxes", fn=many_boxes, random=True, dtype=np.uint8, ndim=3)
+    assert uses_stage(trace_op(op))
+    _, kinds = _lowered(many_boxes, _images(np.uint8, sizes=SIZES), random=True)
+    # One erase per rectangle, one function for every scalar, a subscript per erase argument.
+    assert kinds["PythonFunction"] == 1 and kinds["Erase"] == 15, kinds
+    assert kinds.get("ArithmeticGenericOp", 0) == 0 and kinds.get("Cast", 0) == 0, kinds
+    assert sum(kinds.values()) < 15 * 5, kinds
+
+
+def test_packed_draws_read_back_exactly():
+    op = Op(name="phrasing_many_boxes", fn=many_boxes, random=True, dtype=np.uint8, ndim=3)
+    nodes = sample_scalar_nodes(trace_op(op))
+    dtypes = {n.dtype for n in nodes}
+    assert len(nodes) > 40 and len(dtypes) >= 2, dtypes  # bools, int64s, float64s mixed
+
+    def uniform(i, e, slot):
+        return (np.arange(len(i)) * 0.137 + slot * 0.011 + e * 0.5) % 1.0
+
+    index, epoch = np.arange(5, dtype=np.int64), np.full(5, 3, np.int64)
+    plain = SampleScalars(nodes, uniform)(index, epoch)
+    (rows,) = SampleScalars(nodes, uniform, packed=True)(index, epoch)
+    assert rows.dtype == np.uint8 and rows.shape[0] == 5
+    back = SampleScalars(nodes, uniform, packed=True).unpack(rows)
+    for a, b in zip(plain, back, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+def _pngs(root: Path, n: int) -> tuple[extsrc.Manifest, list[np.ndarray]]:
+    pixels, paths = [], []
+    for i in range(n):
+        img = pattern_image(i, 44, 52)
+        Image.fromarray(img).save(root / f"{i}.png")
+        pixels.append(img)
+        paths.append(str(root / f"{i}.png"))
+    return extsrc.Manifest.from_lists(paths, list(range(n))), pixels
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_loaders_native_path_with_packed_draws_equals_numpy(tmp_path, device):
+    """Through the loader, with reader processes computing the packed draws: every sample of
+    two epochs equals the numpy function with the same counter-based draws."""
+    if device == "cuda" and not has_gpu():
+        pytest.skip("no CUDA GPU")
+    manifest, pixels = _pngs(tmp_path, 6)
+    op = augment_ops.augment_op(name="stage_many_boxes", replace=True)(many_boxes)
+    try:
+        assert uses_stage(trace_op(op))
+        with extsrc.Loader(manifest, batch_size=3, ops=[op.name], device=device, seed=7,
+                           op_runtime=extsrc.OpRuntime(op_path={op.name: "native"}),
+                           workers=extsrc.Workers(num_workers=2)) as loader:
+            seen = 0
+            for _ in range(2):
+                epoch = loader.epoch
+                for batch in loader:
+                    for k, index in enumerate(batch["index"].tolist()):
+                        rng = counter_rng(7, epoch, index, name_salt(op.name))
+                        (ref,) = op.apply(pixels[index], rng)
+                        got = batch[f"{op.name}_0"][k].cpu().numpy()
+                        np.testing.assert_array_equal(got, ref, err_msg=f"sample {index}")
+                        seen += 1
+            assert seen == 12
+    finally:
+        augment_ops.unregister(op.name)
