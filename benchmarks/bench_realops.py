@@ -241,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-seconds", type=float, default=2.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--stage-min", type=int, default=None,
+                    help="compute an op's per-sample scalars by numpy in one operator from this "
+                         "many DALI operators on (augment_ops.trace.scalar_stage; default: its "
+                         "STAGE_MIN_OPERATORS; a huge number keeps them all in DALI)")
     args = ap.parse_args(argv)
 
     # Spawned workers (DALI's readers on a GPU, the op pool) import the corpus by name.
@@ -251,7 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     from data import make_dataset
     from realops import corpus
 
-    from augment_ops.trace import TraceError, trace_op
+    from augment_ops.trace import TraceError, scalar_stage, trace_op
+
+    if args.stage_min is not None:
+        scalar_stage.STAGE_MIN_OPERATORS = args.stage_min
 
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
@@ -317,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                     "generate_s": round(gen_s, 1), "image_size": "500x375"},
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
                      "warmup_batches": args.warmup, "min_seconds": args.min_seconds,
-                     "repeats": args.repeats, "device": device},
+                     "repeats": args.repeats, "device": device,
+                     "stage_min_operators": scalar_stage.STAGE_MIN_OPERATORS},
         "lowered": [e.name for e in lowered],
         "refused": refused,
         "handwritten": handwritten,
