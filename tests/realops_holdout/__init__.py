@@ -17,7 +17,8 @@ import realops
 from realops import RealOp
 
 MODULES = ("albumentations_ops", "torchvision_ops", "timm_ops", "imgaug_ops", "mm_ops",
-           "paddle_ops", "keras_ops", "dino_ops")
+           "paddle_ops", "keras_ops", "dino_ops", "ultralytics_ops", "detectron2_ops",
+           "randaugment_ops")
 
 
 def holdout() -> list[RealOp]:

@@ -171,6 +171,22 @@ def alb_to_sepia(img: np.ndarray) -> np.ndarray:
     return fpixel.linear_transformation_rgb(img, sepia_transformation_matrix)
 
 
+# albumentations/augmentations/pixel/transforms.py @2.0.8: HueSaturationValue.get_params and
+# .apply (pixel/functional.py: shift_hsv)
+@realop(LIB, f"{SRC} albumentations/augmentations/pixel/transforms.py: HueSaturationValue.apply")
+def alb_hue_saturation_value(img: np.ndarray, rng: np.random.Generator,
+                             hue_shift_limit: tuple[float, float] = (-20, 20),
+                             sat_shift_limit: tuple[float, float] = (-30, 30),
+                             val_shift_limit: tuple[float, float] = (-20, 20)) -> np.ndarray:
+    hue_shift = rng.uniform(*hue_shift_limit)
+    sat_shift = rng.uniform(*sat_shift_limit)
+    val_shift = rng.uniform(*val_shift_limit)
+    if not is_rgb_image(img) and not is_grayscale_image(img):
+        msg = "HueSaturationValue transformation expects 1-channel or 3-channel images."
+        raise TypeError(msg)
+    return fpixel.shift_hsv(img, hue_shift, sat_shift, val_shift)
+
+
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
     "alb_horizontal_flip": "lowers",
@@ -181,6 +197,7 @@ EXPECT: dict[str, str] = {
     "alb_pad_if_needed": r"refuses: int\(\) of a per-sample value outside the",
     "alb_center_crop": r"refuses: ValueError: We should have x_min < x_max",
     "alb_to_sepia": r"refuses: cv2\.transform \(not lowered: only",
+    "alb_hue_saturation_value": r"refuses: cv2\.cvtColor with COLOR_RGB2HSV \(only",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
