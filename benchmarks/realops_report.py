@@ -37,6 +37,10 @@ GROUPS: list[tuple[str, str]] = [
     ("numpy function in a library helper (albucore sz_lut)", r"np\.require"),
     ("a new array of a per-sample shape",
      r"needs a concrete int|np\.(zeros|ones|empty|full) of a per-sample shape"),
+    ("int() / float() of a per-sample value", r"^(int|float)\(\) of a per-sample value"),
+    ("numpy call that wants a concrete array",
+     r"^np\.(asarray|float32|rollaxis)\b|conversion to a concrete numpy array"),
+    ("an exception met while tracing (ValueError, TypeError)", r"^(ValueError|TypeError): "),
 ]
 
 
