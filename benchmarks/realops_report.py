@@ -1,12 +1,15 @@
-"""How much of the corpus of real users' augmentations (``tests/realops``) the tracer lowers.
+"""How much of the corpus of real users' augmentations (``tests/realops``) the tracer lowers,
+and how much of the held-out set (``tests/realops_holdout``: ops nobody tuned the tracer for).
 
-Prints one row per op (name, library, lowered or refused, the refusal's reason in a few words,
-the construct it falls under), the share lowered per library and overall, and the refusals
-grouped by construct: the work list for making more of them lower. Traces only (no pipeline
-runs); ``tests/test_realops.py`` checks the lowered ops' pixels.
+Prints, for each set, one row per op (name, library, lowered or refused, the refusal's reason in
+a few words), the share lowered per library and overall, and the refusals grouped by construct:
+the work list for making more of them lower. The held-out set's share says whether the corpus's
+holds on new code. Traces only (no pipeline runs); ``tests/test_realops.py`` checks the lowered
+ops' pixels.
 
-    python benchmarks/realops_report.py            # the table
-    python benchmarks/realops_report.py --reasons  # and each refusal's full message
+    python benchmarks/realops_report.py                  # both sets, one section each
+    python benchmarks/realops_report.py --set holdout    # the held-out set only
+    python benchmarks/realops_report.py --reasons        # and each refusal's full message
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ GROUPS: list[tuple[str, str]] = [
     ("numpy function in a library helper (albucore sz_lut)", r"np\.require"),
     ("a new array of a per-sample shape",
      r"needs a concrete int|np\.(zeros|ones|empty|full) of a per-sample shape"),
+    ("int() / float() of a per-sample value", r"^(int|float)\(\) of a per-sample value"),
+    ("numpy call that wants a concrete array",
+     r"^np\.(asarray|float32|rollaxis)\b|conversion to a concrete numpy array"),
+    ("an exception met while tracing (ValueError, TypeError)", r"^(ValueError|TypeError): "),
 ]
 
 
@@ -61,23 +68,41 @@ def _commit() -> str:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "tests/realops",
-                                "augment_ops"], cwd=ROOT, capture_output=True, text=True,
+                                "tests/realops_holdout", "augment_ops"], cwd=ROOT,
+                               capture_output=True, text=True,
                                check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head + (" (with uncommitted changes to the tracer or the corpus)" if dirty else "")
+    return head + (" (with uncommitted changes to the tracer or the ops)" if dirty else "")
 
 
-def rows() -> list[dict[str, str]]:
-    """One dict per op of the corpus: name, library, result, reason, group, source."""
+# Each set: its title and the package under tests/ that holds it.
+SETS: dict[str, tuple[str, str]] = {
+    "corpus": ("the corpus", "realops"),
+    "holdout": ("the held-out set", "realops_holdout"),
+}
+
+
+def ops_of(which: str) -> list:
+    """The ops (``realops.RealOp``) of the set ``which`` ("corpus" or "holdout")."""
     sys.path.insert(0, str(ROOT / "tests"))
     sys.path.insert(0, str(ROOT))
-    from realops import corpus
+    if which == "corpus":
+        from realops import corpus
+        return corpus()
+    if which == "holdout":
+        from realops_holdout import holdout
+        return holdout()
+    raise ValueError(f"unknown set {which!r}: expected one of {sorted(SETS)}")
 
+
+def rows(which: str = "corpus") -> list[dict[str, str]]:
+    """One dict per op of the set ``which``: name, library, result, reason, group, source."""
+    entries = ops_of(which)
     from augment_ops.trace import TraceError, trace_op
 
     out = []
-    for entry in corpus():
+    for entry in entries:
         try:
             trace_op(entry.op)
         except TraceError as e:
@@ -90,12 +115,13 @@ def rows() -> list[dict[str, str]]:
     return out
 
 
-def report(table: list[dict[str, str]], reasons: bool = False) -> str:
+def report(table: list[dict[str, str]], reasons: bool = False, which: str = "corpus") -> str:
     import numpy as np
     from nvidia.dali import __version__ as dali_version
 
-    lines = [f"realops: what augment_ops.trace lowers of {len(table)} augmentations copied "
-             f"from public libraries (tests/realops)",
+    title, package = SETS[which]
+    lines = [f"realops, {title}: what augment_ops.trace lowers of {len(table)} augmentations "
+             f"copied from public libraries (tests/{package})",
              f"commit {_commit()}; numpy {np.__version__}, DALI {dali_version}", ""]
     width = max(len(r["name"]) for r in table)
     lib_w = max(len(r["library"]) for r in table)
@@ -133,8 +159,12 @@ def report(table: list[dict[str, str]], reasons: bool = False) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reasons", action="store_true", help="print each refusal's message")
+    parser.add_argument("--set", choices=[*SETS, "all"], default="all", dest="which",
+                        help="the corpus, the held-out set, or both in two sections "
+                             "(default)")
     args = parser.parse_args(argv)
-    sys.stdout.write(report(rows(), reasons=args.reasons))
+    chosen = list(SETS) if args.which == "all" else [args.which]
+    sys.stdout.write("\n".join(report(rows(w), reasons=args.reasons, which=w) for w in chosen))
     return 0
 
 

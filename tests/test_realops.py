@@ -8,6 +8,10 @@ DALI pipeline, equals the numpy function exactly on images of odd, even and 1-pi
 a random op's draws fixed (``counter_rng`` replays the native path's counter-based draws on
 numpy); and a random op's outcomes over many samples follow the same distribution on both
 paths (the native path's counter draws against the numpy path's ``np.random.Generator``).
+
+Every check runs over both sets: the corpus (``tests/realops``, the ops the tracer is extended
+against; test ids ``corpus-<op>``) and the held-out set (``tests/realops_holdout``, ops chosen
+as users pick them, to measure the tracer on code nobody tuned it for; ids ``holdout-<op>``).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from realops import corpus, expected, known_failures
+import realops
+import realops_holdout
 
 from augment_ops.lower_dali import SampleScalars, check_layout, emit, sample_scalar_nodes
 from augment_ops.registry import OpContractError
@@ -28,18 +33,29 @@ from augment_ops.trace import TraceError, scalar_stage, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt, sample_rng
 
 SEED = 11
-CORPUS = corpus()
-TABLE = expected()
-BROKEN = known_failures()
-LOWERED = [r for r in CORPUS if TABLE.get(r.name) == "lowers"]
-RANDOM_LOWERED = [r for r in LOWERED if r.op.random]
+# Each set: its ops, their EXPECT entries, their KNOWN_FAILURES, and the least number of ops
+# and of libraries it must hold.
+SETS = {
+    "corpus": (realops.corpus(), realops.expected(), realops.known_failures(), 45, 6),
+    "holdout": (realops_holdout.holdout(), realops_holdout.expected(),
+                realops_holdout.known_failures(), 24, 6),
+}
+# (set name, op) for every op of both sets; op names are unique across the sets (checked below),
+# so the merged tables answer for either.
+ENTRIES = [(name, r) for name, (ops, *_) in SETS.items() for r in ops]
+TABLE = {k: v for _, table, _, _, _ in SETS.values() for k, v in table.items()}
+BROKEN = {k: v for _, _, broken, _, _ in SETS.values() for k, v in broken.items()}
+LOWERED = [(s, r) for s, r in ENTRIES if TABLE.get(r.name) == "lowers"]
+RANDOM_LOWERED = [(s, r) for s, r in LOWERED if r.op.random]
 
 
-def _params(entries) -> list:
-    """``entries`` as parameters, those of ``KNOWN_FAILURES`` as strict expected failures."""
-    return [pytest.param(r, id=r.name, marks=pytest.mark.xfail(reason=BROKEN[r.name],
-                                                             strict=True))
-            if r.name in BROKEN else pytest.param(r, id=r.name) for r in entries]
+def _params(entries, known_failures: bool = True) -> list:
+    """``entries`` (set name, op) as parameters with ids ``<set>-<op>``; with
+    ``known_failures``, the ops of a ``KNOWN_FAILURES`` table as strict expected failures."""
+    return [pytest.param(r, id=f"{s}-{r.name}",
+                         marks=pytest.mark.xfail(reason=BROKEN[r.name], strict=True))
+            if known_failures and r.name in BROKEN else pytest.param(r, id=f"{s}-{r.name}")
+            for s, r in entries]
 
 
 # Odd and even sizes, 1-pixel rows and columns, a 1x1 image (where the op allows it).
@@ -55,30 +71,47 @@ DIST_SIZES = [(9, 14), (33, 40)]
 DIST_TOL = {"frequency": 0.12, "ks": 0.138}
 
 
-def _ids(entries) -> list[str]:
-    return [r.name for r in entries]
-
-
 def _source_file(fn) -> str:
     while hasattr(fn, "__wrapped__"):
         fn = fn.__wrapped__
     return inspect.getsourcefile(fn)
 
 
-def test_the_corpus_spans_libraries_and_every_op_has_an_expectation():
-    assert len(CORPUS) >= 45
-    assert len({r.library for r in CORPUS}) >= 6
-    names = [r.name for r in CORPUS]
+@pytest.mark.parametrize("which", list(SETS))
+def test_a_set_spans_libraries_and_every_op_has_an_expectation(which):
+    ops, table, broken, least_ops, least_libraries = SETS[which]
+    assert len(ops) >= least_ops
+    assert len({r.library for r in ops}) >= least_libraries
+    names = [r.name for r in ops]
     assert len(names) == len(set(names))
-    assert set(BROKEN) <= {r.name for r in LOWERED}, "a known failure of an op that is refused"
-    assert set(names) == set(TABLE), {
-        "without an EXPECT entry": sorted(set(names) - set(TABLE)),
-        "in EXPECT but not in the corpus": sorted(set(TABLE) - set(names))}
-    for value in TABLE.values():
+    lowered = {r.name for r in ops if table.get(r.name) == "lowers"}
+    assert set(broken) <= lowered, "a known failure of an op that is refused"
+    assert set(names) == set(table), {
+        "without an EXPECT entry": sorted(set(names) - set(table)),
+        "in EXPECT but not in the set": sorted(set(table) - set(names))}
+    for value in table.values():
         assert value == "lowers" or value.startswith("refuses: "), value
 
 
-@pytest.mark.parametrize("entry", CORPUS, ids=_ids(CORPUS))
+def _origin(source: str) -> tuple[str, str]:
+    """The file (its name) and the function a source names first, without repository, version
+    or the notes in parentheses: "pkg/functional.py: solarize (Solarize)" ->
+    ("functional.py", "solarize")."""
+    m = re.search(r"([\w./-]+\.[A-Za-z]+):? ([^;(]+)", source)
+    assert m, f"a source naming no file and function: {source!r}"
+    return m.group(1).rsplit("/", 1)[-1], m.group(2).strip()
+
+
+def test_the_held_out_ops_are_new():
+    """No op of the held-out set is in the corpus: not by name, not by the function copied."""
+    corpus_ops, holdout_ops = SETS["corpus"][0], SETS["holdout"][0]
+    assert not {r.name for r in corpus_ops} & {r.name for r in holdout_ops}
+    taken = {_origin(r.source) for r in corpus_ops}
+    again = [r.name for r in holdout_ops if _origin(r.source) in taken]
+    assert not again, f"held-out ops copied from a function the corpus holds: {again}"
+
+
+@pytest.mark.parametrize("entry", _params(ENTRIES, known_failures=False))
 def test_trace_lowers_or_refuses_as_the_table_says(entry):
     op, want = entry.op, TABLE[entry.name]
     try:

@@ -15,12 +15,16 @@ regression, a mistrace, and an op that starts to lower all fail until the table 
 ``benchmarks/realops_report.py`` prints the table and the share of ops that lower. The package
 is imported as ``realops``, with ``tests/`` on ``sys.path`` (as pytest puts it there for
 ``helpers``).
+
+``tests/realops_holdout`` is a second set built the same way (its ops registered with this
+``realop``, its tables read by these functions): augmentations chosen as users pick them, to
+measure the tracer on code that was not tuned against. :func:`collection` returns either set.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +37,13 @@ MODULES = ("albumentations_ops", "ultralytics_ops", "mm_ops", "timm_ops", "imgau
 
 @dataclass(frozen=True)
 class RealOp:
-    """An op of the corpus: the registered op, its library and the source it was copied from."""
+    """An op of the corpus: the registered op, its library and the source it was copied from;
+    ``package`` is the set it belongs to (``realops`` or ``realops_holdout``)."""
 
     op: Op
     library: str
     source: str
+    package: str
 
     @property
     def name(self) -> str:
@@ -53,32 +59,39 @@ def realop(library: str, source: str, **kw: Any) -> Callable[[Callable[..., Any]
     def wrap(fn: Callable[..., Any]) -> Op:
         op = augment_op(replace=True, **kw)(fn)
         augment_ops.unregister(op.name)
-        _COLLECTED.append(RealOp(op, library, source))
+        _COLLECTED.append(RealOp(op, library, source, fn.__module__.rpartition(".")[0]))
         return op
 
     return wrap
 
 
+def collection(package: str, modules: Sequence[str]) -> list[RealOp]:
+    """Every op that ``package``'s ``modules`` register, module by module, in source order."""
+    for m in modules:
+        importlib.import_module(f"{package}.{m}")
+    return [r for r in _COLLECTED if r.package == package]
+
+
 def corpus() -> list[RealOp]:
     """Every op of the corpus, module by module, in source order."""
-    for m in MODULES:
-        importlib.import_module(f"{__name__}.{m}")
-    return list(_COLLECTED)
+    return collection(__name__, MODULES)
 
 
-def known_failures() -> dict[str, str]:
-    """The ``KNOWN_FAILURES`` tables of every module, merged."""
+def known_failures(package: str = __name__,
+                   modules: Sequence[str] = MODULES) -> dict[str, str]:
+    """The ``KNOWN_FAILURES`` tables of ``package``'s modules (the corpus's by default), merged."""
     table: dict[str, str] = {}
-    for m in MODULES:
-        table.update(getattr(importlib.import_module(f"{__name__}.{m}"), "KNOWN_FAILURES", {}))
+    for m in modules:
+        table.update(getattr(importlib.import_module(f"{package}.{m}"), "KNOWN_FAILURES", {}))
     return table
 
 
-def expected() -> dict[str, str]:
-    """The ``EXPECT`` tables of every module, merged (op names are unique across the corpus)."""
+def expected(package: str = __name__, modules: Sequence[str] = MODULES) -> dict[str, str]:
+    """The ``EXPECT`` tables of ``package``'s modules (the corpus's by default), merged (op names
+    are unique across a set)."""
     table: dict[str, str] = {}
-    for m in MODULES:
-        mod = importlib.import_module(f"{__name__}.{m}")
+    for m in modules:
+        mod = importlib.import_module(f"{package}.{m}")
         for name, value in mod.EXPECT.items():
             if name in table:
                 raise ValueError(f"op {name!r} is in two EXPECT tables")
