@@ -43,10 +43,15 @@ from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
 from augment_ops.trace.lower_patterns import _free
-from augment_ops.trace.scalar_stage import ScalarStage, evaluate, wants_stage
+from augment_ops.trace.scalar_stage import (
+    ScalarProgram,
+    ScalarStage,
+    scalar_operators,
+    wants_stage,
+)
 
 __all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes",
-           "uses_stage"]
+           "scalar_cost", "uses_stage"]
 
 
 class SampleScalars:
@@ -69,6 +74,10 @@ class SampleScalars:
         self.nodes = nodes
         self.uniform = uniform
         self.packed = packed
+        self._program: ScalarProgram | None = None  # made in the process that runs it
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_program": None}
 
     @property
     def num_outputs(self) -> int:
@@ -79,12 +88,9 @@ class SampleScalars:
         """One array of shape ``(len(index), *node.shape)`` per node, of the node's dtype; packed,
         one uint8 array of shape ``(len(index), bytes)``."""
 
-        def leaf(n: Node) -> np.ndarray | None:
-            if n.op == "uniform":
-                return self.uniform(index, epoch, n.attrs[0])
-            return None
-
-        values = evaluate(self.nodes, len(index), leaf)
+        if self._program is None:
+            self._program = ScalarProgram(self.nodes, lambda n: n.op == "uniform")
+        values = self._program(len(index), lambda n: self.uniform(index, epoch, n.attrs[0]))
         if not self.packed:
             return values
         return [np.concatenate([v.reshape(len(index), -1).view(np.uint8) for v in values]
@@ -108,6 +114,13 @@ def uses_stage(traced: Traced) -> bool:
     if any(n.ndim > 1 for n in nodes):  # the stage hands out scalars and vectors only
         return False
     return wants_stage(traced, {id(n) for n in nodes}, lambda n: not _free(n))
+
+
+def scalar_cost(traced: Traced) -> int:
+    """About how many DALI operators ``traced``'s per-sample scalars take
+    (:func:`augment_ops.trace.scalar_stage.scalar_operators`), what :func:`uses_stage` weighs."""
+    nodes = sample_scalar_nodes(traced)
+    return scalar_operators(traced, {id(n) for n in nodes}, lambda n: not _free(n))
 
 
 def sample_scalar_nodes(traced: Traced) -> list[Node]:

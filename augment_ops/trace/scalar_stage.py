@@ -23,66 +23,136 @@ import numpy as np
 
 from augment_ops.trace.ir import Node, Traced
 
-__all__ = ["STAGE_MIN_OPERATORS", "ScalarStage", "evaluate", "stageable", "wants_stage"]
+__all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "evaluate", "scalar_operators",
+           "stageable", "wants_stage"]
 
-#: The fewest DALI operators an op's scalars would take for :class:`ScalarStage` to compute
-#: them instead: one Python call per batch costs about what a few dozen scalar operators do
-#: (benchmarks/results, bench_realops on the GPU machine).
-STAGE_MIN_OPERATORS = 24
+#: The fewest scalar operators (:func:`scalar_operators`) for which :class:`ScalarStage` computes
+#: an op's scalars instead of DALI. On the project's 2-core CPU machine
+#: (benchmarks/probes/scalar_stage_probe.py, batch 32, 64x64 images, medians of 7 rounds) ops
+#: counted at 20 to 50 ran within the machine's noise either way (1.8-3.1 ms per batch), and
+#: YOLOv5's cutout (1,152) 2.6x faster through the stage: only ops well past that range take it,
+#: the others keep no Python call per batch.
+STAGE_MIN_OPERATORS = 100
 
 #: The nodes :func:`evaluate` computes (with the leaves its ``leaf`` gives).
 _EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take"})
 
 
+class ScalarProgram:
+    """``nodes`` evaluated by numpy for a batch: a straight-line Python function generated once
+    (one numpy call per node, in an order where arguments come first), where walking the graph
+    would cost several times the numpy calls themselves (YOLOv5's cutout: 3,000 nodes).
+
+    ``program(count, leaf)`` gives each node as an array of shape ``(count, *node.shape)`` and
+    the node's dtype; ``leaf(n)`` gives the values of the graph's leaves (draws, the image's
+    sizes, values given from outside) as such arrays. Values the same for every sample
+    (constants, and what is computed from them alone) keep a sample axis of length 1 until the
+    end: numpy broadcasts them. Made again, not pickled, in each process."""
+
+    def __init__(self, nodes: Sequence[Node], is_leaf: Callable[[Node], bool]) -> None:
+        order: list[Node] = []
+        index: dict[int, int] = {}
+
+        def visit(n: Node) -> None:
+            stack = [(n, False)]
+            while stack:
+                m, done = stack.pop()
+                if id(m) in index:
+                    continue
+                if done or is_leaf(m) or m.op == "const":
+                    index[id(m)] = len(order)
+                    order.append(m)
+                    continue
+                stack.append((m, True))
+                stack.extend((a, False) for a in reversed(m.args)
+                             if isinstance(a, Node) and id(a) not in index)
+
+        for n in nodes:
+            visit(n)
+        self.leaves = [m for m in order if is_leaf(m)]
+        self.consts = [np.asarray(m.value)[np.newaxis] for m in order
+                       if m.op == "const" and not is_leaf(m)]
+        self.dtypes = [m.dtype for m in order]
+        lines, leaf_k, const_k = [], 0, 0
+
+        def ref(a: Node | int, ndim: int) -> str:
+            if not isinstance(a, Node):
+                return f"np.full(1, {int(a)}, np.int64)"
+            v = f"v{index[id(a)]}"
+            if a.ndim == ndim:
+                return v
+            return f"{v}.reshape(({v}.shape[0],) + (1,) * {ndim - a.ndim} + {v}.shape[1:])"
+
+        for k, m in enumerate(order):
+            if is_leaf(m):
+                expr = f"L[{leaf_k}]"
+                leaf_k += 1
+            elif m.op == "const":
+                expr = f"C[{const_k}]"
+                const_k += 1
+            elif m.op == "cast":
+                expr = f"{ref(m.args[0], m.ndim)}.astype(D[{k}])"
+            elif m.op == "bin" and hasattr(np, m.attrs[0]):
+                expr = f"np.{m.attrs[0]}({ref(m.args[0], m.ndim)}, {ref(m.args[1], m.ndim)})"
+            elif m.op == "un" and hasattr(np, m.attrs[0]):
+                expr = f"np.{m.attrs[0]}({ref(m.args[0], m.ndim)})"
+            elif m.op in ("where", "select"):
+                expr = "np.where(" + ", ".join(ref(a, m.ndim) for a in m.args) + ")"
+            elif m.op == "stack":
+                parts = ", ".join(ref(a, m.args[0].ndim) for a in m.args)
+                expr = f"_stack([{parts}], {1 + m.attrs[0]})"
+            elif m.op == "take" and isinstance(m.args[1], int):
+                expr = f"np.take({ref(m.args[0], m.args[0].ndim)}, {m.args[1]}, " \
+                       f"axis={1 + m.attrs[0]})"
+            elif m.op == "take" and m.args[0].ndim == 1:  # a per-sample position in a vector
+                expr = f"_take_at({ref(m.args[0], 1)}, {ref(m.args[1], 0)}, count)"
+            else:
+                raise ValueError(f"not a per-sample scalar numpy computes here: {m}")
+            lines.append(f"    v{k} = _typed({expr}, D[{k}])")
+        outs = ", ".join(f"_rows(v{index[id(n)]}, count)" for n in nodes)
+        source = "def run(L, C, D, count):\n" + "\n".join(lines) + f"\n    return [{outs}]\n"
+        scope = {"np": np, "_typed": _typed, "_stack": _stack, "_take_at": _take_at,
+                 "_rows": _rows}
+        exec(compile(source, "<augment_ops scalar program>", "exec"), scope)
+        self._run = scope["run"]
+
+    def __call__(self, count: int, leaf: Callable[[Node], np.ndarray]) -> list[np.ndarray]:
+        with np.errstate(all="ignore"):
+            return self._run([leaf(m) for m in self.leaves], self.consts, self.dtypes, count)
+
+
+def _typed(v: Any, dt: np.dtype) -> np.ndarray:
+    v = np.asarray(v)
+    return v if v.dtype == dt else v.astype(dt)
+
+
+def _stack(parts: list[np.ndarray], axis: int) -> np.ndarray:
+    rows = max(p.shape[0] for p in parts)
+    return np.stack([np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts], axis=axis)
+
+
+def _take_at(src: np.ndarray, pos: np.ndarray, count: int) -> np.ndarray:
+    src = np.broadcast_to(src, (count, *src.shape[1:]))
+    pos = np.broadcast_to(pos, (count,))
+    return np.take_along_axis(src, pos.reshape(count, 1), axis=1).reshape(count)
+
+
+def _rows(v: np.ndarray, count: int) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(v, (count, *v.shape[1:])))
+
+
 def evaluate(nodes: Sequence[Node], count: int,
              leaf: Callable[[Node], np.ndarray | None]) -> list[np.ndarray]:
-    """Each of ``nodes`` for ``count`` samples, by numpy: an array of shape
-    ``(count, *node.shape)`` and the node's dtype each.
+    """Each of ``nodes`` for ``count`` samples (see :class:`ScalarProgram`), made and run once;
+    ``leaf(n)`` gives a leaf's values, None for a node computed from its arguments."""
+    found: dict[int, np.ndarray | None] = {}
 
-    ``leaf(n)`` gives the values of the graph's leaves (draws, the image's sizes, values given
-    from outside) as such arrays, or None for a node computed from its arguments here."""
-    memo: dict[int, np.ndarray] = {}
+    def is_leaf(n: Node) -> bool:
+        if id(n) not in found:
+            found[id(n)] = leaf(n)
+        return found[id(n)] is not None
 
-    def ev(n: Node | int) -> Any:
-        if not isinstance(n, Node):
-            return np.full(count, n, np.int64)
-        got = memo.get(id(n))
-        if got is not None:
-            return got
-
-        def arg(a: Node | int) -> np.ndarray:  # aligned with n's axes, after the sample axis
-            v = ev(a)
-            nd = a.ndim if isinstance(a, Node) else 0
-            return v.reshape((count,) + (1,) * (n.ndim - nd) + v.shape[1:])
-
-        got = leaf(n)
-        if got is not None:
-            pass
-        elif n.op == "const":
-            got = np.broadcast_to(n.value, (count, *n.value.shape))
-        elif n.op == "cast":
-            got = np.asarray(ev(n.args[0])).astype(n.dtype)
-        elif n.op == "bin":
-            got = getattr(np, n.attrs[0])(arg(n.args[0]), arg(n.args[1]))
-        elif n.op == "un":
-            got = getattr(np, n.attrs[0])(ev(n.args[0]))
-        elif n.op in ("where", "select"):
-            got = np.where(*(arg(a) for a in n.args))
-        elif n.op == "stack":
-            got = np.stack([ev(a) for a in n.args], axis=1 + n.attrs[0])
-        elif n.op == "take" and isinstance(n.args[1], int):
-            got = np.take(ev(n.args[0]), n.args[1], axis=1 + n.attrs[0])
-        elif n.op == "take" and n.args[0].ndim == 1:  # a per-sample position in a vector
-            got = np.take_along_axis(ev(n.args[0]), ev(n.args[1]).reshape(count, 1), axis=1)
-            got = got.reshape(count)
-        else:
-            raise ValueError(f"not a per-sample scalar numpy computes here: {n}")
-        got = np.broadcast_to(np.asarray(got, dtype=n.dtype), (count, *n.shape))
-        memo[id(n)] = got
-        return got
-
-    with np.errstate(all="ignore"):
-        return [np.ascontiguousarray(ev(n)) for n in nodes]
+    return ScalarProgram(nodes, is_leaf)(count, lambda n: found[id(n)])
 
 
 def _small(n: Node) -> bool:
@@ -128,15 +198,21 @@ def _graph(traced: Traced) -> list[Node]:
     return out
 
 
-def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> bool:
-    """Whether ``traced``'s per-sample scalars would take at least :data:`STAGE_MIN_OPERATORS`
-    DALI operators: the stageable nodes (besides constants, given values and the image's sizes)
-    for which ``costs`` says lowering takes an operator of its own."""
+def scalar_operators(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> int:
+    """About how many DALI operators ``traced``'s per-sample scalars take: the nodes
+    :func:`stageable` (besides constants, the ``given`` values and the image's sizes) for which
+    ``costs`` says lowering takes an operator of its own. An upper bound: the emitter computes
+    scalars alike along several axes (a rectangle's y and x) in one operator."""
     given = set(given)
     ok = stageable(given)
-    count = sum(1 for n in _graph(traced) if n.op not in ("const", "in_dim")
-                and id(n) not in given and ok(n) and costs(n))
-    return count >= STAGE_MIN_OPERATORS
+    return sum(1 for n in _graph(traced) if n.op not in ("const", "in_dim")
+               and id(n) not in given and ok(n) and costs(n))
+
+
+def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> bool:
+    """Whether ``traced``'s per-sample scalars would take at least :data:`STAGE_MIN_OPERATORS`
+    DALI operators (:func:`scalar_operators`)."""
+    return scalar_operators(traced, given, costs) >= STAGE_MIN_OPERATORS
 
 
 class _StageFunction:
@@ -150,6 +226,7 @@ class _StageFunction:
         self.unpack = unpack
         #: Per dtype, the lanes of its output vector: (node or int, its length).
         self.layout: list[list[tuple[Node | int, int]]] = [[] for _ in groups]
+        self.program: ScalarProgram | None = None
 
     def __call__(self, shapes: list[np.ndarray], *given: list[np.ndarray]) -> tuple:
         count = len(shapes)
@@ -164,16 +241,13 @@ class _StageFunction:
                       np.zeros((0, *n.shape), n.dtype) for n, batch in zip(self.given, given,
                                                                            strict=True)]
         values = {id(n): a for n, a in zip(self.given, arrays, strict=True)}
-
-        def leaf(n: Node) -> np.ndarray | None:
-            if id(n) in values:
-                return values[id(n)]
-            if n.op == "in_dim":
-                return dims[:, n.attrs[0]]
-            return None
-
         wanted = [lane for lanes in self.layout for lane, _ in lanes if isinstance(lane, Node)]
-        got = dict(zip(map(id, wanted), evaluate(wanted, count, leaf), strict=True))
+        if self.program is None:  # the layout is complete once the pipeline runs
+            given = {id(n) for n in self.given}
+            self.program = ScalarProgram(wanted, lambda n: id(n) in given or n.op == "in_dim")
+        got = dict(zip(map(id, wanted), self.program(
+            count, lambda n: values[id(n)] if id(n) in values else dims[:, n.attrs[0]]),
+            strict=True))
         outs = []
         for dt, lanes in zip(self.groups, self.layout, strict=True):
             cols = [got[id(lane)].reshape(count, -1) if isinstance(lane, Node) else
