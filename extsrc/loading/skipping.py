@@ -57,6 +57,7 @@ def validate_images(bad: BadFiles, manifest: Manifest, kwargs: dict[str, Any]) -
     """The :class:`~extsrc.ValidationReport` of every image, with the loader's limits: the
     image checks themselves, since an image loader's manifest lists images (the media detection
     of :func:`extsrc.validate`, and the video checks it may pick, are not for it)."""
+    from extsrc.validation.images import check_options
     from extsrc.validation.images import validate_images as check_images
 
     # n_jobs: this process's share of the cores, so that every rank of a node validating at
@@ -64,4 +65,4 @@ def validate_images(bad: BadFiles, manifest: Manifest, kwargs: dict[str, Any]) -
     # progress: a bar once validating has taken SLOW_SECONDS, none for a quick one.
     defaults = {"max_pixels": bad.max_pixels, "n_jobs": cores_per_process(),
                 "max_file_bytes": bad.max_file_bytes, "progress": SLOW_SECONDS}
-    return check_images(manifest, **{**defaults, **kwargs})
+    return check_images(manifest, check_options(**{**defaults, **kwargs}))
