@@ -126,17 +126,7 @@ class Manifest:
             if self.storage is None:
                 object.__setattr__(self, "storage", Storage())
         labels = _validated_label_array(self.labels, len(paths), where)
-        line_array = np.asarray(self.lines)
-        if (
-            line_array.shape != (len(paths),)
-            or (line_array.size and line_array.dtype.kind not in "iu")
-            or (line_array.size and line_array.min() < 1)
-        ):
-            raise ManifestError(
-                f"{where}: Manifest.lines must hold one 1-based line number per path "
-                f"({len(paths)}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
-            )
-        lines = tuple(line_array.tolist())
+        lines = _validated_lines(self.lines, len(paths), where)
         classes = None if self.classes is None else list(self.classes)
         if classes is not None:
             _validate_classes(classes, labels, where)
@@ -293,34 +283,8 @@ class Manifest:
             path_cells = paths
         else:
             path_cells = [_path_cell_from_object(p, loc, k) for k, p in enumerate(paths, 1)]
-        n = len(path_cells)
-        try:
-            arr = np.asarray(labels, dtype=object)
-        except ValueError:  # ragged rows
-            raise ManifestError(
-                f"{loc.source}: labels must be one label per path, or rows of the same length; "
-                "got rows of different lengths"
-            ) from None
-        if arr.ndim == 1 and any(isinstance(v, (list, tuple, np.ndarray)) for v in arr):
-            raise ManifestError(
-                f"{loc.source}: labels must be one label per path, or rows of the same length; "
-                "got rows of different lengths"
-            )
-        if arr.ndim not in (1, 2) or len(arr) != n:
-            raise ManifestError(
-                f"{loc.source}: expected one label (or one row of labels) per path, got labels "
-                f"of shape {arr.shape} for {n} path(s)"
-            )
-        item_lines = list(range(1, n + 1))
-        columns = [arr] if arr.ndim == 1 else [arr[:, j] for j in range(arr.shape[1])]
-        if not columns:
-            raise ManifestError(f"{loc.source}: labels have no columns (shape {arr.shape})")
-        cell_columns = [
-            [_label_cell_from_object(v, loc, line) for v, line in zip(col, item_lines, strict=True)]
-            for col in columns
-        ]
-        names = [f"column {j}" for j in range(len(cell_columns))]
-        label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
+        item_lines = list(range(1, len(path_cells) + 1))
+        label_array, classes = _labels_from_objects(labels, item_lines, loc)
         root_text = None if root is None else os.fspath(root)
         root_dir = root_text if root_text is not None and is_url(root_text) else \
             os.path.abspath(os.getcwd() if root_text is None else root_text)
@@ -452,6 +416,40 @@ def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
         f"{loc.at(line)}: label {value!r} has type {type(value).__name__}; labels must be "
         "integers >= 0 or class names (str)"
     )
+
+
+def _labels_from_objects(
+    labels: Sequence[object] | np.ndarray, item_lines: list[int], loc: _Loc
+) -> tuple[np.ndarray, list[str] | None]:
+    """:meth:`Manifest.from_lists`'s ``labels`` (one per item of ``item_lines``: a label or a
+    row of labels) as the label array and classes, by the rules of :func:`_parse_labels`."""
+    n = len(item_lines)
+    try:
+        arr = np.asarray(labels, dtype=object)
+    except ValueError:  # ragged rows
+        raise ManifestError(
+            f"{loc.source}: labels must be one label per path, or rows of the same length; "
+            "got rows of different lengths"
+        ) from None
+    if arr.ndim == 1 and any(isinstance(v, (list, tuple, np.ndarray)) for v in arr):
+        raise ManifestError(
+            f"{loc.source}: labels must be one label per path, or rows of the same length; "
+            "got rows of different lengths"
+        )
+    if arr.ndim not in (1, 2) or len(arr) != n:
+        raise ManifestError(
+            f"{loc.source}: expected one label (or one row of labels) per path, got labels "
+            f"of shape {arr.shape} for {n} path(s)"
+        )
+    columns = [arr] if arr.ndim == 1 else [arr[:, j] for j in range(arr.shape[1])]
+    if not columns:
+        raise ManifestError(f"{loc.source}: labels have no columns (shape {arr.shape})")
+    cell_columns = [
+        [_label_cell_from_object(v, loc, line) for v, line in zip(col, item_lines, strict=True)]
+        for col in columns
+    ]
+    names = [f"column {j}" for j in range(len(cell_columns))]
+    return _parse_labels(cell_columns, names, item_lines, loc)
 
 
 def _parse_labels(
@@ -595,6 +593,21 @@ def _validated_label_array(value: object, n: int, source: str) -> np.ndarray:
     labels = arr.astype(np.int64, copy=True)
     labels.flags.writeable = False
     return labels
+
+
+def _validated_lines(value: object, n: int, where: str) -> tuple[int, ...]:
+    """``Manifest.lines`` checked (one 1-based line number per path, ``n`` of them) as a tuple."""
+    line_array = np.asarray(value)
+    if (
+        line_array.shape != (n,)
+        or (line_array.size and line_array.dtype.kind not in "iu")
+        or (line_array.size and line_array.min() < 1)
+    ):
+        raise ManifestError(
+            f"{where}: Manifest.lines must hold one 1-based line number per path "
+            f"({n}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
+        )
+    return tuple(line_array.tolist())
 
 
 def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> None:
