@@ -311,24 +311,7 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
     name as messages show it). ``text``: the manifest's content when it was read already (from
     a URL); ``root_url``: the folder URL relative rows resolve under, and the limit they must
     stay inside unless ``allow_outside_root``."""
-    if text is None:
-        text = _read_text(source)
-    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
-    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    stripped = list(map(str.strip, physical))
-    data_lines = [
-        (number, physical[number - 1])
-        for number, line in enumerate(stripped, start=1)
-        if line and line[0] != "#"
-    ]
-    _refuse_sample_like_comments(stripped, data_lines, sep, where)
-    if not data_lines:
-        saw_comment = any(line.startswith("#") for line in stripped)
-        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
-        raise ManifestError(
-            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
-        )
-
+    data_lines = _data_lines(_read_text(source) if text is None else text, source, where, sep)
     if sep is None:
         sep = _sniff_sep(data_lines[0][1])
     # Column-major from here on: per-column list operations keep 1M-line manifests fast.
@@ -365,14 +348,7 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
         label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
     )
 
-    if root_url is not None:
-        root_dir = root_url
-        limit = None if allow_outside_root else root_url
-    else:
-        root_dir = os.path.abspath(
-            os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
-        )
-        limit = root_dir if root is not None and not allow_outside_root else None
+    root_dir, limit = _root_and_limit(source, root, root_url, allow_outside_root)
     resolved = _resolve_paths(
         columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
     )
@@ -390,6 +366,39 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
     if check_files:
         _check_files_exist(resolved, line_numbers, loc, root_dir, manifest.storage)
     return manifest
+
+
+def _data_lines(text: str, source: str, where: str, sep: str | None) -> list[tuple[int, str]]:
+    """The ``(line number, line)`` of every line of ``text`` that is neither blank nor a ``#``
+    comment; a comment that reads as a sample, and a manifest without data lines, refused."""
+    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    stripped = list(map(str.strip, physical))
+    data_lines = [
+        (number, physical[number - 1])
+        for number, line in enumerate(stripped, start=1)
+        if line and line[0] != "#"
+    ]
+    _refuse_sample_like_comments(stripped, data_lines, sep, where)
+    if not data_lines:
+        saw_comment = any(line.startswith("#") for line in stripped)
+        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
+        raise ManifestError(
+            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
+        )
+    return data_lines
+
+
+def _root_and_limit(source: str, root: str | os.PathLike[str] | None, root_url: str | None,
+                    allow_outside_root: bool) -> tuple[str, str | None]:
+    """``(the folder relative rows resolve against, the root they must stay inside or None)``
+    of a manifest file (see :func:`read_manifest`'s ``root`` and ``allow_outside_root``)."""
+    if root_url is not None:
+        return root_url, None if allow_outside_root else root_url
+    root_dir = os.path.abspath(
+        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+    )
+    return root_dir, root_dir if root is not None and not allow_outside_root else None
 
 
 def _check_read_args(
