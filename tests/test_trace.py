@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, scalar_draws, traced_pipeline, unregistered
+from helpers import (
+    pattern_image,
+    run_traced,
+    scalar_draws,
+    sized_dataset,
+    traced_pipeline,
+    unregistered,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,15 +131,7 @@ SIZES = [(33, 47), (47, 33), (20, 20), (35, 21), (9, 40), (41, 13)]
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     """Landscape, portrait and square PNGs of odd and even sizes (batches of one: sizes differ)."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("trace")
-    lines = ["path,label"]
-    for i, (h, w) in enumerate(SIZES):
-        Image.fromarray(pattern_image(i, h, w)).save(root / f"{i}.png")
-        lines.append(f"{i}.png,{i}")
-    (root / "m.csv").write_text("\n".join(lines) + "\n")
-    return root / "m.csv"
+    return sized_dataset(tmp_path_factory.mktemp("trace"), SIZES)
 
 
 def _pixels(manifest_path: Path) -> list[np.ndarray]:
