@@ -57,8 +57,13 @@ def test_csv_with_header(tmp_path: Path) -> None:
                  ("a.jpg", "b.jpg"), [9, 8], (1, 2), id="csv_columns_by_position_without_header"),
     pytest.param("m.csv", b"a.jpg,3\nb.jpg,4\n", {},
                  ("a.jpg", "b.jpg"), [3, 4], (1, 2), id="csv_without_header"),
+    # Unknown column names, but "y" over an all-integer column can only be a header.
+    pytest.param("m.csv", b"fname,y\na.jpg,3\nb.jpg,4\n", {},
+                 ("a.jpg", "b.jpg"), [3, 4], (2, 3), id="header_inferred_from_integer_column"),
     pytest.param("m.tsv", b"path\tlabel\na b.jpg\t3\nc,d.jpg\t4\n", {},
                  ("a b.jpg", "c,d.jpg"), [3, 4], None, id="tsv"),
+    pytest.param("m.tsv", b"a.jpg\t3\r\nb.jpg\t4\r\n", {},
+                 ("a.jpg", "b.jpg"), [3, 4], (1, 2), id="tsv_without_header_crlf"),
     pytest.param("m.txt", b"a,b.jpg;3\nc d.jpg;4\n", {"sep": ";"},
                  ("a,b.jpg", "c d.jpg"), [3, 4], None, id="explicit_sep_overrides_sniffing"),
 ])
@@ -71,14 +76,6 @@ def test_layout_read(tmp_path: Path, name: str, data: bytes, kwargs: dict, paths
     assert m.labels.tolist() == labels
     if lines is not None:
         assert m.lines == lines
-
-
-def test_header_inferred_from_non_integer_label_cell(tmp_path: Path) -> None:
-    # Unknown column names, but "y" over an all-integer column can only be a header.
-    f = write(tmp_path / "m.csv", b"fname,y\na.jpg,3\nb.jpg,4\n")
-    m = read_manifest(f)
-    assert m.labels.tolist() == [3, 4]
-    assert m.lines == (2, 3)
 
 
 def test_bad_first_sample_is_not_taken_for_a_header(tmp_path: Path) -> None:
@@ -178,13 +175,6 @@ def test_na_like_strings_are_not_missing(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------
 # TSV and whitespace text
-
-
-def test_tsv_without_header_crlf(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.tsv", b"a.jpg\t3\r\nb.jpg\t4\r\n")
-    m = read_manifest(f)
-    assert m.labels.tolist() == [3, 4]
-    assert m.lines == (1, 2)
 
 
 def test_whitespace_text_with_blanks_and_comments(tmp_path: Path) -> None:
