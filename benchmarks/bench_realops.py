@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))  # the corpus package ``realops``
 sys.path.insert(0, str(ROOT))
 
-from runs import Epochs, cpu_split, header, interleave  # noqa: E402
+from runs import Epochs, add_options, cpu_split, header, interleave  # noqa: E402
 
 #: Ops compared with the numpy path by default on a machine without a GPU: they compute new
 #: pixel values, where the automatic choice on the CPU prefers the numpy path.
@@ -209,21 +209,10 @@ def path_reasons(op: Any, gpu: bool) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
-    ap.add_argument("--n", type=int, default=2048, help="number of JPEGs (default 2048)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--resize", type=int, default=224)
-    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
-    ap.add_argument("--ops", default=None, help="comma-separated corpus op names (default: all)")
+    add_options(ap, n=2048, ops="comma-separated corpus op names (default: all)", repeats=3)
     ap.add_argument("--numpy-ops", default=None,
                     help="ops also run on the numpy path and the automatic choice (default: "
                          f"{','.join(NUMPY_OPS)} on a machine without a GPU, none on a GPU)")
-    ap.add_argument("--workers", type=int, default=None, help="reader processes")
-    ap.add_argument("--threads", type=int, default=None, help="DALI threads")
-    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
-    ap.add_argument("--min-seconds", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
 
     # Spawned workers (DALI's readers on a GPU, the op pool) import the corpus by name.

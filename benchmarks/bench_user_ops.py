@@ -45,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from runs import Epochs, cpu_split, header, interleave  # noqa: E402
+from runs import Epochs, add_options, cpu_split, header, interleave  # noqa: E402
 
 #: Suite ops that ``_hand_written`` has.
 HAND_WRITTEN = ("tiles", "random_flip", "jitter", "gray", "cutout")
@@ -182,28 +182,18 @@ def median_of(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
-    ap.add_argument("--n", type=int, default=4096, help="number of JPEGs (default 4096)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--resize", type=int, default=224)
-    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
-    ap.add_argument("--ops", default=None, help="comma-separated suite entries (default: all)")
+    add_options(ap, n=4096, ops="comma-separated suite entries (default: all)", repeats=1,
+                cores=" (extsrc, ceiling)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"subset of {PATHS}")
-    ap.add_argument("--workers", type=int, default=None, help="reader processes (extsrc, ceiling)")
-    ap.add_argument("--threads", type=int, default=None, help="DALI threads (extsrc, ceiling)")
     ap.add_argument("--dataloader-workers", type=int, default=None,
                     help="DataLoader workers (default: one per core)")
     ap.add_argument("--op-workers", type=int, default=None,
                     help="op pool size of the pool/threads paths (default: every core)")
-    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
-    ap.add_argument("--min-seconds", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--bound", action="store_true",
                     help="also time each single-op entry's op alone (no decoding, no resizing) "
                          "in one process and in one process per core, with the op workers' "
                          "malloc settings: the most any numpy path can deliver; on every core "
                          "also over 64 distinct images, out of the caches as in the pool")
-    ap.add_argument("--out", default=None, help="write the full results as JSON here")
     args = ap.parse_args(argv)
 
     import torch

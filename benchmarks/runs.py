@@ -1,12 +1,14 @@
 """What the throughput benchmarks of this folder (``bench_user_ops.py``, ``bench_realops.py``)
 share: a variant under measurement (:class:`Epochs`) and how it is measured (:func:`measure`),
 the rounds that interleave every variant (:func:`interleave`), the split of the cores between
-DALI's readers and threads (:func:`cpu_split`), and the head of every results file
-(:func:`header`: the date, the command, the machine and the dataset).
+DALI's readers and threads (:func:`cpu_split`), the options they share (:func:`add_options`)
+and the head of every results file (:func:`header`: the date, the command, the machine and the
+dataset).
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import gc
 import platform
@@ -93,6 +95,26 @@ def measure(make: Any, *, warmup: int, min_seconds: float, gpu: bool) -> dict[st
     if dali is not None:
         out["dali"] = dali
     return out
+
+
+def add_options(ap: argparse.ArgumentParser, *, n: int, ops: str, repeats: int,
+                cores: str = "") -> None:
+    """The options of every throughput benchmark: the dataset (``--data``, ``--n``, default
+    ``n``), the job (``--batch-size``, ``--resize``, ``--device``, ``--ops`` with the help
+    ``ops``), DALI's readers and threads (``cores``: whose they are, for their help), and the
+    measurement (``--warmup``, ``--min-seconds``, ``--repeats``, default ``repeats``, ``--out``)."""
+    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
+    ap.add_argument("--n", type=int, default=n, help=f"number of JPEGs (default {n})")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--resize", type=int, default=224)
+    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
+    ap.add_argument("--ops", default=None, help=ops)
+    ap.add_argument("--workers", type=int, default=None, help=f"reader processes{cores}")
+    ap.add_argument("--threads", type=int, default=None, help=f"DALI threads{cores}")
+    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
+    ap.add_argument("--min-seconds", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--out", default=None, help="write the results as JSON here")
 
 
 def interleave(variants: Mapping[str, Callable[[], Epochs]], *, repeats: int, warmup: int,
