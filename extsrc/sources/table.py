@@ -27,17 +27,10 @@ from extsrc._util.slowstart import stage
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.sources.folders import read_folder
-from extsrc.sources.manifest import (
-    _INT_RE,
-    Manifest,
-    _check_files_exist,
-    _Loc,
-    _parse_labels,
-    _resolve_paths,
-    storage_arg,
-)
+from extsrc.sources.labels import _INT_RE, _parse_labels
+from extsrc.sources.manifest import Manifest, _check_files_exist, _resolve_paths, storage_arg
 from extsrc.sources.storage import Storage, is_url, url_protocol
-from extsrc.sources.where import refuse_url
+from extsrc.sources.where import _Loc, refuse_url
 
 __all__ = ["Manifest", "read_manifest"]
 
