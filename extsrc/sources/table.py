@@ -30,6 +30,8 @@ from extsrc.errors import ManifestError, ManifestFileNotFoundError
 from extsrc.sources.columns import (
     _LOOKS_LIKE_FILE_RE,
     _WHITESPACE_SEP,
+    LABEL_NAMES,
+    PATH_NAMES,
     ColumnSpec,
     HeaderSpec,
     LabelColsSpec,
@@ -44,7 +46,9 @@ from extsrc.sources.manifest import Manifest, _check_files_exist, _resolve_paths
 from extsrc.sources.storage import Storage, is_url, url_protocol
 from extsrc.sources.where import _Loc, refuse_url
 
-__all__ = ["Manifest", "read_manifest"]
+# PATH_NAMES and LABEL_NAMES: the header names read_manifest recognises, importable from here
+# (and from the old extsrc.manifest) as before they moved to extsrc.sources.columns.
+__all__ = ["LABEL_NAMES", "PATH_NAMES", "Manifest", "read_manifest"]
 
 # What pandas' C parser splits a whitespace layout on (its delim_whitespace): spaces and tabs,
 # not the other characters str.split() takes for whitespace (a no-break space stays data).
