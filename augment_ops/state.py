@@ -138,17 +138,23 @@ def _not_constant(v: Any, functions: list[Any], depth: int = 0) -> str | None:
     return f"a {type(v).__module__}.{type(v).__qualname__} object, which has state"
 
 
+def _module_functions(g: dict[str, Any]) -> list[types.FunctionType]:
+    """The functions of the module of globals ``g``: those defined in it, and the methods of
+    the classes defined in it."""
+    functions: list[types.FunctionType] = []
+    for v in list(g.values()):
+        if isinstance(v, types.FunctionType) and v.__globals__ is g:
+            functions.append(v)
+        elif isinstance(v, type) and v.__module__ == g.get("__name__"):
+            functions += [m for m in vars(v).values() if isinstance(m, types.FunctionType)]
+    return functions
+
+
 def _module_writes(g: dict[str, Any], names: set[str]) -> dict[str, str]:
     """Of ``names``, those some function of the module of globals ``g`` writes (as a global, or
     as a closure variable with ``nonlocal``), with the writer's name."""
     found: dict[str, str] = {}
-    owners: list[Any] = []
-    for v in list(g.values()):
-        if isinstance(v, types.FunctionType) and v.__globals__ is g:
-            owners.append(v)
-        elif isinstance(v, type) and v.__module__ == g.get("__name__"):
-            owners += [m for m in vars(v).values() if isinstance(m, types.FunctionType)]
-    for fn in owners:
+    for fn in _module_functions(g):
         for code in _codes(fn.__code__):
             hit = names & (set(code.co_names) | set(code.co_freevars))
             if not hit:
@@ -307,13 +313,7 @@ def _module_writer(v: Any, own: dict[str, Any]) -> str | None:
         names = {k for k, x in list(g.items()) if x is v}
         if not names:
             continue
-        functions: list[Any] = []
-        for x in list(g.values()):
-            if isinstance(x, types.FunctionType) and x.__globals__ is g:
-                functions.append(x)
-            elif isinstance(x, type) and x.__module__ == g.get("__name__"):
-                functions += [m for m in vars(x).values() if isinstance(m, types.FunctionType)]
-        for fn in functions:
+        for fn in _module_functions(g):
             for code in _codes(fn.__code__):
                 if not names & set(code.co_names):
                     continue

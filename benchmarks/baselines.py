@@ -9,7 +9,9 @@
 - ``torch_dataloader``: a PyTorch ``DataLoader`` with PIL decoding and resizing, as many workers
   as cores.
 - ``ceiling_iterator``: DALI alone doing the same job with nothing of extsrc in between: parallel
-  raw-byte external source -> mixed decode -> slices -> resizes.
+  raw-byte external source -> mixed decode -> slices -> resizes; ``raw_dali_iterator`` is that
+  pipeline for any image outputs made from the decoded image (the ceilings of
+  ``bench_user_ops.py`` and ``bench_realops.py``).
 """
 
 from __future__ import annotations
@@ -173,31 +175,46 @@ class RawSource:
         return data, self.labels[idx]  # one batch array: cheaper than per-sample scalars
 
 
-def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,
-                     hw_decoder_load=None):
+def raw_dali_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,
+                      hw_decoder_load=None, images=None, prefix="image"):
+    """DALI alone, nothing of extsrc: parallel raw-byte external source (``num_workers``
+    reader processes; ``0``: in DALI's thread) -> decode -> ``images(img)``, the image outputs
+    made from the decoded image (default: the image) -> each stretched to ``resize`` x
+    ``resize``, with labels. Outputs ``<prefix>0``, ``<prefix>1``... and ``label``."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
     gpu = device_id is not None
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=0,
-                    py_num_workers=num_workers, py_start_method="spawn" if gpu else "fork")
+                    py_num_workers=max(1, num_workers), py_start_method="spawn" if gpu else "fork")
+    parallel = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers else {}
     with pipe:
         jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
-                                           num_outputs=2, batch=True, batch_info=True,
-                                           parallel=True,
-                                           prefetch_queue_depth=max(1, num_workers))
+                                           num_outputs=2, batch=True, batch_info=True, **parallel)
         kw = {} if hw_decoder_load is None or not gpu else {"hw_decoder_load": hw_decoder_load}
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                 **kw)
-        sh = img.shape()
-        hh, hw = sh[0] // 2, sh[1] // 2
-        tiles = [img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]]
-        outs = [fn.resize(x, resize_x=resize, resize_y=resize) for x in [img, *tiles]]
+        outs = [fn.resize(x, resize_x=resize, resize_y=resize)
+                for x in (images(img) if images is not None else [img])]
         pipe.set_outputs(*outs, labels.gpu() if gpu else labels)
     pipe.build()
-    return DALIGenericIterator(pipe, ["data0", "data1", "data2", "data3", "data4", "label"],
+    return DALIGenericIterator(pipe, [*(f"{prefix}{k}" for k in range(len(outs))), "label"],
                                last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+
+
+def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,
+                     hw_decoder_load=None):
+    """The seed recipe's job by DALI alone: the image and its four ``grid2x2`` tiles."""
+    def with_tiles(img):
+        sh = img.shape()
+        hh, hw = sh[0] // 2, sh[1] // 2
+        return [img, img[:hh, :hw], img[:hh, hw:], img[hh:, :hw], img[hh:, hw:]]
+
+    return raw_dali_iterator(manifest, batch_size=batch_size, resize=resize,
+                             num_threads=num_threads, device_id=device_id,
+                             num_workers=max(1, num_workers), hw_decoder_load=hw_decoder_load,
+                             images=with_tiles, prefix="data")
 
 
 def pipeline_rate(pipe, *, warmup: int, seconds: float) -> tuple[int, float]:

@@ -32,10 +32,8 @@ repeat and each ratio taken within every round (``paired``). Compare variants in
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -48,6 +46,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))  # the corpus package ``realops``
 sys.path.insert(0, str(ROOT))
+
+from runs import Epochs, add_options, cpu_split, header, interleave  # noqa: E402
 
 #: Ops compared with the numpy path by default on a machine without a GPU: they compute new
 #: pixel values, where the automatic choice on the CPU prefers the numpy path.
@@ -137,35 +137,20 @@ def dali_epochs(manifest: str, *, name: str | None, num_outputs: int, batch_size
                 resize: int, threads: int, workers: int, gpu: bool) -> Any:
     """Raw DALI: parallel external source of raw bytes -> decode -> the op by hand (``name``;
     ``None``: no op) -> resize, one-output ops in place of the image, others beside it."""
-    from baselines import RawSource, read_pairs
-    from bench_user_ops import Epochs
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    from baselines import raw_dali_iterator
 
     from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
 
-    pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=0 if gpu else None,
-                    seed=0, py_num_workers=max(1, workers),
-                    py_start_method="spawn" if gpu else "fork")
-    with pipe:
-        jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
-                                           num_outputs=2, batch=True, batch_info=True,
-                                           parallel=True, prefetch_queue_depth=max(1, workers))
-        kw = {"hw_decoder_load": DEFAULT_HW_DECODER_LOAD} if gpu else {}
-        img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
-                                **kw)
-        images = [img]
-        if name is not None:
-            outs = hand_written(name, img)
-            images = outs if num_outputs == 1 else [img, *outs]
-        resized = [fn.resize(x, resize_x=resize, resize_y=resize) for x in images]
-        pipe.set_outputs(*resized, labels.gpu() if gpu else labels)
-    pipe.build()
-    names = [f"image{k}" for k in range(len(resized))]
-    it = DALIGenericIterator(pipe, [*names, "label"], last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=True)
-    return Epochs(it)
+    def outputs(img):
+        if name is None:
+            return [img]
+        outs = hand_written(name, img)
+        return outs if num_outputs == 1 else [img, *outs]
+
+    return Epochs(raw_dali_iterator(manifest, batch_size=batch_size, resize=resize,
+                                    num_threads=threads, device_id=0 if gpu else None,
+                                    num_workers=max(1, workers),
+                                    hw_decoder_load=DEFAULT_HW_DECODER_LOAD, images=outputs))
 
 
 def with_channel_axis(op: Any) -> Any:
@@ -188,8 +173,6 @@ def loader_epochs(manifest: str, *, op: Any, op_path: str | None, batch_size: in
                   threads: int | None, workers: int | None, device: str) -> Any:
     """``extsrc.Loader`` with the corpus op ``op`` (``None``: no op) on ``op_path`` (``None``:
     the automatic choice)."""
-    from bench_user_ops import Epochs
-
     import extsrc
 
     transforms, ops = (), ()
@@ -226,21 +209,10 @@ def path_reasons(op: Any, gpu: bool) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
-    ap.add_argument("--n", type=int, default=2048, help="number of JPEGs (default 2048)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--resize", type=int, default=224)
-    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
-    ap.add_argument("--ops", default=None, help="comma-separated corpus op names (default: all)")
+    add_options(ap, n=2048, ops="comma-separated corpus op names (default: all)", repeats=3)
     ap.add_argument("--numpy-ops", default=None,
                     help="ops also run on the numpy path and the automatic choice (default: "
                          f"{','.join(NUMPY_OPS)} on a machine without a GPU, none on a GPU)")
-    ap.add_argument("--workers", type=int, default=None, help="reader processes")
-    ap.add_argument("--threads", type=int, default=None, help="DALI threads")
-    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
-    ap.add_argument("--min-seconds", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--stage-min", type=int, default=None,
                     help="compute an op's per-sample scalars by numpy in one operator from this "
                          "many DALI operators on (augment_ops.trace.scalar_stage; default: its "
@@ -250,7 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     # Spawned workers (DALI's readers on a GPU, the op pool) import the corpus by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "tests"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    import nvidia.dali
     import torch
     from data import make_dataset
     from realops import corpus
@@ -263,8 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
     cores = len(os.sched_getaffinity(0))
-    workers = args.workers if args.workers is not None else min(4, max(1, cores // 4))
-    threads = args.threads if args.threads is not None else max(2, min(12, cores - workers))
+    workers, threads = cpu_split(args.workers, args.threads, cores)
     entries = corpus()
     if args.ops is not None:
         wanted = set(args.ops.split(","))
@@ -313,15 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 lambda op=e.op: loader_epochs(manifest, op=op, op_path=None, **ext_kw))
 
     results: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None
-                                                         else sys.argv[1:])]),
-        "machine": {"gpu": torch.cuda.get_device_name(0) if gpu else None, "cpu_cores": cores,
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "dali": nvidia.dali.__version__, "torch": torch.__version__,
-                    "numpy": np.__version__},
-        "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes),
-                    "generate_s": round(gen_s, 1), "image_size": "500x375"},
+        **header(argv, gpu=gpu, cores=cores, n=args.n, mean_bytes=mean_bytes, generate_s=gen_s),
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
                      "warmup_batches": args.warmup, "min_seconds": args.min_seconds,
                      "repeats": args.repeats, "device": device,
@@ -331,18 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         "handwritten": handwritten,
         "paths": {e.name: path_reasons(e.op, gpu) for e in lowered},
     }
-    from bench_user_ops import measure
-
-    runs: dict[str, list[dict[str, Any]]] = {}
-    for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
-        for name, make in variants.items():
-            try:
-                r = measure(make, warmup=args.warmup, min_seconds=args.min_seconds, gpu=gpu)
-            except Exception as err:  # one failing variant must not lose the others' numbers
-                r = {"error": f"{type(err).__name__}: {str(err)[:400]}", "images_per_s": 0.0}
-            runs.setdefault(name, []).append(r)
-            print(f"[bench] {rep + 1}/{args.repeats} {name}: {r}", flush=True)
-        summarise(results, runs, [e.name for e in lowered], rounds=rep + 1, out=args.out)
+    names = [e.name for e in lowered]
+    interleave(variants, repeats=args.repeats, warmup=args.warmup, min_seconds=args.min_seconds,
+               gpu=gpu, after_round=lambda runs, rounds: summarise(results, runs, names,
+                                                                   rounds=rounds, out=args.out))
     print_table(results)
     return 0
 

@@ -33,21 +33,19 @@ those (``paired``). Compare variants inside one run, as ratios.
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
+
+from runs import Epochs, add_options, cpu_split, header, interleave  # noqa: E402
 
 #: Suite ops that ``_hand_written`` has.
 HAND_WRITTEN = ("tiles", "random_flip", "jitter", "gray", "cutout")
@@ -57,28 +55,6 @@ PATHS = ("auto", "gpu", "numpy", "pool", "threads", "dataloader", "handwritten")
 #: The numpy path's variants: (op_workers given by --op-workers?, op_pool).
 NUMPY_VARIANTS = {"numpy": (False, "process"), "pool": (True, "process"),
                   "threads": (True, "thread")}
-
-
-class Epochs:
-    """One variant under measurement: ``epoch()`` iterates one epoch; ``close()`` lets it go."""
-
-    def __init__(self, iterable, *, gpu: bool = False, op_paths=None, dali=None) -> None:
-        self.iterable, self.gpu, self.op_paths = iterable, gpu, op_paths
-        self.dali = dali  # extsrc: the DALI threads and readers the loader chose
-
-    def epoch(self):
-        for batch in self.iterable:
-            if self.gpu:  # DataLoader batches arrive on the host; training needs them on the GPU
-                batch = [t.to("cuda", non_blocking=True) for t in batch]
-            yield batch
-
-    def close(self) -> None:
-        if hasattr(self.iterable, "close"):
-            self.iterable.close()
-        # DataLoader workers and DALI pipelines end when collected: do it now, before the next
-        # variant forks its own processes.
-        self.iterable = None
-        gc.collect()
 
 
 # -- the baselines ---------------------------------------------------------------------------------
@@ -165,36 +141,21 @@ def ceiling_epochs(manifest, *, batch_size, resize, threads, workers, gpu, hw_de
     """Raw DALI: parallel external source of raw bytes -> decode -> resize. ``steps``: suite op
     names written by hand in DALI (``_hand_written``), run between decoding and resizing as
     extsrc runs transforms (the first replaces the image) and ops (more outputs)."""
-    from baselines import RawSource, read_pairs
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+    from baselines import raw_dali_iterator
 
-    pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=0 if gpu else None,
-                    seed=0, py_num_workers=max(1, workers),
-                    py_start_method="spawn" if gpu else "fork")
-    with pipe:
-        jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
-                                           num_outputs=2, batch=True, batch_info=True,
-                                           **({"parallel": True, "prefetch_queue_depth": workers}
-                                              if workers > 0 else {}))
-        kw = {"hw_decoder_load": hw_decoder_load} if gpu and hw_decoder_load is not None else {}
-        img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
-                                **kw)
+    def outputs(img):
         transforms, ops = steps if steps else ((), ())
         for name in transforms:
             (img,) = _hand_written(name, img)
         images = [img]
         for name in ops:
             images += _hand_written(name, img)
-        outs = [fn.resize(im, resize_x=resize, resize_y=resize) for im in images]
-        pipe.set_outputs(*outs, labels.gpu() if gpu else labels)
-    pipe.build()
-    names = [f"image{k}" for k in range(len(outs))]
-    it = DALIGenericIterator(pipe, [*names, "label"], last_batch_policy=LastBatchPolicy.PARTIAL,
-                             auto_reset=True)
+        return images
 
-    return Epochs(it)
+    return Epochs(raw_dali_iterator(manifest, batch_size=batch_size, resize=resize,
+                                    num_threads=threads, device_id=0 if gpu else None,
+                                    num_workers=workers, hw_decoder_load=hw_decoder_load,
+                                    images=outputs))
 
 
 def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, threads, workers,
@@ -212,65 +173,6 @@ def extsrc_epochs(manifest, *, transforms, ops, op_path, batch_size, resize, thr
                   dali={"threads": loader.plan.threads, "readers": loader.plan.workers})
 
 
-# -- measuring -------------------------------------------------------------------------------------
-def batch_len(batch) -> int:
-    if isinstance(batch, dict):
-        return int(batch["label"].shape[0])
-    if isinstance(batch, list) and batch and isinstance(batch[0], dict):  # DALIGenericIterator
-        return int(batch[0]["label"].shape[0])
-    return int(batch[-1].shape[0])
-
-
-def measure(make: Any, *, warmup: int, min_seconds: float, gpu: bool) -> dict[str, Any]:
-    """Build, time the first batch, skip ``warmup`` batches, then time batches (across epochs,
-    and stopping inside one) until ``min_seconds`` have passed. ``bench_realops.py`` measures
-    with it too."""
-
-    def sync() -> None:
-        if gpu:
-            import torch
-
-            torch.cuda.synchronize()
-
-    t = time.perf_counter()
-    runner = make()
-    built = time.perf_counter() - t
-    first = None
-    seen, n, batches, t0 = 0, 0, 0, None
-    try:
-        done = False
-        while not done:
-            for b in runner.epoch():
-                if first is None:
-                    sync()
-                    first = time.perf_counter() - t
-                if t0 is None:
-                    seen += 1
-                    if seen >= warmup:
-                        sync()
-                        t0 = time.perf_counter()
-                    continue
-                n += batch_len(b)
-                batches += 1
-                if time.perf_counter() - t0 >= min_seconds:
-                    done = True
-                    break
-        sync()
-        dt = time.perf_counter() - t0
-    finally:
-        op_paths, dali = runner.op_paths, runner.dali
-        runner.close()
-        gc.collect()
-    out: dict[str, Any] = {"images": n, "seconds": round(dt, 3),
-                           "images_per_s": round(n / dt, 1), "timed_batches": batches,
-                           "build_s": round(built, 2), "to_first_batch_s": round(first or 0.0, 3)}
-    if op_paths is not None:
-        out["op_paths"] = op_paths
-    if dali is not None:
-        out["dali"] = dali
-    return out
-
-
 def median_of(runs: list[dict]) -> dict:
     ordered = sorted(runs, key=lambda r: r["images_per_s"])
     med = dict(ordered[len(ordered) // 2])
@@ -280,31 +182,20 @@ def median_of(runs: list[dict]) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default="/tmp/extsrc-bench-data")
-    ap.add_argument("--n", type=int, default=4096, help="number of JPEGs (default 4096)")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--resize", type=int, default=224)
-    ap.add_argument("--device", default=None, help="'cpu' for the CPU-only mode; default: GPU 0")
-    ap.add_argument("--ops", default=None, help="comma-separated suite entries (default: all)")
+    add_options(ap, n=4096, ops="comma-separated suite entries (default: all)", repeats=1,
+                cores=" (extsrc, ceiling)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"subset of {PATHS}")
-    ap.add_argument("--workers", type=int, default=None, help="reader processes (extsrc, ceiling)")
-    ap.add_argument("--threads", type=int, default=None, help="DALI threads (extsrc, ceiling)")
     ap.add_argument("--dataloader-workers", type=int, default=None,
                     help="DataLoader workers (default: one per core)")
     ap.add_argument("--op-workers", type=int, default=None,
                     help="op pool size of the pool/threads paths (default: every core)")
-    ap.add_argument("--warmup", type=int, default=4, help="untimed batches first")
-    ap.add_argument("--min-seconds", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--bound", action="store_true",
                     help="also time each single-op entry's op alone (no decoding, no resizing) "
                          "in one process and in one process per core, with the op workers' "
                          "malloc settings: the most any numpy path can deliver; on every core "
                          "also over 64 distinct images, out of the caches as in the pool")
-    ap.add_argument("--out", default=None, help="write the full results as JSON here")
     args = ap.parse_args(argv)
 
-    import nvidia.dali
     import torch
     import user_ops
     from data import make_dataset
@@ -315,8 +206,7 @@ def main(argv=None) -> int:
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
     cores = len(os.sched_getaffinity(0))
-    workers = args.workers if args.workers is not None else min(4, max(1, cores // 4))
-    threads = args.threads if args.threads is not None else max(2, min(12, cores - workers))
+    workers, threads = cpu_split(args.workers, args.threads, cores)
     dl_workers = args.dataloader_workers if args.dataloader_workers is not None else cores
     t0 = time.perf_counter()
     manifest, mean_bytes = make_dataset(args.data, args.n)
@@ -370,15 +260,7 @@ def main(argv=None) -> int:
                         device=device, **ext_kw))
 
     results: dict = {
-        "date": datetime.date.today().isoformat(),
-        "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None
-                                                         else sys.argv[1:])]),
-        "machine": {"gpu": torch.cuda.get_device_name(0) if gpu else None, "cpu_cores": cores,
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "dali": nvidia.dali.__version__, "torch": torch.__version__,
-                    "numpy": np.__version__},
-        "dataset": {"n": args.n, "mean_jpeg_bytes": round(mean_bytes),
-                    "generate_s": round(gen_s, 1), "image_size": "500x375"},
+        **header(argv, gpu=gpu, cores=cores, n=args.n, mean_bytes=mean_bytes, generate_s=gen_s),
         # The ceiling's; extsrc's loaders record theirs per measurement ("dali").
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
                      "dataloader_workers": dl_workers, "op_workers": args.op_workers or cores,
@@ -402,17 +284,9 @@ def main(argv=None) -> int:
                 f"{cores}_processes_64_images": compute_bound(name, cores, worker_malloc=True,
                                                               images=64)}
             print(f"[bound] {entry}: {results['bound'][entry]}", flush=True)
-    runs: dict[str, list[dict]] = {}
-    for rep in range(args.repeats):  # interleaved, so slow drift hits every variant alike
-        for name, make in variants.items():
-            try:
-                r = measure(make, warmup=args.warmup, min_seconds=args.min_seconds, gpu=gpu)
-            except Exception as e:  # one failing variant must not lose the others' numbers
-                r = {"error": f"{type(e).__name__}: {str(e)[:400]}", "images_per_s": 0.0}
-            runs.setdefault(name, []).append(r)
-            print(f"[bench] {rep + 1}/{args.repeats} {name}: {r}", flush=True)
-        # After every round, so that a run cut short still leaves its finished rounds.
-        summarise(results, runs, suite, rounds=rep + 1, out=args.out)
+    interleave(variants, repeats=args.repeats, warmup=args.warmup, min_seconds=args.min_seconds,
+               gpu=gpu, after_round=lambda runs, rounds: summarise(results, runs, suite,
+                                                                   rounds=rounds, out=args.out))
     print_table(results)
     return 0
 

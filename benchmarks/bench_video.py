@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -256,21 +257,14 @@ def main(argv=None):
     pairs = make_videos(args.data / codec, n=args.n, frames=args.frames, height=args.height,
                         width=args.width, codec=codec, gop=args.gop,
                         bitrate=int(args.bitrate * 1e6))
-    def installed(name: str) -> bool:
-        try:
-            __import__(name)
-        except ImportError:
-            return False
-        return True
-
     makers = {
         "extsrc": lambda: extsrc_epochs(pairs, args, gpu),
         "extsrc_whole": lambda: extsrc_epochs(pairs, args, gpu, windows=False),
         "dali_reader": (lambda: dali_reader_epochs(pairs, args)) if gpu else None,
     }
     for v, backend in DECODERS.items():
-        makers[v] = ((lambda b=backend: dataloader_epochs(pairs, args, b)) if installed(backend)
-                     else None)
+        installed = importlib.util.find_spec(backend) is not None
+        makers[v] = (lambda b=backend: dataloader_epochs(pairs, args, b)) if installed else None
     results: dict[str, list[float]] = {v: [] for v in args.variants}
     skipped = {v: (f"{DECODERS[v]} is not installed" if v in DECODERS else "needs a GPU")
                for v in args.variants if makers[v] is None}

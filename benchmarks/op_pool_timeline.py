@@ -63,23 +63,16 @@ def compute_bound(name: str, procs: int, seconds: float = 2.0, *,
     pool workers' malloc settings (``extsrc.ops_runtime.procs.worker_env``), as the op pool runs it;
     ``images``: distinct images each process cycles over (see ``_spin``)."""
     import multiprocessing as mp
+    from unittest import mock
 
     from extsrc.ops_runtime.procs import worker_env
 
     malloc = {k: v for k, v in worker_env().items() if k.startswith("MALLOC_")}
-    saved = {k: os.environ.get(k) for k in malloc}
-    if worker_malloc:  # read by glibc when each spawned process starts
-        os.environ.update(malloc)
-    try:
-        with mp.get_context("spawn").Pool(procs) as pool:
-            pool.map(_spin, [(name, 0.1, images)] * procs)  # imports done before timing
-            timed = pool.map(_spin, [(name, seconds, images)] * procs)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # Read by glibc when each spawned process starts; this process's environment is restored.
+    with mock.patch.dict(os.environ, malloc if worker_malloc else {}), \
+            mp.get_context("spawn").Pool(procs) as pool:
+        pool.map(_spin, [(name, 0.1, images)] * procs)  # imports done before timing
+        timed = pool.map(_spin, [(name, seconds, images)] * procs)
     return round(sum(n / dt for n, dt in timed), 1)
 
 

@@ -278,3 +278,47 @@ def sized_dataset(root: Path, sizes: list[tuple[int, int]]) -> Path:
         lines.append(f"img{i}.png,{i}")
     (root / "m.csv").write_text("\n".join(lines) + "\n")
     return root / "m.csv"
+
+
+def scalar_draws(traced, seed: int, salt: int, index: np.ndarray, epoch: np.ndarray) -> list:
+    """The per-sample scalars of the traced op ``traced`` for the samples ``index`` of epochs
+    ``epoch``, drawn as the loader draws them (``counter_uniform(seed, epoch, index, salt,
+    slot)``): one batch array per scalar, in the order ``emit`` takes them."""
+    from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
+    from extsrc.ops_runtime.seeding import counter_uniform
+
+    nodes = sample_scalar_nodes(traced)
+    if not nodes:
+        return []
+    program = SampleScalars(nodes, lambda i, e, slot: counter_uniform(seed, e, i, salt, slot))
+    return program(index, epoch)
+
+
+def traced_pipeline(traced, imgs: list[np.ndarray], values=(), *, gpu: bool = False):
+    """A built DALI pipeline of the traced op ``traced`` over ``imgs`` as one batch, on the CPU
+    (``gpu``: the op on GPU 0); ``values``: its per-sample scalars (:func:`scalar_draws`), one
+    batch each, in order."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.lower_dali import emit
+
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=0 if gpu else None)
+    with pipe:
+        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
+        if gpu:
+            img = img.gpu()
+        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                         for a in values]
+        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
+    pipe.build()
+    return pipe
+
+
+def run_traced(traced, imgs: list[np.ndarray], values=(), *, gpu: bool = False,
+               pipe=None) -> list[tuple[np.ndarray, ...]]:
+    """Every output of each sample of :func:`traced_pipeline` (``pipe``, when given: that
+    pipeline, built by it) run once, as host arrays."""
+    pipe = traced_pipeline(traced, imgs, values, gpu=gpu) if pipe is None else pipe
+    outs = [o.as_cpu() if gpu else o for o in pipe.run()]
+    return [tuple(np.array(o[k]) for o in outs) for k in range(len(imgs))]

@@ -145,17 +145,26 @@ def _script(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, env=env, cwd=tmp_path)
 
 
+def _faulty_readers(tmp_path: Path, *, build_timeout: float, fault: str,
+                    body: str) -> subprocess.CompletedProcess[str]:
+    """:func:`_script` of ``body`` after ``ld``, a loader of two reader processes, is made with
+    ``extsrc._dali.run.BUILD_TIMEOUT = build_timeout`` and a fork handler that runs ``fault`` (an
+    expression) in every child forked while ``fault_on[0]`` is true."""
+    return _script(tmp_path, textwrap.dedent(f"""
+        extsrc._dali.run.BUILD_TIMEOUT = {build_timeout!r}
+        ld = Loader(manifest, batch_size=4, resize=16, device="cpu",
+                    workers=Workers(num_workers=2, num_threads=1))
+        fault_on = [True]
+        os.register_at_fork(after_in_child=lambda: fault_on[0] and {fault})
+    """) + textwrap.dedent(body))
+
+
 def test_reader_that_never_starts_is_a_bounded_wait_with_a_clear_error(tmp_path):
     """pipe.build() waits for every reader process to report ready; one blocked at start-up
     (here: a fork handler that sleeps) is stopped after BUILD_TIMEOUT with WorkerStartError,
     and the loader builds again afterwards."""
-    res = _script(tmp_path, """
+    res = _faulty_readers(tmp_path, build_timeout=2.0, fault="time.sleep(3600)", body="""
         from extsrc.errors import WorkerStartError
-        extsrc._dali.run.BUILD_TIMEOUT = 2.0
-        ld = Loader(manifest, batch_size=4, resize=16, device="cpu",
-                    workers=Workers(num_workers=2, num_threads=1))
-        stall = [True]
-        os.register_at_fork(after_in_child=lambda: stall[0] and time.sleep(3600))
         t = time.monotonic()
         try:
             iter(ld)
@@ -163,7 +172,7 @@ def test_reader_that_never_starts_is_a_bounded_wait_with_a_clear_error(tmp_path)
             print("raised", len(e.pids), e.timeout, time.monotonic() - t < 30)
             print("message", e)
         print("running", ld.running, "children", sorted(children()))
-        stall[0] = False
+        fault_on[0] = False
         extsrc._dali.run.BUILD_TIMEOUT = 120.0  # the rebuild must not race a short limit
         print("batches", sum(1 for _ in ld))
         ld.close()
@@ -237,18 +246,13 @@ def test_reader_that_dies_at_start_is_reported_without_waiting_for_the_build_lim
     """A reader process that exits while pipe.build() waits for it gives extsrc's
     WorkerDiedError (with its exit code when the watchdog saw it alive first) instead of DALI's
     bare RuntimeError or a wait until BUILD_TIMEOUT."""
-    res = _script(tmp_path, """
+    res = _faulty_readers(tmp_path, build_timeout=3600.0, fault="os._exit(3)", body="""
         from extsrc.errors import WorkerDiedError
-        extsrc._dali.run.BUILD_TIMEOUT = 3600.0
-        ld = Loader(manifest, batch_size=4, resize=16, device="cpu",
-                    workers=Workers(num_workers=2, num_threads=1))
-        die = [True]
-        os.register_at_fork(after_in_child=lambda: die[0] and os._exit(3))
         try:
             iter(ld)
         except WorkerDiedError as e:
             print("raised", "did not start" in str(e))
-        die[0] = False
+        fault_on[0] = False
         print("children", sorted(children()))
         print("batches", sum(1 for _ in ld))
         ld.close()

@@ -44,50 +44,38 @@ def test_csv_with_header(tmp_path: Path) -> None:
     assert len(m) == 2
 
 
-def test_csv_reordered_named_columns(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.csv", b"id,Label,Image\n7,1,a.jpg\n8,2,b.jpg\n")
-    m = read_manifest(f)
-    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
-    assert m.labels.tolist() == [1, 2]
-
-
-def test_csv_columns_by_name(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n")
-    m = read_manifest(f, path_col="file_name", label_cols="x")
-    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
-    assert m.labels.tolist() == [9, 8]
-
-
-def test_csv_columns_by_position_with_header(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n")
-    m = read_manifest(f, path_col=2, label_cols=0, header=True)
-    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
-    assert m.labels.tolist() == [5, 6]
-    assert m.lines == (2, 3)
-
-
-def test_csv_columns_by_position_without_header(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.csv", b"5,a.jpg,9\n6,b.jpg,8\n")
-    m = read_manifest(f, path_col=1, label_cols=[2])
-    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
-    assert m.labels.tolist() == [9, 8]
-    assert m.lines == (1, 2)
-
-
-def test_csv_without_header(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.csv", b"a.jpg,3\nb.jpg,4\n")
-    m = read_manifest(f)
-    assert m.paths == resolved(tmp_path, "a.jpg", "b.jpg")
-    assert m.labels.tolist() == [3, 4]
-    assert m.lines == (1, 2)
-
-
-def test_header_inferred_from_non_integer_label_cell(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "data", "kwargs", "paths", "labels", "lines"), [
+    pytest.param("m.csv", b"id,Label,Image\n7,1,a.jpg\n8,2,b.jpg\n", {},
+                 ("a.jpg", "b.jpg"), [1, 2], None, id="csv_reordered_named_columns"),
+    pytest.param("m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n",
+                 {"path_col": "file_name", "label_cols": "x"},
+                 ("a.jpg", "b.jpg"), [9, 8], None, id="csv_columns_by_name"),
+    pytest.param("m.csv", b"y,x,file_name\n5,9,a.jpg\n6,8,b.jpg\n",
+                 {"path_col": 2, "label_cols": 0, "header": True},
+                 ("a.jpg", "b.jpg"), [5, 6], (2, 3), id="csv_columns_by_position_with_header"),
+    pytest.param("m.csv", b"5,a.jpg,9\n6,b.jpg,8\n", {"path_col": 1, "label_cols": [2]},
+                 ("a.jpg", "b.jpg"), [9, 8], (1, 2), id="csv_columns_by_position_without_header"),
+    pytest.param("m.csv", b"a.jpg,3\nb.jpg,4\n", {},
+                 ("a.jpg", "b.jpg"), [3, 4], (1, 2), id="csv_without_header"),
     # Unknown column names, but "y" over an all-integer column can only be a header.
-    f = write(tmp_path / "m.csv", b"fname,y\na.jpg,3\nb.jpg,4\n")
-    m = read_manifest(f)
-    assert m.labels.tolist() == [3, 4]
-    assert m.lines == (2, 3)
+    pytest.param("m.csv", b"fname,y\na.jpg,3\nb.jpg,4\n", {},
+                 ("a.jpg", "b.jpg"), [3, 4], (2, 3), id="header_inferred_from_integer_column"),
+    pytest.param("m.tsv", b"path\tlabel\na b.jpg\t3\nc,d.jpg\t4\n", {},
+                 ("a b.jpg", "c,d.jpg"), [3, 4], None, id="tsv"),
+    pytest.param("m.tsv", b"a.jpg\t3\r\nb.jpg\t4\r\n", {},
+                 ("a.jpg", "b.jpg"), [3, 4], (1, 2), id="tsv_without_header_crlf"),
+    pytest.param("m.txt", b"a,b.jpg;3\nc d.jpg;4\n", {"sep": ";"},
+                 ("a,b.jpg", "c d.jpg"), [3, 4], None, id="explicit_sep_overrides_sniffing"),
+])
+def test_layout_read(tmp_path: Path, name: str, data: bytes, kwargs: dict, paths: tuple,
+                     labels: list, lines: tuple | None) -> None:
+    """Columns by header name, by position, with and without a header; TSV; ``sep``. ``lines``
+    ``None``: not the case's point."""
+    m = read_manifest(write(tmp_path / name, data), **kwargs)
+    assert m.paths == resolved(tmp_path, *paths)
+    assert m.labels.tolist() == labels
+    if lines is not None:
+        assert m.lines == lines
 
 
 def test_bad_first_sample_is_not_taken_for_a_header(tmp_path: Path) -> None:
@@ -189,20 +177,6 @@ def test_na_like_strings_are_not_missing(tmp_path: Path) -> None:
 # TSV and whitespace text
 
 
-def test_tsv(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.tsv", b"path\tlabel\na b.jpg\t3\nc,d.jpg\t4\n")
-    m = read_manifest(f)
-    assert m.paths == resolved(tmp_path, "a b.jpg", "c,d.jpg")
-    assert m.labels.tolist() == [3, 4]
-
-
-def test_tsv_without_header_crlf(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.tsv", b"a.jpg\t3\r\nb.jpg\t4\r\n")
-    m = read_manifest(f)
-    assert m.labels.tolist() == [3, 4]
-    assert m.lines == (1, 2)
-
-
 def test_whitespace_text_with_blanks_and_comments(tmp_path: Path) -> None:
     f = write(
         tmp_path / "train.txt",
@@ -231,13 +205,6 @@ def test_whitespace_text_with_header(tmp_path: Path) -> None:
     f = write(tmp_path / "m.txt", b"path label\na.jpg 1\n")
     m = read_manifest(f)
     assert m.lines == (2,)
-
-
-def test_explicit_sep_overrides_sniffing(tmp_path: Path) -> None:
-    f = write(tmp_path / "m.txt", b"a,b.jpg;3\nc d.jpg;4\n")
-    m = read_manifest(f, sep=";")
-    assert m.paths == resolved(tmp_path, "a,b.jpg", "c d.jpg")
-    assert m.labels.tolist() == [3, 4]
 
 
 # ------------------------------------------------------------------------------------------

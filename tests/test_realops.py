@@ -26,11 +26,12 @@ import numpy as np
 import pytest
 import realops
 import realops_holdout
+from helpers import run_traced, scalar_draws
 
-from augment_ops.lower_dali import SampleScalars, check_layout, emit, sample_scalar_nodes
+from augment_ops.lower_dali import check_layout
 from augment_ops.registry import OpContractError
 from augment_ops.trace import TraceError, scalar_stage, trace_op
-from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt, sample_rng
+from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
 
 SEED = 11
 # Each set: its ops, their EXPECT entries, their KNOWN_FAILURES, and the least number of ops
@@ -132,23 +133,7 @@ def _run_native(traced, op, imgs: list[np.ndarray], index: np.ndarray,
                 epoch: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """``traced`` run by a DALI CPU pipeline on ``imgs`` (one batch, sample k being manifest
     sample ``index[k]`` in ``epoch[k]``): each sample's outputs."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
-    nodes = sample_scalar_nodes(traced)
-    salt = name_salt(op.name)
-    scalars = SampleScalars(
-        nodes, lambda i, e, slot: counter_uniform(SEED, e, i, salt, slot))
-    values = scalars(index, epoch) if nodes else []
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
-                         for a in values]
-        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
-    pipe.build()
-    outs = pipe.run()
-    return [tuple(np.array(o[k]) for o in outs) for k in range(len(imgs))]
+    return run_traced(traced, imgs, scalar_draws(traced, SEED, name_salt(op.name), index, epoch))
 
 
 def _images(sizes) -> list[np.ndarray]:

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image, unregistered
+from helpers import (
+    pattern_image,
+    run_traced,
+    scalar_draws,
+    sized_dataset,
+    traced_pipeline,
+    unregistered,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,15 +131,7 @@ SIZES = [(33, 47), (47, 33), (20, 20), (35, 21), (9, 40), (41, 13)]
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     """Landscape, portrait and square PNGs of odd and even sizes (batches of one: sizes differ)."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("trace")
-    lines = ["path,label"]
-    for i, (h, w) in enumerate(SIZES):
-        Image.fromarray(pattern_image(i, h, w)).save(root / f"{i}.png")
-        lines.append(f"{i}.png,{i}")
-    (root / "m.csv").write_text("\n".join(lines) + "\n")
-    return root / "m.csv"
+    return sized_dataset(tmp_path_factory.mktemp("trace"), SIZES)
 
 
 def _pixels(manifest_path: Path) -> list[np.ndarray]:
@@ -550,24 +549,9 @@ def _numpy_or_none(program, img):
 
 def _emit_on(traced, imgs: list[np.ndarray], values=(), gpu: bool = False) -> list[np.ndarray]:
     """``traced`` run by a DALI CPU pipeline (``gpu``: on GPU 0) on ``imgs`` (one batch), each
-    output sample as an array; ``values``: the op's per-sample scalars (``SampleScalars``
-    arrays), in order."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=0 if gpu else None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        if gpu:
-            img = img.gpu()
-        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
-                         for a in values]
-        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
-    pipe.build()
-    (out,) = pipe.run()
-    if gpu:
-        out = out.as_cpu()
-    return [np.array(out[k]) for k in range(len(imgs))]
+    sample of its one output as an array; ``values``: the op's per-sample scalars
+    (``SampleScalars`` arrays), in order."""
+    return [out for (out,) in run_traced(traced, imgs, values, gpu=gpu)]
 
 
 @pytest.mark.slow
@@ -912,7 +896,6 @@ def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, s
     """The draws, bounds and clamps of a fill run as vectors of the y and x lanes, and fn.erase
     clips the unclamped rectangle; the result must be numpy's, for images down to one pixel."""
 
-    from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 
     func = FILLS[name]
     sizes = [(1, 1), (1, 7), (7, 1), *sizes]
@@ -922,9 +905,7 @@ def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, s
                             dtype=ref0.dtype, ndim=3)
     index = np.arange(len(imgs), dtype=np.int64)
     epochs = np.full(len(imgs), epoch, np.int64)
-    program = SampleScalars(sample_scalar_nodes(traced),
-                            lambda i, e, slot: counter_uniform(SEED, e, i, 5, slot))
-    outs = _emit_on(traced, imgs, program(index, epochs))
+    outs = _emit_on(traced, imgs, scalar_draws(traced, SEED, 5, index, epochs))
     for k, im in enumerate(imgs):
         ref = func(im, counter_rng(SEED, epoch, k, 5), size)
         np.testing.assert_array_equal(outs[k], ref, err_msg=f"{name} on {sizes[k]}")
@@ -932,21 +913,12 @@ def test_random_rectangle_fills_equal_numpy_on_tiny_and_one_pixel_images(name, s
 
 def _operator_count(func, random: bool, **params) -> int:
     """The DALI operators of ``func``'s traced graph, its inputs' external sources excluded."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
     from augment_ops.lower_dali import sample_scalar_nodes
 
     traced = trace_function(func, params=params, random=random, num_outputs=1, dtype=np.uint8,
                             ndim=3)
-    imgs = [pattern_image(0, 5, 6)]
-    pipe = Pipeline(batch_size=1, num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        values = [fn.external_source(source=lambda: [np.float64(0.5)], batch=True)
-                  for _ in sample_scalar_nodes(traced)]
-        pipe.set_outputs(*emit(traced, img, sample_values=values))
-    pipe.build()
+    values = [[np.float64(0.5)] for _ in sample_scalar_nodes(traced)]
+    pipe = traced_pipeline(traced, [pattern_image(0, 5, 6)], values)
     return len(pipe._ops) - 1 - len(values)
 
 

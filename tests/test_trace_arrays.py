@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, unregistered
+from helpers import pattern_image, scalar_draws, unregistered
 from test_trace import _emit_on
 from test_trace_parity import _check_same_error
 
-from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 from augment_ops.trace import TraceError, trace_function
 from extsrc.errors import OpError
-from extsrc.ops_runtime.seeding import counter_rng, counter_uniform
+from extsrc.ops_runtime.seeding import counter_rng
 
 SEED = 11
 SIZES = [(1, 1), (3, 5), (6, 4), (9, 7)]
@@ -42,9 +41,8 @@ def _check(func, random: bool = False, imgs: list[np.ndarray] | None = None, **p
                             dtype=refs[0].dtype, ndim=refs[0].ndim)
     values = ()
     if random:
-        program = SampleScalars(sample_scalar_nodes(traced),
-                                lambda i, e, slot: counter_uniform(SEED, e, i, 3, slot))
-        values = program(np.arange(len(imgs), dtype=np.int64), np.zeros(len(imgs), np.int64))
+        values = scalar_draws(traced, SEED, 3, np.arange(len(imgs), dtype=np.int64),
+                              np.zeros(len(imgs), np.int64))
     outs = _emit_on(traced, imgs, values)
     for k, r in enumerate(refs):
         assert outs[k].dtype == r.dtype and outs[k].shape == r.shape, (k, outs[k].dtype, r.dtype)

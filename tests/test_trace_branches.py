@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, unregistered
+from helpers import pattern_image, run_traced, unregistered
 from helpers import sized_dataset as _dataset
 
 import extsrc
-from augment_ops.lower_dali import emit
 from augment_ops.trace import trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
@@ -64,16 +63,7 @@ SIZES = [(5, 3), (3, 5), (6, 6), (4, 7), (7, 2), (2, 2)]
 
 
 def _emit_on(traced, imgs: list[np.ndarray]) -> list[np.ndarray]:
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        pipe.set_outputs(*emit(traced, img))
-    pipe.build()
-    (out,) = pipe.run()
-    return [np.array(out[k]) for k in range(len(imgs))]
+    return [out for (out,) in run_traced(traced, imgs)]
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)

@@ -8,12 +8,11 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, run_traced
 
 import augment_ops
 import extsrc
 from augment_ops import augment_op, trace
-from augment_ops.lower_dali import emit
 from augment_ops.trace import TraceError, fact_steps, trace_op
 from augment_ops.trace_cache import op_key
 from extsrc.ops_runtime.paths import choose_paths
@@ -31,16 +30,7 @@ def make_op(source: str, name: str, **env):
 
 def run_native(op, imgs: list[np.ndarray]) -> list[np.ndarray]:
     """A deterministic op's traced graph, lowered into a DALI pipeline, on one batch."""
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None, prefetch_queue_depth=1)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        pipe.set_outputs(*emit(trace_op(op), img))
-    pipe.build()
-    (out,) = pipe.run()
-    return [np.array(out[k]) for k in range(len(imgs))]
+    return [out for (out,) in run_traced(trace_op(op), imgs)]
 
 
 # Each step's sides depend on both sides of the step before: as a tree the expression doubles per

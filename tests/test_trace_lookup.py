@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 import pytest
+from helpers import scalar_draws
 from test_trace import _emit_on
 
-from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes
 from augment_ops.trace import TraceError, trace_function
-from extsrc.ops_runtime.seeding import counter_rng, counter_uniform
+from extsrc.ops_runtime.seeding import counter_rng
 
 cv2 = pytest.importorskip("cv2")
 
@@ -36,9 +36,8 @@ def _check(func, *, random: bool = False, ndim: int = 3, epoch: int = 0, **param
                             dtype=ref0.dtype, ndim=ndim)
     values = ()
     if random:
-        values = SampleScalars(sample_scalar_nodes(traced),
-                               lambda i, e, slot: counter_uniform(SEED, e, i, 5, slot))(
-            np.arange(len(imgs), dtype=np.int64), np.full(len(imgs), epoch, np.int64))
+        values = scalar_draws(traced, SEED, 5, np.arange(len(imgs), dtype=np.int64),
+                              np.full(len(imgs), epoch, np.int64))
     outs = _emit_on(traced, imgs, values)
     for k, im in enumerate(imgs):
         ref = func(im, **draw(k), **params)

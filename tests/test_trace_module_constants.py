@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image
+from helpers import pattern_image, unregistered
 from test_trace import _emit_on
 
 import augment_ops
-from augment_ops import augment_op
 from augment_ops.trace import TraceError, trace_op
 
 LIBRARY = '''
@@ -63,21 +62,12 @@ def lib(tmp_path_factory):
         sys.modules.pop("modconst_lib", None)
 
 
-def _op(fn):
-    op = augment_op(replace=True)(fn)
-    augment_ops.unregister(op.name)
-    return op
-
-
 def _exec_op(lib, source: str, *names: str):
     """The op ``source`` defines, its globals being numpy and ``names`` from ``lib`` (as a module
     that imports them from a library has them)."""
     ns = {"np": np, "__name__": "ops_module", **{n: getattr(lib, n) for n in names}}
     exec(textwrap.dedent(source), ns)
-    fn = next(v for k, v in ns.items() if k.startswith("m_"))
-    op = augment_op(replace=True)(fn)
-    augment_ops.unregister(op.name)
-    return op
+    return unregistered()(next(v for k, v in ns.items() if k.startswith("m_")))
 
 
 def test_a_dict_and_a_list_no_code_writes_are_read_as_constants(lib):
@@ -116,28 +106,24 @@ def test_a_dict_some_function_of_its_module_may_write_is_refused_naming_it(lib, 
     assert augment_ops.explain(op).startswith(f"numpy: a read of the global '{name}'")
 
 
-def test_an_op_that_may_write_the_dict_itself_is_refused(lib):
-    op = _exec_op(lib, """
+@pytest.mark.parametrize(("source", "name", "pattern"), [
+    ("""
         def m_binds_it(img):
             d = MAX_BY_DTYPE
             return img + np.uint8(d[img.dtype] // 255)
-        """, "MAX_BY_DTYPE")
-    with pytest.raises(TraceError, match=r"a read of the global 'MAX_BY_DTYPE', a dict, which "
-                                         r"can change"):
-        trace_op(op)
-
-
-def test_a_dict_another_function_of_the_ops_module_writes_is_refused(lib):
-    op = _exec_op(lib, """
+        """, "MAX_BY_DTYPE", r"a read of the global 'MAX_BY_DTYPE', a dict, which can change"),
+    ("""
         def m_reads(img):
             return img + np.uint8(OFFSETS[0])
 
         def set_offset(v):
             OFFSETS[0] = v
-        """, "OFFSETS")
-    with pytest.raises(TraceError, match=r"a read of the global 'OFFSETS', a list that "
-                                         r"set_offset\(\) of ops_module writes"):
-        trace_op(op)
+        """, "OFFSETS",
+     r"a read of the global 'OFFSETS', a list that set_offset\(\) of ops_module writes"),
+], ids=["the op itself", "another function of the op's module"])
+def test_a_global_the_op_or_its_module_may_write_is_refused(lib, source, name, pattern):
+    with pytest.raises(TraceError, match=pattern):
+        trace_op(_exec_op(lib, source, name))
 
 
 def test_a_library_function_reading_its_own_constant_lowers(lib):
@@ -155,8 +141,7 @@ def test_a_list_default_the_function_only_reads_is_a_constant():
         k = len(sizes) - 2 + scale["a"]
         return img[: sizes[k]] // 2 if 9 not in sizes else img
 
-    op = augment_op(replace=True)(m_rows)
-    augment_ops.unregister(op.name)
+    op = unregistered()(m_rows)
     imgs = [pattern_image(k, 3 + 2 * k, 4) for k in range(3)]
     for img, got in zip(imgs, _emit_on(trace_op(op), imgs), strict=True):
         (ref,) = op.apply(img, None)
@@ -176,8 +161,7 @@ def test_a_list_default_the_function_only_reads_is_a_constant():
 def test_a_list_default_the_function_may_change_is_refused(body):
     ns = {"np": np, "_first": lambda v: v[0]}
     exec(f"def m_changes(img, sizes=[2, 4]):\n    {body}\n", ns)
-    op = augment_op(replace=True)(ns["m_changes"])
-    augment_ops.unregister(op.name)
+    op = unregistered()(ns["m_changes"])
     with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, which "
                                          r"can change"):
         trace_op(op)

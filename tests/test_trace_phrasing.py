@@ -13,11 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from helpers import run_traced, scalar_draws, traced_pipeline
 
 from augment_ops import Op
-from augment_ops.lower_dali import SampleScalars, emit, sample_scalar_nodes
 from augment_ops.trace import trace_op
-from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 5
 SIZES = [(1, 1), (2, 7), (5, 3), (9, 12)]
@@ -39,26 +39,13 @@ def _lowered(fn: Callable[..., np.ndarray], imgs: list[np.ndarray], random: bool
     """The op ``fn`` traced and run by a DALI CPU pipeline on ``imgs`` (one batch, sample k
     drawing as manifest sample k of epoch 0), and the operators of the built pipeline by kind
     (the external sources left out); numpy's results are asserted equal on the way."""
-    from nvidia.dali import fn as dfn
-    from nvidia.dali.pipeline import Pipeline
-
     op = Op(name=f"phrasing_{fn.__name__}", fn=fn, random=random, dtype=dtype, ndim=ndim)
     traced = trace_op(op)
-    nodes = sample_scalar_nodes(traced)
     salt = name_salt(op.name)
-    index = np.arange(len(imgs), dtype=np.int64)
-    epoch = np.zeros(len(imgs), dtype=np.int64)
-    values = SampleScalars(nodes, lambda i, e, slot: counter_uniform(SEED, e, i, salt, slot))(
-        index, epoch) if nodes else []
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = dfn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        given = [dfn.external_source(source=(lambda v: lambda: v)(a), batch=True)
-                 for a in values]
-        pipe.set_outputs(*emit(traced, img, sample_values=given))
-    pipe.build()
-    (out,) = pipe.run()
-    got = [np.array(out[k]) for k in range(len(imgs))]
+    values = scalar_draws(traced, SEED, salt, np.arange(len(imgs), dtype=np.int64),
+                          np.zeros(len(imgs), dtype=np.int64))
+    pipe = traced_pipeline(traced, imgs, values)
+    got = [out for (out,) in run_traced(traced, imgs, pipe=pipe)]
     for k, im in enumerate(imgs):
         ref = op.apply(im, counter_rng(SEED, 0, k, salt) if random else None)[0]
         where = f"{fn.__name__} on {im.dtype} {im.shape}"

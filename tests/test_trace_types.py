@@ -10,11 +10,10 @@ import numbers
 
 import numpy as np
 import pytest
-from helpers import pattern_image, unregistered
+from helpers import pattern_image, run_traced, scalar_draws, unregistered
 
-from augment_ops.lower_dali import SampleScalars, emit, sample_scalar_nodes
 from augment_ops.trace import trace_op
-from extsrc.ops_runtime.seeding import counter_rng, counter_uniform, name_salt
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 7
 
@@ -80,22 +79,8 @@ OPS = [t_add_any_number, t_scalar_kinds, t_weights_by_type, t_type_of]
 
 
 def _run_native(traced, op, imgs, index, epoch):
-    from nvidia.dali import fn
-    from nvidia.dali.pipeline import Pipeline
-
-    nodes = sample_scalar_nodes(traced)
-    salt = name_salt(op.name)
-    scalars = SampleScalars(nodes, lambda i, e, slot: counter_uniform(SEED, e, i, salt, slot))
-    values = scalars(index, epoch) if nodes else []
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=None)
-    with pipe:
-        img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
-        sample_values = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
-                         for a in values]
-        pipe.set_outputs(*emit(traced, img, sample_values=sample_values))
-    pipe.build()
-    (out,) = pipe.run()
-    return [np.array(out[k]) for k in range(len(imgs))]
+    values = scalar_draws(traced, SEED, name_salt(op.name), index, epoch)
+    return [out for (out,) in run_traced(traced, imgs, values)]
 
 
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)

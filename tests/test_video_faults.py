@@ -36,6 +36,17 @@ def uniform_clips(tmp_path: Path, name: str, length: int, stride: int) -> list[d
         return list(ld)
 
 
+def written_clips(tmp_path: Path, name: str, data: bytes, num_frames: int, spec: ClipSpec,
+                  starts: list[int]) -> list[dict]:
+    """``data`` written to ``tmp_path/name``, probed as ``num_frames`` frames, and its two
+    ``clip="uniform"`` clips of ``spec`` (:func:`uniform_clips`), starting at ``starts``."""
+    (tmp_path / name).write_bytes(data)
+    assert probe_video(data).num_frames == num_frames
+    batches = uniform_clips(tmp_path, name, spec.sequence_length, spec.stride)
+    assert [b["start_frame"].item() for b in batches] == starts
+    return batches
+
+
 def assert_frames_among_held(batches: list[dict], spec: ClipSpec, held: list[int]) -> None:
     """Each clip's frames are those it names, counted among the frames the file holds (DALI
     numbers ``held`` 0, 1, ...)."""
@@ -108,11 +119,7 @@ def test_avi_with_fewer_frame_chunks_than_its_index_and_headers_claim(tmp_path: 
     movi = data.index(b"movi") - 8
     struct.pack_into("<I", data, movi + 4, cut - movi - 8)
     struct.pack_into("<I", data, 4, len(data) - 8)
-    (tmp_path / "cut.avi").write_bytes(bytes(data))
-    assert probe_video(bytes(data)).num_frames == 12
-    batches = uniform_clips(tmp_path, "cut.avi", 4, 3)
-    assert [b["start_frame"].item() for b in batches] == [0, 2]
-    for b in batches:
+    for b in written_clips(tmp_path, "cut.avi", bytes(data), 12, ClipSpec(4, 3), [0, 2]):
         check_clips(b, ClipSpec(4, 3))
 
 
@@ -129,10 +136,7 @@ def test_avi_dropped_frames_are_not_counted_as_dali_skips_them(tmp_path: Path) -
     out = bytearray(good[:movi + 12] + body)  # without idx1: DALI reads the chunks in order
     struct.pack_into("<I", out, movi + 4, 4 + len(body))
     struct.pack_into("<I", out, 4, len(out) - 8)
-    (tmp_path / "dropped.avi").write_bytes(bytes(out))
-    assert probe_video(bytes(out)).num_frames == 19
-    batches = uniform_clips(tmp_path, "dropped.avi", 5, 2)
-    assert [b["start_frame"].item() for b in batches] == [0, 10]
+    batches = written_clips(tmp_path, "dropped.avi", bytes(out), 19, ClipSpec(5, 2), [0, 10])
     assert_frames_among_held(batches, ClipSpec(5, 2), held=[k for k in range(20) if k != 10])
 
 
@@ -194,11 +198,7 @@ def test_matroska_frames_are_counted_by_block_not_by_duration(tmp_path: Path) ->
     good = bytearray(write_video(tmp_path / "good.mkv", 20).read_bytes())
     i = good.index(b"\x44\x89\x88")  # Info/Duration, an 8-byte float
     struct.pack_into(">d", good, i + 3, struct.unpack_from(">d", good, i + 3)[0] * 5)
-    (tmp_path / "long.mkv").write_bytes(bytes(good))
-    assert probe_video(bytes(good)).num_frames == 20
-    batches = uniform_clips(tmp_path, "long.mkv", 5, 1)
-    assert [b["start_frame"].item() for b in batches] == [0, 15]
-    for b in batches:
+    for b in written_clips(tmp_path, "long.mkv", bytes(good), 20, ClipSpec(5, 1), [0, 15]):
         check_clips(b, ClipSpec(5, 1))
 
 
@@ -227,12 +227,9 @@ def test_matroska_blocks_without_frame_data_are_not_counted(tmp_path: Path) -> N
     cluster_id = good.rindex(b"\x1f\x43\xb6\x75", 0, c0)
     _resize(out, c0, cluster_id + 4, -removed)
     _resize(out, seg, good.index(b"\x18\x53\x80\x67") + 4, -removed)
-    (tmp_path / "empty_block.mkv").write_bytes(bytes(out))
-    assert probe_video(bytes(out)).num_frames == 19
-    m = manifest_of(tmp_path, "empty_block.mkv")
-    assert extsrc.validate(m, progress=False, device="cpu").ok
-    batches = uniform_clips(tmp_path, "empty_block.mkv", 5, 2)
-    assert [b["start_frame"].item() for b in batches] == [0, 10]
+    batches = written_clips(tmp_path, "empty_block.mkv", bytes(out), 19, ClipSpec(5, 2), [0, 10])
+    assert extsrc.validate(manifest_of(tmp_path, "empty_block.mkv"), progress=False,
+                           device="cpu").ok
     assert_frames_among_held(batches, ClipSpec(5, 2), held=[k for k in range(20) if k != 10])
 
 

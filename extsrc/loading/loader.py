@@ -2,7 +2,10 @@
 
 Its configuration and the rules it follows are :mod:`extsrc.loading.config`; one pass over the
 batches is an :class:`~extsrc.loading.epoch.Epoch`; where it stands is a
-:class:`~extsrc.loading.position.ReadPosition`; DALI's private parts (the dead-worker watchdog) are
+:class:`~extsrc.loading.position.ReadPosition`, read and moved by the methods of
+:class:`~extsrc.loading.state.Resumable` (``epoch``, ``set_epoch``, the resume methods); the source
+of an image loader is :func:`image_source`, and ``on_error="skip"`` is
+:mod:`extsrc.loading.skipping`; DALI's private parts (the dead-worker watchdog) are
 :mod:`extsrc._dali`.
 """
 
@@ -19,7 +22,6 @@ from augment_ops.registry import Op
 from extsrc import _dali
 from extsrc._dali import lifecycle
 from extsrc._dali.run import PipelineRun
-from extsrc._util.argcheck import check_int
 from extsrc._util.device import resolve_device
 from extsrc._util.mainguard import check_main_guard
 from extsrc._util.slowstart import stage
@@ -44,7 +46,7 @@ from extsrc.loading.options import (
     from_flat,
 )
 from extsrc.loading.position import ReadPosition
-from extsrc.loading.skipping import skip_bad, validate_images
+from extsrc.loading.skipping import skip_bad, stand_in_problems, validate_images
 from extsrc.loading.state import Resumable
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
@@ -57,6 +59,11 @@ from extsrc.sources.table import read_manifest
 __all__ = [
     "DEFAULT_HW_DECODER_LOAD", "METADATA_KEYS", "Loader", "LoaderConfig", "check_ops", "plan_run",
 ]
+
+
+#: :meth:`Loader.storage_stats` of a manifest of local files (and ``retried_reasons={}``).
+NO_STORAGE_STATS = {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
+                    "processes": 0}
 
 
 def plan_run(config: LoaderConfig) -> RunPlan:
@@ -124,6 +131,20 @@ def start_run(pipe: Any, config: LoaderConfig, plan: RunPlan) -> PipelineRun:
     with stage(f"building the DALI pipeline ({readers})" if n else "building the DALI pipeline"):
         return PipelineRun(pipe, [*config.output_names, *config.hidden_outputs], workers=n,
                            device_id=config.device_id, watchdog=config.workers.watchdog)
+
+
+def image_source(manifest: Manifest, config: LoaderConfig, indices: Any, stats_dir: str | None,
+                 start_epoch: int, start_batch: int) -> ShardedSource:
+    """The source of an image loader with ``config``, reading ``indices`` (``None``: every
+    sample) from ``(start_epoch, start_batch)`` on, its readers' storage counts in ``stats_dir``."""
+    c, s = config, config.sampling
+    return ShardedSource(
+        manifest, batch_size=c.batch_size, shard_id=s.shard_id, num_shards=s.num_shards,
+        shuffle=c.shuffle, seed=c.seed, last_batch=s.last_batch, start_epoch=start_epoch,
+        start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=indices,
+        max_file_bytes=c.bad_files.max_file_bytes,
+        skip_unreadable=c.bad_files.on_error == "skip", stats_dir=stats_dir,
+    )
 
 
 def warn_abandoned(pos: ReadPosition) -> None:
@@ -282,13 +303,6 @@ class Loader(Resumable):
         return "cpu" if d is None else f"cuda:{d}"
 
     @property
-    def epoch(self) -> int:
-        """The epoch the next batch belongs to (after a loop that took every batch of epoch
-        ``e``, ``e + 1``; after one left part-way, still ``e``: the next ``iter()`` abandons
-        the rest of it, see :meth:`__iter__`)."""
-        return self.position.due()[0]
-
-    @property
     def running(self) -> bool:
         """Whether a DALI pipeline (its threads and worker processes) is up."""
         return self._run is not None
@@ -322,22 +336,6 @@ class Loader(Resumable):
         self._epoch = self._new_epoch(self._ensure_run())
         return self._epoch
 
-    def set_epoch(self, epoch: int) -> None:
-        """Make the next iteration epoch ``epoch`` from its first batch (its shuffle and its
-        random op results), as ``DistributedSampler.set_epoch`` does.
-
-        Setting the epoch that comes next anyway (``set_epoch(e)`` before every epoch ``e`` of
-        a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
-        one after a part-way loop, restarts it there (one build, nothing read twice).
-        """
-        check_int(epoch, "epoch", minimum=0)
-        self._conclude()
-        current = self._epoch
-        if self.position.due() == (epoch, 0) and (current is None or not current.started):
-            return
-        self.close()
-        self.position.move_to(epoch, 0)
-
     def _conclude(self) -> None:
         if self._epoch is not None:
             self._epoch.conclude()
@@ -361,8 +359,7 @@ class Loader(Resumable):
         on), ``cache_hits``, ``retried_reasons`` (retries by exception type) and ``processes``.
         All zero for local files."""
         if self._storage_stats is None:
-            return {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
-                    "retried_reasons": {}, "processes": 0}
+            return {**NO_STORAGE_STATS, "retried_reasons": {}}
         return self._storage_stats.total()
 
     def __enter__(self) -> Loader:
@@ -424,33 +421,9 @@ class Loader(Resumable):
         outputs, as CPU tensors."""
         info = outputs["__info"]  # columns: INFO_COLUMNS (index, epoch, is_pad)
         if self.config.bad_files.on_error == "skip" and bool((info[:, 2] == STAND_IN).any()):
-            self._report_stand_ins(info[info[:, 2] == STAND_IN, 0].tolist())
+            self.skipped += stand_in_problems(self.manifest, self.config.bad_files,
+                                              self.skipped, info[info[:, 2] == STAND_IN, 0])
         return {"index": info[:, 0].contiguous(), "is_pad": info[:, 2].bool()}
-
-    def _report_stand_ins(self, indices: list[int]) -> None:
-        """on_error="skip": samples that could not be read during the epoch (a file or object
-        deleted, damaged or refused after the up-front check) went out as ``is_pad`` rows
-        holding another sample; add each to :attr:`skipped` once, with a warning."""
-        from extsrc.sources.imagecheck import check_file
-        from extsrc.validation.report import Problem
-
-        known = {p.index for p in self.skipped}
-        m = self.manifest
-        for i in dict.fromkeys(int(i) for i in indices):
-            if i in known:
-                continue
-            bad = self.config.bad_files
-            finding = check_file(m.paths[i], decode=False, max_pixels=bad.max_pixels,
-                                 max_file_bytes=bad.max_file_bytes, storage=m.storage)
-            reason, message = ((finding.reason, f"{finding.message}; {finding.fix}")
-                               if finding is not None else
-                               ("unreadable", "could not be read during the epoch"))
-            problem = Problem(index=i, line=m.lines[i], path=m.paths[i], reason=reason,
-                              message=message, source=m.source)
-            self.skipped = (*self.skipped, problem)
-            warnings.warn(
-                f"extsrc.Loader(on_error='skip'): {problem}; its place in the batch holds "
-                "another sample marked is_pad (loader.skipped lists it)", stacklevel=4)
 
     def _explain(self, e: Exception, at: InFlight) -> Exception:
         """The extsrc error for DALI's exception ``e`` raised while producing ``at``."""
@@ -460,15 +433,9 @@ class Loader(Resumable):
                        lookahead=c.workers.prefetch_queue_depth + 2)
 
     def _make_source(self, start_epoch: int, start_batch: int) -> ShardedSource:
-        c, s = self.config, self.config.sampling
-        return ShardedSource(
-            self.manifest, batch_size=c.batch_size, shard_id=s.shard_id, num_shards=s.num_shards,
-            shuffle=c.shuffle, seed=c.seed, last_batch=s.last_batch, start_epoch=start_epoch,
-            start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=self._indices,
-            max_file_bytes=c.bad_files.max_file_bytes,
-            skip_unreadable=c.bad_files.on_error == "skip",
-            stats_dir=None if self._storage_stats is None else self._storage_stats.path,
-        )
+        stats = None if self._storage_stats is None else self._storage_stats.path
+        return image_source(self.manifest, self.config, self._indices, stats, start_epoch,
+                            start_batch)
 
     def _own_groups(self, groups: dict[str, Any]) -> dict[str, Any]:
         """The option groups as this loader runs them (a video loader refuses and replaces

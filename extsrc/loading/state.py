@@ -34,6 +34,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extsrc._util.argcheck import check_int
 from extsrc.errors import StateMismatchError
 from extsrc.sources.sharding import pad_plan_unchanged_by_balancing
 
@@ -289,18 +290,45 @@ def check_state(
 
 
 class Resumable:
-    """The resume methods of the loaders (:class:`~extsrc.loading.loader.Loader` and its
-    subclasses): a loader brings its ``config``, ``manifest``, ``source``, ``position``, the
-    indices it reads (``_indices``, ``None``: all), ``len()`` (batches per epoch) and
-    ``close()``; a subclass whose samples depend on more adds that to :meth:`_state_config`."""
+    """The methods of the loaders (:class:`~extsrc.loading.loader.Loader` and its subclasses)
+    that read or move where the next batch comes from: :attr:`epoch`, :meth:`set_epoch`, and the
+    resume methods. A loader brings its ``config``, ``manifest``, ``source``, ``position``, the
+    indices it reads (``_indices``, ``None``: all), the epoch under way (``_epoch``, ``None``:
+    none) and ``_conclude()``, which settles it, ``len()`` (batches per epoch) and ``close()``;
+    a subclass whose samples depend on more adds that to :meth:`_state_config`."""
 
     config: Any
     manifest: Any
     source: Any
     position: Any
     _indices: Any
+    _epoch: Any
+    _conclude: Callable[[], None]
     close: Callable[[], None]
     __len__: Callable[[], int]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch belongs to (after a loop that took every batch of epoch
+        ``e``, ``e + 1``; after one left part-way, still ``e``: the next ``iter()`` abandons
+        the rest of it, see :meth:`~extsrc.loading.loader.Loader.__iter__`)."""
+        return self.position.due()[0]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next iteration epoch ``epoch`` from its first batch (its shuffle and its
+        random op results), as ``DistributedSampler.set_epoch`` does.
+
+        Setting the epoch that comes next anyway (``set_epoch(e)`` before every epoch ``e`` of
+        a loop that reads whole epochs) keeps the pipeline; any other epoch, or the current
+        one after a part-way loop, restarts it there (one build, nothing read twice).
+        """
+        check_int(epoch, "epoch", minimum=0)
+        self._conclude()
+        current = self._epoch
+        if self.position.due() == (epoch, 0) and (current is None or not current.started):
+            return
+        self.close()
+        self.position.move_to(epoch, 0)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this loader stands, as a JSON-serialisable dict (see :mod:`extsrc.loading.state`).

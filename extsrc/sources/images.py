@@ -71,6 +71,22 @@ def bad_image_error(
     )
 
 
+def _checked_indices(
+    indices: Sequence[int] | np.ndarray | None, num_samples: int
+) -> np.ndarray | None:
+    """``indices`` as an int64 array, refused unless every one is a manifest index."""
+    if indices is None:
+        return None
+    indices = np.asarray(indices, dtype=np.int64)
+    if indices.ndim != 1 or (
+        len(indices) and (indices.min() < 0 or indices.max() >= num_samples)
+    ):
+        raise ValueError(
+            f"indices must be manifest indices in [0, {num_samples}), one per sample to read"
+        )
+    return indices
+
+
 class ShardedSource:
     """Raw-byte batches of one shard, for ``fn.external_source(batch=True, batch_info=True)``.
 
@@ -136,16 +152,10 @@ class ShardedSource:
         self.shuffle = shuffle
         self.seed = seed
         self.last_batch = last_batch
-        if indices is not None:
-            indices = np.asarray(indices, dtype=np.int64)
-            if indices.ndim != 1 or (
-                len(indices) and (indices.min() < 0 or indices.max() >= len(manifest))
-            ):
-                raise ValueError(
-                    f"indices must be manifest indices in [0, {len(manifest)}), one per sample "
-                    "to read"
-                )
-        self.indices = indices
+        self.max_pixels = max_pixels
+        self.check_images = check_images
+        self.stats_dir = stats_dir
+        self.indices = indices = _checked_indices(indices, len(manifest))
         n = len(manifest) if indices is None else len(indices)
         # Validates every argument once, at construction (num_batches_per_shard skips shard_id).
         check_args(n, batch_size, shard_id, num_shards, 0, last_batch)
@@ -165,11 +175,8 @@ class ShardedSource:
             )
         self.start_epoch = start_epoch
         self.start_batch = start_batch
-        self.max_pixels = max_pixels
-        self.check_images = check_images
         self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         self.skip_unreadable = bool(skip_unreadable)
-        self.stats_dir = stats_dir
         root = getattr(manifest, "root", None)
         self._root_real = None if root is None or is_url(root) else os.path.realpath(root)
         self._cached: tuple[int, ShardPlan] | None = None

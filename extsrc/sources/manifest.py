@@ -5,10 +5,10 @@ A manifest file (CSV, TSV or ``path label`` text) is read into one by
 :func:`extsrc.sources.table.read_manifest`; :meth:`Manifest.from_lists` builds one in code and
 :meth:`Manifest.from_folder` from a folder of class sub-folders (``train/cat/1.jpg``, listed by
 :mod:`extsrc.sources.folders`). The rules every manifest shares, however it was made, live here:
-labels (integers ``>= 0`` or class names; missing values refused), paths (resolved against a
-root; URLs and paths the operating system cannot open refused), and the root every path must
-stay inside. Every sample remembers its 1-based line (or sample number) so that errors anywhere
-in extsrc can point at ``manifest.csv line 17``.
+paths (resolved against a root; URLs and paths the operating system cannot open refused) and the
+root every path must stay inside; the label rules (integers ``>= 0`` or class names; missing
+values refused) are :mod:`extsrc.sources.labels`. Every sample remembers its 1-based line (or
+sample number) so that errors anywhere in extsrc can point at ``manifest.csv line 17``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import functools
 import hashlib
 import itertools
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +28,15 @@ from extsrc._util.argcheck import check_path, check_sequence
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError, PathOutsideRootError
 from extsrc.sources.folders import FolderListing, read_folder
+from extsrc.sources.labels import (
+    _is_missing_object,
+    _labels_from_objects,
+    _validate_classes,
+    _validated_label_array,
+)
 from extsrc.sources.storage import Storage, is_url, join_url, url_protocol
 from extsrc.sources.where import (
+    _Loc,
     is_folder_source,
     refuse_url,
     sample_where,
@@ -41,31 +47,9 @@ from extsrc.sources.where import (
 
 __all__ = ["Manifest"]
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
-# ASCII digits only: Python's int() would also accept "1_000" and non-ASCII digits, which
-# are far more likely to be typos than intended labels.
-_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
-_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+(?:\.[0-9]*)?[eE][+-]?[0-9]+)\Z")
-# How a missing value is spelt in exported tables (pandas' default NA strings, R's NA, Python's
-# None): as a label it would silently become a class named "nan".
-_MISSING_TEXT = frozenset({
-    "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-    "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null",
-})
 _FROM_LISTS_SOURCE = "<from_lists>"
 _MAX_MISSING_REPORTED = 5
 
-
-
-class _Loc:
-    """Formats "where" for messages: ``manifest.csv line 4`` or ``<from_lists> item 4``."""
-
-    def __init__(self, source: str, unit: str = "line") -> None:
-        self.source = shown(source)  # messages reach terminals: no control characters
-        self.unit = unit
-
-    def at(self, n: int) -> str:
-        return f"{self.source} {self.unit} {n}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,17 +110,7 @@ class Manifest:
             if self.storage is None:
                 object.__setattr__(self, "storage", Storage())
         labels = _validated_label_array(self.labels, len(paths), where)
-        line_array = np.asarray(self.lines)
-        if (
-            line_array.shape != (len(paths),)
-            or (line_array.size and line_array.dtype.kind not in "iu")
-            or (line_array.size and line_array.min() < 1)
-        ):
-            raise ManifestError(
-                f"{where}: Manifest.lines must hold one 1-based line number per path "
-                f"({len(paths)}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
-            )
-        lines = tuple(line_array.tolist())
+        lines = _validated_lines(self.lines, len(paths), where)
         classes = None if self.classes is None else list(self.classes)
         if classes is not None:
             _validate_classes(classes, labels, where)
@@ -293,34 +267,8 @@ class Manifest:
             path_cells = paths
         else:
             path_cells = [_path_cell_from_object(p, loc, k) for k, p in enumerate(paths, 1)]
-        n = len(path_cells)
-        try:
-            arr = np.asarray(labels, dtype=object)
-        except ValueError:  # ragged rows
-            raise ManifestError(
-                f"{loc.source}: labels must be one label per path, or rows of the same length; "
-                "got rows of different lengths"
-            ) from None
-        if arr.ndim == 1 and any(isinstance(v, (list, tuple, np.ndarray)) for v in arr):
-            raise ManifestError(
-                f"{loc.source}: labels must be one label per path, or rows of the same length; "
-                "got rows of different lengths"
-            )
-        if arr.ndim not in (1, 2) or len(arr) != n:
-            raise ManifestError(
-                f"{loc.source}: expected one label (or one row of labels) per path, got labels "
-                f"of shape {arr.shape} for {n} path(s)"
-            )
-        item_lines = list(range(1, n + 1))
-        columns = [arr] if arr.ndim == 1 else [arr[:, j] for j in range(arr.shape[1])]
-        if not columns:
-            raise ManifestError(f"{loc.source}: labels have no columns (shape {arr.shape})")
-        cell_columns = [
-            [_label_cell_from_object(v, loc, line) for v, line in zip(col, item_lines, strict=True)]
-            for col in columns
-        ]
-        names = [f"column {j}" for j in range(len(cell_columns))]
-        label_array, classes = _parse_labels(cell_columns, names, item_lines, loc)
+        item_lines = list(range(1, len(path_cells) + 1))
+        label_array, classes = _labels_from_objects(labels, item_lines, loc)
         root_text = None if root is None else os.fspath(root)
         root_dir = root_text if root_text is not None and is_url(root_text) else \
             os.path.abspath(os.getcwd() if root_text is None else root_text)
@@ -409,15 +357,6 @@ def storage_arg(value: object, fn: str) -> Storage | None:
                     f"extsrc.sources.storage.Storage or None, got {type(value).__name__}")
 
 
-def _is_missing_object(value: object) -> bool:
-    """None, a float NaN, pandas' NA/NaT: a missing value, whatever produced it."""
-    if value is None:
-        return True
-    if isinstance(value, (float, np.floating)):
-        return value != value  # NaN
-    return type(value).__name__ in ("NAType", "NaTType")
-
-
 def _path_cell_from_object(value: object, loc: _Loc, line: int) -> str:
     if isinstance(value, (str, bytes, os.PathLike)):
         return os.fsdecode(os.fspath(value))
@@ -432,187 +371,19 @@ def _path_cell_from_object(value: object, loc: _Loc, line: int) -> str:
     )
 
 
-def _label_cell_from_object(value: object, loc: _Loc, line: int) -> str:
-    if _is_missing_object(value):
-        raise ManifestError(
-            f"{loc.at(line)}: missing label ({value!r}); every sample needs a label (an "
-            "integer >= 0 or a class name): fill it in or drop the sample"
-        )
-    if isinstance(value, (bool, np.bool_)):
-        raise ManifestError(
-            f"{loc.at(line)}: label {value!r} is a bool; labels must be integers >= 0 or "
-            "class names"
-        )
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (str, float, np.floating)):
-        # Floats become "1.0" / "1.5" so the shared checks refuse them with the usual message.
-        return str(value).strip()
-    raise ManifestError(
-        f"{loc.at(line)}: label {value!r} has type {type(value).__name__}; labels must be "
-        "integers >= 0 or class names (str)"
-    )
-
-
-def _parse_labels(
-    columns: list[list[str]],
-    col_names: list[str],
-    lines: list[int],
-    loc: _Loc,
-    specs: list[str] | None = None,
-    header_seen: bool = True,
-) -> tuple[np.ndarray, list[str] | None]:
-    """Turn label cells (strings, one list per column) into an int64 array (+ classes)."""
-    several = len(columns) > 1
-    out = np.empty((len(lines), len(columns)), dtype=np.int64)
-    classes: list[str] | None = None
-    for j, (cells, col_name) in enumerate(zip(columns, col_names, strict=True)):
-        where = f" in {col_name}" if several else ""
-        if _all_small_unsigned_ints(cells):
-            out[:, j] = np.fromiter(map(int, cells), dtype=np.int64, count=len(cells))
-            continue
-        # Slow path, cell by cell, to classify and to name the first offending line.
-        ints: list[int] = []  # indices (into cells) of integer-looking cells
-        names: list[int] = []
-        for i, s in enumerate(cells):
-            if not s:
-                raise ManifestError(
-                    f"{loc.at(lines[i])}: empty label{where}; every sample needs a label "
-                    "(an integer >= 0 or a class name)"
-                )
-            if s in _MISSING_TEXT:
-                raise ManifestError(
-                    f"{loc.at(lines[i])}: missing label {s!r}{where} (how exported tables "
-                    "write a missing value); every sample needs a label (an integer >= 0 or a "
-                    "class name): fill it in or drop the line"
-                )
-            if _INT_RE.match(s):
-                ints.append(i)
-            elif _FLOAT_RE.match(s):
-                value = float(s)
-                fix = f"; write {int(value)}" if value.is_integer() else ""
-                raise ManifestError(
-                    f"{loc.at(lines[i])}: label {s!r}{where} is not an integer; labels must "
-                    f"be integers >= 0 (class indices), not decimals{fix}"
-                )
-            else:
-                names.append(i)
-        if ints and names:
-            _raise_mixed(cells, ints, names, lines, loc, where, header_seen)
-        if names:
-            if several:
-                spec = specs[j] if specs else str(j)
-                header_hint = "" if header_seen else (
-                    " (and header=True if the first line holds column names)"
-                )
-                raise ManifestError(
-                    f"{loc.at(lines[names[0]])}: label {cells[names[0]]!r}{where} is a class "
-                    f"name, but only a single label column may hold class names (there are "
-                    f"{len(columns)}: {col_names}); use integer class indices, or pass the "
-                    f"one label column, e.g. label_cols={spec}{header_hint}"
-                )
-            classes = sorted(set(cells))
-            index = {name: k for k, name in enumerate(classes)}
-            out[:, j] = [index[s] for s in cells]
-            continue
-        values = []
-        for i, s in enumerate(cells):
-            v = int(s)
-            if v < 0:
-                raise ManifestError(
-                    f"{loc.at(lines[i])}: negative label {s}{where}; labels must be integers "
-                    ">= 0 (class indices)"
-                )
-            if v > _INT64_MAX:
-                raise ManifestError(
-                    f"{loc.at(lines[i])}: label {s}{where} does not fit in int64 (max "
-                    f"{_INT64_MAX}); labels must be class indices"
-                )
-            values.append(v)
-        out[:, j] = np.array(values, dtype=np.int64)
-    labels = out[:, 0].copy() if len(columns) == 1 else out
-    return labels, classes
-
-
-def _all_small_unsigned_ints(cells: list[str]) -> bool:
-    """Fast path: every cell is ASCII digits and short enough to fit in int64."""
-    if not cells or not all(cells) or max(map(len, cells)) > 18:
-        return False
-    joined = "".join(cells)
-    return joined.isascii() and joined.isdigit()
-
-
-def _raise_mixed(
-    cells: list[str],
-    ints: list[int],
-    names: list[int],
-    lines: list[int],
-    loc: _Loc,
-    where: str,
-    header_seen: bool = True,
-) -> None:
-    # Blame the minority kind (ties: whatever the first row is not), pointing at the majority.
-    ints_expected = len(ints) > len(names) or (len(ints) == len(names) and ints[0] < names[0])
-    rule = "labels must be all integers >= 0 or all class names"
-    if ints_expected:
-        bad, ref = names[0], ints[0]
-        # The first line read as a sample (its path looks like a file) may be a header after
-        # all, with an unusual path column name such as "img.path".
-        header_hint = (
-            f"; pass header=True if {loc.unit} {lines[bad]} holds column names"
-            if bad == 0 and not header_seen else ""
-        )
-        raise ManifestError(
-            f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is not an integer; {rule} "
-            f"(got a mix: {loc.unit} {lines[ref]} has integer {cells[ref]}){header_hint}"
-        )
-    bad, ref = ints[0], names[0]
-    raise ManifestError(
-        f"{loc.at(lines[bad])}: label {cells[bad]!r}{where} is an integer but other labels are "
-        f"class names; {rule} (got a mix: {loc.unit} {lines[ref]} has class name "
-        f"{cells[ref]!r})"
-    )
-
-
-def _validated_label_array(value: object, n: int, source: str) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.size == 0 and arr.dtype.kind not in "iu":
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise ManifestError(
-            f"{source}: Manifest.labels must be an integer array, got dtype {arr.dtype}; "
-            "use Manifest.from_lists() to convert class names"
-        )
-    if arr.ndim not in (1, 2) or len(arr) != n or (arr.ndim == 2 and arr.shape[1] == 0):
-        raise ManifestError(
-            f"{source}: Manifest.labels must have shape ({n},) or ({n}, k), got {arr.shape}"
-        )
-    if arr.size and (arr.min() < 0 or (arr.dtype.kind == "u" and arr.max() > _INT64_MAX)):
-        raise ManifestError(
-            f"{source}: Manifest.labels must be integers >= 0 that fit in int64 "
-            f"(got min {arr.min()}, max {arr.max()})"
-        )
-    labels = arr.astype(np.int64, copy=True)
-    labels.flags.writeable = False
-    return labels
-
-
-def _validate_classes(classes: list[str], labels: np.ndarray, source: str) -> None:
-    if not all(isinstance(c, str) for c in classes) or any(
-        a >= b for a, b in itertools.pairwise(classes)
+def _validated_lines(value: object, n: int, where: str) -> tuple[int, ...]:
+    """``Manifest.lines`` checked (one 1-based line number per path, ``n`` of them) as a tuple."""
+    line_array = np.asarray(value)
+    if (
+        line_array.shape != (n,)
+        or (line_array.size and line_array.dtype.kind not in "iu")
+        or (line_array.size and line_array.min() < 1)
     ):
         raise ManifestError(
-            f"{source}: Manifest.classes must be sorted, unique strings, got {classes[:8]!r}"
+            f"{where}: Manifest.lines must hold one 1-based line number per path "
+            f"({n}), got {line_array.shape[0] if line_array.ndim else 0} value(s)"
         )
-    if labels.ndim != 1:
-        raise ManifestError(
-            f"{source}: Manifest.classes needs a single label column, labels have shape "
-            f"{labels.shape}"
-        )
-    if labels.size and labels.max() >= len(classes):
-        raise ManifestError(
-            f"{source}: label {labels.max()} is out of range for {len(classes)} classes"
-        )
+    return tuple(line_array.tolist())
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Reading a manifest file (CSV, TSV or whitespace text) or a folder path into a
 :class:`~extsrc.sources.manifest.Manifest`: :func:`read_manifest`.
 
-This module is the parser: it finds the data lines, the separator, whether there is a header and
-which columns hold the path and the labels, and splits the cells (by itself for plain layouts,
-with pandas for quoted ones). The label and path rules that every manifest shares, however it
-was made, live with the value type in :mod:`extsrc.sources.manifest`; a folder path goes to
-:func:`extsrc.sources.folders.read_folder`. The manifest, its ``root``, its rows and a folder
-may be URLs read from object storage (``read_manifest("s3://bucket/train.csv",
+This module is the parser: it finds the data lines and the separator, and splits the cells (by
+itself for plain layouts, with pandas for quoted ones); whether there is a header and which
+columns hold the path and the labels is :mod:`extsrc.sources.columns`. The path rules that every
+manifest shares, however it was made, live with the value type in
+:mod:`extsrc.sources.manifest`, the label rules in :mod:`extsrc.sources.labels`; a folder path
+goes to :func:`extsrc.sources.folders.read_folder`. The manifest, its ``root``, its rows and a
+folder may be URLs read from object storage (``read_manifest("s3://bucket/train.csv",
 storage_options=...)``; see :mod:`extsrc.sources.storage`).
 """
 
@@ -17,8 +18,8 @@ import itertools
 import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -26,37 +27,33 @@ from extsrc._util.argcheck import check_bool, check_path
 from extsrc._util.slowstart import stage
 from extsrc._util.textsafe import shown
 from extsrc.errors import ManifestError, ManifestFileNotFoundError
-from extsrc.sources.folders import read_folder
-from extsrc.sources.manifest import (
-    _INT_RE,
-    Manifest,
-    _check_files_exist,
-    _Loc,
-    _parse_labels,
-    _resolve_paths,
-    storage_arg,
+from extsrc.sources.columns import (
+    _LOOKS_LIKE_FILE_RE,
+    _WHITESPACE_SEP,
+    LABEL_NAMES,
+    PATH_NAMES,
+    ColumnSpec,
+    HeaderSpec,
+    LabelColsSpec,
+    _check_field_counts,
+    _column_desc,
+    _decide_header,
+    _resolve_columns,
 )
+from extsrc.sources.folders import read_folder
+from extsrc.sources.labels import _parse_labels
+from extsrc.sources.manifest import Manifest, _check_files_exist, _resolve_paths, storage_arg
 from extsrc.sources.storage import Storage, is_url, url_protocol
-from extsrc.sources.where import refuse_url
+from extsrc.sources.where import _Loc, refuse_url
 
-__all__ = ["Manifest", "read_manifest"]
+# PATH_NAMES and LABEL_NAMES: the header names read_manifest recognises, importable from here
+# (and from the old extsrc.manifest) as before they moved to extsrc.sources.columns.
+__all__ = ["LABEL_NAMES", "PATH_NAMES", "Manifest", "read_manifest"]
 
-# Header names recognised without being asked, in order of preference.
-PATH_NAMES: tuple[str, ...] = ("path", "filepath", "filename", "file", "image", "img")
-LABEL_NAMES: tuple[str, ...] = ("label", "labels", "class", "target")
-_KNOWN_NAMES = frozenset(PATH_NAMES + LABEL_NAMES)
-
-_LOOKS_LIKE_FILE_RE = re.compile(r"[/\\]|\.[A-Za-z0-9]{1,5}\Z")
-_WHITESPACE_SEP = r"\s+"
 # What pandas' C parser splits a whitespace layout on (its delim_whitespace): spaces and tabs,
 # not the other characters str.split() takes for whitespace (a no-break space stays data).
 _SPACES_RE = re.compile(r"[ \t]+")
 _OTHER_SPACE_RE = re.compile(r"[^\S \t]")  # whitespace other than spaces and tabs
-
-ColumnSpec = str | int
-LabelColsSpec = str | int | Sequence[str | int]
-HeaderSpec = Literal["infer"] | bool | int | None
-
 
 def read_manifest(
     path: str | os.PathLike[str],
@@ -311,24 +308,7 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
     name as messages show it). ``text``: the manifest's content when it was read already (from
     a URL); ``root_url``: the folder URL relative rows resolve under, and the limit they must
     stay inside unless ``allow_outside_root``."""
-    if text is None:
-        text = _read_text(source)
-    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
-    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    stripped = list(map(str.strip, physical))
-    data_lines = [
-        (number, physical[number - 1])
-        for number, line in enumerate(stripped, start=1)
-        if line and line[0] != "#"
-    ]
-    _refuse_sample_like_comments(stripped, data_lines, sep, where)
-    if not data_lines:
-        saw_comment = any(line.startswith("#") for line in stripped)
-        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
-        raise ManifestError(
-            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
-        )
-
+    data_lines = _data_lines(_read_text(source) if text is None else text, source, where, sep)
     if sep is None:
         sep = _sniff_sep(data_lines[0][1])
     # Column-major from here on: per-column list operations keep 1M-line manifests fast.
@@ -365,14 +345,7 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
         label_columns, col_names, line_numbers, loc, specs, header_seen=names is not None
     )
 
-    if root_url is not None:
-        root_dir = root_url
-        limit = None if allow_outside_root else root_url
-    else:
-        root_dir = os.path.abspath(
-            os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
-        )
-        limit = root_dir if root is not None and not allow_outside_root else None
+    root_dir, limit = _root_and_limit(source, root, root_url, allow_outside_root)
     resolved = _resolve_paths(
         columns[path_pos], line_numbers, loc, root_dir, _column_desc(names, path_pos)
     )
@@ -390,6 +363,39 @@ def _read_file(source: str, where: str, *, root: str | os.PathLike[str] | None,
     if check_files:
         _check_files_exist(resolved, line_numbers, loc, root_dir, manifest.storage)
     return manifest
+
+
+def _data_lines(text: str, source: str, where: str, sep: str | None) -> list[tuple[int, str]]:
+    """The ``(line number, line)`` of every line of ``text`` that is neither blank nor a ``#``
+    comment; a comment that reads as a sample, and a manifest without data lines, refused."""
+    # Normalise line endings ourselves so our line numbers agree with pandas' record splitting.
+    physical = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    stripped = list(map(str.strip, physical))
+    data_lines = [
+        (number, physical[number - 1])
+        for number, line in enumerate(stripped, start=1)
+        if line and line[0] != "#"
+    ]
+    _refuse_sample_like_comments(stripped, data_lines, sep, where)
+    if not data_lines:
+        saw_comment = any(line.startswith("#") for line in stripped)
+        what = "only blank and '#' comment lines" if saw_comment else "no data lines"
+        raise ManifestError(
+            f"{where}: empty manifest ({what}); add lines like {_example_line(sep, source)!r}"
+        )
+    return data_lines
+
+
+def _root_and_limit(source: str, root: str | os.PathLike[str] | None, root_url: str | None,
+                    allow_outside_root: bool) -> tuple[str, str | None]:
+    """``(the folder relative rows resolve against, the root they must stay inside or None)``
+    of a manifest file (see :func:`read_manifest`'s ``root`` and ``allow_outside_root``)."""
+    if root_url is not None:
+        return root_url, None if allow_outside_root else root_url
+    root_dir = os.path.abspath(
+        os.path.dirname(os.path.abspath(source)) if root is None else os.fspath(root)
+    )
+    return root_dir, root_dir if root is not None and not allow_outside_root else None
 
 
 def _check_read_args(
@@ -668,205 +674,3 @@ def _field_counts(columns: list[list[str]]) -> np.ndarray:
         # Later columns overwrite earlier ones, leaving (last non-empty position + 1).
         counts[np.fromiter(map(bool, col), dtype=bool, count=n)] = j + 1
     return counts
-
-
-# --------------------------------------------------------------------------------------------
-# Header and columns
-
-
-def _decide_header(
-    header: HeaderSpec,
-    first: list[str],
-    columns: list[list[str]],
-    path_col: ColumnSpec | None,
-    label_cols: LabelColsSpec | None,
-    source: str,
-) -> bool:
-    wants_names = isinstance(path_col, str) or any(
-        isinstance(c, str) for c in _as_label_list(label_cols)
-    )
-    if header is True or (type(header) is int and header == 0):
-        return True
-    if header is False or header is None:
-        if wants_names:
-            raise ManifestError(
-                f"{source}: path_col={path_col!r}, label_cols={label_cols!r} name columns, "
-                "but header=False; pass header=True or give column positions as ints"
-            )
-        return False
-    if header != "infer":
-        raise ManifestError(
-            f"{source}: header must be 'infer', True (or 0) or False (or None), got {header!r}"
-        )
-    if wants_names:
-        return True
-    path_pos = path_col if isinstance(path_col, int) else 0
-    if label_cols is None:
-        label_pos = list(
-            range(path_pos + 1, max((j + 1 for j, c in enumerate(first) if c), default=0))
-        )
-    else:
-        label_pos = [c for c in _as_label_list(label_cols) if isinstance(c, int)]
-    label_pos = [p for p in label_pos if 0 <= p < len(first) and first[p]]
-    path_cell = first[path_pos] if 0 <= path_pos < len(first) else ""
-    # (1) A first line that names a file, or carries an integer label, is a sample: dropping it
-    # as a header would lose it silently; as a sample, a bad one is reported with its line.
-    if _LOOKS_LIKE_FILE_RE.search(path_cell) or any(_INT_RE.match(first[p]) for p in label_pos):
-        return False
-    # (2a) Well-known column names.
-    if any(first[p].lower() in _KNOWN_NAMES for p in [path_pos, *label_pos] if p < len(first)):
-        return True
-    if len(columns[0]) < 2:
-        return False
-    # (2b) A word over a column of integers is that column's name.
-    for p in label_pos:
-        if all(map(_INT_RE.match, columns[p][1:])):
-            return True
-    # (2c) A cell that is not a file name over a column of file names is that column's name.
-    if 0 <= path_pos < len(columns):
-        return all(map(_LOOKS_LIKE_FILE_RE.search, columns[path_pos][1:]))
-    return False
-
-
-def _as_label_list(label_cols: LabelColsSpec | None) -> list[str | int]:
-    if label_cols is None:
-        return []
-    if isinstance(label_cols, (str, int)):
-        return [label_cols]
-    return list(label_cols)
-
-
-def _column_desc(names: list[str] | None, pos: int) -> str:
-    if names is not None and pos < len(names) and names[pos]:
-        return f"column {names[pos]!r}"
-    return f"column {pos}"
-
-
-def _resolve_columns(
-    names: list[str] | None,
-    ncols: int,
-    path_col: ColumnSpec | None,
-    label_cols: LabelColsSpec | None,
-    loc: _Loc,
-    line_numbers: list[int],
-) -> tuple[int, list[int]]:
-    source = loc.source
-
-    def lookup(spec: ColumnSpec, role: str, suggest: list[int]) -> int:
-        if isinstance(spec, bool) or not isinstance(spec, (str, int)):
-            raise ManifestError(
-                f"{source}: {role} must be a column name (str) or position (int), got {spec!r}"
-            )
-        if isinstance(spec, int):
-            if not 0 <= spec < max(ncols, 1):
-                raise ManifestError(
-                    f"{source}: {role}={spec} is out of range; the manifest has {ncols} "
-                    f"column(s) (positions 0..{ncols - 1})"
-                )
-            return spec
-        assert names is not None  # _decide_header guarantees a header when names are used
-        hits = [j for j, name in enumerate(names) if name == spec]
-        if len(hits) == 1:
-            return hits[0]
-        if len(hits) > 1:
-            raise ManifestError(
-                f"{source}: column {spec!r} appears {len(hits)} times in the header "
-                f"(positions {hits}); rename one or pass {role} as a position"
-            )
-        hint = ""
-        if len(suggest) == 1:
-            hint = f"; pass {role}={names[suggest[0]]!r}"
-        elif suggest:
-            hint = f"; pass {role}= one of {[names[j] for j in suggest]}"
-        raise ManifestError(
-            f"{source}: no column {spec!r}; columns are {names}{hint} "
-            "(the first line was read as the header)"
-        )
-
-    all_cols = list(range(ncols))
-    if path_col is not None:
-        path_pos = lookup(path_col, "path_col", all_cols)
-    else:
-        path_pos = _find_named(names, PATH_NAMES, exclude=None)
-        if path_pos is None:
-            path_pos = 0
-
-    if label_cols is not None:
-        specs = _as_label_list(label_cols)
-        if not specs:
-            raise ManifestError(f"{source}: label_cols is empty; name at least one label column")
-        others = [j for j in all_cols if j != path_pos]
-        label_pos = [lookup(s, "label_cols", others) for s in specs]
-    else:
-        named = _find_named(names, LABEL_NAMES, exclude=path_pos)
-        label_pos = [named] if named is not None else list(range(path_pos + 1, ncols))
-
-    if path_pos in label_pos:
-        raise ManifestError(
-            f"{source}: {_column_desc(names, path_pos)} is both the path column and a label "
-            "column; pass different path_col and label_cols"
-        )
-    if len(set(label_pos)) != len(label_pos):
-        raise ManifestError(f"{source}: label_cols={label_cols!r} lists a column twice")
-    if not label_pos:
-        if names is None:
-            # No header: the first line alone decided the column count.
-            raise ManifestError(
-                f"{loc.at(line_numbers[0])}: expected a path and at least one label, got "
-                f"{ncols} field(s)"
-            )
-        raise ManifestError(
-            f"{source}: no label column: the header {names} has no column named one of "
-            f"{list(LABEL_NAMES)} and none after the path column; pass label_cols=..."
-        )
-    return path_pos, label_pos
-
-
-def _find_named(
-    names: list[str] | None, wanted: tuple[str, ...], exclude: int | None
-) -> int | None:
-    if names is None:
-        return None
-    lowered = [n.lower() for n in names]
-    for want in wanted:
-        for j, name in enumerate(lowered):
-            if name == want and j != exclude:
-                return j
-    return None
-
-
-def _check_field_counts(
-    counts: np.ndarray,
-    line_numbers: list[int],
-    names: list[str] | None,
-    ncols: int,
-    path_pos: int,
-    label_pos: list[int],
-    loc: _Loc,
-    sep: str,
-) -> None:
-    needed = max(path_pos, *label_pos) + 1
-    like = f" (columns {names})" if names is not None else f" like line {line_numbers[0]}"
-    bad = np.flatnonzero((counts > ncols) | (counts < needed))
-    if bad.size:
-        number, count = line_numbers[bad[0]], int(counts[bad[0]])
-        if count > ncols:
-            quote_hint = (
-                '; quote paths that contain the separator, e.g. "a, b.jpg",3'
-                if sep == ","
-                else '; quote paths that contain spaces, e.g. "a b.jpg" 3'
-                if sep == _WHITESPACE_SEP
-                else ""
-            )
-            raise ManifestError(
-                f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}{quote_hint}"
-            )
-        if count < needed:
-            if count < 2:
-                raise ManifestError(
-                    f"{loc.at(number)}: expected a path and at least one label, got "
-                    f"{count} field(s)"
-                )
-            raise ManifestError(f"{loc.at(number)}: expected {ncols} field(s){like}, got {count}")
-
-

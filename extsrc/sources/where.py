@@ -6,7 +6,8 @@ how to fix a bad sample follows the same split (:func:`reworded_fix`). A manifes
 ``root`` given as a URL that no storage reads (``ftp://...`` without an fsspec filesystem,
 ``file://...``, ``s3:/bucket`` with one slash) is refused with what to do instead
 (:func:`refuse_url`); where the caller reads object storage, a protocol fsspec knows is let
-through (:mod:`extsrc.sources.storage`).
+through (:mod:`extsrc.sources.storage`). While a manifest is parsed, ``_Loc`` words where a
+cell is (``train.csv line 4``, ``<from_lists> item 4``).
 
 Every module that words a message about a sample imports these, so they depend on nothing but
 the error types, :func:`~extsrc._util.textsafe.shown` and the URL arithmetic of
@@ -124,3 +125,14 @@ def refuse_url(value: object, what: str, *, allow_storage: bool = False) -> None
             f"{url_advice(scheme, text)}",
             path=text, reason="url",
         )
+
+
+class _Loc:
+    """Formats "where" for messages: ``manifest.csv line 4`` or ``<from_lists> item 4``."""
+
+    def __init__(self, source: str, unit: str = "line") -> None:
+        self.source = shown(source)  # messages reach terminals: no control characters
+        self.unit = unit
+
+    def at(self, n: int) -> str:
+        return f"{self.source} {self.unit} {n}"

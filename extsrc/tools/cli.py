@@ -306,6 +306,22 @@ def _add_root_option(p: argparse.ArgumentParser) -> None:
                         "against the manifest's folder and may lead anywhere)")
 
 
+def _add_device_option(p: argparse.ArgumentParser, *, help: str) -> None:
+    p.add_argument("--device", type=_device, default=None, metavar="DEVICE", help=help)
+
+
+def _add_run_options(p: argparse.ArgumentParser, *, device: str, workers: str) -> None:
+    """--device, --workers and --seed, with each command's help for the first two."""
+    _add_device_option(p, help=device)
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=workers)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+
+
+def _add_import_option(p: argparse.ArgumentParser, *, help: str) -> None:
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help=help)
+
+
 def _report_skipped(loader: Any) -> None:
     skipped = getattr(loader, "skipped", ())
     if skipped:
@@ -346,18 +362,15 @@ def _add_loader_options(p: argparse.ArgumentParser, *, resize_default: str) -> N
     p.add_argument("--size", type=_positive, default=None, metavar="N",
                    help="shorter side before the centre crop of --preset val "
                         "(default: crop * 256/224)")
-    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                   help="auto (a GPU if one is visible, else the CPU), cpu, cuda or cuda:N "
-                        "(default: auto)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes reading files (0: none; default: from the core count)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    _add_run_options(p, device="auto (a GPU if one is visible, else the CPU), cpu, cuda or cuda:N "
+                               "(default: auto)",
+                     workers="worker processes reading files (0: none; default: from the core "
+                             "count)")
     p.add_argument("--skip-bad", action="store_true",
                    help="check every file first and leave out the bad ones instead of failing "
                         "on the first")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import a module or .py file that registers your own ops first "
-                        "(repeatable)")
+    _add_import_option(p, help="import a module or .py file that registers your own ops first "
+                               "(repeatable)")
     _add_root_option(p)
 
 
@@ -591,9 +604,8 @@ def _add_validate_parser(sub: Any) -> None:
     p.add_argument("--media", choices=["auto", "image", "video"], default="auto",
                    help="check the files as images or videos (default: auto, videos when "
                         "every path has a video extension or the folder holds videos only)")
-    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                   help="videos: refuse codecs DALI cannot decode on DEVICE (auto, cpu, cuda; "
-                        "default: auto)")
+    _add_device_option(p, help="videos: refuse codecs DALI cannot decode on DEVICE (auto, cpu, "
+                               "cuda; default: auto)")
     p.add_argument("--sequence-length", type=_positive, default=None, metavar="N",
                    help="videos: also refuse videos shorter than one clip of N frames")
     p.add_argument("--stride", type=_positive, default=1, metavar="S",
@@ -621,11 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for the dataset and preview.png (default: extsrc-demo)")
     p.add_argument("--n", type=_positive, default=64, help="number of images (default: 64)")
     p.add_argument("--epochs", type=_positive, default=2, help="epochs to run (default: 2)")
-    p.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                   help="auto, cpu, cuda or cuda:N (default: auto)")
-    p.add_argument("--workers", type=int, default=None, metavar="N",
-                   help="worker processes reading files (default: from the core count)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    _add_run_options(p, device="auto, cpu, cuda or cuda:N (default: auto)",
+                     workers="worker processes reading files (default: from the core count)")
     p.set_defaults(func=cmd_demo, imports=[])
 
     _add_validate_parser(sub)
@@ -658,8 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ops", help="list the registered ops, their outputs and paths",
                        description="List every registered op: outputs, whether it is random, the "
                                    "implementations it has and which one a loader picks here.")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import a module or .py file that registers your own ops first")
+    _add_import_option(p, help="import a module or .py file that registers your own ops first")
     p.set_defaults(func=cmd_ops)
     return parser
 

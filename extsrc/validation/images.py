@@ -17,7 +17,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,16 +29,29 @@ from extsrc.sources.manifest import Manifest
 from extsrc.sources.where import reworded_fix
 from extsrc.validation.report import Problem, ValidationReport
 
-__all__ = ["check_options", "validate_images"]
+__all__ = ["CheckOptions", "check_options", "validate_images"]
+
+
+class CheckOptions(NamedTuple):
+    """The options of :func:`extsrc.validate` checked by :func:`check_options`; ``delay`` is the
+    seconds before the progress bar shows (a float ``progress``, which then reads ``True``)."""
+
+    decode: bool
+    n_jobs: int
+    max_pixels: int | None
+    progress: bool
+    delay: float
+    chunk_size: int | None
+    max_file_bytes: int | None
 
 
 def check_options(
-    decode: object, n_jobs: object, max_pixels: object, progress: object, chunk_size: object,
-    max_file_bytes: object,
-) -> tuple[bool, int, int | None, bool, float, int | None, int | None]:
-    """The options of :func:`extsrc.validate` checked, as ``(decode, n_jobs, max_pixels,
-    progress, delay, chunk_size, max_file_bytes)``: a float ``progress`` is the ``delay`` in
-    seconds before the bar shows (``progress`` is then ``True``)."""
+    *, decode: object = True, n_jobs: object = -1, max_pixels: object = DEFAULT_MAX_PIXELS,
+    progress: object = True, chunk_size: object = None,
+    max_file_bytes: object = DEFAULT_MAX_FILE_BYTES,
+) -> CheckOptions:
+    """The options of :func:`extsrc.validate` checked, each refusal naming the option (the
+    defaults are :func:`extsrc.validate`'s)."""
     decode = check_bool(decode, "validate: decode")
     delay = 0.0
     if isinstance(progress, float):  # an int stays refused: progress=1 reads as True
@@ -56,27 +69,19 @@ def check_options(
     chunk_size = check_int(chunk_size, "validate: chunk_size", minimum=1, allow_none=True,
                            what="files per task")
     max_file_bytes = check_max_file_bytes(max_file_bytes, "validate: max_file_bytes")
-    return (decode, n_jobs, max_pixels, progress, delay,  # type: ignore[return-value]
-            chunk_size, max_file_bytes)
+    return CheckOptions(decode, n_jobs, max_pixels, progress, delay,  # type: ignore[arg-type]
+                       chunk_size, max_file_bytes)
 
 
-def validate_images(
-    manifest: Manifest,
-    *,
-    decode: bool = True,
-    n_jobs: int = -1,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
-    progress: bool | float = True,
-    chunk_size: int | None = None,
-    max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
-) -> ValidationReport:
-    """Check every file of ``manifest`` as an image; options as :func:`extsrc.validate`'s."""
+def validate_images(manifest: Manifest, checks: CheckOptions | None = None) -> ValidationReport:
+    """Check every file of ``manifest`` as an image, with the options ``checks`` (from
+    :func:`check_options`; ``None``: :func:`extsrc.validate`'s defaults)."""
     if not isinstance(manifest, Manifest):
         raise TypeError(
             f"validate_images: manifest must be an extsrc.Manifest, got {type(manifest).__name__}"
         )
-    decode, n_jobs, max_pixels, progress, delay, chunk_size, max_file_bytes = check_options(
-        decode, n_jobs, max_pixels, progress, chunk_size, max_file_bytes)
+    decode, n_jobs, max_pixels, progress, delay, chunk_size, max_file_bytes = (
+        check_options() if checks is None else checks)
     t0 = time.perf_counter()
     n = len(manifest)
     from extsrc.sources.storage import is_url

@@ -22,7 +22,7 @@ from extsrc.sources.fileread import DEFAULT_MAX_FILE_BYTES
 from extsrc.sources.imagecheck import DEFAULT_MAX_PIXELS
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.table import read_manifest
-from extsrc.validation.images import check_options, validate_images
+from extsrc.validation.images import CheckOptions, check_options, validate_images
 from extsrc.validation.report import Problem, ValidationReport
 
 __all__ = ["Problem", "ValidationReport", "validate"]
@@ -149,21 +149,27 @@ def validate(
             "validate: manifest must be an extsrc.Manifest or a manifest file or folder path, got "
             f"{type(manifest).__name__}"
         )
-    decode, n_jobs, max_pixels, progress, delay, chunk_size, max_file_bytes = check_options(
-        decode, n_jobs, max_pixels, progress, chunk_size, max_file_bytes)
+    checks = check_options(decode=decode, n_jobs=n_jobs, max_pixels=max_pixels, progress=progress,
+                           chunk_size=chunk_size, max_file_bytes=max_file_bytes)
     if media not in ("auto", "image", "video"):
         raise ValueError(f"validate: media must be 'auto', 'image' or 'video', got {media!r}")
     manifest, media = _read_media(manifest, media)
     if media == "video":
-        from joblib import effective_n_jobs
+        return _validate_videos(manifest, checks, device, clips)
+    return validate_images(manifest, checks)
 
-        from extsrc._util.device import resolve_device
-        from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS
-        from extsrc.validation.videos import validate_videos
 
-        codecs = CPU_CODECS if resolve_device(device) is None else GPU_CODECS
-        return validate_videos(manifest, clips=clips, codecs=codecs, decode=decode,
-                               n_jobs=effective_n_jobs(n_jobs), max_file_bytes=max_file_bytes)
-    return validate_images(manifest, decode=decode, n_jobs=n_jobs, max_pixels=max_pixels,
-                           progress=delay if delay else progress, chunk_size=chunk_size,
-                           max_file_bytes=max_file_bytes)
+def _validate_videos(
+    manifest: Manifest, checks: CheckOptions, device: Any, clips: Any
+) -> ValidationReport:
+    """The video checks of :func:`validate`, against the codecs DALI decodes on ``device``."""
+    from joblib import effective_n_jobs
+
+    from extsrc._util.device import resolve_device
+    from extsrc.sources.video.probe import CPU_CODECS, GPU_CODECS
+    from extsrc.validation.videos import validate_videos
+
+    codecs = CPU_CODECS if resolve_device(device) is None else GPU_CODECS
+    return validate_videos(manifest, clips=clips, codecs=codecs, decode=checks.decode,
+                           n_jobs=effective_n_jobs(checks.n_jobs),
+                           max_file_bytes=checks.max_file_bytes)
