@@ -189,8 +189,8 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float:
 def test_a_lowered_random_op_draws_like_numpy(entry):
     """Over many samples of one image, the native path's outcomes (counter-based draws) and the
     numpy path's (``np.random.Generator``) match: the same set of outcomes (but for rare ones,
-    ``DIST_ONE_SIDED``) with frequencies within ``DIST_TOL['frequency']`` where they are few, else the output's mean pixel value
-    distributed alike within ``DIST_TOL['ks']``."""
+    ``DIST_ONE_SIDED``) with frequencies within ``DIST_TOL['frequency']`` where they are few,
+    else the output's mean pixel value distributed alike within ``DIST_TOL['ks']``."""
     op = entry.op
     traced = trace_op(op)
     index = np.arange(DIST_SAMPLES, dtype=np.int64)

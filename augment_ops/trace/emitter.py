@@ -26,6 +26,7 @@ from augment_ops.trace.ir import Node
 from augment_ops.trace.lower_patterns import (
     _LANEWISE,
     _ROUNDING,
+    _at_least_zero,
     _clamp_bounds,
     _constant_difference,
     _difference,
@@ -419,6 +420,37 @@ class _Emitter(_Vectors):
         mask = fn.erase(_zeros_like(data, types.UINT8), anchor=anchor, shape=shape,
                         axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
+
+    def _canvas(self, n: Node) -> Any:
+        """A new array of a per-sample shape filled with a constant (per channel)."""
+        from nvidia.dali import fn, types
+
+        *dims, fill = n.args
+        shape = self.vector(dims)
+        if not all(_at_least_zero(d) for d in dims):
+            # A sample with a negative size raises in the check (emit), which fn.full, reading
+            # no pixel, does not wait for: it gets an empty array instead of failing first.
+            import nvidia.dali.math as dmath
+
+            shape = dmath.max(shape, _constant(0, np.dtype(np.int64)))
+        shape = fn.cast(shape, dtype=types.INT32)
+        out = fn.full(_constant_node(fill.value, n.dtype), shape=shape)  # a CPU operator
+        return out.gpu() if self.image.device == "gpu" else out
+
+    def _pad(self, n: Node) -> Any:
+        """``x`` read at per-sample rows and columns, the fill outside it: ``fn.slice`` that
+        pads (the values are float32, which the tracer checked hold the fill exactly)."""
+        from nvidia.dali import fn
+
+        x, y0, x0, height, width, fill = n.args
+        data = self.value(x)
+        values = [float(v) for v in np.asarray(fill.value).reshape(-1)]
+        if len(set(values)) == 1:
+            values = values[:1]
+        elif x.ndim == 3:  # a value per channel: fn.slice finds the channels by the layout
+            data = fn.reshape(data, layout="HWC")
+        return fn.slice(data, self.vector([y0, x0]), self.vector([height, width]), axes=[0, 1],
+                        out_of_bounds_policy="pad", fill_values=values)
 
     def _lut(self, n: Node) -> Any:
         """A constant table read at positions (:mod:`augment_ops.trace.lookup`): its values are
