@@ -166,7 +166,6 @@ def u_pil_crop_outside(img):
 
 
 def u_pil_crop_drawn(img, rng):
-    h, w = img.shape[:2]
     x = rng.integers(-3, 4)
     y = rng.integers(-3, 4)
     return np.asarray(Image.fromarray(img).crop((x, y, x + 4, y + 3)))
