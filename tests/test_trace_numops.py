@@ -137,6 +137,8 @@ def u_canvas_drawn_size(img, rng):
 def test_other_writes_into_a_new_array_are_refused():
     _refused(u_canvas_region_fill, r"write into a new array of a per-sample shape other than "
                                    r"one array", random=True)
+    _refused(u_paste_maybe_one_row, r"an array that may be broadcast into a region of a new "
+                                    r"array \(a size of 1, which numpy repeats")
     _refused(u_canvas_inexact_fill, r"filled with \[0\.1, 0\.1, 0\.1\], which float32 does not "
                                     r"hold exactly")
 
@@ -148,8 +150,16 @@ def test_a_new_array_of_a_drawn_shape_lowers():
 @unregistered()
 def u_paste_too_tall(img):
     h, w = img.shape[:2]
+    dst = np.zeros((h + 4, w, 3), np.uint8)
+    dst[:] = 5
+    dst[: h + 4] = np.concatenate([img, img])  # the region's height is not the array's but for h 4
+    return dst
+
+
+def u_paste_maybe_one_row(img):
+    h, w = img.shape[:2]
     dst = np.zeros((h // 2 + 3, w, 3), np.uint8)
-    dst[: h] = img  # the region is shorter than the image where h > 6
+    dst[: h] = img  # numpy repeats a 1-row image over the region, which is then 1 row too
     return dst
 
 
@@ -183,7 +193,7 @@ def u_pil_crop_reversed(img):
 
 
 @pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
-    (u_paste_too_tall, [(5, 7), (6, 4), (9, 7)], 2, r"ValueError: could not broadcast input "
+    (u_paste_too_tall, [(4, 7), (4, 5), (6, 3)], 2, r"ValueError: could not broadcast input "
                                                     r"array"),
     (u_canvas_negative, [(9, 7), (8, 4), (6, 7)], 2, r"ValueError: negative dimensions are not "
                                                      r"allowed"),
@@ -193,3 +203,85 @@ def u_pil_crop_reversed(img):
 def test_a_new_array_or_crop_raises_for_the_sample_numpy_raises_for(tmp_path, op, sizes, bad,
                                                                    message):
     _check_same_error(tmp_path, op, sizes, bad, OpError, message)
+
+
+# -- reshape and broadcast_to ------------------------------------------------------------------
+def u_pixels_as_rows(img):
+    flat = img.reshape(-1, img.shape[-1]).astype(np.float32)
+    mixed = flat @ np.array([[0.5, 0.25, 0.0], [0.25, 0.5, 0.25], [0.0, 0.25, 0.5]],
+                            np.float32)
+    return np.clip(mixed.reshape(img.shape), 0, 255).astype(np.uint8)
+
+
+def u_rows_reshaped(img):
+    h, w, c = img.shape
+    rows = np.reshape(img, (h, w * c))[:, ::-1]
+    return rows.reshape((h, w, c)) // 2 + img[:1] // 2
+
+
+def u_lighting(img, rng):
+    eigval = np.array([55.4625, 4.7940, 1.1475])
+    eigvec = np.array([[-0.5836, -0.6948, 0.4203], [-0.5808, -0.0045, -0.8140],
+                       [-0.5675, 0.7192, 0.4009]])
+    alpha = rng.normal(0, 0.1, 3)
+    alter = eigvec * np.broadcast_to(alpha.reshape(1, 3), (3, 3)) * eigval
+    alter = np.broadcast_to(alter.sum(axis=1).reshape(1, 1, 3), img.shape)
+    return (img.astype(np.float32) + alter).astype(np.uint8)  # wraps below 0 and above 255
+
+
+def u_broadcast_output(img):
+    return np.broadcast_to(img[:1, :1], img.shape).copy()
+
+
+def u_broadcast_narrow(img):
+    return np.broadcast_to(img[:, :4], (img.shape[0], 4, 3)) // 2  # a width of 1 repeated
+
+
+def test_reshape_and_broadcast_to_equal_numpy():
+    _check(u_broadcast_narrow, imgs=[np.full((h, w, 3), 7 * w + h, np.uint8)
+                                     for h, w in [(3, 1), (2, 4), (5, 6)]])
+    _check(u_pixels_as_rows)
+    _check(u_rows_reshaped)
+    _check(u_lighting, random=True)
+    _check(u_broadcast_output)
+
+
+def u_reshape_fortran(img):
+    return img.reshape(-1, 3, order="F").reshape(img.shape)
+
+
+def test_a_fortran_order_reshape_is_refused():
+    _refused(u_reshape_fortran, r"reshape with order= other than 'C'")
+
+
+@unregistered()
+def u_reshape_pairs(img):
+    return img.reshape(-1, 2)[:, :1].reshape(img.shape[0], -1, 3)
+
+
+@unregistered()
+def u_broadcast_rows(img):
+    h = img.shape[0]
+    return np.broadcast_to(img[:, :4], (h, 4, 3)) // 2  # narrower images than 4 raise
+
+
+@pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
+    (u_reshape_pairs, [(4, 4), (6, 8), (3, 5)], 2, r"ValueError: cannot reshape"),
+    (u_broadcast_rows, [(5, 4), (6, 5), (6, 3)], 2, r"ValueError: operands could not be "
+                                                    r"broadcast"),
+])
+def test_reshape_and_broadcast_to_raise_for_the_sample_numpy_raises_for(tmp_path, op, sizes,
+                                                                       bad, message):
+    _check_same_error(tmp_path, op, sizes, bad, OpError, message)
+
+
+# -- float to 8- and 16-bit integers outside their range: numpy wraps around --------------------
+def u_wrapping_casts(img):
+    x = img.astype(np.float32) * 3 - 300.5
+    return (x.astype(np.uint8) // 4 + x.astype(np.int8).astype(np.uint8) // 4
+            + (x * 100).astype(np.int16).astype(np.uint8) // 4
+            + (x.astype(np.float64) * 300).astype(np.uint16).astype(np.uint8) // 4)
+
+
+def test_float_casts_to_narrow_integers_wrap_as_numpy():
+    _check(u_wrapping_casts)

@@ -13,7 +13,7 @@ import numpy as np
 
 from augment_ops.trace.combine import _concat, _np_stack, _where
 from augment_ops.trace.creation import _holds_sym, _python_int_checks, canvas_fill, np_array
-from augment_ops.trace.facts import _at_most, _nonneg, _same, lower, upper
+from augment_ops.trace.facts import _at_most, _nonneg, _same, linear_form, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import (
     Sym,
@@ -241,6 +241,8 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
             raise TraceError(f"a slice bound of type {type(b).__name__}")
         b = _dim(b)
         # Facts known at trace time (a size, h // 2, min(size, h)) spare the run-time clamps.
+        if isinstance(b, int) and b < 0 and _at_most(-b, n):
+            b = _dop("add", n, b)  # x[1:-1]: n - 1, which is >= 0
         if not _nonneg(b):
             neg = _dlt(b, 0)
             b = _dwhere(neg, _dop("add", b, n), b)
@@ -431,11 +433,13 @@ def _write_canvas(n: Node, key: Any, value: Any) -> Node:
     v = value._checked()
     for ax, (lo, hi, _) in enumerate(bounds):
         size, have = _dop("subtract", hi, lo), v.shape[ax]
-        if size is have or (isinstance(size, int) and size == have) or _same(size, have):
+        if linear_form(size) == linear_form(have):
             continue
-        if isinstance(have, int) and have == 1:
-            raise TraceError("an array broadcast into a region of a new array (its size 1 "
-                             "repeated; only an array of the region's size is lowered)")
+        low = lower(have)
+        if low is None or low <= 1:
+            raise TraceError("an array that may be broadcast into a region of a new array (a "
+                             "size of 1, which numpy repeats; only an array of the region's "
+                             "size is lowered)")
         raise_where(ufunc("not_equal", _dim_sym(size), _dim_sym(have)), ValueError,
                     f"could not broadcast input array into the region (their sizes differ "
                     f"on axis {ax})")
