@@ -34,6 +34,8 @@ GROUPS: list[tuple[str, str]] = [
     ("numpy function in a library helper (albucore sz_lut)", r"np\.require"),
     ("a new array of a per-sample shape",
      r"needs a concrete int|np\.(zeros|ones|empty|full) of a per-sample shape"),
+    ("float sum over the image (numpy sums pairwise)", r"of floating-point values over the "
+                                                       r"image"),
 ]
 
 
