@@ -192,17 +192,6 @@ def u_pil_crop_reversed(img):
     return np.asarray(Image.fromarray(img).crop((3, 0, w, h)))
 
 
-@pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
-    (u_paste_too_tall, [(4, 7), (4, 5), (6, 3)], 2, r"ValueError: could not broadcast input "
-                                                    r"array"),
-    (u_canvas_negative, [(9, 7), (8, 4), (6, 7)], 2, r"ValueError: negative dimensions are not "
-                                                     r"allowed"),
-    (u_pil_crop_reversed, [(5, 7), (6, 4), (9, 2)], 2, r"ValueError: Coordinate 'right' is less "
-                                                       r"than 'left'"),
-])
-def test_a_new_array_or_crop_raises_for_the_sample_numpy_raises_for(tmp_path, op, sizes, bad,
-                                                                   message):
-    _check_same_error(tmp_path, op, sizes, bad, OpError, message)
 
 
 # -- reshape and broadcast_to ------------------------------------------------------------------
@@ -285,3 +274,58 @@ def u_wrapping_casts(img):
 
 def test_float_casts_to_narrow_integers_wrap_as_numpy():
     _check(u_wrapping_casts)
+
+
+# -- cv2.copyMakeBorder with per-sample widths: a padded slice ----------------------------------
+def u_drawn_border(img, rng):
+    import cv2
+
+    h, w = img.shape[:2]
+    top = int(rng.integers(0, 4))
+    return cv2.copyMakeBorder(img, top, h // 3, w // 2, 3 - top, cv2.BORDER_CONSTANT,
+                              value=(114, 7, 300))
+
+
+def u_drawn_gray_border(img):
+    import cv2
+
+    h = img.shape[0]
+    return cv2.copyMakeBorder(img[..., 0], h // 2, 0, 1, 2, cv2.BORDER_CONSTANT, value=9)
+
+
+def test_a_border_of_per_sample_widths_lowers():
+    _check(u_drawn_border, random=True)
+    _check(u_drawn_gray_border)
+
+
+@unregistered()
+def u_border_maybe_negative(img):
+    import cv2
+
+    return cv2.copyMakeBorder(img, img.shape[0] - 3, 0, 0, 0, cv2.BORDER_CONSTANT, value=0)
+
+
+def u_border_drawn_replicated(img):
+    import cv2
+
+    return cv2.copyMakeBorder(img, img.shape[0] // 2, 0, 0, 0, cv2.BORDER_REPLICATE)
+
+
+def test_other_borders_of_per_sample_widths_are_refused():
+    _refused(u_border_drawn_replicated, r"cv2\.copyMakeBorder with per-sample border widths other "
+                                        r"than BORDER_CONSTANT")
+
+
+@pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
+    (u_paste_too_tall, [(4, 7), (4, 5), (6, 3)], 2, r"ValueError: could not broadcast input "
+                                                    r"array"),
+    (u_canvas_negative, [(9, 7), (8, 4), (6, 7)], 2, r"ValueError: negative dimensions are not "
+                                                     r"allowed"),
+    (u_border_maybe_negative, [(5, 7), (3, 4), (2, 5)], 2, r"raised error: .*\(-215:Assertion "
+                                                           r"failed\) top >= 0"),
+    (u_pil_crop_reversed, [(5, 7), (6, 4), (9, 2)], 2, r"ValueError: Coordinate 'right' is less "
+                                                       r"than 'left'"),
+])
+def test_a_new_array_or_crop_raises_for_the_sample_numpy_raises_for(tmp_path, op, sizes, bad,
+                                                                   message):
+    _check_same_error(tmp_path, op, sizes, bad, OpError, message)
