@@ -474,6 +474,8 @@ class _Emitter(_Vectors):
             self.vector(dims), dtype=types.INT32)
         zero = np.array(-0.0 if n.dtype.kind == "f" else 0, n.dtype)
         pad = fn.full(_constant_node(zero, n.dtype), shape=shape)  # a CPU operator
+        if self.image.device == "gpu":  # beside the image, for the operators that use it
+            pad = pad.gpu()
         x, pad = _on_device(x, pad)
         return (x | pad) if n.dtype.kind == "b" else x + pad
 
