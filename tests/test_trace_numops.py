@@ -316,6 +316,43 @@ def test_other_borders_of_per_sample_widths_are_refused():
                                         r"than BORDER_CONSTANT")
 
 
+# -- loops over range() of a drawn count: unrolled, one branch per count ------------------------
+def u_drawn_holes(img, rng):
+    out = img.copy()
+    h, w = img.shape[:2]
+    for _ in range(rng.integers(1, 4)):
+        y = rng.integers(0, h)
+        x = rng.integers(0, w)
+        out[y:y + 2, x:x + 3] = 0
+    return out
+
+
+def u_drawn_steps(img, rng):
+    out = img // 2
+    steps = range(2, 2 + rng.integers(0, 3))
+    if not isinstance(steps, range):
+        raise TypeError("a range is a range")
+    for k in steps:
+        out = out + k
+    return out
+
+
+def test_a_loop_over_a_drawn_count_lowers():
+    _check(u_drawn_holes, random=True)
+    _check(u_drawn_steps, random=True)
+
+
+def u_loop_over_rows(img):
+    out = img.copy()
+    for y in range(img.shape[0]):
+        out[y:y + 1] = out[y:y + 1] // 2
+    return out
+
+
+def test_a_loop_over_an_unbounded_count_is_refused():
+    _refused(u_loop_over_rows, r"range\(\) of a per-sample count the tracer cannot bound by 16")
+
+
 @pytest.mark.parametrize(("op", "sizes", "bad", "message"), [
     (u_paste_too_tall, [(4, 7), (4, 5), (6, 3)], 2, r"ValueError: could not broadcast input "
                                                     r"array"),
