@@ -222,6 +222,15 @@ def u_broadcast_output(img):
     return np.broadcast_to(img[:1, :1], img.shape).copy()
 
 
+def u_flat_and_back(img):
+    flat = img.reshape(-1)
+    return (flat // 2 + np.broadcast_to(flat[:1], flat.shape) // 2).reshape(img.shape)
+
+
+def u_broadcast_corner(img):
+    return np.broadcast_to(img[:1, :1, 0], img.shape[:2]) // 3 + img[..., 1] // 3
+
+
 def u_broadcast_narrow(img):
     return np.broadcast_to(img[:, :4], (img.shape[0], 4, 3)) // 2  # a width of 1 repeated
 
@@ -230,6 +239,8 @@ def test_reshape_and_broadcast_to_equal_numpy():
     _check(u_broadcast_narrow, imgs=[np.full((h, w, 3), 7 * w + h, np.uint8)
                                      for h, w in [(3, 1), (2, 4), (5, 6)]])
     _check(u_pixels_as_rows)
+    _check(u_flat_and_back)
+    _check(u_broadcast_corner)
     _check(u_rows_reshaped)
     _check(u_lighting, random=True)
     _check(u_broadcast_output)

@@ -453,13 +453,20 @@ class _Emitter(_Vectors):
                         axes=axes, fill_value=1)
         return where(mask, self.value(v), data, n.dtype, v.value if v.op == "const" else None)
 
+    def _shape_vector(self, dims: Sequence[Node | int]) -> Any:
+        """Per-sample sizes as a 1-D int64 tensor (one lane is computed as a scalar)."""
+        from nvidia.dali import fn
+
+        v = self.vector(list(dims))
+        return fn.reshape(v, shape=[1]) if len(dims) == 1 else v
+
     def _reshape(self, n: Node) -> Any:
         from nvidia.dali import fn
 
         x = self.value(n.args[0])
         if all(isinstance(d, int) for d in n.shape):
             return fn.reshape(x, shape=list(n.shape), layout="")
-        return fn.reshape(x, shape=self.vector(list(n.shape)), layout="")
+        return fn.reshape(x, shape=self._shape_vector(n.shape), layout="")
 
     def _broadcast(self, n: Node) -> Any:
         """``x`` repeated to ``n``'s shape: ``x`` plus an array of ``n``'s shape that changes no
@@ -471,7 +478,7 @@ class _Emitter(_Vectors):
         x = self._lean(n)
         dims = list(n.shape)
         shape = dims if all(isinstance(d, int) for d in dims) else fn.cast(
-            self.vector(dims), dtype=types.INT32)
+            self._shape_vector(dims), dtype=types.INT32)
         zero = np.array(-0.0 if n.dtype.kind == "f" else 0, n.dtype)
         pad = fn.full(_constant_node(zero, n.dtype), shape=shape)  # a CPU operator
         if self.image.device == "gpu":  # beside the image, for the operators that use it
@@ -493,7 +500,7 @@ class _Emitter(_Vectors):
         from nvidia.dali import fn, types
 
         *dims, fill = n.args
-        shape = self.vector(dims)
+        shape = self._shape_vector(dims)
         if not all(_at_least_zero(d) for d in dims):
             # A sample with a negative size raises in the check (emit), which fn.full, reading
             # no pixel, does not wait for: it gets an empty array instead of failing first.
