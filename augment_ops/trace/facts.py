@@ -334,8 +334,12 @@ def _at_most(a: Dim, b: Dim) -> bool:
         pair = _min_operands(bb)
         if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
             return True
+    # h + 1 <= h + 2: the same per-sample terms, a smaller constant (and no int64 wrap-around)
     la, lb = linear_form(a), linear_form(b)
-    return la is not None and lb is not None and la[1] == lb[1] and la[0] <= lb[0]  # h + 1 <= h + 2
+    if la is None or lb is None or la[1] != lb[1] or la[0] > lb[0]:
+        return False
+    lo, up = lower(a), upper(b)
+    return lo is not None and up is not None and -2.0**62 < lo and up < 2.0**62
 
 
 def linear_form(d: Dim) -> tuple[int, frozenset] | None:
