@@ -353,6 +353,38 @@ def test_a_loop_over_a_drawn_count_lowers():
     _check(u_drawn_steps, random=True)
 
 
+def u_holes_of_drawn_shapes(img, rng, shapes: tuple = ((2, 2), (2, 4), (4, 2))):
+    out = img.copy()
+    h, w = img.shape[:2]
+    sizes = np.array(shapes)
+    for _ in range(rng.integers(1, 3)):
+        x1 = rng.integers(0, w)
+        y1 = rng.integers(0, h)
+        cw, ch = sizes[rng.integers(0, len(shapes))]
+        out[y1:np.clip(y1 + ch, 0, h), x1:np.clip(x1 + cw, 0, w), :] = (0, 0, 0)
+    return out
+
+
+def u_pick_a_value(img, rng):
+    gains = np.array([0.5, 1.0, 1.5, 2.0])
+    return np.clip(img * gains[rng.integers(-4, 4)], 0, 255).astype(np.uint8)
+
+
+def test_picking_from_constants_by_a_draw_lowers():
+    _check(u_holes_of_drawn_shapes, random=True)
+    _check(u_pick_a_value, random=True)
+
+
+def u_list_index(img, rng, shapes: tuple = ((2, 2), (2, 4))):
+    cw, ch = shapes[rng.integers(0, 2)]
+    return img[:ch, :cw]
+
+
+def test_a_list_index_by_a_draw_is_refused_with_the_rewrite():
+    _refused(u_list_index, r"needs a concrete int \(a list or tuple index, .*np\.array\(values\)"
+                           r"\[i\]\)", random=True)
+
+
 def u_loop_over_rows(img):
     out = img.copy()
     for y in range(img.shape[0]):

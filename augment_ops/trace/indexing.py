@@ -270,6 +270,12 @@ def _getitem(n: Node, key: Any) -> Node:
     key = key if isinstance(key, tuple) else (key,)
     if key and isinstance(key[-1], (list, tuple)) and _holds_sym(key[-1]):
         key = (*key[:-1], np_array(key[-1]))  # a list of per-sample indices
+    if len(key) == 1 and isinstance(key[0], Sym) and key[0].ndim == 0 and n.ndim > 1 and \
+            key[0].dtype.kind in "iu":
+        # a[i] with a per-sample i: the last axis' pick of a with axis 0 moved last
+        perm = (*range(1, n.ndim), 0)
+        moved = const(np.transpose(n.value, perm)) if n.op == "const" else _transpose(n, perm)
+        return _take_drawn(moved, (Ellipsis, key[0]))
     if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
         return _take_drawn(n, key)
     if builtins.sum(k is Ellipsis for k in key) > 1:
@@ -392,7 +398,8 @@ def _take_drawn(n: Node, key: tuple) -> Node:
     axis = rest.ndim - 1
     size = rest.shape[axis]
     items = _drawn_indices(key[-1], size, n.ndim - 1)
-    parts = [Sym(_new("take", (rest, c), (axis,), rest.dtype, rest.shape[:axis]))
+    parts = [Sym(const(np.take(rest.value, c, axis)) if rest.op == "const" else
+                 _new("take", (rest, c), (axis,), rest.dtype, rest.shape[:axis]))
              for c in range(size)]
     picked = []
     for v in items:

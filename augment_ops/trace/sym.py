@@ -445,8 +445,9 @@ class Sym:
         return _TRACING.active.decide(cast_node(n, np.bool_) if n.dtype != np.bool_ else n)
 
     def __index__(self) -> int:
-        raise TraceError("a per-sample value used where Python needs a concrete int "
-                         "(range(), a list index, a shape argument, ...)")
+        raise TraceError("a per-sample value used where Python needs a concrete int (a list "
+                         "or tuple index, a shape argument, ...; to pick from constants, index "
+                         "a numpy array of them: np.array(values)[i])")
 
     def __int__(self) -> int:
         raise TraceError("int() of a per-sample value outside the op's own function")
@@ -461,7 +462,13 @@ class Sym:
         raise TraceError("len() of an array whose length is per-sample outside the op's function")
 
     def __iter__(self) -> Any:
-        raise TraceError("iteration over an array")
+        # Unpacking a short vector (w, h = sizes[i]): its elements, one per position.
+        n = self._checked()
+        if n.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        if not isinstance(n.shape[0], int) or n.shape[0] > 64:
+            raise TraceError("iteration over an array longer than 64 or of a per-sample length")
+        return iter([self[i] for i in range(n.shape[0])])
 
     def __array__(self, *a: Any, **k: Any) -> Any:
         raise TraceError("conversion to a concrete numpy array (np.asarray, a library outside "
