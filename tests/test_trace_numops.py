@@ -1,7 +1,10 @@
 """numpy constructs of library code traced into DALI: decorated ops, a constant array's ``dot``,
-``reshape`` and ``np.broadcast_to``, and padded crops of a per-sample canvas. Each op below is run
-by a real CPU DALI pipeline and compared with the numpy path exactly (draws replayed through the
-counter generator), or refused naming the construct."""
+new arrays of a per-sample shape with an array pasted in and cropped (padded slices, as PIL's
+crop outside the image and cv2.copyMakeBorder of per-sample widths are), ``reshape`` and
+``np.broadcast_to``, float casts that wrap around, loops over a drawn count and picks among
+constants by a draw. Each op below is run by a real CPU DALI pipeline and compared with the
+numpy path exactly (draws replayed through the counter generator), raises where numpy raises,
+or is refused naming the construct."""
 
 from __future__ import annotations
 
