@@ -41,6 +41,8 @@ GROUPS: list[tuple[str, str]] = [
     ("numpy call that wants a concrete array",
      r"^np\.(asarray|float32|rollaxis)\b|conversion to a concrete numpy array"),
     ("an exception met while tracing (ValueError, TypeError)", r"^(ValueError|TypeError): "),
+    ("float sum over the image (numpy sums pairwise)", r"of floating-point values over the "
+                                                       r"image"),
 ]
 
 

@@ -23,11 +23,13 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
+from augment_ops.trace.facts import _nonneg
+from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
 from augment_ops.trace.pil_api import install_pil
-from augment_ops.trace.sym import Sym, cast_node, ufunc
+from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
 #: Why a cv2 function is not lowered, where there is more to say than "not implemented".
 _WHY_NOT: dict[str, str] = {
@@ -224,9 +226,10 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
 
     x = _image(src, "copyMakeBorder")
     sides = (top, bottom, left, right)
+    if any(isinstance(v, Sym) for v in sides):
+        return _into(dst, _drawn_border(x, sides, borderType, value))
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in sides):
-        raise TraceError("cv2.copyMakeBorder with per-sample or non-integer border widths (a "
-                         "new array of a per-sample shape)")
+        raise TraceError("cv2.copyMakeBorder with non-integer border widths")
     if min(sides) < 0:
         raise TraceError("cv2.copyMakeBorder with a negative border (OpenCV raises)")
     if x.ndim not in (2, 3) or (x.ndim == 3 and not isinstance(x.node.shape[2], int)):
@@ -253,6 +256,42 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
             ([_border_strip(out, 1, -1, int(right), fill)] if right else [])
         out = _np_concatenate(parts, axis=1)
     return _into(dst, Sym(out._checked()))
+
+
+def _drawn_border(x: Sym, sides: tuple, border_type: int, value: Any) -> Sym:
+    """``cv2.copyMakeBorder`` with per-sample widths and a constant border: a padded slice of
+    the image (OpenCV raises cv2.error for a negative width, and so does the traced op)."""
+    import cv2
+
+    if border_type & ~cv2.BORDER_ISOLATED != cv2.BORDER_CONSTANT:
+        raise TraceError("cv2.copyMakeBorder with per-sample border widths other than "
+                         "BORDER_CONSTANT (the replicated and reflected borders are lowered for "
+                         "constant widths only)")
+    if x.ndim not in (2, 3) or (x.ndim == 3 and not isinstance(x.node.shape[2], int)):
+        raise TraceError("cv2.copyMakeBorder of an array that is not HxW or HxWxC")
+    widths = []
+    for v in sides:
+        if isinstance(v, Sym) and (v.ndim or v.dtype.kind not in "iu"):
+            raise TraceError("cv2.copyMakeBorder with per-sample widths that are not integers")
+        if not isinstance(v, (Sym, int, np.integer)) or isinstance(v, bool):
+            raise TraceError("cv2.copyMakeBorder with non-integer border widths")
+        widths.append(_dim(v))
+    if not all(_nonneg(v) for v in widths):
+        bad = ufunc("less", _dim_sym(widths[0]), 0)
+        for v in widths[1:]:
+            bad = ufunc("bitwise_or", bad, ufunc("less", _dim_sym(v), 0))
+        raise_where(bad, cv2.error, "(-215:Assertion failed) top >= 0 && bottom >= 0 && left "
+                    ">= 0 && right >= 0 && _src.dims() <= 2 in function 'copyMakeBorder'")
+    top, bottom, left, right = widths
+    chans = 1 if x.ndim == 2 else x.node.shape[2]
+    probe = np.zeros((1, 1, chans) if x.ndim == 3 else (1, 1), x.dtype)
+    fill = np.asarray(cv2.copyMakeBorder(probe, 1, 0, 0, 0, cv2.BORDER_CONSTANT,
+                                         value=0 if value is None else value))[0, 0]
+    n = x._checked()
+    return Sym(padded_slice(n, _dop("subtract", 0, top), _dop("subtract", 0, left),
+                            _dop("add", _dop("add", n.shape[0], top), bottom),
+                            _dop("add", _dop("add", n.shape[1], left), right),
+                            fill.reshape(-1) if x.ndim == 3 else fill.reshape(())))
 
 
 #: cv2 functions lowered exactly, by name.

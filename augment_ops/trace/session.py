@@ -23,7 +23,7 @@ from augment_ops.state import library_file
 from augment_ops.trace.checks import guard_path
 from augment_ops.trace.creation import CREATION
 from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
-from augment_ops.trace.facts import MAX_FACT_STEPS, upper
+from augment_ops.trace.facts import MAX_FACT_STEPS, lower, upper
 from augment_ops.trace.ir import (
     _REGISTRY_FILE,
     _TRACING,
@@ -129,6 +129,65 @@ def _py_minmax(name: str) -> Callable[..., Any]:
             out = ufunc("minimum" if name == "min" else "maximum", out, v)
         return out
     return f
+
+
+#: The most iterations a loop over ``range`` of a per-sample count is unrolled to.
+MAX_UNROLL = 16
+
+
+class _RangeMeta(type):
+    def __instancecheck__(cls, x: Any) -> bool:
+        return isinstance(x, (builtins.range, _Unrolled))
+
+    def __call__(cls, *args: Any) -> Any:
+        if not builtins.any(isinstance(a, Sym) for a in args):
+            return builtins.range(*args)
+        return _unrolled(*args)
+
+
+class _Range(metaclass=_RangeMeta):
+    """``range`` inside a traced function: of a per-sample count (``range(rng.integers(1,
+    4))``), a loop unrolled to the count's known bound, each further iteration a branch on the
+    count (numpy runs the body that many times for the sample)."""
+
+
+_Range.__name__ = _Range.__qualname__ = "range"
+
+
+class _Unrolled:
+    """A ``range`` of a per-sample count, as a loop iterates it (:func:`_unrolled`)."""
+
+    def __init__(self, iterations: Callable[[], Iterator[Any]]) -> None:
+        self._iterations = iterations
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iterations()
+
+
+def _unrolled(*args: Any) -> _Unrolled:
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    if isinstance(step, Sym) or step != 1:
+        raise TraceError("range() of per-sample bounds with a step other than 1")
+    for v in (start, stop):
+        if isinstance(v, Sym) and (v.ndim or v.dtype.kind not in "iu"):
+            raise TypeError(f"'{v.dtype}' object cannot be interpreted as an integer")
+    count = ufunc("subtract", stop, start)
+    lo, up = lower(count.node), upper(count.node)
+    if up is None or up > MAX_UNROLL:
+        raise TraceError(f"range() of a per-sample count the tracer cannot bound by "
+                         f"{MAX_UNROLL} (the loop is unrolled once per iteration it may take; "
+                         f"draw the count from a small range, or loop a constant number of "
+                         f"times and skip iterations with an if)")
+    sure = builtins.max(0, int(lo)) if lo is not None else 0
+
+    def iterations() -> Iterator[Any]:
+        i = start
+        for k in builtins.range(int(up)):
+            if k >= sure and not (i < stop):  # a branch: the samples whose count is k stop here
+                return
+            yield i
+            i = i + 1
+    return _Unrolled(iterations)
 
 
 def _py_len(x: Any) -> Any:
@@ -254,7 +313,7 @@ def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
             g[k] = _Forbidden(f"{k}")
     b = dict(vars(builtins))
     b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
-             len=_py_len, type=_Type)
+             len=_py_len, type=_Type, range=_Range)
     g["__builtins__"] = b
     return g
 
@@ -263,9 +322,26 @@ def _rebind(fn: Callable[..., Any]) -> Callable[..., Any]:
     if not isinstance(fn, types.FunctionType):
         raise TraceError(f"the op is a {type(fn).__name__}, not a Python function")
     f = types.FunctionType(fn.__code__, _patched_globals(fn), fn.__name__, fn.__defaults__,
-                           fn.__closure__)
+                           _rebound_closure(fn))
     f.__kwdefaults__ = fn.__kwdefaults__
     return f
+
+
+def _rebound_closure(fn: types.FunctionType) -> tuple | None:
+    """``fn``'s closure, the function a decorator wraps (``functools.wraps``' ``__wrapped__``,
+    held in a closure cell) rebound too: a decorated op's own code then sees the traced
+    function's ``np``, builtins and library helpers, as an undecorated one does."""
+    inner = getattr(fn, "__wrapped__", None)
+    if not fn.__closure__ or not isinstance(inner, types.FunctionType):
+        return fn.__closure__
+    cells = []
+    for cell in fn.__closure__:
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            held = None
+        cells.append(types.CellType(_rebind(inner)) if held is inner else cell)
+    return tuple(cells)
 
 
 def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: int,

@@ -233,7 +233,7 @@ EXPECT: dict[str, str] = {
     "ppcls_random_erasing": r"refuses: float\(\) of a per-sample value outside the",
     "ppdet_random_flip": "lowers",
     "ppdet_random_distort": r"refuses: np\.where with operands numpy refuses",
-    "ppdet_random_expand": r"refuses: np\.ones of a per-sample shape \(write it",
+    "ppdet_random_expand": r"refuses: assigning an array of per-sample shape into a region",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
