@@ -69,6 +69,11 @@ SIZES = [(1, 1), (1, 6), (5, 1), (2, 3), (7, 5), (12, 17), (16, 9)]
 DIST_SAMPLES = 400
 DIST_SIZES = [(9, 14), (33, 40)]
 DIST_TOL = {"frequency": 0.12, "ks": 0.138}
+# An outcome one path gives c times and the other never: were its probability the same on both
+# paths, the other would miss it with probability about 2**-c (each of the c + 0 samples of it
+# falls on either path alike). Rare outcomes (a lighting op's sum that crosses an integer) may
+# be missed by chance; one seen more often than this on one path alone is a real difference.
+DIST_ONE_SIDED = 9
 
 
 def _source_file(fn) -> str:
@@ -220,9 +225,9 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("entry", _params(RANDOM_LOWERED))
 def test_a_lowered_random_op_draws_like_numpy(entry):
     """Over many samples of one image, the native path's outcomes (counter-based draws) and the
-    numpy path's (``np.random.Generator``) match: the same set of outcomes with frequencies
-    within ``DIST_TOL['frequency']`` where they are few, else the output's mean pixel value
-    distributed alike within ``DIST_TOL['ks']``."""
+    numpy path's (``np.random.Generator``) match: the same set of outcomes (but for rare ones,
+    ``DIST_ONE_SIDED``) with frequencies within ``DIST_TOL['frequency']`` where they are few,
+    else the output's mean pixel value distributed alike within ``DIST_TOL['ks']``."""
     op = entry.op
     traced = trace_op(op)
     index = np.arange(DIST_SAMPLES, dtype=np.int64)
@@ -242,7 +247,9 @@ def test_a_lowered_random_op_draws_like_numpy(entry):
     a = Counter(_outcome(o) for o in native)
     b = Counter(_outcome(o) for o in numpy_path)
     if len(a) <= 24 and len(b) <= 24:
-        assert set(a) == set(b), f"outcomes only one path gives: {set(a) ^ set(b)}"
+        one_sided = {k: a[k] + b[k] for k in set(a) ^ set(b)}
+        assert all(c <= DIST_ONE_SIDED for c in one_sided.values()), (
+            f"outcomes only one path gives: {one_sided}")
         worst = max(abs(a[k] - b[k]) for k in a) / DIST_SAMPLES
         assert worst <= DIST_TOL["frequency"], (worst, a, b)
     else:

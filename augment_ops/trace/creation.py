@@ -156,19 +156,79 @@ def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: An
 
 def _new_array(name: str) -> Callable[..., Any]:
     """``np.zeros`` / ``ones`` / ``empty`` / ``full`` in a traced function: numpy's own for a
-    constant shape; a per-sample shape (``np.zeros((h + 2 * p, w + 2 * p, c))``) is refused
-    with the rewrites that trace."""
+    constant shape; a per-sample shape (``np.zeros((h + 2 * p, w + 2 * p, c))``) is a canvas
+    (:func:`canvas`) of the value numpy fills it with."""
     real = getattr(np, name)
 
     def build(shape: Any, *args: Any, **kwargs: Any) -> Any:
-        if _holds_sym(shape) or isinstance(shape, Sym) or builtins.any(
-                _holds_sym(v) or isinstance(v, Sym) for v in (*args, *kwargs.values())
-                if name != "full"):
-            raise TraceError(f"np.{name} of a per-sample shape (write it from the image: "
-                             "np.zeros_like(img), np.full_like, np.pad(img, ...) or "
-                             "np.concatenate of pieces)")
-        return real(shape, *args, **kwargs)
+        if builtins.any(_holds_sym(v) or isinstance(v, Sym) for v in (*args, *kwargs.values())):
+            raise TraceError(f"np.{name} with a per-sample {'value' if name == 'full' else 'dtype'}"
+                             " (only a constant fill of a new array is lowered)")
+        if not (_holds_sym(shape) or isinstance(shape, Sym)):
+            return real(shape, *args, **kwargs)
+        if name == "full":
+            return _full_canvas(shape, *args, **kwargs)
+        return _full_canvas(shape, 1 if name == "ones" else 0, *args, default=np.float64,
+                            **kwargs)
     return build
+
+
+def _full_canvas(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *,
+                 like: Any = None, device: Any = None, default: Any = None) -> Sym:
+    if like is not None or device not in (None, "cpu") or order not in ("C", "F"):
+        raise TraceError("np.zeros/ones/empty/full of a per-sample shape with like=, device= or "
+                         "an order other than 'C' or 'F'")
+    dt = np.dtype(dtype) if dtype is not None else np.dtype(default) if default is not None \
+        else np.asarray(fill_value).dtype
+    return canvas(shape, fill_value, dt)
+
+
+def canvas(shape: Any, fill_value: Any, dtype: np.dtype) -> Sym:
+    """A new array of a per-sample ``shape`` (rank 2, or 3 with a constant channel count) filled
+    with the constant ``fill_value`` (a scalar, or a value per channel) as numpy stores it: a
+    ``canvas`` node, which a write of an array into a region makes a padded slice of that array
+    (:func:`augment_ops.trace.indexing._write_canvas`), and a slice of it a smaller canvas or
+    padded slice. numpy raises ValueError for a negative size, and so does the traced op."""
+    from augment_ops.trace.facts import _nonneg
+    from augment_ops.trace.sym import _dim
+
+    dims = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+    for d in dims:
+        if isinstance(d, Sym) and (d.ndim or d.dtype.kind not in "iu"):
+            raise TypeError(f"'{d.dtype}' object cannot be interpreted as an integer")
+    dims = [_dim(d) for d in dims]
+    if len(dims) not in (2, 3) or (len(dims) == 3 and not isinstance(dims[2], int)):
+        raise TraceError(f"a new array of a per-sample shape of rank {len(dims)} (rank 2, or 3 "
+                         "with a constant channel count, is lowered)")
+    for d in dims:
+        if not _nonneg(d):
+            raise_where(ufunc("less", Sym(d), 0), ValueError,
+                        "negative dimensions are not allowed")
+    if dtype.kind not in "biuf" or dtype.itemsize > 8 or dtype == np.float16:
+        raise TraceError(f"a new array of dtype {dtype}")
+    fill = canvas_fill(fill_value, dtype, dims[2] if len(dims) == 3 else None)
+    return Sym(_new("canvas", (*dims, const(fill)), (), dtype, tuple(dims)))
+
+
+def canvas_fill(value: Any, dtype: np.dtype, channels: int | None) -> np.ndarray:
+    """The value numpy stores in each pixel of a canvas for ``a[...] = value``: one per channel
+    (``channels``), or one value for a 2-D canvas; numpy's own conversion and errors."""
+    if isinstance(value, Sym) or _holds_sym(value):
+        raise TraceError("a per-sample value written into a whole new array (only constants "
+                         "are lowered)")
+    out = np.zeros((channels,) if channels is not None else (), dtype)
+    v = np.asarray(value)
+    if v.ndim > out.ndim and set(v.shape[:v.ndim - out.ndim]) == {1}:
+        value = v.reshape(v.shape[v.ndim - out.ndim:])  # numpy broadcasts leading axes of 1
+    try:
+        with np.errstate(all="ignore"):
+            out[...] = value
+    except (TypeError, ValueError, OverflowError) as e:
+        if channels is None and np.ndim(value):
+            raise TraceError("a value per column written into a whole 2-D new array (only one "
+                             "value is lowered)") from None
+        raise type(e)(str(e)) from None
+    return out
 
 
 #: The builders the traced function's ``np`` returns instead of numpy's own functions.

@@ -13,6 +13,13 @@ import numpy as np
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node
 
+#: numpy converts a float to an integer type of at most this many bytes through a 32-bit
+#: integer (the C conversion on x86-64 and ARM64): a value outside the type's range but within
+#: +-2**31 wraps around (-1.5 -> 255, 300.7 -> 44 as uint8), as the traced cast does; beyond
+#: that, and for wider types, numpy's result depends on the processor and the traced cast
+#: saturates.
+WRAPPING_FLOAT_CASTS = 2
+
 
 def _dali_type(dt: np.dtype) -> Any:
     from nvidia.dali import types
@@ -125,9 +132,10 @@ def _constant_node(value: Any, dt: np.dtype) -> Any:
 
 
 # -- numpy semantics on DALI operators ----------------------------------------------------------
-def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False) -> Any:
+def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False, wrap: bool = False) -> Any:
     """``x.astype(dst)`` as numpy does it (see the module docstring for out-of-range floats);
-    ``nonneg``: the tracer knows ``x >= 0``."""
+    ``nonneg``: the tracer knows ``x >= 0``; ``wrap``: floats to an integer type of 8 or 16
+    bits that may fall outside its range wrap around (see :data:`WRAPPING_FLOAT_CASTS`)."""
     from nvidia.dali import fn, types
 
     src, dst = np.dtype(src), np.dtype(dst)
@@ -137,6 +145,9 @@ def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False) -> Any:
         return binary("not_equal", x, _constant(0, src), src)
     if src.kind == "b" or dst.kind == "f" or (src.kind in "iu" and np.can_cast(src, dst)):
         return fn.cast(x, dtype=_dali_type(dst))
+    if src.kind == "f" and wrap and dst.itemsize <= WRAPPING_FLOAT_CASTS:
+        wide = fn.cast(unary("trunc", x, src, nonneg=nonneg), dtype=types.INT64)
+        return cast(wide, np.dtype(np.int64), dst)
     if src.kind == "f":
         return fn.cast(unary("trunc", x, src, nonneg=nonneg), dtype=_dali_type(dst))
     # Integer narrowing or a sign change: keep the low bits, as numpy does.

@@ -22,10 +22,12 @@ from augment_ops.trace.dali_ops import (
     unary,
     where,
 )
+from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node
 from augment_ops.trace.lower_patterns import (
     _LANEWISE,
     _ROUNDING,
+    _at_least_zero,
     _clamp_bounds,
     _constant_difference,
     _difference,
@@ -54,6 +56,30 @@ def _operand_constant(value: Any, dt: np.dtype) -> Any:
 
         return types.Constant(float(value), dtype=types.FLOAT64)
     return _constant(value, dt)
+
+
+def _lean_operand(n: Node) -> Node | None:
+    """The operand of elementwise ``n`` that is an array broadcast to ``n``'s shape, where the
+    other operand has that shape already: DALI broadcasts it, with no copy of its own."""
+    if n.ndim == 0 or len(n.attrs) != 1 or n.attrs[0] in ("floor_divide", "remainder"):
+        return None  # a plain operator (not a clamp, nor a division numpy and DALI differ on)
+    a, b = n.args
+    for m, other in ((a, b), (b, a)):
+        if m.op == "broadcast" and other.op != "broadcast" and other.ndim == n.ndim and all(
+                d is e or (isinstance(d, int) and isinstance(e, int) and d == e)
+                for d, e in zip(other.shape, n.shape, strict=True)):
+            return m
+    return None
+
+
+def _may_wrap(x: Node, dst: np.dtype) -> bool:
+    """Whether float ``x`` converted to integer type ``dst`` may fall outside its range, where
+    numpy wraps around (:data:`augment_ops.trace.dali_ops.WRAPPING_FLOAT_CASTS`)."""
+    if x.dtype.kind != "f" or dst.kind not in "iu":
+        return False
+    info = np.iinfo(dst)
+    lo, up = lower(x), upper(x)
+    return lo is None or up is None or lo <= int(info.min) - 1 or up >= int(info.max) + 1
 
 
 class _Scalars:
@@ -120,15 +146,22 @@ class _Scalars:
         if inner is not None:  # uint8 -> float32 -> float64: one conversion of the same values
             if inner.dtype == n.dtype:  # a round trip: the values themselves
                 return val(inner)
-            return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
-        if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu":
+            return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
+                        wrap=_may_wrap(inner, n.dtype))
+        if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu" and \
+                not _may_wrap(x, n.dtype):
             # Already integral: nothing to truncate before the conversion.
             from nvidia.dali import fn
 
             return fn.cast(val(x), dtype=_dali_type(n.dtype))
-        return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",))
+        return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
+                    wrap=_may_wrap(x, n.dtype))
 
     def _bin(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
+        lean = _lean_operand(n) if val is None else None
+        if lean is not None:
+            return binary(n.attrs[0], *(self._lean(m) if m is lean else self.value(m)
+                                        for m in n.args), n.args[0].dtype)
         val = val or self.value
         a, b = n.args
         if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
@@ -461,6 +494,70 @@ class _Emitter(_Vectors):
             shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
                                    np.dtype(np.int64)), dtype=types.FLOAT)
         return anchor, shape
+
+    def _reshape(self, n: Node) -> Any:
+        from nvidia.dali import fn
+
+        x = self.value(n.args[0])
+        if all(isinstance(d, int) for d in n.shape):
+            return fn.reshape(x, shape=list(n.shape), layout="")
+        return fn.reshape(x, shape=self.vector(list(n.shape)), layout="")
+
+    def _broadcast(self, n: Node) -> Any:
+        """``x`` repeated to ``n``'s shape: ``x`` plus an array of ``n``'s shape that changes no
+        value (-0.0 for floats: ``v + -0.0`` is ``v`` for every ``v``, -0.0 and NaN included;
+        0 for integers; False or'ed for booleans). An elementwise operator whose other operand
+        has ``n``'s shape takes ``x`` as it is (:meth:`_lean`): DALI broadcasts it alike."""
+        from nvidia.dali import fn, types
+
+        x = self._lean(n)
+        dims = list(n.shape)
+        shape = dims if all(isinstance(d, int) for d in dims) else fn.cast(
+            self.vector(dims), dtype=types.INT32)
+        zero = np.array(-0.0 if n.dtype.kind == "f" else 0, n.dtype)
+        pad = fn.full(_constant_node(zero, n.dtype), shape=shape)  # a CPU operator
+        x, pad = _on_device(x, pad)
+        return (x | pad) if n.dtype.kind == "b" else x + pad
+
+    def _lean(self, n: Node) -> Any:
+        """The array broadcast node ``n`` repeats, with ``n``'s rank."""
+        from nvidia.dali import fn
+
+        x = n.args[0]
+        v = self.value(x)
+        extra = n.ndim - x.ndim
+        return fn.expand_dims(v, axes=list(range(extra))) if extra else v
+
+    def _canvas(self, n: Node) -> Any:
+        """A new array of a per-sample shape filled with a constant (per channel)."""
+        from nvidia.dali import fn, types
+
+        *dims, fill = n.args
+        shape = self.vector(dims)
+        if not all(_at_least_zero(d) for d in dims):
+            # A sample with a negative size raises in the check (emit), which fn.full, reading
+            # no pixel, does not wait for: it gets an empty array instead of failing first.
+            import nvidia.dali.math as dmath
+
+            shape = dmath.max(shape, _constant(0, np.dtype(np.int64)))
+        shape = fn.cast(shape, dtype=types.INT32)
+        out = fn.full(_constant_node(fill.value, n.dtype), shape=shape)  # a CPU operator
+        return out.gpu() if self.image.device == "gpu" else out
+
+    def _pad(self, n: Node) -> Any:
+        """``x`` read at per-sample rows and columns, the fill outside it: ``fn.slice`` that
+        pads (the values are float32, which the tracer checked hold the fill exactly)."""
+        from nvidia.dali import fn
+
+        x, y0, x0, height, width, fill = n.args
+        data = self.value(x)
+        values = [float(v) for v in np.asarray(fill.value).reshape(-1)]
+        if len(set(values)) == 1:
+            values = values[:1]
+        elif x.ndim == 3:  # a value per channel: fn.slice finds the channels by the layout
+            data = fn.reshape(data, layout="HWC")
+        return fn.slice(data, self.vector([y0, x0]), self.vector([height, width]), axes=[0, 1],
+                        out_of_bounds_policy="pad", fill_values=values)
 
     def _lut(self, n: Node) -> Any:
         """A constant table read at positions (:mod:`augment_ops.trace.lookup`): its values are

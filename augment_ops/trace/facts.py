@@ -299,7 +299,8 @@ def _at_most(a: Dim, b: Dim) -> bool:
     if isinstance(a, int) and a <= 0 and _nonneg(b):
         return True
     if not isinstance(a, Node):
-        return False
+        low = lower(b)
+        return isinstance(a, int) and low is not None and a <= low  # 1 <= h + 2
     if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
             and a.value.item() <= 0 and _nonneg(b):
         return True
@@ -333,7 +334,40 @@ def _at_most(a: Dim, b: Dim) -> bool:
         pair = _min_operands(bb)
         if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
             return True
-    return False
+    la, lb = linear_form(a), linear_form(b)
+    return la is not None and lb is not None and la[1] == lb[1] and la[0] <= lb[0]  # h + 1 <= h + 2
+
+
+def linear_form(d: Dim) -> tuple[int, frozenset] | None:
+    """Integer size ``d`` as ``c + sum(k * atom)`` (a constant, and each per-sample value it
+    adds or subtracts a constant number of times), where it is made by ``+``, ``-`` and ``*``
+    by a constant: ``(p + 1 + w) - (p + 1)`` is ``w``. None for anything else."""
+    terms: dict[int, list] = {}
+
+    def walk(x: Dim, k: int) -> int | None:
+        if isinstance(x, int):
+            return k * x
+        x = _same_value(x)
+        if x.op == "const" and x.ndim == 0 and x.dtype.kind in "iu":
+            return k * int(x.value)
+        if x.op == "bin" and x.attrs in (("add",), ("subtract",), ("multiply",)) and \
+                x.dtype.kind in "iu":
+            a, b = x.args
+            if x.attrs[0] == "multiply":
+                for m, other in ((a, b), (b, a)):
+                    if isinstance(other, Node) and other.op == "const" and other.ndim == 0:
+                        return walk(m, k * int(other.value))
+            else:
+                ca = walk(a, k)
+                cb = walk(b, k if x.attrs[0] == "add" else -k)
+                return None if ca is None or cb is None else ca + cb
+        terms.setdefault(id(x), [x, 0])[1] += k
+        return 0
+
+    c = walk(d, 1)
+    if c is None:
+        return None
+    return c, frozenset((i, k) for i, (_, k) in terms.items() if k)
 
 
 def _never(n: Node) -> bool:

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _concat, _np_stack, _where
-from augment_ops.trace.creation import _holds_sym, _python_int_checks, np_array
-from augment_ops.trace.facts import _at_most, _nonneg, _same, lower, upper
+from augment_ops.trace.creation import _holds_sym, _python_int_checks, canvas_fill, np_array
+from augment_ops.trace.facts import _at_most, _nonneg, _same, linear_form, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import (
     Sym,
@@ -43,6 +43,9 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
     whole = _assign_whole(n, key, value)
     if whole is not None:
         a._write(whole)
+        return
+    if n.op in ("canvas", "pad"):
+        a._write(_write_canvas(n, key, value))
         return
     full = _full_key(key, n.ndim)
     if n.ndim == 3 and isinstance(full[2], (list, tuple)) and _holds_sym(full[2]):
@@ -238,6 +241,8 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
             raise TraceError(f"a slice bound of type {type(b).__name__}")
         b = _dim(b)
         # Facts known at trace time (a size, h // 2, min(size, h)) spare the run-time clamps.
+        if isinstance(b, int) and b < 0 and _at_most(-b, n):
+            b = _dop("add", n, b)  # x[1:-1]: n - 1, which is >= 0
         if not _nonneg(b):
             neg = _dlt(b, 0)
             b = _dwhere(neg, _dop("add", b, n), b)
@@ -400,8 +405,87 @@ def _take_drawn(n: Node, key: tuple) -> Node:
     return _np_stack(picked, axis=-1).node
 
 
+def _write_canvas(n: Node, key: Any, value: Any) -> Node:
+    """``canvas[key] = value`` on a new array of a per-sample shape (:func:`canvas`) filled with
+    one value per channel: a constant written over all of it fills it anew; an array written
+    into a region of its rows and columns (``dst[p:p + h, p:p + w] = img``) makes it a padded
+    slice of that array (a ``pad`` node: the array, its offset, and the canvas' fill around
+    it). numpy raises ValueError where the region's size is not the array's, and so does the
+    traced op."""
+    full = _full_key(key, n.ndim)
+    if len(full) != n.ndim or not builtins.all(isinstance(k, slice) for k in full) or (
+            n.ndim == 3 and full[2] != slice(None)):
+        raise TraceError("a write into a new array of a per-sample shape other than "
+                         "dst[y0:y1, x0:x1] = array or dst[:] = constant")
+    bounds = [_normalize_slice(k, d) for k, d in zip(full[:2], n.shape[:2], strict=True)]
+    if builtins.any(rev for _, _, rev in bounds):
+        raise TraceError("a write into a reversed region (step -1) of a new array")
+    whole = builtins.all(k == slice(None) for k in full)
+    channels = n.shape[2] if n.ndim == 3 else None
+    if whole and not isinstance(value, Sym):
+        return _new("canvas", (*n.shape, const(canvas_fill(value, n.dtype, channels))), (),
+                    n.dtype, n.shape)
+    if n.op != "canvas" or not isinstance(value, Sym) or value.ndim != n.ndim or (
+            n.ndim == 3 and value.node.shape[2] != channels):
+        raise TraceError("a write into a new array of a per-sample shape other than one array "
+                         "of its rank (and channels) pasted into a region of it, or a constant "
+                         "over all of it")
+    v = value._checked()
+    for ax, (lo, hi, _) in enumerate(bounds):
+        size, have = _dop("subtract", hi, lo), v.shape[ax]
+        if linear_form(size) == linear_form(have):
+            continue
+        low = lower(have)
+        if low is None or low <= 1:
+            raise TraceError("an array that may be broadcast into a region of a new array (a "
+                             "size of 1, which numpy repeats; only an array of the region's "
+                             "size is lowered)")
+        raise_where(ufunc("not_equal", _dim_sym(size), _dim_sym(have)), ValueError,
+                    f"could not broadcast input array into the region (their sizes differ "
+                    f"on axis {ax})")
+    return padded_slice(cast_node(v, n.dtype), _dop("subtract", 0, bounds[0][0]),
+                        _dop("subtract", 0, bounds[1][0]), n.shape[0], n.shape[1],
+                        n.args[-1].value)
+
+
+def padded_slice(x: Node, y0: Dim, x0: Dim, height: Dim, width: Dim, fill: np.ndarray) -> Node:
+    """``x`` read at rows ``y0..y0+height-1`` and columns ``x0..x0+width-1`` (per-sample
+    bounds), ``fill`` (a value per channel, or one) where they fall outside ``x``. DALI pads
+    with float32 values: a fill that float32 does not hold exactly is refused."""
+    with np.errstate(all="ignore"):
+        back = np.asarray(fill, np.float32).astype(x.dtype)
+    if back.tobytes() != np.asarray(fill, x.dtype).tobytes():
+        raise TraceError(f"a padded array filled with {fill.tolist()}, which float32 does not "
+                         "hold exactly (DALI pads with float32 values)")
+    return _new("pad", (x, y0, x0, height, width, const(fill)), (), x.dtype,
+                (height, width, *x.shape[2:]))
+
+
+def _slice_canvas(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node | None:
+    """A slice of rows and columns of a canvas (a smaller canvas) or of a padded slice (one
+    whose offset moves by the slice's start); None for a slice of the channels."""
+    if builtins.any(axis > 1 for axis, _, _ in ranges):
+        return None
+    shape = list(n.shape)
+    starts: dict[int, Dim] = {}
+    for axis, lo, hi in ranges:
+        shape[axis] = _dop("subtract", hi, lo)
+        starts[axis] = lo
+    if n.op == "canvas":
+        return _new("canvas", (*shape, n.args[-1]), (), n.dtype, tuple(shape))
+    x, y0, x0, _, _, fill = n.args
+    return _new("pad", (x, _dop("add", y0, starts.get(0, 0)), _dop("add", x0, starts.get(1, 0)),
+                        shape[0], shape[1], fill), (), n.dtype, tuple(shape))
+
+
 def _slice(n: Node, ranges: list[tuple[int, Dim, Dim]]) -> Node:
     """``n`` restricted to ``lo:hi`` on each listed axis (normalized bounds); one node."""
+    if n.op in ("canvas", "pad") and ranges:
+        ranges = [(ax, lo, hi) for ax, lo, hi in ranges if not (
+            isinstance(lo, int) and lo == 0 and (hi is n.shape[ax] or hi == n.shape[ax]))]
+        got = _slice_canvas(n, ranges) if ranges else n
+        if got is not None:
+            return got
     args: list[Any] = [n]
     axes = []
     shape = list(n.shape)

@@ -178,12 +178,21 @@ def _np_take(a: Any, indices: Any, axis: Any = None, out: Any = None,
 class TableArray(np.ndarray):
     """A constant array the traced function made (``np.arange``, ``np.array``, ``np.linspace``
     and arithmetic on them): indexing it with a traced integer image, ``table[img]``, is a
-    lookup table; otherwise it is a numpy array."""
+    lookup table, and ``constant.dot(traced)`` is ``np.dot``; otherwise it is a numpy array."""
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, Sym) and key.ndim > 0:
             return lookup(self.view(np.ndarray), key)
         return super().__getitem__(key)
+
+    def dot(self, b: Any, out: Any = None) -> Any:
+        """``constant.dot(traced)`` as ``np.dot(constant, traced)`` (ndarray's own method
+        converts its argument to a concrete array instead of dispatching to it)."""
+        if isinstance(b, Sym):
+            if out is not None:
+                raise TraceError("ndarray.dot with out=")
+            return np.dot(self.view(np.ndarray), b)
+        return super().dot(b, out)
 
 
 def table_view(v: Any) -> Any:

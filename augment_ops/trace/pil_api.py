@@ -16,10 +16,11 @@ import numpy as np
 from augment_ops.trace.combine import _np_stack
 from augment_ops.trace.creation import CREATION
 from augment_ops.trace.facts import _at_most, _nonneg
+from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
-from augment_ops.trace.sym import Sym, _dim, cast_node, ufunc
+from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
 #: What a PIL method not lowered would need, where there is more to say.
 _WHY_NOT: dict[str, str] = {
@@ -105,13 +106,19 @@ class TracedImage:
                                  f"{type(v).__name__} (only integers are lowered)")
         h, w = (_dim(d) if isinstance(d, Sym) else d for d in self._arr.shape[:2])
         x0, y0, x1, y1 = (_dim(v) for v in (left, upper, right, lower))
-        if not (_nonneg(x0) and _nonneg(y0) and _at_most(x0, x1) and _at_most(y0, y1)
-                and _at_most(x1, w) and _at_most(y1, h)):
-            raise TraceError("PIL Image.crop with a box the tracer cannot prove inside the "
-                             "image (PIL fills the part outside with zeros and raises for "
-                             "right < left; numpy slicing would clip instead): clamp the box "
-                             "with min()/max() first, or slice the array")
-        return TracedImage(self._arr[upper:lower, left:right], self.mode)
+        if _nonneg(x0) and _nonneg(y0) and _at_most(x0, x1) and _at_most(y0, y1) \
+                and _at_most(x1, w) and _at_most(y1, h):
+            return TracedImage(self._arr[upper:lower, left:right], self.mode)
+        # A box that may reach outside the image: PIL fills the part outside with zeros (a
+        # padded slice) and raises for a box of negative size.
+        raise_where(ufunc("less", _dim_sym(x1), _dim_sym(x0)), ValueError,
+                    "Coordinate 'right' is less than 'left'")
+        raise_where(ufunc("less", _dim_sym(y1), _dim_sym(y0)), ValueError,
+                    "Coordinate 'lower' is less than 'upper'")
+        a = self._arr._checked()
+        fill = np.zeros(a.shape[2:], a.dtype)
+        return TracedImage(Sym(padded_slice(a, y0, x0, _dop("subtract", y1, y0),
+                                            _dop("subtract", x1, x0), fill)), self.mode)
 
     def point(self, lut: Any, mode: str | None = None) -> TracedImage:
         from PIL import Image

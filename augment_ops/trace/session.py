@@ -263,9 +263,26 @@ def _rebind(fn: Callable[..., Any]) -> Callable[..., Any]:
     if not isinstance(fn, types.FunctionType):
         raise TraceError(f"the op is a {type(fn).__name__}, not a Python function")
     f = types.FunctionType(fn.__code__, _patched_globals(fn), fn.__name__, fn.__defaults__,
-                           fn.__closure__)
+                           _rebound_closure(fn))
     f.__kwdefaults__ = fn.__kwdefaults__
     return f
+
+
+def _rebound_closure(fn: types.FunctionType) -> tuple | None:
+    """``fn``'s closure, the function a decorator wraps (``functools.wraps``' ``__wrapped__``,
+    held in a closure cell) rebound too: a decorated op's own code then sees the traced
+    function's ``np``, builtins and library helpers, as an undecorated one does."""
+    inner = getattr(fn, "__wrapped__", None)
+    if not fn.__closure__ or not isinstance(inner, types.FunctionType):
+        return fn.__closure__
+    cells = []
+    for cell in fn.__closure__:
+        try:
+            held = cell.cell_contents
+        except ValueError:  # an empty cell
+            held = None
+        cells.append(types.CellType(_rebind(inner)) if held is inner else cell)
+    return tuple(cells)
 
 
 def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: int,

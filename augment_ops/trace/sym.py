@@ -644,6 +644,11 @@ class Sym:
     def clip(self, min: Any = None, max: Any = None, out: Any = None, **kwargs: Any) -> Any:
         return HANDLERS["clip"](self, min, max, out, **kwargs)
 
+    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Sym:
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = tuple(shape[0])
+        return HANDLERS["reshape"](self, shape, order=order, copy=copy)
+
     def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
         return HANDLERS["Sym.reduce"]("sum", self, axis, dtype, keepdims)
 

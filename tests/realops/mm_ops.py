@@ -322,7 +322,7 @@ EXPECT: dict[str, str] = {
     "mmcv_adjust_contrast": r"refuses: np\.histogram of pixel values \(a histogram, or a lookup",
     "mmcv_auto_contrast": r"refuses: np\.histogram",
     "mmcv_imflip": "lowers",
-    "mmpre_lighting": r"refuses: ndarray\.reshape",
+    "mmpre_lighting": "lowers",
     "mmdet_photometric_distortion": r"refuses: .*cvtColor",
     "mmdet_cutout": r"refuses: a read of the default value of 'cutout_shape', a list",
 }
