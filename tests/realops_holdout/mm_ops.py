@@ -345,10 +345,11 @@ def mmpre_random_crop(img: np.ndarray, rng: np.random.Generator,
 EXPECT: dict[str, str] = {
     "mmcv_imnormalize": r"refuses: cv2\.subtract \(not lowered: only",
     "mmcv_impad": "lowers",
-    "mmcv_cutout": r"refuses: np\.ones of a per-sample shape \(write it",
+    "mmcv_cutout": r"refuses: assigning an array of per-sample shape into a region",
     "mmcv_imtranslate": r"refuses: cv2\.warpAffine \(OpenCV's fixed-point",
-    "mmpre_random_erasing": r"refuses: np\.empty of a per-sample shape \(write it",
-    "mmpre_random_crop": r"refuses: conversion to a concrete numpy array",
+    "mmpre_random_erasing": r"refuses: assigning an array of per-sample shape into a region",
+    "mmpre_random_crop": r"refuses: cmin\[0::2\] = <a per-sample value>: a per-sample value "
+                         r"written into a concrete numpy array",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
