@@ -322,6 +322,7 @@ class Rebinder:
         self._functions: dict[int, tuple[Any, Any]] = {}  # id(fn): (fn, copy)
         self._globals: dict[int, tuple[dict, dict]] = {}  # id(module dict): (dict, traced)
         self._modules: dict[int, tuple[Any, Any]] = {}  # id(module): (module, proxy)
+        self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The copy of the op's function ``fn`` that the tracer runs."""
@@ -331,6 +332,8 @@ class Rebinder:
 
     def value(self, v: Any) -> Any:
         """What traced code reads in place of ``v`` (a function, a module), else ``v``."""
+        if callable(v) and id(v) in self._libs and self._libs[id(v)][0] is v:
+            return wrap_library(*self._libs[id(v)])  # albucore.sz_lut: lowered as it is
         if _copied(v):
             return self._copy(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
@@ -367,9 +370,10 @@ class Rebinder:
         return f
 
     def _closure(self, fn: types.FunctionType) -> list[Any]:
-        """What ``fn``'s closure cells hold, the functions copied too (``functools.wraps``'
-        ``__wrapped__``, a factory's inner function): a decorated op's own code then sees the
-        traced names, as an undecorated one does. :data:`_EMPTY` for an empty cell."""
+        """What ``fn``'s closure cells hold, functions copied and modules proxied too
+        (``functools.wraps``' ``__wrapped__``, a factory's inner function): a decorated op's own
+        code then sees the traced names, as an undecorated one does. :data:`_EMPTY` for an
+        empty cell."""
         held = []
         for cell in fn.__closure__ or ():
             try:
@@ -377,7 +381,7 @@ class Rebinder:
             except ValueError:  # an empty cell
                 held.append(_EMPTY)
                 continue
-            held.append(self._copy(v) if _copied(v) else v)
+            held.append(self.value(v))
         return held
 
 

@@ -188,6 +188,10 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                     f"function, np.{method}(constant, value), or with the @ operator, the step "
                     "could lower)", False)
         package = _package(obj) or _qualified(name, frame).split(".")[0]
+        if package == "builtins" and isinstance(e, TypeError) and isinstance(obj, type):
+            return (f"{name}() of a traced array (Python's {name} reads the array's memory, "
+                    "which exists per sample only inside the DALI pipeline); the op runs on the "
+                    "numpy path", True)
         if package == "numpy":
             if not conversion or k:
                 return None
