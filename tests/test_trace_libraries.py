@@ -188,3 +188,18 @@ def test_a_numpy_function_refused_inside_a_library_names_the_librarys_line(lib):
 
     _refused(op, r"^np\.fft\.fft, inside \S+tracedlib\.py:\d+: return np\.fft\.fft\(img\)"
                  r"\.real at \S+test_trace_libraries\.py:\d+: return lib\.spectrum\(img\)")
+
+
+def test_math_sqrt_of_a_negative_per_sample_value_raises_as_math_does():
+    import math
+
+    def op(img):
+        return img[:int(math.sqrt(img.shape[0] - 4)) + 1]
+
+    traced = _trace(op)
+    assert [(g.error, g.message) for g in traced.guards] == [("ValueError", "math domain error")]
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(4, 6), (13, 2), (29, 5)])]
+    for img, got in zip(imgs, _emit_on(traced, imgs), strict=True):
+        np.testing.assert_array_equal(got, op(img))
+    with pytest.raises(ValueError, match="math domain error"):
+        op(pattern_image(0, 3, 3))  # numpy's path raises where the check does

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.checks import add_guard
 from augment_ops.trace.creation import CREATION
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
@@ -213,7 +214,10 @@ def _math_exact(name: str) -> Callable[[Any], Any]:
     correctly rounded result (``sqrt``) or integer (``floor``, ``ceil``, ``trunc``)."""
     def f(x: Any) -> Any:
         if name == "sqrt":
-            return _py_float(np.sqrt(_py_float(x)))
+            x = _py_float(x)
+            # math raises where numpy gives NaN: a check raises it for those samples
+            add_guard(ufunc("less", x, 0.0).node, ValueError, "math domain error")
+            return _py_float(np.sqrt(x))
         if name == "fabs":
             return _py_float(abs(_py_float(x)))
         if name in ("floor", "ceil", "trunc"):
@@ -295,7 +299,7 @@ class _ModuleProxy(types.ModuleType):
 
 
 class _TracedGlobals(dict):
-    """A module's globals as its traced copies see them: what :func:`_patched_globals` replaces,
+    """A module's globals as its traced copies see them: what :func:`_patched` replaces,
     replaced at once; functions and modules when the code first reads them (``LOAD_GLOBAL``
     reads a dict subclass through ``__getitem__``), so only what the op runs is copied."""
 
