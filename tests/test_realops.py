@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import linecache
+import os
 import re
 from collections import Counter
 
@@ -128,7 +129,9 @@ def test_trace_lowers_or_refuses_as_the_table_says(entry):
         m = re.match(r"^(.*?):(\d+)(?:: (.*))?$", e.location)
         assert m, f"the refusal names no source line: {e.location!r}"
         path, line, code = m.group(1), int(m.group(2)), m.group(3)
-        assert path == _source_file(op.fn), (path, e.location)
+        # the op's own file, or a helper of the corpus it calls (imgaug's apply_lut)
+        assert path == _source_file(op.fn) or os.path.dirname(os.path.dirname(path)) == \
+            os.path.dirname(os.path.abspath(__file__)), (path, e.location)
         assert code and code == linecache.getline(path, line).strip(), e.location
     else:
         assert want == "lowers", f"{entry.name} lowers, EXPECT says {want!r}: set it to 'lowers'"

@@ -412,3 +412,49 @@ def test_a_loop_over_an_unbounded_count_is_refused():
 def test_a_new_array_or_crop_raises_for_the_sample_numpy_raises_for(tmp_path, op, sizes, bad,
                                                                    message):
     _check_same_error(tmp_path, op, sizes, bad, OpError, message)
+
+# -- numpy's scalar types of arrays, axis moves, iteration over the channels ---------------------
+def u_scalar_type_of_an_array(img, rng):
+    gain = rng.uniform(0.5, 1.5, (1,))  # imgaug draws a sample of shape (1,)
+    return np.clip(img * np.float32(gain), 0, 255).astype(np.uint8)
+
+
+def u_scalar_types_of_scalars(img, rng):
+    g = rng.uniform(0.5, 1.5)
+    return np.clip(img * np.float32(g) + np.float64(g), 0, 255).astype(np.uint8)
+
+
+def test_a_numpy_scalar_type_of_a_per_sample_value_converts_as_numpy_does():
+    _check(u_scalar_type_of_an_array, random=True)
+    _check(u_scalar_types_of_scalars, random=True)
+
+
+def u_rollaxis(img, start: int = 0):
+    channels_first = np.rollaxis(img, 2, start)
+    return np.rollaxis(channels_first, 0, 3).copy() if start == 0 else channels_first
+
+
+def u_moveaxis(img):
+    return np.moveaxis(np.moveaxis(img, -1, 0)[::-1], 0, -1)
+
+
+def u_channels_iterated(img, rng):
+    shift = rng.integers(-40, 40)
+    x = np.rollaxis(img.astype(np.int16), 2, 0)
+    lo, hi = np.min(x), np.max(x)
+    return np.stack([np.clip(c + shift, lo, hi) for c in x], axis=2).astype(np.uint8)
+
+
+def test_rollaxis_and_moveaxis_are_transposes_and_the_channels_iterate():
+    _check(u_rollaxis)
+    _check(u_rollaxis, start=2)
+    _check(u_moveaxis)
+    _check(u_channels_iterated, random=True)
+
+
+def u_rows_iterated(img):
+    return np.stack([r for r in img], axis=0)
+
+
+def test_iteration_over_a_per_sample_length_is_refused():
+    _refused(u_rows_iterated, r"iteration over an array longer than 64 or of a per-sample length")

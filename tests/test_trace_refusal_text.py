@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from helpers import unregistered
 from PIL import Image
+from test_trace_arrays import _check
 
 import augment_ops
 from augment_ops.trace import TraceError, trace_op
@@ -76,21 +77,27 @@ def test_a_call_outside_what_the_tracer_lowers_is_named_at_the_users_line(op, co
     assert augment_ops.explain(op) == f"numpy: {text}"
 
 
-def test_numpy_code_inside_a_library_keeps_naming_the_librarys_line():
-    """albucore's decorator calls np.require on the image: the numpy function is named, with the
-    line inside the library where the op's call reached it."""
+def test_a_library_function_the_tracer_lowers_is_lowered_through_its_module():
+    """``albucore.sz_lut``, read as an attribute of its module, is the lookup table the tracer
+    lowers it to, as when the op imports it by name."""
     albucore = pytest.importorskip("albucore")
 
-    @unregistered()
     def x_albucore_lut(img):
         lut = np.arange(256, dtype=np.uint8)[::-1].copy()
         return albucore.sz_lut(img, lut, inplace=False)
 
-    with pytest.raises(TraceError, match=r"^np\.require \(a numpy function the tracer does not "
-                                         r"lower.*\), inside \S+albucore\S+: .*np\.require.* at "
-                                         r"\S+test_trace_refusal_text.py:\d+: return "
-                                         r"albucore\.sz_lut"):
-        trace_op(x_albucore_lut)
+    _check(x_albucore_lut)
+
+
+def test_a_builtin_reading_a_traced_arrays_memory_is_refused_by_name():
+    def x_memoryview(img):
+        memoryview(img)
+        return img
+
+    with pytest.raises(TraceError, match=r"^memoryview\(\) of a traced array \(Python's "
+                                         r"memoryview reads the array's memory.* at \S+"
+                                         r"test_trace_refusal_text.py:\d+: memoryview\(img\)"):
+        _trace_u8(x_memoryview)
 
 
 def test_a_library_raising_on_bad_arguments_keeps_its_error():
@@ -162,3 +169,76 @@ def test_a_mutable_default_is_named_at_its_parameters_line():
     with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, .* at "
                                          r"\S+test_trace_refusal_text.py:\d+: sizes=\[2, 4\],"):
         trace_op(op)
+
+
+# -- a per-sample value stored into a concrete array, draws among objects, many branches -------
+def _trace_u8(fn, random: bool = False):
+    from augment_ops.trace import trace_function
+
+    return trace_function(fn, params={}, random=random, num_outputs=1, dtype=np.uint8, ndim=3)
+
+
+def s_matrix_element(img):
+    C = np.eye(3)
+    C[0, 2] = -img.shape[1] / 2  # x translation
+    return img[:, :int(C[0, 2]) + img.shape[1]]
+
+
+def s_slice_of_a_vector(img):
+    cmin = np.zeros(4)
+    cmin[0::2] = img.shape[1] - 1
+    return img[:, :int(cmin[0])]
+
+
+@pytest.mark.parametrize(("fn", "target", "name"), [
+    (s_matrix_element, r"C\[0, 2\]", "C"),
+    (s_slice_of_a_vector, r"cmin\[0::2\]", "cmin"),
+], ids=["element", "slice"])
+def test_a_per_sample_value_stored_into_a_concrete_array_is_refused_with_the_rewrite(fn, target,
+                                                                                    name):
+    with pytest.raises(TraceError) as e:
+        _trace_u8(fn)
+    assert re.match(rf"{target} = <a per-sample value>: a per-sample value written into a "
+                    rf"concrete numpy array \('{name}' is a numpy array .*build the array from "
+                    rf"its elements instead, {name} = np\.array\(\[\.\.\.\]\)", str(e.value)), \
+        str(e.value)
+    assert re.search(rf"test_trace_refusal_text\.py:\d+: {target} = ", e.value.location)
+
+
+def s_permuted_functions(img, rng):
+    def flip(x):
+        return x[::-1]
+
+    def mirror(x):
+        return x[:, ::-1]
+
+    for f in rng.permutation([flip, mirror])[:1]:
+        img = f(img)
+    return img
+
+
+def test_a_draw_among_functions_is_refused_by_name_with_a_stable_message():
+    texts = set()
+    for _ in range(2):  # a new pair of functions each call: the message must not change
+        with pytest.raises(TraceError, match=r"^rng\.permutation of a list of function values "
+                                             r"\(a per-sample choice among Python objects"):
+            _trace_u8(s_permuted_functions, random=True)
+        try:
+            _trace_u8(s_permuted_functions, random=True)
+        except TraceError as e:
+            texts.add(str(e))
+    assert len(texts) == 1 and "0x" not in texts.pop()
+
+
+def s_retries(img, rng):
+    for _ in range(40):
+        h = rng.integers(1, 10)
+        if h < img.shape[0]:
+            return img[:h]
+    return img
+
+
+def test_too_many_branch_outcomes_names_the_line_that_branches():
+    with pytest.raises(TraceError, match=r"more than \d+ branch outcomes .* at \S+"
+                                         r"test_trace_refusal_text\.py:\d+: if h < img\.shape"):
+        _trace_u8(s_retries, random=True)

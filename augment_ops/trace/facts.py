@@ -155,8 +155,10 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     return lo, up
 
 
-#: An upper bound of an image side: one of 2**40 pixels would take terabytes.
-_MAX_SIDE = 2**40
+#: An upper bound of an image side: an image of 2**30 pixels a side would take exabytes (one
+#: pixel high, gigabytes), and below it an image's int64 element count ``h * w * c`` (c <= 4)
+#: has bounds that do not wrap around, so ``img.size == 0`` is known false.
+_MAX_SIDE = 2**30
 
 
 @_fact
@@ -376,6 +378,9 @@ def linear_form(d: Dim) -> tuple[int, frozenset] | None:
 
 def _never(n: Node) -> bool:
     """Whether comparison ``n`` is false for every sample, by the bounds the tracer knows."""
+    if n.op == "bin" and n.attrs[0] == "equal":  # x == y never where their ranges are apart
+        x, y = n.args
+        return _apart(x, y) or _apart(y, x)
     if n.op != "bin" or n.attrs[0] not in ("less", "less_equal", "greater", "greater_equal"):
         return False
     x, y = n.args
@@ -385,3 +390,9 @@ def _never(n: Node) -> bool:
     if lo is None or up is None:
         return False
     return lo >= up if n.attrs[0] in ("less", "greater") else lo > up
+
+
+def _apart(x: Dim, y: Dim) -> bool:
+    """Whether ``x > y`` for every sample, by the bounds the tracer knows."""
+    lo, up = lower(x), upper(y)
+    return lo is not None and up is not None and lo > up

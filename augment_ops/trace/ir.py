@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 import threading
 import types
@@ -27,6 +28,9 @@ _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 
 
 # -- errors ------------------------------------------------------------------------------------
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 class TraceError(ValueError):
     """The op's function does something the tracer cannot lower to DALI operators.
 
@@ -39,6 +43,9 @@ class TraceError(ValueError):
             location, inner = _user_location()
             if inner and inner != location:
                 construct = f"{construct}, inside {inner}"
+        # a repr's memory address ("<function f at 0x7f...>") would make the message differ
+        # from one run to the next
+        construct = _ADDRESS.sub("", construct)
         self.construct = construct
         self.location = location
         super().__init__(f"{construct} at {self.location}" if self.location else construct)
@@ -209,11 +216,19 @@ class _Session:
         self.conds: list[Node] = []
         self.decisions: list[bool] = []
         self.guards: list[Guard] = []
+        self.decided_in: types.FrameType | None = None  # the frame of the last decision
+        self.decided_line = 0  # and its line then
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
+        self.decided_in = None
 
     def decide(self, cond: Node) -> bool:
+        frame = sys._getframe(1)
+        while frame is not None and _is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        self.decided_in = frame
+        self.decided_line = frame.f_lineno if frame is not None else 0
         i = len(self.decisions)
         choice = self.prefix[i] if i < len(self.prefix) else True
         self.conds.append(cond)

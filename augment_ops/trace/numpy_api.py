@@ -341,6 +341,19 @@ def _np_round(a: Any, decimals: int = 0, out: Any = None) -> Any:
     return ufunc("rint", a)
 
 
+def _axes_moved(name: str) -> Callable[..., Any]:
+    """``np.rollaxis`` / ``np.moveaxis`` of a traced array: a transpose, whose order numpy
+    itself computes (with its own checks of the axes) on a stand-in of the array's rank whose
+    sides, 2, 3, 4..., name the axes (a broadcast view: no memory)."""
+    def f(a: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(a, Sym):
+            raise TraceError(f"np.{name} of a constant")
+        probe = np.broadcast_to(np.empty(()), tuple(range(2, 2 + a.ndim)))
+        moved = getattr(np, name)(probe, *args, **kwargs).shape
+        return a.transpose([d - 2 for d in moved])
+    return f
+
+
 def _refuse(construct: str) -> Any:
     raise TraceError(construct)
 
@@ -367,6 +380,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "flipud": lambda m: _np_flip(m, 0),
     "transpose": lambda a, axes=None: a.transpose(axes) if axes is not None else a.transpose(),
     "swapaxes": lambda a, b, c: a.swapaxes(b, c),
+    "rollaxis": _axes_moved("rollaxis"),
+    "moveaxis": _axes_moved("moveaxis"),
     "expand_dims": _np_expand_dims,
     "copy": lambda a, **kw: a.copy(),
     "ascontiguousarray": lambda a, dtype=None: a.astype(dtype) if dtype is not None else a,

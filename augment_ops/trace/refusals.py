@@ -151,6 +151,8 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
     from augment_ops.trace.ir import TraceError
     from augment_ops.trace.sym import Sym
 
+    if getattr(e, "needs_number", None):
+        return _needs_number(e, e.needs_number)  # type: ignore[attr-defined]
     conversion = isinstance(e, TraceError) and e.construct.startswith(
         "conversion to a concrete numpy array")
     if isinstance(e, TraceError) and not conversion:
@@ -161,8 +163,13 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
         if not _is_internal(tb.tb_frame.f_code.co_filename):
             frames.append((tb.tb_frame, tb.tb_lasti))
         tb = tb.tb_next
-    if not frames or (not conversion and _raised_here(*frames[-1])):
+    if not frames:
         return None
+    stored = _stored_into_constant(e, *frames[-1])
+    if stored is not None:
+        return stored, False
+    if not conversion and _raised_here(*frames[-1]):
+        return _type_checked(e, frames[-1][0])
     if conversion and _instruction(*frames[-1]) == "BINARY_SUBSCR":
         return ("indexing a constant array with a traced array (a lookup table lut[img], or "
                 "fancy indexing; only slices and integer indices are lowered)", False)
@@ -181,6 +188,10 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                     f"function, np.{method}(constant, value), or with the @ operator, the step "
                     "could lower)", False)
         package = _package(obj) or _qualified(name, frame).split(".")[0]
+        if package == "builtins" and isinstance(e, TypeError) and isinstance(obj, type):
+            return (f"{name}() of a traced array (Python's {name} reads the array's memory, "
+                    "which exists per sample only inside the DALI pipeline); the op runs on the "
+                    "numpy path", True)
         if package == "numpy":
             if not conversion or k:
                 return None
@@ -196,3 +207,117 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
                 "step could lower)", False)
     return None
 
+
+
+def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) -> str | None:
+    """The refusal of ``a[i] = <per-sample value>`` into a concrete numpy array ``a`` (numpy
+    converts the value to a number, which fails on a traced one), or ``None``."""
+    from augment_ops.trace.ir import TraceError
+    from augment_ops.trace.sym import Sym
+
+    cause: BaseException | None = e
+    while cause is not None and not isinstance(cause, TraceError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None or _instruction(frame, lasti) != "STORE_SUBSCR":
+        return None
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame is not frame:
+        tb = tb.tb_next
+    while tb is not None:  # a traced array's own __setitem__ explains itself
+        if tb.tb_frame.f_code.co_name == "__setitem__":
+            return None
+        tb = tb.tb_next
+    text = _segment(frame, lasti)
+    m = _DOTTED.match(text or "")
+    if m is None:
+        return None
+    name = re.sub(r"\s+", "", m.group(0))
+    head, *rest = name.split(".")
+    scope = {**frame.f_builtins, **frame.f_globals, **frame.f_locals}
+    target = scope.get(head)
+    for part in rest:
+        target = getattr(target, part, None)
+    if type(target) is Sym or not isinstance(target, np.ndarray):
+        return None
+    return (f"{text} = <a per-sample value>: a per-sample value written into a concrete numpy "
+            f"array ('{name}' is a numpy array of numbers fixed at loader build, and a DALI "
+            "graph cannot store a value that differs per sample in it); build the array from "
+            f"its elements instead, {name} = np.array([...]) with the per-sample values "
+            "in place, for the step to lower")
+
+
+def _segment(frame: types.FrameType, lasti: int) -> str | None:
+    """The source text of the instruction running at ``lasti`` (the target ``a[i]`` of a
+    ``STORE_SUBSCR``)."""
+    import linecache
+
+    ins = None
+    for i in dis.get_instructions(frame.f_code):
+        if i.offset > lasti:
+            break
+        ins = i
+    pos = ins.positions if ins is not None else None
+    if pos is None or None in (pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset):
+        return None
+    lines = [linecache.getline(frame.f_code.co_filename, k)
+             for k in range(pos.lineno, pos.end_lineno + 1)]
+    lines[-1] = lines[-1][:pos.end_col_offset]
+    lines[0] = lines[0][pos.col_offset:]
+    return "".join(lines).strip()
+
+
+def _type_checked(e: BaseException, frame: types.FrameType) -> tuple[str, bool] | None:
+    """The refusal of a library function that raised on its own (``raise TypeError(...)``) when
+    given a traced value: its check of what it was given (``isinstance(x, Image.Image)``) fails
+    on a traced image or array, which only stands in for one. ``None`` where none of its
+    arguments is traced, or outside installed libraries."""
+    from augment_ops.state import library_file
+    from augment_ops.trace.pil_api import TracedImage
+    from augment_ops.trace.sym import Sym
+
+    code = frame.f_code
+    if not library_file(code.co_filename) or _package_of(frame) in _NOT_LIBRARIES:
+        return None
+    count = code.co_argcount + code.co_kwonlyargcount
+    given = [frame.f_locals.get(n) for n in code.co_varnames[:count]]
+    given += [v for g in given if isinstance(g, (list, tuple)) for v in g]
+    if any(isinstance(v, TracedImage) for v in given):
+        kind = "image"
+    elif any(type(v) is Sym for v in given):
+        kind = "array"
+    else:
+        return None
+    module = frame.f_globals.get("__name__", "")
+    name = code.co_qualname.removesuffix(".__init__")
+    return (f"{module}.{name} given a traced {kind} ({type(e).__name__}: {e}: the library checks "
+            f"what it is given, and a traced {kind} only stands in for one while tracing; its "
+            "code cannot run on the per-sample values of a DALI pipeline); the op runs on the "
+            "numpy path (written with numpy functions on the image array, the step could "
+            "lower)", True)
+
+
+def _package_of(frame: types.FrameType) -> str:
+    return str(frame.f_globals.get("__name__", "")).split(".")[0]
+
+
+def _needs_number(e: BaseException, kind: str) -> tuple[str, bool]:
+    """The refusal of ``int()``/``float()`` of a per-sample value (``kind``) that Python's own
+    built-in or a C function made: named after the call at the innermost frame outside the
+    tracer."""
+    frame, lasti = None, -1
+    tb = e.__traceback__
+    while tb is not None:
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            frame, lasti = tb.tb_frame, tb.tb_lasti
+        tb = tb.tb_next
+    called = _callee(frame, lasti, True) if frame is not None else None
+    name = called[0] if called is not None else kind
+    if frame is None or name in ("int", "float", "round"):
+        where = f" in {frame.f_code.co_qualname}()" if frame is not None else ""
+        return (f"{name}() of a per-sample value{where}, code the tracer runs as it is (a method "
+                "of a class, or the standard library's: only functions, the op's own and those "
+                "it calls, see an int() that keeps a value per sample); written as a function "
+                "of the module, the step could lower", True)
+    return (f"{name}() given a per-sample value: a C function, which needs a concrete number "
+            f"where a DALI graph has a value per sample ({kind}() of it); written with numpy "
+            "functions, the step could lower", True)

@@ -240,6 +240,7 @@ class DrawRng:
         values = np.arange(a) if isinstance(a, (int, np.integer)) else np.asarray(a)
         if values.ndim != 1:
             raise TraceError("rng.choice over something other than a constant 1-D sequence")
+        _numbers(values, "rng.choice")
         if shape is not None:
             count = math.prod(shape)
             if replace:
@@ -294,6 +295,7 @@ class DrawRng:
         values = np.arange(x) if isinstance(x, (int, np.integer)) else np.array(x)
         if values.ndim != 1:
             raise TraceError("rng.permutation of a constant array of more than one axis")
+        _numbers(values, "rng.permutation")
         return self._array(self._shuffled(list(values), len(values)), values.shape,
                            values.dtype)
 
@@ -307,3 +309,15 @@ class DrawRng:
     def __getattr__(self, name: str) -> Any:
         raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, choice, "
                          "permutation, shuffle)")
+
+
+def _numbers(values: np.ndarray, call: str) -> None:
+    """Refuse a draw among Python objects (functions, strings): a DALI graph computes numbers,
+    and a per-sample choice of which code runs would change the graph itself."""
+    if values.dtype.kind not in "biuf":
+        kinds = sorted({type(v).__name__ for v in values.tolist()})
+        raise TraceError(
+            f"{call} of a list of {' and '.join(kinds)} values (a per-sample choice among "
+            "Python objects: which object each sample gets would decide the code that runs, "
+            "while a DALI graph computes numbers only; draw an index, k = rng.integers(n), and "
+            "branch on it, if k == 0: ..., for the choice to lower)")

@@ -1,12 +1,11 @@
-"""Running an op's function on the proxies: patched builtins and modules (``int()``, ``min()``,
-``np``, ``os``), one run per branch outcome, the merge of the runs' outputs per sample, and the
-time limit of a trace."""
+"""Running an op's function on the proxies, as a copy that sees the traced names
+(:mod:`augment_ops.trace.rebind`): one run per branch outcome, the merge of the runs' outputs
+per sample, and the time limit of a trace."""
 
 from __future__ import annotations
 
 import builtins
 import dis
-import numbers
 import os
 import re
 import signal
@@ -21,32 +20,26 @@ import numpy as np
 import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
 from augment_ops.state import library_file
 from augment_ops.trace.checks import guard_path
-from augment_ops.trace.creation import CREATION
-from augment_ops.trace.cv2_api import cv2_installed, library_handlers, wrap_library
-from augment_ops.trace.facts import MAX_FACT_STEPS, lower, upper
+from augment_ops.trace.cv2_api import cv2_installed
+from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import (
     _REGISTRY_FILE,
     _TRACING,
     Node,
     Traced,
     TraceError,
+    _describe,
     _is_internal,
     _new,
     _Session,
     _user_location,
 )
-from augment_ops.trace.lookup import NUMPY_CALLS, table_view
+from augment_ops.trace.rebind import Rebinder
 from augment_ops.trace.refusals import outside_numpy
 from augment_ops.trace.rng import DrawRng
 from augment_ops.trace.sym import (
     Sym,
     _dwhere,
-    _py_float,
-    _py_int,
-    cast_node,
-    is_instance,
-    ufunc,
-    value_class,
 )
 
 #: The most branch outcomes (paths through the function) a traced op may have.
@@ -56,292 +49,6 @@ MAX_PATHS = 16
 #: Channel count of the symbolic image (decoded images are RGB).
 CHANNELS = 3
 
-
-class _IntMeta(type):
-    def __instancecheck__(cls, x: Any) -> bool:
-        return is_instance(x, builtins.int)
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        return _py_int(*args, **kwargs) if len(args) == 1 and not kwargs else builtins.int(
-            *args, **kwargs)
-
-
-class _FloatMeta(type):
-    def __instancecheck__(cls, x: Any) -> bool:
-        return is_instance(x, builtins.float)
-
-    def __call__(cls, *args: Any) -> Any:
-        return _py_float(*args) if args else 0.0
-
-
-class _TypeMeta(type):
-    def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, builtins.type)
-
-    def __subclasscheck__(cls, c: Any) -> bool:
-        return issubclass(c, builtins.type)
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if len(args) != 1 or kwargs:
-            return builtins.type(*args, **kwargs)
-        x = args[0]
-        t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
-        # the traced function's own int, float and np.<scalar type>: type(5) is int and
-        # type(draw) is np.int64 hold there too
-        if isinstance(t, builtins.type) and issubclass(t, np.generic) and \
-                t.__module__ == "numpy" and _concrete_kind(t) in tuple("biuf"):
-            return _scalar_type(t)
-        return {builtins.int: _Int, builtins.float: _Float}.get(t, t)
-
-
-class _Type(metaclass=_TypeMeta):
-    """``type`` inside a traced function: ``type(traced value)`` is the class of the value numpy
-    computes (``np.ndarray``, ``float`` ...), as ``isinstance`` sees it."""
-
-
-class _Int(metaclass=_IntMeta):
-    """``int`` inside a traced function: ``int(per-sample value)`` stays symbolic."""
-
-    dtype = np.dtype(np.int64)  # as a dtype (astype(int)), numpy's int: int64
-
-
-class _Float(metaclass=_FloatMeta):
-    """``float`` inside a traced function."""
-
-    dtype = np.dtype(np.float64)  # as a dtype (astype(float)), numpy's float: float64
-
-
-_Int.__name__ = _Int.__qualname__ = "int"
-_Float.__name__ = _Float.__qualname__ = "float"
-numbers.Integral.register(_Int)
-numbers.Real.register(_Float)
-
-
-def _py_minmax(name: str) -> Callable[..., Any]:
-    real = getattr(builtins, name)
-
-    def f(*args: Any, **kwargs: Any) -> Any:
-        items = list(args[0]) if len(args) == 1 else list(args)
-        if kwargs or not builtins.any(isinstance(v, Sym) for v in items):
-            return real(*args, **kwargs)
-        out = items[0]
-        for v in items[1:]:
-            out = ufunc("minimum" if name == "min" else "maximum", out, v)
-        return out
-    return f
-
-
-#: The most iterations a loop over ``range`` of a per-sample count is unrolled to.
-MAX_UNROLL = 16
-
-
-class _RangeMeta(type):
-    def __instancecheck__(cls, x: Any) -> bool:
-        return isinstance(x, (builtins.range, _Unrolled))
-
-    def __call__(cls, *args: Any) -> Any:
-        if not builtins.any(isinstance(a, Sym) for a in args):
-            return builtins.range(*args)
-        return _unrolled(*args)
-
-
-class _Range(metaclass=_RangeMeta):
-    """``range`` inside a traced function: of a per-sample count (``range(rng.integers(1,
-    4))``), a loop unrolled to the count's known bound, each further iteration a branch on the
-    count (numpy runs the body that many times for the sample)."""
-
-
-_Range.__name__ = _Range.__qualname__ = "range"
-
-
-class _Unrolled:
-    """A ``range`` of a per-sample count, as a loop iterates it (:func:`_unrolled`)."""
-
-    def __init__(self, iterations: Callable[[], Iterator[Any]]) -> None:
-        self._iterations = iterations
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._iterations()
-
-
-def _unrolled(*args: Any) -> _Unrolled:
-    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
-    if isinstance(step, Sym) or step != 1:
-        raise TraceError("range() of per-sample bounds with a step other than 1")
-    for v in (start, stop):
-        if isinstance(v, Sym) and (v.ndim or v.dtype.kind not in "iu"):
-            raise TypeError(f"'{v.dtype}' object cannot be interpreted as an integer")
-    count = ufunc("subtract", stop, start)
-    lo, up = lower(count.node), upper(count.node)
-    if up is None or up > MAX_UNROLL:
-        raise TraceError(f"range() of a per-sample count the tracer cannot bound by "
-                         f"{MAX_UNROLL} (the loop is unrolled once per iteration it may take; "
-                         f"draw the count from a small range, or loop a constant number of "
-                         f"times and skip iterations with an if)")
-    sure = builtins.max(0, int(lo)) if lo is not None else 0
-
-    def iterations() -> Iterator[Any]:
-        i = start
-        for k in builtins.range(int(up)):
-            if k >= sure and not (i < stop):  # a branch: the samples whose count is k stop here
-                return
-            yield i
-            i = i + 1
-    return _Unrolled(iterations)
-
-
-def _py_len(x: Any) -> Any:
-    if isinstance(x, Sym) and x.ndim and isinstance(x.node.shape[0], Node):
-        return Sym(x.node.shape[0])
-    return builtins.len(x)
-
-
-class _Forbidden(types.ModuleType):
-    """A module stand-in whose attributes (global random generators) cannot be traced."""
-
-    def __init__(self, what: str, why: str = "global random state; draw from the op's rng"
-                 ) -> None:
-        super().__init__(what)
-        self._what, self._why = what, why
-
-    def __getattr__(self, name: str) -> Any:
-        raise TraceError(f"{self._what}.{name} ({self._why})")
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TraceError(f"{self._what}() ({self._why})")
-
-
-class _ScalarTypeMeta(type):
-    """numpy scalar types (``np.uint8(x)``) that convert per-sample values symbolically and
-    otherwise behave as the real type (as a dtype, in ``isinstance``)."""
-
-    def __instancecheck__(cls, x: Any) -> bool:
-        return is_instance(x, cls.real)
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
-            if args[0].ndim != 0:
-                raise TraceError(f"np.{cls.real.__name__}() of an array")
-            return Sym(cast_node(args[0].node, cls.real))
-        return cls.real(*args, **kwargs)
-
-
-_SCALAR_TYPES: dict[type, type] = {}
-
-
-def _scalar_type(real: type) -> type:
-    if real not in _SCALAR_TYPES:
-        _SCALAR_TYPES[real] = _ScalarTypeMeta(real.__name__, (), {"real": real,
-                                                                 "dtype": np.dtype(real)})
-    return _SCALAR_TYPES[real]
-
-
-class _NumpyProxy(types.ModuleType):
-    """``numpy`` as the traced function sees it: all of numpy except the global ``np.random``,
-    with scalar types that accept per-sample values."""
-
-    def __init__(self) -> None:
-        super().__init__("numpy")
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "random":
-            return _Forbidden("np.random")
-        # lookup tables and PIL images first (augment_ops.trace.lookup, .pil_api): their
-        # np.array / np.asarray hand everything else to numpy_api's
-        if name in NUMPY_CALLS:
-            return NUMPY_CALLS[name]
-        if name in CREATION:
-            return CREATION[name]
-        v = getattr(np, name)
-        if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
-                _concrete_kind(v) in tuple("biuf"):
-            return _scalar_type(v)
-        return v
-
-
-def _concrete_kind(t: type) -> str:
-    """The dtype kind of numpy scalar type ``t``; "" for an abstract one (``np.floating``,
-    ``np.integer``: classes for ``isinstance``, not dtypes)."""
-    try:
-        return np.dtype(t).kind
-    except TypeError:
-        return ""
-
-
-#: Functions of ``os`` that end or replace the process, refused where the op names them.
-_ENDS_PROCESS = ("_exit", "abort", "kill", "killpg", "fork", "forkpty", "system", "execv",
-                 "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe")
-
-
-class _OsProxy(types.ModuleType):
-    """``os`` as the traced function sees it: all of ``os`` except what ends the process."""
-
-    def __init__(self) -> None:
-        super().__init__("os")
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _ENDS_PROCESS:
-            raise TraceError(f"os.{name} (it would end or replace the process at loader build)")
-        return getattr(os, name)
-
-
-def _patched_globals(fn: Callable[..., Any]) -> dict[str, Any]:
-    import random as py_random
-
-    ends = {id(getattr(os, n)): n for n in _ENDS_PROCESS if hasattr(os, n)}
-    libs = library_handlers()
-    g = dict(fn.__globals__)
-    for k, v in list(g.items()):
-        if v is np:
-            g[k] = _NumpyProxy()
-        elif callable(v) and id(v) in libs and libs[id(v)][0] is v:
-            g[k] = wrap_library(*libs[id(v)])
-        elif table_view(v) is not None:  # a read-only constant table: LUT[img] traces
-            g[k] = table_view(v)
-        elif v is os:
-            g[k] = _OsProxy()
-        elif id(v) in ends and v is getattr(os, ends[id(v)]):
-            g[k] = _Forbidden(f"os.{ends[id(v)]}", "it would end or replace the process at "
-                              "loader build")
-        elif v is np.random or v is py_random:
-            g[k] = _Forbidden(k)
-        elif callable(v) and not isinstance(v, type) and (
-                (getattr(v, "__module__", None) or "").startswith("numpy.random")
-                or getattr(v, "__module__", None) == "random"
-                or isinstance(getattr(v, "__self__", None),
-                              (py_random.Random, np.random.RandomState))):
-            g[k] = _Forbidden(f"{k}")
-    b = dict(vars(builtins))
-    b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
-             len=_py_len, type=_Type, range=_Range)
-    g["__builtins__"] = b
-    return g
-
-
-def _rebind(fn: Callable[..., Any]) -> Callable[..., Any]:
-    if not isinstance(fn, types.FunctionType):
-        raise TraceError(f"the op is a {type(fn).__name__}, not a Python function")
-    f = types.FunctionType(fn.__code__, _patched_globals(fn), fn.__name__, fn.__defaults__,
-                           _rebound_closure(fn))
-    f.__kwdefaults__ = fn.__kwdefaults__
-    return f
-
-
-def _rebound_closure(fn: types.FunctionType) -> tuple | None:
-    """``fn``'s closure, the function a decorator wraps (``functools.wraps``' ``__wrapped__``,
-    held in a closure cell) rebound too: a decorated op's own code then sees the traced
-    function's ``np``, builtins and library helpers, as an undecorated one does."""
-    inner = getattr(fn, "__wrapped__", None)
-    if not fn.__closure__ or not isinstance(inner, types.FunctionType):
-        return fn.__closure__
-    cells = []
-    for cell in fn.__closure__:
-        try:
-            held = cell.cell_contents
-        except ValueError:  # an empty cell
-            held = None
-        cells.append(types.CellType(_rebind(inner)) if held is inner else cell)
-    return tuple(cells)
 
 
 def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: int,
@@ -418,7 +125,7 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
     """Trace ``fn(img, [rng=], **params)``; raise :class:`TraceError` where it cannot be lowered
     (also past ``max_paths`` branch outcomes or ``max_fact_steps`` facts)."""
     session = _Session(max_fact_steps)
-    f = _rebind(fn)
+    f = Rebinder().op(fn)
     session.user_code = fn.__code__
     inner_fn = fn
     while isinstance(getattr(inner_fn, "__wrapped__", None), types.FunctionType):
@@ -451,11 +158,12 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 raise _call_refused(e, *called) from e
             except Exception as e:
                 location, inner = _user_location(e.__traceback__)
-                called = outside_numpy(e)
+                message = _shown(e)
+                raised = _raised_by_code(e, session)
+                called = None if raised else outside_numpy(e)
                 if called is not None:
                     raise _call_refused(e, *called) from e
-                message = _shown(e)
-                if _raised_by_code(e) and guard_path(type(e), message, location):
+                if raised and guard_path(type(e), message, location):
                     # numpy raises this for the samples taking this branch alone: a run-time
                     # check raises it for them, and the other branches are traced on
                     pending.extend((*session.decisions[:i], not session.decisions[i])
@@ -484,7 +192,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             done.append((list(session.conds), list(session.decisions), outs))
             if len(done) + len(pending) > max_paths:
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
-                                 "values)", "")
+                                 "values; the last one taken at the line named)",
+                                 _decision_line(session))
         if not done:
             raise TraceError("the op raises on every image: "
                              f"{session.guards[0].error}: {session.guards[0].message}",
@@ -494,6 +203,15 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+def _decision_line(session: _Session) -> str:
+    """``file:line: code`` where the last per-sample decision was made, when in the user's code
+    (a loop that branches on per-sample values again and again), else ``""``."""
+    frame = session.decided_in
+    if frame is None or library_file(frame.f_code.co_filename):
+        return ""
+    return _describe(frame.f_code.co_filename, session.decided_line)
 
 
 def _call_refused(e: BaseException, construct: str, inside: bool) -> TraceError:
@@ -513,11 +231,13 @@ def _shown(e: BaseException) -> str:
     return _TRACED_REPR.sub("<a per-sample value>", str(e))
 
 
-def _raised_by_code(e: BaseException) -> bool:
-    """Whether ``e`` comes from a ``raise`` or ``assert`` statement of the user's own code (not
-    the tracer, numpy or an installed library, whose checks the tracer cannot follow as
-    closely, e.g. on ``type(x)``; and not raised while handling another exception, which may be a
-    tracer's refusal): numpy would meet it on the same values."""
+def _raised_by_code(e: BaseException, session: _Session) -> bool:
+    """Whether ``e`` comes from a ``raise`` or ``assert`` statement that numpy would meet on the
+    same values: one of the user's own code, or one of an installed library's right after a
+    per-sample decision made in the same function (``if x_min >= x_max: raise``). Not the
+    tracer's or numpy's; not a library's raise that no per-sample value led to there (a check of
+    ``type(x)`` or ``isinstance(x, Image.Image)`` that a traced value fails where an array would
+    pass); not one raised while handling another exception, which may be a tracer's refusal."""
     if e.__context__ is not None or e.__cause__ is not None:
         return False
     tb = e.__traceback__
@@ -526,8 +246,9 @@ def _raised_by_code(e: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     code = tb.tb_frame.f_code
-    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE \
-            or library_file(code.co_filename):
+    if _is_internal(code.co_filename) or os.path.abspath(code.co_filename) == _REGISTRY_FILE:
+        return False
+    if library_file(code.co_filename) and tb.tb_frame is not session.decided_in:
         return False
     lasti = tb.tb_lasti
     return 0 <= lasti < len(code.co_code) and code.co_code[lasti] == dis.opmap["RAISE_VARARGS"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.checks import add_guard
+from augment_ops.trace.checks import _holds, _ruled_out, add_guard
 from augment_ops.trace.facts import _nonneg, _same, upper
 from augment_ops.trace.ir import (
     _TRACING,
@@ -442,7 +442,13 @@ class Sym:
             raise TraceError("truth value of an array (if/and/or/while on an array)")
         if n.pixel:
             raise TraceError("Python control flow (if/while/and/or) on pixel values")
-        return _TRACING.active.decide(cast_node(n, np.bool_) if n.dtype != np.bool_ else n)
+        cond = cast_node(n, np.bool_) if n.dtype != np.bool_ else n
+        # a branch no sample takes (``if img.size == 0``: an image has a pixel) is not traced
+        if _ruled_out(cond):
+            return False
+        if _ruled_out(_holds(cond, False)):
+            return True
+        return _TRACING.active.decide(cond)
 
     def __index__(self) -> int:
         raise TraceError("a per-sample value used where Python needs a concrete int (a list "
@@ -450,10 +456,10 @@ class Sym:
                          "a numpy array of them: np.array(values)[i])")
 
     def __int__(self) -> int:
-        raise TraceError("int() of a per-sample value outside the op's own function")
+        raise _needs_number("int")
 
     def __float__(self) -> float:
-        raise TraceError("float() of a per-sample value outside the op's own function")
+        raise _needs_number("float")
 
     def __len__(self) -> int:
         d = self.node.shape[0] if self.node.shape else None
@@ -755,6 +761,16 @@ def raise_where(bad: Any, error: type[Exception], message: str) -> None:
         return
     add_guard(bad.node if bad.dtype == np.bool_ else cast_node(bad.node, np.bool_), error,
               message)
+
+
+def _needs_number(kind: str) -> TraceError:
+    """The refusal of Python's ``int()``/``float()`` of a per-sample value where the traced
+    ``int``/``float`` do not reach: in a C function (``core.fill``, ``math.exp`` called by name),
+    or in code the tracer runs as it is (a method of a class, the standard library). Its words
+    are chosen from the traceback (:func:`augment_ops.trace.refusals.outside_numpy`)."""
+    e = TraceError(f"{kind}() of a per-sample value in code the tracer runs as it is")
+    e.needs_number = kind  # type: ignore[attr-defined]
+    return e
 
 
 def _py_int(x: Any) -> Any:

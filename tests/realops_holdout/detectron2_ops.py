@@ -65,7 +65,7 @@ def d2_resize_shortest_edge(image: np.ndarray, rng: np.random.Generator,
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "d2_resize_shortest_edge": r"refuses: int\(\) of a per-sample value outside the",
+    "d2_resize_shortest_edge": r"refuses: PIL Image\.resize on a traced image",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.

@@ -348,7 +348,8 @@ EXPECT: dict[str, str] = {
     "mmcv_cutout": r"refuses: assigning an array of per-sample shape into a region",
     "mmcv_imtranslate": r"refuses: cv2\.warpAffine \(OpenCV's fixed-point",
     "mmpre_random_erasing": r"refuses: assigning an array of per-sample shape into a region",
-    "mmpre_random_crop": r"refuses: conversion to a concrete numpy array",
+    "mmpre_random_crop": r"refuses: cmin\[0::2\] = <a per-sample value>: a per-sample value "
+                         r"written into a concrete numpy array",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.

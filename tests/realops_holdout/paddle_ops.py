@@ -230,9 +230,10 @@ EXPECT: dict[str, str] = {
     "ppcls_normalize_image": r"refuses: a call of eval\(\) \(it reads or writes state",
     "ppcls_rand_flip_image": "lowers",
     "ppcls_crop_image": "lowers",
-    "ppcls_random_erasing": r"refuses: float\(\) of a per-sample value outside the",
+    "ppcls_random_erasing": r"refuses: more than 16 branch outcomes",
     "ppdet_random_flip": "lowers",
-    "ppdet_random_distort": r"refuses: np\.where with operands numpy refuses",
+    "ppdet_random_distort": r"refuses: rng\.permutation of a list of function values \(a "
+                            r"per-sample choice among Python objects",
     "ppdet_random_expand": r"refuses: assigning an array of per-sample shape into a region",
 }
 
