@@ -26,7 +26,9 @@ Design: index the shards, then read byte ranges
     workers get unequal sample counts unless shards divide evenly), shuffles only within its
     buffer, and resumes by replaying a shard. The index costs one pass over the headers: local
     shards are read header by header (the member data is skipped by seeking), remote ones
-    sequentially through fsspec's read-ahead buffer, several shards at a time.
+    by ranged reads through the storage (:class:`RemoteShard`: retried and counted as sample
+    reads are; large blocks where members are small, a small block per header where they are
+    large), several shards at a time.
 
 Shards are checked while they are indexed: a file that is not a tar, a damaged header, a shard
 cut short (a member's data past the end, or no end-of-archive blocks), a key without an image or
@@ -118,7 +120,8 @@ _TAR_RE = re.compile(r"\.tar\Z", re.IGNORECASE)
 _COMPRESSED_RE = re.compile(r"\.(tar\.(gz|bz2|xz|zst|lz4)|tgz|tbz2?|txz)\Z", re.IGNORECASE)
 _LABEL_MAX_BYTES = 1 << 20  # a cls/json member larger than this is not a label
 _MAX_NAMED = 3  # problems named in a skip warning
-_REMOTE_BLOCK = 8 << 20  # read-ahead while indexing a remote shard
+_REMOTE_BLOCK = 8 << 20  # the largest block read at once while indexing a remote shard
+_REMOTE_MIN_BLOCK = 64 << 10  # the block read after skipping a large member
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.flags.writeable = False
 
@@ -467,24 +470,75 @@ class _Indexed:
     stamp: tuple[int, int] | None = None
 
 
+class RemoteShard:
+    """A shard behind a URL as a read-only, seekable file whose every read is a ranged read of
+    :meth:`Storage.read_range <extsrc.sources.storage.Storage.read_range>`: retried on
+    transient failures, counted in :attr:`Storage.stats`, never kept in its cache.
+
+    Indexing seeks from header to header. A read that misses the block held fetches a new
+    block from that position: ``min_block`` bytes after a jump (a member larger than the block
+    was skipped: only its next header is needed), doubling up to ``max_block`` while the reads
+    stay near the block before (small members: the shard is then read in large sequential
+    blocks, as one whole read would, but each block retried on its own).
+    """
+
+    def __init__(self, storage: Storage, url: str, *, min_block: int = _REMOTE_MIN_BLOCK,
+                 max_block: int = _REMOTE_BLOCK) -> None:
+        info = storage.info(url)
+        if info.get("type", "file") != "file" or not isinstance(info.get("size"), int):
+            raise FileReadProblem("unreadable", "it is not an object of known size (a folder?)")
+        self.storage, self.url, self.size = storage, url, int(info["size"])
+        #: The storage's ``info`` of the object: its ETag or modification time tells this
+        #: content from a later one (the index cache's key).
+        self.details = info
+        self._min, self._max, self._block = min_block, max_block, min_block
+        self._pos = 0
+        self._start, self._data = 0, b""
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = (0, self._pos, self.size)[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def read(self, n: int = -1) -> bytes:
+        end = self.size if n is None or n < 0 else min(self.size, self._pos + n)
+        if end <= self._pos:
+            return b""
+        held_end = self._start + len(self._data)
+        if not (self._start <= self._pos and end <= held_end):
+            near = bool(self._data) and held_end <= self._pos < held_end + self._block
+            self._block = min(self._max, self._block * 2) if near else self._min
+            length = min(self.size, max(end, self._pos + self._block)) - self._pos
+            self._data = self.storage.read_range(self.url, self._pos, length, cache=False)
+            self._start = self._pos
+        out = self._data[self._pos - self._start:end - self._start]
+        self._pos = end
+        return out
+
+    def close(self) -> None:
+        self._data = b""
+
+    def __enter__(self) -> RemoteShard:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _open_shard(shard: str, storage: Storage | None,
                 ) -> tuple[Any, int, tuple[int, int] | None]:
     """The shard opened for reading, its size and (local shards) its ``(size, mtime_ns)``; a
     :class:`ShardProblem` if it cannot be opened."""
+    if _is_remote(shard):
+        try:
+            f = RemoteShard(storage or Storage(), shard)
+        except FileReadProblem as e:
+            raise _Stop(_remote_problem(shard, e)) from None
+        return f, f.size, None
     try:
-        if _is_remote(shard):
-            storage = storage or Storage()
-            fs = storage.filesystem(url_protocol(shard) or "")
-            try:  # the storage's retries and failure classes; the reads that follow stream
-                f = storage._with_retries(shard, lambda: fs.open(
-                    shard, "rb", block_size=_REMOTE_BLOCK, cache_type="readahead"))
-            except FileReadProblem as e:
-                if e.reason == "missing":
-                    raise _Stop(ShardProblem(shard, None, "missing_shard",
-                                             "the shard does not exist")) from None
-                raise _Stop(ShardProblem(shard, None, "unreadable_shard",
-                                         f"the shard cannot be read: {e.message}")) from None
-            return f, int(f.size), None
         f = open(shard, "rb")  # the caller closes it
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
@@ -497,6 +551,14 @@ def _open_shard(shard: str, storage: Storage | None,
     except (OSError, ValueError) as e:
         raise _Stop(ShardProblem(shard, None, "unreadable_shard",
                                  f"the shard cannot be read: {type(e).__name__}: {e}")) from None
+
+
+def _remote_problem(shard: str, e: FileReadProblem) -> ShardProblem:
+    """What a failed read of a shard behind a URL means for the shard."""
+    if e.reason == "missing":
+        return ShardProblem(shard, None, "missing_shard", "the shard does not exist")
+    return ShardProblem(shard, None, "unreadable_shard",
+                        f"the shard cannot be read ({e.reason}): {e.message}")
 
 
 class _Stop(Exception):
@@ -748,6 +810,8 @@ def _index(shard: str, *, label: str | None, label_field: str | None,
         else:
             try:
                 members, label_data, problems = _scan(f, size, shard, label)
+            except FileReadProblem as e:  # a URL shard: its retries ran out, or it went away
+                return _Indexed([], [_remote_problem(shard, e)])
             except OSError as e:
                 return _Indexed([], [ShardProblem(shard, None, "unreadable_shard",
                                                   f"reading the shard failed: {e}")])
@@ -937,8 +1001,8 @@ def read_shards(
         max_workers: shards indexed at once (threads; remote shards wait on the network).
         index_cache: a folder where each shard's member table is kept (one JSON file per
             shard content: a local shard's size and modification time, an object's size and
-            ETag), so that reading the same shards again reads no tar headers; a remote shard is
-            otherwise read whole to index it. ``None`` (the default): no cache.
+            ETag), so that reading the same shards again reads no tar headers (a remote shard
+            then costs one metadata request). ``None`` (the default): no cache.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError(f"read_shards: on_error must be 'raise' or 'skip', got {on_error!r}")
