@@ -341,7 +341,7 @@ def test_a_shard_changed_after_indexing_is_refused_not_misread(tmp_path) -> None
 
 
 def test_index_cache_is_reused_for_the_same_content_only(tmp_path, monkeypatch) -> None:
-    from extsrc.sources import shards as shards_module
+    from extsrc.sources import shardindex
 
     pattern = write_shards(tmp_path / "data", shards=2, per_shard=3)
     cache = tmp_path / "cache"
@@ -352,7 +352,7 @@ def test_index_cache_is_reused_for_the_same_content_only(tmp_path, monkeypatch) 
         raise AssertionError("the shard was scanned again")
 
     with monkeypatch.context() as mp:
-        mp.setattr(shards_module, "_scan", no_scan)
+        mp.setattr(shardindex, "_scan", no_scan)
         again = read_shards(pattern, index_cache=cache)
     assert again.fingerprint() == first.fingerprint()
     assert again.offsets.tolist() == first.offsets.tolist()
