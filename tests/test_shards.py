@@ -522,6 +522,9 @@ def test_indexing_a_url_shard_retries_and_counts_transient_failures(
     assert storage.stats.reads >= SHARDS  # one block read per shard at least, counted
     assert storage.stats.bytes == sum(os.path.getsize(s) for s in local.shards)
     assert remote.read(7) == png(7)
+    # read_manifest passes its storage options on to read_shards.
+    via = read_manifest(index_bucket["train"], storage_options=s3_server.storage_options())
+    assert via.fingerprint() == remote.fingerprint()
 
 
 def test_indexing_a_url_shard_reads_its_headers_not_its_members(

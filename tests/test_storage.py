@@ -285,6 +285,45 @@ def test_validate_reads_urls(s3_server: S3Server, dataset: dict) -> None:
     assert "line 4:" in p.stdout and "[missing]" in p.stdout
 
 
+def test_cli_root_url_with_storage_options(s3_server: S3Server, dataset: dict,
+                                           tmp_path: Path) -> None:
+    """``--root s3://...`` with ``--storage-option`` pairs: the endpoint, the credentials and a
+    nested option come from the command line alone (no AWS_* variables), as with
+    ``read_manifest(root=..., storage_options=...)``."""
+    rel = tmp_path / "rel.csv"
+    rel.write_text(dataset["local"].read_text())  # rows images/0000k.png, relative
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PYTHONPATH"] = str(REPO)
+    options = ["--storage-option", f"endpoint_url={s3_server.endpoint}",
+               "--storage-option", f"key={storage_server.TEST_KEY}",
+               "--storage-option", f"secret={storage_server.TEST_SECRET}",
+               "--storage-option", f"client_kwargs.region_name={storage_server.TEST_REGION}",
+               "--storage-option", "anon=false"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "extsrc", *args], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=180)
+
+    p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--jobs", "1", *options)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{N} ok, 0 bad" in p.stdout
+    p = cli("bench", str(rel), "--root", "s3://extsrc-data/ds/", "--workers", "0", "--device",
+            "cpu", "--resize", "16", "--batch-size", "8", *options)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"loader: {N} samples" in p.stdout and "images/s" in p.stdout
+    # A row missing under the root URL is named with its line.
+    rel.write_text("images/00000.png,0\nimages/nope.png,1\n")
+    p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--jobs", "1", *options)
+    assert p.returncode == 1 and "line 2:" in p.stdout and "[missing]" in p.stdout, p.stdout
+    for bad, needle in (("endpoint_url", "write KEY=VALUE or KEY:=JSON"),
+                        ("config_kwargs:={x", "config_kwargs: '{x' is not JSON")):
+        p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--storage-option", bad)
+        assert p.returncode == 2 and needle in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = cli("validate", str(rel), "--root", "nosuch://bucket/")
+    assert p.returncode == 2 and "--root nosuch://bucket/ is a URL" in p.stderr, p.stderr
+
+
 # -- faults --------------------------------------------------------------------------------
 
 

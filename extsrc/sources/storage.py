@@ -377,8 +377,10 @@ class Storage:
                     require_protocol(protocol, f"reading {protocol}:// URLs")
                     import fsspec
 
-                    fs = fsspec.filesystem(protocol, skip_instance_cache=True,
-                                           **self.options_for(protocol))
+                    # Always a filesystem of this Storage's own (not fsspec's shared one),
+                    # whatever the options say: its connections belong to this process.
+                    fs = fsspec.filesystem(protocol, **{**self.options_for(protocol),
+                                                        "skip_instance_cache": True})
                     _MADE_FILESYSTEM[0] = True
                     if hasattr(fs, "retries"):
                         fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
