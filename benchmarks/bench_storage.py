@@ -88,6 +88,8 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def run_row(source: Any, args: argparse.Namespace) -> dict[str, float]:
+    from data import time_epochs
+
     from extsrc import Loader, Sampling, Workers
 
     t0 = time.perf_counter()
@@ -95,19 +97,8 @@ def run_row(source: Any, args: argparse.Namespace) -> dict[str, float]:
                     workers=Workers(num_workers=args.workers),
                     sampling=Sampling(last_batch="drop"))
     t1 = time.perf_counter()
-    with loader:
-        it = iter(loader)
-        next(it)
-        t2 = time.perf_counter()
-        images = 0
-        for b in it:
-            images += len(b["label"])
-        for _ in range(args.epochs - 1):
-            for b in loader:
-                images += len(b["label"])
-        t3 = time.perf_counter()
-    return {"construct": t1 - t0, "first_batch": t2 - t1, "images": images,
-            "seconds": t3 - t2, "images_per_s": images / (t3 - t2)}
+    t = time_epochs(loader, args.epochs)
+    return {"construct": t1 - t0, **t, "images_per_s": t["images"] / t["seconds"]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
