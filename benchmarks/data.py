@@ -6,6 +6,7 @@ flat colour (which would make decoding unrealistically cheap) or pure noise (unr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -35,7 +36,8 @@ def time_epochs(loader: Any, epochs: int, sync: Callable[[], Any] | None = None,
     it and the ``seconds`` they took (``sync``, e.g. ``torch.cuda.synchronize``, before the
     clock stops)."""
     t1 = time.perf_counter()
-    with loader:
+    # A torch DataLoader (litdata's StreamingDataLoader) has no close: nothing to enter.
+    with loader if hasattr(loader, "__enter__") else contextlib.nullcontext():
         it = iter(loader)
         next(it)
         t2 = time.perf_counter()
