@@ -10,7 +10,8 @@ forwarded, as a request to a remote bucket waits for the network. Rows:
   the proxy adding ``L`` ms per request;
 - ``litdata_local``, ``litdata_s3_<L>ms`` (``--litdata``, where ``pip install litdata``
   works): the same JPEG bytes and labels written once into litdata's chunked format
-  (``litdata.optimize``, 64 MB chunks, in the dataset folder, so also in the bucket), streamed by
+  (``litdata.optimize``, ``--litdata-chunk-bytes`` chunks, in the dataset folder, so also in the
+  bucket), streamed by
   ``litdata.StreamingDataset`` + ``StreamingDataLoader`` with ``--workers`` workers, each image
   decoded, its shorter side resized to ``--resize`` and centre-cropped with Pillow (what
   ``Loader(resize=...)`` does with DALI); from the bucket through the same proxies. litdata
@@ -102,14 +103,15 @@ def _litdata_item(row: tuple[str, str]) -> dict[str, Any]:
     return {"image": Path(path).read_bytes(), "label": int(label)}
 
 
-def write_litdata(manifest: Path, out: Path) -> Path:
-    """The manifest's samples in litdata's format at ``out`` (reused when complete)."""
+def write_litdata(manifest: Path, out: Path, chunk_bytes: str = "64MB") -> Path:
+    """The manifest's samples in litdata's format at ``out``, in chunks of ``chunk_bytes``
+    (reused when complete)."""
     from litdata import optimize
 
     if not (out / "index.json").exists():
         rows = [(str(manifest.parent / line.rsplit(",", 1)[0]), line.rsplit(",", 1)[1])
                 for line in manifest.read_text().splitlines()[1:]]
-        optimize(_litdata_item, rows, str(out), chunk_bytes="64MB", num_workers=1,
+        optimize(_litdata_item, rows, str(out), chunk_bytes=chunk_bytes, num_workers=1,
                  verbose=False)
     return out
 
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--data", default=None, help="dataset folder (default: a temporary one)")
     p.add_argument("--litdata", action="store_true",
                    help="also litdata's StreamingDataset on the same images, local and from S3")
+    p.add_argument("--litdata-chunk-bytes", default="64MB",
+                   help="litdata's chunk size (default: 64MB)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -216,8 +220,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.litdata:  # before the upload: the bucket gets the optimized chunks too
         # In a process of its own: run in this one, litdata.optimize left it so that the
         # StreamingDataLoader workers' S3 reads refused http again (allow_http below lost).
-        writer = mp.get_context("spawn").Process(target=write_litdata,
-                                                 args=(Path(manifest), data / "litdata"))
+        litdata_dir = f"litdata-{args.litdata_chunk_bytes}"
+        writer = mp.get_context("spawn").Process(
+            target=write_litdata,
+            args=(Path(manifest), data / litdata_dir, args.litdata_chunk_bytes))
         writer.start()
         writer.join()
         if writer.exitcode != 0:
@@ -238,12 +244,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.litdata:
             from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
 
-            rows["litdata_local"] = lambda: Litdata(str(data / "litdata"))
+            rows["litdata_local"] = lambda: Litdata(str(data / litdata_dir))
             for ms in args.latencies:
                 so = {"endpoint_url": info["endpoints"][ms], "aws_access_key_id": TEST_KEY,
                       "aws_secret_access_key": TEST_SECRET, "region_name": TEST_REGION}
                 rows[f"litdata_s3_{ms:g}ms"] = (lambda so=so: Litdata(
-                    f"s3://{BUCKET}/ds/litdata", so))
+                    f"s3://{BUCKET}/ds/{litdata_dir}", so))
         server_info = {**info, "bucket": BUCKET, "local": str(data),
                        "storage_options": storage_options}
         for name, make in EXTRA_ROWS.items():
