@@ -613,10 +613,8 @@ def test_header_reader_lists_what_tarfile_lists(tmp_path, fmt, entries) -> None:
     assert [(m.name, m.offset, m.size, m.regular) for m in scan.members] == tarfile_listing(path)
 
 
-def test_formats_the_header_reader_leaves_to_tarfile_give_the_same_index(tmp_path) -> None:
-    from extsrc.sources.tarindex import Unsupported, read_members
-
-    path = tmp_path / "labelled-000000.tar"
+def write_volume_labelled(path: Path) -> Path:
+    """Three good samples after a GNU volume label (a 'V' header, left to tarfile)."""
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tf:
         volume = tarfile.TarInfo("backup of 2026-11-25")  # GNU tar's --label: a 'V' header
         volume.type = b"V"
@@ -625,9 +623,32 @@ def test_formats_the_header_reader_leaves_to_tarfile_give_the_same_index(tmp_pat
             ti = tarfile.TarInfo(name)
             ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data))
+    return path
+
+
+def test_formats_the_header_reader_leaves_to_tarfile_give_the_same_index(tmp_path) -> None:
+    from extsrc.sources.tarindex import Unsupported, read_members
+
+    path = write_volume_labelled(tmp_path / "labelled-000000.tar")
     with open(path, "rb") as f, pytest.raises(Unsupported, match="type b'V'"):
         read_members(f, path.stat().st_size)
     m = read_shards(str(path))  # read through tarfile instead
     assert [p.rsplit("/", 1)[1] for p in m.paths] == ["000000.png", "000001.png", "000002.png"]
     assert [m.read(i) for i in range(3)] == [png(i) for i in range(3)]
     assert m.labels.tolist() == [label_of(i) for i in range(3)]
+
+
+def test_a_url_shard_left_to_tarfile_is_indexed_through_ranged_reads(
+        tmp_path, s3_server, fault_proxy) -> None:  # noqa: F811
+    """tarfile reads a URL shard through the same retried, counted ranged reads."""
+    path = write_volume_labelled(tmp_path / "labelled-000000.tar")
+    bucket = s3_server.make_bucket("extsrc-shard-tarfile")
+    s3_server.upload_tree(tmp_path, bucket, "v")
+    fault_proxy.reset(Faults(slowdown=1.0, times=1))
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), backoff=0.01)
+    remote = read_shards(f"s3://{bucket}/v/labelled-000000.tar", storage_options=storage)
+    local = read_shards(str(path))
+    assert remote.offsets.tolist() == local.offsets.tolist() and len(remote) == 3
+    assert remote.labels.tolist() == [label_of(i) for i in range(3)]
+    assert storage.stats.retries == 1 and storage.stats.reads >= 1
+    assert [remote.read(i) for i in range(3)] == [png(i) for i in range(3)]
