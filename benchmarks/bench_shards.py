@@ -77,6 +77,8 @@ def write_shards(manifest: Path, out: Path, shards: int) -> str:
 
 
 def run_extsrc(source, args) -> dict[str, float]:
+    from data import time_epochs
+
     from extsrc import Loader, Workers
 
     t0 = time.perf_counter()
@@ -84,22 +86,14 @@ def run_extsrc(source, args) -> dict[str, float]:
                     seed=0, device=args.device,
                     workers=Workers(num_workers=args.workers))
     t1 = time.perf_counter()
-    with loader:
-        it = iter(loader)
-        next(it)
-        t2 = time.perf_counter()
-        n = 0
-        for batch in it:
-            n += len(batch["label"])
-        for _ in range(args.epochs - 1):
-            for batch in loader:
-                n += len(batch["label"])
-        if args.device != "cpu":
-            import torch
+    sync = None
+    if args.device != "cpu":
+        import torch
 
-            torch.cuda.synchronize()
-        t3 = time.perf_counter()
-    return {"build": t1 - t0, "first_batch": t2 - t1, "images_per_s": n / (t3 - t2)}
+        sync = torch.cuda.synchronize
+    t = time_epochs(loader, args.epochs, sync)
+    return {"build": t1 - t0, "first_batch": t["first_batch"],
+            "images_per_s": t["images"] / t["seconds"]}
 
 
 def run_reader(source, args) -> dict[str, float]:

@@ -8,6 +8,15 @@ forwarded, as a request to a remote bucket waits for the network. Rows:
 - ``local``: ``Loader("manifest.csv")``, the files on the local disk;
 - ``s3_<L>ms``: ``Loader(read_manifest("s3://.../manifest.csv", storage_options=...))`` through
   the proxy adding ``L`` ms per request;
+- ``litdata_local``, ``litdata_s3_<L>ms`` (``--litdata``, where ``pip install litdata``
+  works): the same JPEG bytes and labels written once into litdata's chunked format
+  (``litdata.optimize``, ``--litdata-chunk-bytes`` chunks, in the dataset folder, so also in the
+  bucket), streamed by
+  ``litdata.StreamingDataset`` + ``StreamingDataLoader`` with ``--workers`` workers, each image
+  decoded, its shorter side resized to ``--resize`` and centre-cropped with Pillow (what
+  ``Loader(resize=...)`` does with DALI); from the bucket through the same proxies. litdata
+  downloads whole chunks into a local cache (a fresh folder every round): its second epoch reads
+  the local disk, where extsrc's rows read the bucket again (extsrc's ``cache_dir`` is off);
 - more rows can be added with :func:`add_row` (a name and a function returning the manifest, or
   anything ``Loader`` takes, for a given server) before :func:`main` runs, e.g. tar shards.
 
@@ -35,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,27 +97,99 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _litdata_item(row: tuple[str, str]) -> dict[str, Any]:
+    """One sample for ``litdata.optimize``: the JPEG's bytes as they are on disk, its label."""
+    path, label = row
+    return {"image": Path(path).read_bytes(), "label": int(label)}
+
+
+def write_litdata(manifest: Path, out: Path, chunk_bytes: str = "64MB") -> Path:
+    """The manifest's samples in litdata's format at ``out``, in chunks of ``chunk_bytes``
+    (reused when complete)."""
+    from litdata import optimize
+
+    if not (out / "index.json").exists():
+        rows = [(str(manifest.parent / line.rsplit(",", 1)[0]), line.rsplit(",", 1)[1])
+                for line in manifest.read_text().splitlines()[1:]]
+        optimize(_litdata_item, rows, str(out), chunk_bytes=chunk_bytes, num_workers=1,
+                 verbose=False)
+    return out
+
+
+class LitdataDecode:
+    """litdata's transform: decode with Pillow, shorter side to ``size`` (bilinear), centre
+    crop ``size`` x ``size``, HWC uint8 (a class, so that it pickles into the workers)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __call__(self, item: dict[str, Any]) -> dict[str, Any]:
+        import io
+
+        import numpy as np
+        import torch
+        from PIL import Image
+
+        img = Image.open(io.BytesIO(bytes(item["image"]))).convert("RGB")
+        w, h = img.size
+        s = self.size / min(w, h)
+        img = img.resize((max(self.size, round(w * s)), max(self.size, round(h * s))),
+                         Image.BILINEAR)
+        left, top = (img.size[0] - self.size) // 2, (img.size[1] - self.size) // 2
+        img = img.crop((left, top, left + self.size, top + self.size))
+        return {"image": torch.from_numpy(np.array(img)), "label": item["label"]}
+
+
+@dataclass(frozen=True)
+class Litdata:
+    """A litdata row's source: the optimized folder or URL, and the storage options."""
+
+    input_dir: str
+    storage_options: dict[str, Any] | None = None
+
+
+def run_litdata(source: Litdata, args: argparse.Namespace) -> dict[str, float]:
+    import shutil
+
+    from data import time_epochs
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    if source.storage_options:
+        # moto and the proxies speak plain http; litdata's S3 reader (obstore) refuses http
+        # unless told. A real bucket is https and needs no such option.
+        from litdata.streaming import downloader
+
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True
+    cache = tempfile.mkdtemp(prefix="bench_litdata_cache_")
+    try:
+        t0 = time.perf_counter()
+        dataset = StreamingDataset(source.input_dir, cache_dir=cache, shuffle=True,
+                                   drop_last=True, storage_options=source.storage_options,
+                                   transform=LitdataDecode(args.resize))
+        loader = StreamingDataLoader(dataset, batch_size=args.batch_size,
+                                     num_workers=args.workers, drop_last=True)
+        t1 = time.perf_counter()
+        t = time_epochs(loader, args.epochs)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    return {"construct": t1 - t0, **t, "images_per_s": t["images"] / t["seconds"]}
+
+
 def run_row(source: Any, args: argparse.Namespace) -> dict[str, float]:
+    from data import time_epochs
+
     from extsrc import Loader, Sampling, Workers
+
+    if isinstance(source, Litdata):
+        return run_litdata(source, args)
 
     t0 = time.perf_counter()
     loader = Loader(source, batch_size=args.batch_size, resize=args.resize, device=args.device,
                     workers=Workers(num_workers=args.workers),
                     sampling=Sampling(last_batch="drop"))
     t1 = time.perf_counter()
-    with loader:
-        it = iter(loader)
-        next(it)
-        t2 = time.perf_counter()
-        images = 0
-        for b in it:
-            images += len(b["label"])
-        for _ in range(args.epochs - 1):
-            for b in loader:
-                images += len(b["label"])
-        t3 = time.perf_counter()
-    return {"construct": t1 - t0, "first_batch": t2 - t1, "images": images,
-            "seconds": t3 - t2, "images_per_s": images / (t3 - t2)}
+    t = time_epochs(loader, args.epochs)
+    return {"construct": t1 - t0, **t, "images_per_s": t["images"] / t["seconds"]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -122,6 +204,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=1, help="rounds run first and not recorded")
     p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 20.0, 50.0])
     p.add_argument("--data", default=None, help="dataset folder (default: a temporary one)")
+    p.add_argument("--litdata", action="store_true",
+                   help="also litdata's StreamingDataset on the same images, local and from S3")
+    p.add_argument("--litdata-chunk-bytes", default="64MB",
+                   help="litdata's chunk size (default: 64MB)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -131,6 +217,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     data = Path(args.data or tempfile.mkdtemp(prefix="bench_storage_"))
     manifest, mean_bytes = make_dataset(data, args.n)
+    if args.litdata:  # before the upload: the bucket gets the optimized chunks too
+        # In a process of its own: run in this one, litdata.optimize left it so that the
+        # StreamingDataLoader workers' S3 reads refused http again (allow_http below lost).
+        litdata_dir = f"litdata-{args.litdata_chunk_bytes}"
+        writer = mp.get_context("spawn").Process(
+            target=write_litdata,
+            args=(Path(manifest), data / litdata_dir, args.litdata_chunk_bytes))
+        writer.start()
+        writer.join()
+        if writer.exitcode != 0:
+            raise SystemExit(f"litdata.optimize failed (exit code {writer.exitcode})")
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     server = ctx.Process(target=_serve, args=(str(data), args.latencies, ready, stop),
@@ -144,6 +241,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             endpoint = info["endpoints"][ms]
             rows[f"s3_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
                 url, storage_options=storage_options(e)))
+        if args.litdata:
+            from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
+
+            rows["litdata_local"] = lambda: Litdata(str(data / litdata_dir))
+            for ms in args.latencies:
+                so = {"endpoint_url": info["endpoints"][ms], "aws_access_key_id": TEST_KEY,
+                      "aws_secret_access_key": TEST_SECRET, "region_name": TEST_REGION}
+                rows[f"litdata_s3_{ms:g}ms"] = (lambda so=so: Litdata(
+                    f"s3://{BUCKET}/ds/{litdata_dir}", so))
         server_info = {**info, "bucket": BUCKET, "local": str(data),
                        "storage_options": storage_options}
         for name, make in EXTRA_ROWS.items():

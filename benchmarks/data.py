@@ -6,9 +6,11 @@ flat colour (which would make decoding unrealistically cheap) or pure noise (unr
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,27 @@ def across_epochs(loader: Iterable[Any], it: Iterator[Any] | None = None) -> Ite
         yield from it
     while True:
         yield from loader
+
+
+def time_epochs(loader: Any, epochs: int, sync: Callable[[], Any] | None = None,
+                ) -> dict[str, float]:
+    """Run ``epochs`` epochs of ``loader`` (closed after): ``first_batch``, seconds to
+    ``iter`` and the first batch (the pipeline build included), then ``images`` delivered after
+    it and the ``seconds`` they took (``sync``, e.g. ``torch.cuda.synchronize``, before the
+    clock stops)."""
+    t1 = time.perf_counter()
+    # A torch DataLoader (litdata's StreamingDataLoader) has no close: nothing to enter.
+    with loader if hasattr(loader, "__enter__") else contextlib.nullcontext():
+        it = iter(loader)
+        next(it)
+        t2 = time.perf_counter()
+        images = sum(len(b["label"]) for b in it)
+        for _ in range(epochs - 1):
+            images += sum(len(b["label"]) for b in loader)
+        if sync is not None:
+            sync()
+        t3 = time.perf_counter()
+    return {"first_batch": t2 - t1, "images": images, "seconds": t3 - t2}
 
 
 def _bases(count: int = 16, seed: int = 0) -> np.ndarray:

@@ -119,8 +119,8 @@ def test_urls_are_refused_in_one_line(tmp_path: Path, data: Path):
     p = run("validate", "nosuch://bucket/manifest.csv", cwd=tmp_path)
     assert_one_line_error(p, 2, "nosuch://bucket/manifest.csv is a URL (nosuch://)",
                           "s3fs, gcsfuse")
-    p = run("validate", str(data / "manifest.csv"), "--root", "gs://bucket/", cwd=tmp_path)
-    assert_one_line_error(p, 2, "--root gs://bucket/ is a URL (gs://)")
+    p = run("validate", str(data / "manifest.csv"), "--root", "nosuch://bucket/", cwd=tmp_path)
+    assert_one_line_error(p, 2, "--root nosuch://bucket/ is a URL (nosuch://)")
 
 
 def test_preview_writes_png(tmp_path: Path, data: Path):

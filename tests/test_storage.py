@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +23,7 @@ import storage_server
 from helpers import children, write_dataset
 from storage_server import FaultProxy, Faults, S3Server
 
-from extsrc import BadFiles, Loader, Manifest, Workers, read_manifest
+from extsrc import BadFiles, Loader, Manifest, Workers, read_manifest, validate
 from extsrc.errors import ManifestError, PathOutsideRootError, SampleReadError
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.storage import Storage, classify, is_url, join_url, url_protocol
@@ -283,6 +286,118 @@ def test_validate_reads_urls(s3_server: S3Server, dataset: dict) -> None:
     assert p.returncode == 1, p.stderr
     assert "line 3:" in p.stdout and "[not_an_image]" in p.stdout
     assert "line 4:" in p.stdout and "[missing]" in p.stdout
+
+
+def test_cli_root_url_with_storage_options(s3_server: S3Server, dataset: dict,
+                                           tmp_path: Path) -> None:
+    """``--root s3://...`` with ``--storage-option`` pairs: the endpoint, the credentials and a
+    nested option come from the command line alone (no AWS_* variables), as with
+    ``read_manifest(root=..., storage_options=...)``."""
+    rel = tmp_path / "rel.csv"
+    rel.write_text(dataset["local"].read_text())  # rows images/0000k.png, relative
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["PYTHONPATH"] = str(REPO)
+    options = ["--storage-option", f"endpoint_url={s3_server.endpoint}",
+               "--storage-option", f"key={storage_server.TEST_KEY}",
+               "--storage-option", f"secret={storage_server.TEST_SECRET}",
+               "--storage-option", f"client_kwargs.region_name={storage_server.TEST_REGION}",
+               "--storage-option", "anon=false"]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "extsrc", *args], capture_output=True,
+                              text=True, env=env, cwd=tmp_path, timeout=180)
+
+    p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--jobs", "1", *options)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{N} ok, 0 bad" in p.stdout
+    p = cli("bench", str(rel), "--root", "s3://extsrc-data/ds/", "--workers", "0", "--device",
+            "cpu", "--resize", "16", "--batch-size", "8", *options)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"loader: {N} samples" in p.stdout and "images/s" in p.stdout
+    # A row missing under the root URL is named with its line.
+    rel.write_text("images/00000.png,0\nimages/nope.png,1\n")
+    p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--jobs", "1", *options)
+    assert p.returncode == 1 and "line 2:" in p.stdout and "[missing]" in p.stdout, p.stdout
+    for bad, needle in (("endpoint_url", "write KEY=VALUE or KEY:=JSON"),
+                        ("config_kwargs:={x", "config_kwargs: '{x' is not JSON")):
+        p = cli("validate", str(rel), "--root", "s3://extsrc-data/ds/", "--storage-option", bad)
+        assert p.returncode == 2 and needle in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = cli("validate", str(rel), "--root", "nosuch://bucket/")
+    assert p.returncode == 2 and "--root nosuch://bucket/ is a URL" in p.stderr, p.stderr
+
+
+# -- http:// -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def http_root(dataset: dict) -> Iterator[str]:
+    """The local copy of the dataset served by ``http.server`` on 127.0.0.1 (fsspec's HTTP
+    filesystem reads it through aiohttp); its URL, without a trailing slash."""
+    pytest.importorskip("aiohttp", reason="needs aiohttp (pip install extsrc[http])")
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    folder = str(dataset["local"].parent)
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=folder, **kwargs)
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name="http-fixture")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def http_manifest(dataset: dict, http_root: str, path: Path, extra: str = "") -> list[str]:
+    """A local CSV at ``path`` whose rows are the dataset's images as http:// URLs (then
+    ``extra``); returns the URLs."""
+    local = read_manifest(dataset["local"])
+    folder = dataset["local"].parent
+    urls = [f"{http_root}/{Path(p).relative_to(folder).as_posix()}" for p in local.paths]
+    rows = [f"{u},{int(lab)}" for u, lab in zip(urls, local.labels.tolist(), strict=True)]
+    path.write_text("path,label\n" + "\n".join(rows) + "\n" + extra)
+    return urls
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_http_url_rows_deliver_every_sample_once_per_epoch(
+        http_root: str, dataset: dict, reference: dict, tmp_path: Path, workers: int) -> None:
+    urls = http_manifest(dataset, http_root, tmp_path / "http.csv")
+    m = read_manifest(tmp_path / "http.csv")
+    assert m.paths == tuple(urls) and m.paths[0].startswith("http://127.0.0.1:")
+    with Loader(m, batch_size=BATCH, resize=16, device="cpu",
+                workers=Workers(num_workers=workers)) as loader:
+        for _ in range(2):
+            assert_same_samples(epoch_by_index(loader), reference)
+    assert loader.storage_stats()["reads"] >= 2 * N and loader.storage_stats()["failures"] == 0
+    # The manifest itself at an http:// URL: its relative rows resolve under its folder.
+    assert read_manifest(f"{http_root}/manifest.csv").paths == tuple(urls)
+
+
+def test_http_404_names_the_line_and_the_url(http_root: str, dataset: dict,
+                                             tmp_path: Path) -> None:
+    csv = tmp_path / "gone.csv"
+    http_manifest(dataset, http_root, csv, extra=f"{http_root}/images/nope.png,1\n")
+    gone = re.escape(f"{http_root}/images/nope.png")
+    with pytest.raises(SampleReadError, match=rf"{re.escape(str(csv))} line {N + 2}: {gone}: "
+                       r"no such object .*\[missing\]") as ei:
+        with Loader(read_manifest(csv), batch_size=BATCH, resize=16, device="cpu",
+                    shuffle=False) as loader:
+            for _ in loader:
+                pass
+    assert (ei.value.line, ei.value.reason) == (N + 2, "missing")
+    report = validate(read_manifest(csv), n_jobs=1)
+    assert [(p.line, p.reason) for p in report.problems] == [(N + 2, "missing")]
 
 
 # -- faults --------------------------------------------------------------------------------

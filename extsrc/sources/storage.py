@@ -377,8 +377,10 @@ class Storage:
                     require_protocol(protocol, f"reading {protocol}:// URLs")
                     import fsspec
 
-                    fs = fsspec.filesystem(protocol, skip_instance_cache=True,
-                                           **self.options_for(protocol))
+                    # Always a filesystem of this Storage's own (not fsspec's shared one),
+                    # whatever the options say: its connections belong to this process.
+                    fs = fsspec.filesystem(protocol, **{**self.options_for(protocol),
+                                                        "skip_instance_cache": True})
                     _MADE_FILESYSTEM[0] = True
                     if hasattr(fs, "retries"):
                         fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
@@ -464,12 +466,9 @@ class Storage:
         if protocol is None:
             raise ValueError(f"not a storage URL: {url!r}")
         cache = self._cache_or_none()
-        if cache is not None:
-            data = cache.get(url)
-            if data is not None:
-                with self._lock:
-                    self.stats.cache_hits += 1
-                return data
+        data = self._cache_hit(cache, url)
+        if data is not None:
+            return data
         fs = self.filesystem(protocol)
 
         def get() -> bytes:
@@ -488,9 +487,7 @@ class Storage:
         if max_bytes is not None and len(data) > max_bytes:
             raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
                                                     f"{max_bytes:,} bytes")
-        with self._lock:
-            self.stats.reads += 1
-            self.stats.bytes += len(data)
+        self._count_read(data)
         if cache is not None:
             cache.put(url, data)
         return data
@@ -510,22 +507,19 @@ class Storage:
             return [one(u) for u in urls]
         return list(self._executor().map(one, urls))
 
-    def read_range(self, url: str, offset: int, size: int) -> bytes:
+    def read_range(self, url: str, offset: int, size: int, *, cache: bool = True) -> bytes:
         """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
-        a tar shard), with :meth:`read`'s retries, counts and cache; fewer bytes than asked
-        (the object is shorter) raise :class:`~extsrc.sources.fileread.FileReadProblem`
-        ``unreadable``."""
+        a tar shard), with :meth:`read`'s retries, counts and cache (``cache=False``: not kept
+        in it, as for the blocks read to index a shard); fewer bytes than asked (the object is
+        shorter) raise :class:`~extsrc.sources.fileread.FileReadProblem` ``unreadable``."""
         protocol = url_protocol(url)
         if protocol is None:
             raise ValueError(f"not a storage URL: {url!r}")
         key = f"{url}#bytes={offset}-{offset + size}"  # a cache entry per range
-        cache = self._cache_or_none()
-        if cache is not None:
-            data = cache.get(key)
-            if data is not None:
-                with self._lock:
-                    self.stats.cache_hits += 1
-                return data
+        store = self._cache_or_none() if cache else None
+        data = self._cache_hit(store, key)
+        if data is not None:
+            return data
         fs = self.filesystem(protocol)
         data = bytes(self._with_retries(
             url, lambda: fs.cat_file(url, start=offset, end=offset + size)))
@@ -536,12 +530,34 @@ class Storage:
                 "unreadable",
                 f"the object ends {size - len(data):,} bytes before the range "
                 f"{offset:,}+{size:,} does: it changed since it was indexed (read it again)")
+        self._count_read(data)
+        if store is not None:
+            store.put(key, data)
+        return data
+
+    def info(self, url: str) -> dict[str, Any]:
+        """fsspec's ``info`` of the object at ``url`` (``size``, and an ``ETag`` or modification
+        time where the storage gives one), with :meth:`read`'s retries; raises
+        :class:`~extsrc.sources.fileread.FileReadProblem` (``missing``, ``access_denied``,
+        ``unreachable``...) when it cannot."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        fs = self.filesystem(protocol)
+        return dict(self._with_retries(url, lambda: fs.info(url)))
+
+    def _cache_hit(self, cache: _Cache | None, key: str) -> bytes | None:
+        """The cached copy of ``key`` (counted as a cache hit), or ``None``."""
+        data = None if cache is None else cache.get(key)
+        if data is not None:
+            with self._lock:
+                self.stats.cache_hits += 1
+        return data
+
+    def _count_read(self, data: bytes) -> None:
         with self._lock:
             self.stats.reads += 1
             self.stats.bytes += len(data)
-        if cache is not None:
-            cache.put(key, data)
-        return data
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]
                     ) -> list[bytes | FileReadProblem]:

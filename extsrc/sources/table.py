@@ -157,7 +157,7 @@ def read_manifest(
     if is_shard_source(path):  # tar shards: extsrc.sources.shards.read_shards, label="cls"
         _refuse_shard_args(path, root=root, sep=sep, path_col=path_col, label_cols=label_cols,
                            header=header, check_files=check_files)
-        return read_shards(path)
+        return read_shards(path, storage_options=storage_options)
     path_col, label_cols, header = _check_read_args(
         path, root, sep, path_col, label_cols, header, check_files, allow_outside_root
     )

@@ -261,20 +261,57 @@ def _loader(args: argparse.Namespace, *, batch_size: int, shuffle: bool,
 
 
 def _manifest_arg(args: argparse.Namespace) -> Any:
-    """MANIFEST as given, or with ``--root``, read confined to that folder: relative paths
-    resolve against it and a path leading outside (``..``, an absolute path elsewhere, a
-    symlink pointing out) is refused, naming its line, before the file is opened."""
+    """MANIFEST as given, or read with ``--root`` and ``--storage-option``: relative paths
+    resolve against the root folder (or folder URL) and a path leading outside it (``..``, an
+    absolute path elsewhere, a symlink pointing out) is refused, naming its line, before the
+    file is opened; URLs are read with the storage options given."""
     root = getattr(args, "root", None)
-    if root is None:
+    options = _storage_options(getattr(args, "storage_option", None) or [])
+    if root is None and options is None:
         return args.manifest
     from extsrc._util.textsafe import shown
     from extsrc.sources.table import read_manifest
+    from extsrc.sources.urls import is_url
     from extsrc.sources.where import refuse_url
 
-    refuse_url(root, "--root")
-    if not os.path.isdir(root):
-        raise CliError(f"--root {shown(root)}: not a folder")
-    return read_manifest(args.manifest, root=root)
+    if root is not None:
+        refuse_url(root, "--root", allow_storage=True)
+        if not is_url(root) and not os.path.isdir(root):
+            raise CliError(f"--root {shown(root)}: not a folder")
+    return read_manifest(args.manifest, root=root, storage_options=options)
+
+
+def _storage_options(pairs: list[str]) -> dict[str, Any] | None:
+    """``--storage-option`` pairs as fsspec options: ``KEY=VALUE`` a string (``true`` and
+    ``false`` booleans), ``KEY:=JSON`` any JSON value; a dotted key sets a nested option
+    (``client_kwargs.region_name=us-east-1``). ``None`` when none are given."""
+    import json
+
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        as_json = key.endswith(":")
+        key = key[:-1] if as_json else key
+        if not sep or not key or any(not k for k in key.split(".")):
+            raise CliError(f"--storage-option {pair!r}: write KEY=VALUE or KEY:=JSON, e.g. "
+                           "endpoint_url=http://127.0.0.1:9000 or anon=true")
+        if as_json:
+            try:
+                parsed: Any = json.loads(value)
+            except ValueError as e:
+                raise CliError(f"--storage-option {key}: {value!r} is not JSON ({e})") from None
+        else:
+            parsed = {"true": True, "false": False}.get(value.lower(), value)
+        *parents, last = key.split(".")
+        node = out
+        for k in parents:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise CliError(f"--storage-option {key}: {k} is set to a value already")
+        node[last] = parsed
+    return out
 
 
 def _refuse_overwriting(out: str, option: str, manifest: str,
@@ -300,10 +337,17 @@ DEMO_MARK = ".extsrc-demo"
 
 def _add_root_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default=None, metavar="DIR",
-                   help="confine the manifest to DIR: relative paths resolve against it, and "
-                        "a path leading outside it (.., an absolute path elsewhere, a symlink "
-                        "pointing out) is refused without being opened (default: paths resolve "
-                        "against the manifest's folder and may lead anywhere)")
+                   help="confine the manifest to DIR, a folder or a folder URL (s3://bucket/ds/, "
+                        "gs://, https://): relative paths resolve against it, and a path "
+                        "leading outside it (.., an absolute path elsewhere, a symlink pointing "
+                        "out) is refused without being opened (default: paths resolve against "
+                        "the manifest's folder and may lead anywhere)")
+    p.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an fsspec option for URLs (the manifest, --root, rows, shards), "
+                        "repeatable: endpoint_url=http://127.0.0.1:9000, anon=true, "
+                        "client_kwargs.region_name=us-east-1, or KEY:=JSON. Credentials are "
+                        "better left to the environment (AWS_ACCESS_KEY_ID...): a command line "
+                        "is visible to other users")
 
 
 def _add_device_option(p: argparse.ArgumentParser, *, help: str) -> None:
