@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
+from augment_ops.trace.cv2_color import bgr_from_hsv_u8, hsv_from_bgr_u8
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
@@ -98,6 +99,7 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
 
     if kw or dstCn not in (0, None):
         raise TraceError(f"cv2.cvtColor with {sorted(kw) or ['dstCn']}=")
+    hsv_codes = _hsv_codes()
     x = _image(src, "cvtColor")
     if x.dtype not in (np.uint8, np.uint16, np.float32):
         raise TraceError(f"cv2.cvtColor of {x.dtype} (OpenCV raises for this depth)")
@@ -116,11 +118,30 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
         if x.ndim != 2:
             raise TraceError("cv2.cvtColor GRAY2RGB of an array that is not HxW or HxWx1")
         out = _np_stack([x, x, x], axis=-1)
+    elif code in hsv_codes:
+        if x.dtype != np.uint8:
+            raise TraceError(f"cv2.cvtColor between BGR/RGB and HSV of {x.dtype} (only "
+                             "OpenCV's 8-bit arithmetic is lowered: for float32 its vector "
+                             "and scalar code compute differently, a float32 division and "
+                             "fused multiply-adds against a float64 division, and no check "
+                             "over every float32 input is possible; convert a uint8 image)")
+        to_hsv, blue, hrange = hsv_codes[code]
+        out = (hsv_from_bgr_u8 if to_hsv else bgr_from_hsv_u8)(x, blue, hrange)
     else:
         names = [k for k in dir(cv2) if k.startswith("COLOR_") and getattr(cv2, k) == code]
         raise TraceError(f"cv2.cvtColor with {names[0] if names else code} (only RGB<->BGR, "
-                         "RGB/BGR->GRAY for uint8 and GRAY->RGB are lowered exactly)")
+                         "RGB/BGR->GRAY, BGR/RGB->HSV(_FULL) and HSV->BGR/RGB for uint8 and "
+                         "GRAY->RGB are lowered exactly)")
     return _into(dst, out)
+
+
+def _hsv_codes() -> dict[int, tuple[bool, int, int]]:
+    """``{code: (to HSV, blue channel, hue range)}`` of the HSV conversions lowered."""
+    import cv2
+
+    return {cv2.COLOR_BGR2HSV: (True, 0, 180), cv2.COLOR_RGB2HSV: (True, 2, 180),
+            cv2.COLOR_BGR2HSV_FULL: (True, 0, 256), cv2.COLOR_RGB2HSV_FULL: (True, 2, 256),
+            cv2.COLOR_HSV2BGR: (False, 0, 180), cv2.COLOR_HSV2RGB: (False, 2, 180)}
 
 
 def _lut_table(lut: Any) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import add_guard
-from augment_ops.trace.facts import _nonneg, _same, upper
+from augment_ops.trace.facts import _nonneg, _same, lower, upper
 from augment_ops.trace.ir import (
     _TRACING,
     Dim,
@@ -203,7 +203,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if cdt.kind == "b" and name not in _COMPARISONS and not name.startswith("bitwise"):
             raise TraceError(f"np.{name} on boolean values")
         if cdt.kind == "f" and name in ("floor_divide", "remainder"):
-            raise TraceError(f"np.{name} of floating-point values")
+            return Sym(cast_node(_float_mod(name, a, b, cdt).node, rdt, weak))
         if name == "divide" and cdt.kind != "f":
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
@@ -228,6 +228,44 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
+
+
+def _float_mod(name: str, a: Any, b: Any, dt: np.dtype) -> Sym:
+    """numpy's float ``a // b`` or ``a % b`` (``(x * gain) % 180`` of a hue table) for ``a >= 0``
+    and a positive constant ``b``, exactly: ``k = floor(a / b)`` is the quotient or one more
+    (the division rounds up to an integer at most, while every ``k * b`` is exact: the bounds
+    of ``a`` keep ``k``'s bits and ``b``'s within the mantissa), ``a - k * b`` is then exact
+    (Sterbenz), and a negative remainder takes ``b`` back (exactly: numpy's remainder, an
+    fmod here, is representable). Anything else is refused."""
+    what = f"np.{name} of floating-point values"
+    bv = _rep(b)
+    if isinstance(b, Sym) or not isinstance(a, Sym) or np.ndim(bv) != 0 or \
+            dt not in (np.float32, np.float64):
+        raise TraceError(f"{what} (only of a value >= 0 by a positive constant is lowered)")
+    bv = float(bv)
+    na = _to_node(a, dt)
+    lo, up = lower(na), upper(na)
+    bits = 53 if dt == np.float64 else 24
+    if not (np.isfinite(bv) and bv > 0 and float(dt.type(bv)) == bv):
+        raise TraceError(f"{what} by {bv!r} (only a positive divisor the dtype holds exactly "
+                         "is lowered)")
+    sig = int(np.float64(bv).view(np.int64)) & ((1 << 52) - 1) | (1 << 52)
+    sig_bits = 53 - ((sig & -sig).bit_length() - 1)
+    if lo is None or lo < 0 or up is None or not np.isfinite(up) or \
+            int(up // bv + 2).bit_length() + sig_bits > bits:
+        raise TraceError(f"{what} of a value the tracer cannot bound within 0..{bv:g} * "
+                         f"2**{bits - sig_bits - 1} (numpy's fmod is reproduced exactly only "
+                         "there)")
+    x = Sym(na)
+    k = ufunc("floor", ufunc("divide", x, dt.type(bv)))
+    r = ufunc("subtract", x, ufunc("multiply", k, dt.type(bv)))
+    low = ufunc("less", r, dt.type(0)).node
+    if name == "remainder":
+        out = _new("where", (low, ufunc("add", r, dt.type(bv)).node, r.node), (), dt, r.node.shape)
+    else:
+        out = _new("where", (low, ufunc("subtract", k, dt.type(1)).node, k.node), (), dt,
+                   k.node.shape)
+    return Sym(out)
 
 
 def _shift(name: str, a: Any, b: Any) -> Any:
