@@ -24,6 +24,7 @@ import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
 from augment_ops.trace.cv2_color import bgr_from_hsv_u8, hsv_from_bgr_u8
+from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
@@ -210,6 +211,67 @@ def _cv_split(m: Any, mv: Any = None) -> tuple[Sym, ...]:
     return tuple(Sym(x[..., c]._checked()) for c in range(x.node.shape[2]))
 
 
+def _mix_channels(arrays: Any, what: str) -> list[Sym]:
+    if not isinstance(arrays, (list, tuple)) or not all(isinstance(a, Sym) for a in arrays):
+        raise TraceError(f"cv2.mixChannels with {what} that is not a list of traced arrays")
+    for a in arrays:
+        if a.ndim not in (2, 3) or (a.ndim == 3 and not isinstance(a.node.shape[2], int)):
+            raise TraceError("cv2.mixChannels of an array that is not HxW or HxWxC")
+    return list(arrays)
+
+
+def _cv_mixChannels(src: Any, dst: Any, fromTo: Any) -> tuple[Sym, ...]:
+    """OpenCV's channel gather: ``fromTo`` pairs ``(from, to)`` index the channels of the
+    ``src`` arrays and of the ``dst`` arrays, each list's channels counted one after the other;
+    a negative ``from`` writes zeros. A ``from`` may be a per-sample value (``rng.shuffle`` of
+    the channel order): each written channel is then a select among the source channels. The
+    ``dst`` arrays are written in place and returned, as OpenCV does."""
+    srcs, dsts = _mix_channels(src, "src"), _mix_channels(dst, "dst")
+    if len({a.dtype for a in srcs + dsts}) != 1:
+        raise TraceError("cv2.mixChannels of arrays of different dtypes (OpenCV raises)")
+    if any(d._buffer is a._buffer for d in dsts for a in srcs):
+        raise TraceError("cv2.mixChannels writing into one of its sources (OpenCV's result "
+                         "then depends on the order it copies in; write into a new array)")
+    for d in dsts:
+        if not d._writable:
+            raise TraceError("cv2.mixChannels into the input image or a view of it (numpy "
+                             "refuses writes into the read-only input; pass img.copy())")
+    pairs = list(fromTo)
+    if len(pairs) % 2:
+        raise TraceError("cv2.mixChannels with an odd number of fromTo entries (OpenCV raises)")
+    sources = [c for a in srcs for c in ([a] if a.ndim == 2 else
+                                        [a[..., k] for k in range(a.node.shape[2])])]
+    out = [[d] if d.ndim == 2 else [d[..., k] for k in range(d.node.shape[2])] for d in dsts]
+    where = [(i, k) for i, chans in enumerate(out) for k in range(len(chans))]
+    stacked = None
+    for j, t in zip(pairs[::2], pairs[1::2], strict=True):
+        if isinstance(t, Sym) or not isinstance(t, (int, np.integer)) or \
+                not 0 <= t < len(where):
+            raise TraceError("cv2.mixChannels with a per-sample or out-of-range destination "
+                             "channel (only the source channel may be drawn)")
+        i, k = where[int(t)]
+        if isinstance(j, Sym):
+            lo, up = lower(j._checked()), upper(j._checked())
+            if lo is None or lo < 0 or up is None or up >= len(sources):
+                raise TraceError("cv2.mixChannels with a per-sample source channel the tracer "
+                                 f"cannot bound within 0..{len(sources) - 1} (OpenCV raises "
+                                 "or writes zeros outside it)")
+            if stacked is None:
+                stacked = _np_stack(sources, axis=-1)
+            value = stacked[..., j]
+        elif not isinstance(j, (int, np.integer)) or j >= len(sources):
+            raise TraceError("cv2.mixChannels with a source channel out of range (OpenCV "
+                             "raises)")
+        elif j < 0:
+            value = _np_full_like(sources[0], 0)
+        else:
+            value = sources[int(j)]
+        out[i][k] = value
+    for d, chans in zip(dsts, out, strict=True):
+        d._write((chans[0] if d.ndim == 2 else _np_stack(chans, axis=-1))._checked())
+    return tuple(dsts)
+
+
 def _doubled(strip: Sym, count: int, axis: int) -> Sym:
     """``count`` copies of ``strip`` (1 long on ``axis``) side by side, in log2(count) steps."""
     out = strip
@@ -284,6 +346,7 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "merge": _cv_merge,
     "split": _cv_split,
     "copyMakeBorder": _cv_copyMakeBorder,
+    "mixChannels": _cv_mixChannels,
 }
 
 
