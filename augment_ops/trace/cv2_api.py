@@ -24,6 +24,7 @@ import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
 from augment_ops.trace.cv2_color import bgr_from_hsv_u8, hsv_from_bgr_u8
+from augment_ops.trace.cv2_weighted import add_weighted
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
@@ -37,9 +38,6 @@ _WHY_NOT: dict[str, str] = {
               "DALI's resize, so the pixels would not be OpenCV's",
     "warpAffine": "OpenCV's fixed-point interpolation differs from DALI's warp_affine",
     "warpPerspective": "OpenCV's fixed-point interpolation differs from DALI's warp_perspective",
-    "addWeighted": "OpenCV's rounding of its intermediate sums (precision and vectorisation) "
-                   "is not reproduced exactly by DALI's arithmetic; numpy arithmetic such as "
-                   "np.clip(a * alpha + b * beta + gamma, 0, 255) traces, with numpy's results",
     "createCLAHE": "CLAHE needs per-tile histograms, which DALI's operators cannot compute",
     "equalizeHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
     "calcHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
@@ -272,6 +270,11 @@ def _cv_mixChannels(src: Any, dst: Any, fromTo: Any) -> tuple[Sym, ...]:
     return tuple(dsts)
 
 
+def _cv_addWeighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any, dst: Any = None,
+                    dtype: int = -1) -> Sym:
+    return _into(dst, add_weighted(src1, alpha, src2, beta, gamma, dtype))
+
+
 def _doubled(strip: Sym, count: int, axis: int) -> Sym:
     """``count`` copies of ``strip`` (1 long on ``axis``) side by side, in log2(count) steps."""
     out = strip
@@ -347,6 +350,7 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "split": _cv_split,
     "copyMakeBorder": _cv_copyMakeBorder,
     "mixChannels": _cv_mixChannels,
+    "addWeighted": _cv_addWeighted,
 }
 
 
