@@ -251,6 +251,10 @@ def _float_mod(name: str, a: Any, b: Any, dt: np.dtype) -> Sym:
                          "is lowered)")
     sig = int(np.float64(bv).view(np.int64)) & ((1 << 52) - 1) | (1 << 52)
     sig_bits = 53 - ((sig & -sig).bit_length() - 1)
+    if sig_bits > bits - 9:
+        raise TraceError(f"{what} by {bv!r}, whose {sig_bits} significant bits leave the "
+                         "quotient's multiples of it inexact (a divisor with few significant "
+                         "bits, such as 180, 0.5 or 7.5, is lowered)")
     if lo is None or lo < 0 or up is None or not np.isfinite(up) or \
             int(up // bv + 2).bit_length() + sig_bits > bits:
         raise TraceError(f"{what} of a value the tracer cannot bound within 0..{bv:g} * "
