@@ -189,6 +189,54 @@ def test_float_hsv_is_refused_saying_why():
     assert "cv2.cvtColor with COLOR_HSV2BGR_FULL (only" in _refusal(u_full_back)
 
 
+# -- YUV -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["COLOR_RGB2YUV", "COLOR_BGR2YUV", "COLOR_YUV2RGB",
+                                  "COLOR_YUV2BGR"])
+def test_yuv_conversions_equal_opencv(name):
+    code = getattr(cv2, name)
+
+    def u_convert(img):
+        return cv2.cvtColor(img, code)
+    _check(u_convert)
+
+
+def test_the_yuv_formulas_are_opencvs_on_every_colour():
+    """OpenCV's fixed-point BT.601 YUV, which cv2_color lowers, on all 2**24 triples."""
+    from augment_ops.trace.cv2_color import _FROM_UV, _TO_UV, _TO_Y, YUV_SHIFT
+
+    img = _every_colour()
+    a, b, c = (img[:, k].astype(np.int64) for k in range(3))
+
+    def descale(x):
+        return (x + (1 << (YUV_SHIFT - 1))) >> YUV_SHIFT
+    y = descale(a * _TO_Y[0] + b * _TO_Y[1] + c * _TO_Y[2])
+    half = 128 << YUV_SHIFT
+    yuv = np.stack([y, descale((c - y) * _TO_UV[0] + half), descale((a - y) * _TO_UV[1] + half)],
+                   -1)
+    np.testing.assert_array_equal(cv2.cvtColor(img.reshape(4096, 4096, 3),
+                                               cv2.COLOR_RGB2YUV).reshape(-1, 3),
+                                  np.clip(yuv, 0, 255).astype(np.uint8))
+    u, v = b - 128, c - 128
+    rgb = np.stack([a + descale(v * _FROM_UV[3]),
+                    a + descale(u * _FROM_UV[1] + v * _FROM_UV[2]), a + descale(u * _FROM_UV[0])],
+                   -1)
+    np.testing.assert_array_equal(cv2.cvtColor(img.reshape(4096, 4096, 3),
+                                               cv2.COLOR_YUV2RGB).reshape(-1, 3),
+                                  np.clip(rgb, 0, 255).astype(np.uint8))
+
+
+def test_clahe_is_refused_naming_its_histograms():
+    def u_clahe(img):
+        yuv = cv2.cvtColor(img, cv2.COLOR_RGB2YUV)
+        c = cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8))
+        yuv[:, :, 0] = c.apply(yuv[:, :, 0])
+        return cv2.cvtColor(yuv, cv2.COLOR_YUV2RGB)
+    assert re.search(r"^cv2\.createCLAHE\(\.\.\.\)\.apply \(CLAHE needs per-tile histograms",
+                     _refusal(u_clahe))
+    clahe = cv2.createCLAHE(clipLimit=2.0, tileGridSize=(8, 8))  # outside a trace: OpenCV's
+    assert clahe.apply(np.zeros((8, 8), np.uint8)).shape == (8, 8)
+
+
 # -- float % and // by a constant ------------------------------------------------------------
 def u_float_mod(img, rng):
     x = img[..., 0].astype(np.float64) * (rng.uniform(0.5, 1.5) * 1.37)

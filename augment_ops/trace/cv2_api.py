@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
-from augment_ops.trace.cv2_color import bgr_from_hsv_u8, hsv_from_bgr_u8
+from augment_ops.trace.cv2_color import (
+    bgr_from_hsv_u8,
+    bgr_from_yuv_u8,
+    hsv_from_bgr_u8,
+    yuv_from_bgr_u8,
+)
 from augment_ops.trace.cv2_weighted import add_weighted
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import TraceError
@@ -99,6 +104,8 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
     if kw or dstCn not in (0, None):
         raise TraceError(f"cv2.cvtColor with {sorted(kw) or ['dstCn']}=")
     hsv_codes = _hsv_codes()
+    yuv_codes = {cv2.COLOR_BGR2YUV: (True, 0), cv2.COLOR_RGB2YUV: (True, 2),
+                 cv2.COLOR_YUV2BGR: (False, 0), cv2.COLOR_YUV2RGB: (False, 2)}
     x = _image(src, "cvtColor")
     if x.dtype not in (np.uint8, np.uint16, np.float32):
         raise TraceError(f"cv2.cvtColor of {x.dtype} (OpenCV raises for this depth)")
@@ -117,6 +124,13 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
         if x.ndim != 2:
             raise TraceError("cv2.cvtColor GRAY2RGB of an array that is not HxW or HxWx1")
         out = _np_stack([x, x, x], axis=-1)
+    elif code in yuv_codes:
+        if x.dtype != np.uint8:
+            raise TraceError(f"cv2.cvtColor between BGR/RGB and YUV of {x.dtype} (only "
+                             "OpenCV's 8-bit integer arithmetic is lowered; convert a uint8 "
+                             "image)")
+        to_yuv, blue = yuv_codes[code]
+        out = (yuv_from_bgr_u8 if to_yuv else bgr_from_yuv_u8)(x, blue)
     elif code in hsv_codes:
         if x.dtype != np.uint8:
             raise TraceError(f"cv2.cvtColor between BGR/RGB and HSV of {x.dtype} (only "
@@ -129,8 +143,8 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
     else:
         names = [k for k in dir(cv2) if k.startswith("COLOR_") and getattr(cv2, k) == code]
         raise TraceError(f"cv2.cvtColor with {names[0] if names else code} (only RGB<->BGR, "
-                         "RGB/BGR->GRAY, BGR/RGB->HSV(_FULL) and HSV->BGR/RGB for uint8 and "
-                         "GRAY->RGB are lowered exactly)")
+                         "RGB/BGR->GRAY, BGR/RGB->HSV(_FULL), HSV->BGR/RGB and BGR/RGB<->YUV "
+                         "for uint8 and GRAY->RGB are lowered exactly)")
     return _into(dst, out)
 
 
@@ -354,6 +368,31 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
 }
 
 
+#: cv2 functions that make an object whose methods take images, none of them lowered.
+_MADE_OBJECTS = ("createCLAHE",)
+
+
+class _Refusing:
+    """An OpenCV object (a CLAHE) made while tracing: its methods given a traced array are
+    refused with why (:data:`_WHY_NOT` of the function that made it), the rest are its own."""
+
+    def __init__(self, real: Any, made_by: str) -> None:
+        self._real, self._made_by = real, made_by
+
+    def __getattr__(self, attr: str) -> Any:
+        method = getattr(self._real, attr)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if _has_sym(args, kwargs):
+                why = _WHY_NOT.get(self._made_by, "not lowered")
+                raise TraceError(f"cv2.{self._made_by}(...).{attr} ({why}); the op runs on "
+                                 "the numpy path")
+            return method(*args, **kwargs)
+        return call
+
+
 def _wrapper(name: str, real: Any) -> Callable[..., Any]:
     """cv2's ``name`` while tracing: lowered (:data:`CV2_HANDLERS`) or refused when given a
     traced array, OpenCV's own ``real`` function otherwise."""
@@ -361,7 +400,8 @@ def _wrapper(name: str, real: Any) -> Callable[..., Any]:
 
     def f(*args: Any, **kwargs: Any) -> Any:
         if not _has_sym(args, kwargs):
-            return real(*args, **kwargs)
+            got = real(*args, **kwargs)
+            return _Refusing(got, name) if name in _MADE_OBJECTS else got
         if handler is not None:
             return handler(*args, **kwargs)
         why = _WHY_NOT.get(name, "not lowered: only cv2." + ", cv2.".join(CV2_HANDLERS) + " are")

@@ -32,7 +32,8 @@ from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_full_like
 from augment_ops.trace.sym import Sym, cast_node, ufunc
 
-__all__ = ["HSV_SHIFT", "bgr_from_hsv_u8", "hsv_from_bgr_u8", "hsv_tables", "vector_block"]
+__all__ = ["HSV_SHIFT", "YUV_SHIFT", "bgr_from_hsv_u8", "bgr_from_yuv_u8", "hsv_from_bgr_u8",
+           "hsv_tables", "vector_block", "yuv_from_bgr_u8"]
 
 #: OpenCV's fixed-point shift of its 8-bit HSV conversion.
 HSV_SHIFT = 12
@@ -154,3 +155,47 @@ def bgr_from_hsv_u8(x: Sym, blue: int, hrange: int) -> Sym:
             tail, rounded, ufunc("minimum", ufunc("floor", scaled), f32(255.0)))
         out[k] = Sym(cast_node(out[k].node, np.uint8))
     return _np_stack(out, axis=-1)
+
+
+#: OpenCV's fixed-point shift and BT.601 weights of its 8-bit YUV conversions.
+YUV_SHIFT = 14
+_TO_Y = (4899, 9617, 1868)  # R, G, B
+_TO_UV = (8061, 14369)  # (B - Y) to U, (R - Y) to V
+_FROM_UV = (33292, -6472, -9519, 18678)  # U to B, U to G, V to G, V to R
+
+
+def _descale(x: Sym) -> Sym:
+    """OpenCV's ``CV_DESCALE(x, 14)``: ``(x + 2**13) >> 14``, flooring as its shift does."""
+    return ufunc("floor_divide", ufunc("add", x, 1 << (YUV_SHIFT - 1)), 1 << YUV_SHIFT)
+
+
+def _bytes(chans: list[Sym]) -> Sym:
+    """OpenCV's ``saturate_cast<uchar>`` of int32 channels, stacked."""
+    return _np_stack([Sym(cast_node(ufunc("minimum", ufunc("maximum", c, 0), 255).node,
+                                    np.uint8)) for c in chans], axis=-1)
+
+
+def yuv_from_bgr_u8(x: Sym, blue: int) -> Sym:
+    """OpenCV's BGR (``blue`` 0) or RGB (``blue`` 2) to YUV for a uint8 HxWx3 image (its
+    integer code, which its vector and scalar code share)."""
+    chans = [_i32(c) for c in _channels(x, "to YUV")]
+    b, g, r = chans[blue], chans[1], chans[2 - blue]
+    y = _descale(ufunc("add", ufunc("add", ufunc("multiply", r, _TO_Y[0]),
+                                    ufunc("multiply", g, _TO_Y[1])),
+                       ufunc("multiply", b, _TO_Y[2])))
+    half = 128 << YUV_SHIFT
+    u = _descale(ufunc("add", ufunc("multiply", ufunc("subtract", b, y), _TO_UV[0]), half))
+    v = _descale(ufunc("add", ufunc("multiply", ufunc("subtract", r, y), _TO_UV[1]), half))
+    return _bytes([y, u, v])
+
+
+def bgr_from_yuv_u8(x: Sym, blue: int) -> Sym:
+    """OpenCV's YUV to BGR (``blue`` 0) or RGB (``blue`` 2) for a uint8 HxWx3 image."""
+    y, u, v = (_i32(c) for c in _channels(x, "from YUV"))
+    u, v = ufunc("subtract", u, 128), ufunc("subtract", v, 128)
+    b = ufunc("add", y, _descale(ufunc("multiply", u, _FROM_UV[0])))
+    g = ufunc("add", y, _descale(ufunc("add", ufunc("multiply", u, _FROM_UV[1]),
+                                       ufunc("multiply", v, _FROM_UV[2]))))
+    r = ufunc("add", y, _descale(ufunc("multiply", v, _FROM_UV[3])))
+    out = [b, g, r] if blue == 0 else [r, g, b]
+    return _bytes(out)

@@ -323,6 +323,7 @@ EXPECT: dict[str, str] = {
     "mmcv_auto_contrast": r"refuses: np\.histogram",
     "mmcv_imflip": "lowers",
     "mmpre_lighting": r"refuses: ndarray\.reshape",
-    "mmdet_photometric_distortion": r"refuses: .*cvtColor",
+    "mmdet_photometric_distortion": r"refuses: cv2\.cvtColor between BGR/RGB and HSV of "
+                                    r"float32 \(only OpenCV's 8-bit arithmetic",
     "mmdet_cutout": r"refuses: a read of the default value of 'cutout_shape', a list",
 }
