@@ -294,9 +294,28 @@ def u_mix_constant(img):
     return got[0] + got[1][..., None]
 
 
+def u_take_drawn(img, rng):
+    return np.take(img, rng.permutation(3), axis=-1)
+
+
+def u_take_constant(img):
+    return np.take(img, [2, 0, 0], axis=2)
+
+
+def u_index_drawn_pair(img, rng):
+    return img[:, :, rng.choice(3, 2, replace=False)]
+
+
 def test_channel_gathers_equal_opencv():
     _check(u_shuffle, random=True)
     _check(u_mix_constant)
+
+
+@pytest.mark.parametrize("func,random", [(u_take_drawn, True), (u_take_constant, False),
+                                         (u_index_drawn_pair, True)],
+                         ids=["take_drawn", "take_constant", "index_drawn_pair"])
+def test_channel_gathers_of_numpy_equal_numpy(func, random):
+    _check(func, random=random)
 
 
 def test_channel_gathers_that_cannot_be_exact_are_refused():
