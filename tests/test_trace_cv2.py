@@ -74,12 +74,13 @@ def _refusal(func, *, random: bool = False, dtype=np.uint8, ndim: int = 3) -> st
 
 
 # -- HSV -------------------------------------------------------------------------------------
-HSV_CODES = ["COLOR_BGR2HSV", "COLOR_RGB2HSV", "COLOR_BGR2HSV_FULL", "COLOR_RGB2HSV_FULL",
-             "COLOR_HSV2BGR", "COLOR_HSV2RGB"]
+COLOR_CODES = ["COLOR_BGR2HSV", "COLOR_RGB2HSV", "COLOR_BGR2HSV_FULL", "COLOR_RGB2HSV_FULL",
+               "COLOR_HSV2BGR", "COLOR_HSV2RGB", "COLOR_RGB2YUV", "COLOR_BGR2YUV",
+               "COLOR_YUV2RGB", "COLOR_YUV2BGR"]
 
 
-@pytest.mark.parametrize("name", HSV_CODES)
-def test_hsv_conversions_equal_opencv(name):
+@pytest.mark.parametrize("name", COLOR_CODES)
+def test_hsv_and_yuv_conversions_equal_opencv(name):
     code = getattr(cv2, name)
 
     def u_convert(img):
@@ -190,16 +191,6 @@ def test_float_hsv_is_refused_saying_why():
 
 
 # -- YUV -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["COLOR_RGB2YUV", "COLOR_BGR2YUV", "COLOR_YUV2RGB",
-                                  "COLOR_YUV2BGR"])
-def test_yuv_conversions_equal_opencv(name):
-    code = getattr(cv2, name)
-
-    def u_convert(img):
-        return cv2.cvtColor(img, code)
-    _check(u_convert)
-
-
 def test_the_yuv_formulas_are_opencvs_on_every_colour():
     """OpenCV's fixed-point BT.601 YUV, which cv2_color lowers, on all 2**24 triples."""
     from augment_ops.trace.cv2_color import _FROM_UV, _TO_UV, _TO_Y, YUV_SHIFT
