@@ -122,7 +122,7 @@ def lower(d: Dim) -> float | None:
         if name in ("multiply", "divide") and la >= 0 and lb >= 0:
             return 0 if name == "divide" else la * lb
         if name == "multiply" and d.dtype.kind == "f":
-            products = _products(a, b)
+            products = _products(a, b, d.dtype)
             return None if products is None else builtins.min(products)
         if name == "floor_divide" and la >= 0 and b.op == "const" and lb >= 1:
             return la // float(b.value.max())
@@ -205,7 +205,7 @@ def upper(d: Dim) -> float | None:
         if name == "multiply" and _nonneg(a) and _nonneg(b):
             return ua * ub
         if name == "multiply" and d.dtype.kind == "f":
-            products = _products(a, b)
+            products = _products(a, b, d.dtype)
             return None if products is None else builtins.max(products)
     if d.op == "where":
         ua, ub = upper(d.args[1]), upper(d.args[2])
@@ -213,15 +213,18 @@ def upper(d: Dim) -> float | None:
     return None
 
 
-def _products(a: Node, b: Node) -> list[float] | None:
-    """The products of the bounds of float operands ``a`` and ``b`` (interval multiplication:
-    rounding is monotonic, so the float product of any two values lies between the least and
-    the greatest of them), or None where a bound is unknown."""
+def _products(a: Node, b: Node, dt: np.dtype) -> list[float] | None:
+    """The products of the bounds of float operands ``a`` and ``b``, widened by one rounding
+    of ``dt`` (interval multiplication: rounding is monotonic, so the product of any two values
+    in ``dt`` lies between the least and the greatest of them rounded in ``dt``; Python's are
+    float64's), or None where a bound is unknown."""
     bounds = [lower(a), upper(a), lower(b), upper(b)]
     if None in bounds or not all(math.isfinite(v) for v in bounds):
         return None
     la, ua, lb, ub = bounds
-    return [la * lb, la * ub, ua * lb, ua * ub]
+    eps = 0.0 if dt == np.float64 else float(np.finfo(dt).eps)
+    return [p + sign * abs(p) * eps for p in (la * lb, la * ub, ua * lb, ua * ub)
+            for sign in (-1, 1)]
 
 
 def _nonneg(d: Dim) -> bool:
