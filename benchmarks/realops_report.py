@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # Constructs, tried in order on a refusal's message (reason and source line): the first match
 # names the group. Ordered from the specific to the generic.
 GROUPS: list[tuple[str, str]] = [
-    ("cv2 call with no exact DALI form", r"^cv2\.\w+ (\(|with|is outside)"),
+    ("histogram / cumulative sum",
+     r"np\.(histogram|cumsum|bincount)|calcHist|equalizeHist|per-tile histograms"),
+    ("cv2 call with no exact DALI form",
+     r"^cv2\.\w+(\(\.\.\.\)\.\w+)? (\(|with|is outside|between)"),
     ("PIL call with no exact DALI form", r"^PIL "),
     ("library outside numpy (torch, ...)", r"is outside numpy"),
-    ("histogram / cumulative sum", r"np\.(histogram|cumsum|bincount)|calcHist"),
     ("ndarray method of a constant given a per-sample value", r"the method ndarray\."),
     ("ndarray method not lowered", r"^ndarray\.\w+"),
     ("** by a per-sample exponent", r"\*\*\) with a per-sample exponent|^\*\* with"),

@@ -247,11 +247,12 @@ def u_resize(img):
 
 
 def u_add_weighted(img):
-    return cv2.addWeighted(img, 0.5, img, 0.5, 0)
+    scaled = img.astype(np.float32) / 255
+    return cv2.addWeighted(scaled, 0.5, scaled, 0.5, 0)
 
 
-def u_hsv(img):
-    return cv2.cvtColor(img, cv2.COLOR_RGB2HSV)
+def u_lab(img):
+    return cv2.cvtColor(img, cv2.COLOR_RGB2LAB)
 
 
 def u_gray_float(img):
@@ -265,8 +266,8 @@ def u_constant_cv2(img):
 
 def test_other_cv2_calls_are_refused_naming_the_call_and_why():
     assert re.search(r"^cv2\.resize \(OpenCV's interpolation", _refusal(u_resize))
-    assert "cv2.addWeighted (OpenCV's rounding" in _refusal(u_add_weighted)
-    assert "cv2.cvtColor with COLOR_RGB2HSV" in _refusal(u_hsv)
+    assert "cv2.addWeighted of float32 values other than uint8 ones" in _refusal(u_add_weighted)
+    assert "cv2.cvtColor with COLOR_RGB2LAB" in _refusal(u_lab)
     assert "cv2.cvtColor to gray of float32" in _refusal(u_gray_float, ndim=2, dtype=np.float32)
     assert "u_resize" not in _refusal(u_resize) and "test_trace_lookup.py" in _refusal(u_resize)
 

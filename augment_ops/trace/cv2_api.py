@@ -2,13 +2,14 @@
 
 While an op's function runs on the proxies (:func:`cv2_installed`), every function of an
 imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
-OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray for ``uint8``,
-``LUT``, ``flip``, ``merge``, ``split``, ``copyMakeBorder`` constant or replicated); any
-other given a traced array is refused naming it and why; called on real arrays each is
-OpenCV's own. This reaches cv2 calls in the op's helpers
-and in libraries too. :func:`library_handlers` names library helpers the op's module imported
-by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the op's
-globals. Nothing here imports cv2 or a library the op's code did not import.
+OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray, to and from
+HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
+``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``copyMakeBorder`` constant or
+replicated); any other given a traced array is refused naming it and why, as are the methods of
+a CLAHE object; called on real arrays each is OpenCV's own. This reaches cv2 calls in the op's
+helpers and in libraries too. :func:`library_handlers` names library helpers the op's module
+imported by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the
+op's globals. Nothing here imports cv2 or a library the op's code did not import.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
-from augment_ops.trace.facts import _nonneg
+from augment_ops.trace.cv2_color import (
+    bgr_from_hsv_u8,
+    bgr_from_yuv_u8,
+    hsv_from_bgr_u8,
+    yuv_from_bgr_u8,
+)
+from augment_ops.trace.cv2_weighted import add_weighted
+from augment_ops.trace.facts import _nonneg, lower, upper
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import lookup
@@ -37,9 +45,6 @@ _WHY_NOT: dict[str, str] = {
               "DALI's resize, so the pixels would not be OpenCV's",
     "warpAffine": "OpenCV's fixed-point interpolation differs from DALI's warp_affine",
     "warpPerspective": "OpenCV's fixed-point interpolation differs from DALI's warp_perspective",
-    "addWeighted": "OpenCV's rounding of its intermediate sums (precision and vectorisation) "
-                   "is not reproduced exactly by DALI's arithmetic; numpy arithmetic such as "
-                   "np.clip(a * alpha + b * beta + gamma, 0, 255) traces, with numpy's results",
     "createCLAHE": "CLAHE needs per-tile histograms, which DALI's operators cannot compute",
     "equalizeHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
     "calcHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
@@ -100,6 +105,9 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
 
     if kw or dstCn not in (0, None):
         raise TraceError(f"cv2.cvtColor with {sorted(kw) or ['dstCn']}=")
+    hsv_codes = _hsv_codes()
+    yuv_codes = {cv2.COLOR_BGR2YUV: (True, 0), cv2.COLOR_RGB2YUV: (True, 2),
+                 cv2.COLOR_YUV2BGR: (False, 0), cv2.COLOR_YUV2RGB: (False, 2)}
     x = _image(src, "cvtColor")
     if x.dtype not in (np.uint8, np.uint16, np.float32):
         raise TraceError(f"cv2.cvtColor of {x.dtype} (OpenCV raises for this depth)")
@@ -118,11 +126,37 @@ def _cv_cvtColor(src: Any, code: int, dst: Any = None, dstCn: int = 0, **kw: Any
         if x.ndim != 2:
             raise TraceError("cv2.cvtColor GRAY2RGB of an array that is not HxW or HxWx1")
         out = _np_stack([x, x, x], axis=-1)
+    elif code in yuv_codes:
+        if x.dtype != np.uint8:
+            raise TraceError(f"cv2.cvtColor between BGR/RGB and YUV of {x.dtype} (only "
+                             "OpenCV's 8-bit integer arithmetic is lowered; convert a uint8 "
+                             "image)")
+        to_yuv, blue = yuv_codes[code]
+        out = (yuv_from_bgr_u8 if to_yuv else bgr_from_yuv_u8)(x, blue)
+    elif code in hsv_codes:
+        if x.dtype != np.uint8:
+            raise TraceError(f"cv2.cvtColor between BGR/RGB and HSV of {x.dtype} (only "
+                             "OpenCV's 8-bit arithmetic is lowered: for float32 its vector "
+                             "and scalar code compute differently, a float32 division and "
+                             "fused multiply-adds against a float64 division, and no check "
+                             "over every float32 input is possible; convert a uint8 image)")
+        to_hsv, blue, hrange = hsv_codes[code]
+        out = (hsv_from_bgr_u8 if to_hsv else bgr_from_hsv_u8)(x, blue, hrange)
     else:
         names = [k for k in dir(cv2) if k.startswith("COLOR_") and getattr(cv2, k) == code]
         raise TraceError(f"cv2.cvtColor with {names[0] if names else code} (only RGB<->BGR, "
-                         "RGB/BGR->GRAY for uint8 and GRAY->RGB are lowered exactly)")
+                         "RGB/BGR->GRAY, BGR/RGB->HSV(_FULL), HSV->BGR/RGB and BGR/RGB<->YUV "
+                         "for uint8 and GRAY->RGB are lowered exactly)")
     return _into(dst, out)
+
+
+def _hsv_codes() -> dict[int, tuple[bool, int, int]]:
+    """``{code: (to HSV, blue channel, hue range)}`` of the HSV conversions lowered."""
+    import cv2
+
+    return {cv2.COLOR_BGR2HSV: (True, 0, 180), cv2.COLOR_RGB2HSV: (True, 2, 180),
+            cv2.COLOR_BGR2HSV_FULL: (True, 0, 256), cv2.COLOR_RGB2HSV_FULL: (True, 2, 256),
+            cv2.COLOR_HSV2BGR: (False, 0, 180), cv2.COLOR_HSV2RGB: (False, 2, 180)}
 
 
 def _lut_table(lut: Any) -> Any:
@@ -189,6 +223,72 @@ def _cv_split(m: Any, mv: Any = None) -> tuple[Sym, ...]:
     if x.ndim != 3 or not isinstance(x.node.shape[2], int):
         raise TraceError("cv2.split of an array that is not HxW or HxWxC")
     return tuple(Sym(x[..., c]._checked()) for c in range(x.node.shape[2]))
+
+
+def _mix_channels(arrays: Any, what: str) -> list[Sym]:
+    if not isinstance(arrays, (list, tuple)) or not all(isinstance(a, Sym) for a in arrays):
+        raise TraceError(f"cv2.mixChannels with {what} that is not a list of traced arrays")
+    for a in arrays:
+        if a.ndim not in (2, 3) or (a.ndim == 3 and not isinstance(a.node.shape[2], int)):
+            raise TraceError("cv2.mixChannels of an array that is not HxW or HxWxC")
+    return list(arrays)
+
+
+def _cv_mixChannels(src: Any, dst: Any, fromTo: Any) -> tuple[Sym, ...]:
+    """OpenCV's channel gather: ``fromTo`` pairs ``(from, to)`` index the channels of the
+    ``src`` arrays and of the ``dst`` arrays, each list's channels counted one after the other;
+    a negative ``from`` writes zeros. A ``from`` may be a per-sample value (``rng.shuffle`` of
+    the channel order): each written channel is then a select among the source channels. The
+    ``dst`` arrays are written in place and returned, as OpenCV does."""
+    srcs, dsts = _mix_channels(src, "src"), _mix_channels(dst, "dst")
+    if len({a.dtype for a in srcs + dsts}) != 1:
+        raise TraceError("cv2.mixChannels of arrays of different dtypes (OpenCV raises)")
+    if any(d._buffer is a._buffer for d in dsts for a in srcs):
+        raise TraceError("cv2.mixChannels writing into one of its sources (OpenCV's result "
+                         "then depends on the order it copies in; write into a new array)")
+    for d in dsts:
+        if not d._writable:
+            raise TraceError("cv2.mixChannels into the input image or a view of it (numpy "
+                             "refuses writes into the read-only input; pass img.copy())")
+    pairs = list(fromTo)
+    if len(pairs) % 2:
+        raise TraceError("cv2.mixChannels with an odd number of fromTo entries (OpenCV raises)")
+    sources = [c for a in srcs for c in ([a] if a.ndim == 2 else
+                                        [a[..., k] for k in range(a.node.shape[2])])]
+    out = [[d] if d.ndim == 2 else [d[..., k] for k in range(d.node.shape[2])] for d in dsts]
+    where = [(i, k) for i, chans in enumerate(out) for k in range(len(chans))]
+    stacked = None
+    for j, t in zip(pairs[::2], pairs[1::2], strict=True):
+        if isinstance(t, Sym) or not isinstance(t, (int, np.integer)) or \
+                not 0 <= t < len(where):
+            raise TraceError("cv2.mixChannels with a per-sample or out-of-range destination "
+                             "channel (only the source channel may be drawn)")
+        i, k = where[int(t)]
+        if isinstance(j, Sym):
+            lo, up = lower(j._checked()), upper(j._checked())
+            if lo is None or lo < 0 or up is None or up >= len(sources):
+                raise TraceError("cv2.mixChannels with a per-sample source channel the tracer "
+                                 f"cannot bound within 0..{len(sources) - 1} (OpenCV raises "
+                                 "or writes zeros outside it)")
+            if stacked is None:
+                stacked = _np_stack(sources, axis=-1)
+            value = stacked[..., j]
+        elif not isinstance(j, (int, np.integer)) or j >= len(sources):
+            raise TraceError("cv2.mixChannels with a source channel out of range (OpenCV "
+                             "raises)")
+        elif j < 0:
+            value = _np_full_like(sources[0], 0)
+        else:
+            value = sources[int(j)]
+        out[i][k] = value
+    for d, chans in zip(dsts, out, strict=True):
+        d._write((chans[0] if d.ndim == 2 else _np_stack(chans, axis=-1))._checked())
+    return tuple(dsts)
+
+
+def _cv_addWeighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any, dst: Any = None,
+                    dtype: int = -1) -> Sym:
+    return _into(dst, add_weighted(src1, alpha, src2, beta, gamma, dtype))
 
 
 def _doubled(strip: Sym, count: int, axis: int) -> Sym:
@@ -302,7 +402,34 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "merge": _cv_merge,
     "split": _cv_split,
     "copyMakeBorder": _cv_copyMakeBorder,
+    "mixChannels": _cv_mixChannels,
+    "addWeighted": _cv_addWeighted,
 }
+
+
+#: cv2 functions that make an object whose methods take images, none of them lowered.
+_MADE_OBJECTS = ("createCLAHE",)
+
+
+class _Refusing:
+    """An OpenCV object (a CLAHE) made while tracing: its methods given a traced array are
+    refused with why (:data:`_WHY_NOT` of the function that made it), the rest are its own."""
+
+    def __init__(self, real: Any, made_by: str) -> None:
+        self._real, self._made_by = real, made_by
+
+    def __getattr__(self, attr: str) -> Any:
+        method = getattr(self._real, attr)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if _has_sym(args, kwargs):
+                why = _WHY_NOT.get(self._made_by, "not lowered")
+                raise TraceError(f"cv2.{self._made_by}(...).{attr} ({why}); the op runs on "
+                                 "the numpy path")
+            return method(*args, **kwargs)
+        return call
 
 
 def _wrapper(name: str, real: Any) -> Callable[..., Any]:
@@ -312,7 +439,8 @@ def _wrapper(name: str, real: Any) -> Callable[..., Any]:
 
     def f(*args: Any, **kwargs: Any) -> Any:
         if not _has_sym(args, kwargs):
-            return real(*args, **kwargs)
+            got = real(*args, **kwargs)
+            return _Refusing(got, name) if name in _MADE_OBJECTS else got
         if handler is not None:
             return handler(*args, **kwargs)
         why = _WHY_NOT.get(name, "not lowered: only cv2." + ", cv2.".join(CV2_HANDLERS) + " are")

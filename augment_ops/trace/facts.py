@@ -81,7 +81,8 @@ def lower(d: Dim) -> float | None:
     if d.op == "input":
         return 0
     if d.op in _LAYOUT_OPS:
-        los = [lower(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        los = [lower(a) for a in d.args if isinstance(a, Node) and (a.ndim == d.ndim or
+                                                                     d.op == "stack")]
         los += [lower(a) for a in d.args[:1] if d.op == "take"]
         return None if not los or None in los else builtins.min(los)
     if d.op == "uniform":
@@ -120,6 +121,9 @@ def lower(d: Dim) -> float | None:
             return builtins.max(la, lb)
         if name in ("multiply", "divide") and la >= 0 and lb >= 0:
             return 0 if name == "divide" else la * lb
+        if name == "multiply" and d.dtype.kind == "f":
+            products = _products(a, b, d.dtype)
+            return None if products is None else builtins.min(products)
         if name == "floor_divide" and la >= 0 and b.op == "const" and lb >= 1:
             return la // float(b.value.max())
         if name == "remainder" and la >= 0 and lb >= 0:
@@ -177,7 +181,8 @@ def upper(d: Dim) -> float | None:
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS:
-        ups = [upper(a) for a in d.args if isinstance(a, Node) and a.ndim == d.ndim]
+        ups = [upper(a) for a in d.args if isinstance(a, Node) and (a.ndim == d.ndim or
+                                                                     d.op == "stack")]
         ups += [upper(a) for a in d.args[:1] if d.op == "take"]
         return None if not ups or None in ups else builtins.max(ups)
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
@@ -201,10 +206,27 @@ def upper(d: Dim) -> float | None:
             return builtins.max(ua, ub)
         if name == "multiply" and _nonneg(a) and _nonneg(b):
             return ua * ub
+        if name == "multiply" and d.dtype.kind == "f":
+            products = _products(a, b, d.dtype)
+            return None if products is None else builtins.max(products)
     if d.op == "where":
         ua, ub = upper(d.args[1]), upper(d.args[2])
         return None if ua is None or ub is None else builtins.max(ua, ub)
     return None
+
+
+def _products(a: Node, b: Node, dt: np.dtype) -> list[float] | None:
+    """The products of the bounds of float operands ``a`` and ``b``, widened by one rounding
+    of ``dt`` (interval multiplication: rounding is monotonic, so the product of any two values
+    in ``dt`` lies between the least and the greatest of them rounded in ``dt``; Python's are
+    float64's), or None where a bound is unknown."""
+    bounds = [lower(a), upper(a), lower(b), upper(b)]
+    if None in bounds or not all(math.isfinite(v) for v in bounds):
+        return None
+    la, ua, lb, ub = bounds
+    eps = 0.0 if dt == np.float64 else float(np.finfo(dt).eps)
+    return [p + sign * abs(p) * eps for p in (la * lb, la * ub, ua * lb, ua * ub)
+            for sign in (-1, 1)]
 
 
 def _nonneg(d: Dim) -> bool:

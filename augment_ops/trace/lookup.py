@@ -168,6 +168,10 @@ def _np_take(a: Any, indices: Any, axis: Any = None, out: Any = None,
              mode: str = "raise") -> Sym:
     if out is not None or mode != "raise":
         raise TraceError("np.take with out= or mode=")
+    if isinstance(a, Sym) and a.ndim >= 2 and axis is not None:
+        # A gather along an axis (a channel order, constant or drawn): numpy's indexing.
+        return a[(slice(None),) * (int(axis) % a.ndim) + (
+            indices if isinstance(indices, Sym) else np.asarray(indices).tolist(),)]
     if not isinstance(indices, Sym) or indices.ndim == 0:
         raise TraceError("np.take other than of a lookup table at an integer image")
     if axis not in (None, 0):

@@ -1,9 +1,11 @@
 """PIL images of traced arrays: ``Image.fromarray(img)`` while tracing gives a
 :class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
 quarter turns, crops inside the image, ``point`` with a constant table or function, and so
-``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB``), and
+``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB`` and
+between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands), and
 ``np.asarray(img)``/``np.array(img)`` give the traced array back. Any other PIL call on it is
-refused naming it. Only ``uint8`` images of modes ``L`` (HxW) and ``RGB`` (HxWx3) are traced.
+refused naming it. Only ``uint8`` images of modes ``L`` (HxW), ``RGB`` and ``HSV`` (HxWx3) are
+traced.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
+from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
 #: What a PIL method not lowered would need, where there is more to say.
@@ -70,7 +73,8 @@ class TracedImage:
         if name.startswith("__"):
             raise AttributeError(name)
         why = _WHY_NOT.get(name, "not lowered: only transpose, crop inside the image, point, "
-                                 "convert between L and RGB, split, copy and np.asarray are")
+                                 "convert between L and RGB and between RGB and HSV, split, "
+                                 "copy and np.asarray are")
         raise TraceError(f"PIL Image.{name} on a traced image ({why}); the op runs on the "
                          "numpy path")
 
@@ -162,8 +166,11 @@ class TracedImage:
             return TracedImage(_np_stack([self._arr] * 3, axis=-1), "RGB")
         if (self.mode, mode) == ("RGB", "L"):
             return TracedImage(_gray(self._arr), "L")
-        raise TraceError(f"PIL Image.convert from {self.mode} to {mode} (only L <-> RGB is "
-                         "lowered)")
+        if (self.mode, mode) in (("RGB", "HSV"), ("HSV", "RGB")):
+            return TracedImage((hsv_from_rgb_pil if mode == "HSV" else rgb_from_hsv_pil)(
+                self._arr), mode)
+        raise TraceError(f"PIL Image.convert from {self.mode} to {mode} (only L <-> RGB and "
+                         "RGB <-> HSV are lowered)")
 
     def split(self) -> tuple[TracedImage, ...]:
         if self.mode == "L":
@@ -177,6 +184,8 @@ def _fromarray(obj: Any, mode: str | None = None) -> TracedImage:
         raise TraceError(f"PIL Image.fromarray of a {obj.dtype} array of rank {obj.ndim} (only "
                          "uint8 HxW and HxWx3 images are lowered)")
     inferred = "L" if obj.ndim == 2 else "RGB"
+    if obj.ndim == 3 and mode == "HSV":  # the bytes of an HSV image, as PIL takes them
+        inferred = mode
     if mode not in (None, inferred):
         raise TraceError(f"PIL Image.fromarray with mode {mode!r} of a {inferred} array")
     return TracedImage(obj, inferred)
@@ -194,14 +203,31 @@ def _wrapped_fromarray(real: Any) -> Any:
     return fromarray
 
 
+def _wrapped_merge(real: Any) -> Any:
+    def merge(mode: str, bands: Any) -> Any:
+        if not any(isinstance(b, TracedImage) for b in bands):
+            return real(mode, bands)
+        if mode not in ("RGB", "HSV") or len(bands) != 3 or not all(
+                isinstance(b, TracedImage) and b.mode == "L" for b in bands):
+            raise TraceError(f"PIL Image.merge to {mode!r} of other than three traced L bands")
+        return TracedImage(_np_stack([b._arr for b in bands], axis=-1), mode)
+    merge.__wrapped__ = real  # type: ignore[attr-defined]
+    return merge
+
+
 def install_pil() -> Any:
-    """Replace ``PIL.Image.fromarray`` (when PIL is imported); returns what restores it."""
+    """Replace ``PIL.Image.fromarray`` and ``PIL.Image.merge`` (when PIL is imported); returns
+    what restores them."""
     image = sys.modules.get("PIL.Image")
     if image is None:
         return None
-    _REAL["fromarray"] = image.fromarray
+    _REAL["fromarray"], _REAL["merge"] = image.fromarray, image.merge
     image.fromarray = _wrapped_fromarray(image.fromarray)
-    return lambda: setattr(image, "fromarray", _REAL.pop("fromarray"))
+    image.merge = _wrapped_merge(image.merge)
+
+    def restore() -> None:
+        image.fromarray, image.merge = _REAL.pop("fromarray"), _REAL.pop("merge")
+    return restore
 
 
 def as_array(x: Any, dtype: Any = None, writable: bool = True) -> Sym:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
-from augment_ops.trace.facts import _nonneg, _same, upper
+from augment_ops.trace.facts import _nonneg, _same, lower, upper
 from augment_ops.trace.ir import (
     _TRACING,
     Dim,
@@ -203,7 +203,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if cdt.kind == "b" and name not in _COMPARISONS and not name.startswith("bitwise"):
             raise TraceError(f"np.{name} on boolean values")
         if cdt.kind == "f" and name in ("floor_divide", "remainder"):
-            raise TraceError(f"np.{name} of floating-point values")
+            return Sym(cast_node(_float_mod(name, a, b, cdt).node, rdt, weak))
         if name == "divide" and cdt.kind != "f":
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
@@ -228,6 +228,65 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
+
+
+def _float_mod(name: str, a: Any, b: Any, dt: np.dtype) -> Sym:
+    """numpy's float ``a // b`` for ``a >= 0``, or ``a % b`` (``(x * gain) % 180`` of a hue
+    table) of a bounded ``a``, by a positive constant ``b``, exactly: ``k = floor(a / b)`` is
+    the quotient or one more
+    (the division rounds up to an integer at most, while every ``k * b`` is exact: the bounds
+    of ``a`` keep ``k``'s bits and ``b``'s within the mantissa), ``a - k * b`` is then exact
+    (Sterbenz), and a negative remainder takes ``b`` back (exactly: numpy's remainder, an
+    fmod here, is representable). Anything else is refused."""
+    what = f"np.{name} of floating-point values"
+    bv = _rep(b)
+    if isinstance(b, Sym) or not isinstance(a, Sym) or np.ndim(bv) != 0 or \
+            dt not in (np.float32, np.float64):
+        raise TraceError(f"{what} (only of a value >= 0 by a positive constant is lowered)")
+    bv = float(bv)
+    na = _to_node(a, dt)
+    lo, up = lower(na), upper(na)
+    bits = 53 if dt == np.float64 else 24
+    if not (np.isfinite(bv) and bv > 0 and float(dt.type(bv)) == bv):
+        raise TraceError(f"{what} by {bv!r} (only a positive divisor the dtype holds exactly "
+                         "is lowered)")
+    sig = int(np.float64(bv).view(np.int64)) & ((1 << 52) - 1) | (1 << 52)
+    sig_bits = 53 - ((sig & -sig).bit_length() - 1)
+    if sig_bits > bits - 9:
+        raise TraceError(f"{what} by {bv!r}, whose {sig_bits} significant bits leave the "
+                         "quotient's multiples of it inexact (a divisor with few significant "
+                         "bits, such as 180, 0.5 or 7.5, is lowered)")
+    # A remainder of a value that may be negative is numpy's fmod of its magnitude with its sign
+    # (fmod is exact and odd), then, where negative, plus b, and +0.0 where it is 0 (numpy's
+    # npy_divmod); a floor division of one is left to the numpy path.
+    signed = name == "remainder" and lo is not None and lo < 0
+    reach = builtins.max(-lo, up) if signed and up is not None else up
+    if lo is None or (lo < 0 and not signed) or reach is None or not np.isfinite(reach) or \
+            int(reach // bv + 2).bit_length() + sig_bits > bits:
+        span = f"-{bv:g} * 2**{bits - sig_bits - 1}.." if name == "remainder" else "0.."
+        raise TraceError(f"{what} of a value the tracer cannot bound within {span}{bv:g} * "
+                         f"2**{bits - sig_bits - 1} (numpy's fmod is reproduced exactly only "
+                         "there)")
+    x = Sym(na) if not signed else ufunc("absolute", Sym(na))
+    k = ufunc("floor", ufunc("divide", x, dt.type(bv)))
+    r = ufunc("subtract", x, ufunc("multiply", k, dt.type(bv)))
+    low = ufunc("less", r, dt.type(0)).node
+    if name == "remainder" and signed:
+        r0 = Sym(_new("where", (low, ufunc("add", r, dt.type(bv)).node, r.node), (), dt,
+                      r.node.shape))
+        neg = ufunc("less", Sym(na), dt.type(0)).node
+        r = Sym(_new("where", (neg, ufunc("negative", r0).node, r0.node), (), dt, r.node.shape))
+        below = ufunc("less", r, dt.type(0)).node
+        zero = ufunc("equal", r, dt.type(0)).node
+        kept = _new("where", (zero, const(dt.type(0)), r.node), (), dt, r.node.shape)
+        out = _new("where", (below, ufunc("add", r, dt.type(bv)).node, kept), (), dt,
+                   r.node.shape)
+    elif name == "remainder":
+        out = _new("where", (low, ufunc("add", r, dt.type(bv)).node, r.node), (), dt, r.node.shape)
+    else:
+        out = _new("where", (low, ufunc("subtract", k, dt.type(1)).node, k.node), (), dt,
+                   k.node.shape)
+    return Sym(out)
 
 
 def _shift(name: str, a: Any, b: Any) -> Any:

@@ -318,11 +318,12 @@ EXPECT: dict[str, str] = {
     "mmcv_solarize": "lowers",
     "mmcv_posterize": "lowers",
     "mmcv_imequalize": r"refuses: np\.histogram",
-    "mmcv_adjust_brightness": r"refuses: cv2\.addWeighted \(OpenCV's rounding",
+    "mmcv_adjust_brightness": "lowers",
     "mmcv_adjust_contrast": r"refuses: np\.histogram of pixel values \(a histogram, or a lookup",
     "mmcv_auto_contrast": r"refuses: np\.histogram",
     "mmcv_imflip": "lowers",
     "mmpre_lighting": "lowers",
-    "mmdet_photometric_distortion": r"refuses: .*cvtColor",
+    "mmdet_photometric_distortion": r"refuses: cv2\.cvtColor between BGR/RGB and HSV of "
+                                    r"float32 \(only OpenCV's 8-bit arithmetic",
     "mmdet_cutout": r"refuses: a read of the default value of 'cutout_shape', a list",
 }
