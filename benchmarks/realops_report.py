@@ -1,14 +1,17 @@
 """How much of the corpus of real users' augmentations (``tests/realops``) the tracer lowers,
-and how much of the held-out set (``tests/realops_holdout``: ops nobody tuned the tracer for).
+how much of the held-out set (``tests/realops_holdout``: ops nobody tuned the tracer for) and
+how much of the blind set (``tests/realops_blind``: ops of other libraries, chosen without
+looking at what the tracer lowers).
 
 Prints, for each set, one row per op (name, library, lowered or refused, the refusal's reason in
 a few words), the share lowered per library and overall, and the refusals grouped by construct:
-the work list for making more of them lower. The held-out set's share says whether the corpus's
-holds on new code. Traces only (no pipeline runs); ``tests/test_realops.py`` checks the lowered
-ops' pixels.
+the work list for making more of them lower. The held-out and blind sets' shares say whether
+the corpus's holds on new code. Traces only (no pipeline runs); ``tests/test_realops.py``
+checks the lowered ops' pixels.
 
-    python benchmarks/realops_report.py                  # both sets, one section each
+    python benchmarks/realops_report.py                  # every set, one section each
     python benchmarks/realops_report.py --set holdout    # the held-out set only
+    python benchmarks/realops_report.py --set blind      # the blind set only
     python benchmarks/realops_report.py --reasons        # and each refusal's full message
 """
 
@@ -72,7 +75,8 @@ def _commit() -> str:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "tests/realops",
-                                "tests/realops_holdout", "augment_ops"], cwd=ROOT,
+                                "tests/realops_holdout", "tests/realops_blind",
+                                "augment_ops"], cwd=ROOT,
                                capture_output=True, text=True,
                                check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -84,11 +88,12 @@ def _commit() -> str:
 SETS: dict[str, tuple[str, str]] = {
     "corpus": ("the corpus", "realops"),
     "holdout": ("the held-out set", "realops_holdout"),
+    "blind": ("the blind set", "realops_blind"),
 }
 
 
 def ops_of(which: str) -> list:
-    """The ops (``realops.RealOp``) of the set ``which`` ("corpus" or "holdout")."""
+    """The ops (``realops.RealOp``) of the set ``which`` ("corpus", "holdout" or "blind")."""
     sys.path.insert(0, str(ROOT / "tests"))
     sys.path.insert(0, str(ROOT))
     if which == "corpus":
@@ -97,6 +102,9 @@ def ops_of(which: str) -> list:
     if which == "holdout":
         from realops_holdout import holdout
         return holdout()
+    if which == "blind":
+        from realops_blind import blind
+        return blind()
     raise ValueError(f"unknown set {which!r}: expected one of {sorted(SETS)}")
 
 
@@ -164,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reasons", action="store_true", help="print each refusal's message")
     parser.add_argument("--set", choices=[*SETS, "all"], default="all", dest="which",
-                        help="the corpus, the held-out set, or both in two sections "
-                             "(default)")
+                        help="the corpus, the held-out set, the blind set, or all in one "
+                             "section each (default)")
     args = parser.parse_args(argv)
     chosen = list(SETS) if args.which == "all" else [args.which]
     sys.stdout.write("\n".join(report(rows(w), reasons=args.reasons, which=w) for w in chosen))

@@ -3,15 +3,18 @@
 For every op of the corpus: the trace lowers it or refuses it as the op's ``EXPECT`` entry says
 (a regression, a mistrace, and an op that newly lowers all fail until the entry is updated); a
 refusal is a :class:`TraceError` whose location names a line of the op's own source file, never
-another exception leaking out of the tracer. A lowered op's traced graph, run by a real CPU
-DALI pipeline, equals the numpy function exactly on images of odd, even and 1-pixel sizes, with
-a random op's draws fixed (``counter_rng`` replays the native path's counter-based draws on
-numpy); and a random op's outcomes over many samples follow the same distribution on both
-paths (the native path's counter draws against the numpy path's ``np.random.Generator``).
+another exception leaking out of the tracer (but for the ops of a module's
+``KNOWN_REFUSAL_FAILURES``, strict expected failures). A lowered op's traced graph, run by a
+real CPU DALI pipeline, equals the numpy function exactly on images of odd, even and 1-pixel
+sizes, with a random op's draws fixed (``counter_rng`` replays the native path's counter-based
+draws on numpy); and a random op's outcomes over many samples follow the same distribution on
+both paths (the native path's counter draws against the numpy path's ``np.random.Generator``).
 
-Every check runs over both sets: the corpus (``tests/realops``, the ops the tracer is extended
-against; test ids ``corpus-<op>``) and the held-out set (``tests/realops_holdout``, ops chosen
-as users pick them, to measure the tracer on code nobody tuned it for; ids ``holdout-<op>``).
+Every check runs over the three sets: the corpus (``tests/realops``, the ops the tracer is
+extended against; test ids ``corpus-<op>``), the held-out set (``tests/realops_holdout``, ops
+chosen as users pick them, to measure the tracer on code nobody tuned it for; ids
+``holdout-<op>``) and the blind set (``tests/realops_blind``, ops of libraries neither other set
+draws on, chosen without looking at what the tracer lowers; ids ``blind-<op>``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import realops
+import realops_blind
 import realops_holdout
 from helpers import run_traced, scalar_draws
 
@@ -41,22 +45,31 @@ SETS = {
     "corpus": (realops.corpus(), realops.expected(), realops.known_failures(), 45, 6),
     "holdout": (realops_holdout.holdout(), realops_holdout.expected(),
                 realops_holdout.known_failures(), 24, 6),
+    "blind": (realops_blind.blind(), realops_blind.expected(), realops_blind.known_failures(),
+              30, 5),
 }
-# (set name, op) for every op of both sets; op names are unique across the sets (checked below),
-# so the merged tables answer for either.
+# (set name, op) for every op of every set; op names are unique across the sets (checked below),
+# so the merged tables answer for any of them.
 ENTRIES = [(name, r) for name, (ops, *_) in SETS.items() for r in ops]
 TABLE = {k: v for _, table, _, _, _ in SETS.values() for k, v in table.items()}
 BROKEN = {k: v for _, _, broken, _, _ in SETS.values() for k, v in broken.items()}
+# Refused ops whose refusal is known to break its contract (it names no line of the op's
+# source): op -> what goes wrong.
+BAD_REFUSALS = {k: v for package, modules in [("realops", realops.MODULES),
+                                               ("realops_holdout", realops_holdout.MODULES),
+                                               ("realops_blind", realops_blind.MODULES)]
+                for k, v in realops.known_failures(package, modules,
+                                                   "KNOWN_REFUSAL_FAILURES").items()}
 LOWERED = [(s, r) for s, r in ENTRIES if TABLE.get(r.name) == "lowers"]
 RANDOM_LOWERED = [(s, r) for s, r in LOWERED if r.op.random]
 
 
-def _params(entries, known_failures: bool = True) -> list:
-    """``entries`` (set name, op) as parameters with ids ``<set>-<op>``; with
-    ``known_failures``, the ops of a ``KNOWN_FAILURES`` table as strict expected failures."""
+def _params(entries, broken: dict[str, str] = BROKEN) -> list:
+    """``entries`` (set name, op) as parameters with ids ``<set>-<op>``, the ops of ``broken``
+    (the ``KNOWN_FAILURES`` tables by default) as strict expected failures."""
     return [pytest.param(r, id=f"{s}-{r.name}",
-                         marks=pytest.mark.xfail(reason=BROKEN[r.name], strict=True))
-            if known_failures and r.name in BROKEN else pytest.param(r, id=f"{s}-{r.name}")
+                         marks=pytest.mark.xfail(reason=broken[r.name], strict=True))
+            if r.name in broken else pytest.param(r, id=f"{s}-{r.name}")
             for s, r in entries]
 
 
@@ -93,6 +106,8 @@ def test_a_set_spans_libraries_and_every_op_has_an_expectation(which):
     assert len(names) == len(set(names))
     lowered = {r.name for r in ops if table.get(r.name) == "lowers"}
     assert set(broken) <= lowered, "a known failure of an op that is refused"
+    bad_refusals = set(BAD_REFUSALS) & set(names)
+    assert not bad_refusals & lowered, "a known failure of a refusal of an op that lowers"
     assert set(names) == set(table), {
         "without an EXPECT entry": sorted(set(names) - set(table)),
         "in EXPECT but not in the set": sorted(set(table) - set(names))}
@@ -109,16 +124,20 @@ def _origin(source: str) -> tuple[str, str]:
     return m.group(1).rsplit("/", 1)[-1], m.group(2).strip()
 
 
-def test_the_held_out_ops_are_new():
-    """No op of the held-out set is in the corpus: not by name, not by the function copied."""
-    corpus_ops, holdout_ops = SETS["corpus"][0], SETS["holdout"][0]
-    assert not {r.name for r in corpus_ops} & {r.name for r in holdout_ops}
-    taken = {_origin(r.source) for r in corpus_ops}
-    again = [r.name for r in holdout_ops if _origin(r.source) in taken]
-    assert not again, f"held-out ops copied from a function the corpus holds: {again}"
+@pytest.mark.parametrize(("which", "earlier"), [("holdout", ("corpus",)),
+                                                ("blind", ("corpus", "holdout"))])
+def test_the_held_out_ops_are_new(which, earlier):
+    """No op of the held-out set is in the corpus, and no op of the blind set is in either: not
+    by name, not by the function copied."""
+    ops = SETS[which][0]
+    before = [r for s in earlier for r in SETS[s][0]]
+    assert not {r.name for r in before} & {r.name for r in ops}
+    taken = {_origin(r.source) for r in before}
+    again = [r.name for r in ops if _origin(r.source) in taken]
+    assert not again, f"{which} ops copied from a function of {earlier}: {again}"
 
 
-@pytest.mark.parametrize("entry", _params(ENTRIES, known_failures=False))
+@pytest.mark.parametrize("entry", _params(ENTRIES, BAD_REFUSALS))
 def test_trace_lowers_or_refuses_as_the_table_says(entry):
     op, want = entry.op, TABLE[entry.name]
     try:

@@ -9,9 +9,11 @@ its source: repository, path, version or commit, and the original function.
 Each library's module holds an ``EXPECT`` table, op name -> ``"lowers"`` or
 ``"refuses: <regex of the reason>"``: what ``augment_ops.trace`` does with the op today.
 A module's ``KNOWN_FAILURES`` (op name -> what goes wrong) lists lowered ops whose native
-path is known to fail the parity checks; they are strict expected failures, so a fix fails
-the test until its entry is removed. ``tests/test_realops.py`` holds the tracer to both, so a
-regression, a mistrace, and an op that starts to lower all fail until the table says so.
+path is known to fail the parity checks, and its ``KNOWN_REFUSAL_FAILURES`` (optional) refused
+ops whose refusal breaks the contract of one (a reason that names no line of the op's source);
+they are strict expected failures, so a fix fails the test until its entry is removed.
+``tests/test_realops.py`` holds the tracer to these tables, so a regression, a mistrace, and an
+op that starts to lower all fail until the table says so.
 ``benchmarks/realops_report.py`` prints the table and the share of ops that lower. The package
 is imported as ``realops``, with ``tests/`` on ``sys.path`` (as pytest puts it there for
 ``helpers``).
@@ -77,12 +79,14 @@ def corpus() -> list[RealOp]:
     return collection(__name__, MODULES)
 
 
-def known_failures(package: str = __name__,
-                   modules: Sequence[str] = MODULES) -> dict[str, str]:
-    """The ``KNOWN_FAILURES`` tables of ``package``'s modules (the corpus's by default), merged."""
+def known_failures(package: str = __name__, modules: Sequence[str] = MODULES,
+                   name: str = "KNOWN_FAILURES") -> dict[str, str]:
+    """The ``name`` tables of ``package``'s modules (the corpus's by default), merged: the
+    ``KNOWN_FAILURES`` (lowered ops that fail the parity checks) or, with
+    ``name="KNOWN_REFUSAL_FAILURES"``, the refused ops whose refusal breaks its contract."""
     table: dict[str, str] = {}
     for m in modules:
-        table.update(getattr(importlib.import_module(f"{package}.{m}"), "KNOWN_FAILURES", {}))
+        table.update(getattr(importlib.import_module(f"{package}.{m}"), name, {}))
     return table
 
 
