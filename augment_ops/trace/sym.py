@@ -419,7 +419,72 @@ class _Buffer:
         self.version = 0
 
 
-class Sym:
+class _NdarrayMethods:
+    """The methods of numpy's ndarray that :class:`Sym` has, each the traced counterpart of
+    numpy's (most through the handler table); Sym holds the proxy's protocol (operators, views,
+    writes, numpy's dispatch)."""
+
+    node: Node
+    ndim: int
+    dtype: np.dtype
+
+    def copy(self, order: str = "C") -> Sym:
+        return Sym(self._checked())
+
+    def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Sym:
+        if kwargs:
+            raise TraceError(f"astype with {sorted(kwargs)}=")
+        return Sym(cast_node(self._checked(), dtype))
+
+    def transpose(self, *axes: Any) -> Sym:
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        perm = tuple(range(self.ndim))[::-1] if not axes or axes == (None,) else tuple(
+            a % self.ndim for a in axes)
+        return self._view(HANDLERS["Sym.transpose"](self._checked(), perm))
+
+    def swapaxes(self, a: int, b: int) -> Sym:
+        perm = list(range(self.ndim))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.transpose(perm)
+
+    def clip(self, min: Any = None, max: Any = None, out: Any = None, **kwargs: Any) -> Any:
+        return HANDLERS["clip"](self, min, max, out, **kwargs)
+
+    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Sym:
+        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+            shape = tuple(shape[0])
+        return HANDLERS["reshape"](self, shape, order=order, copy=copy)
+
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
+        return HANDLERS["Sym.reduce"]("sum", self, axis, dtype, keepdims)
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
+        return HANDLERS["Sym.reduce"]("mean", self, axis, dtype, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Sym:
+        return HANDLERS["Sym.reduce"]("max", self, axis, None, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Sym:
+        return HANDLERS["Sym.reduce"]("min", self, axis, None, keepdims)
+
+    def item(self) -> Sym:
+        if self.ndim != 0:
+            raise TraceError("item() of an array")
+        kind = self.dtype.kind
+        return Sym(cast_node(self.node, np.bool_ if kind == "b" else np.int64 if kind in "iu"
+                             else np.float64, weak=True))
+
+    def tolist(self) -> Any:
+        raise TraceError("tolist()")
+
+    def dot(self, b: Any, out: Any = None) -> Sym:
+        if out is not None:
+            raise TraceError("ndarray.dot with out=")
+        return HANDLERS["matmul"](self, b)
+
+
+class Sym(_NdarrayMethods):
     """A symbolic numpy array or scalar. Operations on it record nodes of the IR."""
 
     __array_priority__ = 1000
@@ -546,16 +611,6 @@ class Sym:
             raise AttributeError(name)
         raise TraceError(f"ndarray.{name}")
 
-    def item(self) -> Sym:
-        if self.ndim != 0:
-            raise TraceError("item() of an array")
-        kind = self.dtype.kind
-        return Sym(cast_node(self.node, np.bool_ if kind == "b" else np.int64 if kind in "iu"
-                             else np.float64, weak=True))
-
-    def tolist(self) -> Any:
-        raise TraceError("tolist()")
-
     # -- arithmetic
     def _bin(name: str, reflected: bool = False) -> Callable[..., Any]:
         def f(self: Sym, other: Any) -> Any:
@@ -585,11 +640,6 @@ class Sym:
 
     def __matmul__(self, other: Any) -> Sym:
         return HANDLERS["matmul"](self, other)
-
-    def dot(self, b: Any, out: Any = None) -> Sym:
-        if out is not None:
-            raise TraceError("ndarray.dot with out=")
-        return HANDLERS["matmul"](self, b)
 
     def __pow__(self, other: Any) -> Any:
         return power(self, other, "**")
@@ -696,47 +746,6 @@ class Sym:
                     not mod.split(".")[1].startswith("_") else "np"
             raise TraceError(f"{mod}.{func.__name__}")
         return handler(*args, **kwargs)
-
-    # -- methods numpy arrays have
-    def copy(self, order: str = "C") -> Sym:
-        return Sym(self._checked())
-
-    def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Sym:
-        if kwargs:
-            raise TraceError(f"astype with {sorted(kwargs)}=")
-        return Sym(cast_node(self._checked(), dtype))
-
-    def transpose(self, *axes: Any) -> Sym:
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        perm = tuple(range(self.ndim))[::-1] if not axes or axes == (None,) else tuple(
-            a % self.ndim for a in axes)
-        return self._view(HANDLERS["Sym.transpose"](self._checked(), perm))
-
-    def swapaxes(self, a: int, b: int) -> Sym:
-        perm = list(range(self.ndim))
-        perm[a], perm[b] = perm[b], perm[a]
-        return self.transpose(perm)
-
-    def clip(self, min: Any = None, max: Any = None, out: Any = None, **kwargs: Any) -> Any:
-        return HANDLERS["clip"](self, min, max, out, **kwargs)
-
-    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Sym:
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-            shape = tuple(shape[0])
-        return HANDLERS["reshape"](self, shape, order=order, copy=copy)
-
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("sum", self, axis, dtype, keepdims)
-
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("mean", self, axis, dtype, keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("max", self, axis, None, keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("min", self, axis, None, keepdims)
 
     def __getitem__(self, key: Any) -> Sym:
         n = self._checked()
