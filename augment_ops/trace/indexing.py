@@ -288,6 +288,14 @@ def _getitem(n: Node, key: Any) -> Node:
         key = key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
     else:
         key = key + (slice(None),) * (n.ndim - explicit)
+    bounds, takes, newaxes = _index_parts(n, key)
+    return _indexed(n, bounds, takes, newaxes)
+
+
+def _index_parts(n: Node, key: tuple) -> tuple[list[Any], list[tuple[int, Any]], list[int]]:
+    """What a full key (one entry per axis, and ``None`` for new axes) asks of ``n``: per axis a
+    slice's normalized bounds, ``("pick", indices)`` or None (the whole axis), the integer takes
+    ``(axis, index)``, and the positions of new axes in the result."""
     bounds: list[Any] = []
     takes: list[tuple[int, Any]] = []
     newaxes: list[int] = []
@@ -332,6 +340,12 @@ def _getitem(n: Node, key: Any) -> Node:
         else:
             raise TraceError(f"indexing with {type(k).__name__}")
         axis += 1
+    return bounds, takes, newaxes
+
+
+def _indexed(n: Node, bounds: list[Any], takes: list[tuple[int, Any]],
+             newaxes: list[int]) -> Node:
+    """``n`` sliced, picked, taken and expanded as :func:`_index_parts` describes."""
     out = n
     # Slices (and picks) first, then integer takes from the last axis back, then new axes.
     # All ranges in one slice (one copy), then the reversals.

@@ -139,54 +139,12 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         while pending:
             prefix = pending.pop()
             session.start(prefix)
-            img_node = _new("input", (), (), np.uint8,
-                            (_new("in_dim", (), (0,), np.int64, (), weak=True),
-                             _new("in_dim", (), (1,), np.int64, (), weak=True), CHANNELS))
-            img = Sym(img_node, writable=False)
-            kwargs = dict(params)
-            rng = None
-            if random:
-                rng = DrawRng(lambda k: Sym(_new("uniform", (), (k,), np.float64, (), weak=True)))
-                kwargs["rng"] = rng
-            try:
-                with cv2_installed():  # cv2 on traced arrays, in the op or in its helpers
-                    out = f(img, **kwargs)
-            except TraceError as e:
-                called = outside_numpy(e)
-                if called is None:
-                    raise
-                raise _call_refused(e, *called) from e
-            except Exception as e:
-                location, inner = _user_location(e.__traceback__)
-                message = _shown(e)
-                raised = _raised_by_code(e, session)
-                called = None if raised else outside_numpy(e)
-                if called is not None:
-                    raise _call_refused(e, *called) from e
-                if raised and guard_path(type(e), message, location):
-                    # numpy raises this for the samples taking this branch alone: a run-time
-                    # check raises it for them, and the other branches are traced on
-                    pending.extend((*session.decisions[:i], not session.decisions[i])
-                                   for i in range(len(prefix), len(session.decisions)))
-                    if rng is not None:
-                        draws = builtins.max(draws, rng.slots_used)
-                    continue
-                where = f", inside {inner}" if inner and inner != location else ""
-                raise TraceError(f"{type(e).__name__}: {message}{where}", location) from e
-            except _TraceTimeout as e:
-                raise _too_long(e.seconds, _user_location(e.__traceback__)[0]) from None
-            except KeyboardInterrupt:
-                raise  # indistinguishable from Ctrl-C, which must stop the program
-            except BaseException as e:  # SystemExit, GeneratorExit: the op must not end the
-                # program at loader build; it is refused and runs on the numpy path instead
-                location, inner = _user_location(e.__traceback__)
-                where = f", inside {inner}" if inner and inner != location else ""
-                raised = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
-                raise TraceError(f"the op raised {raised} (tracing runs the op at loader build, "
-                                 f"where it must not end the program){where}", location) from e
-            outs = _check_outputs(out, num_outputs, np.dtype(dtype), ndim)
+            out, rng = _run_path(f, session, params, random, prefix, pending)
             if rng is not None:
                 draws = builtins.max(draws, rng.slots_used)
+            if out is None:  # the path raises: a run-time check for its samples
+                continue
+            outs = _check_outputs(out, num_outputs, np.dtype(dtype), ndim)
             for i in range(len(prefix), len(session.decisions)):
                 pending.append((*tuple(session.decisions[:i]), not session.decisions[i]))
             done.append((list(session.conds), list(session.decisions), outs))
@@ -203,6 +161,57 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], random: bool,
+              prefix: tuple[bool, ...], pending: list[tuple[bool, ...]]) -> tuple[Any, Any]:
+    """One run of the op along the branch decisions ``prefix``: ``(its result, its rng)``, or
+    ``(None, rng)`` where numpy raises on that path for the samples taking it (a guard, the
+    other decisions queued in ``pending``); any other failure is a :class:`TraceError`."""
+    img_node = _new("input", (), (), np.uint8,
+                    (_new("in_dim", (), (0,), np.int64, (), weak=True),
+                     _new("in_dim", (), (1,), np.int64, (), weak=True), CHANNELS))
+    img = Sym(img_node, writable=False)
+    kwargs = dict(params)
+    rng = None
+    if random:
+        rng = DrawRng(lambda k: Sym(_new("uniform", (), (k,), np.float64, (), weak=True)))
+        kwargs["rng"] = rng
+    try:
+        with cv2_installed():  # cv2 on traced arrays, in the op or in its helpers
+            out = f(img, **kwargs)
+    except TraceError as e:
+        called = outside_numpy(e)
+        if called is None:
+            raise
+        raise _call_refused(e, *called) from e
+    except Exception as e:
+        location, inner = _user_location(e.__traceback__)
+        message = _shown(e)
+        raised = _raised_by_code(e, session)
+        called = None if raised else outside_numpy(e)
+        if called is not None:
+            raise _call_refused(e, *called) from e
+        if raised and guard_path(type(e), message, location):
+            # numpy raises this for the samples taking this branch alone: a run-time
+            # check raises it for them, and the other branches are traced on
+            pending.extend((*session.decisions[:i], not session.decisions[i])
+                           for i in range(len(prefix), len(session.decisions)))
+            return None, rng
+        where = f", inside {inner}" if inner and inner != location else ""
+        raise TraceError(f"{type(e).__name__}: {message}{where}", location) from e
+    except _TraceTimeout as e:
+        raise _too_long(e.seconds, _user_location(e.__traceback__)[0]) from None
+    except KeyboardInterrupt:
+        raise  # indistinguishable from Ctrl-C, which must stop the program
+    except BaseException as e:  # SystemExit, GeneratorExit: the op must not end the
+        # program at loader build; it is refused and runs on the numpy path instead
+        location, inner = _user_location(e.__traceback__)
+        where = f", inside {inner}" if inner and inner != location else ""
+        raised = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
+        raise TraceError(f"the op raised {raised} (tracing runs the op at loader build, "
+                         f"where it must not end the program){where}", location) from e
+    return out, rng
 
 
 def _decision_line(session: _Session) -> str:
