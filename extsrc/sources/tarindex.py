@@ -100,6 +100,21 @@ def _pax(data: bytes) -> dict[str, str]:
     return out
 
 
+def _member_name(header: bytes, long_name: str | None, pax: dict[str, str]) -> str:
+    """A member's name: a pax ``path``, else a GNU long name before it, else the header's name
+    (POSIX ustar: continued in the prefix field)."""
+    if "path" in pax:
+        return pax["path"]
+    if long_name is not None:
+        return long_name
+    name = _name(header[0:100])
+    if header[257:263] == b"ustar\0":
+        prefix = _name(header[345:500])
+        if prefix:
+            name = f"{prefix}/{name}"
+    return name
+
+
 def read_members(f: Any, size: int, want: Callable[[str], bool] | None = None,
                  max_want: int = 1 << 20) -> Scan:
     """The member table of the open tar ``f`` (``size`` bytes), and the data of the regular
@@ -155,16 +170,8 @@ def read_members(f: Any, size: int, want: Callable[[str], bool] | None = None,
             continue
         if kind not in (*_REGULAR, *_OTHER_FILES, b"5"):
             raise Unsupported(f"a member of type {kind!r}")
-        magic = header[257:265]
-        name = _name(header[0:100])
-        if magic[:6] == b"ustar\0":  # POSIX: the name may continue in the prefix field
-            prefix = _name(header[345:500])
-            if prefix:
-                name = f"{prefix}/{name}"
-        if long_name is not None:
-            name, long_name = long_name, None
-        if "path" in pax:
-            name = pax["path"]
+        name = _member_name(header, long_name, pax)
+        long_name = None
         if "size" in pax:
             try:
                 length = int(pax["size"])
