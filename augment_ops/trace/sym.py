@@ -22,6 +22,9 @@ import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
 from augment_ops.trace.facts import _nonneg, _same, lower, upper
+
+# The graph builders import the table and casts from here, beside Sym.
+from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
 from augment_ops.trace.ir import (
     _TRACING,
     Dim,
@@ -31,6 +34,7 @@ from augment_ops.trace.ir import (
     _new,
     const,
 )
+from augment_ops.trace.methods import NdarrayMethods
 
 #: Code under this folder (the tracer, the registry) sees a traced value as a :class:`Sym`.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -140,23 +144,6 @@ def _broadcast(*shapes: tuple) -> tuple:
                 size = _dop("maximum", size, d)
         out.append(size)
     return tuple(out)
-
-
-def cast_node(n: Node, dtype: Any, weak: bool = False) -> Node:
-    """``n.astype(dtype)`` (numpy's unsafe cast: wrap-around between integers, truncation of
-    floats toward zero)."""
-    dtype = np.dtype(dtype)
-    if n.dtype == dtype and n.weak == weak:
-        return n
-    if _is_const(n):
-        with np.errstate(all="ignore"):
-            return const(n.value.astype(dtype), weak=weak)
-    if dtype.kind not in "biuf" or dtype.itemsize > 8 or dtype == np.float16:
-        raise TraceError(f"conversion to dtype {dtype}")
-    attrs: tuple = (dtype.str,)
-    if n.dtype.kind == "f" and dtype.kind in "iu" and _nonneg(n):
-        attrs = (dtype.str, "nonneg")  # truncation is floor
-    return _new("cast", (n,), attrs, dtype, n.shape, weak)
 
 
 def ufunc(name: str, *inputs: Any) -> Any:
@@ -393,23 +380,6 @@ def _ones_of(x: Sym, one: Any) -> Any:
     return HANDLERS["full_like"](x, one)
 
 
-# -- the symbolic array/scalar -----------------------------------------------------------------
-#: Graph builders by name: numpy functions (``Sym.__array_function__`` looks a function up by its
-#: ``__name__``) and the array operations Sym's methods delegate (``"Sym.getitem"``,
-#: ``"Sym.setitem"``, ``"Sym.transpose"``, ``"Sym.reduce"``). Filled by
-#: :mod:`augment_ops.trace.numpy_api` and the modules it imports through :func:`implements`.
-HANDLERS: dict[str, Callable[..., Any]] = {}
-
-
-def implements(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register the decorated function in :data:`HANDLERS` under ``names``."""
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for name in names:
-            HANDLERS[name] = fn
-        return fn
-    return register
-
-
 class _Buffer:
     """Memory that in-place writes change; views made before a write may no longer be used."""
 
@@ -419,72 +389,7 @@ class _Buffer:
         self.version = 0
 
 
-class _NdarrayMethods:
-    """The methods of numpy's ndarray that :class:`Sym` has, each the traced counterpart of
-    numpy's (most through the handler table); Sym holds the proxy's protocol (operators, views,
-    writes, numpy's dispatch)."""
-
-    node: Node
-    ndim: int
-    dtype: np.dtype
-
-    def copy(self, order: str = "C") -> Sym:
-        return Sym(self._checked())
-
-    def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Sym:
-        if kwargs:
-            raise TraceError(f"astype with {sorted(kwargs)}=")
-        return Sym(cast_node(self._checked(), dtype))
-
-    def transpose(self, *axes: Any) -> Sym:
-        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
-            axes = tuple(axes[0])
-        perm = tuple(range(self.ndim))[::-1] if not axes or axes == (None,) else tuple(
-            a % self.ndim for a in axes)
-        return self._view(HANDLERS["Sym.transpose"](self._checked(), perm))
-
-    def swapaxes(self, a: int, b: int) -> Sym:
-        perm = list(range(self.ndim))
-        perm[a], perm[b] = perm[b], perm[a]
-        return self.transpose(perm)
-
-    def clip(self, min: Any = None, max: Any = None, out: Any = None, **kwargs: Any) -> Any:
-        return HANDLERS["clip"](self, min, max, out, **kwargs)
-
-    def reshape(self, *shape: Any, order: str = "C", copy: Any = None) -> Sym:
-        if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
-            shape = tuple(shape[0])
-        return HANDLERS["reshape"](self, shape, order=order, copy=copy)
-
-    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("sum", self, axis, dtype, keepdims)
-
-    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("mean", self, axis, dtype, keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("max", self, axis, None, keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Sym:
-        return HANDLERS["Sym.reduce"]("min", self, axis, None, keepdims)
-
-    def item(self) -> Sym:
-        if self.ndim != 0:
-            raise TraceError("item() of an array")
-        kind = self.dtype.kind
-        return Sym(cast_node(self.node, np.bool_ if kind == "b" else np.int64 if kind in "iu"
-                             else np.float64, weak=True))
-
-    def tolist(self) -> Any:
-        raise TraceError("tolist()")
-
-    def dot(self, b: Any, out: Any = None) -> Sym:
-        if out is not None:
-            raise TraceError("ndarray.dot with out=")
-        return HANDLERS["matmul"](self, b)
-
-
-class Sym(_NdarrayMethods):
+class Sym(NdarrayMethods):
     """A symbolic numpy array or scalar. Operations on it record nodes of the IR."""
 
     __array_priority__ = 1000
