@@ -51,6 +51,14 @@ class TraceError(ValueError):
         super().__init__(f"{construct} at {self.location}" if self.location else construct)
 
 
+class MadeWithoutImage(TraceError):
+    """A refusal on a branch that makes its result without the image (a constant output, a
+    blank PIL image of a per-sample size). The trace goes on with the op's other branches and
+    gives this reason only when none of them is refused: a library tests its degenerate sizes
+    first (``if image.height == 0: return Image.new(...)``), and a construct refused on a branch
+    computed from the image says more about why the op does not lower."""
+
+
 def _is_internal(filename: str) -> bool:
     f = os.path.abspath(filename)
     return f.startswith(_TRACE_DIR + os.sep) or f.startswith(_NUMPY_DIR) or f.startswith("<frozen")
