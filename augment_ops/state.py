@@ -7,7 +7,9 @@ or a Python function it calls (found through its globals, closure, defaults and 
 attributes of modules it names), does not:
 
 - writes a global (``global n; n += 1``), a closure variable (``nonlocal``), or an attribute
-  (``obj.x = ...``);
+  (``obj.x = ...``) of an object not seen made in the same call (``t = Cls(a, k=b)`` then
+  ``t.x = ...`` is allowed where every assignment of ``t`` is such a call of a class that makes a
+  new object: the object is made anew at every call, so nothing of it is frozen);
 - reads a global, closure variable, module attribute or default value that is not a constant:
   a list, dict, set, bytearray, writable ndarray, an object with state (a method of one,
   ``os.environ``), or a global or closure variable that another function of its module writes
