@@ -217,3 +217,30 @@ def test_a_blank_pil_image_never_stands_in_for_the_traced_one():
 def test_padding_by_a_crop_outside_the_image_equals_pil():
     # the rewrite the refusal of a per-sample Image.new suggests
     _check(u_padded_by_a_crop)
+
+
+def u_resize_unless_it_fails(img):
+    pil = Image.fromarray(img)
+    try:
+        pil = pil.resize((4, 4))
+    except ValueError:
+        pass  # numpy's run always resizes; a refusal caught here must not lower the identity
+    return np.asarray(pil)
+
+
+def u_blank_unless_it_fails(img):
+    try:
+        canvas = Image.new("RGB", Image.fromarray(img).size)
+    except Exception:
+        canvas = Image.new("RGB", (4, 4))
+    return np.asarray(canvas)[:1, :1] // 2 + img // 2  # numpy's canvas is black: img // 2
+
+
+def test_a_refusal_the_op_catches_is_still_the_reason():
+    for func, construct, line in [
+            (u_resize_unless_it_fails, "PIL Image.resize on a traced image", "pil.resize"),
+            (u_blank_unless_it_fails, "PIL Image.new of a per-sample size", "Image.fromarray")]:
+        e = _refused(func)
+        assert e.construct.startswith(construct), e
+        assert "(refused, and caught by a try/except that goes on without it" in e.construct
+        assert e.location == _line(func, line)

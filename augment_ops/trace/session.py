@@ -195,6 +195,11 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 raised = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
                 raise TraceError(f"the op raised {raised} (tracing runs the op at loader build, "
                                  f"where it must not end the program){where}", location) from e
+            caught = session.caught_refusal()
+            if caught is not None:
+                raise TraceError(f"{caught.construct} (refused, and caught by a try/except that "
+                                 "goes on without it: the traced graph would compute what the "
+                                 "except does, numpy what the try does)", caught.location)
             try:
                 outs = _check_outputs(out, num_outputs, np.dtype(dtype), ndim)
             except _ConstantOutput as e:
