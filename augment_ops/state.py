@@ -7,7 +7,9 @@ or a Python function it calls (found through its globals, closure, defaults and 
 attributes of modules it names), does not:
 
 - writes a global (``global n; n += 1``), a closure variable (``nonlocal``), or an attribute
-  (``obj.x = ...``);
+  (``obj.x = ...``) of an object not seen made in the same call (``t = Cls(a, k=b)`` then
+  ``t.x = ...`` is allowed where every assignment of ``t`` is such a call of a class that makes a
+  new object: the object is made anew at every call, so nothing of it is frozen);
 - reads a global, closure variable, module attribute or default value that is not a constant:
   a list, dict, set, bytearray, writable ndarray, an object with state (a method of one,
   ``os.environ``), or a global or closure variable that another function of its module writes
@@ -28,6 +30,7 @@ refuses what it cannot lower of them). Nothing here imports DALI or runs the op.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import dataclasses
 import dis
@@ -326,6 +329,63 @@ def _module_writer(v: Any, own: dict[str, Any]) -> str | None:
     return None
 
 
+#: Instructions that change no stack and no state.
+_NO_EFFECT = frozenset({"CACHE", "NOP", "EXTENDED_ARG", "KW_NAMES", "PRECALL", "RESUME"})
+#: Instructions that push one value and pop none: a call's arguments made of them alone.
+_PLAIN_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_DEREF", "LOAD_GLOBAL"})
+
+
+def _before(listing: list[dis.Instruction], at: int) -> int | None:
+    """The index of the instruction before ``listing[at]`` that does something."""
+    return next((j for j in range(at - 1, -1, -1) if listing[j].opname not in _NO_EFFECT),
+                None)
+
+
+def _class_called(listing: list[dis.Instruction], call: int) -> str | None:
+    """The global name ``listing[call]`` (a ``CALL``) calls, where its arguments are plain
+    loads (``Cls(a, 2, key=b)``); ``None`` otherwise (``Cls.make()``, ``Cls(a + 1)``: what
+    they hand back is not told by the name)."""
+    j, args = call, 0
+    while (j := _before(listing, j)) is not None:
+        ins = listing[j]
+        pushes_null = ins.opname == "LOAD_GLOBAL" and bool((ins.arg or 0) & 1)
+        if args == listing[call].arg:
+            return str(ins.argval) if ins.opname == "LOAD_GLOBAL" else None
+        if ins.opname not in _PLAIN_LOADS or pushes_null:
+            return None
+        args += 1
+    return None
+
+
+def _makes_a_new_object(cls: Any) -> bool:
+    """Whether calling ``cls`` makes a new object every time: a class with neither a
+    ``__new__`` of its own nor a metaclass that may hand back an existing object (a cache, a
+    singleton)."""
+    return isinstance(cls, type) and type(cls) in (type, abc.ABCMeta) and \
+        cls.__new__ is object.__new__
+
+
+def _fresh_locals(code: types.CodeType, listing: list[dis.Instruction],
+                  g: dict[str, Any]) -> set[str]:
+    """The local variables of ``code`` that only ever hold an object made by this call of it:
+    every assignment to one is ``name = Cls(...)`` of a global class that makes a new object
+    (see :func:`_makes_a_new_object`), and none is a parameter, which holds the caller's object
+    (nor a variable a nested function shares, which this code does not assign alone)."""
+    params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount
+                                  + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)])
+    fresh: dict[str, bool] = {}
+    for at, ins in enumerate(listing):
+        if ins.opname not in ("STORE_FAST", "DELETE_FAST"):
+            continue
+        call = _before(listing, at)
+        name = _class_called(listing, call) if call is not None and \
+            listing[call].opname == "CALL" else None
+        ok = ins.opname == "STORE_FAST" and ins.argval not in params and name is not None \
+            and _makes_a_new_object(g.get(name))
+        fresh[ins.argval] = fresh.get(ins.argval, True) and ok
+    return {name for name, ok in fresh.items() if ok}
+
+
 class _Scan:
     """The reads and writes in the bytecode of one function: writes of globals, closure
     variables and attributes are refused at once; the values it reads are checked as they are
@@ -352,8 +412,9 @@ class _Scan:
                 arg not in code.co_cellvars:
             return (f"a write to the closure variable '{arg}' ({_KEEPS})", _where(code, line))
         if op in ("STORE_ATTR", "DELETE_ATTR"):
-            return (f"a write to the attribute '.{arg}' of an object ({_KEEPS})",
-                    _where(code, line))
+            return (f"a write to the attribute '.{arg}' of an object not seen made in the op's "
+                    f"call ({_KEEPS}; an object the function itself makes, 't = Cls(...)' and "
+                    "then 't.attr = ...', may be written)", _where(code, line))
         return None
 
     def instructions(self, code: types.CodeType) -> Finding | None:
@@ -363,10 +424,15 @@ class _Scan:
         dotted = ""
         previous = None
         listing = list(dis.get_instructions(code))
+        fresh = _fresh_locals(code, listing, self.g)
         for at, ins in enumerate(listing):
             op, arg, line = ins.opname, ins.argval, ins.positions.lineno if ins.positions else None
             loaded, name = None, None
             found = self._write(code, op, arg, line)
+            obj = _before(listing, at)
+            if found is not None and op == "STORE_ATTR" and obj is not None and \
+                    listing[obj].opname == "LOAD_FAST" and listing[obj].argval in fresh:
+                found = None  # a write to an object this call made: no state outside it
             if found is not None:
                 return found
             if op == "LOAD_GLOBAL":

@@ -4,6 +4,7 @@ naming them."""
 
 from __future__ import annotations
 
+import inspect
 import re
 
 import numpy as np
@@ -132,3 +133,114 @@ def test_histogram_based_image_ops_are_refused_saying_why():
         return np.asarray(ImageOps.equalize(Image.fromarray(img)))
     assert "PIL Image.histogram on a traced image (a histogram of the pixels" in \
         _refusal(u_equalize)
+
+
+# -- results made without the image: a blank PIL image, a constant on one branch ---------------
+def u_resize_unless_flat(img):
+    pil = Image.fromarray(img)
+    if pil.height == 1:  # a degenerate size tested first, as ImageOps.fit and pad do
+        return np.asarray(Image.new("RGB", (4, 4)))
+    return np.asarray(pil.resize((4, 4)))
+
+
+def u_constant_branch(img):
+    if img.shape[0] > 4:
+        return img[:4]
+    return np.zeros((3, 4, 3), np.uint8)
+
+
+def u_constant(img):
+    return np.asarray(Image.new("RGB", (4, 4), (9, 9, 9)))
+
+
+def u_canvas_of_the_image_size(img):
+    pil = Image.fromarray(img)
+    return np.asarray(Image.new("RGB", pil.size, (0, 0, 0)))
+
+
+def u_pasted_on_a_canvas(img):
+    canvas = Image.new("RGB", (32, 32))
+    canvas.paste(Image.fromarray(img), (0, 0))
+    return np.asarray(canvas)
+
+
+def u_padded_by_a_crop(img):
+    pil = Image.fromarray(img)
+    w, h = pil.size
+    return np.asarray(pil.crop((-2, -1, w + 3, h + 1)))
+
+
+def _refused(func) -> TraceError:
+    with pytest.raises(TraceError) as e:
+        trace_function(func, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
+    return e.value
+
+
+def _line(func, text: str) -> str:
+    """``file:line: code`` of the line of ``func`` holding ``text``."""
+    lines, first = inspect.getsourcelines(func)
+    k = next(i for i, line in enumerate(lines) if text in line)
+    return f"{inspect.getsourcefile(func)}:{first + k}: {lines[k].strip()}"
+
+
+def test_a_branch_made_without_the_image_gives_way_to_the_construct_of_the_others():
+    # The branch tested first returns a blank image; the other resizes the traced one, which
+    # is the reason the op does not lower.
+    e = _refused(u_resize_unless_flat)
+    assert e.construct.startswith("PIL Image.resize on a traced image (PIL's resampling")
+    assert e.location == _line(u_resize_unless_flat, "pil.resize((4, 4))")
+
+
+def test_a_constant_output_is_refused_at_its_line_naming_the_test_that_chose_it():
+    e = _refused(u_constant_branch)
+    assert e.construct.startswith("output 0 is a ndarray made without the image on a branch "
+                                  "chosen by the per-sample test at " +
+                                  _line(u_constant_branch, "if img.shape[0] > 4"))
+    assert e.location == _line(u_constant_branch, "np.zeros((3, 4, 3)")
+    e = _refused(u_constant)
+    assert e.construct.startswith("output 0 is a ndarray made without the image, the same for "
+                                  "every image")
+    assert e.location == _line(u_constant, "Image.new")
+
+
+def test_a_blank_pil_image_never_stands_in_for_the_traced_one():
+    e = _refused(u_canvas_of_the_image_size)
+    assert e.construct.startswith("PIL Image.new of a per-sample size or colour (a blank image "
+                                  "made without the traced one")
+    assert e.location == _line(u_canvas_of_the_image_size, "Image.new")
+    e = _refused(u_pasted_on_a_canvas)
+    assert e.construct.startswith("PIL.Image.Image.paste given a traced image")
+    assert e.location == _line(u_pasted_on_a_canvas, "canvas.paste")
+    assert Image.new("L", (2, 1), 7).tobytes() == b"\x07\x07"  # restored after tracing
+
+
+def test_padding_by_a_crop_outside_the_image_equals_pil():
+    # the rewrite the refusal of a per-sample Image.new suggests
+    _check(u_padded_by_a_crop)
+
+
+def u_resize_unless_it_fails(img):
+    pil = Image.fromarray(img)
+    try:
+        pil = pil.resize((4, 4))
+    except ValueError:
+        pass  # numpy's run always resizes; a refusal caught here must not lower the identity
+    return np.asarray(pil)
+
+
+def u_blank_unless_it_fails(img):
+    try:
+        canvas = Image.new("RGB", Image.fromarray(img).size)
+    except Exception:
+        canvas = Image.new("RGB", (4, 4))
+    return np.asarray(canvas)[:1, :1] // 2 + img // 2  # numpy's canvas is black: img // 2
+
+
+def test_a_refusal_the_op_catches_is_still_the_reason():
+    for func, construct, line in [
+            (u_resize_unless_it_fails, "PIL Image.resize on a traced image", "pil.resize"),
+            (u_blank_unless_it_fails, "PIL Image.new of a per-sample size", "Image.fromarray")]:
+        e = _refused(func)
+        assert e.construct.startswith(construct), e
+        assert "(refused, and caught by a try/except that goes on without it" in e.construct
+        assert e.location == _line(func, line)

@@ -273,6 +273,107 @@ def emit_one(op, img):
     return np.array(out[0])
 
 
+# -- attributes of an object the op makes in its own call ---------------------------------------
+class Flipper:
+    """A transform object as MONAI's and others' are: set up, given its generator, then called."""
+
+    def __init__(self, axis):
+        self.axis = axis
+        self.rng = None
+
+    def __call__(self, img):
+        return np.flip(img, self.axis) if self.rng.random() < 0.5 else img
+
+
+class Cached:
+    """A class whose ``__new__`` hands back one object: a call of it does not make a new one."""
+
+    _one = None
+
+    def __new__(cls):
+        if cls._one is None:
+            cls._one = super().__new__(cls)
+        return cls._one
+
+
+SHARED = (Flipper(0),)
+
+
+def makes_its_object(img, rng):
+    t = Flipper(axis=1)
+    t.rng = rng
+    return t(img)
+
+
+def _shared():
+    return SHARED[0]
+
+
+def writes_an_object_a_function_returns(img, rng):
+    t = _shared()
+    t.rng = rng
+    return t(img)
+
+
+def writes_a_cached_object(img):
+    t = Cached()
+    t.axis = 1
+    return img[:, ::-1]
+
+
+def writes_an_object_it_may_rebind(img, rng):
+    t = Flipper(axis=1)
+    if img.shape[0] > 2:
+        t = _shared()
+    t.rng = rng
+    return t(img)
+
+
+def writes_inside_its_object(img):
+    t = Flipper(axis=1)
+    t.axis.real = 1
+    return img
+
+
+def writes_its_parameter(img, rng, t=None):
+    t.rng = rng
+    return t(img)
+
+
+def test_an_op_writing_an_object_it_makes_in_its_call_lowers_and_equals_numpy():
+    from helpers import run_traced, scalar_draws
+
+    from augment_ops.trace import trace_op
+    from extsrc.ops_runtime.seeding import counter_rng
+
+    op = augment_ops.Op(name="refusals_fresh_object", fn=makes_its_object, random=True)
+    assert augment_ops.explain(op) == "native (traced)"
+    imgs = [np.random.default_rng(k).integers(0, 256, (7, 5, 3), dtype=np.uint8)
+            for k in range(16)]
+    index, epoch = np.arange(16, dtype=np.int64), np.zeros(16, np.int64)
+    traced = trace_op(op)
+    outs = run_traced(traced, imgs, scalar_draws(traced, 3, 1, index, epoch))
+    refs = [makes_its_object(img, counter_rng(3, 0, k, 1)) for k, img in enumerate(imgs)]
+    for (out,), ref in zip(outs, refs, strict=True):
+        np.testing.assert_array_equal(out, ref)
+    flipped = [not np.array_equal(ref, img) for ref, img in zip(refs, imgs, strict=True)]
+    assert any(flipped) and not all(flipped)  # both outcomes occur in the batch
+
+
+@pytest.mark.parametrize(("fn", "line"), [
+    (writes_an_object_a_function_returns, "t.rng = rng"),
+    (writes_a_cached_object, "t.axis = 1"),
+    (writes_an_object_it_may_rebind, "t.rng = rng"),
+    (writes_inside_its_object, "t.axis.real = 1"),
+], ids=["returned-by-a-function", "class-with-own-new", "rebound", "attribute-of-attribute"])
+def test_an_attribute_write_to_an_object_not_seen_made_in_the_call_is_refused(fn, line):
+    why = augment_ops.explain(_op("refusals_object", fn))
+    assert re.fullmatch(r"numpy: a write to the attribute '\.\w+' of an object not seen made "
+                        r"in the op's call \(the traced graph would keep the value it had at "
+                        rf"loader build; .*\) at \S+test_trace_refusals.py:\d+: {re.escape(line)}",
+                        why), why
+
+
 # -- explain() names a line inside the op, never its caller's --------------------------------------
 def _passes_through(f):
     @functools.wraps(f)

@@ -49,6 +49,17 @@ class TraceError(ValueError):
         self.construct = construct
         self.location = location
         super().__init__(f"{construct} at {self.location}" if self.location else construct)
+        session = _TRACING.active
+        if session is not None:
+            session.refusals.append(self)
+
+
+class MadeWithoutImage(TraceError):
+    """A refusal on a branch that makes its result without the image (a constant output, a
+    blank PIL image of a per-sample size). The trace goes on with the op's other branches and
+    gives this reason only when none of them is refused: a library tests its degenerate sizes
+    first (``if image.height == 0: return Image.new(...)``), and a construct refused on a branch
+    computed from the image says more about why the op does not lower."""
 
 
 def _is_internal(filename: str) -> bool:
@@ -218,10 +229,23 @@ class _Session:
         self.guards: list[Guard] = []
         self.decided_in: types.FrameType | None = None  # the frame of the last decision
         self.decided_line = 0  # and its line then
+        self.refusals: list[TraceError] = []  # made in the current run, raised or not
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
         self.decided_in = None
+        self.refusals = []
+
+    def caught_refusal(self) -> TraceError | None:
+        """A refusal raised in the current run that code outside the tracer and numpy caught
+        (the op's ``try: ... except Exception:``, a library's): the run went on past a
+        construct the graph does not compute, and its outputs are not what numpy computes (an
+        ``except`` that falls back to a constant would make one silently)."""
+        for e in self.refusals:
+            tb = e.__traceback__
+            if tb is not None and not _is_internal(tb.tb_frame.f_code.co_filename):
+                return e
+        return None
 
     def decide(self, cond: Node) -> bool:
         frame = sys._getframe(1)

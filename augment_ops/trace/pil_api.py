@@ -19,7 +19,7 @@ from augment_ops.trace.combine import _np_stack
 from augment_ops.trace.creation import CREATION
 from augment_ops.trace.facts import _at_most, _nonneg
 from augment_ops.trace.indexing import padded_slice
-from augment_ops.trace.ir import TraceError
+from augment_ops.trace.ir import MadeWithoutImage, TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
@@ -215,18 +215,47 @@ def _wrapped_merge(real: Any) -> Any:
     return merge
 
 
+def _traced_in(value: Any) -> bool:
+    """Whether ``value`` is, or a tuple or list holds, a traced value."""
+    if isinstance(value, (tuple, list)):
+        return any(_traced_in(v) for v in value)
+    return isinstance(value, (Sym, TracedImage))
+
+
+def _wrapped_new(real: Any) -> Any:
+    def new(mode: str, size: Any, *args: Any, **kwargs: Any) -> Any:
+        # A blank image of constant size and colour is what PIL makes; pasting a traced image
+        # onto it is refused by paste itself. One whose size or colour is per-sample cannot be
+        # made while tracing (PIL needs the numbers), and is made without the image.
+        if _traced_in(size) or _traced_in(args) or _traced_in(list(kwargs.values())):
+            raise MadeWithoutImage(
+                "PIL Image.new of a per-sample size or colour (a blank image made without the "
+                "traced one, as ImageOps.pad and ImageEnhance's enhancers make: PIL needs its "
+                "numbers when the op is traced, and a traced graph makes its images from the "
+                "input image; to pad with zeros, crop with a box reaching outside the image, "
+                "img.crop((-left, -top, width + right, height + bottom)), and to blend with a "
+                "constant, write the blend as numpy arithmetic on np.asarray(img): both lower)")
+        return real(mode, size, *args, **kwargs)
+    new.__wrapped__ = real  # type: ignore[attr-defined]
+    return new
+
+
+_WRAPPERS = {"fromarray": _wrapped_fromarray, "merge": _wrapped_merge, "new": _wrapped_new}
+
+
 def install_pil() -> Any:
-    """Replace ``PIL.Image.fromarray`` and ``PIL.Image.merge`` (when PIL is imported); returns
-    what restores them."""
+    """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge`` and ``PIL.Image.new`` (when PIL is
+    imported); returns what restores them."""
     image = sys.modules.get("PIL.Image")
     if image is None:
         return None
-    _REAL["fromarray"], _REAL["merge"] = image.fromarray, image.merge
-    image.fromarray = _wrapped_fromarray(image.fromarray)
-    image.merge = _wrapped_merge(image.merge)
+    for name, wrap in _WRAPPERS.items():
+        _REAL[name] = getattr(image, name)
+        setattr(image, name, wrap(_REAL[name]))
 
     def restore() -> None:
-        image.fromarray, image.merge = _REAL.pop("fromarray"), _REAL.pop("merge")
+        for name in _WRAPPERS:
+            setattr(image, name, _REAL.pop(name))
     return restore
 
 

@@ -25,6 +25,7 @@ from augment_ops.trace.facts import MAX_FACT_STEPS, upper
 from augment_ops.trace.ir import (
     _REGISTRY_FILE,
     _TRACING,
+    MadeWithoutImage,
     Node,
     Traced,
     TraceError,
@@ -133,25 +134,41 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
     session.user_def = inner_fn.__code__
     pending: list[tuple[bool, ...]] = [()]
     done: list[tuple[list[Node], list[bool], tuple[Node, ...]]] = []
+    # A branch that makes its result without the image (a constant output, a blank PIL image)
+    # is refused, but only once every other branch is traced: a construct refused on a branch
+    # computed from the image (PIL's resize of it) is the reason to give, not the degenerate
+    # branch a library tests first (ImageOps.fit's blank image for a zero-height box).
+    deferred: TraceError | None = None
     draws = 0
     previous, _TRACING.active = _TRACING.active, session
     try:
         while pending:
             prefix = pending.pop()
             session.start(prefix)
-            out, rng = _run_path(f, session, params, random, prefix, pending)
+            try:
+                out, rng = _run_path(f, session, params, random, prefix, pending)
+            except MadeWithoutImage as e:  # refused only if no other path is
+                deferred = deferred or e
+                pending.extend((*session.decisions[:i], not session.decisions[i])
+                               for i in range(len(prefix), len(session.decisions)))
+                continue
             if rng is not None:
                 draws = builtins.max(draws, rng.slots_used)
             if out is None:  # the path raises: a run-time check for its samples
                 continue
-            outs = _check_outputs(out, num_outputs, np.dtype(dtype), ndim)
+            outs, refused = _path_outputs(out, session, num_outputs, np.dtype(dtype), ndim)
+            deferred = deferred or refused
             for i in range(len(prefix), len(session.decisions)):
                 pending.append((*tuple(session.decisions[:i]), not session.decisions[i]))
+            if outs is None:
+                continue
             done.append((list(session.conds), list(session.decisions), outs))
             if len(done) + len(pending) > max_paths:
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values; the last one taken at the line named)",
                                  _decision_line(session))
+        if deferred is not None:
+            raise deferred
         if not done:
             raise TraceError("the op raises on every image: "
                              f"{session.guards[0].error}: {session.guards[0].message}",
@@ -161,6 +178,22 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                   guards=tuple(session.guards))
+
+
+def _path_outputs(out: Any, session: _Session, num_outputs: int, dtype: np.dtype,
+                  ndim: int) -> tuple[tuple[Node, ...] | None, TraceError | None]:
+    """A path's outputs checked against the op's declaration, or ``(None, refusal)`` for a path
+    whose output does not depend on the image (refused once the other paths are traced); a
+    refusal the op's own code caught and went on without refuses the op now."""
+    caught = session.caught_refusal()
+    if caught is not None:
+        raise TraceError(f"{caught.construct} (refused, and caught by a try/except that goes on "
+                         "without it: the traced graph would compute what the except does, "
+                         "numpy what the try does)", caught.location)
+    try:
+        return _check_outputs(out, num_outputs, dtype, ndim), None
+    except _ConstantOutput as e:
+        return None, _constant_refusal(e, session)
 
 
 def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], random: bool,
@@ -180,6 +213,8 @@ def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], 
     try:
         with cv2_installed():  # cv2 on traced arrays, in the op or in its helpers
             out = f(img, **kwargs)
+    except MadeWithoutImage:
+        raise  # trace_function decides once the other paths are traced
     except TraceError as e:
         called = outside_numpy(e)
         if called is None:
@@ -271,8 +306,7 @@ def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tu
     nodes = []
     for k, o in enumerate(outs):
         if not isinstance(o, Sym):
-            raise TraceError(f"output {k} is a {type(o).__name__} that does not depend on the "
-                             "image", "")
+            raise _ConstantOutput(k, type(o).__name__)
         n = o._checked()
         if builtins.any(upper(d) == 0 for d in n.shape):
             raise TraceError(f"output {k} is empty for every image (an image output needs at "
@@ -282,3 +316,51 @@ def _check_outputs(out: Any, num_outputs: int, dtype: np.dtype, ndim: int) -> tu
                              f"{dtype} of rank {ndim}", "")
         nodes.append(n)
     return tuple(nodes)
+
+
+class _ConstantOutput(MadeWithoutImage):
+    """Output ``k`` of one branch is a value of type ``kind`` that is not traced: made without
+    the image (``np.zeros((4, 4, 3))``, ``np.asarray(Image.new(...))``), the same for every
+    sample taking that branch."""
+
+    def __init__(self, k: int, kind: str) -> None:
+        super().__init__(f"output {k} is a {kind} that does not depend on the image", "")
+        self.k, self.kind = k, kind
+
+
+def _constant_refusal(e: _ConstantOutput, session: _Session) -> MadeWithoutImage:
+    """The refusal of a constant output, at the op's line that returned it. On a branch (a
+    per-sample test chose it): which test, since the op's other branches may well depend on the
+    image."""
+    decided = session.decided_in
+    returned = _returning_line(session, decided)
+    what = f"output {e.k} is a {e.kind} made without the image"
+    if not session.decisions:
+        return MadeWithoutImage(f"{what}, the same for every image (a traced graph computes its "
+                          "outputs from the image; return the constant from the numpy path, or "
+                          "compute it from the image)", returned)
+    test = _describe(decided.f_code.co_filename, session.decided_line) if decided else ""
+    chosen = f"the per-sample test at {test}" if test else "a per-sample test"
+    return MadeWithoutImage(f"{what} on a branch chosen by {chosen} (a constant output, such "
+                            "as a blank image a library makes for a degenerate size, is not "
+                            "lowered: a traced graph computes every branch's outputs from the "
+                            "image); the op runs on the numpy path", returned)
+
+
+def _returning_line(session: _Session, frame: Any) -> str:
+    """``file:line: code`` of the op's own line that returned (the line its frame was at when
+    it finished, found from the frame of the last decision, which the op's frame called), or
+    its only ``return``; else its ``def`` line."""
+    while frame is not None and frame.f_code is not session.user_code:
+        frame = frame.f_back
+    if frame is not None:
+        return _describe(frame.f_code.co_filename, frame.f_lineno)
+    code = session.user_code
+    if code is None:
+        return ""
+    lines = {ins.positions.lineno for ins in dis.get_instructions(code)
+             if ins.opname in ("RETURN_VALUE", "RETURN_CONST") and ins.positions
+             and ins.positions.lineno}
+    if len(lines) == 1:
+        return _describe(code.co_filename, lines.pop())
+    return _describe(code.co_filename, code.co_firstlineno)

@@ -64,17 +64,9 @@ EXPECT: dict[str, str] = {
     "pil_flip": "lowers",
     "pil_grayscale": "lowers",
     "pil_crop": "lowers",
-    "pil_pad": r"refuses: output 0 is a ndarray that does not",
-    "pil_fit": r"refuses: output 0 is a ndarray that does not",
+    "pil_pad": r"refuses: PIL Image\.resize on a traced image \(PIL's resampling filters",
+    "pil_fit": r"refuses: PIL Image\.resize on a traced image \(PIL's resampling filters",
 }
 
 # Lowered ops whose native path fails the parity checks: op -> what goes wrong.
 KNOWN_FAILURES: dict[str, str] = {}
-
-# Refused ops whose refusal breaks its contract: op -> what goes wrong.
-KNOWN_REFUSAL_FAILURES: dict[str, str] = {
-    "pil_pad": "refused as if its output did not depend on the image (it is the image resized "
-               "and pasted onto a canvas), with no source line",
-    "pil_fit": "refused as if its output did not depend on the image (it is the image cropped "
-               "and resized), with no source line",
-}
