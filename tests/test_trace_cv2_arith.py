@@ -187,8 +187,10 @@ def u_drawn_shift(img, rng):
 
 def u_drawn_ops(img, rng):
     s = float(rng.uniform(-3, 3))
+    d = float(rng.uniform(0.25, 3))  # a divisor the tracer keeps away from 0
     return np.concatenate([cv2.subtract(img, s * 20), cv2.absdiff(img, s * 50),
-                           cv2.multiply(img, s), cv2.divide(img, s), cv2.subtract(s * 90, img),
+                           cv2.multiply(img, s), cv2.divide(img, d), cv2.divide(img, d - 4),
+                           cv2.divide(s * 90, img), cv2.subtract(s * 90, img),
                            ], axis=-1)
 
 
@@ -251,7 +253,11 @@ def test_what_cannot_be_exact_is_refused_saying_why():
 
     assert "cv2.add with mask=" in _refusal(u_mask)
     assert "cv2.multiply with a per-sample scale" in _refusal(u_drawn_scale, random=True)
+    def u_near_zero(img, rng):
+        return cv2.divide(img, float(rng.uniform(0, 2)))  # 255 / 1e-9 overflows OpenCV's int
+
     assert "cannot bound within" in _refusal(u_unbounded, random=True)
+    assert "cannot keep away from 0" in _refusal(u_near_zero, random=True)
     assert "OpenCV refuses" in _refusal(u_float32_scalar)
     assert "per-sample values per channel" in _refusal(u_drawn_channels, random=True)
     assert "cv2.convertScaleAbs of a float32 image" in _refusal(u_float_abs)

@@ -46,6 +46,8 @@ ARITH_OPS = {"add": False, "subtract": False, "absdiff": False, "multiply": True
 #: The largest per-sample scalar magnitude lowered for a uint8 result: OpenCV rounds to a 32-bit
 #: integer (a product up to 255 times the scalar), which overflows beyond.
 _INT_SAFE = float(2 ** 31 // 256)
+#: The smallest per-sample divisor magnitude lowered for a uint8 result (255 / it < 2**31).
+_TINY = 2.0 ** -20
 
 
 def _depth_dtype(depth: int) -> np.dtype | None:
@@ -78,8 +80,7 @@ def _model(op: str, x: Any, y: Any, scalar: bool, swap: bool, scale: float,
                 a, b = b, a
             if op == "multiply":
                 return _sat_u8(a * b if scale == 1 else np.float32(scale) * a * b)
-            q = np.float32(scale) * a / np.where(b == 0, np.float32(1), b)
-            return np.where(b == 0, np.uint8(0), _sat_u8(q))
+            return _sat_u8(np.float32(scale) * a / (b + (b == 0))) * (b != 0)
         a = x.astype(f64)
         if op in ("add", "subtract", "absdiff"):
             b = np.rint(y)
@@ -203,9 +204,10 @@ def _scalar_values(value: Any, chans: int, name: str) -> tuple[float, ...]:
     return tuple(float(v) for v in got.reshape(-1, max(chans, 1))[0])
 
 
-def _drawn(value: Sym, name: str, out: np.dtype) -> Sym:
+def _drawn(value: Sym, name: str, out: np.dtype, divisor: bool) -> Sym:
     """A per-sample scalar operand, checked as OpenCV takes it (a Python number or
-    ``np.float64``) and bounded where OpenCV's integer conversion would overflow."""
+    ``np.float64``) and bounded where OpenCV's integer conversion would overflow (for a
+    ``divisor``, also away from 0)."""
     n = value._checked()
     if n.ndim != 0:
         raise TraceError(f"cv2.{name} with a per-sample array operand (only a per-sample number "
@@ -219,6 +221,10 @@ def _drawn(value: Sym, name: str, out: np.dtype) -> Sym:
             raise TraceError(f"cv2.{name} of a uint8 image by a per-sample number the tracer "
                              f"cannot bound within +-{_INT_SAFE:g} (OpenCV's conversion to an "
                              "integer overflows beyond)")
+        if divisor and lo < _TINY and up > -_TINY:
+            raise TraceError(f"cv2.{name} of a uint8 image by a per-sample number the tracer "
+                             f"cannot keep away from 0 by {_TINY:g} (OpenCV's conversion of "
+                             "the quotient to an integer overflows there)")
     return value.astype(np.float64)
 
 
@@ -264,7 +270,8 @@ def arith(name: str, src1: Any, src2: Any, *, scale: Any = 1.0, dtype: Any = -1,
     if isinstance(y, Sym):
         if scale != 1:
             raise TraceError(f"cv2.{name} by a per-sample number with scale= (not lowered)")
-        return _model(name, x, _drawn(y, name, out), True, swap, scale, out)
+        divisor = name == "divide" and not swap
+        return _model(name, x, _drawn(y, name, out, divisor), True, swap, scale, out)
     values = _scalar_values(y, chans, name)
     why = _checked(name, x.dtype.str, chans, values, swap, scale, out.str)
     if why is not None:
