@@ -251,6 +251,10 @@ def test_what_cannot_be_exact_is_refused_saying_why():
     def u_mixed(img):
         return cv2.add(img, img.astype(np.float32))
 
+    def u_numbers_only(img, rng):
+        return cv2.add(np.zeros((2, 2), np.float32), float(rng.uniform(0, 1)))
+
+    assert "cv2.add with no traced image operand" in _refusal(u_numbers_only, random=True)
     assert "cv2.add with mask=" in _refusal(u_mask)
     assert "cv2.multiply with a per-sample scale" in _refusal(u_drawn_scale, random=True)
     def u_near_zero(img, rng):
@@ -263,3 +267,29 @@ def test_what_cannot_be_exact_is_refused_saying_why():
     assert "cv2.convertScaleAbs of a float32 image" in _refusal(u_float_abs)
     assert "cv2.add with dtype=3" in _refusal(u_short)
     assert "cv2.add of arrays of different dtypes" in _refusal(u_mixed)
+
+
+# -- albucore's OpenCV helpers -------------------------------------------------------------------
+def test_albucores_opencv_helpers_equal_albucore():
+    fn = pytest.importorskip("albucore.functions")
+
+    def u_add(img):
+        return fn.add_opencv(img, 17)
+
+    def u_add_negative(img):  # a float32 image and back, as albucore does for a negative value
+        return np.clip(fn.add_opencv(img, -17.0), 0, 255).astype(np.uint8)
+
+    def u_add_drawn(img, rng):
+        return fn.add_constant(img, int(rng.integers(-20, 20)))
+
+    def u_multiply(img):
+        return fn.multiply_opencv(img, 1.3)
+
+    def u_normalize(img):
+        return fn.normalize_opencv(img, np.array([123.675, 116.28, 103.53], np.float32),
+                                   np.array([1 / 58.395, 1 / 57.12, 1 / 57.375], np.float32))
+    _check(u_add)
+    _check(u_add_negative)
+    _check(u_add_drawn, random=True)
+    _check(u_multiply, dtype=np.float32)
+    _check(u_normalize, dtype=np.float32)

@@ -243,9 +243,9 @@ def arith(name: str, src1: Any, src2: Any, *, scale: Any = 1.0, dtype: Any = -1,
     scale = 1.0 if scale is None else float(scale)
     swap = not (isinstance(src1, Sym) and src1.ndim > 0)
     x, y = (src2, src1) if swap else (src1, src2)
-    if isinstance(y, Sym) and y.ndim > 0:
-        if not isinstance(x, Sym):
-            raise TraceError(f"cv2.{name} of a constant and a traced array")
+    if not isinstance(x, Sym) or x.ndim == 0:
+        raise TraceError(f"cv2.{name} with no traced image operand (only a traced image with a "
+                         "second image or a number is lowered)")
     if x.dtype not in (np.uint8, np.float32):
         raise TraceError(f"cv2.{name} of a {x.dtype} image (uint8 and float32 are lowered)")
     if x.ndim not in (2, 3) or (x.ndim == 3 and not isinstance(x.node.shape[2], int)):
