@@ -4,12 +4,13 @@ While an op's function runs on the proxies (:func:`cv2_installed`), every functi
 imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
 OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray, to and from
 HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
-``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``copyMakeBorder`` constant or
-replicated); any other given a traced array is refused naming it and why, as are the methods of
-a CLAHE object; called on real arrays each is OpenCV's own. This reaches cv2 calls in the op's
-helpers and in libraries too. :func:`library_handlers` names library helpers the op's module
-imported by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the
-op's globals. Nothing here imports cv2 or a library the op's code did not import.
+``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
+``divide``, ``absdiff`` and ``convertScaleAbs`` (:mod:`.cv2_arith`), ``copyMakeBorder`` constant
+or replicated); any other given a traced array is refused naming it and why, as are the methods
+of a CLAHE object; called on real arrays each is OpenCV's own. This reaches cv2 calls in the
+op's helpers and in libraries too. :func:`library_handlers` names library helpers the op's
+module imported by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in
+the op's globals. Nothing here imports cv2 or a library the op's code did not import.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_concatenate, _np_stack
+from augment_ops.trace.cv2_arith import ARITH_OPS, arith, convert_scale_abs
 from augment_ops.trace.cv2_color import (
     bgr_from_hsv_u8,
     bgr_from_yuv_u8,
@@ -291,6 +293,27 @@ def _cv_addWeighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any, dst
     return _into(dst, add_weighted(src1, alpha, src2, beta, gamma, dtype))
 
 
+def _arith_handler(name: str) -> Callable[..., Any]:
+    """``cv2.<name>(src1, src2, dst, ...)`` lowered by :func:`.cv2_arith.arith`."""
+    # OpenCV's positional order after dst: mask, dtype for add/subtract; scale, dtype for
+    # multiply/divide; nothing for absdiff.
+    after = ("scale", "dtype") if ARITH_OPS[name] else ("mask", "dtype") \
+        if name != "absdiff" else ()
+
+    def handler(src1: Any, src2: Any, dst: Any = None, *args: Any, **kw: Any) -> Sym:
+        if len(args) > len(after) or set(kw) - set(after):
+            raise TraceError(f"cv2.{name} with arguments {sorted(set(kw) - set(after))} "
+                             "(OpenCV takes " + ", ".join(("src1", "src2", "dst", *after)) + ")")
+        kw.update(zip(after, args, strict=False))
+        return _into(dst, arith(name, src1, src2, **kw))
+    handler.__name__ = f"_cv_{name}"
+    return handler
+
+
+def _cv_convertScaleAbs(src: Any, dst: Any = None, alpha: Any = 1.0, beta: Any = 0.0) -> Sym:
+    return _into(dst, convert_scale_abs(src, alpha, beta))
+
+
 def _doubled(strip: Sym, count: int, axis: int) -> Sym:
     """``count`` copies of ``strip`` (1 long on ``axis``) side by side, in log2(count) steps."""
     out = strip
@@ -404,6 +427,8 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "copyMakeBorder": _cv_copyMakeBorder,
     "mixChannels": _cv_mixChannels,
     "addWeighted": _cv_addWeighted,
+    **{name: _arith_handler(name) for name in ARITH_OPS},
+    "convertScaleAbs": _cv_convertScaleAbs,
 }
 
 

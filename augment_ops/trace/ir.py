@@ -230,6 +230,8 @@ class _Session:
         self.decided_in: types.FrameType | None = None  # the frame of the last decision
         self.decided_line = 0  # and its line then
         self.refusals: list[TraceError] = []  # made in the current run, raised or not
+        # the user's line that led there, where that frame is a library's: (file, line)
+        self.decided_by: tuple[str, int] | None = None
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
@@ -253,6 +255,16 @@ class _Session:
             frame = frame.f_back
         self.decided_in = frame
         self.decided_line = frame.f_lineno if frame is not None else 0
+        self.decided_by = None
+        if frame is not None:
+            from augment_ops.state import library_file
+
+            own = frame
+            while own is not None and library_file(own.f_code.co_filename):
+                own = own.f_back
+            if own is not frame and own is not None and \
+                    not _is_internal(own.f_code.co_filename):
+                self.decided_by = (own.f_code.co_filename, own.f_lineno)
         i = len(self.decisions)
         choice = self.prefix[i] if i < len(self.prefix) else True
         self.conds.append(cond)

@@ -251,10 +251,13 @@ def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], 
 
 def _decision_line(session: _Session) -> str:
     """``file:line: code`` where the last per-sample decision was made, when in the user's code
-    (a loop that branches on per-sample values again and again), else ``""``."""
+    (a loop that branches on per-sample values again and again), or else the user's line whose
+    call into a library made it (albumentations' branches on each drawn shift), else ``""``."""
     frame = session.decided_in
-    if frame is None or library_file(frame.f_code.co_filename):
+    if frame is None:
         return ""
+    if library_file(frame.f_code.co_filename):
+        return _describe(*session.decided_by) if session.decided_by is not None else ""
     return _describe(frame.f_code.co_filename, session.decided_line)
 
 
