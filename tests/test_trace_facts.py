@@ -155,6 +155,20 @@ def test_an_undecided_any_or_all_is_a_per_sample_reduction_equal_to_numpy(op):
         np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}")
 
 
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning",
+                            "ignore:divide by zero:RuntimeWarning")
+@pytest.mark.parametrize("op", [f_clipped_in_range, f_scaled_by_all, f_any_over_channels,
+                                f_any_of_rows_that_may_be_empty, f_nan_compared,
+                                f_classified_floats], ids=lambda op: op.name)
+def test_reductions_of_truth_values_on_gpu_equal_numpy(op):
+    traced = trace_op(op)
+    imgs = [*_edge_images(), np.full((6, 5, 3), 250, np.uint8), pattern_image(1, 8, 5) | 4]
+    imgs[3][0, 0] = (1, 0, 255)
+    for img, got in zip(imgs, _emit_on(traced, imgs, gpu=True), strict=True):
+        np.testing.assert_array_equal(got, op.apply(img, None)[0], err_msg=f"{img.shape}")
+
+
 def test_an_undecided_any_is_not_taken_for_a_constant():
     @unregistered()
     def f_nan_any(img):
@@ -193,7 +207,9 @@ def _write(root, imgs):
     return root / "m.csv"
 
 
-def test_a_raise_on_pixel_values_is_a_check_raising_for_the_samples_numpy_raises_for(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_raise_on_pixel_values_is_a_check_raising_for_the_samples_numpy_raises_for(tmp_path,
+                                                                                     device):
     traced = trace_op(f_too_bright)
     assert [(g.error, g.message) for g in traced.guards] == [
         ("ValueError", "too bright"), ("AssertionError", "all black")]
@@ -208,14 +224,15 @@ def test_a_raise_on_pixel_values_is_a_check_raising_for_the_samples_numpy_raises
         folder = tmp_path / error
         folder.mkdir()
         manifest = _write(folder, [*ok, bad])
-        with extsrc.Loader(manifest, batch_size=1, ops=[f_too_bright], device="cpu",
+        with extsrc.Loader(manifest, batch_size=1, ops=[f_too_bright], device=device,
                            shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
                            workers=extsrc.Workers(num_workers=0)) as loader:
             assert loader.op_paths == {f_too_bright.name: "native"}
             it = iter(loader)
             for img in ok:
                 (ref,) = f_too_bright.apply(img, None)
-                np.testing.assert_array_equal(next(it)[f"{f_too_bright.name}_0"][0].numpy(), ref)
+                got = next(it)[f"{f_too_bright.name}_0"][0].cpu().numpy()
+                np.testing.assert_array_equal(got, ref)
             with pytest.raises(OpError, match=f"raised {error}: {message}") as e:
                 next(it)
         assert "img2.png" in str(e.value)

@@ -64,7 +64,8 @@ def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: 
     if not taken or not other:
         return _merge(paths, depth + 1, nout, refusals)
     if cond.pixel:
-        raise refusals[cond]
+        raise refusals.get(cond) or TraceError("Python control flow (if/while/and/or) on pixel "
+                                               "values")
     a, b = _merge(taken, depth + 1, nout, refusals), _merge(other, depth + 1, nout, refusals)
     out = []
     for x, y in zip(a, b, strict=True):
@@ -156,8 +157,8 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             if len(done) + len(pending) > max_paths:
                 pixel = [c for p in done for c in p[0] if c.pixel] + \
                     [c for c in session.conds if c.pixel]
-                if pixel:  # branches on pixel values that need not raise
-                    raise session.pixel_refusals[pixel[0]]
+                if pixel and pixel[0] in session.pixel_refusals:
+                    raise session.pixel_refusals[pixel[0]]  # branches that need not raise
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values; the last one taken at the line named)",
                                  _decision_line(session))
