@@ -74,16 +74,17 @@ def lower(d: Dim) -> float | None:
     draws >= 0, h - min(size, h) >= 0, ...), or None."""
     if isinstance(d, int):
         return d
+    if d.dtype.kind == "b":
+        known = truth(d)
+        return 0 if known is None else int(known)
     if d.op == "const":
         return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "in_dim":
         return 1  # a decoded image has at least one pixel
     if d.op == "input":
         return 0
-    if d.op in _LAYOUT_OPS:
-        los = [lower(a) for a in d.args if isinstance(a, Node) and (a.ndim == d.ndim or
-                                                                     d.op == "stack")]
-        los += [lower(a) for a in d.args[:1] if d.op == "take"]
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        los = [lower(a) for a in _element_sources(d)]
         return None if not los or None in los else builtins.min(los)
     if d.op == "uniform":
         return 0
@@ -137,20 +138,36 @@ def lower(d: Dim) -> float | None:
 _LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
 
 
+def _keeps_elements(d: Node) -> bool:
+    """Whether every element of ``d`` is an element of its sources (:func:`_element_sources`)
+    beyond the layout operators: a fill's value, and the least or greatest element of an array
+    (numpy raises for an empty one, so a value exists wherever one is computed)."""
+    return d.op == "full" or (d.op == "reduce" and d.attrs[0] in ("max", "min"))
+
+
+def _element_sources(d: Node) -> list[Node]:
+    """The values whose elements make up those of layout operator or fill ``d``."""
+    if d.op == "full":
+        return [d.args[1]]
+    if d.op == "reduce":
+        return [d.args[0]]
+    if d.op == "select" and d.ndim == 0:
+        return list(d.args[1:])
+    found = [a for a in d.args if isinstance(a, Node) and (a.ndim == d.ndim or d.op == "stack")]
+    return found + [a for a in d.args[:1] if d.op == "take"]
+
+
 @_fact
 def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     """Bounds of a cast's result: the source's where they fit the target type (a narrowing
     integer cast wraps around), else the target type's range."""
     src, dst = d.args[0], d.dtype
-    if src.dtype.kind == "b":
-        lo, up = 0.0, 1.0
-    else:
-        lo, up = lower(src), upper(src)
-        if src.dtype.kind in "iu":
-            # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
-            info = np.iinfo(src.dtype)
-            lo = int(info.min) if lo is None else lo
-            up = int(info.max) if up is None else up
+    lo, up = lower(src), upper(src)
+    if src.dtype.kind in "iu":
+        # Python ints, not floats: float(int64 max) rounds up to 2**63, beyond the range.
+        info = np.iinfo(src.dtype)
+        lo = int(info.min) if lo is None else lo
+        up = int(info.max) if up is None else up
     if dst.kind in "iu":
         info = np.iinfo(dst)
         if lo is None or up is None or lo < info.min or up > info.max:
@@ -170,6 +187,9 @@ def upper(d: Dim) -> float | None:
     """An upper bound of every element of a value, known from how it was computed, or None."""
     if isinstance(d, int):
         return d
+    if d.dtype.kind == "b":
+        known = truth(d)
+        return 1 if known is None else int(known)
     if d.op == "const":
         return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "input":
@@ -180,10 +200,8 @@ def upper(d: Dim) -> float | None:
         return 1
     if d.op == "cast":
         return _cast_bounds(d)[1]
-    if d.op in _LAYOUT_OPS:
-        ups = [upper(a) for a in d.args if isinstance(a, Node) and (a.ndim == d.ndim or
-                                                                     d.op == "stack")]
-        ups += [upper(a) for a in d.args[:1] if d.op == "take"]
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        ups = [upper(a) for a in _element_sources(d)]
         return None if not ups or None in ups else builtins.max(ups)
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         up = upper(d.args[0])
@@ -418,3 +436,160 @@ def _apart(x: Dim, y: Dim) -> bool:
     """Whether ``x > y`` for every sample, by the bounds the tracer knows."""
     lo, up = lower(x), upper(y)
     return lo is not None and up is not None and lo > up
+
+
+# -- conditions the bounds decide ---------------------------------------------------------------
+#: The comparison with its operands swapped: ``x > y`` is ``y < x``.
+_SWAPPED = {"greater": "less", "greater_equal": "less_equal", "less": "less",
+            "less_equal": "less_equal", "equal": "equal", "not_equal": "not_equal"}
+
+
+@_fact
+def truth(d: Node) -> bool | None:
+    """What every element of boolean value ``d`` is for every possible input image (any size,
+    any pixels), as numpy computes it, or None where that depends on the sample: ``img < 0``
+    is False, ``np.clip(x, 0, 1) <= 1`` is True, ``x == x`` is True only where ``x`` cannot be
+    NaN (comparisons with NaN are False, ``!=`` True)."""
+    if d.op == "const":
+        if not d.value.size:
+            return None
+        return True if d.value.all() else False if not d.value.any() else None
+    if d.op == "bin" and d.attrs[0] in _SWAPPED:
+        x, y = d.args
+        name = d.attrs[0]
+        if name != _SWAPPED[name]:
+            x, y, name = y, x, _SWAPPED[name]
+        return _compared(name, x, y)
+    if d.op == "bin" and d.attrs[0] in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        tx, ty = truth(d.args[0]), truth(d.args[1])
+        if d.attrs[0] == "bitwise_and":
+            return False if False in (tx, ty) else True if tx and ty else None
+        if d.attrs[0] == "bitwise_or":
+            return True if True in (tx, ty) else False if tx is False and ty is False else None
+        return None if tx is None or ty is None else tx != ty
+    if d.op == "un" and d.attrs[0] in ("logical_not", "invert"):
+        known = truth(d.args[0])
+        return None if known is None else not known
+    if d.op == "cast":
+        src = d.args[0]
+        if src.dtype.kind == "b":
+            return truth(src)
+        if not sound(src):
+            return None
+        lo, up = lower(src), upper(src)
+        if (lo is not None and lo > 0) or (up is not None and up < 0):
+            return True  # and NaN, which numpy takes for True
+        if lo == 0 and up == 0 and _no_nan(src):
+            return False
+        return None
+    if d.op in ("where", "select"):
+        c, a, b = d.args
+        known = truth(c)
+        if known is not None:
+            return truth(a if known else b)
+        ta = truth(a)
+        return ta if ta is not None and ta == truth(b) else None
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        found = {truth(a) for a in _element_sources(d)}
+        return found.pop() if len(found) == 1 else None
+    return None
+
+
+def _compared(name: str, x: Node, y: Node) -> bool | None:
+    """:func:`truth` of ``x <name> y`` (``less``, ``less_equal``, ``equal``, ``not_equal``)."""
+    if x is y and _no_nan(x):
+        return name != "less" and name != "not_equal"
+    if not (sound(x) and sound(y)):
+        return None
+    lx, ux, ly, uy = lower(x), upper(x), lower(y), upper(y)
+    # apart: x > y (every pair), x >= y, y > x (never equal, so != holds, NaN included)
+    above = lx is not None and uy is not None and lx > uy
+    at_least = lx is not None and uy is not None and lx >= uy
+    below = ux is not None and ly is not None and ux < ly
+    if name == "less" and at_least:
+        return False
+    if name in ("less_equal", "equal") and above:
+        return False
+    if name == "equal" and below:
+        return False
+    if name == "not_equal" and (above or below):
+        return True
+    # true for every pair of values: only where neither can be NaN
+    if not (_no_nan(x) and _no_nan(y)):
+        return None
+    if name == "less" and below:
+        return True
+    if name == "less_equal" and ux is not None and ly is not None and ux <= ly:
+        return True
+    if name in ("equal", "not_equal") and None not in (lx, ux, ly, uy) and lx == ux == ly == uy:
+        return name == "equal"
+    return None
+
+
+@_fact
+def sound(d: Dim) -> bool:
+    """Whether :func:`lower` and :func:`upper` of ``d`` bound every element numpy computes: no
+    integer step on the way wraps around (its bounds, taken as exact arithmetic, leave its
+    dtype's range), no float32 step rounds past them (Python's bounds are float64's: rounding
+    is monotonic, so float64 steps keep them), no float is cast to an integer below 0 (numpy
+    truncates toward zero there, not down). Bounds the tracer does not know (None) bound
+    nothing, so an operator it has none for is sound."""
+    if not isinstance(d, Node) or d.op in ("const", "input", "in_dim", "uniform"):
+        return True
+    if not builtins.all(sound(a) for a in d.args if isinstance(a, Node)):
+        return False
+    if d.dtype.kind == "b":
+        return True  # its bounds come from truth(), which asks its operands
+    lo, up = lower(d), upper(d)
+    if d.op == "cast":
+        src = d.args[0]
+        if d.dtype.kind in "iu" and src.dtype.kind == "f":
+            low = lower(src)
+            return low is not None and low >= 0 and _no_nan(src)
+        if d.dtype.kind == "f":
+            return builtins.all(b is None or math.isinf(b) or float(d.dtype.type(b)) == b
+                                for b in (lo, up))
+        return True
+    if d.op == "bin" and d.attrs[0] in ("add", "subtract", "multiply", "floor_divide",
+                                        "remainder", "divide"):
+        if d.dtype.kind in "iu":
+            info = np.iinfo(d.dtype)
+            return lo is not None and up is not None and info.min <= lo and up <= info.max
+        return d.dtype == np.float64 or (d.attrs[0] == "multiply" and _products(
+            *d.args, d.dtype) is not None) or d.attrs[0] == "divide"
+    return True
+
+
+@_fact
+def _no_nan(d: Dim) -> bool:
+    """Whether no element of ``d`` can be NaN, for any input image."""
+    if not isinstance(d, Node) or d.dtype.kind != "f":
+        return True
+    if d.op == "const":
+        return not bool(np.isnan(d.value).any())
+    if d.op == "uniform":
+        return True
+    if d.op == "cast":
+        return _no_nan(d.args[0])
+    if d.op == "where":
+        return _no_nan(d.args[1]) and _no_nan(d.args[2])
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        return builtins.all(_no_nan(a) for a in _element_sources(d))
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc", "negative", "absolute"):
+        return _no_nan(d.args[0])
+    if d.op == "bin" and d.attrs[0] in ("minimum", "maximum"):
+        return _no_nan(d.args[0]) and _no_nan(d.args[1])
+    if d.op == "bin" and d.attrs[0] in ("add", "subtract", "multiply", "divide"):
+        # finite operands: inf - inf, 0 * inf and 0 / 0 (or inf / inf) are the NaNs
+        a, b = d.args
+        if not (_finite(a) and _finite(b)):
+            return False
+        return d.attrs[0] != "divide" or (lower(b) or 0) > 0 or (upper(b) or 0) < 0
+    return False
+
+
+def _finite(d: Node) -> bool:
+    """Whether every element of ``d`` is a finite number (bounds known, finite, and sound)."""
+    lo, up = lower(d), upper(d)
+    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
+        sound(d) and _no_nan(d)

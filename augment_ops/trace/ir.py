@@ -214,6 +214,11 @@ class Traced:
 
 
 # -- the trace being run --------------------------------------------------------------------------
+#: The most branches on pixel values one run of an op may take: each must have an outcome that
+#: raises (a guard), and a loop on pixel values would take them without end.
+MAX_PIXEL_BRANCHES = 8
+
+
 class _Session:
     """One trace: the node table shared by all runs, and the branch decisions of the current run."""
 
@@ -232,6 +237,9 @@ class _Session:
         self.refusals: list[TraceError] = []  # made in the current run, raised or not
         # the user's line that led there, where that frame is a library's: (file, line)
         self.decided_by: tuple[str, int] | None = None
+        #: The refusal of each branch on pixel values taken (by condition): it stands unless
+        #: the branch's other outcome raises for every sample (a guard for the op's ``raise``).
+        self.pixel_refusals: dict[Node, TraceError] = {}
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
@@ -249,7 +257,15 @@ class _Session:
                 return e
         return None
 
-    def decide(self, cond: Node) -> bool:
+    def decide(self, cond: Node, refusal: TraceError | None = None) -> bool:
+        """The outcome of a branch on per-sample condition ``cond`` for this run (from the
+        prefix, else True). ``refusal``: the branch is on pixel values, refused unless all but
+        one of its outcomes raise; a run taking more than :data:`MAX_PIXEL_BRANCHES` of them (a
+        ``while`` on pixel values) is refused at once."""
+        if refusal is not None:
+            self.pixel_refusals.setdefault(cond, refusal)
+            if sum(c.pixel for c in self.conds) >= MAX_PIXEL_BRANCHES:
+                raise refusal
         frame = sys._getframe(1)
         while frame is not None and _is_internal(frame.f_code.co_filename):
             frame = frame.f_back

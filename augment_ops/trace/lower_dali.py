@@ -240,7 +240,9 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         oks = []
         if min_size > 1:
             oks.append(dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64))
-        flags = [em.value(g.bad) for g in traced.guards]
+        # A guard on pixel values (the op's ``if img.max() > 250: raise``) is computed where
+        # the image is; the check's predicate is a CPU value.
+        flags = [_on_cpu(em.value(g.bad)) for g in traced.guards]
         oks += [f == _constant(False, np.dtype(np.bool_)) for f in flags]
         dims = [int(d.value) if isinstance(d, Node) and d.op == "const" else d
                 for k in layout.outputs for d in traced.outputs[k].shape]
@@ -259,11 +261,33 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         rows = fn._conditional.merge(rows_ok, checked, predicate=ok)
         # A reshape to its own shape shares the image's memory; it orders the check first.
         em.image = fn.reshape(image, shape=rows[0:3])
+        # Values the guards computed from the unchecked image are computed again from the
+        # checked one, so that no operator of the outputs runs before the check.
+        for n in _pixel_nodes(g.bad for g in traced.guards):
+            em.memo.pop(id(n), None)
+        em.vmemo.clear()
     # Later stages (resize) read the layout, which elementwise operators may not keep; slices
     # and rectangle fills of the input keep it, and spare the operator.
     return [em.value(n) if _keeps_layout(n) else
             fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]
+
+
+def _on_cpu(value: Any) -> Any:
+    """A DataNode on the CPU (per-sample scalars on pixel values of a GPU image are on the GPU)."""
+    return value.cpu() if getattr(value, "device", "cpu") == "gpu" else value
+
+
+def _pixel_nodes(roots: Any) -> list[Node]:
+    """The nodes of the graphs of ``roots`` that depend on pixel values."""
+    found: dict[int, Node] = {}
+    stack = [r for r in roots if r.pixel]
+    while stack:
+        n = stack.pop()
+        if id(n) not in found:
+            found[id(n)] = n
+            stack.extend(a for a in n.args if isinstance(a, Node) and a.pixel)
+    return list(found.values())
 
 
 def _keeps_layout(n: Node) -> bool:

@@ -68,6 +68,12 @@ class NdarrayMethods:
     def min(self, axis: Any = None, keepdims: bool = False) -> Any:
         return HANDLERS["Sym.reduce"]("min", self, axis, None, keepdims)
 
+    def any(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return HANDLERS["Sym.truth_reduce"]("any", self, axis, out, keepdims, **kw)
+
+    def all(self, axis: Any = None, out: Any = None, keepdims: bool = False, **kw: Any) -> Any:
+        return HANDLERS["Sym.truth_reduce"]("all", self, axis, out, keepdims, **kw)
+
     def item(self) -> Any:
         if self.ndim != 0:
             raise TraceError("item() of an array")

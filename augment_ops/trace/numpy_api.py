@@ -20,7 +20,7 @@ import numpy as np
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import _holds_sym
-from augment_ops.trace.facts import lower
+from augment_ops.trace.facts import lower, truth
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import Sym, _dim_sym, _dop, cast_node, implements, ufunc
@@ -123,6 +123,38 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
                         (*node.shape[:a], 1, *node.shape[a:]))
         out = Sym(node)
     return Sym(out.node)
+
+
+@implements("Sym.truth_reduce")
+def _any_all(kind: str, a: Any, axis: Any = None, out: Any = None, keepdims: bool = False, *,
+             where: Any = None) -> Any:
+    """``np.any`` / ``np.all`` (``kind``) and their ndarray methods. Where the facts the tracer
+    knows decide every element of ``a`` for every image (``img < 0``, ``np.isnan`` of
+    integers), the result is that constant; otherwise the greatest (any) or least (all) of
+    ``a``'s truth values as bytes, per sample, exactly (the count of true ones over an axis
+    that may be empty, whose ``any`` is False and ``all`` True)."""
+    if not isinstance(a, Sym):
+        raise TraceError(f"np.{kind} of a constant")
+    if out is not None or where is not None:
+        raise TraceError(f"np.{kind} with {'out' if out is not None else 'where'}=")
+    n = a._checked()
+    b = n if n.dtype == np.bool_ else ufunc("not_equal", a, 0).node  # NaN is true, as in numpy
+    if n.ndim == 0:
+        return Sym(b)
+    axes = _axes(axis, n.ndim)
+    known = truth(b)
+    may_be_empty = builtins.any(lower(n.shape[i]) is None or lower(n.shape[i]) < 1 for i in axes)
+    if known is not None and (not may_be_empty or known == (kind == "all")) and \
+            len(axes) == n.ndim and not keepdims:
+        return np.bool_(known)
+    if kind == "all":  # all(b) is not any(not b)
+        return ufunc("logical_not", _any_all("any", Sym(_new("un", (b,), ("logical_not",),
+                                                               np.bool_, b.shape)),
+                                             axis, None, keepdims))
+    count = Sym(cast_node(b, np.uint8))
+    if may_be_empty:
+        return ufunc("greater", _reduce("sum", count, axis, None, keepdims), 0)
+    return ufunc("greater", _reduce("max", count, axis, None, keepdims), 0)
 
 
 #: The most multiplications a traced matrix product may take per pixel (channels x columns).
@@ -394,6 +426,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "pad": _np_pad,
     "round": _np_round,
     "around": _np_round,
+    "any": lambda a, *args, **kwargs: _any_all("any", a, *args, **kwargs),
+    "all": lambda a, *args, **kwargs: _any_all("all", a, *args, **kwargs),
     "sum": _method("sum"),
     "mean": _method("mean"),
     "max": _method("max"),

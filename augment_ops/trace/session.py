@@ -53,15 +53,21 @@ CHANNELS = 3
 
 
 def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: int,
-           nout: int) -> tuple[Node, ...]:
+           nout: int, refusals: dict[Node, TraceError]) -> tuple[Node, ...]:
+    """The outputs of the runs ``paths``, selected per sample by their branch decisions from
+    ``depth`` on. A branch on pixel values with outputs on both outcomes is refused
+    (``refusals``): only one whose other outcome raises (a guard) is lowered."""
     if len(paths) == 1:
         return paths[0][2]
     cond = paths[0][0][depth]
     taken = [p for p in paths if p[1][depth]]
     other = [p for p in paths if not p[1][depth]]
     if not taken or not other:
-        return _merge(paths, depth + 1, nout)
-    a, b = _merge(taken, depth + 1, nout), _merge(other, depth + 1, nout)
+        return _merge(paths, depth + 1, nout, refusals)
+    if cond.pixel:
+        raise refusals.get(cond) or TraceError("Python control flow (if/while/and/or) on pixel "
+                                               "values")
+    a, b = _merge(taken, depth + 1, nout, refusals), _merge(other, depth + 1, nout, refusals)
     out = []
     for x, y in zip(a, b, strict=True):
         if x is y:
@@ -164,6 +170,10 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 continue
             done.append((list(session.conds), list(session.decisions), outs))
             if len(done) + len(pending) > max_paths:
+                pixel = [c for p in done for c in p[0] if c.pixel] + \
+                    [c for c in session.conds if c.pixel]
+                if pixel and pixel[0] in session.pixel_refusals:
+                    raise session.pixel_refusals[pixel[0]]  # branches that need not raise
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values; the last one taken at the line named)",
                                  _decision_line(session))
@@ -173,7 +183,7 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             raise TraceError("the op raises on every image: "
                              f"{session.guards[0].error}: {session.guards[0].message}",
                              session.guards[0].location)
-        merged = _merge(done, 0, num_outputs)
+        merged = _merge(done, 0, num_outputs, session.pixel_refusals)
     finally:
         _TRACING.active = previous
     return Traced(outputs=merged, num_draws=draws, num_paths=len(done),

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
-from augment_ops.trace.facts import _nonneg, _same, lower, upper
+from augment_ops.trace.facts import _nonneg, _same, lower, truth, upper
 
 # The graph builders import the table and casts from here, beside Sym.
 from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
@@ -469,9 +469,16 @@ class Sym(NdarrayMethods):
             return bool(n.value)
         if n.ndim != 0:
             raise TraceError("truth value of an array (if/and/or/while on an array)")
-        if n.pixel:
-            raise TraceError("Python control flow (if/while/and/or) on pixel values")
         cond = cast_node(n, np.bool_) if n.dtype != np.bool_ else n
+        known = truth(cond)
+        if known is not None:  # ``if img.min() < 0:`` on a uint8 image: the same for every image
+            return known
+        if n.pixel:
+            # Refused (the tracer's trace_function raises it) unless every other way out of
+            # the branch raises: a guard for a ``raise`` or ``assert``, numpy's error for the
+            # samples that take it.
+            return _TRACING.active.decide(cond, TraceError(
+                "Python control flow (if/while/and/or) on pixel values"))
         # a branch no sample takes (``if img.size == 0``: an image has a pixel) is not traced
         if _ruled_out(cond):
             return False
@@ -633,6 +640,8 @@ class Sym(NdarrayMethods):
                                else np.float64(x) for x in inputs)
             return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
                          f"np.{name}")
+        if name in ("isnan", "isinf", "isfinite") and len(inputs) == 1:
+            return _classified(name, inputs[0])
         if name in ("logical_and", "logical_or", "logical_xor"):
             inputs = tuple(ufunc("not_equal", x, 0) if _dtype_kind(x) != "b" else x
                            for x in inputs)
@@ -676,6 +685,18 @@ class _Flags(dict):
         if name.startswith("__"):
             raise AttributeError(name)
         return self[name.upper()]
+
+
+def _classified(name: str, x: Sym) -> Any:
+    """``np.isnan`` / ``isinf`` / ``isfinite`` of ``x`` as comparisons numpy and DALI compute
+    alike: ``x != x`` is true exactly for NaN, ``|x| == inf`` for the infinities and
+    ``|x| < inf`` for the rest; of integers, ``x != x`` and ``x == x`` (all False, all True),
+    which the tracer's facts decide."""
+    if x.dtype.kind != "f":
+        return ufunc("equal" if name == "isfinite" else "not_equal", x, x)
+    if name == "isnan":
+        return ufunc("not_equal", x, x)
+    return ufunc("equal" if name == "isinf" else "less", ufunc("absolute", x), np.inf)
 
 
 def _dtype_kind(x: Any) -> str:

@@ -1,0 +1,281 @@
+"""Conditions on pixel values that the tracer's interval facts decide.
+
+``if np.any(image < 0): raise`` on a uint8 image, ``assert img.max() <= 255``, ``np.all(x >= 0)``
+after ``np.clip(x, 0, 1)``, ``np.isnan(x).any()`` of integers: the same for every image, so the
+traced op takes that branch with no refusal, no guard and no operator. An undecided
+``np.any``/``np.all`` is a per-sample value (a DALI reduction) usable in arithmetic; an undecided
+branch on pixel values is refused as before, unless its other outcome raises (the op's own
+``raise``/``assert``), where the native path raises numpy's error for the samples numpy raises
+for. NaN (comparisons with it are False) and integer wrap-around never make a condition decided.
+
+PYTEST_DONT_REWRITE: the ops' ``assert`` statements stay as Python runs them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import pattern_image, unregistered
+from PIL import Image
+from test_trace import _emit_on
+
+import augment_ops
+import extsrc
+from augment_ops.trace import TraceError, trace_op
+from extsrc.errors import OpError
+
+PIXEL_BRANCH = r"Python control flow \(if/while/and/or\) on pixel values"
+
+
+def _edge_images() -> list[np.ndarray]:
+    """Images that hit the edge values: all 0, all 255, one pixel, and a pattern."""
+    ramp = np.arange(5 * 7 * 3, dtype=np.int64).reshape(5, 7, 3) * 37 % 256
+    return [np.zeros((3, 4, 3), np.uint8), np.full((4, 3, 3), 255, np.uint8),
+            np.array([[[0, 255, 128]]], np.uint8), ramp.astype(np.uint8),
+            pattern_image(3, 9, 11)]
+
+
+# -- decided: no branch, no guard ---------------------------------------------------------------
+@unregistered()
+def f_any_negative(img):
+    if np.any(img < 0):
+        raise ValueError("negative values")
+    return img[::-1]
+
+
+@unregistered()
+def f_min_negative(img):
+    if img.min() < 0:
+        raise ValueError("negative values")
+    return img // 2
+
+
+@unregistered()
+def f_method_any_and_assert(img):
+    if (img > 255).any():
+        raise ValueError("values above 255")
+    assert img.max() <= 255, "values above 255"
+    assert img.min() >= 0 and img.max() <= 255
+    return img[:, ::-1]
+
+
+@unregistered()
+def f_clipped_in_range(img):
+    x = np.clip(img.astype(np.float32) / 255, 0, 1)
+    if not (np.all(x >= 0) and np.all(x <= 1)):
+        raise ValueError("out of range")
+    return (x * 254).astype(np.uint8)
+
+
+@unregistered()
+def f_isnan_of_integers(img):
+    if np.isnan(img).any() or not np.isfinite(img).all() or np.isinf(img).any():
+        raise ValueError("not finite")
+    return img + np.uint8(1)
+
+
+@unregistered()
+def f_isnan_of_scaled(img):
+    x = img.astype(np.float32) / 255
+    if np.isnan(x).any():
+        raise ValueError("NaN")
+    return img
+
+
+@pytest.mark.parametrize("op", [f_any_negative, f_min_negative, f_method_any_and_assert,
+                                f_clipped_in_range, f_isnan_of_integers, f_isnan_of_scaled],
+                         ids=lambda op: op.name)
+def test_a_condition_the_facts_decide_takes_its_branch_with_no_check(op):
+    traced = trace_op(op)
+    assert traced.num_paths == 1 and traced.guards == ()
+    assert not any(n.op == "reduce" for n in traced.nodes())  # no operator computes it
+    imgs = _edge_images()
+    for img, got in zip(imgs, _emit_on(traced, imgs), strict=True):
+        (ref,) = op.apply(img, None)
+        np.testing.assert_array_equal(got, ref)
+
+
+# -- undecided np.any / np.all: a per-sample value ----------------------------------------------
+@unregistered()
+def f_scaled_by_all(img):
+    return (img * np.all(img > 3)).astype(np.uint8) + np.any(img == 255).astype(np.uint8)
+
+
+@unregistered()
+def f_any_over_channels(img):
+    bright = np.any(img > 200, axis=2)
+    dark = img.all(axis=-1, keepdims=True)
+    return np.where(bright[..., None], img, dark.astype(np.uint8) * 7)
+
+
+@unregistered()
+def f_any_of_rows_that_may_be_empty(img):
+    """``img[5:]`` is empty on an image 5 rows high or less: ``any`` is False, ``all`` True."""
+    rows = img[5:] > 100
+    return np.stack([rows.any(axis=0), rows.all(axis=0)], axis=0).astype(np.uint8)
+
+
+@unregistered()
+def f_nan_compared(img):
+    """``x / x`` is NaN where a pixel is 0: ``x == x`` is then False, not decided True."""
+    x = img.astype(np.float32)
+    y = x / x
+    return (img // 2 + np.all(y == y) * 100 + np.any(y != y) * 10).astype(np.uint8)
+
+
+@unregistered()
+def f_wrapped(img):
+    """``img + 10`` wraps around past 255 in uint8: ``>= 10`` is not decided True."""
+    y = img + np.uint8(10)
+    return (img // 2 + np.all(y >= 10) * 100).astype(np.uint8)
+
+
+@unregistered()
+def f_classified_floats(img):
+    x = img.astype(np.float32)
+    q = x / (x - 1)  # inf at 1, -0 at 0
+    r = (x - 1) / (x - 1)  # NaN at 1
+    return np.stack([np.isnan(r)[..., 0], np.isinf(q)[..., 1], np.isfinite(q)[..., 2],
+                     np.isfinite(r)[..., 0]], axis=-1).astype(np.uint8)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning",
+                            "ignore:divide by zero:RuntimeWarning")
+@pytest.mark.parametrize("op", [f_scaled_by_all, f_any_over_channels,
+                                f_any_of_rows_that_may_be_empty, f_nan_compared, f_wrapped,
+                                f_classified_floats], ids=lambda op: op.name)
+def test_an_undecided_any_or_all_is_a_per_sample_reduction_equal_to_numpy(op):
+    traced = trace_op(op)
+    assert traced.guards == ()
+    # each reduction is true for some of these images and false for others
+    imgs = [*_edge_images(), np.full((6, 5, 3), 250, np.uint8), pattern_image(1, 8, 5) | 4]
+    imgs[3][0, 0] = (1, 0, 255)
+    refs = [op.apply(img, None)[0] for img in imgs]
+    for img, got, ref in zip(imgs, _emit_on(traced, imgs), refs, strict=True):
+        np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}")
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning",
+                            "ignore:divide by zero:RuntimeWarning")
+@pytest.mark.parametrize("op", [f_clipped_in_range, f_scaled_by_all, f_any_over_channels,
+                                f_any_of_rows_that_may_be_empty, f_nan_compared,
+                                f_classified_floats], ids=lambda op: op.name)
+def test_reductions_of_truth_values_on_gpu_equal_numpy(op):
+    traced = trace_op(op)
+    imgs = [*_edge_images(), np.full((6, 5, 3), 250, np.uint8), pattern_image(1, 8, 5) | 4]
+    imgs[3][0, 0] = (1, 0, 255)
+    for img, got in zip(imgs, _emit_on(traced, imgs, gpu=True), strict=True):
+        np.testing.assert_array_equal(got, op.apply(img, None)[0], err_msg=f"{img.shape}")
+
+
+def test_an_undecided_any_is_not_taken_for_a_constant():
+    @unregistered()
+    def f_nan_any(img):
+        y = img.astype(np.float32) / img.astype(np.float32)
+        if np.any(y != y):
+            raise ValueError("NaN")
+        return img
+
+    @unregistered()
+    def f_min_clipped(img):
+        # np.minimum keeps NaN: min(NaN, 1) <= 1 is False
+        y = np.minimum(img.astype(np.float32) / img.astype(np.float32), 1)
+        if not np.all(y <= 1):
+            raise ValueError("above 1")
+        return img
+
+    for op in (f_nan_any, f_min_clipped):
+        assert len(trace_op(op).guards) == 1, op.name
+
+
+# -- undecided branches: a guard where the other outcome raises, else the refusal ----------------
+@unregistered()
+def f_too_bright(img):
+    if img.max() > 250:
+        raise ValueError("too bright")
+    assert not np.all(img == 0), "all black"
+    return img // 2
+
+
+def _write(root, imgs):
+    lines = ["path,label"]
+    for i, img in enumerate(imgs):
+        Image.fromarray(img).save(root / f"img{i}.png")
+        lines.append(f"img{i}.png,{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_raise_on_pixel_values_is_a_check_raising_for_the_samples_numpy_raises_for(tmp_path,
+                                                                                     device):
+    traced = trace_op(f_too_bright)
+    assert [(g.error, g.message) for g in traced.guards] == [
+        ("ValueError", "too bright"), ("AssertionError", "all black")]
+    ok = [np.full((4, 5, 3), 250, np.uint8), pattern_image(0, 6, 7) % 251]
+    bright = np.full((3, 3, 3), 250, np.uint8)
+    bright[2, 2, 1] = 251
+    black = np.zeros((5, 4, 3), np.uint8)
+    for bad, error, message in ((bright, "ValueError", "too bright"),
+                                (black, "AssertionError", "all black")):
+        with pytest.raises(Exception, match=message):
+            f_too_bright.apply(bad, None)  # numpy raises it
+        folder = tmp_path / error
+        folder.mkdir()
+        manifest = _write(folder, [*ok, bad])
+        with extsrc.Loader(manifest, batch_size=1, ops=[f_too_bright], device=device,
+                           shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                           workers=extsrc.Workers(num_workers=0)) as loader:
+            assert loader.op_paths == {f_too_bright.name: "native"}
+            it = iter(loader)
+            for img in ok:
+                (ref,) = f_too_bright.apply(img, None)
+                got = next(it)[f"{f_too_bright.name}_0"][0].cpu().numpy()
+                np.testing.assert_array_equal(got, ref)
+            with pytest.raises(OpError, match=f"raised {error}: {message}") as e:
+                next(it)
+        assert "img2.png" in str(e.value)
+
+
+@unregistered()
+def u_mean_branch(img):
+    if img.mean() > 100:
+        return img[::-1]
+    return img
+
+
+@unregistered()
+def u_any_branch(img):
+    if np.any(img > 100) and img.min() < 50:
+        return img // 2
+    return img
+
+
+@unregistered()
+def u_while_on_pixels(img):
+    x = img.astype(np.int16)
+    while x.max() > 10:
+        x = x // 2
+    return x.astype(np.uint8)
+
+
+@unregistered()
+def u_nan_branch(img):
+    y = img.astype(np.float32) / img.astype(np.float32)
+    if np.all(y == y):
+        return img
+    return img[::-1]
+
+
+@pytest.mark.parametrize(("op", "line"), [
+    (u_mean_branch, "if img.mean() > 100:"),
+    (u_any_branch, "if np.any(img > 100) and img.min() < 50:"),
+    (u_while_on_pixels, "while x.max() > 10:"),
+    (u_nan_branch, "if np.all(y == y):"),
+], ids=lambda v: getattr(v, "name", ""))
+def test_an_undecided_branch_on_pixel_values_is_still_refused(op, line):
+    with pytest.raises(TraceError, match=PIXEL_BRANCH) as e:
+        trace_op(op)
+    assert e.value.location.endswith(line), e.value.location
+    assert augment_ops.explain(op).startswith("numpy: Python control flow")
