@@ -256,6 +256,45 @@ def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, A
     return out
 
 
+class _Resources:
+    """What a :class:`Storage` uses in one process, each made on first use: its fsspec
+    filesystems by protocol, its thread pool, its disk cache, a lock over them and its stats, and
+    the backoff jitter's RNG. A forked child makes its own (the parent's are kept referenced but
+    never used: see ``Storage._forget_parent``)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.fs: dict[str, Any] = {}
+        self.pool: ThreadPoolExecutor | None = None
+        self.cache: _Cache | None = None
+        self.lock = threading.Lock()
+        # Seeded from the OS on purpose: backoff jitter must differ between processes, so that
+        # readers throttled together do not retry together.
+        self.rng = random.Random()
+
+    def executor(self, concurrency: int) -> ThreadPoolExecutor:
+        if self.pool is None:
+            with self.lock:
+                if self.pool is None:
+                    self.pool = ThreadPoolExecutor(concurrency,
+                                                   thread_name_prefix="extsrc-storage")
+        return self.pool
+
+    def disk_cache(self, cache_dir: str, cache_bytes: int | None) -> _Cache:
+        if self.cache is None:
+            # Once per process: the pool's threads ask at once, and two caches would each count
+            # half of what is written and let the folder grow past cache_bytes.
+            with self.lock:
+                if self.cache is None:
+                    self.cache = _Cache(cache_dir, cache_bytes)
+        return self.cache
+
+    def close(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
 class Storage:
     """How to read URLs: fsspec options, concurrency, retries, timeouts and an optional cache.
 
@@ -318,18 +357,10 @@ class Storage:
 
     def _init_local(self) -> None:
         _LIVE.add(self)
-        self._pid = os.getpid()
-        self._fs: dict[str, Any] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-        # Seeded from the OS on purpose: backoff jitter must differ between processes, so that
-        # readers throttled together do not retry together.
-        self._rng = random.Random()
-        self._cache: _Cache | None = None
+        self._res = _Resources()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items()
-                 if k not in ("_fs", "_pool", "_lock", "_rng", "_cache", "_pid")}
+        state = {k: v for k, v in self.__dict__.items() if k != "_res"}
         state["stats"] = StorageStats()
         return state
 
@@ -345,15 +376,16 @@ class Storage:
     # -- per-process resources --------------------------------------------------------------
 
     def _check_pid(self) -> None:
-        if self._pid != os.getpid():  # forked: the parent's pool and loops are not ours
+        if self._res.pid != os.getpid():  # forked: the parent's pool and loops are not ours
             self._forget_parent()
 
     def _forget_parent(self) -> None:
         # The parent's filesystems are kept, never collected: collecting one runs its finalizer,
         # which would close the parent's connections from this process's event loop (asyncio
         # errors printed by a reader process).
-        if self._fs or self._pool is not None:
-            _INHERITED.append((self._fs, self._pool, self._cache))
+        res = self._res
+        if res.fs or res.pool is not None:
+            _INHERITED.append((res.fs, res.pool, res.cache))
         self.stats = StorageStats()
         self._init_local()
 
@@ -369,10 +401,11 @@ class Storage:
     def filesystem(self, protocol: str) -> Any:
         """This process's fsspec filesystem for ``protocol`` (created on first use)."""
         self._check_pid()
-        fs = self._fs.get(protocol)
+        res = self._res
+        fs = res.fs.get(protocol)
         if fs is None:
-            with self._lock:
-                fs = self._fs.get(protocol)
+            with res.lock:
+                fs = res.fs.get(protocol)
                 if fs is None:
                     require_protocol(protocol, f"reading {protocol}:// URLs")
                     import fsspec
@@ -384,35 +417,24 @@ class Storage:
                     _MADE_FILESYSTEM[0] = True
                     if hasattr(fs, "retries"):
                         fs.retries = 1  # s3fs's own retry loop: extsrc retries instead
-                    self._fs[protocol] = fs
+                    res.fs[protocol] = fs
         return fs
 
     def _executor(self) -> ThreadPoolExecutor:
         self._check_pid()
-        if self._pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.concurrency,
-                                                    thread_name_prefix="extsrc-storage")
-        return self._pool
+        return self._res.executor(self.concurrency)
 
     def _cache_or_none(self) -> _Cache | None:
         if self.cache_dir is None:
             return None
         self._check_pid()
-        if self._cache is None:
-            # Once per process: the pool's threads ask at once, and two caches would each count
-            # half of what is written and let the folder grow past cache_bytes.
-            with self._lock:
-                if self._cache is None:
-                    self._cache = _Cache(self.cache_dir, self.cache_bytes)
-        return self._cache
+        return self._res.disk_cache(self.cache_dir, self.cache_bytes)
 
     def write_stats(self, folder: str) -> None:
         """Write this process's :attr:`stats` to ``folder/<pid>.json`` (see :class:`StatsDir`)."""
         path = os.path.join(folder, f"{os.getpid()}.json")
         tmp = f"{path}.{threading.get_ident()}.tmp"
-        with self._lock:
+        with self._res.lock:
             text = json.dumps(self.stats.as_dict())
         with contextlib.suppress(OSError):
             with open(tmp, "w") as f:
@@ -421,9 +443,7 @@ class Storage:
 
     def close(self) -> None:
         """Stop this process's thread pool (it is re-created on the next read)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._res.close()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -437,11 +457,11 @@ class Storage:
             except Exception as e:
                 kind = classify(e)
                 if kind != "transient":
-                    with self._lock:
+                    with self._res.lock:
                         self.stats.failures += 1
                     raise _problem(kind, url, e) from None
                 if attempt >= self.retries:
-                    with self._lock:
+                    with self._res.lock:
                         self.stats.failures += 1
                     raise FileReadProblem(
                         "unreachable",
@@ -449,11 +469,11 @@ class Storage:
                         f"(last: {_describe(e)})",
                     ) from None
                 attempt += 1
-                with self._lock:
+                with self._res.lock:
                     self.stats.retries += 1
                     name = type(e).__name__
                     self.stats.retried_reasons[name] = self.stats.retried_reasons.get(name, 0) + 1
-                    delay = backoff_delay(attempt, self.backoff, self.max_backoff, self._rng)
+                    delay = backoff_delay(attempt, self.backoff, self.max_backoff, self._res.rng)
                 log.debug("extsrc storage: retry %d of %s in %.2f s after %s", attempt, url,
                           delay, _describe(e))
                 time.sleep(delay)
@@ -524,7 +544,7 @@ class Storage:
         data = bytes(self._with_retries(
             url, lambda: fs.cat_file(url, start=offset, end=offset + size)))
         if len(data) != size:
-            with self._lock:
+            with self._res.lock:
                 self.stats.failures += 1
             raise FileReadProblem(
                 "unreadable",
@@ -550,12 +570,12 @@ class Storage:
         """The cached copy of ``key`` (counted as a cache hit), or ``None``."""
         data = None if cache is None else cache.get(key)
         if data is not None:
-            with self._lock:
+            with self._res.lock:
                 self.stats.cache_hits += 1
         return data
 
     def _count_read(self, data: bytes) -> None:
-        with self._lock:
+        with self._res.lock:
             self.stats.reads += 1
             self.stats.bytes += len(data)
 
