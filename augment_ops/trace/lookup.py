@@ -80,11 +80,14 @@ def _affine(v: np.ndarray) -> tuple[Any, Any] | None:
 
 def _float32_parts(v: np.ndarray) -> tuple[np.ndarray, ...] | None:
     """Three float32-exact float64 vectors whose sum ``(hi + mid) + lo``, computed in float64,
-    is exactly ``v`` (checked), or None (values beyond float32's range, inf, NaN)."""
+    is exactly ``v`` (checked), or None (values beyond float32's range). An infinity or NaN is
+    all in ``hi`` (float32 holds it), its ``mid`` and ``lo`` zero (``log`` of 0 beside finite
+    logarithms)."""
+    finite = np.isfinite(v)
     with np.errstate(all="ignore"):
         hi = v.astype(np.float32).astype(np.float64)
-        mid = (v - hi).astype(np.float32).astype(np.float64)
-        lo = (v - hi - mid).astype(np.float32).astype(np.float64)
+        mid = np.where(finite, v - hi, 0.0).astype(np.float32).astype(np.float64)
+        lo = np.where(finite, v - hi - mid, 0.0).astype(np.float32).astype(np.float64)
         again = (hi + mid) + lo
     if again.tobytes() != v.tobytes():
         return None
