@@ -141,3 +141,22 @@ def test_the_same_array_twice_is_one_table():
         return np.tanh(x ** x)
 
     assert "lut" in _check(self_power)
+
+
+def test_an_identity_test_of_the_dtype_takes_numpys_branch():
+    """skimage's ``adjust_gamma`` tests ``image.dtype.type is np.uint8``: the traced ``np``'s
+    scalar types (which convert traced values) compare as the real types there."""
+    def by_identity(img):
+        dtype = img.dtype.type
+        if dtype is np.uint8:
+            return np.minimum(np.rint(255 * np.linspace(0, 1, 256) ** 0.8), 255).astype(
+                np.uint8)[img]
+        return (((img / 255) ** 0.8) * 255).astype(dtype)
+
+    def reversed_identity(img):
+        dtype = img.dtype.type
+        return img + np.uint8(1) if np.uint8 is not dtype else img - np.uint8(1)
+
+    _check(by_identity)
+    _check(reversed_identity)
+    assert "lut" in _check(by_identity)

@@ -16,9 +16,11 @@ per-sample value reaching ``int()`` there is refused (:func:`augment_ops.trace.s
 from __future__ import annotations
 
 import builtins
+import dis
 import math
 import numbers
 import os
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -239,8 +241,33 @@ class _NumpyProxy(types.ModuleType):
         v = getattr(np, name)
         if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
                 _concrete_kind(v) in tuple("biuf"):
+            # ``image.dtype.type is np.uint8`` (skimage's adjust_gamma) compares with the real
+            # type that the array's dtype gives: a stand-in there would take the other branch
+            frame = sys._getframe(1)
+            if _identity_operand(frame.f_code, frame.f_lasti):
+                return v
             return _scalar_type(v)
         return v
+
+
+#: ``(code, offset)``: whether the attribute read at that offset is an operand of ``is``.
+_IDENTITY_OPERANDS: dict[tuple[types.CodeType, int], bool] = {}
+_SIMPLE_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"})
+
+
+def _identity_operand(code: types.CodeType, offset: int) -> bool:
+    """Whether the attribute read at bytecode ``offset`` of ``code`` is an operand of ``is`` /
+    ``is not``: ``x is np.uint8``, or ``np.uint8 is x`` with a plain name or constant ``x``."""
+    key = (code, offset)
+    found = _IDENTITY_OPERANDS.get(key)
+    if found is None:
+        ops = [(i.offset, i.opname) for i in dis.get_instructions(code)]
+        at = next((k for k, (o, _) in enumerate(ops) if o == offset), None)
+        after = [name for _, name in ops[at + 1:at + 3]] if at is not None else []
+        found = bool(after) and (after[0] == "IS_OP" or (
+            len(after) == 2 and after[0] in _SIMPLE_LOADS and after[1] == "IS_OP"))
+        _IDENTITY_OPERANDS[key] = found
+    return found
 
 
 def _concrete_kind(t: type) -> str:
