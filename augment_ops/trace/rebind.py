@@ -73,11 +73,9 @@ class _TypeMeta(type):
             return builtins.type(*args, **kwargs)
         x = args[0]
         t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
-        # the traced function's own int, float and np.<scalar type>: type(5) is int and
-        # type(draw) is np.int64 hold there too
-        if isinstance(t, builtins.type) and issubclass(t, np.generic) and \
-                t.__module__ == "numpy" and _concrete_kind(t) in tuple("biuf"):
-            return _scalar_type(t)
+        # the traced function's own int and float: type(5) is int holds there too; a numpy
+        # scalar type is the real one, as np.int64 is where ``is`` compares it
+        # (:func:`_identity_operand`): type(draw) is np.int64 holds
         return {builtins.int: _Int, builtins.float: _Float}.get(t, t)
 
 
