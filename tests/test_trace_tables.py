@@ -160,3 +160,14 @@ def test_an_identity_test_of_the_dtype_takes_numpys_branch():
     _check(by_identity)
     _check(reversed_identity)
     assert "lut" in _check(by_identity)
+
+
+def test_a_table_of_exp_of_a_draw_is_refused():
+    """``np.exp`` of ``np.arange`` and a draw, read at the pixels, is ``np.exp`` of pixel values
+    with a drawn operand: no table of constants computes it."""
+    def drawn_exp_table(img, rng):
+        return np.exp(np.arange(256) / 255.0 * rng.uniform(0.5, 1.5))[img]
+
+    with pytest.raises(TraceError, match=r"np\.exp of pixel values"):
+        trace_function(drawn_exp_table, params={}, random=True, num_outputs=1,
+                       dtype=np.float64, ndim=3)

@@ -101,6 +101,14 @@ _INEXACT = {"exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "exp2", "
             "cbrt"}
 
 
+def inexact_unary(node: Node) -> Node:
+    """``node``, a ufunc of :data:`_INEXACT` of pixel values, recorded as inexact."""
+    name = node.attrs[0]
+    return _inexact(node, f"np.{name} of pixel values (numpy's {name} and DALI's differ in the "
+                    "last bit for some values; of one uint8 array and constants it lowers as a "
+                    "lookup table)")
+
+
 def _inexact(node: Node, construct: str) -> Node:
     """``node``, recorded with why DALI cannot compute it exactly: the trace's end replaces it by
     a lookup table where it is a function of one uint8 array and constants, and refuses the op
@@ -229,10 +237,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
     attrs: tuple = (name,)
     if name in _INEXACT:
         if nx.pixel and nx.ndim:
-            return Sym(_inexact(_new("un", (nx,), attrs, rdt, shape, weak),
-                                f"np.{name} of pixel values (numpy's {name} and DALI's differ "
-                                "in the last bit for some values; of one uint8 array and "
-                                "constants it lowers as a lookup table)"))
+            return Sym(inexact_unary(_new("un", (nx,), attrs, rdt, shape, weak)))
         if name not in _UNARY:
             raise TraceError(f"np.{name}")
     if name in ("rint", "trunc") and _nonneg(nx):
