@@ -171,3 +171,16 @@ def test_a_table_of_exp_of_a_draw_is_refused():
     with pytest.raises(TraceError, match=r"np\.exp of pixel values"):
         trace_function(drawn_exp_table, params={}, random=True, num_outputs=1,
                        dtype=np.float64, ndim=3)
+
+
+def test_the_dtypes_type_is_found_among_numpys_scalar_types():
+    """``image.dtype.type in (np.uint8, ...)`` and ``{np.uint8: ...}[image.dtype.type]``, as
+    scikit-image and albumentations pick a dtype's range, find the real type."""
+    def by_membership(img):
+        t = img.dtype.type
+        top = {np.uint8: 255.0, np.uint16: 65535.0}[t]
+        if t in (np.uint8, np.uint16) and t == np.uint8 and not t != np.uint8:
+            return ((img / top) ** 1.4 * top).astype(np.uint8)
+        return img
+
+    assert "lut" in _check(by_membership)

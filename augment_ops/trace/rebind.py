@@ -203,6 +203,17 @@ class _ScalarTypeMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
         return is_instance(x, cls.real)
 
+    # equal to the real type, as a key and in ``in`` (``image.dtype.type in (np.uint8, ...)``,
+    # ``{np.uint8: 255}[image.dtype.type]``): the array's dtype gives the real one
+    def __eq__(cls, other: Any) -> bool:
+        return other is cls or other is cls.real
+
+    def __ne__(cls, other: Any) -> bool:
+        return other is not cls and other is not cls.real
+
+    def __hash__(cls) -> int:
+        return hash(cls.real)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
             # of an array, numpy's scalar type converts it as astype does
