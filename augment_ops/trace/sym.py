@@ -348,18 +348,21 @@ def _shift(name: str, a: Any, b: Any) -> Any:
     return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
 
 
-def power(base: Any, exponent: Any, what: str) -> Any:
+def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
     """``base ** exponent`` / ``np.power`` with numpy's result dtype, where exact: an integer
     result by a constant exponent >= 0 as repeated multiplication (which wraps around as
     numpy's does), a floating-point one by the exponents numpy's C library ``pow`` computes
-    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation)."""
+    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation).
+    ``name``: the ufunc, ``"power"`` or ``"float_power"`` (its own routine, which differs from
+    those operations in the last bit: only a lookup table lowers it)."""
     if isinstance(exponent, Sym) and _is_const(exponent.node):
         exponent = exponent.node.value
     if isinstance(exponent, Sym) and exponent.node.pixel and exponent.ndim and \
             (not isinstance(base, Sym) or base.node.pixel):
         return _pixel_power(base, exponent, f"{what} of pixel values by pixel values (numpy "
                             "calls the C library's pow, which DALI does not reproduce bit for "
-                            "bit; of one uint8 array and constants it lowers as a lookup table)")
+                            "bit; of one uint8 array and constants it lowers as a lookup table)",
+                            name)
     if isinstance(exponent, Sym):
         # Measured: for x in [0, 1] and exponents in [0.8, 1.2], DALI's CPU pow equals the C
         # library's, and numpy 2's float64 pow (its own SIMD routine on AVX-512 processors)
@@ -393,7 +396,7 @@ def power(base: Any, exponent: Any, what: str) -> Any:
             if k:
                 sq = ufunc("multiply", sq, sq)
         return out
-    if rdt.kind == "f":
+    if rdt.kind == "f" and name == "power":
         one = 1.0 if python else rdt.type(1)
         if e == 0:
             return _ones_of(x, one)
@@ -408,11 +411,11 @@ def power(base: Any, exponent: Any, what: str) -> Any:
                "-1, integer powers of integers, and any constant power of one uint8 array, as a "
                "lookup table, are lowered)")
     if rdt.kind == "f" and base.node.pixel and base.ndim:
-        return _pixel_power(base, exponent, message)
+        return _pixel_power(base, exponent, message, name)
     raise TraceError(message)
 
 
-def _pixel_power(base: Any, exponent: Any, message: str) -> Sym:
+def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
     """``base ** exponent`` of pixel values with a float result, as numpy's ``np.power`` with
     both operands in the result dtype: a node only a lookup table lowers (``message`` says why
     where none can)."""
@@ -425,7 +428,7 @@ def _pixel_power(base: Any, exponent: Any, message: str) -> Sym:
     if rdt.kind != "f":
         raise TraceError(message)
     shape = _broadcast(_shape_of(base), _shape_of(exponent))
-    node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), ("power",), rdt, shape)
+    node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), (name,), rdt, shape)
     return Sym(_inexact(node, message))
 
 
@@ -695,7 +698,7 @@ class Sym(NdarrayMethods):
                 inputs = tuple(Sym(cast_node(x.node, np.float64)) if isinstance(x, Sym)
                                else np.float64(x) for x in inputs)
             return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
-                         f"np.{name}")
+                         f"np.{name}", name)
         if name in ("isnan", "isinf", "isfinite") and len(inputs) == 1:
             return _classified(name, inputs[0])
         if name in ("logical_and", "logical_or", "logical_xor"):
