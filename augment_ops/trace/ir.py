@@ -240,6 +240,9 @@ class _Session:
         #: The refusal of each branch on pixel values taken (by condition): it stands unless
         #: the branch's other outcome raises for every sample (a guard for the op's ``raise``).
         self.pixel_refusals: dict[Node, TraceError] = {}
+        #: Nodes DALI cannot compute exactly (``np.exp`` of pixels, ``x ** 0.8``), with the
+        #: refusal each gives unless a lookup table replaces it (:mod:`augment_ops.trace.tables`).
+        self.inexact: dict[Node, TraceError] = {}
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []

@@ -24,7 +24,7 @@ import numpy as np
 import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
 from augment_ops.trace.creation import CREATION
 from augment_ops.trace.ir import Node, TraceError, _new, const
-from augment_ops.trace.sym import Sym, cast_node, implements, ufunc
+from augment_ops.trace.sym import _INEXACT, Sym, cast_node, implements, inexact_unary, ufunc
 
 #: Elementwise node kinds a table may be built with (their result at a position depends only on
 #: their arguments at that position).
@@ -80,11 +80,14 @@ def _affine(v: np.ndarray) -> tuple[Any, Any] | None:
 
 def _float32_parts(v: np.ndarray) -> tuple[np.ndarray, ...] | None:
     """Three float32-exact float64 vectors whose sum ``(hi + mid) + lo``, computed in float64,
-    is exactly ``v`` (checked), or None (values beyond float32's range, inf, NaN)."""
+    is exactly ``v`` (checked), or None (values beyond float32's range). An infinity or NaN is
+    all in ``hi`` (float32 holds it), its ``mid`` and ``lo`` zero (``log`` of 0 beside finite
+    logarithms)."""
+    finite = np.isfinite(v)
     with np.errstate(all="ignore"):
         hi = v.astype(np.float32).astype(np.float64)
-        mid = (v - hi).astype(np.float32).astype(np.float64)
-        lo = (v - hi - mid).astype(np.float32).astype(np.float64)
+        mid = np.where(finite, v - hi, 0.0).astype(np.float32).astype(np.float64)
+        lo = np.where(finite, v - hi - mid, 0.0).astype(np.float32).astype(np.float64)
         again = (hi + mid) + lo
     if again.tobytes() != v.tobytes():
         return None
@@ -133,6 +136,8 @@ def _at(n: Node, pos: Node, entries: int, memo: dict[int, Node]) -> Node:
     elif n.op in _ELEMENTWISE:
         args = tuple(_at(a, pos, entries, memo) if isinstance(a, Node) else a for a in n.args)
         got = _new(n.op, args, n.attrs, n.dtype, pos.shape, n.weak)
+        if n.op == "un" and n.attrs[0] in _INEXACT:  # np.exp of np.arange and a draw
+            inexact_unary(got)
     else:
         raise TraceError(f"a lookup table built with {n.op} (only elementwise arithmetic on "
                          "np.arange, constants and per-sample values is lowered)")

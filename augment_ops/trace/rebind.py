@@ -16,9 +16,11 @@ per-sample value reaching ``int()`` there is refused (:func:`augment_ops.trace.s
 from __future__ import annotations
 
 import builtins
+import dis
 import math
 import numbers
 import os
+import sys
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -71,11 +73,9 @@ class _TypeMeta(type):
             return builtins.type(*args, **kwargs)
         x = args[0]
         t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
-        # the traced function's own int, float and np.<scalar type>: type(5) is int and
-        # type(draw) is np.int64 hold there too
-        if isinstance(t, builtins.type) and issubclass(t, np.generic) and \
-                t.__module__ == "numpy" and _concrete_kind(t) in tuple("biuf"):
-            return _scalar_type(t)
+        # the traced function's own int and float: type(5) is int holds there too; a numpy
+        # scalar type is the real one, as np.int64 is where ``is`` compares it
+        # (:func:`_identity_operand`): type(draw) is np.int64 holds
         return {builtins.int: _Int, builtins.float: _Float}.get(t, t)
 
 
@@ -203,6 +203,17 @@ class _ScalarTypeMeta(type):
     def __instancecheck__(cls, x: Any) -> bool:
         return is_instance(x, cls.real)
 
+    # equal to the real type, as a key and in ``in`` (``image.dtype.type in (np.uint8, ...)``,
+    # ``{np.uint8: 255}[image.dtype.type]``): the array's dtype gives the real one
+    def __eq__(cls, other: Any) -> bool:
+        return other is cls or other is cls.real
+
+    def __ne__(cls, other: Any) -> bool:
+        return other is not cls and other is not cls.real
+
+    def __hash__(cls) -> int:
+        return hash(cls.real)
+
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
             # of an array, numpy's scalar type converts it as astype does
@@ -239,8 +250,33 @@ class _NumpyProxy(types.ModuleType):
         v = getattr(np, name)
         if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
                 _concrete_kind(v) in tuple("biuf"):
+            # ``image.dtype.type is np.uint8`` (skimage's adjust_gamma) compares with the real
+            # type that the array's dtype gives: a stand-in there would take the other branch
+            frame = sys._getframe(1)
+            if _identity_operand(frame.f_code, frame.f_lasti):
+                return v
             return _scalar_type(v)
         return v
+
+
+#: ``(code, offset)``: whether the attribute read at that offset is an operand of ``is``.
+_IDENTITY_OPERANDS: dict[tuple[types.CodeType, int], bool] = {}
+_SIMPLE_LOADS = frozenset({"LOAD_FAST", "LOAD_CONST", "LOAD_DEREF", "LOAD_GLOBAL", "LOAD_NAME"})
+
+
+def _identity_operand(code: types.CodeType, offset: int) -> bool:
+    """Whether the attribute read at bytecode ``offset`` of ``code`` is an operand of ``is`` /
+    ``is not``: ``x is np.uint8``, or ``np.uint8 is x`` with a plain name or constant ``x``."""
+    key = (code, offset)
+    found = _IDENTITY_OPERANDS.get(key)
+    if found is None:
+        ops = [(i.offset, i.opname) for i in dis.get_instructions(code)]
+        at = next((k for k, (o, _) in enumerate(ops) if o == offset), None)
+        after = [name for _, name in ops[at + 1:at + 3]] if at is not None else []
+        found = bool(after) and (after[0] == "IS_OP" or (
+            len(after) == 2 and after[0] in _SIMPLE_LOADS and after[1] == "IS_OP"))
+        _IDENTITY_OPERANDS[key] = found
+    return found
 
 
 def _concrete_kind(t: type) -> str:

@@ -42,6 +42,7 @@ from augment_ops.trace.sym import (
     Sym,
     _dwhere,
 )
+from augment_ops.trace.tables import tabulate
 
 #: The most branch outcomes (paths through the function) a traced op may have.
 MAX_PATHS = 16
@@ -184,10 +185,11 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                              f"{session.guards[0].error}: {session.guards[0].message}",
                              session.guards[0].location)
         merged = _merge(done, 0, num_outputs, session.pixel_refusals)
+        # float math numpy and DALI compute differently: tables of a uint8 array, else refused
+        return tabulate(Traced(outputs=merged, num_draws=draws, num_paths=len(done),
+                               guards=tuple(session.guards)), session.inexact)
     finally:
         _TRACING.active = previous
-    return Traced(outputs=merged, num_draws=draws, num_paths=len(done),
-                  guards=tuple(session.guards))
 
 
 def _path_outputs(out: Any, session: _Session, num_outputs: int, dtype: np.dtype,

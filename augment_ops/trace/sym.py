@@ -92,6 +92,31 @@ _BINARY = set(_PY_OPS)
 _SHIFTS = {"right_shift", "left_shift"}
 _UNARY = {"negative", "positive", "absolute", "floor", "ceil", "rint", "trunc", "sqrt", "exp",
           "log", "sin", "cos", "logical_not", "invert", "square"}
+#: Float functions whose numpy results (its own SIMD routines, or the C library's) DALI's
+#: operators do not reproduce bit for bit. Of pixel values they make nodes that only a lookup
+#: table computed by numpy lowers (:mod:`augment_ops.trace.tables`); ``exp``, ``log``, ``sin``
+#: and ``cos`` of per-sample scalars keep DALI's math.
+_INEXACT = {"exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "exp2", "expm1", "log2",
+            "log10", "log1p", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
+            "cbrt"}
+
+
+def inexact_unary(node: Node) -> Node:
+    """``node``, a ufunc of :data:`_INEXACT` of pixel values, recorded as inexact."""
+    name = node.attrs[0]
+    return _inexact(node, f"np.{name} of pixel values (numpy's {name} and DALI's differ in the "
+                    "last bit for some values; of one uint8 array and constants it lowers as a "
+                    "lookup table)")
+
+
+def _inexact(node: Node, construct: str) -> Node:
+    """``node``, recorded with why DALI cannot compute it exactly: the trace's end replaces it by
+    a lookup table where it is a function of one uint8 array and constants, and refuses the op
+    with this reason where it is not."""
+    session = _TRACING.active
+    if session is not None and node not in session.inexact:
+        session.inexact[node] = TraceError(construct)
+    return node
 
 
 def _to_node(x: Any, dtype: np.dtype) -> Node:
@@ -210,6 +235,11 @@ def ufunc(name: str, *inputs: Any) -> Any:
         return Sym(cast_node(x.node, rdt, weak))
     nx = _to_node(x, cdt)
     attrs: tuple = (name,)
+    if name in _INEXACT:
+        if nx.pixel and nx.ndim:
+            return Sym(inexact_unary(_new("un", (nx,), attrs, rdt, shape, weak)))
+        if name not in _UNARY:
+            raise TraceError(f"np.{name}")
     if name in ("rint", "trunc") and _nonneg(nx):
         up = upper(nx)
         if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
@@ -318,13 +348,21 @@ def _shift(name: str, a: Any, b: Any) -> Any:
     return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
 
 
-def power(base: Any, exponent: Any, what: str) -> Any:
+def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
     """``base ** exponent`` / ``np.power`` with numpy's result dtype, where exact: an integer
     result by a constant exponent >= 0 as repeated multiplication (which wraps around as
     numpy's does), a floating-point one by the exponents numpy's C library ``pow`` computes
-    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation)."""
+    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation).
+    ``name``: the ufunc, ``"power"`` or ``"float_power"`` (its own routine, which differs from
+    those operations in the last bit: only a lookup table lowers it)."""
     if isinstance(exponent, Sym) and _is_const(exponent.node):
         exponent = exponent.node.value
+    if isinstance(exponent, Sym) and exponent.node.pixel and exponent.ndim and \
+            (not isinstance(base, Sym) or base.node.pixel):
+        return _pixel_power(base, exponent, f"{what} of pixel values by pixel values (numpy "
+                            "calls the C library's pow, which DALI does not reproduce bit for "
+                            "bit; of one uint8 array and constants it lowers as a lookup table)",
+                            name)
     if isinstance(exponent, Sym):
         # Measured: for x in [0, 1] and exponents in [0.8, 1.2], DALI's CPU pow equals the C
         # library's, and numpy 2's float64 pow (its own SIMD routine on AVX-512 processors)
@@ -358,7 +396,7 @@ def power(base: Any, exponent: Any, what: str) -> Any:
             if k:
                 sq = ufunc("multiply", sq, sq)
         return out
-    if rdt.kind == "f":
+    if rdt.kind == "f" and name == "power":
         one = 1.0 if python else rdt.type(1)
         if e == 0:
             return _ones_of(x, one)
@@ -368,9 +406,30 @@ def power(base: Any, exponent: Any, what: str) -> Any:
             return ufunc("multiply", x, x)
         if e == -1:
             return ufunc("divide", one, x)
-    raise TraceError(f"{what} with exponent {exponent!r} on {rdt} values (numpy calls the C "
-                     "library's pow, which DALI does not reproduce bit for bit; exponents 0, "
-                     "1, 2 and -1, and integer powers of integers, are lowered)")
+    message = (f"{what} with exponent {exponent!r} on {rdt} values (numpy calls the C "
+               "library's pow, which DALI does not reproduce bit for bit; exponents 0, 1, 2 and "
+               "-1, integer powers of integers, and any constant power of one uint8 array, as a "
+               "lookup table, are lowered)")
+    if rdt.kind == "f" and base.node.pixel and base.ndim:
+        return _pixel_power(base, exponent, message, name)
+    raise TraceError(message)
+
+
+def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
+    """``base ** exponent`` of pixel values with a float result, as numpy's ``np.power`` with
+    both operands in the result dtype: a node only a lookup table lowers (``message`` says why
+    where none can)."""
+    with np.errstate(all="ignore"):
+        try:
+            res = np.power(_rep(base), _rep(exponent))
+        except Exception as e:
+            raise TraceError(f"np.power raises for these operand types ({e})") from None
+    rdt = np.result_type(res)
+    if rdt.kind != "f":
+        raise TraceError(message)
+    shape = _broadcast(_shape_of(base), _shape_of(exponent))
+    node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), (name,), rdt, shape)
+    return Sym(_inexact(node, message))
 
 
 def _ones_of(x: Sym, one: Any) -> Any:
@@ -639,14 +698,15 @@ class Sym(NdarrayMethods):
                 inputs = tuple(Sym(cast_node(x.node, np.float64)) if isinstance(x, Sym)
                                else np.float64(x) for x in inputs)
             return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
-                         f"np.{name}")
+                         f"np.{name}", name)
         if name in ("isnan", "isinf", "isfinite") and len(inputs) == 1:
             return _classified(name, inputs[0])
         if name in ("logical_and", "logical_or", "logical_xor"):
             inputs = tuple(ufunc("not_equal", x, 0) if _dtype_kind(x) != "b" else x
                            for x in inputs)
             name = "bitwise_" + name.split("_")[1]
-        if name not in _BINARY and name not in _UNARY and name not in _SHIFTS:
+        if name not in _BINARY and name not in _UNARY and name not in _SHIFTS and \
+                name not in _INEXACT:
             raise TraceError(f"np.{name}")
         return ufunc(name, *inputs)
 

@@ -1,0 +1,150 @@
+"""Float math of a uint8 image as lookup tables computed by numpy at trace time.
+
+numpy's ``exp``, ``log``, ``tanh``, ``x ** 0.8``... (its own SIMD routines, or the C
+library's) and DALI's differ in the last bit for some values, so the tracer records each such
+node of pixel values as inexact (:func:`augment_ops.trace.sym._inexact`). Where the node is part
+of an elementwise expression of ONE uint8 array (the image, a channel of it, a uint8 cast of
+something) and constant scalars, the expression has only 256 possible inputs: numpy computes it
+for each of them, through the same ufuncs with the same dtypes and constants
+(:func:`augment_ops.trace.scalar_stage.evaluate`), and the pixels are ``table[img]``, exact by
+construction, one ``fn.lookup_table`` (:func:`augment_ops.trace.lookup._constant_at`).
+
+Each table covers the largest such expression containing inexact nodes (skimage's
+``adjust_gamma`` down to its final cast to uint8); one whose values ``fn.lookup_table`` cannot
+hold (float64 infinities beside finite values that float32 does not hold) is cut lower, at its
+arguments. An inexact node left outside every table (a drawn exponent, a second array operand,
+``img ** img[::-1]``) refuses the op with the reason recorded for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from augment_ops.trace.ir import Node, Traced, TraceError, _new
+from augment_ops.trace.lookup import _ELEMENTWISE, _constant_at
+from augment_ops.trace.scalar_stage import evaluate
+
+__all__ = ["tabulate"]
+
+#: The values a table is computed on: every uint8 value.
+_VALUES = np.arange(256, dtype=np.uint8)
+
+
+def _same_shape(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y or (isinstance(x, int) and isinstance(y, int)
+                                               and x == y) for x, y in zip(a, b, strict=True))
+
+
+class _Tables:
+    """Finds the uint8 source of elementwise expressions and replaces inexact ones by tables."""
+
+    def __init__(self, inexact: dict[Node, TraceError]) -> None:
+        self.inexact = inexact
+        self.sources: dict[int, Node | str | None] = {}
+        self.rebuilt: dict[int, Node] = {}
+
+    def source(self, n: Node) -> Node | str | None:
+        """The one uint8 array ``n`` is an elementwise function of (with constant scalars),
+        ``"const"`` for a constant scalar expression, None for neither."""
+        if id(n) in self.sources:
+            return self.sources[id(n)]
+        stack, order = [n], []
+        while stack:  # arguments first, without recursion (expressions may be deep)
+            m = stack.pop()
+            if id(m) in self.sources:
+                continue
+            order.append(m)
+            if m.op in _ELEMENTWISE:
+                stack.extend(a for a in m.args if isinstance(a, Node) and id(a) not in
+                             self.sources)
+        for m in reversed(order):
+            if id(m) in self.sources:
+                continue
+            found: Node | str | None = None
+            if m.op == "const":
+                found = "const" if np.size(m.value) == 1 else None
+            elif m.op in _ELEMENTWISE and all(isinstance(a, Node) for a in m.args):
+                kinds = {id(s): s for s in (self._known(a) for a in m.args)}
+                if None not in kinds.values():
+                    arrays = [s for s in kinds.values() if isinstance(s, Node)]
+                    found = arrays[0] if len(arrays) == 1 else None if arrays else "const"
+            if found is None and m.dtype == np.uint8 and m.pixel and m.ndim:
+                found = m  # a source itself: a table's positions
+            self.sources[id(m)] = found
+        return self.sources[id(n)]
+
+    def _known(self, a: Node) -> Node | str | None:
+        return self.sources[id(a)] if id(a) in self.sources else self.source(a)
+
+    def _holds_inexact(self, n: Node, src: Node) -> bool:
+        stack, seen = [n], set()
+        while stack:
+            m = stack.pop()
+            if m is src or id(m) in seen:
+                continue
+            seen.add(id(m))
+            if m in self.inexact:
+                return True
+            stack.extend(a for a in m.args if isinstance(a, Node))
+        return False
+
+    def _table(self, n: Node) -> Node | None:
+        """``n`` as a table read at its source's values, or None where it is not one."""
+        src = self.source(n)
+        if not isinstance(src, Node) or src is n or n.op not in _ELEMENTWISE or \
+                not _same_shape(n.shape, src.shape) or not self._holds_inexact(n, src):
+            return None
+        values = _VALUES.reshape((256,) + (1,) * src.ndim)
+        try:
+            (table,) = evaluate([n], 256, lambda m: values if m is src else None)
+        except ValueError:  # a node numpy does not compute from its name
+            return None
+        table = np.ascontiguousarray(table.reshape(256))
+        try:
+            return _constant_at(table, self.rebuild(src))
+        except TraceError:  # values fn.lookup_table cannot hold: cut lower
+            return None
+
+    def rebuild(self, n: Node) -> Node:
+        """``n`` with its largest inexact elementwise expressions replaced by tables."""
+        stack = [n]
+        while stack:
+            m = stack[-1]
+            if id(m) in self.rebuilt:
+                stack.pop()
+                continue
+            table = self._table(m) if m.pixel else None
+            if table is not None:
+                self.rebuilt[id(m)] = table
+                stack.pop()
+                continue
+            todo = [a for a in m.args if isinstance(a, Node) and id(a) not in self.rebuilt]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            args = tuple(self.rebuilt[id(a)] if isinstance(a, Node) else a for a in m.args)
+            same = all(x is y for x, y in zip(args, m.args, strict=True))
+            self.rebuilt[id(m)] = m if same else _new(m.op, args, m.attrs, m.dtype, m.shape,
+                                                      m.weak, m.value)
+        return self.rebuilt[id(n)]
+
+
+def tabulate(traced: Traced, inexact: dict[Node, TraceError]) -> Traced:
+    """``traced`` with its inexact float math of uint8 arrays replaced by lookup tables (see the
+    module's docstring); raises the recorded :class:`TraceError` of an inexact node left."""
+    if not inexact:
+        return traced
+    tables = _Tables(inexact)
+    outputs = tuple(tables.rebuild(n) for n in traced.outputs)
+    guards = tuple(dataclasses.replace(g, bad=tables.rebuild(g.bad)) for g in traced.guards)
+    result = dataclasses.replace(traced, outputs=outputs, guards=guards)
+    left = {id(n) for n in result.nodes()}
+    for g in guards:
+        left.update(id(n) for n in Traced((g.bad,), 0, 0).nodes())
+    for node, refusal in inexact.items():
+        if id(node) in left:
+            raise refusal
+    return result
