@@ -19,7 +19,7 @@ import augment_ops
 import extsrc
 from augment_ops import Op
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
-from augment_ops.trace import scalar_stage, trace_op
+from augment_ops.trace import TraceError, scalar_stage, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 #: YOLOv5's cutout from the corpus (31 rectangles, each from four draws and the image's size);
@@ -120,3 +120,24 @@ def test_the_loaders_native_path_with_packed_draws_equals_numpy(tmp_path, device
             assert seen == 12
     finally:
         augment_ops.unregister(op.name)
+
+
+def exp_of_size(img):
+    h, w = img.shape[:2]
+    k = int(np.exp(h / 7.0) * 1000) % 5
+    return img[:k + 1, : int(np.log(w + 1.0) * 3) % w + 1]
+
+
+def test_float_functions_of_sizes_are_numpys_in_one_operator():
+    """``np.exp``/``np.log`` of per-sample scalars: DALI's may differ from numpy's in the last
+    bit, so numpy computes them (the stage), whatever the number of scalar operators."""
+    _, kinds = _lowered(exp_of_size, _images(np.uint8, sizes=SIZES))
+    assert kinds["PythonFunction"] == 1, kinds
+
+
+def test_a_float_function_of_a_pixel_scalar_is_refused():
+    def exp_of_mean(img):
+        return (img * np.exp(img.mean() / 100)).astype(np.uint8)
+
+    with pytest.raises(TraceError, match=r"^np\.exp of pixel values"):
+        trace_op(Op(name="phrasing_exp_of_mean", fn=exp_of_mean, dtype=np.uint8, ndim=3))

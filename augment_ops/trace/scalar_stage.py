@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.ir import Node, Traced
+from augment_ops.trace.sym import _INEXACT
 
 __all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "evaluate", "scalar_operators",
            "stageable", "wants_stage"]
@@ -211,7 +212,13 @@ def scalar_operators(traced: Traced, given: Iterable[int], costs: Callable[[Node
 
 def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> bool:
     """Whether ``traced``'s per-sample scalars would take at least :data:`STAGE_MIN_OPERATORS`
-    DALI operators (:func:`scalar_operators`)."""
+    DALI operators (:func:`scalar_operators`), or hold a float function whose DALI result may
+    differ from numpy's in the last bit (``np.exp(h / 7)``, ``math.log`` of a draw): numpy
+    computes those exactly."""
+    given = set(given)
+    ok = stageable(given)
+    if any(n.op == "un" and n.attrs[0] in _INEXACT and ok(n) for n in _graph(traced)):
+        return True
     return scalar_operators(traced, given, costs) >= STAGE_MIN_OPERATORS
 
 

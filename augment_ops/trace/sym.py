@@ -94,8 +94,8 @@ _UNARY = {"negative", "positive", "absolute", "floor", "ceil", "rint", "trunc", 
           "log", "sin", "cos", "logical_not", "invert", "square"}
 #: Float functions whose numpy results (its own SIMD routines, or the C library's) DALI's
 #: operators do not reproduce bit for bit. Of pixel values they make nodes that only a lookup
-#: table computed by numpy lowers (:mod:`augment_ops.trace.tables`); ``exp``, ``log``, ``sin``
-#: and ``cos`` of per-sample scalars keep DALI's math.
+#: table computed by numpy lowers (:mod:`augment_ops.trace.tables`); of per-sample scalars
+#: (sizes, draws) numpy computes them in the graph (:mod:`augment_ops.trace.scalar_stage`).
 _INEXACT = {"exp", "log", "sin", "cos", "tan", "tanh", "sinh", "cosh", "exp2", "expm1", "log2",
             "log10", "log1p", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
             "cbrt"}
@@ -236,7 +236,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
     nx = _to_node(x, cdt)
     attrs: tuple = (name,)
     if name in _INEXACT:
-        if nx.pixel and nx.ndim:
+        if nx.pixel:  # a scalar of pixel values too (np.exp(img.mean())): no table covers it
             return Sym(inexact_unary(_new("un", (nx,), attrs, rdt, shape, weak)))
         if name not in _UNARY:
             raise TraceError(f"np.{name}")
