@@ -215,8 +215,27 @@ def _assign_region(a: Sym, key: Any, value: Any) -> bool:
     view = a[key]
     if view._origin is None or not _same_shape(view.node.shape, value.node.shape):
         return False
+    if value._buffer is view._buffer and value._origin is not None and \
+            value._origin[0] is view._origin[0] and _same_key(value._origin[1], view._origin[1]):
+        return True  # a[k] *= f stores the view a[k], already written through, into itself
     view._write(cast_node(value._checked(), a.dtype))
     return True
+
+
+def _same_key(x: Any, y: Any) -> bool:
+    """Whether view steps (or keys) ``x`` and ``y`` are the same, without comparing traced
+    values (``==`` of a Sym records a comparison)."""
+    if x is y:
+        return True
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return len(x) == len(y) and builtins.all(_same_key(a, b) for a, b in zip(x, y,
+                                                                                   strict=True))
+    if isinstance(x, slice) and isinstance(y, slice):
+        return builtins.all(_same_key(getattr(x, f), getattr(y, f))
+                            for f in ("start", "stop", "step"))
+    if isinstance(x, Sym) or isinstance(y, Sym):
+        return False
+    return type(x) is type(y) and x == y
 
 
 def _fill_view(a: Sym, key: Any, value: Any) -> bool:
