@@ -83,13 +83,39 @@ def v_transposed_view_of_view(img):
     return a
 
 
-@pytest.mark.parametrize("op", [v_channel_scaled, v_channel_zeroed, v_per_channel_loop,
+def v_augmented_item(img):
+    a = img.astype(np.float32)
+    a[..., 0] *= 0.5
+    a[1:, ::-1, 1:] += 3.0
+    return a
+
+
+@pytest.mark.parametrize("op", [v_augmented_item, v_channel_scaled, v_channel_zeroed,
+                                v_per_channel_loop,
                                 v_flipped_inner_region, v_reversed_rows_written,
                                 v_clip_out_view, v_batchgenerators_channels,
                                 v_new_axis_and_int_index, v_transposed_view_of_view],
                          ids=lambda f: f.__name__)
 def test_write_through_view_lowers_exactly(op):
     _check(op)
+
+
+def test_augmented_item_assignment_writes_once():
+    """``a[k] *= f`` writes through the view ``a[k]``, then stores that view into ``a[k]``:
+    the store adds nothing (one concatenation, of the other channels and the new one)."""
+    traced = trace_function(v_augmented_item, params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    seen, stack, cats = set(), list(traced.outputs), 0
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        cats += n.op == "cat"
+        stack.extend(a for a in n.args if hasattr(a, "op"))
+    # a[..., 0]: one on the channel axis; a[1:, ::-1, 1:]: one on the rows and one on the
+    # channels (the reversed columns are the whole axis: no concatenation there)
+    assert cats == 1 + 2
 
 
 # -- aliasing: every view of the memory reads the write ------------------------------------------
