@@ -301,7 +301,14 @@ def e_python_int_range(img):
     return np.add(img, 300, dtype=np.uint8)
 
 
-@pytest.mark.parametrize("op", [e_same_kind_dtype, e_out_cast, e_python_int_range],
+def e_where_not_bool(img):
+    c = img.copy()
+    np.add(img, 1, out=c, where=img)
+    return c
+
+
+@pytest.mark.parametrize("op", [e_same_kind_dtype, e_out_cast, e_python_int_range,
+                                e_where_not_bool],
                          ids=lambda f: f.__name__)
 def test_ufunc_keywords_raise_numpy_errors(op):
     """The trace stops on numpy's own exception (so the op runs on numpy, which raises it for

@@ -57,9 +57,9 @@ def write_out(out: Sym, result: Any, where: Any, what: str) -> Sym:
     """``result`` written into ``out`` (cast to its dtype) where ``where`` holds, as a ufunc's
     ``out=`` and ``where=`` do; ``out`` itself, as numpy returns it."""
     if where is not True:
-        if isinstance(where, np.ndarray) and where.dtype != np.bool_:
-            raise TraceError(f"{what} with where= an array of dtype {where.dtype}")
-        if isinstance(where, Sym) and where.dtype != np.bool_:
+        if not isinstance(where, Sym):
+            where = np.asarray(where)
+        if where.dtype != np.bool_:  # numpy's words for it
             raise TypeError(f"Cannot cast array data from dtype('{where.dtype}') to "
                             "dtype('bool') according to the rule 'safe'")
         res = result if isinstance(result, Sym) else Sym(const(np.asarray(result)))
