@@ -337,3 +337,19 @@ def k_out_input_image(img):
 ], ids=["where-without-out", "out-input"])
 def test_ufunc_keywords_refused(op, match):
     _refused(op, match)
+
+
+def k_cv2_dst_view(img):
+    import cv2
+
+    a = img.copy()
+    cv2.add(a[..., 0], a[..., 1], dst=a[..., 0])
+    return a
+
+
+def test_cv2_dst_view_refused():
+    """OpenCV raises for a channel view as ``dst=``; the tracer refuses every view there."""
+    cv2 = pytest.importorskip("cv2")
+    with pytest.raises(cv2.error, match="Layout of the output array"):
+        k_cv2_dst_view(np.zeros((4, 5, 3), np.uint8))
+    _refused(k_cv2_dst_view, r"a cv2 dst= that is a view of an array")

@@ -656,6 +656,7 @@ class Sym(NdarrayMethods):
             raise TraceError("an in-place write that changes the array's rank")
         if not self._base:
             self._check_written_through()
+            node = cast_node(node, self.dtype)  # the base's dtype: its parts concatenate
             if node is self.node:  # a[k] += 1 stores the view a[k] into itself: nothing to do
                 return
             root, steps = self._origin
