@@ -175,8 +175,27 @@ def test_view_of_view_sees_base_write():
     _check(a_view_of_view_then_base, imgs=imgs)
 
 
+def a_drawn_bounds(img, rng):
+    a = img.copy()
+    y = int(rng.integers(0, a.shape[0]))
+    v = a[y:]                    # per-sample bounds: a region of per-sample size
+    v[:, :, 2] = 0
+    v[:1] //= 2
+    return a
+
+
+def a_canvas_view(img):
+    h, w = img.shape[:2]
+    out = np.zeros((h + 4, w + 4, 3), np.uint8)
+    v = out[2:-2]
+    v[:, 2:-2] = img             # a view of a new array of a per-sample shape
+    return out
+
+
 def test_drawn_channel_view_write_is_random_and_exact():
     _check(a_rng_channel, random=True)
+    _check(a_drawn_bounds, random=True)
+    _check(a_canvas_view)
 
 
 # -- copies, and the views that are refused ------------------------------------------------------
