@@ -366,6 +366,9 @@ def _write_through(root: Node, steps: tuple, value: Node) -> Node:
     nodes = [root]
     for step in steps[:-1]:
         nodes.append(_view_step(nodes[-1], step))
+    filled = _filled_root(nodes, steps, value)
+    if filled is not None:
+        return filled
     for n, (kind, arg) in zip(reversed(nodes), reversed(steps), strict=True):
         if kind == "transpose":
             value = _transpose(value, tuple(int(i) for i in np.argsort(arg)))
@@ -387,6 +390,72 @@ def _write_through(root: Node, steps: tuple, value: Node) -> Node:
                     value = _flip(value, ax)
         value = _placed(n, sorted(ranges, key=lambda r: r[0]), value)
     return value
+
+
+def _filled_root(nodes: list[Node], steps: tuple, value: Node) -> Node | None:
+    """A write of constants into regions of a view (``v[:] = 0``, ``v[y0:y1, :, 1] = 7``: fills
+    of the view, or a ``full`` of it) as the same fills of the base array, each region mapped
+    into the base's coordinates (one ``fill`` each, where a concatenation would copy the whole
+    array); None for other writes, or regions a ``fill`` of the base cannot hold."""
+    view = _view_step(nodes[-1], steps[-1])
+    fills: list[tuple[list[tuple[Dim, Dim]], Node]] = []
+    while value is not view:
+        if value.op == "full" and value.args[0] is view:
+            fills.append(([(0, d) for d in view.shape], value.args[1]))
+            break
+        if value.op != "fill" or value.args[0].ndim not in (2, 3):
+            return None
+        y0, y1, x0, x1, v = value.args[1:]
+        regions = [(y0, y1), (x0, x1)]
+        if value.ndim == 3:
+            regions.append(value.attrs or (0, value.shape[2]))
+        fills.append((regions, v))
+        value = value.args[0]
+    root = nodes[0]
+    if root.ndim not in (2, 3):
+        return None
+    out = root
+    for regions, v in reversed(fills):
+        for n, step in zip(reversed(nodes), reversed(steps), strict=True):
+            regions = _region_in(n, step, regions)
+        chans: tuple = ()
+        if root.ndim == 3:
+            c0, c1 = regions[2]
+            if not isinstance(c0, int) or not isinstance(c1, int):
+                return None
+            if not (c0 == 0 and c1 == root.shape[2]):
+                chans = (c0, c1)
+        (y0, y1), (x0, x1) = regions[:2]
+        out = _new("fill", (out, y0, y1, x0, x1, v), chans, root.dtype, root.shape)
+    return out
+
+
+def _region_in(n: Node, step: tuple, regions: list[tuple[Dim, Dim]]) -> list[tuple[Dim, Dim]]:
+    """Region ``lo:hi`` per axis of the view ``step`` makes of ``n`` as a region of ``n``."""
+    kind, arg = step
+    if kind == "transpose":
+        out: list[Any] = [None] * len(regions)
+        for i, p in enumerate(arg):
+            out[p] = regions[i]
+        return out
+    bounds, takes, newaxes = _index_parts(n, _basic_key(n, arg if isinstance(arg, tuple)
+                                                         else (arg,)))
+    kept = iter(r for i, r in enumerate(regions) if i not in newaxes)
+    taken = dict(takes)
+    out = []
+    for ax in range(n.ndim):
+        if ax in taken:
+            out.append((taken[ax], _dop("add", taken[ax], 1)))
+            continue
+        lo, hi = next(kept)
+        b = bounds[ax]
+        if b is None:
+            out.append((lo, hi))
+        elif b[2]:  # reversed: index j of the view is hi - 1 - j of n
+            out.append((_dop("subtract", b[1], hi), _dop("subtract", b[1], lo)))
+        else:
+            out.append((_dop("add", b[0], lo), _dop("add", b[0], hi)))
+    return out
 
 
 def _whole_axis(n: Node, axis: int, lo: Dim, hi: Dim) -> tuple[bool, bool]:
