@@ -100,22 +100,30 @@ def test_write_through_view_lowers_exactly(op):
     _check(op)
 
 
-def test_augmented_item_assignment_writes_once():
-    """``a[k] *= f`` writes through the view ``a[k]``, then stores that view into ``a[k]``:
-    the store adds nothing (one concatenation, of the other channels and the new one)."""
-    traced = trace_function(v_augmented_item, params={}, random=False, num_outputs=1,
-                            dtype=np.float32, ndim=3)
-    seen, stack, cats = set(), list(traced.outputs), 0
+def _ops(op, dtype) -> list[str]:
+    """The operations of ``op``'s traced graph, one per node."""
+    traced = trace_function(op, params={}, random=False, num_outputs=1, dtype=dtype, ndim=3)
+    seen, stack, ops = set(), list(traced.outputs), []
     while stack:
         n = stack.pop()
         if id(n) in seen:
             continue
         seen.add(id(n))
-        cats += n.op == "cat"
+        ops.append(n.op)
         stack.extend(a for a in n.args if hasattr(a, "op"))
-    # a[..., 0]: one on the channel axis; a[1:, ::-1, 1:]: one on the rows and one on the
-    # channels (the reversed columns are the whole axis: no concatenation there)
-    assert cats == 1 + 2
+    return ops
+
+
+def test_augmented_item_assignment_writes_once():
+    """``a[k] *= f`` writes through the view ``a[k]``, then stores that view into ``a[k]``:
+    the store adds nothing. a[..., 0]: one concatenation on the channel axis; a[1:, ::-1, 1:]:
+    one on the rows and one on the channels (the reversed columns are the whole axis)."""
+    assert _ops(v_augmented_item, np.float32).count("cat") == 1 + 2
+
+
+def test_constants_written_through_views_are_fills_of_the_base():
+    ops = _ops(v_flipped_inner_region, np.uint8) + _ops(v_channel_zeroed, np.uint8)
+    assert ops.count("fill") == 2 and "cat" not in ops
 
 
 # -- aliasing: every view of the memory reads the write ------------------------------------------
