@@ -64,6 +64,15 @@ def _has_sym(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def _whole_array(dst: Sym) -> None:
+    """Refuse a ``dst=`` that is a view: OpenCV writes into a view of whole rows' pixels but
+    raises for a channel, a reversal or a transpose ("Layout of the output array is
+    incompatible with cv::Mat"), which the tracer does not tell apart."""
+    if not dst.flags["OWNDATA"]:
+        raise TraceError("a cv2 dst= that is a view of an array (OpenCV refuses a channel, a "
+                         "reversal or a transpose of one); pass the array itself")
+
+
 def _into(dst: Any, out: Sym) -> Sym:
     """OpenCV's ``dst=`` argument: written in place when it matches the result (as OpenCV
     reuses it), the result returned either way."""
@@ -72,6 +81,7 @@ def _into(dst: Any, out: Sym) -> Sym:
         if not dst._writable:
             raise TraceError("a cv2 dst= that is the input image or a view of it (numpy refuses "
                              "writes into the read-only input; pass img.copy())")
+        _whole_array(dst)
         dst._write(out._checked())
         return dst
     if dst is not None and not isinstance(dst, Sym):
@@ -252,6 +262,7 @@ def _cv_mixChannels(src: Any, dst: Any, fromTo: Any) -> tuple[Sym, ...]:
         if not d._writable:
             raise TraceError("cv2.mixChannels into the input image or a view of it (numpy "
                              "refuses writes into the read-only input; pass img.copy())")
+        _whole_array(d)
     pairs = list(fromTo)
     if len(pairs) % 2:
         raise TraceError("cv2.mixChannels with an odd number of fromTo entries (OpenCV raises)")

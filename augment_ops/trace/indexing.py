@@ -36,6 +36,7 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
     if not a._writable:
         raise TraceError("a write into the input image or a view of it (numpy refuses: "
                          "the input is read-only; write into img.copy())")
+    a._check_written_through()
     if isinstance(key, Sym) and key.dtype.kind == "b":
         v = np.asarray(value) if not isinstance(value, Sym) else value
         a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
@@ -53,10 +54,13 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
     if n.ndim == 3 and isinstance(full[2], Sym) and full[2].dtype.kind in "iu":
         a._write(_fill_drawn_channels(n, full, value))
         return
+    if _assign_region(a, key, value):
+        return
     elements = _value_elements(value)
     channels = _channel_list(n, key)
     if elements is None and channels is None:
-        a._write(_fill_region(n, key, value))
+        if not _fill_view(a, key, value):
+            a._write(_fill_region(n, key, value))
         return
     a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
 
@@ -192,11 +196,64 @@ def _assign_whole(n: Node, key: Any, value: Any) -> Node | None:
                         for k in key):
         return None
     v = value._checked()
-    for dv, dn in zip(v.shape, n.shape, strict=True):
-        if not (dv is dn or (isinstance(dv, int) and isinstance(dn, int) and dv == dn)
-                or (isinstance(dv, Node) and isinstance(dn, Node) and _same(dv, dn))):
-            return None
-    return cast_node(v, n.dtype)
+    return cast_node(v, n.dtype) if _same_shape(v.shape, n.shape) else None
+
+
+def _same_shape(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and builtins.all(
+        x is y or (isinstance(x, int) and isinstance(y, int) and x == y)
+        or (isinstance(x, Node) and isinstance(y, Node) and _same(x, y))
+        for x, y in zip(a, b, strict=True))
+
+
+def _assign_region(a: Sym, key: Any, value: Any) -> bool:
+    """``a[key] = b`` with a basic-indexing ``key`` and a traced ``b`` of the region's shape:
+    ``b`` converted to ``a``'s dtype (numpy's unsafe cast) written through the view
+    ``a[key]``; False (nothing written) for other assignments."""
+    if not isinstance(value, Sym) or value.ndim == 0:
+        return False
+    view = a[key]
+    if view._origin is None or not _same_shape(view.node.shape, value.node.shape):
+        return False
+    if value._buffer is view._buffer and value._origin is not None and \
+            value._origin[0] is view._origin[0] and _same_key(value._origin[1], view._origin[1]):
+        return True  # a[k] *= f stores the view a[k], already written through, into itself
+    view._write(cast_node(value._checked(), a.dtype))
+    return True
+
+
+def _same_key(x: Any, y: Any) -> bool:
+    """Whether view steps (or keys) ``x`` and ``y`` are the same, without comparing traced
+    values (``==`` of a Sym records a comparison)."""
+    if x is y:
+        return True
+    if isinstance(x, tuple) and isinstance(y, tuple):
+        return len(x) == len(y) and builtins.all(_same_key(a, b) for a, b in zip(x, y,
+                                                                                   strict=True))
+    if isinstance(x, slice) and isinstance(y, slice):
+        return builtins.all(_same_key(getattr(x, f), getattr(y, f))
+                            for f in ("start", "stop", "step"))
+    if isinstance(x, Sym) or isinstance(y, Sym):
+        return False
+    return type(x) is type(y) and x == y
+
+
+def _fill_view(a: Sym, key: Any, value: Any) -> bool:
+    """``a[key] = scalar`` where ``key`` is basic indexing that is no region of rows and
+    columns (an integer row index, a new axis, a 1-D array): the view ``a[key]`` filled; False
+    (nothing written) for a region, which one ``fill`` over ``a`` writes."""
+    parts = key if isinstance(key, tuple) else (key,)
+    if a.ndim in (2, 3) and None not in parts and builtins.all(
+            isinstance(k, slice) for k in _full_key(parts, a.ndim)[:2]):
+        return False
+    view = a[key]
+    if view._origin is None:
+        return False
+    v = _setitem_value(view.dtype, value)
+    vn = cast_node(v.node if isinstance(v, Sym) else const(v), view.dtype)
+    view._write(vn if view.ndim == 0 else
+                _new("full", (view.node, vn), (), view.dtype, view.node.shape))
+    return True
 
 
 def _mask_of(key: Sym, n: Node) -> Sym:
@@ -278,6 +335,12 @@ def _getitem(n: Node, key: Any) -> Node:
         return _take_drawn(moved, (Ellipsis, key[0]))
     if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
         return _take_drawn(n, key)
+    bounds, takes, newaxes = _index_parts(n, _basic_key(n, key))
+    return _indexed(n, bounds, takes, newaxes)
+
+
+def _basic_key(n: Node, key: tuple) -> tuple:
+    """A key of basic indexing with ``...`` expanded and missing trailing axes as ``:``."""
     if builtins.sum(k is Ellipsis for k in key) > 1:
         raise TraceError("more than one ... in an index")
     explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -285,11 +348,139 @@ def _getitem(n: Node, key: Any) -> Node:
         raise TraceError(f"too many indices ({explicit}) for an array of rank {n.ndim}")
     if Ellipsis in key:
         i = key.index(Ellipsis)
-        key = key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
-    else:
-        key = key + (slice(None),) * (n.ndim - explicit)
-    bounds, takes, newaxes = _index_parts(n, key)
-    return _indexed(n, bounds, takes, newaxes)
+        return key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
+    return key + (slice(None),) * (n.ndim - explicit)
+
+
+@implements("Sym.view_step")
+def _view_step(n: Node, step: tuple) -> Node:
+    """The view ``step`` (``("getitem", key)`` or ``("transpose", perm)``) of ``n``."""
+    kind, arg = step
+    return _getitem(n, arg) if kind == "getitem" else _transpose(n, arg)
+
+
+@implements("Sym.write_through")
+def _write_through(root: Node, steps: tuple, value: Node) -> Node:
+    """``root`` with ``value`` written over the view that ``steps`` make of it: each step undone
+    from the last, the view's new values placed into the array it was taken from."""
+    nodes = [root]
+    for step in steps[:-1]:
+        nodes.append(_view_step(nodes[-1], step))
+    filled = _filled_root(nodes, steps, value)
+    if filled is not None:
+        return filled
+    for n, (kind, arg) in zip(reversed(nodes), reversed(steps), strict=True):
+        if kind == "transpose":
+            value = _transpose(value, tuple(int(i) for i in np.argsort(arg)))
+            continue
+        key = arg if isinstance(arg, tuple) else (arg,)
+        bounds, takes, newaxes = _index_parts(n, _basic_key(n, key))
+        for ax in reversed(newaxes):
+            value = _new("take", (value, 0), (ax,), value.dtype,
+                         value.shape[:ax] + value.shape[ax + 1:])
+        ranges = []
+        for ax, i in sorted(takes):
+            value = _new("expand", (value,), (ax,), value.dtype,
+                         (*value.shape[:ax], 1, *value.shape[ax:]))
+            ranges.append((ax, i, _dop("add", i, 1)))
+        for ax, b in enumerate(bounds):
+            if b is not None:
+                ranges.append((ax, b[0], b[1]))
+                if b[2]:
+                    value = _flip(value, ax)
+        value = _placed(n, sorted(ranges, key=lambda r: r[0]), value)
+    return value
+
+
+def _filled_root(nodes: list[Node], steps: tuple, value: Node) -> Node | None:
+    """A write of constants into regions of a view (``v[:] = 0``, ``v[y0:y1, :, 1] = 7``: fills
+    of the view, or a ``full`` of it) as the same fills of the base array, each region mapped
+    into the base's coordinates (one ``fill`` each, where a concatenation would copy the whole
+    array); None for other writes, or regions a ``fill`` of the base cannot hold."""
+    view = _view_step(nodes[-1], steps[-1])
+    fills: list[tuple[list[tuple[Dim, Dim]], Node]] = []
+    while value is not view:
+        if value.op == "full" and value.args[0] is view:
+            fills.append(([(0, d) for d in view.shape], value.args[1]))
+            break
+        if value.op != "fill" or value.args[0].ndim not in (2, 3):
+            return None
+        y0, y1, x0, x1, v = value.args[1:]
+        regions = [(y0, y1), (x0, x1)]
+        if value.ndim == 3:
+            regions.append(value.attrs or (0, value.shape[2]))
+        fills.append((regions, v))
+        value = value.args[0]
+    root = nodes[0]
+    if root.ndim not in (2, 3):
+        return None
+    out = root
+    for regions, v in reversed(fills):
+        for n, step in zip(reversed(nodes), reversed(steps), strict=True):
+            regions = _region_in(n, step, regions)
+        chans: tuple = ()
+        if root.ndim == 3:
+            c0, c1 = regions[2]
+            if not isinstance(c0, int) or not isinstance(c1, int):
+                return None
+            if not (c0 == 0 and c1 == root.shape[2]):
+                chans = (c0, c1)
+        (y0, y1), (x0, x1) = regions[:2]
+        out = _new("fill", (out, y0, y1, x0, x1, v), chans, root.dtype, root.shape)
+    return out
+
+
+def _region_in(n: Node, step: tuple, regions: list[tuple[Dim, Dim]]) -> list[tuple[Dim, Dim]]:
+    """Region ``lo:hi`` per axis of the view ``step`` makes of ``n`` as a region of ``n``."""
+    kind, arg = step
+    if kind == "transpose":
+        out: list[Any] = [None] * len(regions)
+        for i, p in enumerate(arg):
+            out[p] = regions[i]
+        return out
+    bounds, takes, newaxes = _index_parts(n, _basic_key(n, arg if isinstance(arg, tuple)
+                                                         else (arg,)))
+    kept = iter(r for i, r in enumerate(regions) if i not in newaxes)
+    taken = dict(takes)
+    out = []
+    for ax in range(n.ndim):
+        if ax in taken:
+            out.append((taken[ax], _dop("add", taken[ax], 1)))
+            continue
+        lo, hi = next(kept)
+        b = bounds[ax]
+        if b is None:
+            out.append((lo, hi))
+        elif b[2]:  # reversed: index j of the view is hi - 1 - j of n
+            out.append((_dop("subtract", b[1], hi), _dop("subtract", b[1], lo)))
+        else:
+            out.append((_dop("add", b[0], lo), _dop("add", b[0], hi)))
+    return out
+
+
+def _whole_axis(n: Node, axis: int, lo: Dim, hi: Dim) -> tuple[bool, bool]:
+    """Whether ``lo`` is known to be 0 and ``hi`` known to be the length of ``n``'s ``axis``."""
+    dim = n.shape[axis]
+    return (isinstance(lo, int) and lo == 0,
+            hi is dim or (isinstance(hi, int) and isinstance(dim, int) and hi == dim)
+            or (isinstance(hi, Node) and isinstance(dim, Node) and _same(hi, dim)))
+
+
+def _placed(n: Node, ranges: list[tuple[int, Dim, Dim]], value: Node) -> Node:
+    """``n`` with ``value`` in place of its region ``lo:hi`` on each listed axis (in axis
+    order): the parts of ``n`` around the region concatenated with it, axis by axis."""
+    if not ranges:
+        return value
+    (ax, lo, hi), rest = ranges[0], ranges[1:]
+    mid = _placed(_slice(n, [(ax, lo, hi)]), rest, value)
+    from_start, to_end = _whole_axis(n, ax, lo, hi)
+    parts = [] if from_start else [_slice(n, [(ax, 0, lo)])]
+    parts.append(mid)
+    if not to_end:
+        parts.append(_slice(n, [(ax, hi, n.shape[ax])]))
+    # the parts' lengths add up to the axis' length: the result keeps n's shape (its
+    # expression too, so the array written keeps the shape its views compare against)
+    return _new("cat", tuple(parts), (ax,), n.dtype, n.shape) if len(parts) > 1 else mid
 
 
 def _index_parts(n: Node, key: tuple) -> tuple[list[Any], list[tuple[int, Any]], list[int]]:

@@ -41,7 +41,7 @@ class NdarrayMethods:
             axes = tuple(axes[0])
         perm = tuple(range(self.ndim))[::-1] if not axes or axes == (None,) else tuple(
             a % self.ndim for a in axes)
-        return self._view(HANDLERS["Sym.transpose"](self._checked(), perm))
+        return self._view(HANDLERS["Sym.transpose"](self._checked(), perm), ("transpose", perm))
 
     def swapaxes(self, a: int, b: int) -> Any:
         perm = list(range(self.ndim))

@@ -24,6 +24,7 @@ from augment_ops.trace.facts import lower, truth
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import Sym, _dim_sym, _dop, cast_node, implements, ufunc
+from augment_ops.trace.ufunc_kwargs import _out_operand, _reps, write_out
 
 
 def _clip(x: Any, lo: Any, hi: Any) -> Any:
@@ -50,15 +51,21 @@ def _clip(x: Any, lo: Any, hi: Any) -> Any:
 def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
              min: Any = None, max: Any = None, **kwargs: Any) -> Any:
     """``np.clip`` and ``ndarray.clip`` with numpy 2's keywords: ``min=``/``max=`` are the
-    bounds; ``out=`` and ufunc keywords (``dtype=``, ``casting=``, ``where=``) are refused, so
-    the op falls back instead of being traced without them."""
-    if out is not None or kwargs:
+    bounds; ``out=`` (a traced writable array or a view of one) with ``casting=`` is written
+    as numpy writes it; the other ufunc keywords (``dtype=``, ``where=``) are refused, so the
+    op falls back instead of being traced without them."""
+    if set(kwargs) - {"casting"} or (kwargs and out is None):
         names = ["out"] * (out is not None) + sorted(kwargs)
         raise TraceError(f"np.clip with {', '.join(n + '=' for n in names)}")
     if (min is not None or max is not None) and (a_min is not None or a_max is not None):
         raise TraceError("np.clip with both a_min/a_max and min/max")
     lo, hi = (min, max) if min is not None or max is not None else (a_min, a_max)
-    return _clip(a, lo, hi)
+    if out is None:
+        return _clip(a, lo, hi)
+    target = _out_operand("clip", out)
+    with np.errstate(all="ignore"):  # numpy's error for a cast into out= that casting= forbids
+        np.clip(*_reps((a, lo, hi)), out=np.ones(1, target.dtype), **kwargs)
+    return write_out(target, _clip(a, lo, hi), True, "np.clip with out=")
 
 
 def _axes(axis: Any, ndim: int) -> tuple[int, ...]:

@@ -454,20 +454,41 @@ class Sym(NdarrayMethods):
     __array_priority__ = 1000
 
     def __init__(self, node: Node, buffer: _Buffer | None = None, version: int = 0,
-                 writable: bool = True, base: bool = True) -> None:
-        self.node = node
+                 writable: bool = True, base: bool = True,
+                 origin: tuple[Sym, tuple] | None = None) -> None:
         self._buffer = buffer if buffer is not None else _Buffer()
         self._version = version if buffer is not None else 0
-        # The input image is read-only (as on the numpy path); a view writes through to its base,
-        # which the graph does not model, so only a base array may be written.
+        # A view made by basic indexing or a transpose keeps its base array and the steps that
+        # make it from the base: a write through it lands in the base, and after any write into
+        # their memory it reads the base anew (numpy's views alias). Other views have none.
+        self._origin = origin
+        self._node = node
+        # The input image is read-only (as on the numpy path), and so are its views.
         self._writable = writable
         self._base = base
 
+    @property
+    def node(self) -> Node:
+        if self._version != self._buffer.version and self._origin is not None:
+            root, steps = self._origin
+            node = root.node
+            for step in steps:
+                node = HANDLERS["Sym.view_step"](node, step)
+            self._node, self._version = node, self._buffer.version
+        return self._node
+
+    @node.setter
+    def node(self, node: Node) -> None:
+        self._node = node
+
     # -- basic attributes
     def _checked(self) -> Node:
+        node = self.node
         if self._version != self._buffer.version:
-            raise TraceError("use of a view of an array that was written in place afterwards")
-        return self.node
+            raise TraceError("use of a view (made by np.reshape, np.flip, np.rot90 or a "
+                             "per-sample index) of an array that was written in place "
+                             "afterwards")
+        return node
 
     @property
     def dtype(self) -> np.dtype:
@@ -518,8 +539,14 @@ class Sym(NdarrayMethods):
 
     __hash__ = object.__hash__
 
-    def _view(self, node: Node) -> Sym:
-        return Sym(node, self._buffer, self._version, self._writable, base=False)
+    def _view(self, node: Node, step: tuple | None = None) -> Sym:
+        """A view of this array's memory made by ``step`` (``("getitem", key)`` of basic
+        indexing or ``("transpose", perm)``: writable through), or by something else (None)."""
+        origin = None
+        if step is not None and (self._base or self._origin is not None):
+            root, steps = (self, ()) if self._base else self._origin
+            origin = (root, (*steps, step))
+        return Sym(node, self._buffer, self._version, self._writable, base=False, origin=origin)
 
     # -- conversions Python needs concrete values for
     def __bool__(self) -> bool:
@@ -655,13 +682,7 @@ class Sym(NdarrayMethods):
                     getattr(np, name)(np.ones(1, self.dtype), rep, out=np.ones(1, self.dtype))
             except Exception as e:
                 raise TraceError(f"in-place np.{name} that numpy refuses ({e})") from None
-            res = ufunc(name, self, other)
-            for d, e in zip(res.node.shape, self.node.shape, strict=False):
-                if not (d is e or (isinstance(d, int) and isinstance(e, int) and d == e)
-                        or _same(d, e)) or res.ndim != self.ndim:
-                    raise TraceError(f"in-place np.{name} whose result may be larger than the "
-                                     "array (numpy refuses: non-broadcastable output operand)")
-            self._write(cast_node(res.node, self.dtype))
+            self._store(ufunc(name, self, other), f"in-place np.{name}")
             return self
         return f
 
@@ -671,12 +692,36 @@ class Sym(NdarrayMethods):
     __irshift__, __ilshift__ = _inplace("right_shift"), _inplace("left_shift")
     del _inplace
 
+    def _check_written_through(self) -> None:
+        """Refuse a write into a view the tracer cannot write through into its base."""
+        if not self._base and self._origin is None:
+            raise TraceError("a write through a view made by np.reshape, np.flip, np.rot90 or a "
+                             "per-sample index (views by slices, integer indices and "
+                             "transposes are written through); write into the array itself")
+
+    def _store(self, res: Any, what: str) -> None:
+        """Write ``res`` (of this array's shape) into this array, cast to its dtype."""
+        res = res if isinstance(res, Sym) else Sym(const(np.asarray(res)))
+        for d, e in zip(res.node.shape, self.node.shape, strict=False):
+            if not (d is e or (isinstance(d, int) and isinstance(e, int) and d == e)
+                    or _same(d, e)) or res.ndim != self.ndim:
+                raise TraceError(f"{what} whose result may differ in shape from the array it is "
+                                 "written into (numpy refuses a larger one: non-broadcastable "
+                                 "output operand; a smaller one is not lowered)")
+        self._write(cast_node(res.node, self.dtype))
+
     def _write(self, node: Node) -> None:
-        if not self._base:
-            raise TraceError("a write through a view (a slice, flip or transpose) of an array; "
-                             "write into the array itself")
         if node.ndim != self.node.ndim:
             raise TraceError("an in-place write that changes the array's rank")
+        if not self._base:
+            self._check_written_through()
+            node = cast_node(node, self.dtype)  # the base's dtype: its parts concatenate
+            if node is self.node:  # a[k] += 1 stores the view a[k] into itself: nothing to do
+                return
+            root, steps = self._origin
+            root._write(HANDLERS["Sym.write_through"](root._checked(), steps, node))
+            self.node, self._version = node, self._buffer.version
+            return
         self.node = node
         self._buffer.version += 1
         self._version = self._buffer.version
@@ -687,7 +732,7 @@ class Sym(NdarrayMethods):
         if method != "__call__":
             raise TraceError(f"np.{name}.{method}")
         if kwargs:
-            raise TraceError(f"np.{name} with {sorted(kwargs)}=")
+            return HANDLERS["Sym.ufunc_kwargs"](uf, name, inputs, kwargs)
         for x in inputs:
             if isinstance(x, Sym):
                 x._checked()
@@ -727,7 +772,14 @@ class Sym(NdarrayMethods):
             raise TraceError("boolean-mask indexing (its result size depends on pixel values)")
         if isinstance(key, Sym) and key.ndim > 0:  # a lookup table: table[img]
             return HANDLERS["Sym.lookup"](self, key)
-        return self._view(HANDLERS["Sym.getitem"](n, key))
+        node = HANDLERS["Sym.getitem"](n, key)
+        parts = key if isinstance(key, tuple) else (key,)
+        if builtins.any(isinstance(k, (list, tuple, np.ndarray)) for k in parts):
+            return Sym(node)  # fancy indexing makes a copy, writable whatever its source
+        if builtins.all(k is None or k is Ellipsis or isinstance(k, slice) or (
+                isinstance(k, (int, np.integer)) and not isinstance(k, bool)) for k in parts):
+            return self._view(node, ("getitem", key))
+        return self._view(node)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         HANDLERS["Sym.setitem"](self, key, value)
