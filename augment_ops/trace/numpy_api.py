@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+import augment_ops.trace.arith
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import _holds_sym

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
-from augment_ops.trace.facts import _nonneg, _same, lower, truth, upper
+from augment_ops.trace.facts import _nonneg, _same, truth, upper
 
 # The graph builders import the table and casts from here, beside Sym.
 from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
@@ -176,7 +176,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
     if not any(isinstance(x, Sym) for x in inputs):
         return getattr(np, name)(*inputs)
     if name in _SHIFTS:
-        return _shift(name, *inputs)
+        return HANDLERS["Sym.shift"](name, *inputs)
     for x in inputs:
         if not isinstance(x, (Sym, int, float, bool, np.ndarray, np.generic)):
             raise TraceError(f"np.{name} on a {type(x).__name__}")
@@ -215,7 +215,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if cdt.kind == "b" and name not in _COMPARISONS and not name.startswith("bitwise"):
             raise TraceError(f"np.{name} on boolean values")
         if cdt.kind == "f" and name in ("floor_divide", "remainder"):
-            return Sym(cast_node(_float_mod(name, a, b, cdt).node, rdt, weak))
+            return Sym(cast_node(HANDLERS["Sym.float_mod"](name, a, b, cdt).node, rdt, weak))
         if name == "divide" and cdt.kind != "f":
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
@@ -247,198 +247,6 @@ def ufunc(name: str, *inputs: Any) -> Any:
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
 
 
-def _float_mod(name: str, a: Any, b: Any, dt: np.dtype) -> Sym:
-    """numpy's float ``a // b`` for ``a >= 0``, or ``a % b`` (``(x * gain) % 180`` of a hue
-    table) of a bounded ``a``, by a positive constant ``b``, exactly: ``k = floor(a / b)`` is
-    the quotient or one more
-    (the division rounds up to an integer at most, while every ``k * b`` is exact: the bounds
-    of ``a`` keep ``k``'s bits and ``b``'s within the mantissa), ``a - k * b`` is then exact
-    (Sterbenz), and a negative remainder takes ``b`` back (exactly: numpy's remainder, an
-    fmod here, is representable). Anything else is refused."""
-    what = f"np.{name} of floating-point values"
-    bv = _rep(b)
-    if isinstance(b, Sym) or not isinstance(a, Sym) or np.ndim(bv) != 0 or \
-            dt not in (np.float32, np.float64):
-        raise TraceError(f"{what} (only of a value >= 0 by a positive constant is lowered)")
-    bv = float(bv)
-    na = _to_node(a, dt)
-    lo, up = lower(na), upper(na)
-    bits = 53 if dt == np.float64 else 24
-    if not (np.isfinite(bv) and bv > 0 and float(dt.type(bv)) == bv):
-        raise TraceError(f"{what} by {bv!r} (only a positive divisor the dtype holds exactly "
-                         "is lowered)")
-    sig = int(np.float64(bv).view(np.int64)) & ((1 << 52) - 1) | (1 << 52)
-    sig_bits = 53 - ((sig & -sig).bit_length() - 1)
-    if sig_bits > bits - 9:
-        raise TraceError(f"{what} by {bv!r}, whose {sig_bits} significant bits leave the "
-                         "quotient's multiples of it inexact (a divisor with few significant "
-                         "bits, such as 180, 0.5 or 7.5, is lowered)")
-    # A remainder of a value that may be negative is numpy's fmod of its magnitude with its sign
-    # (fmod is exact and odd), then, where negative, plus b, and +0.0 where it is 0 (numpy's
-    # npy_divmod); a floor division of one is left to the numpy path.
-    signed = name == "remainder" and lo is not None and lo < 0
-    reach = builtins.max(-lo, up) if signed and up is not None else up
-    if lo is None or (lo < 0 and not signed) or reach is None or not np.isfinite(reach) or \
-            int(reach // bv + 2).bit_length() + sig_bits > bits:
-        span = f"-{bv:g} * 2**{bits - sig_bits - 1}.." if name == "remainder" else "0.."
-        raise TraceError(f"{what} of a value the tracer cannot bound within {span}{bv:g} * "
-                         f"2**{bits - sig_bits - 1} (numpy's fmod is reproduced exactly only "
-                         "there)")
-    x = Sym(na) if not signed else ufunc("absolute", Sym(na))
-    k = ufunc("floor", ufunc("divide", x, dt.type(bv)))
-    r = ufunc("subtract", x, ufunc("multiply", k, dt.type(bv)))
-    low = ufunc("less", r, dt.type(0)).node
-    if name == "remainder" and signed:
-        r0 = Sym(_new("where", (low, ufunc("add", r, dt.type(bv)).node, r.node), (), dt,
-                      r.node.shape))
-        neg = ufunc("less", Sym(na), dt.type(0)).node
-        r = Sym(_new("where", (neg, ufunc("negative", r0).node, r0.node), (), dt, r.node.shape))
-        below = ufunc("less", r, dt.type(0)).node
-        zero = ufunc("equal", r, dt.type(0)).node
-        kept = _new("where", (zero, const(dt.type(0)), r.node), (), dt, r.node.shape)
-        out = _new("where", (below, ufunc("add", r, dt.type(bv)).node, kept), (), dt,
-                   r.node.shape)
-    elif name == "remainder":
-        out = _new("where", (low, ufunc("add", r, dt.type(bv)).node, r.node), (), dt, r.node.shape)
-    else:
-        out = _new("where", (low, ufunc("subtract", k, dt.type(1)).node, k.node), (), dt,
-                   k.node.shape)
-    return Sym(out)
-
-
-def _shift(name: str, a: Any, b: Any) -> Any:
-    """``a >> b`` / ``a << b`` (``np.right_shift`` / ``np.left_shift``) by a constant count, with
-    numpy's result dtype: a floor division or a (wrapping) multiplication by ``2**b``, which is
-    exactly numpy's arithmetic shift; a count outside ``0..bits-1`` gives numpy's 0 (-1 for a
-    negative value shifted right)."""
-    op = ">>" if name == "right_shift" else "<<"
-    if isinstance(b, Sym):
-        if not _is_const(b.node):
-            raise TraceError(f"np.{name} ({op}) by a per-sample count (shift by a constant, or "
-                             "multiply or floor-divide by a power of two)")
-        b = b.node.value
-    if not isinstance(a, Sym):
-        raise TraceError(f"np.{name} ({op}) of a constant by a per-sample count")
-    if np.ndim(b) != 0 or not isinstance(b, (int, bool, np.integer, np.bool_, np.ndarray)):
-        raise TraceError(f"np.{name} ({op}) by an array of counts (only one constant count is "
-                         "lowered)")
-    python = _is_weak(a) and _is_weak(b)
-    try:
-        with np.errstate(all="ignore"):
-            res = getattr(np, name)(_rep(a), b)
-    except Exception as e:
-        raise TraceError(f"np.{name} ({op}) raises for these operands ({e})") from None
-    s = int(b)
-    if python and s < 0:
-        raise ValueError("negative shift count")
-    rdt = np.dtype(np.int64) if python else np.result_type(res)
-    x = Sym(cast_node(a.node, rdt, python))
-    bits = 8 * rdt.itemsize
-    signed = rdt.kind == "i"
-    zero = 0 if python else rdt.type(0)
-    if name == "right_shift" and signed and (s < 0 or s >= bits - 1):
-        return HANDLERS["where"](ufunc("less", x, zero), -1 if python else rdt.type(-1), zero)
-    if s < 0 or s >= bits:
-        return ufunc("multiply", x, zero)
-    if python:
-        power: Any = 1 << s
-    else:
-        with np.errstate(all="ignore"):
-            power = np.left_shift(np.array(1, rdt), s)[()]
-    return ufunc("floor_divide" if name == "right_shift" else "multiply", x, power)
-
-
-def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
-    """``base ** exponent`` / ``np.power`` with numpy's result dtype, where exact: an integer
-    result by a constant exponent >= 0 as repeated multiplication (which wraps around as
-    numpy's does), a floating-point one by the exponents numpy's C library ``pow`` computes
-    exactly (0, 1, 2 and -1: 1, x, x*x and 1/x, each one correctly rounded operation).
-    ``name``: the ufunc, ``"power"`` or ``"float_power"`` (its own routine, which differs from
-    those operations in the last bit: only a lookup table lowers it)."""
-    if isinstance(exponent, Sym) and _is_const(exponent.node):
-        exponent = exponent.node.value
-    if isinstance(exponent, Sym) and exponent.node.pixel and exponent.ndim and \
-            (not isinstance(base, Sym) or base.node.pixel):
-        return _pixel_power(base, exponent, f"{what} of pixel values by pixel values (numpy "
-                            "calls the C library's pow, which DALI does not reproduce bit for "
-                            "bit; of one uint8 array and constants it lowers as a lookup table)",
-                            name)
-    if isinstance(exponent, Sym):
-        # Measured: for x in [0, 1] and exponents in [0.8, 1.2], DALI's CPU pow equals the C
-        # library's, and numpy 2's float64 pow (its own SIMD routine on AVX-512 processors)
-        # differs from both in the last bit for about 1 value in 18.
-        raise TraceError(f"{what} with a per-sample exponent (numpy's pow, its own SIMD routine "
-                         "on AVX-512 processors, and DALI's, the C library's on the CPU and "
-                         "CUDA's on the GPU, differ in the last bit for some values; a drawn "
-                         "exponent of a lookup table, np.arange(256) ** gamma, needs a "
-                         "per-sample table)")
-    if not isinstance(base, Sym):
-        raise TraceError(f"{what} of a constant by a per-sample exponent")
-    if np.ndim(exponent) != 0 or not isinstance(exponent, (int, float, bool, np.generic,
-                                                           np.ndarray)):
-        raise TraceError(f"{what} with an array exponent (only one constant is lowered)")
-    python = _is_weak(base) and _is_weak(exponent)
-    with np.errstate(all="ignore"):  # numpy's own errors (a negative integer power) propagate
-        res = (_rep(base) ** exponent if python else
-               np.power(np.ones(1, base.dtype) if base.ndim else _rep(base), exponent))
-    rdt = _weak_dtype(res) if python else np.result_type(res)
-    x = Sym(cast_node(base.node, rdt, python))
-    e = float(exponent)
-    if rdt.kind in "iu" and e == int(e) and e >= 0:
-        k = int(e)
-        if k == 0:
-            return _ones_of(x, 1 if python else rdt.type(1))
-        out, sq = None, x
-        while k:  # binary powering: the product's order does not matter modulo 2**bits
-            if k & 1:
-                out = sq if out is None else ufunc("multiply", out, sq)
-            k >>= 1
-            if k:
-                sq = ufunc("multiply", sq, sq)
-        return out
-    if rdt.kind == "f" and name == "power":
-        one = 1.0 if python else rdt.type(1)
-        if e == 0:
-            return _ones_of(x, one)
-        if e == 1:
-            return x
-        if e == 2:
-            return ufunc("multiply", x, x)
-        if e == -1:
-            return ufunc("divide", one, x)
-    message = (f"{what} with exponent {exponent!r} on {rdt} values (numpy calls the C "
-               "library's pow, which DALI does not reproduce bit for bit; exponents 0, 1, 2 and "
-               "-1, integer powers of integers, and any constant power of one uint8 array, as a "
-               "lookup table, are lowered)")
-    if rdt.kind == "f" and base.node.pixel and base.ndim:
-        return _pixel_power(base, exponent, message, name)
-    raise TraceError(message)
-
-
-def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
-    """``base ** exponent`` of pixel values with a float result, as numpy's ``np.power`` with
-    both operands in the result dtype: a node only a lookup table lowers (``message`` says why
-    where none can)."""
-    with np.errstate(all="ignore"):
-        try:
-            res = np.power(_rep(base), _rep(exponent))
-        except Exception as e:
-            raise TraceError(f"np.power raises for these operand types ({e})") from None
-    rdt = np.result_type(res)
-    if rdt.kind != "f":
-        raise TraceError(message)
-    shape = _broadcast(_shape_of(base), _shape_of(exponent))
-    node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), (name,), rdt, shape)
-    return Sym(_inexact(node, message))
-
-
-def _ones_of(x: Sym, one: Any) -> Any:
-    """Ones of ``x``'s shape and dtype (``x ** 0`` is 1 for every value, NaN included)."""
-    if x.ndim == 0:
-        return Sym(cast_node(const(np.array(one)), x.dtype, x.node.weak))
-    return HANDLERS["full_like"](x, one)
-
-
 class _Buffer:
     """Memory that in-place writes change; views made before a write may no longer be used."""
 
@@ -448,7 +256,70 @@ class _Buffer:
         self.version = 0
 
 
-class Sym(NdarrayMethods):
+class _Operators:
+    """Python's operators on a traced value (``+``, ``//``, ``>>``, comparisons, ``**``, unary
+    ones, ``round``), each numpy's ufunc of the same name; a base of :class:`Sym`."""
+
+    _checked: Callable[[], Node]
+
+    def _bin(name: str, reflected: bool = False) -> Callable[..., Any]:
+        def f(self: Sym, other: Any) -> Any:
+            if isinstance(other, (list, tuple)):  # numpy makes an array of a sequence
+                other = HANDLERS["np.asarray"](other)
+            if not isinstance(other, (Sym, int, float, bool, np.ndarray, np.generic)):
+                return NotImplemented
+            self._checked()
+            return ufunc(name, other, self) if reflected else ufunc(name, self, other)
+        return f
+
+    __add__, __radd__ = _bin("add"), _bin("add", True)
+    __sub__, __rsub__ = _bin("subtract"), _bin("subtract", True)
+    __mul__, __rmul__ = _bin("multiply"), _bin("multiply", True)
+    __truediv__, __rtruediv__ = _bin("divide"), _bin("divide", True)
+    __floordiv__, __rfloordiv__ = _bin("floor_divide"), _bin("floor_divide", True)
+    __mod__, __rmod__ = _bin("remainder"), _bin("remainder", True)
+    __and__, __rand__ = _bin("bitwise_and"), _bin("bitwise_and", True)
+    __or__, __ror__ = _bin("bitwise_or"), _bin("bitwise_or", True)
+    __xor__, __rxor__ = _bin("bitwise_xor"), _bin("bitwise_xor", True)
+    __rshift__, __rrshift__ = _bin("right_shift"), _bin("right_shift", True)
+    __lshift__, __rlshift__ = _bin("left_shift"), _bin("left_shift", True)
+    __eq__, __ne__ = _bin("equal"), _bin("not_equal")  # type: ignore[assignment]
+    __lt__, __le__ = _bin("less"), _bin("less_equal")
+    __gt__, __ge__ = _bin("greater"), _bin("greater_equal")
+    del _bin
+
+    def __matmul__(self, other: Any) -> Sym:
+        return HANDLERS["matmul"](self, other)
+
+    def __pow__(self, other: Any) -> Any:
+        return HANDLERS["Sym.power"](self, other, "**")
+
+    def __rpow__(self, other: Any) -> Any:
+        return HANDLERS["Sym.power"](other, self, "**")
+
+    def __neg__(self) -> Any:
+        return ufunc("negative", self)
+
+    def __pos__(self) -> Any:
+        return self
+
+    def __abs__(self) -> Any:
+        return ufunc("absolute", self)
+
+    def __invert__(self) -> Any:
+        if self.dtype.kind == "b":
+            return ufunc("logical_not", self)
+        return ufunc("invert", self)
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        if ndigits is not None:
+            raise TraceError("round(x, ndigits)")
+        if self.dtype.kind in "iub":
+            return _py_int(self)
+        return Sym(cast_node(ufunc("rint", self).node, np.int64, weak=True))
+
+
+class Sym(_Operators, NdarrayMethods):
     """A symbolic numpy array or scalar. Operations on it record nodes of the IR."""
 
     __array_priority__ = 1000
@@ -609,63 +480,6 @@ class Sym(NdarrayMethods):
             raise AttributeError(name)
         raise TraceError(f"ndarray.{name}")
 
-    # -- arithmetic
-    def _bin(name: str, reflected: bool = False) -> Callable[..., Any]:
-        def f(self: Sym, other: Any) -> Any:
-            if isinstance(other, (list, tuple)):  # numpy makes an array of a sequence
-                other = HANDLERS["np.asarray"](other)
-            if not isinstance(other, (Sym, int, float, bool, np.ndarray, np.generic)):
-                return NotImplemented
-            self._checked()
-            return ufunc(name, other, self) if reflected else ufunc(name, self, other)
-        return f
-
-    __add__, __radd__ = _bin("add"), _bin("add", True)
-    __sub__, __rsub__ = _bin("subtract"), _bin("subtract", True)
-    __mul__, __rmul__ = _bin("multiply"), _bin("multiply", True)
-    __truediv__, __rtruediv__ = _bin("divide"), _bin("divide", True)
-    __floordiv__, __rfloordiv__ = _bin("floor_divide"), _bin("floor_divide", True)
-    __mod__, __rmod__ = _bin("remainder"), _bin("remainder", True)
-    __and__, __rand__ = _bin("bitwise_and"), _bin("bitwise_and", True)
-    __or__, __ror__ = _bin("bitwise_or"), _bin("bitwise_or", True)
-    __xor__, __rxor__ = _bin("bitwise_xor"), _bin("bitwise_xor", True)
-    __rshift__, __rrshift__ = _bin("right_shift"), _bin("right_shift", True)
-    __lshift__, __rlshift__ = _bin("left_shift"), _bin("left_shift", True)
-    __eq__, __ne__ = _bin("equal"), _bin("not_equal")  # type: ignore[assignment]
-    __lt__, __le__ = _bin("less"), _bin("less_equal")
-    __gt__, __ge__ = _bin("greater"), _bin("greater_equal")
-    del _bin
-
-    def __matmul__(self, other: Any) -> Sym:
-        return HANDLERS["matmul"](self, other)
-
-    def __pow__(self, other: Any) -> Any:
-        return power(self, other, "**")
-
-    def __rpow__(self, other: Any) -> Any:
-        return power(other, self, "**")
-
-    def __neg__(self) -> Any:
-        return ufunc("negative", self)
-
-    def __pos__(self) -> Any:
-        return self
-
-    def __abs__(self) -> Any:
-        return ufunc("absolute", self)
-
-    def __invert__(self) -> Any:
-        if self.dtype.kind == "b":
-            return ufunc("logical_not", self)
-        return ufunc("invert", self)
-
-    def __round__(self, ndigits: int | None = None) -> Any:
-        if ndigits is not None:
-            raise TraceError("round(x, ndigits)")
-        if self.dtype.kind in "iub":
-            return _py_int(self)
-        return Sym(cast_node(ufunc("rint", self).node, np.int64, weak=True))
-
     def _inplace(name: str) -> Callable[..., Any]:
         def f(self: Sym, other: Any) -> Any:
             self._checked()
@@ -742,8 +556,8 @@ class Sym(NdarrayMethods):
             if name == "float_power":
                 inputs = tuple(Sym(cast_node(x.node, np.float64)) if isinstance(x, Sym)
                                else np.float64(x) for x in inputs)
-            return power(inputs[0], inputs[1], "np.power (**)" if name == "power" else
-                         f"np.{name}", name)
+            what = "np.power (**)" if name == "power" else f"np.{name}"
+            return HANDLERS["Sym.power"](inputs[0], inputs[1], what, name)
         if name in ("isnan", "isinf", "isfinite") and len(inputs) == 1:
             return _classified(name, inputs[0])
         if name in ("logical_and", "logical_or", "logical_xor"):
