@@ -6,11 +6,11 @@ elementwise operator mixes them with GPU pixels; those that depend on a random o
 are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
 graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
 check calls Python only for a batch holding a too-small image, to raise), except for an op whose
-scalars would take dozens of operators (:func:`uses_stage`): numpy computes them all in one
-``fn.python_function`` per batch (:mod:`augment_ops.trace.scalar_stage`), the draws arriving
-packed in one external-source output. Facts the tracer knows
-(sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice bounds, so a crop's
-bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
+scalars would take 100 or more operators, or hold float functions DALI computes otherwise than
+numpy (:func:`uses_stage`): numpy computes them all in one ``fn.python_function`` per batch
+(:mod:`augment_ops.trace.scalar_stage`), the draws arriving packed in one external-source
+output. Facts the tracer knows (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps
+of slice bounds, so a crop's bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
 (it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
 x bounds) are computed together, as per-sample vectors (:mod:`augment_ops.trace.emitter`): a
 crop whose starts are computed alike is one ``fn.slice`` on vectors of starts and sizes, and a

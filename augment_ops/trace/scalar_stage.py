@@ -199,15 +199,19 @@ def _graph(traced: Traced) -> list[Node]:
     return out
 
 
-def scalar_operators(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> int:
-    """About how many DALI operators ``traced``'s per-sample scalars take: the nodes
-    :func:`stageable` (besides constants, the ``given`` values and the image's sizes) for which
-    ``costs`` says lowering takes an operator of its own. An upper bound: the emitter computes
-    scalars alike along several axes (a rectangle's y and x) in one operator."""
-    given = set(given)
+def _scalar_nodes(traced: Traced, given: set[int], costs: Callable[[Node], bool]) -> list[Node]:
+    """The nodes :func:`stageable` (besides constants, the ``given`` values and the image's
+    sizes) for which ``costs`` says lowering takes a DALI operator of its own."""
     ok = stageable(given)
-    return sum(1 for n in _graph(traced) if n.op not in ("const", "in_dim")
-               and id(n) not in given and ok(n) and costs(n))
+    return [n for n in _graph(traced) if n.op not in ("const", "in_dim")
+            and id(n) not in given and ok(n) and costs(n)]
+
+
+def scalar_operators(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> int:
+    """About how many DALI operators ``traced``'s per-sample scalars take
+    (:func:`_scalar_nodes`). An upper bound: the emitter computes scalars alike along several
+    axes (a rectangle's y and x) in one operator."""
+    return len(_scalar_nodes(traced, set(given), costs))
 
 
 def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> bool:
@@ -215,11 +219,9 @@ def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bo
     DALI operators (:func:`scalar_operators`), or hold a float function whose DALI result may
     differ from numpy's in the last bit (``np.exp(h / 7)``, ``math.log`` of a draw): numpy
     computes those exactly."""
-    given = set(given)
-    ok = stageable(given)
-    if any(n.op == "un" and n.attrs[0] in _INEXACT and ok(n) for n in _graph(traced)):
-        return True
-    return scalar_operators(traced, given, costs) >= STAGE_MIN_OPERATORS
+    nodes = _scalar_nodes(traced, set(given), costs)
+    return len(nodes) >= STAGE_MIN_OPERATORS or any(
+        n.op == "un" and n.attrs[0] in _INEXACT for n in nodes)
 
 
 class _StageFunction:
@@ -250,8 +252,7 @@ class _StageFunction:
         values = {id(n): a for n, a in zip(self.given, arrays, strict=True)}
         wanted = [lane for lanes in self.layout for lane, _ in lanes if isinstance(lane, Node)]
         if self.program is None:  # the layout is complete once the pipeline runs
-            given = {id(n) for n in self.given}
-            self.program = ScalarProgram(wanted, lambda n: id(n) in given or n.op == "in_dim")
+            self.program = ScalarProgram(wanted, lambda n: id(n) in values or n.op == "in_dim")
         got = dict(zip(map(id, wanted), self.program(
             count, lambda n: values[id(n)] if id(n) in values else dims[:, n.attrs[0]]),
             strict=True))
