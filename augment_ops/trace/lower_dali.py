@@ -2,21 +2,21 @@
 
 The operators run on whichever device the image is on. Per-sample scalars (sizes, slice bounds,
 branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GPU only where an
-elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone
-are computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the
-graph as external-source outputs. No Python runs per batch in the graph (an op's ``min_size``
-check calls Python only for a batch holding a too-small image, to raise), except for an op whose
-scalars would take 100 or more operators, or hold float functions DALI computes otherwise than
-numpy (:func:`uses_stage`): numpy computes them all in one ``fn.python_function`` per batch
-(:mod:`augment_ops.trace.scalar_stage`), the draws arriving packed in one external-source
-output. Facts the tracer knows (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps
-of slice bounds, so a crop's bounds take a few operators. Each DALI operator costs about the same per batch whatever its work
-(it is dispatched per sample), so scalars computed alike along several axes (a rectangle's y and
-x bounds) are computed together, as per-sample vectors (:mod:`augment_ops.trace.emitter`): a
-crop whose starts are computed alike is one ``fn.slice`` on vectors of starts and sizes, and a
-rectangle fill's anchor and size are vectors too, the clamps of its bounds at 0 and at the
-image's size left to ``fn.erase``, which clips its region to the image. numpy's semantics are
-kept where DALI's differ (:mod:`augment_ops.trace.dali_ops`):
+elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone are
+computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the graph as
+external-source outputs. No Python runs per batch in the graph (an op's ``min_size`` check calls
+Python only for a batch holding a too-small image, to raise), except for an op whose scalars would
+take 100 or more operators, or hold float functions DALI computes otherwise than numpy
+(:func:`uses_stage`): numpy computes them all in one ``fn.python_function`` per batch
+(:mod:`augment_ops.trace.scalar_stage`), the draws arriving packed in one external-source output.
+Facts the tracer knows (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice
+bounds, so a crop's bounds take a few operators. Each DALI operator costs about the same per batch
+whatever its work (it is dispatched per sample), so scalars computed alike along several axes (a
+rectangle's y and x bounds) are computed together, as per-sample vectors
+(:mod:`augment_ops.trace.emitter`): a crop whose starts are computed alike is one ``fn.slice`` on
+vectors of starts and sizes, and a rectangle fill's anchor and size are vectors too, the clamps of
+its bounds at 0 and at the image's size left to ``fn.erase``, which clips its region to the image.
+numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops`):
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
