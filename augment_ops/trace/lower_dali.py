@@ -20,7 +20,9 @@ numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops
 
 - casts: DALI saturates and rounds to nearest, numpy wraps between integer types and truncates
   floats toward zero, so integer narrowing masks the bits first and float-to-int truncates first
-  (floats outside the target range: numpy's result is undefined, DALI's saturates);
+  (floats outside the target range: to 8- and 16-bit integers they wrap around as numpy's do
+  on x86-64 and ARM64; to wider ones, where numpy's result depends on the processor, DALI
+  saturates);
 - ``//`` and ``%`` on signed integers: DALI truncates toward zero, numpy floors; by 0 DALI
   raises and numpy gives 0, and the most negative int32 or int64 by -1 traps in DALI where
   numpy wraps around, so a divisor that may be either is replaced by 1 and the result fixed;
