@@ -527,3 +527,18 @@ def u_lighting_ints(img, rng):
 
 def test_constant_matrix_times_drawn_vector_equals_numpy():
     _check(u_lighting_ints, random=True)
+
+
+# -- builtins min/max in traced code -----------------------------------------------------------
+def u_min_of_generators(img):
+    h, w = img.shape[:2]
+    k = min(v for v in (3, 1, 2))  # a generator of constants: Python's own min
+    j = max((v for v in (5, 9, 7)), key=lambda v: -v)
+    m = max((), default=2)
+    return img[: min(h, k + j + m), : max(1, min(w, k + m))]
+
+
+def test_min_and_max_of_a_generator_equal_python():
+    """A generator handed to min/max is read once: without traced values in it, Python's own
+    min/max gets its items (before, it got the used-up generator and raised)."""
+    _check(u_min_of_generators)

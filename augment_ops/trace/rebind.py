@@ -108,7 +108,8 @@ def _py_minmax(name: str) -> Callable[..., Any]:
     def f(*args: Any, **kwargs: Any) -> Any:
         items = list(args[0]) if len(args) == 1 else list(args)
         if kwargs or not builtins.any(isinstance(v, Sym) for v in items):
-            return real(*args, **kwargs)
+            # The items, not args: a single iterable argument (a generator) is used up above.
+            return real(items, **kwargs) if len(args) == 1 else real(*args, **kwargs)
         out = items[0]
         for v in items[1:]:
             out = ufunc("minimum" if name == "min" else "maximum", out, v)
