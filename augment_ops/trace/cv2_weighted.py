@@ -24,7 +24,7 @@ import numpy as np
 
 from augment_ops.trace.ir import Node, TraceError
 from augment_ops.trace.lower_patterns import _fill_constant
-from augment_ops.trace.sym import Sym, cast_node, ufunc
+from augment_ops.trace.sym import Sym
 
 __all__ = ["add_weighted", "weights_exact"]
 
@@ -114,14 +114,5 @@ def add_weighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any,
     if why is not None:
         raise TraceError(f"cv2.addWeighted ({why}; write the weighted sum in numpy, with "
                          "numpy's results)")
-    wa, wb, wg = (np.float64(np.float32(w)) for w in weights)
-
-    def f64(x: Sym) -> Sym:
-        return Sym(cast_node(Sym(cast_node(x._checked(), np.float32)).node, np.float64))
-    inner = Sym(cast_node(ufunc("add", ufunc("multiply", f64(src2), wb), wg).node, np.float32))
-    out = Sym(cast_node(ufunc("add", ufunc("multiply", f64(src1), wa), f64(inner)).node,
-                        np.float32))
-    if dt == np.uint8:
-        out = Sym(cast_node(ufunc("minimum", ufunc("maximum", ufunc("rint", out), np.float32(0)),
-                                  np.float32(255)).node, np.uint8))
-    return out
+    # The graph is the model the trace-time check ran: the same steps on the traced arrays.
+    return _model(src1, src2, *weights, dt)

@@ -356,6 +356,9 @@ class _MathProxy(types.ModuleType):
         return f
 
 
+_MATH = _MathProxy()  # stateless: one for every read of math
+
+
 def _stdlib(filename: str) -> bool:
     """Whether ``filename`` is the standard library's (not an installed package's)."""
     from augment_ops.state import library_file
@@ -438,10 +441,10 @@ class Rebinder:
         if _copied(v):
             return self._copy(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
-            return getattr(_MathProxy(), v.__name__)  # from math import sqrt
+            return getattr(_MATH, v.__name__)  # from math import sqrt
         if isinstance(v, types.ModuleType):
             if v is math:
-                return _MathProxy()
+                return _MATH
             if _proxied(v):
                 held = self._modules.get(id(v))
                 if held is None:
