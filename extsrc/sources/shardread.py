@@ -18,6 +18,7 @@ __all__ = ["RemoteShard", "check_range", "check_size", "read_range"]
 
 _REMOTE_BLOCK = 8 << 20  # the largest block read at once while indexing a remote shard
 _REMOTE_MIN_BLOCK = 64 << 10  # the block read after skipping a large member
+_NEAR = 1 << 20  # a skip this short is read through: cheaper than one more request
 
 
 _LOCK = threading.Lock()
@@ -117,10 +118,10 @@ class RemoteShard:
     transient failures, counted in :attr:`Storage.stats`, never kept in its cache.
 
     Indexing seeks from header to header. A read that misses the block held fetches a new
-    block from that position: ``min_block`` bytes after a jump (a member larger than the block
-    was skipped: only its next header is needed), doubling up to ``max_block`` while the reads
-    stay near the block before (small members: the shard is then read in large sequential
-    blocks, as one whole read would, but each block retried on its own).
+    block from that position: ``min_block`` bytes after a jump of over 1 MiB (a member that
+    large was skipped: only its next header is needed), doubling up to ``max_block`` while the
+    reads stay near the block before (members up to about 1 MB: the shard is then read in
+    large sequential blocks, as one whole read would, but each block retried on its own).
     """
 
     def __init__(self, storage: Storage, url: str, *, min_block: int = _REMOTE_MIN_BLOCK,
@@ -150,7 +151,11 @@ class RemoteShard:
             return b""
         held_end = self._start + len(self._data)
         if not (self._start <= self._pos and end <= held_end):
-            near = bool(self._data) and held_end <= self._pos < held_end + self._block
+            # Near: within the block held, or a skip of at most _NEAR bytes past it, which
+            # costs less to read through than a request of its own (members of a few hundred
+            # kB, typical JPEGs, would otherwise take one ranged GET each).
+            near = bool(self._data) and self._start <= self._pos < held_end + max(self._block,
+                                                                                  _NEAR)
             self._block = min(self._max, self._block * 2) if near else self._min
             length = min(self.size, max(end, self._pos + self._block)) - self._pos
             self._data = self.storage.read_range(self.url, self._pos, length, cache=False)
