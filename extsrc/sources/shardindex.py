@@ -12,10 +12,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from extsrc._util.textsafe import shown
 from extsrc.sources.fileread import FileReadProblem
+from extsrc.sources.labels import _INT64_MAX, _INT_RE
 from extsrc.sources.shardnames import is_remote_shard
 from extsrc.sources.shardread import RemoteShard
 from extsrc.sources.storage import Storage
@@ -49,8 +48,6 @@ SHARD_REASONS: dict[str, tuple[str, str]] = {
 # webdataset's split of a member name into key and extension: the directory part and the file
 # name up to its first dot, then the rest of the file name.
 _KEY_RE = re.compile(r"((?:.*/|)[^.]+)[.]([^/]*)\Z", re.DOTALL)
-_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
-_INT64_MAX = int(np.iinfo(np.int64).max)
 _LABEL_MAX_BYTES = 1 << 20  # a cls/json member larger than this is not a label
 
 

@@ -205,19 +205,16 @@ class ShardManifest(Manifest):
         out: list[bytes | FileReadProblem | None] = [None] * len(indices)
         remote: list[tuple[int, tuple[str, int, int]]] = []
         for k, i in enumerate(indices):
-            shard, offset, size, _, _ = self.range(int(i))
-            if self.is_remote(int(i)):
-                try:
-                    check_size(size, max_bytes)
-                except FileReadProblem as e:
-                    out[k] = e
+            shard, offset, size, storage, stamp = self.range(int(i))
+            try:
+                check_size(size, max_bytes)
+                if not self.is_remote(int(i)):  # one pread, here
+                    out[k] = read_range(shard, offset, size, storage, stamp)
                     continue
-                remote.append((k, (shard, offset, size)))
-            else:
-                try:
-                    out[k] = self.read(int(i), max_bytes=max_bytes)
-                except FileReadProblem as e:
-                    out[k] = e
+            except FileReadProblem as e:
+                out[k] = e
+                continue
+            remote.append((k, (shard, offset, size)))
         if remote:
             assert self.storage is not None  # set for every manifest with a URL shard
             got = self.storage.read_ranges([r for _, r in remote])
