@@ -153,20 +153,18 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             prefix = pending.pop()
             session.start(prefix)
             try:
-                out, rng = _run_path(f, session, params, random, prefix, pending)
+                out, rng = _run_path(f, session, params, random)
             except MadeWithoutImage as e:  # refused only if no other path is
-                deferred = deferred or e
-                pending.extend((*session.decisions[:i], not session.decisions[i])
-                               for i in range(len(prefix), len(session.decisions)))
-                continue
+                deferred, out, rng = deferred or e, None, None
+            # The other outcome of each decision this run took past its prefix: traced later.
+            pending.extend((*session.decisions[:i], not session.decisions[i])
+                           for i in range(len(prefix), len(session.decisions)))
             if rng is not None:
                 draws = builtins.max(draws, rng.slots_used)
-            if out is None:  # the path raises: a run-time check for its samples
+            if out is None:  # the path raises (a run-time check for its samples), or is deferred
                 continue
             outs, refused = _path_outputs(out, session, num_outputs, np.dtype(dtype), ndim)
             deferred = deferred or refused
-            for i in range(len(prefix), len(session.decisions)):
-                pending.append((*tuple(session.decisions[:i]), not session.decisions[i]))
             if outs is None:
                 continue
             done.append((list(session.conds), list(session.decisions), outs))
@@ -208,11 +206,11 @@ def _path_outputs(out: Any, session: _Session, num_outputs: int, dtype: np.dtype
         return None, _constant_refusal(e, session)
 
 
-def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], random: bool,
-              prefix: tuple[bool, ...], pending: list[tuple[bool, ...]]) -> tuple[Any, Any]:
-    """One run of the op along the branch decisions ``prefix``: ``(its result, its rng)``, or
-    ``(None, rng)`` where numpy raises on that path for the samples taking it (a guard, the
-    other decisions queued in ``pending``); any other failure is a :class:`TraceError`."""
+def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any],
+              random: bool) -> tuple[Any, Any]:
+    """One run of the op along the session's branch decisions: ``(its result, its rng)``, or
+    ``(None, rng)`` where numpy raises on that path for the samples taking it (a guard); any
+    other failure is a :class:`TraceError`."""
     img_node = _new("input", (), (), np.uint8,
                     (_new("in_dim", (), (0,), np.int64, (), weak=True),
                      _new("in_dim", (), (1,), np.int64, (), weak=True), CHANNELS))
@@ -242,8 +240,6 @@ def _run_path(f: Callable[..., Any], session: _Session, params: dict[str, Any], 
         if raised and guard_path(type(e), message, location):
             # numpy raises this for the samples taking this branch alone: a run-time
             # check raises it for them, and the other branches are traced on
-            pending.extend((*session.decisions[:i], not session.decisions[i])
-                           for i in range(len(prefix), len(session.decisions)))
             return None, rng
         where = f", inside {inner}" if inner and inner != location else ""
         raise TraceError(f"{type(e).__name__}: {message}{where}", location) from e
