@@ -221,6 +221,42 @@ def test_native_path_refuses_a_random_empty_output_as_numpy_does(tmp_path):
                       r"output 0 is empty \(shape \(7, 0, 3\)\)")
 
 
+def _columns_op(k):
+    @unregistered(num_outputs=k)
+    def u_columns(img):
+        w = img.shape[1]
+        return tuple(img[:, :w // j] for j in range(2, k + 2))  # empty where w < j
+    return u_columns
+
+
+def _check_operator_kinds(op):
+    """The operators of ``op``'s traced graph with its per-sample check, by kind."""
+    from collections import Counter
+
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    from augment_ops.lower_dali import emit
+
+    pipe = Pipeline(batch_size=2, num_threads=1, device_id=None)
+    with pipe:
+        img = fn.external_source(source=lambda: [np.zeros((4, 9, 3), np.uint8)] * 2, batch=True,
+                                 layout="HWC")
+        info = fn.external_source(source=lambda: [np.zeros(3, np.int64)] * 2, batch=True)
+        pipe.set_outputs(*emit(trace_op(op), img, info=info, check=lambda rows, infos: rows))
+    pipe.build()
+    return Counter(type(o._op).__name__ for o in pipe._ops if o._op is not None)
+
+
+def test_the_check_of_many_output_sizes_takes_a_fixed_number_of_operators():
+    """Each output of ``img[:, :w // j]`` adds its own division and slice; the check of all
+    their sizes stays one stack, one reduction and one comparison, whatever their number."""
+    two, six = _check_operator_kinds(_columns_op(2)), _check_operator_kinds(_columns_op(6))
+    assert six["_ArithmeticGenericOp"] - two["_ArithmeticGenericOp"] == 4  # w // 4 ... w // 7
+    for kind in ("Min", "Stack", "Constant", "Split", "Merge", "PythonFunction"):
+        assert six[kind] == two[kind], kind
+
+
 # -- values numpy returns where DALI raised --------------------------------------------------------
 INT_TYPES = [np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64]
 

@@ -239,23 +239,41 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
             raise ValueError("a check needs the pipeline's info; pass info=")
         import nvidia.dali.math as dmath
 
+        # Every operator here runs for every batch, failing samples or not: the predicate takes
+        # a fixed handful of operators however many guards and output sizes there are (one
+        # reduction over each vector), not two per value (a comparison and an ``&``).
         oks = []
         if min_size > 1:
             oks.append(dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64))
         # A guard on pixel values (the op's ``if img.max() > 250: raise``) is computed where
         # the image is; the check's predicate is a CPU value.
-        flags = [_on_cpu(em.value(g.bad)) for g in traced.guards]
-        oks += [f == _constant(False, np.dtype(np.bool_)) for f in flags]
-        dims = [int(d.value) if isinstance(d, Node) and d.op == "const" else d
-                for k in layout.outputs for d in traced.outputs[k].shape]
-        oks += [em.value(d) >= _constant(1, np.int64) for d in dims if isinstance(d, Node)]
+        i64 = _dali_type(np.dtype(np.int64))
+        flags = [fn.cast(_on_cpu(em.value(g.bad)), dtype=i64) for g in traced.guards]
+        known: dict[int, Any] = {}  # one operator per constant size (the channels), not per use
+
+        def size(d: Node | int) -> Any:
+            if isinstance(d, Node) and d.op == "const":
+                d = int(d.value)
+            if isinstance(d, Node):
+                return em.value(d)
+            if int(d) not in known:
+                known[int(d)] = _constant_node(np.int64(d), np.int64)
+            return known[int(d)]
+
+        dims = [size(d) for k in layout.outputs for d in traced.outputs[k].shape]
+        parts = [em.shape]
+        if flags:  # no guard raised: the largest flag is 0
+            parts.append(fn.stack(*flags))
+            worst = flags[0] if len(flags) == 1 else fn.reductions.max(parts[-1])
+            oks.append(worst == _constant(0, np.int64))
+        if dims:  # no output empty: the smallest size is at least 1
+            parts.append(fn.stack(*dims))
+            worst = dims[0] if len(dims) == 1 else fn.reductions.min(parts[-1])
+            oks.append(worst >= _constant(1, np.int64))
         ok = oks[0]
         for more in oks[1:]:
             ok = ok & more
-        values = [fn.cast(f, dtype=_dali_type(np.dtype(np.int64))) for f in flags]
-        values += [em.value(d) if isinstance(d, Node) else _constant_node(np.int64(d), np.int64)
-                   for d in dims]
-        rows = fn.cat(em.shape, fn.stack(*values)) if values else em.shape
+        rows = fn.cat(*parts) if len(parts) > 1 else em.shape
         rows_ok, rows_bad = fn._conditional.split(rows, predicate=ok)
         _, info_bad = fn._conditional.split(info, predicate=ok)
         checked = fn.python_function(rows_bad, info_bad, function=check,
