@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from extsrc._dali import KNOWN_VERSIONS, dali_version
+from extsrc._dali.handoff import handing_over
 from extsrc._util.forks import STARTING
 
 __all__ = ["build", "overlaps"]
@@ -62,16 +63,17 @@ def overlaps(pipe: Any) -> bool:
 
 def build(pipe: Any) -> None:
     """Build ``pipe`` as ``pipe.build()`` does, starting its workers on another thread. The
-    workers start under :data:`extsrc._util.forks.STARTING`, as extsrc's op workers do."""
+    workers start under :data:`extsrc._util.forks.STARTING`, as extsrc's op workers do, and
+    receive their sources' large state by file (:mod:`extsrc._dali.handoff`)."""
     if not overlaps(pipe):
-        with STARTING:
+        with STARTING, handing_over():
             pipe.build()
         return
     failed: list[BaseException] = []
 
     def start_workers() -> None:
         try:
-            with STARTING:
+            with STARTING, handing_over():
                 pipe.start_py_workers()
         except BaseException as e:  # raised again on the building thread
             failed.append(e)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from extsrc._dali.handoff import outgoing
 from extsrc._util.orphan import exit_with_parent
 from extsrc._util.textsafe import shown
 from extsrc.errors import BadImageError, SampleReadError
@@ -188,6 +189,10 @@ class ShardedSource:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_cached"] = None  # cheap to recompute; keeps the pickle small
+        # Sent to a starting reader process by file when large (extsrc._dali.handoff): through
+        # the spawn pipe, a large source makes the readers start one after another.
+        for big in ("manifest", "indices"):
+            state[big] = outgoing(state[big])
         return state
 
     def plan(self, epoch: int) -> ShardPlan:

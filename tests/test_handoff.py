@@ -1,0 +1,69 @@
+"""``extsrc._dali.handoff``: a reader's large state travels to a spawned reader by file, so that
+the spawn pipe (64 KiB) does not make the readers start one after another."""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+
+import numpy as np
+import pytest
+from helpers import write_dataset
+
+import extsrc
+from extsrc._dali import handoff
+
+
+@pytest.fixture()
+def private_tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _handoff_dirs(root):
+    return sorted(p.name for p in root.glob("extsrc-handoff-*"))
+
+
+def test_outside_a_start_every_object_is_left_as_it_is():
+    big = np.arange(100_000)
+    assert handoff.outgoing(big) is big
+
+
+def test_a_large_object_pickles_as_its_file_and_loads_equal(private_tmp):
+    big = {"paths": [f"images/{i:07d}.jpg" for i in range(20_000)], "labels": np.arange(20_000)}
+    small = {"n": 3}
+    with handoff.handing_over():
+        sent = pickle.dumps(handoff.outgoing(big))
+        assert handoff.outgoing(small) is small
+        assert len(sent) < 1024 < handoff.MIN_BYTES < len(pickle.dumps(big))
+        got = pickle.loads(sent)
+        assert _handoff_dirs(private_tmp)  # the file is there while readers start
+    assert got["paths"] == big["paths"] and np.array_equal(got["labels"], big["labels"])
+    assert _handoff_dirs(private_tmp) == []  # and gone once they have
+
+
+def test_what_standard_pickle_cannot_write_is_left_to_the_callers_pickler(private_tmp):
+    local = [lambda x: x] * 10_000
+    with handoff.handing_over():
+        assert handoff.outgoing(local) is local
+    assert _handoff_dirs(private_tmp) == []
+
+
+@pytest.mark.slow
+def test_spawned_readers_of_a_large_manifest_deliver_every_sample_once(tmp_path, private_tmp):
+    """2,000 samples pickle to well over the spawn pipe's 64 KiB: the readers get the manifest
+    by file, deliver each sample once, and leave no file behind."""
+    n = 2_000
+    manifest = write_dataset(tmp_path / "data", n, fmt="jpg", size=(8, 8), label_fn=lambda i: i)
+    m = extsrc.read_manifest(manifest)
+    assert len(pickle.dumps(m)) > 64 * 1024
+    from extsrc.sources.images import ShardedSource
+
+    with handoff.handing_over():  # what DALI writes to each reader's pipe
+        assert len(pickle.dumps(ShardedSource(m, batch_size=100))) < 8 * 1024
+    loader = extsrc.Loader(m, batch_size=100, resize=8, device="cpu", shuffle=True, seed=1,
+                           workers=extsrc.Workers(num_workers=2, start_method="spawn"))
+    labels = np.concatenate([b["label"].numpy().ravel() for b in loader])
+    assert sorted(labels.tolist()) == list(range(n))
+    assert _handoff_dirs(private_tmp) == []
+    loader.close()
