@@ -63,7 +63,7 @@ def outgoing(obj: Any) -> Any:
         return obj
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # noqa: BLE001 - left to the caller's pickler (cloudpickle, DALI's)
+    except Exception:  # left to the caller's pickler (cloudpickle, DALI's)
         return obj
     if len(data) < MIN_BYTES:
         return obj
