@@ -636,6 +636,20 @@ def test_a_merged_get_reads_at_most_coalesce_span_bytes(
     assert storage.stats.reads >= N / 2 and storage.stats.bytes <= storage.stats.reads * 4096
 
 
+def test_members_of_a_merged_get_are_cached_one_by_one(
+        tmp_path, s3_server, fault_proxy, index_bucket) -> None:  # noqa: F811
+    """With ``cache_dir``, each member a merged GET brought is kept under its own range, so
+    the next read of any of them, merged or not, asks the server nothing."""
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), cache_dir=tmp_path / "c")
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset()
+    assert remote.read_many(list(range(N))) == [png(i) for i in range(N)]
+    assert gets(fault_proxy) == storage.stats.reads == SHARDS
+    assert remote.read_many([3, 17, 8]) == [png(3), png(17), png(8)] and remote.read(9) == png(9)
+    assert gets(fault_proxy) == SHARDS and storage.stats.cache_hits == 4
+
+
 @pytest.mark.parametrize("fault", ["slowdown", "drop"])
 def test_a_merged_get_is_retried_and_counted(
         s3_server, fault_proxy, index_bucket, fault) -> None:  # noqa: F811
