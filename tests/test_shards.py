@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import pickle
 import subprocess
 import sys
 import tarfile
@@ -714,6 +715,17 @@ def test_a_shard_deleted_mid_epoch_names_its_members(
     assert [i for i in range(N) if pads[i]] == list(range(5, 10))
     assert [(p.index, p.reason, p.path) for p in loader.skipped] == [
         (i, "missing", f"{gone}/{i:06d}.png") for i in range(5, 10)]
+
+
+def test_coalesce_settings_are_checked_and_travel_to_reader_processes() -> None:
+    with pytest.raises(ValueError, match=r"storage coalesce_gap must be >= 0, got -1"):
+        Storage(coalesce_gap=-1)
+    with pytest.raises(ValueError, match=r"storage coalesce_span must be >= 1, got 0"):
+        Storage(coalesce_span=0)
+    with pytest.raises(TypeError, match=r"storage coalesce_gap must be an int, got float"):
+        Storage(coalesce_gap=1.5)
+    got = pickle.loads(pickle.dumps(Storage(coalesce_gap=None, coalesce_span=4096)))
+    assert (got.coalesce_gap, got.coalesce_span) == (None, 4096)
 
 
 @given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 700)), max_size=30),
