@@ -20,13 +20,18 @@ Variants:
   this process) and read through ``s3://`` URLs;
 - ``shards_s3_<L>ms`` (``--s3-latency L``): the same through the test suite's proxy
   (``tests/storage_server.py``) adding ``L`` ms to every request, as a remote bucket would.
+  ``--s3-coalesce-gap`` sets the storage's ``coalesce_gap`` (``none``: one GET per member).
 
 Reported per variant, medians over ``--repeats`` rounds (rounds interleave the variants, every
 other round in reverse order):
 ``build`` (constructing the loader: for shards, indexing them), ``first_batch`` (``iter`` and
 the first batch: the pipeline build and reader start), ``images_per_s`` over ``--epochs`` full
-epochs after the first batch; and ratios of images/s paired round by round (``shards/files``,
-``shards/webdataset``, ...), which a busy machine's drift disturbs less.
+epochs after the first batch, and for the S3 variants the storage's counts per epoch:
+``gets_per_epoch`` (ranged GETs), ``mb_per_epoch`` (MB they read) and ``amplification`` (bytes
+read over the bytes of the members used; the loader's counts include the batches its readers
+read ahead into the next epoch, so they run slightly over one epoch's); and ratios of
+images/s paired round by round (``shards/files``, ``shards/webdataset``, ...), which a busy
+machine's drift disturbs less.
 
     python benchmarks/bench_shards.py --n 1024 --shards 8 --batch-size 64 --resize 224 \
         --workers 2 --repeats 3 --s3 --out benchmarks/results/2026-11-25_cpu2_shards.json
@@ -76,6 +81,14 @@ def write_shards(manifest: Path, out: Path, shards: int) -> str:
     return pattern
 
 
+def storage_counts(stats: dict, before: dict | None, epochs: int) -> dict[str, float]:
+    """GETs and MB per epoch, and the read amplification, from storage stats (less
+    ``before``, the counts of indexing in the same process)."""
+    d = {k: stats[k] - (before or {}).get(k, 0) for k in ("reads", "bytes", "bytes_used")}
+    return {"gets_per_epoch": d["reads"] / epochs, "mb_per_epoch": d["bytes"] / epochs / 1e6,
+            "amplification": d["bytes"] / max(1, d["bytes_used"])}
+
+
 def run_extsrc(source, args) -> dict[str, float]:
     from data import time_epochs
 
@@ -92,8 +105,11 @@ def run_extsrc(source, args) -> dict[str, float]:
 
         sync = torch.cuda.synchronize
     t = time_epochs(loader, args.epochs, sync)
-    return {"build": t1 - t0, "first_batch": t["first_batch"],
-            "images_per_s": t["images"] / t["seconds"]}
+    out = {"build": t1 - t0, "first_batch": t["first_batch"],
+           "images_per_s": t["images"] / t["seconds"]}
+    if getattr(source, "storage", None) is not None:  # the readers' counts, added up
+        out.update(storage_counts(loader.storage_stats(), None, args.epochs))
+    return out
 
 
 def run_reader(source, args) -> dict[str, float]:
@@ -108,12 +124,17 @@ def run_reader(source, args) -> dict[str, float]:
         source = source()
     manifest = read_manifest(source) if isinstance(source, str) else source
     src = ShardedSource(manifest, batch_size=args.batch_size, shuffle=True, seed=0)
+    storage = getattr(manifest, "storage", None)
+    before = None if storage is None else storage.stats.as_dict()
     t1 = time.perf_counter()
     n = 0
     for b in range(len(src)):
         n += len(src(SimpleNamespace(iteration=b, epoch_idx=0))[0])
     t2 = time.perf_counter()
-    return {"build": t1 - t0, "first_batch": 0.0, "images_per_s": n / (t2 - t1)}
+    out = {"build": t1 - t0, "first_batch": 0.0, "images_per_s": n / (t2 - t1)}
+    if storage is not None:
+        out.update(storage_counts(storage.stats.as_dict(), before, 1))
+    return out
 
 
 def run_webdataset(pattern: str, args) -> dict[str, float]:
@@ -194,6 +215,9 @@ def main() -> None:
     p.add_argument("--s3-latency", type=float, action="append", default=[],
                    help="with --s3: also through a proxy adding this many ms per request "
                         "(repeatable)")
+    p.add_argument("--s3-coalesce-gap", default=str(1 << 20),
+                   help="with --s3: the storage's coalesce_gap in bytes (members of a shard this "
+                        "close read with one GET), or 'none': one GET per member")
     p.add_argument("--data", default="/tmp/extsrc_bench_shards")
     p.add_argument("--variants", default="read_files,read_shards,files,shards,webdataset",
                    help="comma-separated; with --s3, S3 variants (shards_s3, shards_s3_<L>ms, and "
@@ -218,17 +242,20 @@ def main() -> None:
         from storage_server import FaultProxy, Faults, S3Server
 
         from extsrc import read_shards
+        from extsrc.sources.storage import Storage
 
+        gap = None if args.s3_coalesce_gap == "none" else int(args.s3_coalesce_gap)
         server = S3Server().__enter__()
         server.make_bucket("bench-shards")
         server.upload_tree(Path(pattern).parent, "bench-shards", "train")
         url = f"s3://bench-shards/train/{Path(pattern).name}"
-        sources["shards_s3"] = lambda: read_shards(url, storage_options=server.storage_options())
+        sources["shards_s3"] = lambda: read_shards(url, storage_options=Storage(
+            server.storage_options(), coalesce_gap=gap))
         for ms in latencies:
             proxy = FaultProxy(server.endpoint, Faults(delay=ms / 1000)).__enter__()
             proxies.append(proxy)
             sources[f"shards_s3_{ms:g}ms"] = lambda e=proxy.endpoint: read_shards(
-                url, storage_options=server.storage_options(e))
+                url, storage_options=Storage(server.storage_options(e), coalesce_gap=gap))
 
     rounds: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
@@ -261,21 +288,28 @@ def main() -> None:
                for v, rs in rounds.items()}
     for v, m in medians.items():
         print(f"median {v:12s} build {m['build']:.3f} s  first_batch {m['first_batch']:.3f} s  "
-              f"{m['images_per_s']:.0f} images/s")
+              f"{m['images_per_s']:.0f} images/s" + (
+                  f"  {m['gets_per_epoch']:.0f} GETs/epoch  {m['mb_per_epoch']:.1f} MB/epoch  "
+                  f"amplification {m['amplification']:.2f}" if "gets_per_epoch" in m else ""))
     ratios = paired_ratios(rounds)
     for name, r in ratios.items():
         print(f"paired {name:26s} median {r['median']:.2f}  rounds {r['rounds']}")
     if args.out:
         import nvidia.dali
         import torch
-        import webdataset
+
+        try:
+            import webdataset
+            wds_version = webdataset.__version__
+        except ImportError:  # the variants run without it need none
+            wds_version = None
 
         Path(args.out).write_text(json.dumps({
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                         "dali": nvidia.dali.__version__, "torch": torch.__version__,
-                        "webdataset": webdataset.__version__},
+                        "webdataset": wds_version},
             "args": vars(args), "mean_image_bytes": mean_bytes,
             "medians": medians, "paired_ratios": ratios, "rounds": rounds,
         }, indent=1) + "\n")

@@ -11,12 +11,15 @@ shards read from a local S3 server (moto) through ``s3://`` URLs.
 from __future__ import annotations
 
 import io
+import itertools
 import os
+import pickle
 import subprocess
 import sys
 import tarfile
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,10 +30,17 @@ from PIL import Image
 from storage_server import Faults, fault_proxy, s3_server  # noqa: F401
 
 from extsrc import BadFiles, Loader, Sampling, Workers, read_manifest, read_shards, validate
-from extsrc.errors import BadImageError, ManifestError, ManifestFileNotFoundError
+from extsrc.errors import (
+    BadImageError,
+    ManifestError,
+    ManifestFileNotFoundError,
+    SampleReadError,
+)
 from extsrc.sources.fileread import FileReadProblem
+from extsrc.sources.images import ShardedSource
+from extsrc.sources.rangemerge import merge_ranges
 from extsrc.sources.shards import ShardManifest, expand_shards
-from extsrc.sources.storage import Storage
+from extsrc.sources.storage import Storage, StorageStats
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*external source node.*:Warning")
 
@@ -472,7 +482,7 @@ def test_shards_over_s3_read_like_local_ones(tmp_path, s3_server, fault_proxy, p
     assert fault_proxy.counts.slowdown > 0  # the faults happened and were ridden out
     # The ranged reads went through the storage layer: counted, and its retries with them.
     stats = loader.storage_stats()
-    assert stats["reads"] >= N and stats["retries"] >= 1
+    assert stats["bytes_used"] >= int(local.sizes.sum()) and stats["retries"] >= 1
     assert stats["retried_reasons"] and stats["failures"] == 0
     # A batch's ranged reads go out together, up to the storage's concurrency, and come back
     # in batch order.
@@ -562,6 +572,177 @@ def test_indexing_a_missing_denied_or_unreachable_url_shard_names_it(
     with pytest.warns(UserWarning, match="missing_shard"):
         m = read_shards([url, index_bucket["train"]], on_error="skip", storage_options=so)
     assert len(m) == N and [(p.shard, p.reason) for p in m.skipped] == [(url, "missing_shard")]
+
+
+# -- merged range reads ---------------------------------------------------------------------------
+
+
+def gets(proxy) -> int:
+    """The GET requests ``proxy`` forwarded or failed since its last reset."""
+    return sum(n for k, n in proxy.counts.per_key.items() if k.startswith("GET "))
+
+
+def epoch_reads(manifest: ShardManifest, batch_size: int, seed: int = 3
+                ) -> tuple[list[int], list[bytes], int]:
+    """One epoch of what a reader process does (``ShardedSource``, shuffled): the manifest
+    indices in order, their bytes, and the (batch, shard) pairs the batches touch."""
+    src = ShardedSource(manifest, batch_size=batch_size, shuffle=True, seed=seed)
+    indices: list[int] = []
+    data: list[bytes] = []
+    touched = 0
+    for b in range(len(src)):
+        got, _, info = src(SimpleNamespace(iteration=b, epoch_idx=0))
+        indices += info[:, 0].tolist()
+        data += [g.tobytes() for g in got]
+        touched += len({int(manifest.shard_of[i]) for i in info[:, 0]})
+    return indices, data, touched
+
+
+@pytest.mark.parametrize("gap", [None, 1 << 20])
+def test_a_batch_reads_each_shard_it_touches_with_one_get(
+        s3_server, fault_proxy, pattern, index_bucket, gap) -> None:  # noqa: F811
+    """Members of one shard that one batch needs, a few kB apart, come in one ranged GET
+    (``coalesce_gap=None``: one GET per member), split back into each member's exact bytes."""
+    local = read_shards(pattern)
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), coalesce_gap=gap)
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset()
+    indices, data, touched = epoch_reads(remote, batch_size=5)  # 4 batches
+    assert sorted(indices) == list(range(N)) and data == [png(i) for i in indices]
+    stats = storage.stats
+    assert stats.bytes_used == int(local.sizes.sum()) and stats.failures == 0
+    if gap is None:
+        assert gets(fault_proxy) == stats.reads == N
+        assert stats.bytes == stats.bytes_used
+    else:
+        assert gets(fault_proxy) == stats.reads == touched < N
+        # The bytes between a shard's members (labels, headers) are read too: at most the
+        # shard per batch that touches it.
+        assert stats.bytes_used < stats.bytes <= touched * max(
+            os.path.getsize(x) for x in local.shards)
+
+
+def test_a_merged_get_reads_at_most_coalesce_span_bytes(
+        s3_server, fault_proxy, index_bucket) -> None:  # noqa: F811
+    """Members 3 kB apart with ``coalesce_span=4096``: two to a GET at most, never more bytes
+    per GET than the bound, every member's bytes exact."""
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), coalesce_span=4096)
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset()
+    indices = [int(i) for i in np.random.default_rng(5).permutation(N)]
+    assert remote.read_many(indices) == [png(i) for i in indices]
+    assert SHARDS < gets(fault_proxy) == storage.stats.reads < N
+    assert storage.stats.reads >= N / 2 and storage.stats.bytes <= storage.stats.reads * 4096
+
+
+def test_members_of_a_merged_get_are_cached_one_by_one(
+        tmp_path, s3_server, fault_proxy, index_bucket) -> None:  # noqa: F811
+    """With ``cache_dir``, each member a merged GET brought is kept under its own range, so
+    the next read of any of them, merged or not, asks the server nothing."""
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), cache_dir=tmp_path / "c")
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset()
+    assert remote.read_many(list(range(N))) == [png(i) for i in range(N)]
+    assert gets(fault_proxy) == storage.stats.reads == SHARDS
+    assert remote.read_many([3, 17, 8]) == [png(3), png(17), png(8)] and remote.read(9) == png(9)
+    assert gets(fault_proxy) == SHARDS and storage.stats.cache_hits == 4
+
+
+@pytest.mark.parametrize("fault", ["slowdown", "drop"])
+def test_a_merged_get_is_retried_and_counted(
+        s3_server, fault_proxy, index_bucket, fault) -> None:  # noqa: F811
+    """Every shard's first two GETs answer 503 SlowDown (or reset the connection): each
+    shard's one merged GET of the batch is retried, counted, and its members come back whole."""
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), backoff=0.01)
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset(Faults(**{fault: 1.0}, times=2))
+    indices, data, touched = epoch_reads(remote, batch_size=N)  # one batch: every shard
+    assert data == [png(i) for i in indices] and touched == SHARDS
+    assert getattr(fault_proxy.counts, fault) == 2 * SHARDS
+    # A reset on a reused keep-alive connection is retried once by the HTTP client itself
+    # before extsrc sees it; every 503 reaches extsrc.
+    least = SHARDS if fault == "drop" else 2 * SHARDS
+    assert least <= storage.stats.retries <= 2 * SHARDS and storage.stats.failures == 0
+    assert storage.stats.reads == SHARDS and sum(storage.stats.retried_reasons.values()) == \
+        storage.stats.retries
+
+
+def test_a_merged_get_that_still_fails_is_told_per_member(
+        s3_server, fault_proxy, index_bucket) -> None:  # noqa: F811
+    """Faults past the retries: the merged GET gives up, then each member is read on its own
+    and gives up too, so every member's place holds its own problem."""
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), retries=1, backoff=0.01)
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset(Faults(slowdown=1.0, times=100))
+    got = remote.read_many([0, 1, 2, 7])  # shard 0's three members merged, shard 1's alone
+    assert all(isinstance(g, FileReadProblem) and g.reason == "unreachable" for g in got), got
+    assert "after 2 attempts" in got[0].message
+    # The merged GET and the four members' own GETs, each tried twice.
+    assert gets(fault_proxy) == 2 * (1 + 4) and storage.stats.failures == 1 + 4
+    assert storage.stats.reads == 0 and storage.stats.retries == 1 + 4
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_shard_deleted_mid_epoch_names_its_members(
+        s3_server, pattern, on_error) -> None:  # noqa: F811
+    """A shard deleted after the loader started: its members' merged GET finds no object, and
+    each member is then named with the shard's URL (raised, or replaced and reported under
+    ``on_error="skip"``); the other shards' members are read as before."""
+    bucket = s3_server.make_bucket(f"extsrc-shard-deleted-{on_error}")
+    s3_server.upload_tree(Path(read_shards(pattern).shards[0]).parent, bucket, "train")
+    url = f"s3://{bucket}/train/train-{{000000..000003}}.tar"
+    remote = read_shards(url, storage_options=s3_server.storage_options())
+    gone = f"s3://{bucket}/train/train-000001.tar"
+    with Loader(remote, batch_size=N, shuffle=False, device="cpu",
+                workers=Workers(num_workers=1),
+                bad_files=BadFiles(on_error=on_error)) as loader:
+        s3_server.client().delete_object(Bucket=bucket, Key="train/train-000001.tar")
+        if on_error == "raise":
+            with pytest.raises(SampleReadError, match=rf"{gone}/000005\.png: no such object .*"
+                               r"\[missing\]"):
+                list(loader)
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            batch = next(iter(loader))
+    pads = batch["is_pad"].tolist()
+    assert batch["index"].tolist() == list(range(N))
+    assert [i for i in range(N) if pads[i]] == list(range(5, 10))
+    assert [(p.index, p.reason, p.path) for p in loader.skipped] == [
+        (i, "missing", f"{gone}/{i:06d}.png") for i in range(5, 10)]
+
+
+def test_coalesce_settings_are_checked_and_travel_to_reader_processes() -> None:
+    with pytest.raises(ValueError, match=r"storage coalesce_gap must be >= 0, got -1"):
+        Storage(coalesce_gap=-1)
+    with pytest.raises(ValueError, match=r"storage coalesce_span must be >= 1, got 0"):
+        Storage(coalesce_span=0)
+    with pytest.raises(TypeError, match=r"storage coalesce_gap must be an int, got float"):
+        Storage(coalesce_gap=1.5)
+    got = pickle.loads(pickle.dumps(Storage(coalesce_gap=None, coalesce_span=4096)))
+    assert (got.coalesce_gap, got.coalesce_span) == (None, 4096)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 700)), max_size=30),
+       st.integers(0, 1500), st.integers(1, 3000))
+@settings(max_examples=300, deadline=None)
+def test_merged_spans_hold_every_range_once_within_their_bounds(ranges, gap, span) -> None:
+    spans = merge_ranges(ranges, max_gap=gap, max_span=span)
+    held = sorted(k for sp in spans for k in sp.members)
+    assert held == list(range(len(ranges)))  # each range in exactly one span
+    for sp in spans:
+        members = [ranges[k] for k in sp.members]
+        assert sp.start == min(o for o, _ in members) and sp.end == max(o + n for o, n in members)
+        assert sp.end - sp.start <= span or len(sp.members) == 1
+    for a, b in itertools.pairwise(spans):  # in offset order; b's first range did not fit a
+        first = min(ranges[k] for k in b.members)
+        assert a.start <= b.start
+        assert first[0] - a.end > gap or max(a.end, sum(first)) - a.start > span
 
 
 # -- the tar header reader ------------------------------------------------------------------------

@@ -62,8 +62,8 @@ __all__ = [
 
 
 #: :meth:`Loader.storage_stats` of a manifest of local files (and ``retried_reasons={}``).
-NO_STORAGE_STATS = {"reads": 0, "bytes": 0, "retries": 0, "failures": 0, "cache_hits": 0,
-                    "processes": 0}
+NO_STORAGE_STATS = {"reads": 0, "bytes": 0, "bytes_used": 0, "retries": 0, "failures": 0,
+                    "cache_hits": 0, "processes": 0}
 
 
 def plan_run(config: LoaderConfig) -> RunPlan:
@@ -354,9 +354,11 @@ class Loader(Resumable):
             self.op_pool.close()
 
     def storage_stats(self) -> dict[str, Any]:
-        """For a manifest of URLs: what the reader processes did, added up: ``reads`` (objects),
-        ``bytes``, ``retries`` (transient failures retried), ``failures`` (objects given up
-        on), ``cache_hits``, ``retried_reasons`` (retries by exception type) and ``processes``.
+        """For a manifest of URLs: what the reader processes did, added up: ``reads`` (GETs),
+        ``bytes`` (read), ``bytes_used`` (of the objects and shard members those reads were for:
+        ``bytes / bytes_used`` is the read amplification of merged range reads), ``retries``
+        (transient failures retried), ``failures`` (reads given up on), ``cache_hits``,
+        ``retried_reasons`` (retries by exception type) and ``processes``.
         All zero for local files."""
         if self._storage_stats is None:
             return {**NO_STORAGE_STATS, "retried_reasons": {}}

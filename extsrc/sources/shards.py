@@ -16,10 +16,12 @@ Design: index the shards, then read byte ranges
     sample (every sample exactly once per epoch, the ranks' samples disjoint), ``last_batch``,
     ``state_dict()`` and an exact mid-epoch resume, ``on_error="skip"`` and
     :func:`extsrc.validate`. A sample read is one
-    positioned read (``os.pread``) of a shard file that each reader process keeps open, or one
+    positioned read (``os.pread``) of a shard file that each reader process keeps open, or a
     ranged request for a shard behind a URL (any fsspec protocol: ``s3://``, ``gs://``,
-    ``https://``): nothing decodes the tar stream while training, and a read costs fewer system
-    calls than opening a loose file.
+    ``https://``), shared by the members of that shard one batch needs that lie within
+    ``coalesce_gap`` of each other (:class:`~extsrc.sources.storage.Storage`): nothing decodes
+    the tar stream while training, and a read costs fewer system calls than opening a loose
+    file.
 
     A webdataset-style stream (shards split across ranks and workers, a bounded shuffle buffer,
     position = shard + offset) needs no index, but splits work in shard-sized blocks (ranks and
@@ -200,8 +202,10 @@ class ShardManifest(Manifest):
                   ) -> list[bytes | FileReadProblem]:
         """The image members of samples ``indices``, in that order, a failed read's place
         holding its :class:`~extsrc.sources.fileread.FileReadProblem`. Members of URL shards
-        are read together through :attr:`storage`, up to its ``concurrency`` ranged GETs in
-        flight; members of local shards by one ``pread`` each."""
+        are read together through :attr:`storage` (:meth:`Storage.read_ranges
+        <extsrc.sources.storage.Storage.read_ranges>`): the members of one shard that lie
+        close together in one ranged GET, up to its ``concurrency`` GETs in flight; members of
+        local shards by one ``pread`` each."""
         out: list[bytes | FileReadProblem | None] = [None] * len(indices)
         remote: list[tuple[int, tuple[str, int, int]]] = []
         for k, i in enumerate(indices):

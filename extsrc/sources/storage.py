@@ -9,6 +9,10 @@ A manifest, its ``root`` and its rows may be URLs (``s3://bucket/train/cat/1.jpg
 * :meth:`Storage.read_many` reads a batch with up to ``concurrency`` requests in flight (a
   thread pool per process), so throughput holds as the latency per request grows, and returns
   the bytes in the order asked;
+* :meth:`Storage.read_ranges` reads byte ranges (the members of tar shards) the same way, and
+  reads the ranges of one object that lie close together (gaps up to ``coalesce_gap``) with one
+  ranged GET of at most ``coalesce_span`` bytes, split back per range: a request per span, not
+  per member;
 * transient failures (HTTP 5xx, 429, ``SlowDown``/throttling, a reset or refused connection, a
   timeout) are retried ``retries`` times with exponential backoff and full jitter; the retries
   are counted (:attr:`Storage.stats`);
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extsrc.sources.fileread import FileReadProblem
+from extsrc.sources.rangemerge import Span, merge_ranges
 from extsrc.sources.urls import (
     PROTOCOL_EXTRAS,
     is_url,
@@ -207,18 +212,22 @@ def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> 
 
 @dataclass
 class StorageStats:
-    """Counts of one process's requests: objects read, bytes, retries (transient failures
-    retried), failures (objects given up on), cache hits."""
+    """Counts of one process's requests: reads (GETs answered), bytes (their bytes), retries
+    (transient failures retried), failures (reads given up on), cache hits, and
+    ``bytes_used``: the bytes of the objects and ranges those reads were made for, so that
+    ``bytes / bytes_used`` is the read amplification of merged range reads (1.0 without)."""
 
     reads: int = 0
     bytes: int = 0
+    bytes_used: int = 0
     retries: int = 0
     failures: int = 0
     cache_hits: int = 0
     retried_reasons: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reads": self.reads, "bytes": self.bytes, "retries": self.retries,
+        return {"reads": self.reads, "bytes": self.bytes, "bytes_used": self.bytes_used,
+                "retries": self.retries,
                 "failures": self.failures, "cache_hits": self.cache_hits,
                 "retried_reasons": dict(self.retried_reasons)}
 
@@ -314,6 +323,12 @@ class Storage:
         cache_dir: a local folder keeping a copy of every object read (later epochs read it
             instead of the network); ``None``: no cache.
         cache_bytes: the cache's size bound in bytes; least recently used objects are evicted.
+        coalesce_gap: :meth:`read_ranges` reads ranges of one object whose gap is at most this
+            many bytes with one GET (the gap's bytes are read and dropped); ``None``: one GET
+            per range. Default 1 MiB, about what one more request costs in time on one
+            connection to S3.
+        coalesce_span: the most bytes one such merged GET reads (a range larger than this is
+            read on its own): what it holds in memory, at most ``concurrency`` of them at once.
 
     A Storage is picklable: it carries its settings, never an open filesystem, pool or
     connection; each process creates its own on first use. :attr:`stats` counts that process's
@@ -331,6 +346,8 @@ class Storage:
         timeout: float = 20.0,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_bytes: int | None = None,
+        coalesce_gap: int | None = 1 << 20,
+        coalesce_span: int = 16 << 20,
     ) -> None:
         from extsrc._util.argcheck import check_int
 
@@ -352,6 +369,9 @@ class Storage:
         self.cache_dir = None if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
         self.cache_bytes = (None if cache_bytes is None
                             else check_int(cache_bytes, "storage cache_bytes", minimum=1))
+        self.coalesce_gap = (None if coalesce_gap is None
+                             else check_int(coalesce_gap, "storage coalesce_gap", minimum=0))
+        self.coalesce_span = check_int(coalesce_span, "storage coalesce_span", minimum=1)
         self.stats = StorageStats()
         self._init_local()
 
@@ -371,7 +391,8 @@ class Storage:
     def __repr__(self) -> str:  # never shows the options: they may hold credentials
         return (f"Storage({len(self.options)} fsspec option(s), "
                 f"concurrency={self.concurrency}, retries={self.retries}, "
-                f"cache_dir={self.cache_dir!r})")
+                f"cache_dir={self.cache_dir!r}, coalesce_gap={self.coalesce_gap}, "
+                f"coalesce_span={self.coalesce_span})")
 
     # -- per-process resources --------------------------------------------------------------
 
@@ -507,7 +528,7 @@ class Storage:
         if max_bytes is not None and len(data) > max_bytes:
             raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
                                                     f"{max_bytes:,} bytes")
-        self._count_read(data)
+        self._count_read(len(data), len(data))
         if cache is not None:
             cache.put(url, data)
         return data
@@ -523,36 +544,39 @@ class Storage:
             except FileReadProblem as e:
                 return e
 
-        if len(urls) <= 1:
-            return [one(u) for u in urls]
-        return list(self._executor().map(one, urls))
+        return self._map(one, urls)
 
     def read_range(self, url: str, offset: int, size: int, *, cache: bool = True) -> bytes:
         """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
         a tar shard), with :meth:`read`'s retries, counts and cache (``cache=False``: not kept
         in it, as for the blocks read to index a shard); fewer bytes than asked (the object is
         shorter) raise :class:`~extsrc.sources.fileread.FileReadProblem` ``unreadable``."""
-        protocol = url_protocol(url)
-        if protocol is None:
-            raise ValueError(f"not a storage URL: {url!r}")
-        key = f"{url}#bytes={offset}-{offset + size}"  # a cache entry per range
+        key = _range_key(url, offset, size)
         store = self._cache_or_none() if cache else None
         data = self._cache_hit(store, key)
         if data is not None:
             return data
+        data = self._get_range(url, offset, offset + size)
+        self._count_read(len(data), len(data))
+        if store is not None:
+            store.put(key, data)
+        return data
+
+    def _get_range(self, url: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``url`` in one ranged GET with retries (not counted as a
+        read: the caller counts the bytes it uses)."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
         fs = self.filesystem(protocol)
-        data = bytes(self._with_retries(
-            url, lambda: fs.cat_file(url, start=offset, end=offset + size)))
-        if len(data) != size:
+        data = bytes(self._with_retries(url, lambda: fs.cat_file(url, start=start, end=end)))
+        if len(data) != end - start:
             with self._res.lock:
                 self.stats.failures += 1
             raise FileReadProblem(
                 "unreadable",
-                f"the object ends {size - len(data):,} bytes before the range "
-                f"{offset:,}+{size:,} does: it changed since it was indexed (read it again)")
-        self._count_read(data)
-        if store is not None:
-            store.put(key, data)
+                f"the object ends {end - start - len(data):,} bytes before the range "
+                f"{start:,}+{end - start:,} does: it changed since it was indexed (read it again)")
         return data
 
     def info(self, url: str) -> dict[str, Any]:
@@ -574,25 +598,84 @@ class Storage:
                 self.stats.cache_hits += 1
         return data
 
-    def _count_read(self, data: bytes) -> None:
+    def _count_read(self, nbytes: int, used: int) -> None:
         with self._res.lock:
             self.stats.reads += 1
-            self.stats.bytes += len(data)
+            self.stats.bytes += nbytes
+            self.stats.bytes_used += used
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]
                     ) -> list[bytes | FileReadProblem]:
         """:meth:`read_range` of every ``(url, offset, size)``, with up to ``concurrency``
         requests in flight, in the order given; a failed read's place holds its
-        :class:`~extsrc.sources.fileread.FileReadProblem`."""
-        def one(r: tuple[str, int, int]) -> bytes | FileReadProblem:
-            try:
-                return self.read_range(*r)
-            except FileReadProblem as e:
-                return e
+        :class:`~extsrc.sources.fileread.FileReadProblem`.
 
-        if len(ranges) <= 1:
-            return [one(r) for r in ranges]
-        return list(self._executor().map(one, ranges))
+        Ranges of one object are merged (:func:`~extsrc.sources.rangemerge.merge_ranges`):
+        those with gaps of at most :attr:`coalesce_gap` bytes are read with one GET of at most
+        :attr:`coalesce_span` bytes, retried as one, and split back into each range's bytes
+        (each kept in the cache on its own, as :meth:`read_range` keeps it). A merged GET that
+        still fails is not the verdict on its ranges: each is then read on its own, so a
+        failure is the one of its own range (and a range that can be read is)."""
+        out: list[bytes | FileReadProblem | None] = [None] * len(ranges)
+        store = self._cache_or_none()
+        by_url: dict[str, list[int]] = {}
+        for k, (url, offset, size) in enumerate(ranges):
+            if url_protocol(url) is None:
+                raise ValueError(f"not a storage URL: {url!r}")
+            out[k] = self._cache_hit(store, _range_key(url, offset, size))
+            if out[k] is None:
+                by_url.setdefault(url, []).append(k)
+        spans: list[tuple[str, Span]] = []
+        for url, ks in by_url.items():
+            if self.coalesce_gap is None:
+                spans += [(url, Span(ranges[k][1], ranges[k][1] + ranges[k][2], (k,)))
+                          for k in ks]
+                continue
+            merged = merge_ranges([(ranges[k][1], ranges[k][2]) for k in ks],
+                                  max_gap=self.coalesce_gap, max_span=self.coalesce_span)
+            spans += [(url, Span(m.start, m.end, tuple(ks[j] for j in m.members)))
+                      for m in merged]
+
+        def one(k: int) -> tuple[int, bytes | FileReadProblem]:
+            try:
+                return k, self.read_range(*ranges[k])
+            except FileReadProblem as e:
+                return k, e
+
+        def span(item: tuple[str, Span]) -> list[tuple[int, bytes | FileReadProblem]] | None:
+            url, sp = item
+            if len(sp.members) == 1:
+                return [one(sp.members[0])]
+            try:
+                data = self._get_range(url, sp.start, sp.end)
+            except FileReadProblem:
+                return None  # read range by range below, for each range's own verdict
+            view = memoryview(data)
+            got = []
+            for k in sp.members:
+                _, offset, size = ranges[k]
+                piece = bytes(view[offset - sp.start:offset - sp.start + size])
+                if store is not None:
+                    store.put(_range_key(url, offset, size), piece)
+                got.append((k, piece))
+            self._count_read(len(data), sum(len(p) for _, p in got))
+            return got
+
+        results = self._map(span, spans)
+        for got in results:
+            for k, g in got or ():
+                out[k] = g
+        again = [k for (_, sp), got in zip(spans, results, strict=True) if got is None
+                 for k in sp.members]
+        for k, g in self._map(one, again):
+            out[k] = g
+        return out  # type: ignore[return-value]
+
+    def _map(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+        """``fn`` of every item, in order, on this process's pool when there are several."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self._executor().map(fn, items))
 
     def list_files(self, url: str) -> list[str]:
         """Every object under the folder URL ``url`` (recursively), as full URLs, sorted."""
@@ -613,6 +696,11 @@ class Storage:
                 return False
 
         return list(self._executor().map(one, urls)) if urls else []
+
+
+def _range_key(url: str, offset: int, size: int) -> str:
+    """The cache's name for a range of an object: one entry per range."""
+    return f"{url}#bytes={offset}-{offset + size}"
 
 
 def _range_refused(exc: BaseException) -> bool:
