@@ -164,7 +164,9 @@ class _Scalars:
                                         for m in n.args), n.args[0].dtype)
         val = val or self.value
         a, b = n.args
-        if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
+        if n.attrs[1:] == ("first",):
+            # A minimum the tracer proved equal to its first operand, or a maximum equal to it
+            # on every sample that does not raise (rng.integers' span).
             return val(a)
         lanes = _summed_lanes(n)
         if lanes is not None:  # r + g + b: one sum over the channels, exact in any order

@@ -302,11 +302,60 @@ def _min_operands(d: Node) -> tuple[Node, Node] | None:
     return None
 
 
+def _draw_below(p: Node) -> Node | None:
+    """``m`` where ``p`` is ``floor(u * m)`` (or its truncation) made an integer, ``u`` a
+    uniform draw in [0, 1) and ``m`` an integer the tracer bounds by ``1 <= m <= 2**53``
+    (``int((h - ch + 1) * rng.random())``): then ``p <= m - 1`` for every sample, as
+    :func:`augment_ops.trace.rng._floor_below` proves. Else None."""
+    p = _same_value(p)
+    if p.op != "cast" or p.dtype.kind not in "iu" or p.args[0].op != "un" or \
+            p.args[0].attrs[0] not in ("floor", "trunc"):
+        return None
+    x = _float64_of(p.args[0].args[0])
+    if x.op != "bin" or x.attrs[0] != "multiply" or x.dtype != np.float64:
+        return None
+    for u, f in (x.args, x.args[::-1]):
+        u, f = _float64_of(u), _float64_of(f)
+        if u.op != "uniform" or f.op != "cast" or f.args[0].dtype.kind not in "iu":
+            continue
+        m = f.args[0]
+        lo, up = lower(m), upper(m)
+        if lo is not None and up is not None and lo >= 1 and up <= 2**53:
+            return m
+    return None
+
+
+def _float64_of(d: Node) -> Node:
+    """``d`` without casts from float64 to float64 (weak to strong)."""
+    while d.op == "cast" and d.dtype == np.float64 and d.args[0].dtype == np.float64:
+        d = d.args[0]
+    return d
+
+
+def _below_draw_bound(p: Node, within: Callable[[Node], bool]) -> bool:
+    """Whether ``p`` is a draw below ``m`` (:func:`_draw_below`) with ``m - 1`` within the
+    bound ``within`` checks: ``m`` itself within it, or ``m`` is ``x + c`` (a constant
+    ``c <= 1``, so ``m - 1 <= x``) with ``x`` within it."""
+    m = _draw_below(p)
+    if m is None:
+        return False
+    if within(m):
+        return True
+    m = _same_value(m)
+    if m.op == "bin" and m.attrs[0] == "add" and m.dtype.kind in "iu":
+        for x, c in (m.args, m.args[::-1]):
+            if c.op == "const" and c.value.size == 1 and c.value.item() <= 1 and within(x):
+                return True
+    return False
+
+
 @_fact
 def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
     """Whether ``p <= n - q`` for every sample, from how ``p`` was computed: ``n - q`` itself,
     ``(n - q) // k``, ``min(n - q, ...)``, ``((n - q) + c) - c``, as offsets and crops write
     them."""
+    if _below_draw_bound(p, lambda m: _at_most_minus(m, n, q)):
+        return True  # int((n - q + 1) * u) <= n - q: a crop's start
     p = _same_value(p)
     if p.op != "bin":
         return False
@@ -343,12 +392,15 @@ def _at_most(a: Dim, b: Dim) -> bool:
     if not isinstance(a, Node):
         low = lower(b)
         return isinstance(a, int) and low is not None and a <= low  # 1 <= h + 2
-    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
-            and a.value.item() <= 0 and _nonneg(b):
-        return True
+    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu":
+        low = lower(b)  # 1 <= max(h - 4, 1), as a checked span of rng.integers is
+        if low is not None and a.value.item() <= low:
+            return True
     if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu" \
             and _keeps_values(a) and _at_most(a.args[0], b):
         return True
+    if _below_draw_bound(a, lambda m: _at_most(m, b)):
+        return True  # int((h - ch + 1) * u) <= h
     if a.op == "bin":
         x, y = a.args
         name = a.attrs[0]
