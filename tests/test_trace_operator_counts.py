@@ -1,0 +1,113 @@
+"""Lowering rules that spare DALI operators (each costs a dispatch per batch whatever its work):
+each op here runs as a real DALI pipeline on odd and even sizes, its samples equal to the numpy
+function with the same draws, and its operator count at most the rules' (the count before them
+in the comments)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import pattern_image, scalar_draws, traced_pipeline, unregistered
+
+from augment_ops.trace import trace_op
+from extsrc.ops_runtime.seeding import counter_rng
+
+SEED, SALT = 11, 5
+SIZES = [(5, 5), (6, 9), (9, 6), (7, 8), (33, 47), (48, 32), (5, 11), (12, 5)]
+
+
+def _lowered(op, sizes, samples: int = 48) -> int:
+    """The operator count of ``op``'s graph over ``samples`` images of ``sizes`` (repeated),
+    after checking every sample against the numpy function."""
+    traced = trace_op(op)
+    index = np.arange(samples, dtype=np.int64)
+    imgs = [pattern_image(int(i), *sizes[i % len(sizes)]) for i in index]
+    values = scalar_draws(traced, SEED, SALT, index, np.zeros(samples, np.int64))
+    pipe = traced_pipeline(traced, imgs, values)
+    (outs,) = pipe.run()
+    for i, img in enumerate(imgs):
+        (ref,) = op.apply(img, counter_rng(SEED, 0, int(index[i]), SALT))
+        got = np.array(outs[i])
+        assert got.shape == ref.shape, (img.shape, got.shape, ref.shape)
+        np.testing.assert_array_equal(got, ref, err_msg=str(img.shape))
+    return sum(o._op is not None for o in pipe._ops)
+
+
+@unregistered()
+def c_integers_cutout(image, rng, size=4):
+    image = image.copy()
+    y, x = rng.integers(image.shape[0] - size), rng.integers(image.shape[1] - size)
+    image[y:y + size, x:x + size] = 0
+    return image
+
+
+@unregistered()
+def c_truncated_crop(img, rng, ch=5, cw=4):
+    h, w = img.shape[:2]
+    ch, cw = min(ch, h), min(cw, w)
+    y = int((h - ch + 1) * rng.random())
+    x = int((w - cw + 1) * rng.random())
+    return img[y:y + ch, x:x + cw]
+
+
+@unregistered()
+def c_random_rot90(img, rng):
+    return np.rot90(img, rng.integers(0, 3, endpoint=True))
+
+
+@unregistered()
+def c_random_hflip(img, rng):
+    return img[:, ::-1] if rng.random() > 0.5 else img
+
+
+@unregistered()
+def c_flip_or_transpose(img, rng):
+    k = rng.integers(0, 3)
+    if k == 0:
+        return img[::-1]
+    if k == 1:
+        return img.transpose(1, 0, 2)[:, ::-1]
+    return img
+
+
+def test_a_draw_of_integers_below_a_size_needs_no_sign_fix_nor_clamp():
+    """``rng.integers(h - 4)`` is in ``0..h - 5`` wherever numpy does not raise (the span is
+    known >= 1 past numpy's check): the start's wrap-around of negative indices and its clamps
+    take no operator, and the size of the region is the constant 4 (26 operators before)."""
+    assert _lowered(c_integers_cutout, SIZES) <= 12
+
+
+def test_a_draw_of_integers_below_a_size_still_raises_where_numpy_does():
+    traced = trace_op(c_integers_cutout)
+    assert len(traced.guards) == 2  # h - 4 <= 0 and w - 4 <= 0: numpy's "high <= 0"
+    with pytest.raises(ValueError, match="high <= 0"):
+        c_integers_cutout.apply(pattern_image(0, 4, 9), counter_rng(SEED, 0, 0, SALT))
+
+
+def test_a_truncated_draw_times_a_size_plus_one_needs_no_slice_clamp():
+    """``int((h - ch + 1) * u)`` is at most ``h - ch``: the crop's bounds need no clamp at the
+    image's size (22 operators before; 17 as ``rng.integers`` writes it)."""
+    assert _lowered(c_truncated_crop, SIZES) <= 17
+
+
+def test_a_rotation_by_a_drawn_quarter_turn_is_one_flip_and_a_transpose():
+    """``np.rot90(img, k)``: one ``fn.flip`` with per-sample flags, then the transpose on the
+    samples of odd ``k``, on odd and even sizes, every ``k`` (30 operators before)."""
+    op = c_random_rot90
+    turns = set()
+    for i in range(48):
+        img = pattern_image(i, 5, 7)
+        (ref,) = op.apply(img, counter_rng(SEED, 0, i, SALT))
+        turns.add(next(k for k in range(4) if np.array_equal(np.rot90(img, k), ref)))
+    assert turns == {0, 1, 2, 3}  # the samples below draw every k
+    assert _lowered(op, SIZES) <= 19
+
+
+def test_a_random_flip_is_one_flip_with_a_per_sample_flag():
+    assert _lowered(c_random_hflip, SIZES) <= 5  # 10 before: a split and merge of two branches
+
+
+def test_flips_and_transposes_chosen_per_sample_compose_into_one_flip():
+    """Branches that flip rows, or transpose then flip columns, or keep the image: each leaf is
+    one per-sample flip and transpose."""
+    assert _lowered(c_flip_or_transpose, SIZES) <= 12  # 19 before
