@@ -584,9 +584,6 @@ class _Emitter(_Vectors):
     def _select(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        turned = _turns_of(n)
-        if turned is not None:
-            return self._turned(*turned)
         c, a, b = n.args
         pred = self.value(c)
         va, vb = self.value(a), self.value(b)
@@ -600,92 +597,27 @@ class _Emitter(_Vectors):
         return fn._conditional.merge(true, false, predicate=pred)
 
 
-    def _turned(self, x: Node, turns: Any) -> Any:
-        """``x`` flipped and transposed per sample as the select tree ``turns`` says (see
-        :func:`_turns_of`): one ``fn.flip`` with per-sample flags, then the transpose on the
-        samples that take it, where each leaf of the tree would take its own operators and the
-        tree a split and merge per select. Each flag is the tree with the leaves' bits for values,
-        folded to bitwise operators on the branch conditions."""
-        from nvidia.dali import fn, types
+    def _turn(self, n: Node) -> Any:
+        """``x`` flipped and transposed per sample (:func:`augment_ops.trace.lower_patterns.
+        with_turns`): one ``fn.flip`` with per-sample flags, then the transpose on the samples
+        that take it."""
+        from nvidia.dali import fn
 
-        flags = [self._flag(turns, bit) for bit in range(3)]
+        x, transposed, rows, cols = n.args
         data = self.value(x)
-        if not _input_layout(x):  # fn.flip finds its axes by the layout
-            data = fn.reshape(data, layout="HWC")
 
-        def int32(f: Any) -> Any:
-            return int(f) if isinstance(f, bool) else fn.cast(f, dtype=types.INT32)
-        transposed, rows, cols = flags
-        if rows is not False or cols is not False:
-            data = fn.flip(data, vertical=int32(rows), horizontal=int32(cols))
-        if transposed is False:
-            return data
-        if transposed is True:
-            return fn.transpose(data, perm=[1, 0, 2])
+        def flag(f: Node) -> Any:
+            return int(f.value) if f.op == "const" else self.value(f)
+        if not all(f.op == "const" and not f.value for f in (rows, cols)):
+            if not _input_layout(x):  # fn.flip finds its axes by the layout
+                data = fn.reshape(data, layout="HWC")
+            data = fn.flip(data, vertical=flag(rows), horizontal=flag(cols))
+        if transposed.op == "const":
+            return fn.transpose(data, perm=[1, 0, 2]) if transposed.value else data
+        pred = self.value(transposed)
         data = fn.reshape(data, layout="")  # the merge takes one layout: "WHC" and "HWC" differ
-        yes, no = fn._conditional.split(data, predicate=transposed)
-        return fn._conditional.merge(fn.transpose(yes, perm=[1, 0, 2]), no,
-                                     predicate=transposed)
-
-    def _flag(self, tree: Any, bit: int) -> Any:
-        """Bit ``bit`` of the leaves of select tree ``tree`` per sample: a bool (the same for
-        every sample) or a DataNode of bools."""
-        if not isinstance(tree, tuple) or len(tree) != 3 or not isinstance(tree[0], Node):
-            return bool(tree[bit])
-        c, a, b = tree
-        fa, fb = self._flag(a, bit), self._flag(b, bit)
-        if isinstance(fa, bool) and isinstance(fb, bool):
-            if fa == fb:
-                return fa
-            return self.value(c) if fa else self.value(c) == _constant(False, np.dtype(np.bool_))
-        if fa is True:  # c or fb
-            return self.value(c) | fb
-        if fa is False:  # fb and not c: True > False only
-            return fb > self.value(c)
-        if fb is True:  # fa or not c
-            return fa >= self.value(c)
-        if fb is False:
-            return fa & self.value(c)
-        return (fa & self.value(c)) | (fb > self.value(c))
-
-
-def _dihedral(n: Node) -> tuple[Node, tuple[bool, bool, bool]]:
-    """``(x, (t, v, h))`` with ``n`` equal to ``x`` with its rows flipped if ``v``, its columns
-    if ``h``, then its rows and columns swapped if ``t``, where ``n`` is made from ``x`` by flips
-    and transposes of the first two axes of an HWC array (``x`` itself: no bit set)."""
-    if n.ndim == 3 and n.op == "flip" and n.attrs[0] in (0, 1) and len(n.args) == 1:
-        x, (t, v, h) = _dihedral(n.args[0])
-        # Flipping the rows of the transposed value flips the columns of the one under it.
-        rows = (n.attrs[0] == 0) != t
-        return x, (t, v != rows, h != (not rows))
-    if n.ndim == 3 and n.op == "transpose" and n.attrs[0] == (1, 0, 2):
-        x, (t, v, h) = _dihedral(n.args[0])
-        return x, (not t, v, h)
-    return n, (False, False, False)
-
-
-def _turns_of(n: Node) -> tuple[Node, Any] | None:
-    """``(x, tree)`` where select ``n`` chooses per sample among flips and transposes of one HWC
-    array ``x`` (``np.rot90(img, k)`` of a drawn ``k``, a random flip): ``tree`` is
-    ``(condition, tree, tree)`` for a select and the leaf's ``(t, v, h)`` of :func:`_dihedral`
-    for a leaf, else None."""
-    base: list[Node] = []
-
-    def walk(m: Node) -> Any:
-        if m.op == "select" and m.ndim == 3 and m.args[0].ndim == 0:
-            c, a, b = m.args
-            ta, tb = walk(a), walk(b)
-            return None if ta is None or tb is None else (c, ta, tb)
-        x, bits = _dihedral(m)
-        if base and x is not base[0]:
-            return None
-        base.append(x)
-        return bits
-
-    if n.ndim != 3 or not isinstance(n.shape[2], int):
-        return None
-    tree = walk(n)
-    return None if tree is None else (base[0], tree)
+        yes, no = fn._conditional.split(data, predicate=pred)
+        return fn._conditional.merge(fn.transpose(yes, perm=[1, 0, 2]), no, predicate=pred)
 
 
 def _channel_fills(n: Node) -> tuple[Node, list[Node]] | None:

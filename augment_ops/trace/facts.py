@@ -135,7 +135,7 @@ def lower(d: Dim) -> float | None:
     return None
 
 
-_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
+_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select", "turn"}
 
 
 def _keeps_elements(d: Node) -> bool:

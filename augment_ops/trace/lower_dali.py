@@ -34,6 +34,7 @@ numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +45,7 @@ from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
-from augment_ops.trace.lower_patterns import _free
+from augment_ops.trace.lower_patterns import _free, with_turns
 from augment_ops.trace.scalar_stage import (
     ScalarProgram,
     ScalarStage,
@@ -109,9 +110,27 @@ class SampleScalars:
         return out
 
 
+#: The graph each traced op is emitted from (:func:`_lowered`), kept while the op's is alive.
+_LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary()
+
+
+def _lowered(traced: Traced) -> Traced:
+    """The graph :func:`emit` lowers for ``traced``: its selects among flips and transposes made
+    one per-sample flip and transpose (:func:`augment_ops.trace.lower_patterns.with_turns`).
+    One object per traced op, so that the scalars :func:`sample_scalar_nodes` names are the
+    nodes :func:`emit` reads."""
+    got = _LOWERED.get(traced)
+    if got is None:
+        got = with_turns(traced)
+        if got is not traced:  # a graph without such selects is its own (and keeps no entry)
+            _LOWERED[traced] = got
+    return got
+
+
 def uses_stage(traced: Traced) -> bool:
     """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
     (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
+    traced = _lowered(traced)
     nodes = sample_scalar_nodes(traced)
     if any(n.ndim > 1 for n in nodes):  # the stage hands out scalars and vectors only
         return False
@@ -121,6 +140,7 @@ def uses_stage(traced: Traced) -> bool:
 def scalar_cost(traced: Traced) -> int:
     """About how many DALI operators ``traced``'s per-sample scalars take
     (:func:`augment_ops.trace.scalar_stage.scalar_operators`), what :func:`uses_stage` weighs."""
+    traced = _lowered(traced)
     nodes = sample_scalar_nodes(traced)
     return scalar_operators(traced, {id(n) for n in nodes}, lambda n: not _free(n))
 
@@ -129,6 +149,7 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
     """The scalars of ``traced`` that :class:`SampleScalars` computes: those depending on draws
     and not on the image, which the graph's other nodes read, in a stable order (empty for an
     op without draws)."""
+    traced = _lowered(traced)
     if not traced.num_draws:
         return []
     on_image: dict[int, bool] = {}
@@ -214,6 +235,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     """
     from nvidia.dali import fn
 
+    traced = _lowered(traced)
     em = _Emitter(image)
     em.shape = image.shape()
     nodes = sample_scalar_nodes(traced)

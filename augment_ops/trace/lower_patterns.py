@@ -5,13 +5,14 @@ known at trace time. Pure functions of the nodes; nothing here imports DALI."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace.dali_ops import _divisor_risks
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.ir import Node
+from augment_ops.trace.ir import Node, Traced
 
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
 
@@ -397,3 +398,112 @@ def _summed_lanes(n: Node) -> tuple[Node, int] | None:
     if n.dtype.kind in "iu":
         return (x, axis) if bound <= np.iinfo(n.dtype).max else None
     return None
+
+
+# -- flips and transposes chosen per sample -----------------------------------------------------
+def _dihedral(n: Node) -> tuple[Node, tuple[bool, bool, bool]]:
+    """``(x, (t, v, h))`` with ``n`` equal to ``x`` with its rows flipped if ``v``, its columns
+    if ``h``, then its rows and columns swapped if ``t``, where ``n`` is made from ``x`` by flips
+    and transposes of the first two axes of an HWC array (``x`` itself: no bit set)."""
+    if n.ndim == 3 and n.op == "flip" and n.attrs[0] in (0, 1):
+        x, (t, v, h) = _dihedral(n.args[0])
+        # Flipping the rows of the transposed value flips the columns of the one under it.
+        rows = (n.attrs[0] == 0) != t
+        return x, (t, v != rows, h != (not rows))
+    if n.ndim == 3 and n.op == "transpose" and n.attrs[0] == (1, 0, 2):
+        x, (t, v, h) = _dihedral(n.args[0])
+        return x, (not t, v, h)
+    return n, (False, False, False)
+
+
+def _turns_of(n: Node) -> tuple[Node, Any] | None:
+    """``(x, tree)`` where select ``n`` chooses per sample among flips and transposes of one HWC
+    array ``x`` (``np.rot90(img, k)`` of a drawn ``k``, a random flip): ``tree`` is
+    ``(condition, tree, tree)`` for a select and the leaf's ``(t, v, h)`` of :func:`_dihedral`
+    for a leaf, else None."""
+    base: list[Node] = []
+
+    def walk(m: Node) -> Any:
+        if m.op == "select" and m.ndim == 3 and m.args[0].ndim == 0:
+            c, a, b = m.args
+            ta, tb = walk(a), walk(b)
+            return None if ta is None or tb is None else (c, ta, tb)
+        x, bits = _dihedral(m)
+        if base and x is not base[0]:
+            return None
+        base.append(x)
+        return bits
+
+    if n.op != "select" or n.ndim != 3 or not isinstance(n.shape[2], int):
+        return None
+    tree = walk(n)
+    return None if tree is None else (base[0], tree)
+
+
+def _flag(tree: Any, bit: int) -> Node:
+    """Bit ``bit`` of the leaves of select tree ``tree`` (:func:`_turns_of`) per sample: a bool
+    scalar, a constant where every leaf has the same bit."""
+    if not isinstance(tree[0], Node):
+        return Node("const", (), (), np.dtype(np.bool_), (), value=np.array(tree[bit]))
+    c, a, b = tree
+    fa, fb = _flag(a, bit), _flag(b, bit)
+    ka = bool(fa.value) if fa.op == "const" else None
+    kb = bool(fb.value) if fb.op == "const" else None
+    if ka is not None and ka == kb:
+        return fa
+
+    def op(name: str, *args: Node) -> Node:
+        return Node("un" if len(args) == 1 else "bin", args, (name,), np.dtype(np.bool_), ())
+    # One operator a select, on bools: True > False is the only pair greater.
+    if ka is not None and kb is not None:
+        return c if ka else op("logical_not", c)
+    if ka is not None:
+        return op("bitwise_or", c, fb) if ka else op("greater", fb, c)  # fb and not c
+    if kb is not None:
+        return op("greater_equal", fa, c) if kb else op("bitwise_and", fa, c)  # fa or not c
+    return Node("where", (c, fa, fb), (), np.dtype(np.bool_), ())
+
+
+def _int32(f: Node) -> Node:
+    """Bool scalar ``f`` as the int32 that ``fn.flip``'s per-sample flags take."""
+    i32 = np.dtype(np.int32)
+    if f.op == "const":
+        return Node("const", (), (), i32, (), value=np.asarray(f.value, i32))
+    return Node("cast", (f,), (i32.str,), i32, ())
+
+
+def with_turns(traced: Traced) -> Traced:
+    """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
+    ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
+    its rows flipped, its columns flipped and then transposed as three per-sample flags say
+    (``turn(x, transposed, rows, cols)``, the flags scalars of the branch conditions). The
+    DALI lowering takes one ``fn.flip`` with per-sample arguments and one transpose of the
+    samples that take it, where each leaf would take its own operators and each select a split
+    and merge; the flags depend on what the conditions depend on, so for draws numpy computes
+    them beside the draws. The same graph where there is no such select."""
+    done: dict[int, Any] = {}
+
+    def visit(n: Any) -> Any:
+        if not isinstance(n, Node) or n.op == "const":
+            return n
+        got = done.get(id(n))
+        if got is None:
+            turned = _turns_of(n)
+            if turned is not None:
+                x, tree = turned
+                t, v, h = (_flag(tree, bit) for bit in range(3))
+                got = Node("turn", (visit(x), t, _int32(v), _int32(h)), (), n.dtype, n.shape,
+                           n.weak)
+            else:
+                args = tuple(visit(a) for a in n.args)
+                got = n if all(a is b for a, b in zip(args, n.args, strict=True)) else Node(
+                    n.op, args, n.attrs, n.dtype, n.shape, n.weak, n.value)
+            done[id(n)] = got
+        return got
+
+    outputs = tuple(visit(n) for n in traced.outputs)
+    guards = tuple(dataclasses.replace(g, bad=visit(g.bad)) for g in traced.guards)
+    if all(a is b for a, b in zip(outputs, traced.outputs, strict=True)) and \
+            all(g.bad is h.bad for g, h in zip(guards, traced.guards, strict=True)):
+        return traced
+    return dataclasses.replace(traced, outputs=outputs, guards=guards)
