@@ -112,3 +112,36 @@ def test_flips_and_transposes_chosen_per_sample_compose_into_one_flip():
     """Branches that flip rows, or transpose then flip columns, or keep the image: each leaf is
     one per-sample flip and transpose."""
     assert _lowered(c_flip_or_transpose, SIZES) <= 9  # 19 before
+
+
+@unregistered()
+def c_fill_if_not_empty(img):
+    img = img.copy()
+    h, w = img.shape[:2]
+    y1, y2, x1, x2 = min(3, h), min(7, h), min(2, w), min(6, w)
+    if x2 > x1 and y2 > y1:
+        img[y1:y2, x1:x2] = (10, 128, 250)
+    return img
+
+
+@unregistered()
+def c_fill_if_tall(img):
+    img = img.copy()
+    if img.shape[0] > 6:  # not whether the region is empty: the select stays
+        img[1:3, 1:3] = 7
+    return img
+
+
+def test_a_fill_under_a_test_that_its_region_is_not_empty_is_the_fill():
+    """imgaug's ``if x2 > x1 and y2 > y1:`` before writing the rectangle: where the test fails
+    the rectangle is empty, so the branch's split and merge take no operator (25 before),
+    on images where it fails (3 rows, 2 columns) and where it holds."""
+    sizes = [(3, 9), (9, 2), (2, 2), *SIZES]
+    assert _lowered(c_fill_if_not_empty, sizes) <= 12
+    assert trace_op(c_fill_if_not_empty).num_paths >= 2  # the trace has the branch
+
+
+def test_a_fill_under_another_test_keeps_its_branch():
+    traced = trace_op(c_fill_if_tall)
+    assert traced.num_paths == 2
+    _lowered(c_fill_if_tall, SIZES)

@@ -472,6 +472,24 @@ def _int32(f: Node) -> Node:
     return Node("cast", (f,), (i32.str,), i32, ())
 
 
+def _kept_fill(c: Node, filled: Node, other: Node) -> bool:
+    """Whether ``select(c, filled, other)`` is ``filled`` for every sample: ``filled`` writes one
+    rectangle into ``other`` (a fill, or one per channel) and ``c`` is that its rows (or
+    columns) are not empty, ``y1 > y0`` (imgaug's ``if x2 > x1 and y2 > y1:`` before the
+    write). Where ``c`` is false the rectangle is empty, so the fill leaves ``other`` as it is."""
+    if filled.op != "fill":
+        return False
+    region = filled.args[1:5]
+    x = filled
+    while x.op == "fill" and all(a is b for a, b in zip(x.args[1:5], region, strict=True)):
+        x = x.args[0]
+    if x is not other or c.op != "bin" or c.attrs[0] not in ("greater", "less"):
+        return False
+    hi, lo = c.args if c.attrs[0] == "greater" else c.args[::-1]
+    y0, y1, x0, x1 = region
+    return (_same(hi, y1) and _same(lo, y0)) or (_same(hi, x1) and _same(lo, x0))
+
+
 def with_turns(traced: Traced) -> Traced:
     """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
     ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
@@ -480,7 +498,9 @@ def with_turns(traced: Traced) -> Traced:
     DALI lowering takes one ``fn.flip`` with per-sample arguments and one transpose of the
     samples that take it, where each leaf would take its own operators and each select a split
     and merge; the flags depend on what the conditions depend on, so for draws numpy computes
-    them beside the draws. The same graph where there is no such select."""
+    them beside the draws. A select between a fill and the array it fills, on whether the
+    fill's region is empty, is the fill (:func:`_kept_fill`). The same graph where there is no
+    such select."""
     done: dict[int, Any] = {}
 
     def visit(n: Any) -> Any:
@@ -498,6 +518,8 @@ def with_turns(traced: Traced) -> Traced:
                 args = tuple(visit(a) for a in n.args)
                 got = n if all(a is b for a, b in zip(args, n.args, strict=True)) else Node(
                     n.op, args, n.attrs, n.dtype, n.shape, n.weak, n.value)
+                if got.op == "select" and _kept_fill(*args):
+                    got = args[1]
             done[id(n)] = got
         return got
 
