@@ -73,8 +73,9 @@ def c_flip_or_transpose(img, rng):
 def test_a_draw_of_integers_below_a_size_needs_no_sign_fix_nor_clamp():
     """``rng.integers(h - 4)`` is in ``0..h - 5`` wherever numpy does not raise (the span is
     known >= 1 past numpy's check): the start's wrap-around of negative indices and its clamps
-    take no operator, and the size of the region is the constant 4 (26 operators before)."""
-    assert _lowered(c_integers_cutout, SIZES) <= 12
+    take no operator, the size of the region is the constant 4, and the start is made float32
+    from the floor of the draw itself, not from its int64 (26 operators before)."""
+    assert _lowered(c_integers_cutout, SIZES) <= 11
 
 
 def test_a_draw_of_integers_below_a_size_still_raises_where_numpy_does():

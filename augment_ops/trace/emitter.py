@@ -72,6 +72,27 @@ def _lean_operand(n: Node) -> Node | None:
     return None
 
 
+def _integral_float(n: Any) -> Node | None:
+    """``r`` where ``n`` is an integer cast of ``r = np.floor(y)`` (or ``ceil``, ``rint``,
+    ``trunc``) that keeps its value (the tracer bounds ``r`` within the integer type), else
+    None: a float made of ``n`` is then the same made of ``r``."""
+    while isinstance(n, Node) and _free(n) and n.op in ("cast", "bin"):
+        # Steps that take no operator (a cast to its own dtype, 0 + k, a minimum known to be
+        # its first operand) keep the value.
+        if n.op == "bin" and n.attrs[0] == "add" and _is_zero(n.args[0]):
+            n = n.args[1]
+        else:
+            n = n.args[0]
+    if not isinstance(n, Node) or n.op != "cast" or n.dtype.kind not in "iu":
+        return None
+    r = n.args[0]
+    if r.op != "un" or r.attrs[0] not in _ROUNDING or _may_wrap(r, n.dtype):
+        return None
+    info = np.iinfo(n.dtype)
+    lo, up = lower(r), upper(r)
+    return r if lo is not None and up is not None and info.min <= lo and up <= info.max else None
+
+
 def _may_wrap(x: Node, dst: np.dtype) -> bool:
     """Whether float ``x`` converted to integer type ``dst`` may fall outside its range, where
     numpy wraps around (:data:`augment_ops.trace.dali_ops.WRAPPING_FLOAT_CASTS`)."""
@@ -486,8 +507,12 @@ class _Emitter(_Vectors):
             f32 = np.dtype(np.float32)
             return self.stage.vector(lo, f32), self.stage.vector(size, f32)
         sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
+        integral = [_integral_float(b) for b in lo]
         if all(isinstance(b, int) for b in lo):
             anchor: Any = [float(b) for b in lo]
+        elif all(b is not None for b in integral):
+            # int64(floor(y)) made float32 is float32(floor(y)): the same integer rounded once.
+            anchor = fn.cast(self.vector(integral), dtype=types.FLOAT)
         else:
             anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
         if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
