@@ -146,3 +146,26 @@ def test_a_fill_under_another_test_keeps_its_branch():
     traced = trace_op(c_fill_if_tall)
     assert traced.num_paths == 2
     _lowered(c_fill_if_tall, SIZES)
+
+
+@unregistered()
+def c_drop_channels(img, rng):
+    img = img.copy()
+    img[..., rng.choice(img.shape[-1], size=1, replace=False)] = 0
+    return img
+
+
+@unregistered()
+def c_rows_if_drawn(img, rng):
+    img = img.copy()
+    rows = np.where(rng.random() < 0.5, img.shape[0], 0)
+    img[:rows, 1:3] = 9
+    return img
+
+
+def test_an_integer_chosen_between_a_value_and_zero_is_a_product():
+    """A channel's rows ``np.where(k == c, h, 0)`` (a drawn channel written): ``h`` times the
+    condition made an integer with the draws, where the bitwise select takes five operators,
+    and a fill's shape from row and column 0 is its stops (41 operators before)."""
+    assert _lowered(c_drop_channels, SIZES) <= 25
+    assert _lowered(c_rows_if_drawn, SIZES) <= 11  # 15 before

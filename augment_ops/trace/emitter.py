@@ -37,6 +37,7 @@ from augment_ops.trace.lower_patterns import (
     _folded_fills,
     _free,
     _is_zero,
+    _is_zero_dim,
     _lane_key,
     _summed_lanes,
     _times_one,
@@ -517,6 +518,8 @@ class _Emitter(_Vectors):
             anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
         if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
             shape: Any = [float(d) for d in sizes]
+        elif all(_is_zero_dim(b) for b in lo):  # rows and columns from 0: the stops
+            shape = fn.cast(self.vector(hi), dtype=types.FLOAT)
         else:
             shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
                                    np.dtype(np.int64)), dtype=types.FLOAT)

@@ -490,6 +490,23 @@ def _kept_fill(c: Node, filled: Node, other: Node) -> bool:
     return (_same(hi, y1) and _same(lo, y0)) or (_same(hi, x1) and _same(lo, x0))
 
 
+def _masked(n: Node) -> Node | None:
+    """``a * c`` (``c`` made an integer) where ``n`` is the integer scalar ``np.where(c, a, 0)``
+    (a channel's rows ``h`` or none, as a fill of drawn channels has): 0 or ``a`` alike, in one
+    operator where the bitwise select takes five, and none more where ``c`` depends on the draws
+    alone (its integer is then computed with them). Not for the clamp ``where(a < 0, a, 0)``,
+    which is one operator already."""
+    if n.op != "where" or n.ndim or n.dtype.kind not in "iu":
+        return None
+    c, a, zero = n.args
+    if not _is_zero(zero) or a.dtype != n.dtype or a.ndim or c.ndim or (
+            c.op == "bin" and c.attrs[0] == "less" and {id(x) for x in c.args} <= {id(a),
+                                                                                 id(zero)}):
+        return None
+    flag = Node("cast", (c,), (n.dtype.str,), n.dtype, ())
+    return Node("bin", (a, flag), ("multiply",), n.dtype, (), n.weak)
+
+
 def with_turns(traced: Traced) -> Traced:
     """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
     ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
@@ -499,8 +516,8 @@ def with_turns(traced: Traced) -> Traced:
     samples that take it, where each leaf would take its own operators and each select a split
     and merge; the flags depend on what the conditions depend on, so for draws numpy computes
     them beside the draws. A select between a fill and the array it fills, on whether the
-    fill's region is empty, is the fill (:func:`_kept_fill`). The same graph where there is no
-    such select."""
+    fill's region is empty, is the fill (:func:`_kept_fill`); an integer ``where(c, a, 0)`` is
+    ``a * c`` (:func:`_masked`). The same graph where there is nothing of these."""
     done: dict[int, Any] = {}
 
     def visit(n: Any) -> Any:
@@ -520,6 +537,7 @@ def with_turns(traced: Traced) -> Traced:
                     n.op, args, n.attrs, n.dtype, n.shape, n.weak, n.value)
                 if got.op == "select" and _kept_fill(*args):
                     got = args[1]
+                got = _masked(got) or got
             done[id(n)] = got
         return got
 
