@@ -169,3 +169,19 @@ def test_an_integer_chosen_between_a_value_and_zero_is_a_product():
     and a fill's shape from row and column 0 is its stops (41 operators before)."""
     assert _lowered(c_drop_channels, SIZES) <= 25
     assert _lowered(c_rows_if_drawn, SIZES) <= 11  # 15 before
+
+
+@unregistered()
+def c_translate(image, rng, pad=3):
+    h, w, c = image.shape
+    dst = np.zeros((h + 2 * pad, w + 2 * pad, c), dtype=image.dtype)
+    dst[pad:pad + h, pad:pad + w] = image
+    y, x = rng.integers(low=0, high=2 * pad + 1), rng.integers(low=0, high=2 * pad + 1)
+    return dst[y:y + h, x:x + w]
+
+
+def test_a_window_of_the_images_size_at_a_bounded_offset_is_one_padding_slice():
+    """``dst[y:y + h]`` of a canvas ``h + 6`` high, ``y`` at most 6: the stop needs no clamp
+    (``y + h <= h + 6`` from the bound of ``y``), and the window's size ``(y + h) - y`` is
+    ``h``, read from the image's shape (18 operators before)."""
+    assert _lowered(c_translate, SIZES) <= 8

@@ -428,9 +428,21 @@ def _at_most(a: Dim, b: Dim) -> bool:
         pair = _min_operands(bb)
         if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
             return True
-    # h + 1 <= h + 2: the same per-sample terms, a smaller constant (and no int64 wrap-around)
-    la, lb = linear_form(a), linear_form(b)
-    if la is None or lb is None or la[1] != lb[1] or la[0] > lb[0]:
+    # h + 1 <= h + 2: the same per-sample terms, a smaller constant; y + h <= h + 6 for a y
+    # at most 6: the terms apart bounded (and no int64 wrap-around)
+    la, lb = _linear_terms(a), _linear_terms(b)
+    if la is None or lb is None:
+        return False
+    excess = la[0] - lb[0]  # an upper bound of a - b
+    for key in la[1].keys() | lb[1].keys():
+        atom, k = la[1].get(key, lb[1].get(key))[0], la[1].get(key, [0, 0])[1] - \
+            lb[1].get(key, [0, 0])[1]
+        if k:
+            bound = upper(atom) if k > 0 else lower(atom)
+            if bound is None or not -2.0**62 < bound < 2.0**62:
+                return False
+            excess += k * bound
+    if excess > 0:
         return False
     lo, up = lower(a), upper(b)
     return lo is not None and up is not None and -2.0**62 < lo and up < 2.0**62
@@ -440,6 +452,15 @@ def linear_form(d: Dim) -> tuple[int, frozenset] | None:
     """Integer size ``d`` as ``c + sum(k * atom)`` (a constant, and each per-sample value it
     adds or subtracts a constant number of times), where it is made by ``+``, ``-`` and ``*``
     by a constant: ``(p + 1 + w) - (p + 1)`` is ``w``. None for anything else."""
+    got = _linear_terms(d)
+    if got is None:
+        return None
+    c, terms = got
+    return c, frozenset((i, k) for i, (_, k) in terms.items() if k)
+
+
+def _linear_terms(d: Dim) -> tuple[int, dict[int, list]] | None:
+    """:func:`linear_form` of ``d`` with its atoms: ``(c, {id(atom): [atom, k]})``."""
     terms: dict[int, list] = {}
 
     def walk(x: Dim, k: int) -> int | None:
@@ -465,7 +486,7 @@ def linear_form(d: Dim) -> tuple[int, frozenset] | None:
     c = walk(d, 1)
     if c is None:
         return None
-    return c, frozenset((i, k) for i, (_, k) in terms.items() if k)
+    return c, terms
 
 
 def _never(n: Node) -> bool:

@@ -507,6 +507,16 @@ def _masked(n: Node) -> Node | None:
     return Node("bin", (a, flag), ("multiply",), n.dtype, (), n.weak)
 
 
+def _known_difference(n: Node) -> Node | None:
+    """The node ``n`` equals where it is an int64 difference known without an operator:
+    ``(y + h) - y`` is ``h`` (:func:`_difference`; int64 wraps alike both ways). The scalars
+    it leaves unread (``y`` there) are then not computed for it."""
+    if n.op != "bin" or n.attrs != ("subtract",) or n.dtype != np.int64 or n.ndim:
+        return None
+    d = _difference(*n.args)
+    return d if isinstance(d, Node) and d.dtype == np.int64 and not d.ndim else None
+
+
 def with_turns(traced: Traced) -> Traced:
     """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
     ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
@@ -517,29 +527,54 @@ def with_turns(traced: Traced) -> Traced:
     and merge; the flags depend on what the conditions depend on, so for draws numpy computes
     them beside the draws. A select between a fill and the array it fills, on whether the
     fill's region is empty, is the fill (:func:`_kept_fill`); an integer ``where(c, a, 0)`` is
-    ``a * c`` (:func:`_masked`). The same graph where there is nothing of these."""
+    ``a * c`` (:func:`_masked`); ``(y + h) - y`` is ``h`` (:func:`_known_difference`). The
+    same graph where there is nothing of these."""
     done: dict[int, Any] = {}
 
-    def visit(n: Any) -> Any:
-        if not isinstance(n, Node) or n.op == "const":
-            return n
-        got = done.get(id(n))
-        if got is None:
-            turned = _turns_of(n)
+    turns: dict[int, Any] = {}
+
+    def get(d: Any) -> Any:
+        return done.get(id(d), d) if isinstance(d, Node) else d
+
+    def visit(root: Any) -> Any:
+        # Iterative: a graph may be thousands of nodes deep (arithmetic on draws in a loop).
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if not isinstance(n, Node) or n.op == "const" or id(n) in done:
+                stack.pop()
+                continue
+            if id(n) not in turns:
+                turns[id(n)] = _turns_of(n)
+            turned = turns[id(n)]
+            deps = [turned[0], *n.shape] if turned is not None else [*n.args, *n.shape]
+            pending = [d for d in deps if isinstance(d, Node) and d.op != "const"
+                       and id(d) not in done]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            shape = tuple(get(d) for d in n.shape)
             if turned is not None:
                 x, tree = turned
                 t, v, h = (_flag(tree, bit) for bit in range(3))
-                got = Node("turn", (visit(x), t, _int32(v), _int32(h)), (), n.dtype, n.shape,
+                got = Node("turn", (get(x), t, _int32(v), _int32(h)), (), n.dtype, shape,
                            n.weak)
             else:
-                args = tuple(visit(a) for a in n.args)
-                got = n if all(a is b for a, b in zip(args, n.args, strict=True)) else Node(
-                    n.op, args, n.attrs, n.dtype, n.shape, n.weak, n.value)
+                args = tuple(get(a) for a in n.args)
+                got = n if all(a is b for a, b in zip(args + shape, n.args + n.shape,
+                                                      strict=True)) else Node(
+                    n.op, args, n.attrs, n.dtype, shape, n.weak, n.value)
                 if got.op == "select" and _kept_fill(*args):
                     got = args[1]
-                got = _masked(got) or got
+                got = _masked(got) or _known_difference(got) or got
+            if got is not n and not got.facts:
+                # Every node made here has the values of the one it replaces: it takes its
+                # facts, which the trace derived step by step (derived anew, a deep graph's
+                # would recurse as deep).
+                got.facts = n.facts
             done[id(n)] = got
-        return got
+        return get(root)
 
     outputs = tuple(visit(n) for n in traced.outputs)
     guards = tuple(dataclasses.replace(g, bad=visit(g.bad)) for g in traced.guards)
