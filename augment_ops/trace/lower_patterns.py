@@ -26,9 +26,15 @@ def _lane_key(n: Node) -> tuple:
     keys are lowered by the same operators (constant arguments, argument kinds, and which
     arguments are the same node, as in the clamp ``where(x < y, x, y)``)."""
     args: list[Any] = []
+    # An integer minimum or maximum is one operator whatever its constant: lanes with other
+    # constants (min(5, h) and min(7, w)) take a vector of them.
+    any_constant = n.op == "bin" and n.attrs in (("minimum",), ("maximum",)) and \
+        n.dtype.kind in "iu" and n.ndim == 0
     for a in n.args:
         if not isinstance(a, Node):
             args.append(("int", a))
+        elif a.op == "const" and any_constant and a.ndim == 0:
+            args.append(("const", a.dtype.str))
         elif a.op == "const":
             args.append(("const", a.dtype.str, a.value.shape, a.value.tobytes()))
         else:
