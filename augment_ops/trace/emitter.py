@@ -626,9 +626,9 @@ class _Emitter(_Vectors):
 
 
     def _turn(self, n: Node) -> Any:
-        """``x`` flipped and transposed per sample (:func:`augment_ops.trace.lower_patterns.
-        with_turns`): one ``fn.flip`` with per-sample flags, then the transpose on the samples
-        that take it."""
+        """``x`` flipped and transposed per sample (a ``turn`` node of
+        :func:`augment_ops.trace.lower_patterns.rewritten_for_dali`): one ``fn.flip`` with
+        per-sample flags, then the transpose on the samples that take it."""
         from nvidia.dali import fn
 
         x, transposed, rows, cols = n.args

@@ -29,7 +29,10 @@ numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops
 - ``np.rint`` (half to even) through the add-and-subtract 2**23 (2**52) rounding identity;
 - ``np.where`` as a bitwise select, exact for every value (NaN and inf included);
 - a branch on a per-sample scalar: both outcomes are computed for the whole batch and merged
-  per sample with DALI's conditional split/merge, so outputs may differ in shape.
+  per sample with DALI's conditional split/merge, so outputs may differ in shape; branches that
+  only flip and transpose one image (``np.rot90(img, k)`` of a drawn ``k``, a random flip) are
+  one ``fn.flip`` with per-sample flags and a transpose of the samples that take it, their
+  flags computed with the draws (:func:`augment_ops.trace.lower_patterns.rewritten_for_dali`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
-from augment_ops.trace.lower_patterns import _free, with_turns
+from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
 from augment_ops.trace.scalar_stage import (
     ScalarProgram,
     ScalarStage,
@@ -115,13 +118,13 @@ _LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary(
 
 
 def _lowered(traced: Traced) -> Traced:
-    """The graph :func:`emit` lowers for ``traced``: its selects among flips and transposes made
-    one per-sample flip and transpose (:func:`augment_ops.trace.lower_patterns.with_turns`).
-    One object per traced op, so that the scalars :func:`sample_scalar_nodes` names are the
-    nodes :func:`emit` reads."""
+    """The graph :func:`emit` lowers for ``traced``, with the same values and fewer operators
+    (:func:`augment_ops.trace.lower_patterns.rewritten_for_dali`: selects among flips and
+    transposes made one per-sample flip and transpose, ...). One object per traced op, so that
+    the scalars :func:`sample_scalar_nodes` names are the nodes :func:`emit` reads."""
     got = _LOWERED.get(traced)
     if got is None:
-        got = with_turns(traced)
+        got = rewritten_for_dali(traced)
         if got is not traced:  # a graph without such selects is its own (and keeps no entry)
             _LOWERED[traced] = got
     return got

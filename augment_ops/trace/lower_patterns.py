@@ -1,7 +1,10 @@
 """Patterns in a traced graph that the DALI lowering emits with fewer operators: lanes computed
 alike (:func:`_lane_key`), clamps (:func:`_clamp_bounds`), slice and fill bounds whose clamps
 DALI's operators already make (:func:`_unclamped_start`, :func:`_unclamped_stop`), differences
-known at trace time. Pure functions of the nodes; nothing here imports DALI."""
+known at trace time; and the graph rewritten before emission (:func:`rewritten_for_dali`):
+selects among flips and transposes made one ``turn``, selects that a fill's emptiness decides
+dropped, integer ``where(c, a, 0)`` made ``a * c``. Pure functions of the nodes; nothing here
+imports DALI."""
 
 from __future__ import annotations
 
@@ -523,7 +526,7 @@ def _known_difference(n: Node) -> Node | None:
     return d if isinstance(d, Node) and d.dtype == np.int64 and not d.ndim else None
 
 
-def with_turns(traced: Traced) -> Traced:
+def rewritten_for_dali(traced: Traced) -> Traced:
     """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
     ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
     its rows flipped, its columns flipped and then transposed as three per-sample flags say
