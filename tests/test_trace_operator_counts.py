@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, scalar_draws, traced_pipeline, unregistered
+from helpers import pattern_image, scalar_draws, sized_dataset, traced_pipeline, unregistered
 
+import extsrc
 from augment_ops.trace import trace_op
-from extsrc.ops_runtime.seeding import counter_rng
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED, SALT = 11, 5
 SIZES = [(5, 5), (6, 9), (9, 6), (7, 8), (33, 47), (48, 32), (5, 11), (12, 5)]
@@ -186,3 +187,39 @@ def test_a_window_of_the_images_size_at_a_bounded_offset_is_one_padding_slice():
     (``y + h <= h + 6`` from the bound of ``y``), and the window's size ``(y + h) - y`` is
     ``h``, read from the image's shape (18 operators before)."""
     assert _lowered(c_translate, SIZES) <= 8
+
+
+@unregistered()
+def c_channel_offsets(img, rng, scale=(20.0, 5.0, 1.5)):
+    alpha = rng.normal(0, 0.5, 3)
+    offsets = (np.array(scale) * alpha).reshape(1, 1, 3)
+    return np.clip(img.astype(np.float64) + offsets, 0, 255).astype(np.uint8)
+
+
+def test_a_small_array_of_the_draws_is_computed_with_them():
+    """Offsets per channel from three normal draws (mmlab's lighting): numpy computes the (1, 1,
+    3) array with the draws, one external-source output, where the graph would compute the
+    products and the reshape (and take one output per draw)."""
+    assert _lowered(c_channel_offsets, SIZES) <= 8  # 15 before
+
+
+@pytest.mark.parametrize(("op", "size"), [(c_channel_offsets, (5, 7)), (c_random_rot90, (6, 6))],
+                         ids=["offsets", "rot90"])
+def test_the_values_computed_with_the_draws_reach_a_loaders_graph(tmp_path, op, size):
+    """Through a loader (its source computes the draws' values), every sample equals the numpy
+    function run with the sample's draws: the (1, 1, 3) offsets, the flags of a rotation (square
+    images: a batch stacks one shape)."""
+    sizes = [size] * 16
+    manifest = sized_dataset(tmp_path, sizes)
+    with extsrc.Loader(manifest, batch_size=8, ops=[op], device="cpu", shuffle=False, seed=SEED,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=1)) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        seen = 0
+        for batch in loader:
+            for k, index in enumerate(batch["index"].tolist()):
+                img = pattern_image(index, *sizes[index])
+                (ref,) = op.apply(img, counter_rng(SEED, 0, index, name_salt(op.name)))
+                np.testing.assert_array_equal(batch[f"{op.name}_0"][k].numpy(), ref)
+                seen += 1
+    assert seen == len(sizes)

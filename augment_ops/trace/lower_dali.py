@@ -50,6 +50,7 @@ from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
 from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
 from augment_ops.trace.scalar_stage import (
+    _EVALUATED,
     ScalarProgram,
     ScalarStage,
     scalar_operators,
@@ -113,6 +114,10 @@ class SampleScalars:
         return out
 
 
+#: The most elements of an array of the draws that :class:`SampleScalars` computes (an array
+#: of a static shape, beside the scalars); a larger one is computed in the graph.
+_MAX_GIVEN_ELEMENTS = 64
+
 #: The graph each traced op is emitted from (:func:`_lowered`), kept while the op's is alive.
 _LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary()
 
@@ -165,6 +170,22 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
             on_image[id(n)] = got
         return got
 
+    evaluable: dict[int, bool] = {}
+
+    def small_array(n: Node) -> bool:
+        """A small array of a static shape that numpy computes from the draws
+        (:class:`ScalarProgram`): mmlab's lighting's three channel offsets."""
+        got = evaluable.get(id(n))
+        if got is None:
+            got = all(isinstance(d, int) for d in n.shape) and \
+                int(np.prod(n.shape, dtype=np.int64)) <= _MAX_GIVEN_ELEMENTS and \
+                (n.op in ("const", "uniform") or (
+                    n.op in _EVALUATED and (n.op not in ("bin", "un") or hasattr(np, n.attrs[0]))
+                    and not (n.op == "take" and not isinstance(n.args[1], int))
+                    and all(small_array(a) for a in n.args if isinstance(a, Node))))
+            evaluable[id(n)] = got
+        return got
+
     seen: set[int] = set()
     found: dict[int, Node] = {}
     layout = check_layout(traced)
@@ -179,7 +200,7 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         for a in n.args:
             if not isinstance(a, Node) or a.op == "const":
                 continue
-            if a.ndim == 0 and not image_dependent(a):
+            if (a.ndim == 0 or small_array(a)) and not image_dependent(a):
                 found.setdefault(id(a), a)
             else:
                 stack.append(a)
