@@ -223,3 +223,22 @@ def test_the_values_computed_with_the_draws_reach_a_loaders_graph(tmp_path, op, 
                 np.testing.assert_array_equal(batch[f"{op.name}_0"][k].numpy(), ref)
                 seen += 1
     assert seen == len(sizes)
+
+
+@unregistered()
+def c_scale_and_shift(img):
+    return (img.astype(np.float64) * 1.3 - 50.5).astype(np.uint8)
+
+
+@unregistered()
+def c_normal_shift(img, rng):
+    return (img.astype(np.float64) + 40 * rng.normal()).astype(np.uint8)
+
+
+def test_a_cast_to_integers_of_bounded_floats_truncates_by_the_remainder():
+    """Floats the tracer bounds (finite, of either sign) truncate as ``x - x % 1`` before the
+    cast, wrapping around as numpy's do (-0.5 -> 0, -1.5 -> 255, 300.7 -> 44), where the select
+    between ``ceil`` and ``floor`` takes ten operators; a normal draw is bounded through its
+    ``log`` and ``sqrt`` (draws are below 1) (24 and 22 operators before)."""
+    assert _lowered(c_scale_and_shift, SIZES) <= 12
+    assert _lowered(c_normal_shift, SIZES) <= 10

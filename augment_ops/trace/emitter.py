@@ -4,6 +4,7 @@ and the array and branch operators. :func:`augment_ops.trace.lower_dali.emit` dr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from augment_ops.trace.dali_ops import (
     unary,
     where,
 )
-from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.facts import lower, sound, upper
 from augment_ops.trace.ir import Node
 from augment_ops.trace.lower_patterns import (
     _LANEWISE,
@@ -92,6 +93,16 @@ def _integral_float(n: Any) -> Node | None:
     info = np.iinfo(n.dtype)
     lo, up = lower(r), upper(r)
     return r if lo is not None and up is not None and info.min <= lo and up <= info.max else None
+
+
+def _finite_bounds(x: Node) -> bool:
+    """Whether the tracer bounds every element of float ``x`` by finite values (none is
+    infinite; NaN may be)."""
+    if x.dtype.kind != "f":
+        return False
+    lo, up = lower(x), upper(x)
+    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
+        sound(x)
 
 
 def _may_wrap(x: Node, dst: np.dtype) -> bool:
@@ -169,7 +180,7 @@ class _Scalars:
             if inner.dtype == n.dtype:  # a round trip: the values themselves
                 return val(inner)
             return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
-                        wrap=_may_wrap(inner, n.dtype))
+                        wrap=_may_wrap(inner, n.dtype), finite=_finite_bounds(inner))
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu" and \
                 not _may_wrap(x, n.dtype):
             # Already integral: nothing to truncate before the conversion.
@@ -177,7 +188,7 @@ class _Scalars:
 
             return fn.cast(val(x), dtype=_dali_type(n.dtype))
         return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
-                    wrap=_may_wrap(x, n.dtype))
+                    wrap=_may_wrap(x, n.dtype), finite=_finite_bounds(x))
 
     def _bin(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
         lean = _lean_operand(n) if val is None else None

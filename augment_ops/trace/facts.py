@@ -93,6 +93,9 @@ def lower(d: Dim) -> float | None:
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         lo = lower(d.args[0])
         return None if lo is None else math.floor(lo)
+    if d.op == "un" and (d.attrs[0] in _INCREASING or d.attrs[0] in _WITHIN_ONE):
+        got = _float_function_bounds(d)
+        return None if got is None else got[0]
     if d.op == "bin":
         a, b = d.args
         name = d.attrs[0]
@@ -101,6 +104,8 @@ def lower(d: Dim) -> float | None:
             known = [0] if _at_most(b, a) else []
             if la is not None and b.op == "const":
                 known.append(la - float(b.value.max()))
+            elif la is not None and d.dtype.kind == "f" and upper(b) is not None:
+                known.append(la - upper(b))  # 1 - u of a draw: rounding is monotonic
             sa = _same_value(a)
             if d.dtype.kind in "iu" and sa.op == "bin" and sa.attrs[0] == "add" and \
                     sa.dtype == d.dtype:
@@ -140,15 +145,19 @@ _LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "
 
 def _keeps_elements(d: Node) -> bool:
     """Whether every element of ``d`` is an element of its sources (:func:`_element_sources`)
-    beyond the layout operators: a fill's value, and the least or greatest element of an array
-    (numpy raises for an empty one, so a value exists wherever one is computed)."""
-    return d.op == "full" or (d.op == "reduce" and d.attrs[0] in ("max", "min"))
+    beyond the layout operators: a fill's value, the least or greatest element of an array
+    (numpy raises for an empty one, so a value exists wherever one is computed), an array
+    reshaped or repeated (``np.broadcast_to``)."""
+    return d.op in ("full", "reshape", "broadcast") or (
+        d.op == "reduce" and d.attrs[0] in ("max", "min"))
 
 
 def _element_sources(d: Node) -> list[Node]:
     """The values whose elements make up those of layout operator or fill ``d``."""
     if d.op == "full":
         return [d.args[1]]
+    if d.op in ("reshape", "broadcast"):
+        return [d.args[0]]
     if d.op == "reduce":
         return [d.args[0]]
     if d.op == "select" and d.ndim == 0:
@@ -176,6 +185,40 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     return lo, up
 
 
+#: The greatest uniform draw: draws are k * 2**-53 for k below 2**53
+#: (:func:`extsrc.ops_runtime.seeding.counter_uniform`), all below 1.
+_MAX_DRAW = 1 - 2.0**-53
+
+#: The float functions bounded through their bounds where monotonic (``log(1 - u)`` of a
+#: draw for a normal draw), and the bounded ones.
+_INCREASING = {"log": math.log, "sqrt": math.sqrt, "exp": math.exp}
+_WITHIN_ONE = ("sin", "cos")
+
+
+def _float_function_bounds(d: Node) -> tuple[float, float] | None:
+    """Bounds of float function ``d`` (``np.log``, ``np.sqrt``, ``np.exp``, ``np.sin``,
+    ``np.cos``) of an argument with known bounds, widened by a few units in the last place of
+    ``d``'s dtype (numpy's results are within one of the exact value), else None."""
+    name = d.attrs[0]
+    if name in _WITHIN_ONE:
+        return -1.0, 1.0
+    f = _INCREASING.get(name)
+    x = d.args[0]
+    lo, up = lower(x), upper(x)
+    if name == "sqrt" and lo is not None:
+        lo = max(lo, 0.0)  # NaN below 0, which bounds do not cover
+    if f is None or d.dtype.kind != "f" or lo is None or up is None or \
+            not (math.isfinite(lo) and math.isfinite(up)) or lo > up or \
+            (name == "log" and lo <= 0):
+        return None
+    eps = 4 * float(np.finfo(d.dtype).eps)
+    try:
+        a, b = f(lo), f(up)
+    except OverflowError:
+        return None
+    return a - abs(a) * eps - 1e-300, b + abs(b) * eps + 1e-300
+
+
 #: An upper bound of an image side: an image of 2**30 pixels a side would take exabytes (one
 #: pixel high, gigabytes), and below it an image's int64 element count ``h * w * c`` (c <= 4)
 #: has bounds that do not wrap around, so ``img.size == 0`` is known false.
@@ -197,7 +240,7 @@ def upper(d: Dim) -> float | None:
     if d.op == "in_dim":
         return _MAX_SIDE
     if d.op == "uniform":
-        return 1
+        return _MAX_DRAW
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS or _keeps_elements(d):
@@ -206,6 +249,9 @@ def upper(d: Dim) -> float | None:
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         up = upper(d.args[0])
         return None if up is None else math.ceil(up)
+    if d.op == "un" and (d.attrs[0] in _INCREASING or d.attrs[0] in _WITHIN_ONE):
+        got = _float_function_bounds(d)
+        return None if got is None else got[1]
     if d.op == "bin":
         a, b = d.args
         ua, ub = upper(a), upper(b)
