@@ -237,8 +237,9 @@ def c_normal_shift(img, rng):
 
 def test_a_cast_to_integers_of_bounded_floats_truncates_by_the_remainder():
     """Floats the tracer bounds (finite, of either sign) truncate as ``x - x % 1`` before the
-    cast, wrapping around as numpy's do (-0.5 -> 0, -1.5 -> 255, 300.7 -> 44), where the select
-    between ``ceil`` and ``floor`` takes ten operators; a normal draw is bounded through its
-    ``log`` and ``sqrt`` (draws are below 1) (24 and 22 operators before)."""
+    cast (on the CPU, where DALI's float ``%`` is ``fmod``), wrapping around as numpy's do
+    (-0.5 -> 0, -1.5 -> 255, 300.7 -> 44), where the select between ``ceil`` and ``floor``
+    takes ten operators; a normal draw is bounded through its ``log`` and ``sqrt`` (draws are
+    below 1) (24 and 22 operators before)."""
     assert _lowered(c_scale_and_shift, SIZES) <= 12
     assert _lowered(c_normal_shift, SIZES) <= 10

@@ -133,11 +133,13 @@ def _constant_node(value: Any, dt: np.dtype) -> Any:
 
 # -- numpy semantics on DALI operators ----------------------------------------------------------
 def _truncated(x: Any, src: np.dtype, nonneg: bool, finite: bool) -> Any:
-    """Float ``x`` truncated toward zero, for a conversion to an integer type: ``x - x % 1``
-    where ``x`` is finite (DALI's float ``%`` is C's ``fmod``, exact, with ``x``'s sign, so the
-    difference is exact too; only the sign of a zero differs, which no integer keeps; NaN stays
-    NaN), two operators where the select between ``ceil`` and ``floor`` takes ten."""
-    if finite and not nonneg:
+    """Float ``x`` truncated toward zero, for a conversion to an integer type: on the CPU,
+    ``x - x % 1`` where ``x`` is finite (DALI 2.4's float ``%`` on the CPU is C's ``fmod``,
+    exact, with ``x``'s sign, so the difference is exact too; only the sign of a zero differs,
+    which no integer keeps; NaN stays NaN), two operators where the select between ``ceil`` and
+    ``floor`` takes ten. Not on the GPU: DALI's GPU ``%`` was IEEE ``remainder`` (the nearest
+    quotient, not the truncated one) in the sources read, and no GPU here checked 2.4's."""
+    if finite and not nonneg and getattr(x, "device", "cpu") == "cpu":
         from nvidia.dali import types
 
         return x - (x % types.Constant(1.0, dtype=_dali_type(src)))
