@@ -243,3 +243,76 @@ def test_a_cast_to_integers_of_bounded_floats_truncates_by_the_remainder():
     below 1) (24 and 22 operators before)."""
     assert _lowered(c_scale_and_shift, SIZES) <= 12
     assert _lowered(c_normal_shift, SIZES) <= 10
+
+
+# -- the facts the rules above rest on ----------------------------------------------------------
+I8, F8 = np.dtype(np.int64), np.dtype(np.float64)
+
+
+def _const(v, dt):
+    from augment_ops.trace.ir import Node
+
+    return Node("const", (), (), dt, (), value=np.array(v, dt))
+
+
+def _op(name, *args, dt=I8, kind="bin"):
+    from augment_ops.trace.ir import Node
+
+    return Node(kind, args, (name,), dt, ())
+
+
+def _cast(x, dt):
+    from augment_ops.trace.ir import Node
+
+    return Node("cast", (x,), (dt.str,), dt, ())
+
+
+def _draw(slot=0):
+    from augment_ops.trace.ir import Node
+
+    return Node("uniform", (), (slot,), F8, ())
+
+
+def _height():
+    from augment_ops.trace.ir import Node
+
+    return Node("in_dim", (), (0,), I8, ())
+
+
+def test_a_truncated_draw_times_a_size_is_below_the_size():
+    from augment_ops.trace.facts import _at_most
+
+    h = _height()
+    ch = _op("minimum", _const(5, I8), h)
+    span = _op("add", _op("subtract", h, ch), _const(1, I8))  # h - ch + 1 >= 1
+    y = _cast(_op("trunc", _op("multiply", _cast(span, F8), _draw(), dt=F8), dt=F8, kind="un"),
+              I8)
+    assert _at_most(y, h)
+    assert _at_most(_op("add", y, ch), h)  # y + ch <= h: the crop fits
+    wide = _cast(_op("floor", _op("multiply", _draw(1), _cast(_op("add", h, _const(1, I8)), F8),
+                                  dt=F8), dt=F8, kind="un"), I8)
+    assert _at_most(wide, h)  # floor(u * (h + 1)) <= h
+    assert not _at_most(wide, _op("subtract", h, _const(1, I8)))  # but may reach h
+
+
+def test_terms_that_do_not_cancel_bound_a_difference():
+    from augment_ops.trace.facts import _at_most
+
+    h = _height()
+    y = _op("minimum", _cast(_op("floor", _op("multiply", _draw(), _const(7.0, F8), dt=F8),
+                                 dt=F8, kind="un"), I8), _const(6, I8))  # 0..6
+    assert _at_most(_op("add", y, h), _op("add", h, _const(6, I8)))
+    assert not _at_most(_op("add", y, h), _op("add", h, _const(5, I8)))
+
+
+def test_a_normal_draw_has_finite_bounds():
+    from augment_ops.trace.facts import lower, upper
+
+    u = _draw()
+    assert upper(u) < 1
+    log = _op("log", _op("subtract", _const(1.0, F8), u, dt=F8), dt=F8, kind="un")
+    r = _op("sqrt", _op("multiply", _const(-2.0, F8), log, dt=F8), dt=F8, kind="un")
+    assert -37.5 < lower(log) and upper(log) >= 0
+    assert lower(r) <= 0 and 8.5 < upper(r) < 8.7  # sqrt(-2 log 2**-53) = 8.57
+    # log of a value that may be 0 has no lower bound
+    assert lower(_op("log", u, dt=F8, kind="un")) is None
