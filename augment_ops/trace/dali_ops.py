@@ -132,10 +132,26 @@ def _constant_node(value: Any, dt: np.dtype) -> Any:
 
 
 # -- numpy semantics on DALI operators ----------------------------------------------------------
-def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False, wrap: bool = False) -> Any:
+def _truncated(x: Any, src: np.dtype, nonneg: bool, finite: bool) -> Any:
+    """Float ``x`` truncated toward zero, for a conversion to an integer type: on the CPU,
+    ``x - x % 1`` where ``x`` is finite (DALI 2.4's float ``%`` on the CPU is C's ``fmod``,
+    exact, with ``x``'s sign, so the difference is exact too; only the sign of a zero differs,
+    which no integer keeps; NaN stays NaN), two operators where the select between ``ceil`` and
+    ``floor`` takes ten. Not on the GPU: DALI's GPU ``%`` was IEEE ``remainder`` (the nearest
+    quotient, not the truncated one) in the sources read, and no GPU here checked 2.4's."""
+    if finite and not nonneg and getattr(x, "device", "cpu") == "cpu":
+        from nvidia.dali import types
+
+        return x - (x % types.Constant(1.0, dtype=_dali_type(src)))
+    return unary("trunc", x, src, nonneg=nonneg)
+
+
+def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False, wrap: bool = False,
+         finite: bool = False) -> Any:
     """``x.astype(dst)`` as numpy does it (see the module docstring for out-of-range floats);
     ``nonneg``: the tracer knows ``x >= 0``; ``wrap``: floats to an integer type of 8 or 16
-    bits that may fall outside its range wrap around (see :data:`WRAPPING_FLOAT_CASTS`)."""
+    bits that may fall outside its range wrap around (see :data:`WRAPPING_FLOAT_CASTS`);
+    ``finite``: the tracer knows no element of float ``x`` is infinite."""
     from nvidia.dali import fn, types
 
     src, dst = np.dtype(src), np.dtype(dst)
@@ -146,10 +162,10 @@ def cast(x: Any, src: np.dtype, dst: np.dtype, nonneg: bool = False, wrap: bool 
     if src.kind == "b" or dst.kind == "f" or (src.kind in "iu" and np.can_cast(src, dst)):
         return fn.cast(x, dtype=_dali_type(dst))
     if src.kind == "f" and wrap and dst.itemsize <= WRAPPING_FLOAT_CASTS:
-        wide = fn.cast(unary("trunc", x, src, nonneg=nonneg), dtype=types.INT64)
+        wide = fn.cast(_truncated(x, src, nonneg, finite), dtype=types.INT64)
         return cast(wide, np.dtype(np.int64), dst)
     if src.kind == "f":
-        return fn.cast(unary("trunc", x, src, nonneg=nonneg), dtype=_dali_type(dst))
+        return fn.cast(_truncated(x, src, nonneg, finite), dtype=_dali_type(dst))
     # Integer narrowing or a sign change: keep the low bits, as numpy does.
     if src.itemsize == dst.itemsize == 8:
         return fn.reinterpret(x, dtype=_dali_type(dst))

@@ -4,6 +4,7 @@ and the array and branch operators. :func:`augment_ops.trace.lower_dali.emit` dr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +23,7 @@ from augment_ops.trace.dali_ops import (
     unary,
     where,
 )
-from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.facts import lower, sound, upper
 from augment_ops.trace.ir import Node
 from augment_ops.trace.lower_patterns import (
     _LANEWISE,
@@ -37,6 +38,7 @@ from augment_ops.trace.lower_patterns import (
     _folded_fills,
     _free,
     _is_zero,
+    _is_zero_dim,
     _lane_key,
     _summed_lanes,
     _times_one,
@@ -70,6 +72,37 @@ def _lean_operand(n: Node) -> Node | None:
                 for d, e in zip(other.shape, n.shape, strict=True)):
             return m
     return None
+
+
+def _integral_float(n: Any) -> Node | None:
+    """``r`` where ``n`` is an integer cast of ``r = np.floor(y)`` (or ``ceil``, ``rint``,
+    ``trunc``) that keeps its value (the tracer bounds ``r`` within the integer type), else
+    None: a float made of ``n`` is then the same made of ``r``."""
+    while isinstance(n, Node) and _free(n) and n.op in ("cast", "bin"):
+        # Steps that take no operator (a cast to its own dtype, 0 + k, a minimum known to be
+        # its first operand) keep the value.
+        if n.op == "bin" and n.attrs[0] == "add" and _is_zero(n.args[0]):
+            n = n.args[1]
+        else:
+            n = n.args[0]
+    if not isinstance(n, Node) or n.op != "cast" or n.dtype.kind not in "iu":
+        return None
+    r = n.args[0]
+    if r.op != "un" or r.attrs[0] not in _ROUNDING or _may_wrap(r, n.dtype):
+        return None
+    info = np.iinfo(n.dtype)
+    lo, up = lower(r), upper(r)
+    return r if lo is not None and up is not None and info.min <= lo and up <= info.max else None
+
+
+def _finite_bounds(x: Node) -> bool:
+    """Whether the tracer bounds every element of float ``x`` by finite values (none is
+    infinite; NaN may be)."""
+    if x.dtype.kind != "f":
+        return False
+    lo, up = lower(x), upper(x)
+    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
+        sound(x)
 
 
 def _may_wrap(x: Node, dst: np.dtype) -> bool:
@@ -147,7 +180,7 @@ class _Scalars:
             if inner.dtype == n.dtype:  # a round trip: the values themselves
                 return val(inner)
             return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
-                        wrap=_may_wrap(inner, n.dtype))
+                        wrap=_may_wrap(inner, n.dtype), finite=_finite_bounds(inner))
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu" and \
                 not _may_wrap(x, n.dtype):
             # Already integral: nothing to truncate before the conversion.
@@ -155,7 +188,7 @@ class _Scalars:
 
             return fn.cast(val(x), dtype=_dali_type(n.dtype))
         return cast(val(x), x.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
-                    wrap=_may_wrap(x, n.dtype))
+                    wrap=_may_wrap(x, n.dtype), finite=_finite_bounds(x))
 
     def _bin(self, n: Node, val: Callable[[Any], Any] | None = None) -> Any:
         lean = _lean_operand(n) if val is None else None
@@ -164,7 +197,9 @@ class _Scalars:
                                         for m in n.args), n.args[0].dtype)
         val = val or self.value
         a, b = n.args
-        if n.attrs[1:] == ("first",):  # a minimum the tracer proved equal to its first operand
+        if n.attrs[1:] == ("first",):
+            # A minimum the tracer proved equal to its first operand, or a maximum equal to it
+            # on every sample that does not raise (rng.integers' span).
             return val(a)
         lanes = _summed_lanes(n)
         if lanes is not None:  # r + g + b: one sum over the channels, exact in any order
@@ -484,12 +519,18 @@ class _Emitter(_Vectors):
             f32 = np.dtype(np.float32)
             return self.stage.vector(lo, f32), self.stage.vector(size, f32)
         sizes = [_constant_difference(b, a) for a, b in zip(lo, hi, strict=True)]
+        integral = [_integral_float(b) for b in lo]
         if all(isinstance(b, int) for b in lo):
             anchor: Any = [float(b) for b in lo]
+        elif all(b is not None for b in integral):
+            # int64(floor(y)) made float32 is float32(floor(y)): the same integer rounded once.
+            anchor = fn.cast(self.vector(integral), dtype=types.FLOAT)
         else:
             anchor = fn.cast(self.vector(lo), dtype=types.FLOAT)
         if all(d is not None for d in sizes):  # y + c1 - (y - c0): no operator
             shape: Any = [float(d) for d in sizes]
+        elif all(_is_zero_dim(b) for b in lo):  # rows and columns from 0: the stops
+            shape = fn.cast(self.vector(hi), dtype=types.FLOAT)
         else:
             shape = fn.cast(binary("subtract", self.vector(hi), self.vector(lo),
                                    np.dtype(np.int64)), dtype=types.FLOAT)
@@ -593,6 +634,29 @@ class _Emitter(_Vectors):
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)
+
+
+    def _turn(self, n: Node) -> Any:
+        """``x`` flipped and transposed per sample (a ``turn`` node of
+        :func:`augment_ops.trace.lower_patterns.rewritten_for_dali`): one ``fn.flip`` with
+        per-sample flags, then the transpose on the samples that take it."""
+        from nvidia.dali import fn
+
+        x, transposed, rows, cols = n.args
+        data = self.value(x)
+
+        def flag(f: Node) -> Any:
+            return int(f.value) if f.op == "const" else self.value(f)
+        if not all(f.op == "const" and not f.value for f in (rows, cols)):
+            if not _input_layout(x):  # fn.flip finds its axes by the layout
+                data = fn.reshape(data, layout="HWC")
+            data = fn.flip(data, vertical=flag(rows), horizontal=flag(cols))
+        if transposed.op == "const":
+            return fn.transpose(data, perm=[1, 0, 2]) if transposed.value else data
+        pred = self.value(transposed)
+        data = fn.reshape(data, layout="")  # the merge takes one layout: "WHC" and "HWC" differ
+        yes, no = fn._conditional.split(data, predicate=pred)
+        return fn._conditional.merge(fn.transpose(yes, perm=[1, 0, 2]), no, predicate=pred)
 
 
 def _channel_fills(n: Node) -> tuple[Node, list[Node]] | None:

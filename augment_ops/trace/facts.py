@@ -93,6 +93,9 @@ def lower(d: Dim) -> float | None:
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         lo = lower(d.args[0])
         return None if lo is None else math.floor(lo)
+    if d.op == "un" and (d.attrs[0] in _INCREASING or d.attrs[0] in _WITHIN_ONE):
+        got = _float_function_bounds(d)
+        return None if got is None else got[0]
     if d.op == "bin":
         a, b = d.args
         name = d.attrs[0]
@@ -101,6 +104,8 @@ def lower(d: Dim) -> float | None:
             known = [0] if _at_most(b, a) else []
             if la is not None and b.op == "const":
                 known.append(la - float(b.value.max()))
+            elif la is not None and d.dtype.kind == "f" and upper(b) is not None:
+                known.append(la - upper(b))  # 1 - u of a draw: rounding is monotonic
             sa = _same_value(a)
             if d.dtype.kind in "iu" and sa.op == "bin" and sa.attrs[0] == "add" and \
                     sa.dtype == d.dtype:
@@ -135,20 +140,24 @@ def lower(d: Dim) -> float | None:
     return None
 
 
-_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select"}
+_LAYOUT_OPS = {"slice", "flip", "transpose", "take", "expand", "cat", "stack", "select", "turn"}
 
 
 def _keeps_elements(d: Node) -> bool:
     """Whether every element of ``d`` is an element of its sources (:func:`_element_sources`)
-    beyond the layout operators: a fill's value, and the least or greatest element of an array
-    (numpy raises for an empty one, so a value exists wherever one is computed)."""
-    return d.op == "full" or (d.op == "reduce" and d.attrs[0] in ("max", "min"))
+    beyond the layout operators: a fill's value, the least or greatest element of an array
+    (numpy raises for an empty one, so a value exists wherever one is computed), an array
+    reshaped or repeated (``np.broadcast_to``)."""
+    return d.op in ("full", "reshape", "broadcast") or (
+        d.op == "reduce" and d.attrs[0] in ("max", "min"))
 
 
 def _element_sources(d: Node) -> list[Node]:
     """The values whose elements make up those of layout operator or fill ``d``."""
     if d.op == "full":
         return [d.args[1]]
+    if d.op in ("reshape", "broadcast"):
+        return [d.args[0]]
     if d.op == "reduce":
         return [d.args[0]]
     if d.op == "select" and d.ndim == 0:
@@ -176,6 +185,40 @@ def _cast_bounds(d: Node) -> tuple[float | None, float | None]:
     return lo, up
 
 
+#: The greatest uniform draw: draws are k * 2**-53 for k below 2**53
+#: (:func:`extsrc.ops_runtime.seeding.counter_uniform`), all below 1.
+_MAX_DRAW = 1 - 2.0**-53
+
+#: The float functions bounded through their bounds where monotonic (``log(1 - u)`` of a
+#: draw for a normal draw), and the bounded ones.
+_INCREASING = {"log": math.log, "sqrt": math.sqrt, "exp": math.exp}
+_WITHIN_ONE = ("sin", "cos")
+
+
+def _float_function_bounds(d: Node) -> tuple[float, float] | None:
+    """Bounds of float function ``d`` (``np.log``, ``np.sqrt``, ``np.exp``, ``np.sin``,
+    ``np.cos``) of an argument with known bounds, widened by a few units in the last place of
+    ``d``'s dtype (numpy's results are within one of the exact value), else None."""
+    name = d.attrs[0]
+    if name in _WITHIN_ONE:
+        return -1.0, 1.0
+    f = _INCREASING.get(name)
+    x = d.args[0]
+    lo, up = lower(x), upper(x)
+    if name == "sqrt" and lo is not None:
+        lo = max(lo, 0.0)  # NaN below 0, which bounds do not cover
+    if f is None or d.dtype.kind != "f" or lo is None or up is None or \
+            not (math.isfinite(lo) and math.isfinite(up)) or lo > up or \
+            (name == "log" and lo <= 0):
+        return None
+    eps = 4 * float(np.finfo(d.dtype).eps)
+    try:
+        a, b = f(lo), f(up)
+    except OverflowError:
+        return None
+    return a - abs(a) * eps - 1e-300, b + abs(b) * eps + 1e-300
+
+
 #: An upper bound of an image side: an image of 2**30 pixels a side would take exabytes (one
 #: pixel high, gigabytes), and below it an image's int64 element count ``h * w * c`` (c <= 4)
 #: has bounds that do not wrap around, so ``img.size == 0`` is known false.
@@ -197,7 +240,7 @@ def upper(d: Dim) -> float | None:
     if d.op == "in_dim":
         return _MAX_SIDE
     if d.op == "uniform":
-        return 1
+        return _MAX_DRAW
     if d.op == "cast":
         return _cast_bounds(d)[1]
     if d.op in _LAYOUT_OPS or _keeps_elements(d):
@@ -206,6 +249,9 @@ def upper(d: Dim) -> float | None:
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
         up = upper(d.args[0])
         return None if up is None else math.ceil(up)
+    if d.op == "un" and (d.attrs[0] in _INCREASING or d.attrs[0] in _WITHIN_ONE):
+        got = _float_function_bounds(d)
+        return None if got is None else got[1]
     if d.op == "bin":
         a, b = d.args
         ua, ub = upper(a), upper(b)
@@ -302,11 +348,60 @@ def _min_operands(d: Node) -> tuple[Node, Node] | None:
     return None
 
 
+def _draw_below(p: Node) -> Node | None:
+    """``m`` where ``p`` is ``floor(u * m)`` (or its truncation) made an integer, ``u`` a
+    uniform draw in [0, 1) and ``m`` an integer the tracer bounds by ``1 <= m <= 2**53``
+    (``int((h - ch + 1) * rng.random())``): then ``p <= m - 1`` for every sample, as
+    :func:`augment_ops.trace.rng._floor_below` proves. Else None."""
+    p = _same_value(p)
+    if p.op != "cast" or p.dtype.kind not in "iu" or p.args[0].op != "un" or \
+            p.args[0].attrs[0] not in ("floor", "trunc"):
+        return None
+    x = _float64_of(p.args[0].args[0])
+    if x.op != "bin" or x.attrs[0] != "multiply" or x.dtype != np.float64:
+        return None
+    for u, f in (x.args, x.args[::-1]):
+        u, f = _float64_of(u), _float64_of(f)
+        if u.op != "uniform" or f.op != "cast" or f.args[0].dtype.kind not in "iu":
+            continue
+        m = f.args[0]
+        lo, up = lower(m), upper(m)
+        if lo is not None and up is not None and lo >= 1 and up <= 2**53:
+            return m
+    return None
+
+
+def _float64_of(d: Node) -> Node:
+    """``d`` without casts from float64 to float64 (weak to strong)."""
+    while d.op == "cast" and d.dtype == np.float64 and d.args[0].dtype == np.float64:
+        d = d.args[0]
+    return d
+
+
+def _below_draw_bound(p: Node, within: Callable[[Node], bool]) -> bool:
+    """Whether ``p`` is a draw below ``m`` (:func:`_draw_below`) with ``m - 1`` within the
+    bound ``within`` checks: ``m`` itself within it, or ``m`` is ``x + c`` (a constant
+    ``c <= 1``, so ``m - 1 <= x``) with ``x`` within it."""
+    m = _draw_below(p)
+    if m is None:
+        return False
+    if within(m):
+        return True
+    m = _same_value(m)
+    if m.op == "bin" and m.attrs[0] == "add" and m.dtype.kind in "iu":
+        for x, c in (m.args, m.args[::-1]):
+            if c.op == "const" and c.value.size == 1 and c.value.item() <= 1 and within(x):
+                return True
+    return False
+
+
 @_fact
 def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
     """Whether ``p <= n - q`` for every sample, from how ``p`` was computed: ``n - q`` itself,
     ``(n - q) // k``, ``min(n - q, ...)``, ``((n - q) + c) - c``, as offsets and crops write
     them."""
+    if _below_draw_bound(p, lambda m: _at_most_minus(m, n, q)):
+        return True  # int((n - q + 1) * u) <= n - q: a crop's start
     p = _same_value(p)
     if p.op != "bin":
         return False
@@ -343,12 +438,15 @@ def _at_most(a: Dim, b: Dim) -> bool:
     if not isinstance(a, Node):
         low = lower(b)
         return isinstance(a, int) and low is not None and a <= low  # 1 <= h + 2
-    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu" \
-            and a.value.item() <= 0 and _nonneg(b):
-        return True
+    if a.op == "const" and a.value.size == 1 and a.dtype.kind in "iu":
+        low = lower(b)  # 1 <= max(h - 4, 1), as a checked span of rng.integers is
+        if low is not None and a.value.item() <= low:
+            return True
     if a.op == "cast" and a.dtype.kind in "iu" and a.args[0].dtype.kind in "iu" \
             and _keeps_values(a) and _at_most(a.args[0], b):
         return True
+    if _below_draw_bound(a, lambda m: _at_most(m, b)):
+        return True  # int((h - ch + 1) * u) <= h
     if a.op == "bin":
         x, y = a.args
         name = a.attrs[0]
@@ -376,9 +474,21 @@ def _at_most(a: Dim, b: Dim) -> bool:
         pair = _min_operands(bb)
         if pair is not None and _at_most(a, pair[0]) and _at_most(a, pair[1]):
             return True
-    # h + 1 <= h + 2: the same per-sample terms, a smaller constant (and no int64 wrap-around)
-    la, lb = linear_form(a), linear_form(b)
-    if la is None or lb is None or la[1] != lb[1] or la[0] > lb[0]:
+    # h + 1 <= h + 2: the same per-sample terms, a smaller constant; y + h <= h + 6 for a y
+    # at most 6: the terms apart bounded (and no int64 wrap-around)
+    la, lb = _linear_terms(a), _linear_terms(b)
+    if la is None or lb is None:
+        return False
+    excess = la[0] - lb[0]  # an upper bound of a - b
+    for key in la[1].keys() | lb[1].keys():
+        atom, k = la[1].get(key, lb[1].get(key))[0], la[1].get(key, [0, 0])[1] - \
+            lb[1].get(key, [0, 0])[1]
+        if k:
+            bound = upper(atom) if k > 0 else lower(atom)
+            if bound is None or not -2.0**62 < bound < 2.0**62:
+                return False
+            excess += k * bound
+    if excess > 0:
         return False
     lo, up = lower(a), upper(b)
     return lo is not None and up is not None and -2.0**62 < lo and up < 2.0**62
@@ -388,6 +498,15 @@ def linear_form(d: Dim) -> tuple[int, frozenset] | None:
     """Integer size ``d`` as ``c + sum(k * atom)`` (a constant, and each per-sample value it
     adds or subtracts a constant number of times), where it is made by ``+``, ``-`` and ``*``
     by a constant: ``(p + 1 + w) - (p + 1)`` is ``w``. None for anything else."""
+    got = _linear_terms(d)
+    if got is None:
+        return None
+    c, terms = got
+    return c, frozenset((i, k) for i, (_, k) in terms.items() if k)
+
+
+def _linear_terms(d: Dim) -> tuple[int, dict[int, list]] | None:
+    """:func:`linear_form` of ``d`` with its atoms: ``(c, {id(atom): [atom, k]})``."""
     terms: dict[int, list] = {}
 
     def walk(x: Dim, k: int) -> int | None:
@@ -413,7 +532,7 @@ def linear_form(d: Dim) -> tuple[int, frozenset] | None:
     c = walk(d, 1)
     if c is None:
         return None
-    return c, frozenset((i, k) for i, (_, k) in terms.items() if k)
+    return c, terms
 
 
 def _never(n: Node) -> bool:

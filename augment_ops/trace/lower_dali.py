@@ -29,11 +29,15 @@ numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops
 - ``np.rint`` (half to even) through the add-and-subtract 2**23 (2**52) rounding identity;
 - ``np.where`` as a bitwise select, exact for every value (NaN and inf included);
 - a branch on a per-sample scalar: both outcomes are computed for the whole batch and merged
-  per sample with DALI's conditional split/merge, so outputs may differ in shape.
+  per sample with DALI's conditional split/merge, so outputs may differ in shape; branches that
+  only flip and transpose one image (``np.rot90(img, k)`` of a drawn ``k``, a random flip) are
+  one ``fn.flip`` with per-sample flags and a transpose of the samples that take it, their
+  flags computed with the draws (:func:`augment_ops.trace.lower_patterns.rewritten_for_dali`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +48,9 @@ from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced
-from augment_ops.trace.lower_patterns import _free
+from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
 from augment_ops.trace.scalar_stage import (
+    _EVALUATED,
     ScalarProgram,
     ScalarStage,
     scalar_operators,
@@ -109,9 +114,31 @@ class SampleScalars:
         return out
 
 
+#: The most elements of an array of the draws that :class:`SampleScalars` computes (an array
+#: of a static shape, beside the scalars); a larger one is computed in the graph.
+_MAX_GIVEN_ELEMENTS = 64
+
+#: The graph each traced op is emitted from (:func:`_lowered`), kept while the op's is alive.
+_LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary()
+
+
+def _lowered(traced: Traced) -> Traced:
+    """The graph :func:`emit` lowers for ``traced``, with the same values and fewer operators
+    (:func:`augment_ops.trace.lower_patterns.rewritten_for_dali`: selects among flips and
+    transposes made one per-sample flip and transpose, ...). One object per traced op, so that
+    the scalars :func:`sample_scalar_nodes` names are the nodes :func:`emit` reads."""
+    got = _LOWERED.get(traced)
+    if got is None:
+        got = rewritten_for_dali(traced)
+        if got is not traced:  # a graph without such selects is its own (and keeps no entry)
+            _LOWERED[traced] = got
+    return got
+
+
 def uses_stage(traced: Traced) -> bool:
     """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
     (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
+    traced = _lowered(traced)
     nodes = sample_scalar_nodes(traced)
     if any(n.ndim > 1 for n in nodes):  # the stage hands out scalars and vectors only
         return False
@@ -121,6 +148,7 @@ def uses_stage(traced: Traced) -> bool:
 def scalar_cost(traced: Traced) -> int:
     """About how many DALI operators ``traced``'s per-sample scalars take
     (:func:`augment_ops.trace.scalar_stage.scalar_operators`), what :func:`uses_stage` weighs."""
+    traced = _lowered(traced)
     nodes = sample_scalar_nodes(traced)
     return scalar_operators(traced, {id(n) for n in nodes}, lambda n: not _free(n))
 
@@ -129,6 +157,7 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
     """The scalars of ``traced`` that :class:`SampleScalars` computes: those depending on draws
     and not on the image, which the graph's other nodes read, in a stable order (empty for an
     op without draws)."""
+    traced = _lowered(traced)
     if not traced.num_draws:
         return []
     on_image: dict[int, bool] = {}
@@ -139,6 +168,22 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
             got = n.pixel or n.op == "in_dim" or any(
                 isinstance(a, Node) and image_dependent(a) for a in n.args)
             on_image[id(n)] = got
+        return got
+
+    evaluable: dict[int, bool] = {}
+
+    def small_array(n: Node) -> bool:
+        """A small array of a static shape that numpy computes from the draws
+        (:class:`ScalarProgram`): mmlab's lighting's three channel offsets."""
+        got = evaluable.get(id(n))
+        if got is None:
+            got = all(isinstance(d, int) for d in n.shape) and \
+                int(np.prod(n.shape, dtype=np.int64)) <= _MAX_GIVEN_ELEMENTS and \
+                (n.op in ("const", "uniform") or (
+                    n.op in _EVALUATED and (n.op not in ("bin", "un") or hasattr(np, n.attrs[0]))
+                    and not (n.op == "take" and not isinstance(n.args[1], int))
+                    and all(small_array(a) for a in n.args if isinstance(a, Node))))
+            evaluable[id(n)] = got
         return got
 
     seen: set[int] = set()
@@ -155,7 +200,7 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         for a in n.args:
             if not isinstance(a, Node) or a.op == "const":
                 continue
-            if a.ndim == 0 and not image_dependent(a):
+            if (a.ndim == 0 or small_array(a)) and not image_dependent(a):
                 found.setdefault(id(a), a)
             else:
                 stack.append(a)
@@ -214,6 +259,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     """
     from nvidia.dali import fn
 
+    traced = _lowered(traced)
     em = _Emitter(image)
     em.shape = image.shape()
     nodes = sample_scalar_nodes(traced)

@@ -1,17 +1,21 @@
 """Patterns in a traced graph that the DALI lowering emits with fewer operators: lanes computed
 alike (:func:`_lane_key`), clamps (:func:`_clamp_bounds`), slice and fill bounds whose clamps
 DALI's operators already make (:func:`_unclamped_start`, :func:`_unclamped_stop`), differences
-known at trace time. Pure functions of the nodes; nothing here imports DALI."""
+known at trace time; and the graph rewritten before emission (:func:`rewritten_for_dali`):
+selects among flips and transposes made one ``turn``, selects that a fill's emptiness decides
+dropped, integer ``where(c, a, 0)`` made ``a * c``. Pure functions of the nodes; nothing here
+imports DALI."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace.dali_ops import _divisor_risks
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.ir import Node
+from augment_ops.trace.ir import Node, Traced
 
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
 
@@ -25,9 +29,15 @@ def _lane_key(n: Node) -> tuple:
     keys are lowered by the same operators (constant arguments, argument kinds, and which
     arguments are the same node, as in the clamp ``where(x < y, x, y)``)."""
     args: list[Any] = []
+    # An integer minimum or maximum is one operator whatever its constant: lanes with other
+    # constants (min(5, h) and min(7, w)) take a vector of them.
+    any_constant = n.op == "bin" and n.attrs in (("minimum",), ("maximum",)) and \
+        n.dtype.kind in "iu" and n.ndim == 0
     for a in n.args:
         if not isinstance(a, Node):
             args.append(("int", a))
+        elif a.op == "const" and any_constant and a.ndim == 0:
+            args.append(("const", a.dtype.str))
         elif a.op == "const":
             args.append(("const", a.dtype.str, a.value.shape, a.value.tobytes()))
         else:
@@ -397,3 +407,187 @@ def _summed_lanes(n: Node) -> tuple[Node, int] | None:
     if n.dtype.kind in "iu":
         return (x, axis) if bound <= np.iinfo(n.dtype).max else None
     return None
+
+
+# -- flips and transposes chosen per sample -----------------------------------------------------
+def _dihedral(n: Node) -> tuple[Node, tuple[bool, bool, bool]]:
+    """``(x, (t, v, h))`` with ``n`` equal to ``x`` with its rows flipped if ``v``, its columns
+    if ``h``, then its rows and columns swapped if ``t``, where ``n`` is made from ``x`` by flips
+    and transposes of the first two axes of an HWC array (``x`` itself: no bit set)."""
+    if n.ndim == 3 and n.op == "flip" and n.attrs[0] in (0, 1):
+        x, (t, v, h) = _dihedral(n.args[0])
+        # Flipping the rows of the transposed value flips the columns of the one under it.
+        rows = (n.attrs[0] == 0) != t
+        return x, (t, v != rows, h != (not rows))
+    if n.ndim == 3 and n.op == "transpose" and n.attrs[0] == (1, 0, 2):
+        x, (t, v, h) = _dihedral(n.args[0])
+        return x, (not t, v, h)
+    return n, (False, False, False)
+
+
+def _turns_of(n: Node) -> tuple[Node, Any] | None:
+    """``(x, tree)`` where select ``n`` chooses per sample among flips and transposes of one HWC
+    array ``x`` (``np.rot90(img, k)`` of a drawn ``k``, a random flip): ``tree`` is
+    ``(condition, tree, tree)`` for a select and the leaf's ``(t, v, h)`` of :func:`_dihedral`
+    for a leaf, else None."""
+    base: list[Node] = []
+
+    def walk(m: Node) -> Any:
+        if m.op == "select" and m.ndim == 3 and m.args[0].ndim == 0:
+            c, a, b = m.args
+            ta, tb = walk(a), walk(b)
+            return None if ta is None or tb is None else (c, ta, tb)
+        x, bits = _dihedral(m)
+        if base and x is not base[0]:
+            return None
+        base.append(x)
+        return bits
+
+    if n.op != "select" or n.ndim != 3 or not isinstance(n.shape[2], int):
+        return None
+    tree = walk(n)
+    return None if tree is None else (base[0], tree)
+
+
+def _flag(tree: Any, bit: int) -> Node:
+    """Bit ``bit`` of the leaves of select tree ``tree`` (:func:`_turns_of`) per sample: a bool
+    scalar, a constant where every leaf has the same bit."""
+    if not isinstance(tree[0], Node):
+        return Node("const", (), (), np.dtype(np.bool_), (), value=np.array(tree[bit]))
+    c, a, b = tree
+    fa, fb = _flag(a, bit), _flag(b, bit)
+    ka = bool(fa.value) if fa.op == "const" else None
+    kb = bool(fb.value) if fb.op == "const" else None
+    if ka is not None and ka == kb:
+        return fa
+
+    def op(name: str, *args: Node) -> Node:
+        return Node("un" if len(args) == 1 else "bin", args, (name,), np.dtype(np.bool_), ())
+    # One operator a select, on bools: True > False is the only pair greater.
+    if ka is not None and kb is not None:
+        return c if ka else op("logical_not", c)
+    if ka is not None:
+        return op("bitwise_or", c, fb) if ka else op("greater", fb, c)  # fb and not c
+    if kb is not None:
+        return op("greater_equal", fa, c) if kb else op("bitwise_and", fa, c)  # fa or not c
+    return Node("where", (c, fa, fb), (), np.dtype(np.bool_), ())
+
+
+def _int32(f: Node) -> Node:
+    """Bool scalar ``f`` as the int32 that ``fn.flip``'s per-sample flags take."""
+    i32 = np.dtype(np.int32)
+    if f.op == "const":
+        return Node("const", (), (), i32, (), value=np.asarray(f.value, i32))
+    return Node("cast", (f,), (i32.str,), i32, ())
+
+
+def _kept_fill(c: Node, filled: Node, other: Node) -> bool:
+    """Whether ``select(c, filled, other)`` is ``filled`` for every sample: ``filled`` writes one
+    rectangle into ``other`` (a fill, or one per channel) and ``c`` is that its rows (or
+    columns) are not empty, ``y1 > y0`` (imgaug's ``if x2 > x1 and y2 > y1:`` before the
+    write). Where ``c`` is false the rectangle is empty, so the fill leaves ``other`` as it is."""
+    if filled.op != "fill":
+        return False
+    region = filled.args[1:5]
+    x = filled
+    while x.op == "fill" and all(a is b for a, b in zip(x.args[1:5], region, strict=True)):
+        x = x.args[0]
+    if x is not other or c.op != "bin" or c.attrs[0] not in ("greater", "less"):
+        return False
+    hi, lo = c.args if c.attrs[0] == "greater" else c.args[::-1]
+    y0, y1, x0, x1 = region
+    return (_same(hi, y1) and _same(lo, y0)) or (_same(hi, x1) and _same(lo, x0))
+
+
+def _masked(n: Node) -> Node | None:
+    """``a * c`` (``c`` made an integer) where ``n`` is the integer scalar ``np.where(c, a, 0)``
+    (a channel's rows ``h`` or none, as a fill of drawn channels has): 0 or ``a`` alike, in one
+    operator where the bitwise select takes five, and none more where ``c`` depends on the draws
+    alone (its integer is then computed with them). Not for the clamp ``where(a < 0, a, 0)``,
+    which is one operator already."""
+    if n.op != "where" or n.ndim or n.dtype.kind not in "iu":
+        return None
+    c, a, zero = n.args
+    if not _is_zero(zero) or a.dtype != n.dtype or a.ndim or c.ndim or (
+            c.op == "bin" and c.attrs[0] == "less" and {id(x) for x in c.args} <= {id(a),
+                                                                                 id(zero)}):
+        return None
+    flag = Node("cast", (c,), (n.dtype.str,), n.dtype, ())
+    return Node("bin", (a, flag), ("multiply",), n.dtype, (), n.weak)
+
+
+def _known_difference(n: Node) -> Node | None:
+    """The node ``n`` equals where it is an int64 difference known without an operator:
+    ``(y + h) - y`` is ``h`` (:func:`_difference`; int64 wraps alike both ways). The scalars
+    it leaves unread (``y`` there) are then not computed for it."""
+    if n.op != "bin" or n.attrs != ("subtract",) or n.dtype != np.int64 or n.ndim:
+        return None
+    d = _difference(*n.args)
+    return d if isinstance(d, Node) and d.dtype == np.int64 and not d.ndim else None
+
+
+def rewritten_for_dali(traced: Traced) -> Traced:
+    """``traced`` with each select among flips and transposes of one HWC array (a tree of them:
+    ``np.rot90(img, k)`` of a drawn ``k`` is three) replaced by one ``turn`` node: ``x`` with
+    its rows flipped, its columns flipped and then transposed as three per-sample flags say
+    (``turn(x, transposed, rows, cols)``, the flags scalars of the branch conditions). The
+    DALI lowering takes one ``fn.flip`` with per-sample arguments and one transpose of the
+    samples that take it, where each leaf would take its own operators and each select a split
+    and merge; the flags depend on what the conditions depend on, so for draws numpy computes
+    them beside the draws. A select between a fill and the array it fills, on whether the
+    fill's region is empty, is the fill (:func:`_kept_fill`); an integer ``where(c, a, 0)`` is
+    ``a * c`` (:func:`_masked`); ``(y + h) - y`` is ``h`` (:func:`_known_difference`). The
+    same graph where there is nothing of these."""
+    done: dict[int, Any] = {}
+
+    turns: dict[int, Any] = {}
+
+    def get(d: Any) -> Any:
+        return done.get(id(d), d) if isinstance(d, Node) else d
+
+    def visit(root: Any) -> Any:
+        # Iterative: a graph may be thousands of nodes deep (arithmetic on draws in a loop).
+        stack = [root]
+        while stack:
+            n = stack[-1]
+            if not isinstance(n, Node) or n.op == "const" or id(n) in done:
+                stack.pop()
+                continue
+            if id(n) not in turns:
+                turns[id(n)] = _turns_of(n)
+            turned = turns[id(n)]
+            deps = [turned[0], *n.shape] if turned is not None else [*n.args, *n.shape]
+            pending = [d for d in deps if isinstance(d, Node) and d.op != "const"
+                       and id(d) not in done]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            shape = tuple(get(d) for d in n.shape)
+            if turned is not None:
+                x, tree = turned
+                t, v, h = (_flag(tree, bit) for bit in range(3))
+                got = Node("turn", (get(x), t, _int32(v), _int32(h)), (), n.dtype, shape,
+                           n.weak)
+            else:
+                args = tuple(get(a) for a in n.args)
+                got = n if all(a is b for a, b in zip(args + shape, n.args + n.shape,
+                                                      strict=True)) else Node(
+                    n.op, args, n.attrs, n.dtype, shape, n.weak, n.value)
+                if got.op == "select" and _kept_fill(*args):
+                    got = args[1]
+                got = _masked(got) or _known_difference(got) or got
+            if got is not n and not got.facts:
+                # Every node made here has the values of the one it replaces: it takes its
+                # facts, which the trace derived step by step (derived anew, a deep graph's
+                # would recurse as deep).
+                got.facts = n.facts
+            done[id(n)] = got
+        return get(root)
+
+    outputs = tuple(visit(n) for n in traced.outputs)
+    guards = tuple(dataclasses.replace(g, bad=visit(g.bad)) for g in traced.guards)
+    if all(a is b for a, b in zip(outputs, traced.outputs, strict=True)) and \
+            all(g.bad is h.bad for g, h in zip(guards, traced.guards, strict=True)):
+        return traced
+    return dataclasses.replace(traced, outputs=outputs, guards=guards)

@@ -13,8 +13,8 @@ import numpy as np
 
 import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
 from augment_ops.trace.combine import _where
-from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.ir import Node, TraceError, _new
+from augment_ops.trace.facts import lower, sound, upper
+from augment_ops.trace.ir import Node, TraceError, _new, const
 from augment_ops.trace.sym import Sym, _dtype_kind, _to_node, cast_node, raise_where, ufunc
 
 #: The most draws one ``rng`` call with ``size=`` may make (each is a per-sample scalar).
@@ -63,6 +63,24 @@ def _noop_minimum(n: Node) -> Node:
     if n.op != "bin" or n.attrs != ("minimum",):
         return n
     return _new("bin", n.args, ("minimum", "first"), n.dtype, n.shape, n.weak)
+
+
+def _checked_span(span: Any) -> Any:
+    """``span`` (``high - low`` of ``rng.integers``, after :func:`_integers_checks`), marked as at
+    least 1: numpy raises for a sample where it is not, so no result of the op is computed from
+    its value there. The mark is ``max(span, 1)`` known to equal ``span`` (the DALI lowering
+    emits no operator for it), whose bounds tell the tracer that the draw is in ``0..span - 1``
+    (no clamp of it, no wrap-around of a negative index made from it). Only where the
+    subtraction cannot wrap around, so that ``high > low`` makes ``span >= 1``."""
+    if not isinstance(span, Sym) or span.dtype.kind not in "iu" or span.ndim != 0 or \
+            not sound(span.node):
+        return span
+    lo = lower(span.node)
+    if lo is not None and lo >= 1:
+        return span
+    one = const(np.array(1, span.dtype))
+    return Sym(_new("bin", (span.node, one), ("maximum", "first"), span.dtype, (),
+                    span.node.weak))
 
 
 def _integers_checks(low: Any, high: Any, dtype: np.dtype, endpoint: bool) -> None:
@@ -194,7 +212,7 @@ class DrawRng:
         _integers_checks(low, high, np.dtype(dtype), endpoint)
         if endpoint:
             high = high + 1
-        span = high - low
+        span = _checked_span(high - low)
         u = self._next()
         if not isinstance(span, Sym) and span == 1:
             # One value to draw (rng.integers(1, 1, endpoint=True)): a constant, the slot used

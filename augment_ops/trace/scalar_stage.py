@@ -36,7 +36,8 @@ __all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "evaluate", "s
 STAGE_MIN_OPERATORS = 100
 
 #: The nodes :func:`evaluate` computes (with the leaves its ``leaf`` gives).
-_EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take"})
+_EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take",
+                        "reshape", "broadcast"})
 
 
 class ScalarProgram:
@@ -105,6 +106,11 @@ class ScalarProgram:
             elif m.op == "take" and isinstance(m.args[1], int):
                 expr = f"np.take({ref(m.args[0], m.args[0].ndim)}, {m.args[1]}, " \
                        f"axis={1 + m.attrs[0]})"
+            elif m.op in ("reshape", "broadcast") and all(isinstance(d, int) for d in m.shape):
+                # Static shapes only; a value the same for every sample keeps its axis of 1.
+                how = "np.broadcast_to" if m.op == "broadcast" else "np.reshape"
+                v = ref(m.args[0], m.ndim if m.op == "broadcast" else m.args[0].ndim)
+                expr = f"{how}({v}, ({v}.shape[0],) + {tuple(m.shape)!r})"
             elif m.op == "take" and m.args[0].ndim == 1:  # a per-sample position in a vector
                 expr = f"_take_at({ref(m.args[0], 1)}, {ref(m.args[1], 0)}, count)"
             else:
