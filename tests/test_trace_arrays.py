@@ -484,6 +484,39 @@ def test_new_array_of_a_per_sample_shape_equals_numpy():
     _check(u_constant_shape_zeros)  # a constant shape is numpy's own array
 
 
+def u_patch_of_a_fill(img, rng):
+    # mmcv's cutout, mmpretrain's random erasing: a patch of a drawn size holding one value per
+    # channel, made with arithmetic on np.ones and a colour, written into a region of its size
+    h, w = img.shape[:2]
+    ph, pw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+    y, x = int(rng.integers(0, h - ph + 1)), int(rng.integers(0, w - pw + 1))
+    patch = np.array((7, 250, 0), dtype=np.float32) * np.ones((ph, pw, 3), np.float32)
+    patch += 0.75
+    out = img.copy()
+    out[y:y + ph, x:x + pw] = patch  # float32 into uint8: numpy's cast truncates
+    out[:ph, :pw] = np.ones((1, pw, 3), np.uint8) * 9  # numpy repeats the one row
+    return out
+
+
+def u_patch_past_the_edge(img):
+    h, w = img.shape[:2]
+    out = img.copy()
+    out[h // 2:h // 2 + 3, :] = np.ones((3, w, 3), np.uint8) * 5  # 3 rows from the middle
+    return out
+
+
+def test_a_new_array_of_one_value_per_channel_written_into_a_region_equals_numpy():
+    _check(u_patch_of_a_fill, random=True)
+    traced = trace_function(u_patch_past_the_edge, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [g.error for g in traced.guards] == ["ValueError"]
+    fits = [im for im in _images() if im.shape[0] - im.shape[0] // 2 >= 3]
+    assert fits and len(fits) < len(_images())
+    _check(u_patch_past_the_edge, imgs=fits)
+    with pytest.raises(ValueError, match="could not broadcast"):
+        u_patch_past_the_edge(next(im for im in _images() if im.shape[0] < 5))
+
+
 def u_constant_shape_zeros(img):
     return img + np.ones((1, 1, 3), np.uint8) + np.full(3, 2, np.uint8)
 
