@@ -517,6 +517,32 @@ def test_a_new_array_of_one_value_per_channel_written_into_a_region_equals_numpy
         u_patch_past_the_edge(next(im for im in _images() if im.shape[0] < 5))
 
 
+def u_own_generator(img, rng, seed=None):
+    rng = np.random.default_rng(rng if seed is None else seed)  # skimage's random_noise
+    return img[::-1] if rng.random() < 0.5 else img[:, ::-1]
+
+
+def u_own_generator_as_numpy_runs_it(img, rng):
+    return img[::-1] if rng.random() < 0.5 else img[:, ::-1]
+
+
+def test_default_rng_of_the_ops_generator_is_that_generator():
+    g = np.random.default_rng(0)
+    assert np.random.default_rng(g) is g  # numpy hands a Generator back: the rule traced
+    imgs = _images()
+    traced = trace_function(u_own_generator, params={}, random=True, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    values = scalar_draws(traced, SEED, 3, np.arange(len(imgs), dtype=np.int64),
+                          np.zeros(len(imgs), np.int64))
+    outs = _emit_on(traced, imgs, values)
+    refs = [u_own_generator_as_numpy_runs_it(im, counter_rng(SEED, 0, k, 3))
+            for k, im in enumerate(imgs)]
+    for out, ref in zip(outs, refs, strict=True):
+        np.testing.assert_array_equal(out, ref)
+    _refused(u_own_generator, r"^np\.random\.default_rng of a seed other than the op's rng",
+             random=True, seed=5)
+
+
 def u_constant_shape_zeros(img):
     return img + np.ones((1, 1, 3), np.uint8) + np.full(3, 2, np.uint8)
 

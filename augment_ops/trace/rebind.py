@@ -202,6 +202,28 @@ class _Forbidden(types.ModuleType):
         raise TraceError(f"{self._what}() ({self._why})")
 
 
+class _NumpyRandom(_Forbidden):
+    """``np.random`` as traced code sees it: global random state refused, but
+    ``np.random.default_rng(rng)`` of the op's own generator is that generator, as numpy hands
+    back a Generator given to it (skimage's ``random_noise(image, rng=rng)``)."""
+
+    def __init__(self) -> None:
+        super().__init__("np.random")
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "default_rng":
+            return super().__getattr__(name)
+
+        def default_rng(seed: Any = None) -> Any:
+            from augment_ops.trace.rng import DrawRng
+
+            if isinstance(seed, DrawRng):
+                return seed
+            raise TraceError("np.random.default_rng of a seed other than the op's rng (global "
+                             "random state; draw from the op's rng)")
+        return default_rng
+
+
 class _ScalarTypeMeta(type):
     """numpy scalar types (``np.uint8(x)``) that convert per-sample values symbolically and
     otherwise behave as the real type (as a dtype, in ``isinstance``)."""
@@ -246,7 +268,7 @@ class _NumpyProxy(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         if name == "random":
-            return _Forbidden("np.random")
+            return _NumpyRandom()
         # lookup tables and PIL images first (augment_ops.trace.lookup, .pil_api): their
         # np.array / np.asarray hand everything else to numpy_api's
         if name in NUMPY_CALLS:
