@@ -543,6 +543,21 @@ def test_default_rng_of_the_ops_generator_is_that_generator():
              random=True, seed=5)
 
 
+def u_lists_of_per_sample_values(img, rng):
+    # skimage's rescale_intensity: np.isnan([imin, imax, omin, omax]) of per-sample numbers
+    h, w = img.shape[:2]
+    g = rng.uniform(0.5, 2.0)
+    if np.any(np.isnan([float(h), w / g, g])):
+        return img
+    top = np.max([h // 3, 1])
+    sides = np.add([h, w], (0, 1))
+    return img[:top, :int(sides[1]) - 1 - int(np.add.reduce(np.array([1, 2])) == 4)]
+
+
+def test_numpy_functions_of_lists_of_per_sample_values_equal_numpy():
+    _check(u_lists_of_per_sample_values, random=True)
+
+
 def u_constant_shape_zeros(img):
     return img + np.ones((1, 1, 3), np.uint8) + np.full(3, 2, np.uint8)
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import add_guard
-from augment_ops.trace.creation import CREATION
+from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
@@ -259,6 +259,60 @@ def _scalar_type(real: type) -> type:
     return _SCALAR_TYPES[real]
 
 
+#: numpy functions whose first argument is one array-like (``np.any([a, b])``): numpy converts
+#: a list there to an array, and so does :func:`_lists_converted`.
+_ARRAY_LIKE_FIRST = frozenset({"any", "all", "sum", "mean", "max", "min", "amax", "amin", "clip",
+                               "round", "around"})
+_LIST_AWARE: dict[str, Callable[..., Any]] = {}
+
+
+def _lists_converted(name: str, real: Any) -> Callable[..., Any]:
+    """numpy function or ufunc ``real`` whose array-like arguments (every positional one of a
+    ufunc, the first of :data:`_ARRAY_LIKE_FIRST`) may be lists or tuples holding per-sample
+    values (``np.isnan([imin, imax])``, ``np.max([h, w])``): those converted as ``np.asarray``
+    converts them, to a traced vector (numpy's own conversion would ask each value for a
+    concrete array); the other calls are numpy's own. A ufunc's methods (``np.add.reduce``) and
+    attributes are the ufunc's."""
+    got = _LIST_AWARE.get(name)
+    if got is not None:
+        return got
+    convert_all = isinstance(real, np.ufunc)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if builtins.any(_holds_sym(a) for a in (args if convert_all else args[:1])):
+            # the ufunc's other sequences too, as numpy converts them (np.add([h, w], (0, 1)))
+            args = tuple(np_asarray(a) if (convert_all or i == 0) and isinstance(a, (list, tuple))
+                         else a for i, a in enumerate(args))
+        return real(*args, **kwargs)
+
+    wrapper: Any
+    if convert_all:
+        wrapper = _UfuncLists(real, call)
+    else:
+        wrapper = call
+        call.__name__ = call.__qualname__ = name
+        call.__wrapped__ = real  # type: ignore[attr-defined]
+    _LIST_AWARE[name] = wrapper
+    return wrapper
+
+
+class _UfuncLists:
+    """A ufunc as traced code calls it (:func:`_lists_converted`); its other attributes are the
+    ufunc's own."""
+
+    def __init__(self, real: np.ufunc, call: Callable[..., Any]) -> None:
+        self._real, self._call = real, call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
+
+
 class _NumpyProxy(types.ModuleType):
     """``numpy`` as the traced function sees it: all of numpy except the global ``np.random``,
     with scalar types that accept per-sample values."""
@@ -276,6 +330,8 @@ class _NumpyProxy(types.ModuleType):
         if name in CREATION:
             return CREATION[name]
         v = getattr(np, name)
+        if isinstance(v, np.ufunc) or name in _ARRAY_LIKE_FIRST:
+            return _lists_converted(name, v)
         if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
                 _concrete_kind(v) in tuple("biuf"):
             # ``image.dtype.type is np.uint8`` (skimage's adjust_gamma) compares with the real
