@@ -429,13 +429,57 @@ def test_pad_modes_not_exact_are_refused():
     def negative(img):
         return np.pad(img, -1)
 
-    def drawn(img, rng):
+    def drawn_edge(img, rng):
         k = rng.integers(1, 4)
-        return np.pad(img, ((k, k), (0, 0), (0, 0)))
+        return np.pad(img, ((k, k), (0, 0), (0, 0)), mode="edge")
+
+    def drawn_on_three_axes(img, rng):
+        k = rng.integers(1, 4)
+        return np.pad(img, ((k, k), (0, 1), (1, 0)))
 
     _refused(reflect, r"np\.pad\(mode='reflect'\)")
     _refused(negative, r"ValueError: index can't contain negative values")
-    _refused(drawn, r"np\.pad with per-sample widths", random=True)
+    _refused(drawn_edge, r"np\.pad with per-sample widths other than mode 'constant'", random=True)
+    _refused(drawn_on_three_axes, r"np\.pad with per-sample widths other than .* padded on at "
+             r"most two axes", random=True)
+
+
+def u_pad_drawn(img, rng):
+    k, j = rng.integers(0, 4), int(rng.integers(0, 3))
+    return np.pad(img, ((k, 1), (j, 2 * j), (0, 0)), constant_values=300)  # stored as 44
+
+
+def u_pad_to_size_channels_first(img):
+    # MONAI's SpatialPad: a (C, H, W) image padded to at least 9 x 8, symmetrically
+    x = img.transpose(2, 0, 1).astype(np.int16)
+    a, b = max(9 - x.shape[1], 0), max(8 - x.shape[2], 0)
+    widths = [(0, 0), (a // 2, a - a // 2), (b // 2, b - b // 2)]
+    if not np.asarray(widths).any():
+        return x.transpose(1, 2, 0)
+    return np.pad(x, widths, constant_values=-5).transpose(1, 2, 0)
+
+
+def u_pad_gray_drawn(img, rng):
+    k = rng.integers(0, 4)
+    return np.pad(img[..., 0], ((k, 0), (2, k)))
+
+
+def u_pad_negative_drawn(img, rng):
+    return np.pad(img, ((rng.integers(-1, 2), 0), (0, 0), (0, 0)))
+
+
+@pytest.mark.parametrize("func", [u_pad_drawn, u_pad_to_size_channels_first, u_pad_gray_drawn])
+def test_pad_by_per_sample_widths_equals_numpy(func):
+    _check(func, random=func is not u_pad_to_size_channels_first)
+
+
+def test_pad_by_a_negative_per_sample_width_raises_as_numpy_does():
+    traced = trace_function(u_pad_negative_drawn, params={}, random=True, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [(g.error, g.message) for g in traced.guards] == [
+        ("ValueError", "index can't contain negative values")]
+    with pytest.raises(ValueError, match="index can't contain negative values"):
+        np.pad(_images()[0], ((-1, 0), (0, 0), (0, 0)))
 
 
 # -- constant vectors on the channel axis --------------------------------------------------------
