@@ -224,23 +224,34 @@ class _NumpyRandom(_Forbidden):
         return default_rng
 
 
-class _ScalarTypeMeta(type):
+class _StandIn(type):
+    """A metaclass of classes that stand in for a real one in traced code
+    (:meth:`_stands_for`): equal to it, as a key and in ``in`` (``image.dtype.type in
+    (np.uint8, ...)``, ``{np.uint8: 255}[image.dtype.type]``, where the array's dtype gives
+    the real type)."""
+
+    def _stands_for(cls) -> type:
+        raise NotImplementedError
+
+    def __eq__(cls, other: Any) -> bool:
+        return other is cls or other is type(cls)._stands_for(cls)
+
+    def __ne__(cls, other: Any) -> bool:
+        return other is not cls and other is not type(cls)._stands_for(cls)
+
+    def __hash__(cls) -> int:
+        return hash(type(cls)._stands_for(cls))
+
+
+class _ScalarTypeMeta(_StandIn):
     """numpy scalar types (``np.uint8(x)``) that convert per-sample values symbolically and
     otherwise behave as the real type (as a dtype, in ``isinstance``)."""
 
+    def _stands_for(cls) -> type:
+        return cls.real
+
     def __instancecheck__(cls, x: Any) -> bool:
         return is_instance(x, cls.real)
-
-    # equal to the real type, as a key and in ``in`` (``image.dtype.type in (np.uint8, ...)``,
-    # ``{np.uint8: 255}[image.dtype.type]``): the array's dtype gives the real one
-    def __eq__(cls, other: Any) -> bool:
-        return other is cls or other is cls.real
-
-    def __ne__(cls, other: Any) -> bool:
-        return other is not cls and other is not cls.real
-
-    def __hash__(cls) -> int:
-        return hash(cls.real)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
@@ -481,7 +492,7 @@ class _ModuleProxy(types.ModuleType):
         return self._rebinder.value(getattr(self._real, name))
 
 
-class _ClassCopy(type):
+class _ClassCopy(_StandIn):
     """The metaclass of a traced copy of a class (:meth:`Rebinder.value`): a subclass of the
     real class whose methods are traced copies. It stands in for the real class where traced
     code compares classes: ``isinstance(obj, Cls)`` holds for an object of the real class made
@@ -489,20 +500,14 @@ class _ClassCopy(type):
 
     _tracer_real: type
 
+    def _stands_for(cls) -> type:
+        return cls._tracer_real
+
     def __instancecheck__(cls, x: Any) -> bool:
         return type.__instancecheck__(cls, x) or isinstance(x, cls._tracer_real)
 
     def __subclasscheck__(cls, c: Any) -> bool:
         return type.__subclasscheck__(cls, c) or issubclass(c, cls._tracer_real)
-
-    def __eq__(cls, other: Any) -> bool:
-        return other is cls or other is cls._tracer_real
-
-    def __ne__(cls, other: Any) -> bool:
-        return other is not cls and other is not cls._tracer_real
-
-    def __hash__(cls) -> int:
-        return hash(cls._tracer_real)
 
 
 #: Attributes of a class's namespace that Python or ``abc.ABCMeta`` makes for each class (not
