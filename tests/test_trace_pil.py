@@ -15,6 +15,7 @@ from augment_ops.trace import TraceError, trace_function
 
 Image = pytest.importorskip("PIL.Image")
 ImageOps = pytest.importorskip("PIL.ImageOps")
+ImageEnhance = pytest.importorskip("PIL.ImageEnhance")
 
 
 def _transposed(method):
@@ -153,9 +154,9 @@ def u_constant(img):
     return np.asarray(Image.new("RGB", (4, 4), (9, 9, 9)))
 
 
-def u_canvas_of_the_image_size(img):
+def u_canvas_of_a_drawn_colour(img):
     pil = Image.fromarray(img)
-    return np.asarray(Image.new("RGB", pil.size, (0, 0, 0)))
+    return np.asarray(Image.new("RGB", pil.size, (pil.size[1], 0, 0)))
 
 
 def u_pasted_on_a_canvas(img):
@@ -204,14 +205,71 @@ def test_a_constant_output_is_refused_at_its_line_naming_the_test_that_chose_it(
 
 
 def test_a_blank_pil_image_never_stands_in_for_the_traced_one():
-    e = _refused(u_canvas_of_the_image_size)
-    assert e.construct.startswith("PIL Image.new of a per-sample size or colour (a blank image "
-                                  "made without the traced one")
-    assert e.location == _line(u_canvas_of_the_image_size, "Image.new")
+    e = _refused(u_canvas_of_a_drawn_colour)
+    assert e.construct.startswith("PIL Image.new of a per-sample colour, or of a per-sample "
+                                  "size in a mode other than L and RGB (a blank image made "
+                                  "without the traced one")
+    assert e.location == _line(u_canvas_of_a_drawn_colour, "Image.new")
     e = _refused(u_pasted_on_a_canvas)
     assert e.construct.startswith("PIL.Image.Image.paste given a traced image")
     assert e.location == _line(u_pasted_on_a_canvas, "canvas.paste")
     assert Image.new("L", (2, 1), 7).tobytes() == b"\x07\x07"  # restored after tracing
+
+
+# -- blends: ImageEnhance's enhancers, Image.blend, a blank image of the traced one's size ------
+def u_brightness_drawn(img, rng):
+    return np.asarray(ImageEnhance.Brightness(Image.fromarray(img)).enhance(
+        float(rng.uniform(0.2, 1.8))))
+
+
+def u_color_drawn(img, rng):
+    return np.asarray(ImageEnhance.Color(Image.fromarray(img)).enhance(
+        float(rng.uniform(0.0, 2.0))))
+
+
+def u_blend_with_a_colour(img):
+    pil = Image.fromarray(img)
+    tinted = Image.blend(Image.new("RGB", pil.size, (250, 3, 128)), pil, -0.7)
+    return np.asarray(Image.blend(tinted, pil.convert("L").convert("RGB"), 0.35))
+
+
+def u_blend_gray(img):
+    gray = Image.fromarray(img).convert("L")
+    return np.asarray(Image.blend(gray, Image.new("L", gray.size, 255), 1.6))
+
+
+def u_canvas_of_the_image_size(img):
+    return np.asarray(Image.new("RGB", Image.fromarray(img).size, 5))  # an int: (5, 0, 0)
+
+
+@pytest.mark.parametrize(("func", "random"), [
+    (u_brightness_drawn, True), (u_color_drawn, True), (u_blend_with_a_colour, False),
+    (u_blend_gray, False), (u_canvas_of_the_image_size, False)], ids=lambda v: getattr(
+        v, "__name__", ""))
+def test_blends_and_blank_images_of_the_image_size_equal_pil(func, random):
+    _check(func, random=random, ndim=2 if func is u_blend_gray else 3)
+
+
+def u_blend_of_other_sizes(img):
+    pil = Image.fromarray(img)
+    return np.asarray(Image.blend(pil, pil.crop((0, 0, pil.size[0], 4)), 0.5))
+
+
+def u_blend_with_a_constant_image(img):
+    return np.asarray(Image.blend(Image.fromarray(img), Image.new("RGB", (4, 4)), 0.5))
+
+
+def test_a_blend_of_images_that_do_not_match_raises_as_pil_does():
+    traced = trace_function(u_blend_of_other_sizes, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    # PIL's check first; the arithmetic's own broadcast check after it never fires alone
+    assert (traced.guards[0].error, traced.guards[0].message) == ("ValueError",
+                                                                  "images do not match")
+    assert {g.error for g in traced.guards} == {"ValueError"}
+    with pytest.raises(ValueError, match="images do not match"):
+        u_blend_of_other_sizes(np.zeros((5, 3, 3), np.uint8))
+    assert "PIL Image.blend of a traced image with an image made without it" in \
+        _refusal(u_blend_with_a_constant_image)
 
 
 def test_padding_by_a_crop_outside_the_image_equals_pil():
@@ -230,7 +288,7 @@ def u_resize_unless_it_fails(img):
 
 def u_blank_unless_it_fails(img):
     try:
-        canvas = Image.new("RGB", Image.fromarray(img).size)
+        canvas = Image.new("RGB", Image.fromarray(img).size, (img.shape[0], 0, 0))
     except Exception:
         canvas = Image.new("RGB", (4, 4))
     return np.asarray(canvas)[:1, :1] // 2 + img // 2  # numpy's canvas is black: img // 2
@@ -239,7 +297,7 @@ def u_blank_unless_it_fails(img):
 def test_a_refusal_the_op_catches_is_still_the_reason():
     for func, construct, line in [
             (u_resize_unless_it_fails, "PIL Image.resize on a traced image", "pil.resize"),
-            (u_blank_unless_it_fails, "PIL Image.new of a per-sample size", "Image.fromarray")]:
+            (u_blank_unless_it_fails, "PIL Image.new of a per-sample colour", "Image.fromarray")]:
         e = _refused(func)
         assert e.construct.startswith(construct), e
         assert "(refused, and caught by a try/except that goes on without it" in e.construct
