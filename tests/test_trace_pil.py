@@ -250,6 +250,32 @@ def test_blends_and_blank_images_of_the_image_size_equal_pil(func, random):
     _check(func, random=random, ndim=2 if func is u_blend_gray else 3)
 
 
+def u_expand(img):
+    return np.asarray(ImageOps.expand(Image.fromarray(img), border=(3, 1, 0, 2), fill=(9, 8, 7)))
+
+
+def u_paste_into_a_larger_image(img):
+    pil = Image.fromarray(img).convert("L")
+    out = Image.new("L", (pil.size[0] + 3, pil.size[1] + 2), 200)
+    out.paste(pil, (3, 2))
+    return np.asarray(out)
+
+
+def u_paste_that_may_clip(img):
+    pil = Image.fromarray(img)
+    out = pil.copy()
+    out.paste(pil.crop((0, 0, 2, 2)), (pil.size[0] // 2, 0))  # past the edge on narrow images
+    return np.asarray(out)
+
+
+def test_expand_and_paste_inside_equal_pil():
+    _check(u_expand)
+    _check(u_paste_into_a_larger_image, ndim=2)
+    assert "PIL Image.paste other than of a traced image of the same mode, without a mask, " \
+        "at an upper left corner where the tracer shows it lies inside" in \
+        _refusal(u_paste_that_may_clip)
+
+
 def u_blend_of_other_sizes(img):
     pil = Image.fromarray(img)
     return np.asarray(Image.blend(pil, pil.crop((0, 0, pil.size[0], 4)), 0.5))

@@ -2,7 +2,9 @@
 :class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
 quarter turns, crops inside the image, ``point`` with a constant table or function, and so
 ``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB`` and
-between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands), and
+between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands,
+``Image.blend`` (and so ``ImageEnhance.Brightness``/``Color``), ``Image.new`` of the traced
+image's size, ``paste`` inside the image, and so ``ImageOps.expand``), and
 ``np.asarray(img)``/``np.array(img)`` give the traced array back. Any other PIL call on it is
 refused naming it. Only ``uint8`` images of modes ``L`` (HxW), ``RGB`` and ``HSV`` (HxWx3) are
 traced.
@@ -68,6 +70,14 @@ class TracedImage:
 
     def getbands(self) -> tuple[str, ...]:
         return tuple(self.mode)
+
+    @property
+    def palette(self) -> None:
+        return None  # as PIL's for its L, RGB and HSV images
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {}  # as Image.fromarray's: no transparency, no metadata
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -176,6 +186,28 @@ class TracedImage:
         if self.mode == "L":
             return (self.copy(),)
         return tuple(TracedImage(self._arr[..., c], "L") for c in range(len(self.mode)))
+
+    def paste(self, im: Any, box: Any = None, mask: Any = None) -> None:
+        """``self.paste(im, (left, top))`` of a traced image of the same mode lying inside
+        this one (``ImageOps.expand`` pastes the image into a new one of its size plus the
+        borders): its region replaced by ``im``'s pixels. PIL clips an image reaching outside,
+        which is refused here where the tracer cannot show it does not."""
+        what = ("PIL Image.paste other than of a traced image of the same mode, without a "
+                "mask, at an upper left corner where the tracer shows it lies inside the "
+                "destination (PIL clips what falls outside)")
+        box = (0, 0) if box is None else box
+        if not isinstance(im, TracedImage) or im.mode != self.mode or mask is not None or \
+                not isinstance(box, (tuple, list)) or len(box) != 2:
+            raise TraceError(what)
+        left, top = (_dim(v) for v in box)
+        src, dst = im._arr.node.shape, self._arr.node.shape
+        if not (_nonneg(left) and _nonneg(top) and _at_most(_dop("add", top, src[0]), dst[0])
+                and _at_most(_dop("add", left, src[1]), dst[1])):
+            raise TraceError(what)
+        out = Sym(self._arr._checked())
+        out[_dim_sym(top):_dim_sym(_dop("add", top, src[0])),
+            _dim_sym(left):_dim_sym(_dop("add", left, src[1]))] = im._arr
+        self._arr = Sym(out._checked())
 
 
 def _fromarray(obj: Any, mode: str | None = None) -> TracedImage:
