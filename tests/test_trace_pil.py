@@ -16,6 +16,7 @@ from augment_ops.trace import TraceError, trace_function
 Image = pytest.importorskip("PIL.Image")
 ImageOps = pytest.importorskip("PIL.ImageOps")
 ImageEnhance = pytest.importorskip("PIL.ImageEnhance")
+ImageDraw = pytest.importorskip("PIL.ImageDraw")
 
 
 def _transposed(method):
@@ -274,6 +275,48 @@ def test_expand_and_paste_inside_equal_pil():
     assert "PIL Image.paste other than of a traced image of the same mode, without a mask, " \
         "at an upper left corner where the tracer shows it lies inside" in \
         _refusal(u_paste_that_may_clip)
+
+
+def u_rectangle_drawn(img, rng):
+    # RandAugment's Cutout: corners drawn as floats, reaching past the image's edges
+    pil = Image.fromarray(img)
+    w, h = pil.size
+    x0, y0 = rng.uniform(-3.0, w), rng.uniform(-3.0, h)
+    box = (x0, y0, x0 + rng.uniform(0.0, 4.0), min(h + 2, y0 + 3))
+    ImageDraw.Draw(pil).rectangle(box, (125, 123, 114))
+    return np.asarray(pil)
+
+
+def u_rectangle_gray(img):
+    pil = Image.fromarray(img).convert("L")
+    w, h = pil.size
+    ImageDraw.Draw(pil).rectangle([(0, 1), (w // 2, h)], fill=17, outline=17)
+    return np.asarray(pil)
+
+
+def u_rectangle_reversed(img):
+    pil = Image.fromarray(img)
+    ImageDraw.Draw(pil).rectangle((2, 0, pil.size[0] - 3, 1), (1, 2, 3))  # x1 < x0 if narrow
+    return np.asarray(pil)
+
+
+def u_rectangle_outlined(img):
+    pil = Image.fromarray(img)
+    ImageDraw.Draw(pil).rectangle((0, 0, 2, 2), (1, 2, 3), outline=(9, 9, 9))
+    return np.asarray(pil)
+
+
+def test_a_filled_rectangle_drawn_on_a_traced_image_equals_pil():
+    _check(u_rectangle_drawn, random=True)
+    _check(u_rectangle_gray, ndim=2)
+    traced = trace_function(u_rectangle_reversed, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [(g.error, g.message) for g in traced.guards] == [
+        ("ValueError", "x1 must be greater than or equal to x0")]
+    with pytest.raises(ValueError, match="x1 must be greater than or equal to x0"):
+        u_rectangle_reversed(np.zeros((3, 4, 3), np.uint8))
+    assert "PIL ImageDraw rectangle other than filled with a constant colour" in \
+        _refusal(u_rectangle_outlined)
 
 
 def u_blend_of_other_sizes(img):

@@ -4,7 +4,8 @@ quarter turns, crops inside the image, ``point`` with a constant table or functi
 ``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB`` and
 between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands,
 ``Image.blend`` (and so ``ImageEnhance.Brightness``/``Color``), ``Image.new`` of the traced
-image's size, ``paste`` inside the image, and so ``ImageOps.expand``), and
+image's size, ``paste`` inside the image, and so ``ImageOps.expand``, and filled
+``ImageDraw`` rectangles), and
 ``np.asarray(img)``/``np.array(img)`` give the traced array back. Any other PIL call on it is
 refused naming it. Only ``uint8`` images of modes ``L`` (HxW), ``RGB`` and ``HSV`` (HxWx3) are
 traced.
@@ -187,6 +188,12 @@ class TracedImage:
             return (self.copy(),)
         return tuple(TracedImage(self._arr[..., c], "L") for c in range(len(self.mode)))
 
+    def getdraw(self, mode: str | None = None, hints: Any = None) -> _TracedDraw:
+        """What ``ImageDraw.Draw(img)`` gives for a traced image (:class:`_TracedDraw`)."""
+        if mode not in (None, self.mode) or hints is not None or self.mode not in ("L", "RGB"):
+            raise TraceError(f"PIL ImageDraw.Draw of a traced {self.mode} image in mode {mode!r}")
+        return _TracedDraw(self)
+
     def paste(self, im: Any, box: Any = None, mask: Any = None) -> None:
         """``self.paste(im, (left, top))`` of a traced image of the same mode lying inside
         this one (``ImageOps.expand`` pastes the image into a new one of its size plus the
@@ -208,6 +215,56 @@ class TracedImage:
         out[_dim_sym(top):_dim_sym(_dop("add", top, src[0])),
             _dim_sym(left):_dim_sym(_dop("add", left, src[1]))] = im._arr
         self._arr = Sym(out._checked())
+
+
+class _TracedDraw:
+    """``ImageDraw.Draw(img)`` of a traced image: ``rectangle`` filled with a constant colour
+    (RandAugment's Cutout); its other drawing calls are refused naming them."""
+
+    def __init__(self, image: TracedImage) -> None:
+        self._image = image
+
+    def rectangle(self, xy: Any, fill: Any = None, outline: Any = None, width: int = 1) -> None:
+        """Pillow's filled rectangle (Draw.c): the corners truncated to integers as C's
+        ``(int)`` does, rows ``y0..y1`` and columns ``x0..x1`` inclusive, clipped to the image;
+        ValueError where ``x1 < x0`` or ``y1 < y0``, as Pillow raises."""
+        img = self._image
+        channels = 3 if img.mode == "RGB" else None
+        if fill is None or (outline is not None and outline != fill) or _traced_in(fill) or \
+                isinstance(fill, str) or np.shape(fill) != ((channels,) if channels else ()) or \
+                not all(isinstance(v, (int, np.integer)) and 0 <= v <= 255
+                        for v in np.ravel(fill).tolist()):
+            raise TraceError("PIL ImageDraw rectangle other than filled with a constant colour "
+                             "(an int for L, a tuple of three ints for RGB) without another "
+                             "outline")
+        flat = list(xy) if not isinstance(xy[0], (tuple, list)) else [*xy[0], *xy[1]]
+        if len(flat) != 4:
+            raise ValueError("coordinate list must contain exactly 2 coordinates")
+        x0, y0, x1, y1 = (_c_int(v) for v in flat)
+        raise_where(ufunc("less", flat[2], flat[0]), ValueError,
+                    "x1 must be greater than or equal to x0")
+        raise_where(ufunc("less", flat[3], flat[1]), ValueError,
+                    "y1 must be greater than or equal to y0")
+        lo = [ufunc("maximum", v, 0) for v in (y0, x0)]
+        hi = [ufunc("maximum", ufunc("add", v, 1), 0) for v in (y1, x1)]
+        out = Sym(img._arr._checked())
+        out[lo[0]:hi[0], lo[1]:hi[1]] = np.asarray(fill, np.uint8)
+        img._arr = Sym(out._checked())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TraceError(f"PIL ImageDraw.{name} on a traced image (only rectangle filled with a "
+                         "constant colour is lowered)")
+
+
+def _c_int(v: Any) -> Any:
+    """C's ``(int)`` of a coordinate: a float truncated toward zero, as an int64."""
+    if isinstance(v, Sym):
+        if v.ndim or v.dtype.kind not in "iuf":
+            raise TraceError("PIL ImageDraw with a coordinate that is not a number")
+        return Sym(cast_node((ufunc("trunc", v) if v.dtype.kind == "f" else v).node, np.int64))
+    return int(v)
 
 
 def _fromarray(obj: Any, mode: str | None = None) -> TracedImage:
