@@ -602,6 +602,28 @@ def test_numpy_functions_of_lists_of_per_sample_values_equal_numpy():
     _check(u_lists_of_per_sample_values, random=True)
 
 
+def u_bernoulli_flips(img, rng):
+    # imgaug's fliplr: sample = rng.binomial(1, p)
+    if rng.binomial(1, 0.5):
+        img = img[:, ::-1]
+    k = rng.binomial(3, rng.uniform(0.2, 0.8))
+    return img[k:] if k < img.shape[0] else img
+
+
+def u_binomial_of_a_drawn_probability(img, rng):
+    return img[::-1] if rng.binomial(1, rng.uniform(0.0, 2.0)) else img
+
+
+def test_binomial_draws_equal_numpy_and_check_their_probability():
+    _check(u_bernoulli_flips, random=True)
+    traced = trace_function(u_binomial_of_a_drawn_probability, params={}, random=True,
+                            num_outputs=1, dtype=np.uint8, ndim=3)
+    assert {(g.error, g.message) for g in traced.guards} == {
+        ("ValueError", "p < 0, p > 1 or p is NaN")}
+    with pytest.raises(ValueError, match="p < 0, p > 1 or p is NaN"):
+        np.random.default_rng(0).binomial(1, 1.5)
+
+
 def u_constant_shape_zeros(img):
     return img + np.ones((1, 1, 3), np.uint8) + np.full(3, 2, np.uint8)
 
