@@ -319,6 +319,15 @@ def test_a_filled_rectangle_drawn_on_a_traced_image_equals_pil():
         _refusal(u_rectangle_outlined)
 
 
+def u_uninitialised_canvas(img):
+    return np.asarray(Image.new("RGB", Image.fromarray(img).size, None))
+
+
+def test_an_uninitialised_image_of_the_image_size_is_refused():
+    assert "PIL Image.new(color=None) of a per-sample size (PIL leaves its pixels " \
+        "uninitialised)" in _refusal(u_uninitialised_canvas)
+
+
 def u_blend_of_other_sizes(img):
     pil = Image.fromarray(img)
     return np.asarray(Image.blend(pil, pil.crop((0, 0, pil.size[0], 4)), 0.5))

@@ -321,6 +321,9 @@ def _wrapped_new(real: Any) -> Any:
         # the image.
         if _traced_in(size) and not (_traced_in(args) or _traced_in(list(kwargs.values()))) \
                 and mode in ("L", "RGB") and isinstance(size, (tuple, list)) and len(size) == 2:
+            if (args[:1] or [kwargs.get("color", 0)])[0] is None:
+                raise TraceError("PIL Image.new(color=None) of a per-sample size (PIL leaves "
+                                 "its pixels uninitialised)")
             pixel = np.asarray(real(mode, (1, 1), *args, **kwargs))[0, 0]
             shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
             return TracedImage(canvas(shape, pixel, np.dtype(np.uint8)), mode)
