@@ -173,6 +173,34 @@ def test_a_library_class_the_op_makes_runs_its_methods_as_traced_copies(lib):
     _check(op, random=True)
 
 
+class _Base:
+    def apply(self, img):
+        return np.asarray(img[::-1], dtype=np.int16)
+
+
+class _Plus(_Base):
+    def apply(self, img):
+        return super().apply(img) + int(img.shape[0] / 3)
+
+
+class _Twice(_Base):
+    def apply(self, img):
+        return super().apply(img) * 2
+
+
+class _Both(_Plus, _Twice):
+    def apply(self, img):
+        return super().apply(img) - 3
+
+
+def test_super_through_a_diamond_of_copied_classes_follows_the_real_order():
+    def op(img):
+        return _Both().apply(img)
+
+    assert [k.__name__ for k in _Both.__mro__] == ["_Both", "_Plus", "_Twice", "_Base", "object"]
+    _check(op)
+
+
 def test_a_library_class_copy_stands_in_for_the_class_in_comparisons(lib):
     def op(img):
         made = lib.Box()

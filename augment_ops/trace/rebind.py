@@ -631,7 +631,15 @@ class Rebinder:
         ns = {k: v for k, v in vars(cls).items() if k not in _CLASS_OWN}
         plain = {k: v for k, v in ns.items() if not self._method_like(v)}
         meta = _ABCClassCopy if type(cls) is abc.ABCMeta else _ClassCopy
-        copy = meta(cls.__name__, (*bases, cls), {**plain, "_tracer_real": cls})
+        try:
+            if any(type(b) not in (_ClassCopy, _ABCClassCopy) for b in bases):
+                raise TypeError("a base is used as it is")
+            copy = meta(cls.__name__, (*bases, cls), {**plain, "_tracer_real": cls})
+        except TypeError:
+            # no copy: a base could not be copied, or the copies' bases have no consistent
+            # order (a multiple-inheritance diamond); the class is used as it is
+            self._classes[id(cls)] = (cls, cls)
+            return cls
         copy.__qualname__ = cls.__qualname__
         # cached before its methods are copied: their __class__ cells name the class itself
         self._classes[id(cls)] = (cls, copy)
