@@ -614,6 +614,17 @@ def u_binomial_of_a_drawn_probability(img, rng):
     return img[::-1] if rng.binomial(1, rng.uniform(0.0, 2.0)) else img
 
 
+def u_standard_normal(img, rng):
+    # tensorpack's self.rng.randn(), as rng.standard_normal()
+    k = int(abs(rng.standard_normal()) * 2) % 3
+    v = rng.standard_normal(2)
+    return img[k:, int(v[0] > v[1]):]
+
+
+def test_standard_normal_draws_equal_numpy():
+    _check(u_standard_normal, random=True)
+
+
 def test_binomial_draws_equal_numpy_and_check_their_probability():
     _check(u_bernoulli_flips, random=True)
     traced = trace_function(u_binomial_of_a_drawn_probability, params={}, random=True,

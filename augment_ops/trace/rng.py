@@ -226,6 +226,15 @@ class DrawRng:
         z = r * _math("cos", 2.0 * math.pi * _as_float(u2))
         return _as_float(_as_float(loc) + _as_float(scale) * z)
 
+    def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> Any:
+        """``normal(0.0, 1.0, size)``, as numpy's distribution is (float64 only)."""
+        if np.dtype(dtype) != np.float64:
+            raise TraceError(f"rng.standard_normal(dtype={np.dtype(dtype)}) (only float64 is "
+                             "lowered)")
+        if size is not None:
+            return self._many(size, "standard_normal", self.standard_normal, np.float64)
+        return self.normal(0.0, 1.0)
+
     def binomial(self, n: Any, p: Any, size: Any = None) -> Any:
         """``n`` trials of probability ``p`` (``n`` a constant count, at most
         :data:`MAX_VECTOR_DRAWS`), one draw each: how many draws lie below ``p``, a Python int
@@ -337,8 +346,8 @@ class DrawRng:
         x[:] = self._shuffled(list(x), len(x))
 
     def __getattr__(self, name: str) -> Any:
-        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, binomial, "
-                         "choice, permutation, shuffle)")
+        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, "
+                         "standard_normal, binomial, choice, permutation, shuffle)")
 
 
 def _numbers(values: np.ndarray, call: str) -> None:
