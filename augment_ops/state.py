@@ -13,8 +13,9 @@ attributes of modules it names), does not:
 - reads a global, closure variable, module attribute or default value that is not a constant:
   a list, dict, set, bytearray, writable ndarray, an object with state (a method of one,
   ``os.environ``), or a global or closure variable that another function of its module writes
-  (a module-level dict or list that no function of its module writes and that the op only
-  reads, such as albucore's ``MAX_VALUES_BY_DTYPE[img.dtype]``, is kept as a constant);
+  (a module-level dict, list or set that no function of its module writes and that the
+  op only reads, such as albucore's ``MAX_VALUES_BY_DTYPE[img.dtype]``, is kept as a
+  constant);
 - calls a built-in that reads or writes the world: ``open``, ``input``, ``eval``, ``exec``,
   ``globals``, ``setattr``, ``delattr``, ``breakpoint``;
 - draws from global random state (``random.random``, a method of a ``random.Random`` or
@@ -469,7 +470,7 @@ class _Scan:
                     "the global") else (name or arg)
                 continue
             found = self._read(loaded, name, code, line)
-            if found is not None and name is not None and isinstance(loaded, (dict, list)) \
+            if found is not None and name is not None and isinstance(loaded, (dict, list, set)) \
                     and not name.startswith("the closure") and _only_read(listing, at):
                 writer = _module_writer(loaded, self.g)
                 if writer is None:
@@ -515,7 +516,7 @@ def outside_state(fn: Any, params: dict[str, Any] | None = None,
     with ``params``), or a function it calls, reads or writes state outside its call; ``None``
     when it depends on its arguments and constants alone (see the module).
 
-    A module-level dict or list that no function of the module holding it writes, and that the
+    A module-level dict, list or set that no function of the module holding it writes, and that the
     op only reads (``MAX_VALUES_BY_DTYPE[img.dtype]``), counts as a constant: the traced graph
     keeps what the op reads of it at loader build. Such reads are appended to ``baked``."""
     params = dict(params or {})

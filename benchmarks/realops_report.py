@@ -48,6 +48,8 @@ GROUPS: list[tuple[str, str]] = [
     ("an exception met while tracing (ValueError, TypeError)", r"^(ValueError|TypeError): "),
     ("float sum over the image (numpy sums pairwise)", r"of floating-point values over the "
                                                        r"image"),
+    ("random array of a per-sample size (noise)", r"^rng\.\w+\(size=<a per-sample value>\)"),
+    ("control flow on pixel values", r"^Python control flow \(if/while/and/or\) on pixel"),
 ]
 
 

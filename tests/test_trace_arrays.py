@@ -429,13 +429,57 @@ def test_pad_modes_not_exact_are_refused():
     def negative(img):
         return np.pad(img, -1)
 
-    def drawn(img, rng):
+    def drawn_edge(img, rng):
         k = rng.integers(1, 4)
-        return np.pad(img, ((k, k), (0, 0), (0, 0)))
+        return np.pad(img, ((k, k), (0, 0), (0, 0)), mode="edge")
+
+    def drawn_on_three_axes(img, rng):
+        k = rng.integers(1, 4)
+        return np.pad(img, ((k, k), (0, 1), (1, 0)))
 
     _refused(reflect, r"np\.pad\(mode='reflect'\)")
     _refused(negative, r"ValueError: index can't contain negative values")
-    _refused(drawn, r"np\.pad with per-sample widths", random=True)
+    _refused(drawn_edge, r"np\.pad with per-sample widths other than mode 'constant'", random=True)
+    _refused(drawn_on_three_axes, r"np\.pad with per-sample widths other than .* padded on at "
+             r"most two axes", random=True)
+
+
+def u_pad_drawn(img, rng):
+    k, j = rng.integers(0, 4), int(rng.integers(0, 3))
+    return np.pad(img, ((k, 1), (j, 2 * j), (0, 0)), constant_values=300)  # stored as 44
+
+
+def u_pad_to_size_channels_first(img):
+    # MONAI's SpatialPad: a (C, H, W) image padded to at least 9 x 8, symmetrically
+    x = img.transpose(2, 0, 1).astype(np.int16)
+    a, b = max(9 - x.shape[1], 0), max(8 - x.shape[2], 0)
+    widths = [(0, 0), (a // 2, a - a // 2), (b // 2, b - b // 2)]
+    if not np.asarray(widths).any():
+        return x.transpose(1, 2, 0)
+    return np.pad(x, widths, constant_values=-5).transpose(1, 2, 0)
+
+
+def u_pad_gray_drawn(img, rng):
+    k = rng.integers(0, 4)
+    return np.pad(img[..., 0], ((k, 0), (2, k)))
+
+
+def u_pad_negative_drawn(img, rng):
+    return np.pad(img, ((rng.integers(-1, 2), 0), (0, 0), (0, 0)))
+
+
+@pytest.mark.parametrize("func", [u_pad_drawn, u_pad_to_size_channels_first, u_pad_gray_drawn])
+def test_pad_by_per_sample_widths_equals_numpy(func):
+    _check(func, random=func is not u_pad_to_size_channels_first)
+
+
+def test_pad_by_a_negative_per_sample_width_raises_as_numpy_does():
+    traced = trace_function(u_pad_negative_drawn, params={}, random=True, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [(g.error, g.message) for g in traced.guards] == [
+        ("ValueError", "index can't contain negative values")]
+    with pytest.raises(ValueError, match="index can't contain negative values"):
+        np.pad(_images()[0], ((-1, 0), (0, 0), (0, 0)))
 
 
 # -- constant vectors on the channel axis --------------------------------------------------------
@@ -482,6 +526,113 @@ def test_new_array_of_a_per_sample_shape_equals_numpy():
     _check(canvas)
     _check(constant_canvas)
     _check(u_constant_shape_zeros)  # a constant shape is numpy's own array
+
+
+def u_patch_of_a_fill(img, rng):
+    # mmcv's cutout, mmpretrain's random erasing: a patch of a drawn size holding one value per
+    # channel, made with arithmetic on np.ones and a colour, written into a region of its size
+    h, w = img.shape[:2]
+    ph, pw = int(rng.integers(1, h + 1)), int(rng.integers(1, w + 1))
+    y, x = int(rng.integers(0, h - ph + 1)), int(rng.integers(0, w - pw + 1))
+    patch = np.array((7, 250, 0), dtype=np.float32) * np.ones((ph, pw, 3), np.float32)
+    patch += 0.75
+    out = img.copy()
+    out[y:y + ph, x:x + pw] = patch  # float32 into uint8: numpy's cast truncates
+    out[:ph, :pw] = np.ones((1, pw, 3), np.uint8) * 9  # numpy repeats the one row
+    return out
+
+
+def u_patch_past_the_edge(img):
+    h, w = img.shape[:2]
+    out = img.copy()
+    out[h // 2:h // 2 + 3, :] = np.ones((3, w, 3), np.uint8) * 5  # 3 rows from the middle
+    return out
+
+
+def test_a_new_array_of_one_value_per_channel_written_into_a_region_equals_numpy():
+    _check(u_patch_of_a_fill, random=True)
+    traced = trace_function(u_patch_past_the_edge, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [g.error for g in traced.guards] == ["ValueError"]
+    fits = [im for im in _images() if im.shape[0] - im.shape[0] // 2 >= 3]
+    assert fits and len(fits) < len(_images())
+    _check(u_patch_past_the_edge, imgs=fits)
+    with pytest.raises(ValueError, match="could not broadcast"):
+        u_patch_past_the_edge(next(im for im in _images() if im.shape[0] < 5))
+
+
+def u_own_generator(img, rng, seed=None):
+    rng = np.random.default_rng(rng if seed is None else seed)  # skimage's random_noise
+    return img[::-1] if rng.random() < 0.5 else img[:, ::-1]
+
+
+def u_own_generator_as_numpy_runs_it(img, rng):
+    return img[::-1] if rng.random() < 0.5 else img[:, ::-1]
+
+
+def test_default_rng_of_the_ops_generator_is_that_generator():
+    g = np.random.default_rng(0)
+    assert np.random.default_rng(g) is g  # numpy hands a Generator back: the rule traced
+    imgs = _images()
+    traced = trace_function(u_own_generator, params={}, random=True, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    values = scalar_draws(traced, SEED, 3, np.arange(len(imgs), dtype=np.int64),
+                          np.zeros(len(imgs), np.int64))
+    outs = _emit_on(traced, imgs, values)
+    refs = [u_own_generator_as_numpy_runs_it(im, counter_rng(SEED, 0, k, 3))
+            for k, im in enumerate(imgs)]
+    for out, ref in zip(outs, refs, strict=True):
+        np.testing.assert_array_equal(out, ref)
+    _refused(u_own_generator, r"^np\.random\.default_rng of a seed other than the op's rng",
+             random=True, seed=5)
+
+
+def u_lists_of_per_sample_values(img, rng):
+    # skimage's rescale_intensity: np.isnan([imin, imax, omin, omax]) of per-sample numbers
+    h, w = img.shape[:2]
+    g = rng.uniform(0.5, 2.0)
+    if np.any(np.isnan([float(h), w / g, g])):
+        return img
+    top = np.max([h // 3, 1])
+    sides = np.add([h, w], (0, 1))
+    return img[:top, :int(sides[1]) - 1 - int(np.add.reduce(np.array([1, 2])) == 4)]
+
+
+def test_numpy_functions_of_lists_of_per_sample_values_equal_numpy():
+    _check(u_lists_of_per_sample_values, random=True)
+
+
+def u_bernoulli_flips(img, rng):
+    # imgaug's fliplr: sample = rng.binomial(1, p)
+    if rng.binomial(1, 0.5):
+        img = img[:, ::-1]
+    k = rng.binomial(3, rng.uniform(0.2, 0.8))
+    return img[k:] if k < img.shape[0] else img
+
+
+def u_binomial_of_a_drawn_probability(img, rng):
+    return img[::-1] if rng.binomial(1, rng.uniform(0.0, 2.0)) else img
+
+
+def u_standard_normal(img, rng):
+    # tensorpack's self.rng.randn(), as rng.standard_normal()
+    k = int(abs(rng.standard_normal()) * 2) % 3
+    v = rng.standard_normal(2)
+    return img[k:, int(v[0] > v[1]):]
+
+
+def test_standard_normal_draws_equal_numpy():
+    _check(u_standard_normal, random=True)
+
+
+def test_binomial_draws_equal_numpy_and_check_their_probability():
+    _check(u_bernoulli_flips, random=True)
+    traced = trace_function(u_binomial_of_a_drawn_probability, params={}, random=True,
+                            num_outputs=1, dtype=np.uint8, ndim=3)
+    assert {(g.error, g.message) for g in traced.guards} == {
+        ("ValueError", "p < 0, p > 1 or p is NaN")}
+    with pytest.raises(ValueError, match="p < 0, p > 1 or p is NaN"):
+        np.random.default_rng(0).binomial(1, 1.5)
 
 
 def u_constant_shape_zeros(img):

@@ -23,12 +23,15 @@ from augment_ops.trace import TraceError, trace_function
 
 #: An installed library's functions: sizes from int()/float()/round()/math of per-sample values,
 #: a decorator as albucore writes them, a check that raises on some images and one that no image
-#: reaches, and what the tracer cannot follow (a method, libm's exp, a per-sample loop count).
+#: reaches, a class whose objects the op makes, and what the tracer cannot follow (a method of an
+#: object made at import, libm's exp, a per-sample loop count).
 LIBRARY = '''
+import abc
 import functools
 import math
 
 import numpy as np
+from numpy import asarray
 
 
 def centre_box(h, w, frac):
@@ -70,6 +73,40 @@ def centre_crop(img, size):
 class Box:
     def top(self, h):
         return int(h / 3)
+
+
+BOX = Box()  # made at import: its methods run as they are
+
+
+class Transform(abc.ABC):
+    @abc.abstractmethod
+    def __call__(self, img): ...
+
+    @staticmethod
+    def as_float(img):
+        return asarray(img, dtype=np.float32)
+
+
+class Shift(Transform):
+    def __init__(self, offset):
+        self.offset = offset
+
+    @property
+    def rows(self):
+        return int(self.offset) // 8
+
+    @classmethod
+    def of(cls, offset):
+        return cls(offset)
+
+    def __call__(self, img):
+        x = self.as_float(img) + float(self.offset)
+        return np.asarray(np.clip(x, 0, 255), dtype=img.dtype)[self.rows:]
+
+
+class FlippedShift(Shift):
+    def __call__(self, img):
+        return super().__call__(img)[::-1]
 
 
 def shrink(h):
@@ -123,6 +160,60 @@ def test_a_decorated_library_function_sees_the_traced_names(lib):
     _check(op)
 
 
+def test_a_library_class_the_op_makes_runs_its_methods_as_traced_copies(lib):
+    # MONAI's transforms: an object made in the op's call, whose methods (through super(), a
+    # property, a static and a class method of an abstract base) convert with np.asarray and
+    # int() and float() of a draw
+    def op(img, rng):
+        t = lib.FlippedShift.of(rng.uniform(0.0, 40.0))
+        if not isinstance(t, lib.Transform) or type(t) is not lib.FlippedShift:
+            return img
+        return t(img)
+
+    _check(op, random=True)
+
+
+class _Base:
+    def apply(self, img):
+        return np.asarray(img[::-1], dtype=np.int16)
+
+
+class _Plus(_Base):
+    def apply(self, img):
+        return super().apply(img) + int(img.shape[0] / 3)
+
+
+class _Twice(_Base):
+    def apply(self, img):
+        return super().apply(img) * 2
+
+
+class _Both(_Plus, _Twice):
+    def apply(self, img):
+        return super().apply(img) - 3
+
+
+def test_super_through_a_diamond_of_copied_classes_follows_the_real_order():
+    def op(img):
+        return _Both().apply(img)
+
+    assert [k.__name__ for k in _Both.__mro__] == ["_Both", "_Plus", "_Twice", "_Base", "object"]
+    _check(op)
+
+
+def test_a_library_class_copy_stands_in_for_the_class_in_comparisons(lib):
+    def op(img):
+        made = lib.Box()
+        kinds = {lib.Box: 1}
+        if isinstance(lib.BOX, lib.Box) and issubclass(type(made), lib.Box) and \
+                kinds[type(made)] == 1 and type(lib.BOX) == lib.Box:  # noqa: E721 (== itself)
+            return img[::-1]
+        return img
+
+    _check(op)
+    assert not lib.Shift.__abstractmethods__ and lib.Transform.__abstractmethods__
+
+
 def test_a_library_raise_on_some_images_is_a_check_and_equals_numpy_elsewhere(lib):
     def op(img):
         return lib.rows(img, 4)
@@ -167,14 +258,14 @@ def test_a_library_type_check_failing_on_a_traced_image_names_the_library_functi
 
 
 @pytest.mark.parametrize(("body", "match"), [
-    ("img[:lib.Box().top(img.shape[0])]",
+    ("img[:lib.BOX.top(img.shape[0])]",
      r"^int\(\) of a per-sample value in Box\.top\(\), code the tracer runs as it is \(a method"),
     ("img[:int(lib.shrink(img.shape[0]))]",
      r"^math\.exp of a per-sample value \(the C library's exp and numpy's may differ"),
     ("lib.repeat(img, img.shape[0] // 2)",
      r"^range\(\) of a per-sample count the tracer cannot bound by 16 .*, inside \S+tracedlib"
      r"\.py:\d+: for _ in range\(n\):"),
-], ids=["method", "libm-exp", "loop-count"])
+], ids=["method-of-an-object-made-at-import", "libm-exp", "loop-count"])
 def test_what_library_code_cannot_do_on_a_per_sample_value_is_refused_by_name(lib, body, match):
     scope = {"lib": lib}
     exec(f"def op(img):\n    return {body}\n", scope)

@@ -96,9 +96,18 @@ def u_table_to_float(img, rng):
     return (np.arange(256) / 255.0 * scale)[img]
 
 
+def u_draws_of_shape_one(img, rng):
+    # imgaug's contrast functions: the draws come as arrays of shape (1,), cast with
+    # np.float32(array), and broadcast against the table's 256 entries
+    alpha, shift = np.float32(rng.uniform(0.6, 1.4, (1,))), rng.integers(-20, 20, size=(1,))
+    table = 128 + alpha * (np.linspace(0, 255, 256, dtype=np.float32) - 128) + shift
+    return np.clip(table, 0, 255).astype(np.uint8)[img]
+
+
 @pytest.mark.parametrize("func", [u_add_clipped, u_multiply_float32, u_solarize_drawn,
                                   u_posterize_drawn, u_gamma_float64_steps, u_contrast_linear,
-                                  u_table_to_float], ids=lambda f: f.__name__)
+                                  u_table_to_float, u_draws_of_shape_one],
+                         ids=lambda f: f.__name__)
 @pytest.mark.parametrize("epoch", [0, 1])
 def test_per_sample_tables_equal_numpy(func, epoch):
     _check(func, random=True, epoch=epoch)

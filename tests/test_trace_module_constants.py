@@ -1,7 +1,7 @@
-"""Module-level dicts and lists an op reads (``MAX_VALUES_BY_DTYPE[img.dtype]``): kept as constants
-of the traced graph when no function of their module writes them and the op only reads them,
-and explain() says so; refused, naming the writer, when some function may write them. The same
-for a list or dict default value the function only reads.
+"""Module-level dicts, lists and sets an op reads (``MAX_VALUES_BY_DTYPE[img.dtype]``): kept as
+constants of the traced graph when no function of their module writes them and the op only
+reads them, and explain() says so; refused, naming the writer, when some function may write
+them. The same for a list or dict default value the function only reads.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ OFFSETS = [10, 20, 30]
 REGISTRY = {"gain": 2}
 TABLES = {"shift": 7}
 LOOKUPS = {"k": 1}
+FLIPPED_BY_CV2 = {"uint8", "float32"}
+SEEN = {"uint8"}
 
 
 def max_value(dtype):
@@ -47,6 +49,10 @@ def spread(d):
 
 def hand_out():
     return spread(LOOKUPS)
+
+
+def note(name):
+    SEEN.add(name)
 '''
 
 
@@ -85,6 +91,27 @@ def test_a_dict_and_a_list_no_code_writes_are_read_as_constants(lib):
     assert why.startswith("native (traced; the global 'MAX_BY_DTYPE' (a module-level dict that "
                           "no code of its module writes) read as a constant at "), why
     assert "the global 'OFFSETS' (a module-level list" in why, why
+
+
+def test_a_set_no_code_writes_is_read_as_a_constant_and_one_written_is_refused(lib):
+    # imgaug's fliplr: if arr.dtype.name in _FLIPLR_DTYPES_CV2
+    op = _exec_op(lib, """
+        def m_flip_if_listed(img):
+            return img[:, ::-1] if img.dtype.name in FLIPPED_BY_CV2 else img
+        """, "FLIPPED_BY_CV2")
+    traced = trace_op(op)
+    imgs = [pattern_image(k, 3 + k, 4) for k in range(3)]
+    for img, got in zip(imgs, _emit_on(traced, imgs), strict=True):
+        np.testing.assert_array_equal(got, op.apply(img, None)[0])
+    assert augment_ops.explain(op).startswith(
+        "native (traced; the global 'FLIPPED_BY_CV2' (a module-level set that no code of its "
+        "module writes) read as a constant at ")
+    written = _exec_op(lib, """
+        def m_flip_if_seen(img):
+            return img[:, ::-1] if img.dtype.name in SEEN else img
+        """, "SEEN")
+    assert augment_ops.explain(written).startswith(
+        "numpy: a read of the global 'SEEN', a set that note() of modconst_lib writes")
 
 
 @pytest.mark.parametrize(("name", "key", "pattern"), [

@@ -15,6 +15,8 @@ from augment_ops.trace import TraceError, trace_function
 
 Image = pytest.importorskip("PIL.Image")
 ImageOps = pytest.importorskip("PIL.ImageOps")
+ImageEnhance = pytest.importorskip("PIL.ImageEnhance")
+ImageDraw = pytest.importorskip("PIL.ImageDraw")
 
 
 def _transposed(method):
@@ -153,9 +155,9 @@ def u_constant(img):
     return np.asarray(Image.new("RGB", (4, 4), (9, 9, 9)))
 
 
-def u_canvas_of_the_image_size(img):
+def u_canvas_of_a_drawn_colour(img):
     pil = Image.fromarray(img)
-    return np.asarray(Image.new("RGB", pil.size, (0, 0, 0)))
+    return np.asarray(Image.new("RGB", pil.size, (pil.size[1], 0, 0)))
 
 
 def u_pasted_on_a_canvas(img):
@@ -204,14 +206,148 @@ def test_a_constant_output_is_refused_at_its_line_naming_the_test_that_chose_it(
 
 
 def test_a_blank_pil_image_never_stands_in_for_the_traced_one():
-    e = _refused(u_canvas_of_the_image_size)
-    assert e.construct.startswith("PIL Image.new of a per-sample size or colour (a blank image "
-                                  "made without the traced one")
-    assert e.location == _line(u_canvas_of_the_image_size, "Image.new")
+    e = _refused(u_canvas_of_a_drawn_colour)
+    assert e.construct.startswith("PIL Image.new of a per-sample colour, or of a per-sample "
+                                  "size in a mode other than L and RGB (a blank image made "
+                                  "without the traced one")
+    assert e.location == _line(u_canvas_of_a_drawn_colour, "Image.new")
     e = _refused(u_pasted_on_a_canvas)
     assert e.construct.startswith("PIL.Image.Image.paste given a traced image")
     assert e.location == _line(u_pasted_on_a_canvas, "canvas.paste")
     assert Image.new("L", (2, 1), 7).tobytes() == b"\x07\x07"  # restored after tracing
+
+
+# -- blends: ImageEnhance's enhancers, Image.blend, a blank image of the traced one's size ------
+def u_brightness_drawn(img, rng):
+    return np.asarray(ImageEnhance.Brightness(Image.fromarray(img)).enhance(
+        float(rng.uniform(0.2, 1.8))))
+
+
+def u_color_drawn(img, rng):
+    return np.asarray(ImageEnhance.Color(Image.fromarray(img)).enhance(
+        float(rng.uniform(0.0, 2.0))))
+
+
+def u_blend_with_a_colour(img):
+    pil = Image.fromarray(img)
+    tinted = Image.blend(Image.new("RGB", pil.size, (250, 3, 128)), pil, -0.7)
+    return np.asarray(Image.blend(tinted, pil.convert("L").convert("RGB"), 0.35))
+
+
+def u_blend_gray(img):
+    gray = Image.fromarray(img).convert("L")
+    return np.asarray(Image.blend(gray, Image.new("L", gray.size, 255), 1.6))
+
+
+def u_canvas_of_the_image_size(img):
+    return np.asarray(Image.new("RGB", Image.fromarray(img).size, 5))  # an int: (5, 0, 0)
+
+
+@pytest.mark.parametrize(("func", "random"), [
+    (u_brightness_drawn, True), (u_color_drawn, True), (u_blend_with_a_colour, False),
+    (u_blend_gray, False), (u_canvas_of_the_image_size, False)], ids=lambda v: getattr(
+        v, "__name__", ""))
+def test_blends_and_blank_images_of_the_image_size_equal_pil(func, random):
+    _check(func, random=random, ndim=2 if func is u_blend_gray else 3)
+
+
+def u_expand(img):
+    return np.asarray(ImageOps.expand(Image.fromarray(img), border=(3, 1, 0, 2), fill=(9, 8, 7)))
+
+
+def u_paste_into_a_larger_image(img):
+    pil = Image.fromarray(img).convert("L")
+    out = Image.new("L", (pil.size[0] + 3, pil.size[1] + 2), 200)
+    out.paste(pil, (3, 2))
+    return np.asarray(out)
+
+
+def u_paste_that_may_clip(img):
+    pil = Image.fromarray(img)
+    out = pil.copy()
+    out.paste(pil.crop((0, 0, 2, 2)), (pil.size[0] // 2, 0))  # past the edge on narrow images
+    return np.asarray(out)
+
+
+def test_expand_and_paste_inside_equal_pil():
+    _check(u_expand)
+    _check(u_paste_into_a_larger_image, ndim=2)
+    assert "PIL Image.paste other than of a traced image of the same mode, without a mask, " \
+        "at an upper left corner where the tracer shows it lies inside" in \
+        _refusal(u_paste_that_may_clip)
+
+
+def u_rectangle_drawn(img, rng):
+    # RandAugment's Cutout: corners drawn as floats, reaching past the image's edges
+    pil = Image.fromarray(img)
+    w, h = pil.size
+    x0, y0 = rng.uniform(-3.0, w), rng.uniform(-3.0, h)
+    box = (x0, y0, x0 + rng.uniform(0.0, 4.0), min(h + 2, y0 + 3))
+    ImageDraw.Draw(pil).rectangle(box, (125, 123, 114))
+    return np.asarray(pil)
+
+
+def u_rectangle_gray(img):
+    pil = Image.fromarray(img).convert("L")
+    w, h = pil.size
+    ImageDraw.Draw(pil).rectangle([(0, 1), (w // 2, h)], fill=17, outline=17)
+    return np.asarray(pil)
+
+
+def u_rectangle_reversed(img):
+    pil = Image.fromarray(img)
+    ImageDraw.Draw(pil).rectangle((2, 0, pil.size[0] - 3, 1), (1, 2, 3))  # x1 < x0 if narrow
+    return np.asarray(pil)
+
+
+def u_rectangle_outlined(img):
+    pil = Image.fromarray(img)
+    ImageDraw.Draw(pil).rectangle((0, 0, 2, 2), (1, 2, 3), outline=(9, 9, 9))
+    return np.asarray(pil)
+
+
+def test_a_filled_rectangle_drawn_on_a_traced_image_equals_pil():
+    _check(u_rectangle_drawn, random=True)
+    _check(u_rectangle_gray, ndim=2)
+    traced = trace_function(u_rectangle_reversed, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert [(g.error, g.message) for g in traced.guards] == [
+        ("ValueError", "x1 must be greater than or equal to x0")]
+    with pytest.raises(ValueError, match="x1 must be greater than or equal to x0"):
+        u_rectangle_reversed(np.zeros((3, 4, 3), np.uint8))
+    assert "PIL ImageDraw rectangle other than filled with a constant colour" in \
+        _refusal(u_rectangle_outlined)
+
+
+def u_uninitialised_canvas(img):
+    return np.asarray(Image.new("RGB", Image.fromarray(img).size, None))
+
+
+def test_an_uninitialised_image_of_the_image_size_is_refused():
+    assert "PIL Image.new(color=None) of a per-sample size (PIL leaves its pixels " \
+        "uninitialised)" in _refusal(u_uninitialised_canvas)
+
+
+def u_blend_of_other_sizes(img):
+    pil = Image.fromarray(img)
+    return np.asarray(Image.blend(pil, pil.crop((0, 0, pil.size[0], 4)), 0.5))
+
+
+def u_blend_with_a_constant_image(img):
+    return np.asarray(Image.blend(Image.fromarray(img), Image.new("RGB", (4, 4)), 0.5))
+
+
+def test_a_blend_of_images_that_do_not_match_raises_as_pil_does():
+    traced = trace_function(u_blend_of_other_sizes, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    # PIL's check first; the arithmetic's own broadcast check after it never fires alone
+    assert (traced.guards[0].error, traced.guards[0].message) == ("ValueError",
+                                                                  "images do not match")
+    assert {g.error for g in traced.guards} == {"ValueError"}
+    with pytest.raises(ValueError, match="images do not match"):
+        u_blend_of_other_sizes(np.zeros((5, 3, 3), np.uint8))
+    assert "PIL Image.blend of a traced image with an image made without it" in \
+        _refusal(u_blend_with_a_constant_image)
 
 
 def test_padding_by_a_crop_outside_the_image_equals_pil():
@@ -230,7 +366,7 @@ def u_resize_unless_it_fails(img):
 
 def u_blank_unless_it_fails(img):
     try:
-        canvas = Image.new("RGB", Image.fromarray(img).size)
+        canvas = Image.new("RGB", Image.fromarray(img).size, (img.shape[0], 0, 0))
     except Exception:
         canvas = Image.new("RGB", (4, 4))
     return np.asarray(canvas)[:1, :1] // 2 + img // 2  # numpy's canvas is black: img // 2
@@ -239,7 +375,7 @@ def u_blank_unless_it_fails(img):
 def test_a_refusal_the_op_catches_is_still_the_reason():
     for func, construct, line in [
             (u_resize_unless_it_fails, "PIL Image.resize on a traced image", "pil.resize"),
-            (u_blank_unless_it_fails, "PIL Image.new of a per-sample size", "Image.fromarray")]:
+            (u_blank_unless_it_fails, "PIL Image.new of a per-sample colour", "Image.fromarray")]:
         e = _refused(func)
         assert e.construct.startswith(construct), e
         assert "(refused, and caught by a try/except that goes on without it" in e.construct

@@ -56,6 +56,7 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
         return
     if _assign_region(a, key, value):
         return
+    value = _canvas_value(a, key, value)
     elements = _value_elements(value)
     channels = _channel_list(n, key)
     if elements is None and channels is None:
@@ -63,6 +64,33 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
             a._write(_fill_region(n, key, value))
         return
     a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _canvas_value(a: Sym, key: Any, value: Any) -> Any:
+    """``value`` for ``a[key] = value``; for a new array of a per-sample shape holding one value
+    per channel (``patch = np.full((h, w, 3), fill)`` then ``img[y:y + h, x:x + w] = patch``),
+    that value (a vector, or a scalar for a 2-D array), since every pixel of the region gets it
+    where numpy's write succeeds: numpy raises ValueError where the array's sizes are neither
+    the region's nor 1, and so does the traced op."""
+    if not isinstance(value, Sym) or value.node.op != "canvas":
+        return value
+    v = value._checked()
+    region = a[key].node.shape
+    if v.ndim > len(region):
+        raise ValueError(f"could not broadcast input array of rank {v.ndim} into a region of "
+                         f"rank {len(region)}")
+    for ax, (have, size) in enumerate(zip(v.shape, region[len(region) - v.ndim:], strict=True)):
+        if isinstance(have, int) and isinstance(size, int):
+            if have not in (1, size):
+                raise ValueError(f"could not broadcast input array into the region (their "
+                                 f"sizes differ on axis {ax})")
+        elif not (isinstance(have, int) and have == 1) and \
+                linear_form(have) != linear_form(size):
+            raise_where(ufunc("bitwise_and", ufunc("not_equal", _dim_sym(have), _dim_sym(size)),
+                              ufunc("not_equal", _dim_sym(have), 1)), ValueError,
+                        f"could not broadcast input array into the region (their sizes differ "
+                        f"on axis {ax})")
+    return v.args[-1].value
 
 
 def _value_elements(value: Any) -> list[Any] | None:

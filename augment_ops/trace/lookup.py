@@ -129,6 +129,10 @@ def _at(n: Node, pos: Node, entries: int, memo: dict[int, Node]) -> Node:
         return got
     if n.ndim == 0:
         got = n
+    elif n.shape == (1,) and entries != 1:
+        # an array of one value (imgaug's draw of size (1,)) broadcasts against the table's
+        # entries as its one value does
+        got = _new("take", (n, 0), (0,), n.dtype, ())
     elif n.shape != (entries,):
         raise TraceError(f"a lookup table built from arrays of shape {list(n.shape)}")
     elif n.op == "const":

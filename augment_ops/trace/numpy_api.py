@@ -20,11 +20,20 @@ import numpy as np
 import augment_ops.trace.arith
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
-from augment_ops.trace.creation import _holds_sym
+from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill
 from augment_ops.trace.facts import lower, truth
-from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose
+from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
-from augment_ops.trace.sym import Sym, _dim_sym, _dop, cast_node, implements, ufunc
+from augment_ops.trace.sym import (
+    Sym,
+    _dim,
+    _dim_sym,
+    _dop,
+    cast_node,
+    implements,
+    raise_where,
+    ufunc,
+)
 from augment_ops.trace.ufunc_kwargs import _out_operand, _reps, write_out
 
 
@@ -327,7 +336,7 @@ def _np_pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -
     if not isinstance(array, Sym):
         raise TraceError("np.pad of a constant")
     if _holds_sym(pad_width) or isinstance(pad_width, Sym):
-        raise TraceError("np.pad with per-sample widths (only constant widths are lowered)")
+        return _pad_drawn(array, pad_width, mode, kwargs)
     if mode not in ("constant", "edge"):
         raise TraceError(f"np.pad(mode={mode!r}) (modes 'constant' and 'edge' are lowered; "
                          "'reflect' and 'symmetric' repeat rows that a small image may not have)")
@@ -373,6 +382,54 @@ def _np_pad(array: Any, pad_width: Any, mode: Any = "constant", **kwargs: Any) -
         blocks_after = [pieces[-1]] * after if after else []
         node = _concat([*blocks_before, node, *blocks_after], ax)
     return Sym(node)
+
+
+def _pad_drawn(array: Sym, pad_width: Any, mode: Any, kwargs: dict[str, Any]) -> Sym:
+    """``np.pad`` with per-sample widths (MONAI's ``SpatialPad``: ``[(0, 0), (top, bottom),
+    (left, right)]``), mode ``"constant"`` with one constant value, of a rank-2 or rank-3
+    array padded on at most two axes (the third, of constant size, not padded): a padded slice
+    of the array (:func:`~augment_ops.trace.indexing.padded_slice`: the array read from minus
+    the widths before, the value where that falls outside it), the padded axes brought first
+    and put back after. numpy raises ValueError for a negative width, and so does the traced
+    op."""
+    what = ("np.pad with per-sample widths other than mode 'constant' with one value, one "
+            "(before, after) pair per axis, of an array of rank 2 or 3 padded on at most two "
+            "axes")
+    ndim = array.ndim
+    if mode != "constant" or set(kwargs) - {"constant_values"} or ndim not in (2, 3) or \
+            not isinstance(pad_width, (list, tuple)) or len(pad_width) != ndim or \
+            not builtins.all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pad_width):
+        raise TraceError(what)
+    value = kwargs.get("constant_values", 0)
+    if _holds_sym(value) or isinstance(value, Sym) or np.size(value) != 1:
+        raise TraceError(what)
+    value = np.array(value).ravel()[0]  # numpy's pad stores this numpy scalar (unsafe cast)
+    if CREATION["asarray"](pad_width).dtype.kind != "i":  # numpy's dtype for the whole list
+        raise TypeError("`pad_width` must be of integral type.")
+    widths = [tuple(pair) for pair in pad_width]
+    for pair in widths:
+        for w in pair:
+            if isinstance(w, Sym) and w.ndim:
+                raise TraceError(what)
+            if isinstance(w, Sym):
+                raise_where(ufunc("less", w, 0), ValueError, "index can't contain negative values")
+            elif w < 0:
+                raise ValueError("index can't contain negative values")
+    padded = [ax for ax, pair in enumerate(widths)
+              if builtins.any(isinstance(w, Sym) or w for w in pair)]
+    order = padded + [ax for ax in range(ndim) if ax not in padded]
+    if len(padded) > 2 or (ndim == 3 and not isinstance(array.node.shape[order[2]], int)):
+        raise TraceError(what)
+    if array.dtype.kind not in "biuf" or array.dtype == np.float16:
+        raise TraceError(f"np.pad with per-sample widths of {array.dtype} values")
+    x = array.transpose(order)._checked()
+    (b0, a0), (b1, a1) = ([_dim(w) for w in widths[ax]] for ax in order[:2])
+    fill = canvas_fill(value, array.dtype, x.shape[2] if ndim == 3 else None)
+    node = padded_slice(x, _dop("subtract", 0, b0), _dop("subtract", 0, b1),
+                        _dop("add", _dop("add", x.shape[0], b0), a0),
+                        _dop("add", _dop("add", x.shape[1], b1), a1), fill)
+    back = [order.index(ax) for ax in range(ndim)]
+    return Sym(node).transpose(back)
 
 
 def _np_round(a: Any, decimals: int = 0, out: Any = None) -> Any:

@@ -2,7 +2,10 @@
 :class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
 quarter turns, crops inside the image, ``point`` with a constant table or function, and so
 ``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB`` and
-between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands), and
+between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands,
+``Image.blend`` (and so ``ImageEnhance.Brightness``/``Color``), ``Image.new`` of the traced
+image's size, ``paste`` inside the image, and so ``ImageOps.expand``, and filled
+``ImageDraw`` rectangles), and
 ``np.asarray(img)``/``np.array(img)`` give the traced array back. Any other PIL call on it is
 refused naming it. Only ``uint8`` images of modes ``L`` (HxW), ``RGB`` and ``HSV`` (HxWx3) are
 traced.
@@ -16,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _np_stack
-from augment_ops.trace.creation import CREATION
+from augment_ops.trace.creation import CREATION, canvas
 from augment_ops.trace.facts import _at_most, _nonneg
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import MadeWithoutImage, TraceError
@@ -68,6 +71,14 @@ class TracedImage:
 
     def getbands(self) -> tuple[str, ...]:
         return tuple(self.mode)
+
+    @property
+    def palette(self) -> None:
+        return None  # as PIL's for its L, RGB and HSV images
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {}  # as Image.fromarray's: no transparency, no metadata
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -177,6 +188,84 @@ class TracedImage:
             return (self.copy(),)
         return tuple(TracedImage(self._arr[..., c], "L") for c in range(len(self.mode)))
 
+    def getdraw(self, mode: str | None = None, hints: Any = None) -> _TracedDraw:
+        """What ``ImageDraw.Draw(img)`` gives for a traced image (:class:`_TracedDraw`)."""
+        if mode not in (None, self.mode) or hints is not None or self.mode not in ("L", "RGB"):
+            raise TraceError(f"PIL ImageDraw.Draw of a traced {self.mode} image in mode {mode!r}")
+        return _TracedDraw(self)
+
+    def paste(self, im: Any, box: Any = None, mask: Any = None) -> None:
+        """``self.paste(im, (left, top))`` of a traced image of the same mode lying inside
+        this one (``ImageOps.expand`` pastes the image into a new one of its size plus the
+        borders): its region replaced by ``im``'s pixels. PIL clips an image reaching outside,
+        which is refused here where the tracer cannot show it does not."""
+        what = ("PIL Image.paste other than of a traced image of the same mode, without a "
+                "mask, at an upper left corner where the tracer shows it lies inside the "
+                "destination (PIL clips what falls outside)")
+        box = (0, 0) if box is None else box
+        if not isinstance(im, TracedImage) or im.mode != self.mode or mask is not None or \
+                not isinstance(box, (tuple, list)) or len(box) != 2:
+            raise TraceError(what)
+        left, top = (_dim(v) for v in box)
+        src, dst = im._arr.node.shape, self._arr.node.shape
+        if not (_nonneg(left) and _nonneg(top) and _at_most(_dop("add", top, src[0]), dst[0])
+                and _at_most(_dop("add", left, src[1]), dst[1])):
+            raise TraceError(what)
+        out = Sym(self._arr._checked())
+        out[_dim_sym(top):_dim_sym(_dop("add", top, src[0])),
+            _dim_sym(left):_dim_sym(_dop("add", left, src[1]))] = im._arr
+        self._arr = Sym(out._checked())
+
+
+class _TracedDraw:
+    """``ImageDraw.Draw(img)`` of a traced image: ``rectangle`` filled with a constant colour
+    (RandAugment's Cutout); its other drawing calls are refused naming them."""
+
+    def __init__(self, image: TracedImage) -> None:
+        self._image = image
+
+    def rectangle(self, xy: Any, fill: Any = None, outline: Any = None, width: int = 1) -> None:
+        """Pillow's filled rectangle (Draw.c): the corners truncated to integers as C's
+        ``(int)`` does, rows ``y0..y1`` and columns ``x0..x1`` inclusive, clipped to the image;
+        ValueError where ``x1 < x0`` or ``y1 < y0``, as Pillow raises."""
+        img = self._image
+        channels = 3 if img.mode == "RGB" else None
+        if fill is None or (outline is not None and outline != fill) or _traced_in(fill) or \
+                isinstance(fill, str) or np.shape(fill) != ((channels,) if channels else ()) or \
+                not all(isinstance(v, (int, np.integer)) and 0 <= v <= 255
+                        for v in np.ravel(fill).tolist()):
+            raise TraceError("PIL ImageDraw rectangle other than filled with a constant colour "
+                             "(an int for L, a tuple of three ints for RGB) without another "
+                             "outline")
+        flat = list(xy) if not isinstance(xy[0], (tuple, list)) else [*xy[0], *xy[1]]
+        if len(flat) != 4:
+            raise ValueError("coordinate list must contain exactly 2 coordinates")
+        x0, y0, x1, y1 = (_c_int(v) for v in flat)
+        raise_where(ufunc("less", flat[2], flat[0]), ValueError,
+                    "x1 must be greater than or equal to x0")
+        raise_where(ufunc("less", flat[3], flat[1]), ValueError,
+                    "y1 must be greater than or equal to y0")
+        lo = [ufunc("maximum", v, 0) for v in (y0, x0)]
+        hi = [ufunc("maximum", ufunc("add", v, 1), 0) for v in (y1, x1)]
+        out = Sym(img._arr._checked())
+        out[lo[0]:hi[0], lo[1]:hi[1]] = np.asarray(fill, np.uint8)
+        img._arr = Sym(out._checked())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TraceError(f"PIL ImageDraw.{name} on a traced image (only rectangle filled with a "
+                         "constant colour is lowered)")
+
+
+def _c_int(v: Any) -> Any:
+    """C's ``(int)`` of a coordinate: a float truncated toward zero, as an int64."""
+    if isinstance(v, Sym):
+        if v.ndim or v.dtype.kind not in "iuf":
+            raise TraceError("PIL ImageDraw with a coordinate that is not a number")
+        return Sym(cast_node((ufunc("trunc", v) if v.dtype.kind == "f" else v).node, np.int64))
+    return int(v)
+
 
 def _fromarray(obj: Any, mode: str | None = None) -> TracedImage:
     if obj.dtype != np.uint8 or obj.ndim not in (2, 3) or (obj.ndim == 3 and \
@@ -225,27 +314,109 @@ def _traced_in(value: Any) -> bool:
 def _wrapped_new(real: Any) -> Any:
     def new(mode: str, size: Any, *args: Any, **kwargs: Any) -> Any:
         # A blank image of constant size and colour is what PIL makes; pasting a traced image
-        # onto it is refused by paste itself. One whose size or colour is per-sample cannot be
-        # made while tracing (PIL needs the numbers), and is made without the image.
+        # onto it is refused by paste itself. One of a per-sample size (the image's: the
+        # degenerate image of ImageEnhance.Brightness) and a constant colour is a new array of
+        # that size, each pixel the colour PIL gives a 1x1 image. One whose colour is
+        # per-sample cannot be made while tracing (PIL needs the numbers), and is made without
+        # the image.
+        if _traced_in(size) and not (_traced_in(args) or _traced_in(list(kwargs.values()))) \
+                and mode in ("L", "RGB") and isinstance(size, (tuple, list)) and len(size) == 2:
+            if (args[:1] or [kwargs.get("color", 0)])[0] is None:
+                raise TraceError("PIL Image.new(color=None) of a per-sample size (PIL leaves "
+                                 "its pixels uninitialised)")
+            pixel = np.asarray(real(mode, (1, 1), *args, **kwargs))[0, 0]
+            shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
+            return TracedImage(canvas(shape, pixel, np.dtype(np.uint8)), mode)
         if _traced_in(size) or _traced_in(args) or _traced_in(list(kwargs.values())):
             raise MadeWithoutImage(
-                "PIL Image.new of a per-sample size or colour (a blank image made without the "
-                "traced one, as ImageOps.pad and ImageEnhance's enhancers make: PIL needs its "
+                "PIL Image.new of a per-sample colour, or of a per-sample size in a mode other "
+                "than L and RGB (a blank image made without the traced one: PIL needs its "
                 "numbers when the op is traced, and a traced graph makes its images from the "
                 "input image; to pad with zeros, crop with a box reaching outside the image, "
                 "img.crop((-left, -top, width + right, height + bottom)), and to blend with a "
-                "constant, write the blend as numpy arithmetic on np.asarray(img): both lower)")
+                "colour, write the blend as numpy arithmetic on np.asarray(img): both lower)")
         return real(mode, size, *args, **kwargs)
     new.__wrapped__ = real  # type: ignore[attr-defined]
     return new
 
 
-_WRAPPERS = {"fromarray": _wrapped_fromarray, "merge": _wrapped_merge, "new": _wrapped_new}
+def _blend_model_holds(real: Any) -> bool:
+    """Whether this Pillow's ``Image.blend`` of 8-bit images computes what :func:`_blend`
+    does: ``in1 + alpha * (in2 - in1)`` in float32 (a multiplication, then an addition, each
+    rounded), clipped to 0..255 and truncated. Its C code says so, but a compiler may fuse the
+    two into one multiply-add (where the processor has one), which rounds once: checked on
+    every pair of values for alphas inside and outside [0, 1], once per process."""
+    if "blend" not in _BLEND_CHECKED:
+        import PIL.Image
+
+        a = np.repeat(np.arange(256, dtype=np.uint8), 256).reshape(256, 256)
+        b = np.ascontiguousarray(a.T)
+        im1 = PIL.Image.frombytes("L", (256, 256), a.tobytes())
+        im2 = PIL.Image.frombytes("L", (256, 256), b.tobytes())
+        diff = (b.astype(np.int32) - a.astype(np.int32)).astype(np.float32)
+        holds = True
+        for alpha in [*np.random.default_rng(7).uniform(-1.5, 2.5, 24).tolist(), 0.3, 0.7]:
+            t = a.astype(np.float32) + np.float32(alpha) * diff
+            want = np.clip(t, 0, 255).astype(np.uint8)
+            holds = holds and np.array_equal(np.asarray(real(im1, im2, alpha)), want)
+        _BLEND_CHECKED["blend"] = holds
+    return _BLEND_CHECKED["blend"]
+
+
+_BLEND_CHECKED: dict[str, bool] = {}
+
+
+def _blend(im1: TracedImage, im2: TracedImage, alpha: Any) -> TracedImage:
+    """PIL's ``Image.blend`` of two traced 8-bit images (Blend.c): each value
+    ``in1 + alpha * (in2 - in1)`` computed in float32 with ``alpha`` rounded to float32,
+    clipped to 0..255 and truncated to uint8. PIL raises ValueError for images of different
+    modes or sizes, and so does the traced op."""
+    if im1.mode != im2.mode:
+        raise ValueError("images do not match")
+    if im1.mode not in ("L", "RGB"):
+        raise TraceError(f"PIL Image.blend of {im1.mode} images")
+    if isinstance(alpha, Sym) and (alpha.ndim or alpha.dtype.kind not in "iuf"):
+        raise TraceError("PIL Image.blend with an alpha that is not one number")
+    a, b = im1._arr, im2._arr
+    for ax in (0, 1):
+        da, db = a.node.shape[ax], b.node.shape[ax]
+        if not (da is db or (isinstance(da, int) and isinstance(db, int) and da == db)):
+            raise_where(ufunc("not_equal", _dim_sym(da), _dim_sym(db)),
+                        ValueError, "images do not match")
+    weight = Sym(cast_node(alpha.node, np.float32)) if isinstance(alpha, Sym) else \
+        np.float32(alpha)
+    diff = Sym(cast_node(ufunc("subtract", Sym(cast_node(b._checked(), np.int32)),
+                               Sym(cast_node(a._checked(), np.int32))).node, np.float32))
+    t = ufunc("add", Sym(cast_node(a._checked(), np.float32)), ufunc("multiply", weight, diff))
+    t = ufunc("minimum", ufunc("maximum", t, np.float32(0)), np.float32(255))
+    return TracedImage(Sym(cast_node(t.node, np.uint8)), im1.mode)
+
+
+def _wrapped_blend(real: Any) -> Any:
+    def blend(im1: Any, im2: Any, alpha: Any) -> Any:
+        if not _traced_in([im1, im2, alpha]):
+            return real(im1, im2, alpha)
+        if not (isinstance(im1, TracedImage) and isinstance(im2, TracedImage)):
+            raise TraceError("PIL Image.blend of a traced image with an image made without it "
+                             "(only two traced images, or images made from the traced one, "
+                             "are blended)")
+        if not _blend_model_holds(real):
+            raise TraceError("PIL Image.blend (this Pillow computes it otherwise than in "
+                             "float32 with a multiplication and an addition, each rounded, "
+                             "probably fused into one multiply-add: DALI does not reproduce "
+                             "it)")
+        return _blend(im1, im2, alpha)
+    blend.__wrapped__ = real  # type: ignore[attr-defined]
+    return blend
+
+
+_WRAPPERS = {"fromarray": _wrapped_fromarray, "merge": _wrapped_merge, "new": _wrapped_new,
+             "blend": _wrapped_blend}
 
 
 def install_pil() -> Any:
-    """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge`` and ``PIL.Image.new`` (when PIL is
-    imported); returns what restores them."""
+    """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge``, ``PIL.Image.new`` and
+    ``PIL.Image.blend`` (when PIL is imported); returns what restores them."""
     image = sys.modules.get("PIL.Image")
     if image is None:
         return None

@@ -8,13 +8,18 @@ op's function made with traced ones (:class:`Rebinder`). The functions that copy
 op's own files or in installed libraries, and the functions of the modules it names
 (``fcrops.crop``), are copied the same way when the code first reads them (the globals are a
 :class:`_TracedGlobals`), so ``int(h / 2)`` in a library's helper stays a per-sample value as it
-does in the op. Not copied: numpy (whose functions dispatch to traced arrays), the standard
-library (``math`` is replaced instead), the tracer, C functions and the methods of classes: a
-per-sample value reaching ``int()`` there is refused (:func:`augment_ops.trace.sym.concrete`).
+does in the op. A class of those files that the code reads (``ScaleIntensity(minv=0)(img)``,
+MONAI's and others' transform objects) is a traced copy too (:class:`_ClassCopy`): its methods,
+and those of its bases, see the traced names as functions do. Not copied: numpy (whose
+functions dispatch to traced arrays), the standard library (``math`` is replaced instead), the
+tracer, C functions, and the methods of an object made before the trace (a module-level
+instance) or of a class the copy could not stand in for (:func:`_class_copyable`): a per-sample
+value reaching ``int()`` there is refused (:func:`augment_ops.trace.sym.concrete`).
 """
 
 from __future__ import annotations
 
+import abc
 import builtins
 import dis
 import math
@@ -28,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import add_guard
-from augment_ops.trace.creation import CREATION
+from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
@@ -197,23 +202,56 @@ class _Forbidden(types.ModuleType):
         raise TraceError(f"{self._what}() ({self._why})")
 
 
-class _ScalarTypeMeta(type):
+class _NumpyRandom(_Forbidden):
+    """``np.random`` as traced code sees it: global random state refused, but
+    ``np.random.default_rng(rng)`` of the op's own generator is that generator, as numpy hands
+    back a Generator given to it (skimage's ``random_noise(image, rng=rng)``)."""
+
+    def __init__(self) -> None:
+        super().__init__("np.random")
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "default_rng":
+            return super().__getattr__(name)
+
+        def default_rng(seed: Any = None) -> Any:
+            from augment_ops.trace.rng import DrawRng
+
+            if isinstance(seed, DrawRng):
+                return seed
+            raise TraceError("np.random.default_rng of a seed other than the op's rng (global "
+                             "random state; draw from the op's rng)")
+        return default_rng
+
+
+class _StandIn(type):
+    """A metaclass of classes that stand in for a real one in traced code
+    (:meth:`_stands_for`): equal to it, as a key and in ``in`` (``image.dtype.type in
+    (np.uint8, ...)``, ``{np.uint8: 255}[image.dtype.type]``, where the array's dtype gives
+    the real type)."""
+
+    def _stands_for(cls) -> type:
+        raise NotImplementedError
+
+    def __eq__(cls, other: Any) -> bool:
+        return other is cls or other is type(cls)._stands_for(cls)
+
+    def __ne__(cls, other: Any) -> bool:
+        return other is not cls and other is not type(cls)._stands_for(cls)
+
+    def __hash__(cls) -> int:
+        return hash(type(cls)._stands_for(cls))
+
+
+class _ScalarTypeMeta(_StandIn):
     """numpy scalar types (``np.uint8(x)``) that convert per-sample values symbolically and
     otherwise behave as the real type (as a dtype, in ``isinstance``)."""
 
+    def _stands_for(cls) -> type:
+        return cls.real
+
     def __instancecheck__(cls, x: Any) -> bool:
         return is_instance(x, cls.real)
-
-    # equal to the real type, as a key and in ``in`` (``image.dtype.type in (np.uint8, ...)``,
-    # ``{np.uint8: 255}[image.dtype.type]``): the array's dtype gives the real one
-    def __eq__(cls, other: Any) -> bool:
-        return other is cls or other is cls.real
-
-    def __ne__(cls, other: Any) -> bool:
-        return other is not cls and other is not cls.real
-
-    def __hash__(cls) -> int:
-        return hash(cls.real)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
@@ -232,6 +270,60 @@ def _scalar_type(real: type) -> type:
     return _SCALAR_TYPES[real]
 
 
+#: numpy functions whose first argument is one array-like (``np.any([a, b])``): numpy converts
+#: a list there to an array, and so does :func:`_lists_converted`.
+_ARRAY_LIKE_FIRST = frozenset({"any", "all", "sum", "mean", "max", "min", "amax", "amin", "clip",
+                               "round", "around"})
+_LIST_AWARE: dict[str, Callable[..., Any]] = {}
+
+
+def _lists_converted(name: str, real: Any) -> Callable[..., Any]:
+    """numpy function or ufunc ``real`` whose array-like arguments (every positional one of a
+    ufunc, the first of :data:`_ARRAY_LIKE_FIRST`) may be lists or tuples holding per-sample
+    values (``np.isnan([imin, imax])``, ``np.max([h, w])``): those converted as ``np.asarray``
+    converts them, to a traced vector (numpy's own conversion would ask each value for a
+    concrete array); the other calls are numpy's own. A ufunc's methods (``np.add.reduce``) and
+    attributes are the ufunc's."""
+    got = _LIST_AWARE.get(name)
+    if got is not None:
+        return got
+    convert_all = isinstance(real, np.ufunc)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if builtins.any(_holds_sym(a) for a in (args if convert_all else args[:1])):
+            # the ufunc's other sequences too, as numpy converts them (np.add([h, w], (0, 1)))
+            args = tuple(np_asarray(a) if (convert_all or i == 0) and isinstance(a, (list, tuple))
+                         else a for i, a in enumerate(args))
+        return real(*args, **kwargs)
+
+    wrapper: Any
+    if convert_all:
+        wrapper = _UfuncLists(real, call)
+    else:
+        wrapper = call
+        call.__name__ = call.__qualname__ = name
+        call.__wrapped__ = real  # type: ignore[attr-defined]
+    _LIST_AWARE[name] = wrapper
+    return wrapper
+
+
+class _UfuncLists:
+    """A ufunc as traced code calls it (:func:`_lists_converted`); its other attributes are the
+    ufunc's own."""
+
+    def __init__(self, real: np.ufunc, call: Callable[..., Any]) -> None:
+        self._real, self._call = real, call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def __repr__(self) -> str:
+        return repr(self._real)
+
+
 class _NumpyProxy(types.ModuleType):
     """``numpy`` as the traced function sees it: all of numpy except the global ``np.random``,
     with scalar types that accept per-sample values."""
@@ -241,7 +333,7 @@ class _NumpyProxy(types.ModuleType):
 
     def __getattr__(self, name: str) -> Any:
         if name == "random":
-            return _Forbidden("np.random")
+            return _NumpyRandom()
         # lookup tables and PIL images first (augment_ops.trace.lookup, .pil_api): their
         # np.array / np.asarray hand everything else to numpy_api's
         if name in NUMPY_CALLS:
@@ -249,6 +341,8 @@ class _NumpyProxy(types.ModuleType):
         if name in CREATION:
             return CREATION[name]
         v = getattr(np, name)
+        if isinstance(v, np.ufunc) or name in _ARRAY_LIKE_FIRST:
+            return _lists_converted(name, v)
         if isinstance(v, type) and issubclass(v, np.generic) and v.__module__ == "numpy" and \
                 _concrete_kind(v) in tuple("biuf"):
             # ``image.dtype.type is np.uint8`` (skimage's adjust_gamma) compares with the real
@@ -398,6 +492,54 @@ class _ModuleProxy(types.ModuleType):
         return self._rebinder.value(getattr(self._real, name))
 
 
+class _ClassCopy(_StandIn):
+    """The metaclass of a traced copy of a class (:meth:`Rebinder.value`): a subclass of the
+    real class whose methods are traced copies. It stands in for the real class where traced
+    code compares classes: ``isinstance(obj, Cls)`` holds for an object of the real class made
+    before the trace, and the copy equals the real class (as a key, in ``==`` and ``in``)."""
+
+    _tracer_real: type
+
+    def _stands_for(cls) -> type:
+        return cls._tracer_real
+
+    def __instancecheck__(cls, x: Any) -> bool:
+        return type.__instancecheck__(cls, x) or isinstance(x, cls._tracer_real)
+
+    def __subclasscheck__(cls, c: Any) -> bool:
+        return type.__subclasscheck__(cls, c) or issubclass(c, cls._tracer_real)
+
+
+#: Attributes of a class's namespace that Python or ``abc.ABCMeta`` makes for each class (not
+#: copied: the copy gets its own).
+_CLASS_OWN = frozenset({"__dict__", "__weakref__", "_tracer_real", "_abc_impl",
+                        "__abstractmethods__"})
+
+
+class _ABCClassCopy(_ClassCopy, abc.ABCMeta):
+    """The metaclass of a traced copy of an abstract base class or of a subclass of one (an
+    ``abc.ABC`` transform base, as MONAI's ``Transform`` is)."""
+
+
+def _class_copyable(cls: type) -> bool:
+    """Whether a traced copy of class ``cls`` may stand in for it: a plain or abstract class
+    (metaclass ``type`` or ``abc.ABCMeta``; no ``__slots__``; no ``__init_subclass__`` hook,
+    which a new subclass would run, as a registry of subclasses does) of the user's files or an
+    installed library's, whose bases are ``object``, ``abc.ABC`` or such classes in turn.
+    Enums, exceptions, subclasses of built-in types and C classes are used as they are."""
+    if type(cls) not in (type, abc.ABCMeta) or cls is object:
+        return False
+    mod = sys.modules.get(cls.__module__)
+    f = vars(mod).get("__file__") if isinstance(mod, types.ModuleType) else None
+    if not isinstance(f, str) or not f.endswith(".py") or _is_internal(f) or \
+            os.path.abspath(f) == _REGISTRY_FILE or _stdlib(f):
+        return False
+    own = vars(cls)
+    if "__slots__" in own or "__init_subclass__" in own:
+        return False
+    return all(b in (object, abc.ABC) or _class_copyable(b) for b in cls.__bases__)
+
+
 class _TracedGlobals(dict):
     """A module's globals as its traced copies see them: what :func:`_patched` replaces,
     replaced at once; functions and modules when the code first reads them (``LOAD_GLOBAL``
@@ -426,6 +568,7 @@ class Rebinder:
         self._functions: dict[int, tuple[Any, Any]] = {}  # id(fn): (fn, copy)
         self._globals: dict[int, tuple[dict, dict]] = {}  # id(module dict): (dict, traced)
         self._modules: dict[int, tuple[Any, Any]] = {}  # id(module): (module, proxy)
+        self._classes: dict[int, tuple[type, type]] = {}  # id(class): (class, copy)
         self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -440,6 +583,8 @@ class Rebinder:
             return wrap_library(*self._libs[id(v)])  # albucore.sz_lut: lowered as it is
         if _copied(v):
             return self._copy(v)
+        if isinstance(v, type) and _class_copyable(v):
+            return self._class(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
             return getattr(_MATH, v.__name__)  # from math import sqrt
         if isinstance(v, types.ModuleType):
@@ -473,6 +618,55 @@ class Rebinder:
         f.__dict__.update(fn.__dict__)
         return f
 
+    def _class(self, cls: type) -> type:
+        """The traced copy of class ``cls``: a subclass of it (an object of it is an object of
+        ``cls`` for code that is not copied) whose bases are the copies of ``cls``'s bases, so
+        that ``super()`` in a copied method reaches the copied method of the base, and whose
+        functions, static, class methods and properties, its own and its bases', are traced
+        copies. A method's ``__class__`` (zero-argument ``super()``) is the copy."""
+        held = self._classes.get(id(cls))
+        if held is not None:
+            return held[1]
+        bases = tuple(self._class(b) for b in cls.__bases__ if b not in (object, abc.ABC))
+        ns = {k: v for k, v in vars(cls).items() if k not in _CLASS_OWN}
+        plain = {k: v for k, v in ns.items() if not self._method_like(v)}
+        meta = _ABCClassCopy if type(cls) is abc.ABCMeta else _ClassCopy
+        try:
+            if any(type(b) not in (_ClassCopy, _ABCClassCopy) for b in bases):
+                raise TypeError("a base is used as it is")
+            copy = meta(cls.__name__, (*bases, cls), {**plain, "_tracer_real": cls})
+        except TypeError:
+            # no copy: a base could not be copied, or the copies' bases have no consistent
+            # order (a multiple-inheritance diamond); the class is used as it is
+            self._classes[id(cls)] = (cls, cls)
+            return cls
+        copy.__qualname__ = cls.__qualname__
+        # cached before its methods are copied: their __class__ cells name the class itself
+        self._classes[id(cls)] = (cls, copy)
+        for k, v in ns.items():
+            if k not in plain:
+                type.__setattr__(copy, k, self._method(v))
+        if meta is _ABCClassCopy:  # abstract as the real class is (computed before the methods)
+            abc.update_abstractmethods(copy)
+        return copy
+
+    @staticmethod
+    def _method_like(v: Any) -> bool:
+        if isinstance(v, (staticmethod, classmethod)):
+            v = v.__func__
+        elif isinstance(v, property):
+            return any(_copied(f) for f in (v.fget, v.fset, v.fdel))
+        return _copied(v)
+
+    def _method(self, v: Any) -> Any:
+        """A traced copy of a class's function, static or class method or property."""
+        if isinstance(v, (staticmethod, classmethod)):
+            return type(v)(self.value(v.__func__))
+        if isinstance(v, property):
+            return property(*(self.value(f) if f is not None else None
+                              for f in (v.fget, v.fset, v.fdel)), v.__doc__)
+        return self.value(v)
+
     def _closure(self, fn: types.FunctionType) -> list[Any]:
         """What ``fn``'s closure cells hold, functions copied and modules proxied too
         (``functools.wraps``' ``__wrapped__``, a factory's inner function): a decorated op's own
@@ -501,10 +695,15 @@ def _patched(g: dict[str, Any]) -> dict[str, Any]:
 
     ends = {id(getattr(os, n)): n for n in _ENDS_PROCESS if hasattr(os, n)}
     libs = library_handlers()
+    # ``from numpy import asarray``: numpy's array makers do not dispatch to a traced array, so
+    # the names bound to them are the traced np's, as ``np.asarray`` is
+    makers = {id(getattr(np, n)): n for n in (*NUMPY_CALLS, *CREATION) if hasattr(np, n)}
     g = dict(g)
     for k, v in list(g.items()):
         if v is np:
             g[k] = _NumpyProxy()
+        elif id(v) in makers and v is getattr(np, makers[id(v)]):
+            g[k] = NUMPY_CALLS.get(makers[id(v)], CREATION.get(makers[id(v)]))
         elif callable(v) and id(v) in libs and libs[id(v)][0] is v:
             g[k] = wrap_library(*libs[id(v)])
         elif table_view(v) is not None:  # a read-only constant table: LUT[img] traces

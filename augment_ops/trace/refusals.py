@@ -117,6 +117,22 @@ def _qualified(name: str, frame: types.FrameType) -> str:
     return name
 
 
+def _lowered_where_copied(name: str, obj: Any) -> bool:
+    """Whether the numpy function ``obj`` (called as ``name``) lowers in code the tracer copies
+    (``np.asarray``, ``np.array``: :data:`augment_ops.trace.creation.CREATION`)."""
+    from augment_ops.trace.creation import CREATION
+
+    short = getattr(obj, "__name__", name.rsplit(".", 1)[-1])
+    return short in CREATION and obj is getattr(np, short, None)
+
+
+def _copied_code(frame: types.FrameType) -> bool:
+    """Whether ``frame`` runs a traced copy of a function (one that sees the traced names)."""
+    from augment_ops.trace.rebind import _TracedGlobals
+
+    return isinstance(frame.f_globals, _TracedGlobals)
+
+
 def _numpy_name(name: str, obj: Any) -> str:
     """``np.ascontiguousarray``: numpy's public name of ``obj`` (not its private module's)."""
     short = getattr(obj, "__name__", name.split(".")[-1])
@@ -195,6 +211,14 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
         if package == "numpy":
             if not conversion or k:
                 return None
+            if _lowered_where_copied(name, obj) and not _copied_code(frame):
+                numpy_name = _numpy_name(name, obj)
+                return (f"{numpy_name} in {frame.f_code.co_qualname}(), code the tracer runs as "
+                        "it is (a method of an object made before the op's call or of a class "
+                        "the tracer does not copy, or the standard library's): there numpy's "
+                        f"own {numpy_name} converts a traced array to a concrete one; the op "
+                        f"runs on the numpy path (in the op's functions, or a method of an "
+                        f"object the op makes, {numpy_name} lowers)", True)
             return (f"{_numpy_name(name, obj)} (a numpy function the tracer does not lower: it "
                     "converts its argument to a concrete array; the op runs on the numpy path)",
                     True)

@@ -244,6 +244,45 @@ class DrawRng:
         z = r * _math("cos", 2.0 * math.pi * _as_float(u2))
         return _as_float(_as_float(loc) + _as_float(scale) * z)
 
+    def standard_normal(self, size: Any = None, dtype: Any = np.float64) -> Any:
+        """``normal(0.0, 1.0, size)``, as numpy's distribution is (float64 only)."""
+        if np.dtype(dtype) != np.float64:
+            raise TraceError(f"rng.standard_normal(dtype={np.dtype(dtype)}) (only float64 is "
+                             "lowered)")
+        if size is not None:
+            return self._many(size, "standard_normal", self.standard_normal, np.float64)
+        return self.normal(0.0, 1.0)
+
+    def binomial(self, n: Any, p: Any, size: Any = None) -> Any:
+        """``n`` trials of probability ``p`` (``n`` a constant count, at most
+        :data:`MAX_VECTOR_DRAWS`), one draw each: how many draws lie below ``p``, a Python int
+        (imgaug's ``rng.binomial(1, p)``); raises as numpy does for ``n < 0`` and for ``p``
+        outside [0, 1] or NaN."""
+        self._scalar_args("binomial", n, p)
+        if size is not None:
+            return self._many(size, "binomial", lambda: self.binomial(n, p), np.int64)
+        if isinstance(n, Sym) or not isinstance(n, (int, np.integer)):
+            raise TraceError("rng.binomial with a per-sample or non-integer n (only a constant "
+                             "count of trials is lowered)")
+        if n < 0:
+            raise ValueError("n < 0")
+        if n > MAX_VECTOR_DRAWS:
+            raise TraceError(f"rng.binomial of more than {MAX_VECTOR_DRAWS} trials (each is a "
+                             "draw)")
+        message = "p < 0, p > 1 or p is NaN"
+        if isinstance(p, Sym):
+            q = _as_float(p)
+            raise_where(ufunc("logical_not", ufunc("bitwise_and", q >= 0.0, q <= 1.0)),
+                        ValueError, message)  # NaN compares false
+        elif not 0.0 <= float(p) <= 1.0:
+            raise ValueError(message)
+        count: Any = 0
+        for _ in range(int(n)):
+            hit = self._next() < _as_float(p)
+            count = count + (Sym(cast_node(hit.node, np.int64, weak=True))
+                             if isinstance(hit, Sym) else int(hit))
+        return count
+
     def choice(self, a: Any, size: Any = None, replace: bool = True, p: Any = None) -> Any:
         """Elements of ``a`` (a constant sequence, or ``range(a)`` for an int): one, or ``size``
         of them, drawn independently or (``replace=False``) as the first ``size`` of a
@@ -325,8 +364,8 @@ class DrawRng:
         x[:] = self._shuffled(list(x), len(x))
 
     def __getattr__(self, name: str) -> Any:
-        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, choice, "
-                         "permutation, shuffle)")
+        raise TraceError(f"rng.{name} (lowered: random, uniform, integers, normal, "
+                         "standard_normal, binomial, choice, permutation, shuffle)")
 
 
 def _numbers(values: np.ndarray, call: str) -> None:

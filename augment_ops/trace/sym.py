@@ -119,6 +119,33 @@ def _inexact(node: Node, construct: str) -> Node:
     return node
 
 
+def _fold_canvas(name: str, inputs: tuple) -> Sym | None:
+    """ufunc ``name`` of one new array of a per-sample shape holding one value per channel (a
+    ``canvas``: ``np.ones((h, w, 3))``) and constants that do not widen it
+    (``np.array(fill) * np.ones(shape)``, ``canvas *= fill``): again such an array, its value
+    per channel computed by numpy on one pixel of it, with the same dtypes, so exactly the value
+    every pixel of numpy's array holds. None for other operands."""
+    canvases = [x for x in inputs if isinstance(x, Sym)]
+    if len(canvases) != 1 or canvases[0].node.op != "canvas" or canvases[0].node.weak:
+        return None
+    c = canvases[0].node
+    fill = c.args[-1].value
+    pixel = np.broadcast_to(fill, (1,) * (c.ndim - fill.ndim) + fill.shape).astype(c.dtype)
+    args = [pixel if isinstance(x, Sym) else x for x in inputs]
+    if builtins.any(np.ndim(x) > c.ndim for x in args):
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            out = getattr(np, name)(*args)
+    except Exception:
+        return None  # numpy's error (if any) is the general path's to raise
+    if not isinstance(out, np.ndarray) or out.shape != pixel.shape or out.dtype.kind not in \
+            "biuf" or out.dtype.itemsize > 8 or out.dtype == np.float16:
+        return None
+    return Sym(_new("canvas", (*c.args[:-1], const(out.reshape(fill.shape))), (), out.dtype,
+                    c.shape))
+
+
 def _to_node(x: Any, dtype: np.dtype) -> Node:
     """``x`` (a Sym or a constant) as a node of ``dtype``, converting as numpy does."""
     if isinstance(x, Sym):
@@ -201,6 +228,9 @@ def ufunc(name: str, *inputs: Any) -> Any:
         raise TraceError(f"np.{name} raises for these operand types ({e})") from None
     weak = python and type(res) in (int, float, bool)
     rdt = _weak_dtype(res) if weak else np.result_type(res)
+    folded = _fold_canvas(name, inputs)
+    if folded is not None:
+        return folded
     shape = _broadcast(*(_shape_of(x) for x in inputs))
     if name in _BINARY:
         a, b = inputs

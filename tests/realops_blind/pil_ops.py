@@ -64,7 +64,7 @@ EXPECT: dict[str, str] = {
     "pil_flip": "lowers",
     "pil_grayscale": "lowers",
     "pil_crop": "lowers",
-    "pil_pad": r"refuses: PIL Image\.resize on a traced image \(PIL's resampling filters",
+    "pil_pad": r"refuses: PIL\.Image\.Image\.paste given a traced image",
     "pil_fit": r"refuses: PIL Image\.resize on a traced image \(PIL's resampling filters",
 }
 
