@@ -143,23 +143,29 @@ def test_pickle_round_trip(manifest):
 
 
 def test_reader_values_follow_the_source_outputs_and_pickle(manifest):
-    """A traced random op's draw scalars, computed beside the bytes: random_hflip's branch
-    condition is ``counter_uniform(...) < p`` for each sample of the batch, whichever process
-    (a pickled copy, as DALI's readers get) computes it."""
+    """A traced random op's draw scalars, computed beside the bytes: random_hflip's flip flag is
+    its branch condition ``counter_uniform(...) < p`` for each sample of the batch, whichever
+    process (a pickled copy, as DALI's readers get) computes it."""
     import augment_ops
     from extsrc.ops_runtime.native import native_sample_scalars
     from extsrc.ops_runtime.seeding import counter_uniform, op_salt
 
-    program = native_sample_scalars(augment_ops.get("random_hflip").with_params(p=0.3), seed=5)
+    program = native_sample_scalars(augment_ops.get("random_hflip").with_params(p=0.5), seed=5)
     src = ReaderValues(ShardedSource(manifest, batch_size=4, seed=1, start_epoch=2), [program])
     assert len(src) == len(src.source)
+    seen = []
+    for b in range(len(src)):
+        out = src(info(b))
+        assert len(out) == len(SOURCE_OUTPUTS) + 1
+        rows, (flip,) = out[2], out[3:]
+        expected = counter_uniform(5, rows[:, 1], rows[:, 0], op_salt("random_hflip"), 0) < 0.5
+        # the branch condition as fn.flip's per-sample flag (augment_ops.trace.lower_patterns)
+        assert flip.dtype == np.int32 and flip.shape == (len(rows),)
+        np.testing.assert_array_equal(flip, expected.astype(np.int32))
+        assert (rows[:, 1] == 2).all()
+        seen += expected.tolist()
+    assert set(seen) == {True, False}  # both outcomes met, so a flipped flag would show
     out = src(info(1))
-    assert len(out) == len(SOURCE_OUTPUTS) + 1
-    rows, (flip,) = out[2], out[3:]
-    expected = counter_uniform(5, rows[:, 1], rows[:, 0], op_salt("random_hflip"), 0) < 0.3
-    assert flip.dtype == np.bool_ and flip.shape == (4,)
-    np.testing.assert_array_equal(flip, expected)
-    assert (rows[:, 1] == 2).all()
     again = pickle.loads(pickle.dumps(src))(info(1))
     for a, b in zip(out[1:], again[1:], strict=True):
         np.testing.assert_array_equal(a, b)
