@@ -42,6 +42,16 @@ def test_a_large_object_pickles_as_its_file_and_loads_equal(private_tmp):
     assert _handoff_dirs(private_tmp) == []  # and gone once they have
 
 
+def test_a_file_changed_after_it_was_written_is_not_loaded(private_tmp):
+    big = list(range(20_000))
+    with handoff.handing_over():
+        sent = pickle.dumps(handoff.outgoing(big))
+        (path,) = private_tmp.glob("extsrc-handoff-*/*.pickle")
+        path.write_bytes(pickle.dumps(list(range(20_001))))
+        with pytest.raises(RuntimeError, match="not what its loader wrote"):
+            pickle.loads(sent)
+
+
 def test_what_standard_pickle_cannot_write_is_left_to_the_callers_pickler(private_tmp):
     local = [lambda x: x] * 10_000
     with handoff.handing_over():

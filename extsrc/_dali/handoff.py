@@ -20,6 +20,7 @@ outside a start (``fork``, a user's own ``pickle.dumps``) are left as they are.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import shutil
@@ -74,25 +75,27 @@ def outgoing(obj: Any) -> Any:
     with open(path, "wb") as f:
         f.write(data)
     _local.written[key] = path
-    return _ByFile(path, len(data))
+    return _ByFile(path, hashlib.sha256(data).hexdigest())
 
 
 class _ByFile:
-    """Pickles as a call of :func:`_load` on its file."""
+    """Pickles as a call of :func:`_load` on its file, with the digest of what was written."""
 
-    def __init__(self, path: str, size: int) -> None:
+    def __init__(self, path: str, digest: str) -> None:
         self.path = path
-        self.size = size
+        self.digest = digest
 
-    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
-        return _load, (self.path, self.size)
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return _load, (self.path, self.digest)
 
 
-def _load(path: str, size: int) -> Any:
-    """The object written to ``path`` (in a starting reader)."""
+def _load(path: str, digest: str) -> Any:
+    """The object written to ``path`` (in a starting reader). Only bytes whose SHA-256 is the
+    one that travelled through the spawn pipe are unpickled: the file lies in a directory only
+    this user can write (``mkdtemp``), and even so no other content is ever loaded from it."""
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) != size:  # the file is ours; anything else is a bug worth stopping on
-        raise RuntimeError(f"extsrc: the reader's state in {path} holds {len(data)} bytes, "
-                           f"{size} were written")
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise RuntimeError(f"extsrc: the reader's state in {path} is not what its loader wrote "
+                           "there; refusing to load it")
     return pickle.loads(data)
