@@ -52,6 +52,26 @@ def test_a_file_changed_after_it_was_written_is_not_loaded(private_tmp):
             pickle.loads(sent)
 
 
+def test_a_process_forked_inside_a_start_pickles_as_outside_one(private_tmp):
+    """A reader forked while a start hands over (DALI's ``fork``) runs on the forking thread's
+    state: it must not write files of its own that nothing removes."""
+    import os
+
+    big = list(range(20_000))
+    with handoff.handing_over():
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report whether the object was left as it is
+            os.write(w, b"1" if handoff.outgoing(big) is big else b"0")
+            os._exit(0)
+        os.close(w)
+        left = os.read(r, 1)
+        os.close(r)
+        os.waitpid(pid, 0)
+    assert left == b"1"
+    assert _handoff_dirs(private_tmp) == []
+
+
 def test_what_standard_pickle_cannot_write_is_left_to_the_callers_pickler(private_tmp):
     local = [lambda x: x] * 10_000
     with handoff.handing_over():

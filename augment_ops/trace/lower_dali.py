@@ -37,6 +37,7 @@ numpy's semantics are kept where DALI's differ (:mod:`augment_ops.trace.dali_ops
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -120,6 +121,7 @@ _MAX_GIVEN_ELEMENTS = 64
 
 #: The graph each traced op is emitted from (:func:`_lowered`), kept while the op's is alive.
 _LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary()
+_LOWERING = threading.RLock()
 
 
 def _lowered(traced: Traced) -> Traced:
@@ -127,12 +129,14 @@ def _lowered(traced: Traced) -> Traced:
     (:func:`augment_ops.trace.lower_patterns.rewritten_for_dali`: selects among flips and
     transposes made one per-sample flip and transpose, ...). One object per traced op, so that
     the scalars :func:`sample_scalar_nodes` names are the nodes :func:`emit` reads."""
-    got = _LOWERED.get(traced)
-    if got is None:
-        got = rewritten_for_dali(traced)
-        if got is not traced:  # a graph without such selects is its own (and keeps no entry)
-            _LOWERED[traced] = got
-    return got
+    with _LOWERING:  # two threads lowering one op must get the same graph
+        got = _LOWERED.get(traced)
+        if got is None:
+            got = rewritten_for_dali(traced)
+            if got is not traced:  # a graph without such selects is its own (and keeps no entry)
+                _LOWERED[traced] = got
+                _LOWERED[got] = got  # lowered already: what check_layout and emit are given
+        return got
 
 
 def uses_stage(traced: Traced) -> bool:
@@ -231,7 +235,9 @@ class CheckLayout:
 
 
 def check_layout(traced: Traced) -> CheckLayout:
-    """The rows :func:`emit` gives its ``check`` for ``traced`` (see :class:`CheckLayout`)."""
+    """The rows :func:`emit` gives its ``check`` for ``traced`` (see :class:`CheckLayout`), from
+    the graph :func:`emit` lowers, whichever of the two it is given."""
+    traced = _lowered(traced)
     outputs = tuple(k for k, n in enumerate(traced.outputs)
                     if any(isinstance(d, Node) and (lower(d) is None or lower(d) < 1)
                            for d in n.shape))

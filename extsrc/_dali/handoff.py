@@ -42,25 +42,31 @@ _local = threading.local()
 def handing_over() -> Iterator[None]:
     """Within the block, on this thread, :func:`outgoing` hands large objects over by file; the
     files are removed when the block ends (the readers started then have loaded them)."""
-    if getattr(_local, "active", False):  # nested: the outer block cleans up
+    if _active():  # nested: the outer block cleans up
         yield
         return
     _local.directory = None
-    _local.active = True
+    _local.active = os.getpid()
     _local.written = {}
     try:
         yield
     finally:
         directory = _local.directory
-        _local.active, _local.directory, _local.written = False, None, {}
+        _local.active, _local.directory, _local.written = None, None, {}
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _active() -> bool:
+    """Whether this thread is inside :func:`handing_over` in this process (a process forked
+    inside the block inherits the thread's state, not the block)."""
+    return getattr(_local, "active", None) == os.getpid()
 
 
 def outgoing(obj: Any) -> Any:
     """``obj`` itself, or, inside :func:`handing_over` when it pickles to at least
     :data:`MIN_BYTES`, a stand-in that unpickles to a copy of it read from a file."""
-    if not getattr(_local, "active", False):
+    if not _active():
         return obj
     try:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
