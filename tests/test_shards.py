@@ -14,6 +14,7 @@ import io
 import itertools
 import os
 import pickle
+import re
 import subprocess
 import sys
 import tarfile
@@ -673,8 +674,9 @@ def test_a_merged_get_is_retried_and_counted(
 
 def test_a_merged_get_that_still_fails_is_told_per_member(
         s3_server, fault_proxy, index_bucket) -> None:  # noqa: F811
-    """Faults past the retries: the merged GET gives up, then each member is read on its own
-    and gives up too, so every member's place holds its own problem."""
+    """Faults past the retries (the storage throttling every request): the merged GET gives up
+    and each of its members' places holds that problem, without a request of its own, which
+    would only add to the refused ones; a member read alone gives up on its own."""
     storage = Storage(s3_server.storage_options(fault_proxy.endpoint), retries=1, backoff=0.01)
     remote = read_shards(index_bucket["train"], storage_options=storage)
     storage.stats = StorageStats()
@@ -682,9 +684,32 @@ def test_a_merged_get_that_still_fails_is_told_per_member(
     got = remote.read_many([0, 1, 2, 7])  # shard 0's three members merged, shard 1's alone
     assert all(isinstance(g, FileReadProblem) and g.reason == "unreachable" for g in got), got
     assert "after 2 attempts" in got[0].message
-    # The merged GET and the four members' own GETs, each tried twice.
-    assert gets(fault_proxy) == 2 * (1 + 4) and storage.stats.failures == 1 + 4
-    assert storage.stats.reads == 0 and storage.stats.retries == 1 + 4
+    assert len({id(g) for g in got}) == 4  # a problem object per member, for its own name
+    # Shard 0's merged GET and shard 1's single member's GET, each tried twice.
+    assert gets(fault_proxy) == 2 * (1 + 1) and storage.stats.failures == 1 + 1
+    assert storage.stats.reads == 0 and storage.stats.retries == 1 + 1
+
+
+def test_a_shard_cut_short_after_indexing_is_read_member_by_member(
+        s3_server, pattern) -> None:  # noqa: F811
+    """A shard replaced by a shorter one after it was indexed: the merged GET comes back
+    short, so its members are read one by one; those still whole are read, the others hold
+    their own ``unreadable`` problem."""
+    bucket = s3_server.make_bucket("extsrc-shard-cut")
+    local = read_shards(pattern)
+    s3_server.upload_tree(Path(local.shards[0]).parent, bucket, "train")
+    remote = read_shards(f"s3://{bucket}/train/train-{{000000..000003}}.tar",
+                         storage_options=s3_server.storage_options())
+    members = [i for i in range(len(remote)) if remote.shard_of[i] == 0]
+    _, cut, _, _, _ = remote.range(members[2])  # the shard now ends where member 2 starts
+    body = Path(local.shards[0]).read_bytes()[:cut]
+    s3_server.client().put_object(Bucket=bucket, Key="train/train-000000.tar", Body=body)
+    remote.storage.stats = StorageStats()
+    got = remote.read_many(members)
+    assert [bytes(g) for g in got[:2]] == [bytes(g) for g in local.read_many(members[:2])]
+    assert all(isinstance(g, FileReadProblem) and g.reason == "unreadable" for g in got[2:])
+    assert re.search(r"not satisfiable|changed since it was indexed", got[2].message)
+    assert remote.storage.stats.reads == 2
 
 
 @pytest.mark.parametrize("on_error", ["raise", "skip"])

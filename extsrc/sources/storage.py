@@ -614,8 +614,12 @@ class Storage:
         those with gaps of at most :attr:`coalesce_gap` bytes are read with one GET of at most
         :attr:`coalesce_span` bytes, retried as one, and split back into each range's bytes
         (each kept in the cache on its own, as :meth:`read_range` keeps it). A merged GET that
-        still fails is not the verdict on its ranges: each is then read on its own, so a
-        failure is the one of its own range (and a range that can be read is)."""
+        still fails because the object came out short (``unreadable``: it changed since it was
+        indexed) is not the verdict on its ranges: each is then read on its own, so a failure is
+        the one of its own range (and a range that can be read is). A missing object, denied
+        access or a storage that did not answer through the retries fails each of its ranges
+        with that problem, without a request per range: under throttling those would multiply
+        the requests that are being refused."""
         out: list[bytes | FileReadProblem | None] = [None] * len(ranges)
         store = self._cache_or_none()
         by_url: dict[str, list[int]] = {}
@@ -648,8 +652,10 @@ class Storage:
                 return [one(sp.members[0])]
             try:
                 data = self._get_range(url, sp.start, sp.end)
-            except FileReadProblem:
-                return None  # read range by range below, for each range's own verdict
+            except FileReadProblem as e:
+                if e.reason == "unreadable":
+                    return None  # read range by range below, for each range's own verdict
+                return [(k, FileReadProblem(e.reason, e.message)) for k in sp.members]
             view = memoryview(data)
             got = []
             for k in sp.members:
