@@ -3,8 +3,12 @@ the spawn pipe (64 KiB) does not make the readers start one after another."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -55,8 +59,6 @@ def test_a_file_changed_after_it_was_written_is_not_loaded(private_tmp):
 def test_a_process_forked_inside_a_start_pickles_as_outside_one(private_tmp):
     """A reader forked while a start hands over (DALI's ``fork``) runs on the forking thread's
     state: it must not write files of its own that nothing removes."""
-    import os
-
     big = list(range(20_000))
     with handoff.handing_over():
         r, w = os.pipe()
@@ -70,6 +72,26 @@ def test_a_process_forked_inside_a_start_pickles_as_outside_one(private_tmp):
         os.waitpid(pid, 0)
     assert left == b"1"
     assert _handoff_dirs(private_tmp) == []
+
+
+def test_a_start_that_never_ends_leaves_no_file_after_the_process(tmp_path):
+    """A start abandoned inside the block (a build the watchdog gave up on) still removes its
+    files when the process exits: they may hold storage options."""
+    code = ("import pathlib, pickle, sys, tempfile, threading, time\n"
+            "tempfile.tempdir = sys.argv[1]\n"
+            "from extsrc._dali import handoff\n"
+            "ready = threading.Event()\n"
+            "def stuck():\n"
+            "    with handoff.handing_over():\n"
+            "        pickle.dumps(handoff.outgoing(list(range(20_000))))\n"
+            "        ready.set()\n"
+            "        time.sleep(3600)  # a start that never returns\n"
+            "threading.Thread(target=stuck, daemon=True).start()\n"
+            "ready.wait()\n"
+            "assert list(pathlib.Path(sys.argv[1]).glob('extsrc-handoff-*'))\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, env=env)
+    assert _handoff_dirs(tmp_path) == []
 
 
 def test_what_standard_pickle_cannot_write_is_left_to_the_callers_pickler(private_tmp):

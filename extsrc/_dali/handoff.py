@@ -19,6 +19,7 @@ outside a start (``fork``, a user's own ``pickle.dumps``) are left as they are.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
@@ -77,6 +78,9 @@ def outgoing(obj: Any) -> Any:
     key = len(_local.written)
     if _local.directory is None:
         _local.directory = tempfile.mkdtemp(prefix="extsrc-handoff-")
+        # Removed when the start ends; and at exit for a start that never ends (a build the
+        # watchdog gave up on): the state may hold storage options.
+        atexit.register(shutil.rmtree, _local.directory, ignore_errors=True)
     path = os.path.join(_local.directory, f"{os.getpid()}-{key}.pickle")
     with open(path, "wb") as f:
         f.write(data)
