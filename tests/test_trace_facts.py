@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import pattern_image, unregistered
 from PIL import Image
-from test_trace import _emit_on
+from test_trace import _emit_on, u_pixel_branch
 
 import augment_ops
 import extsrc
@@ -239,13 +239,6 @@ def test_a_raise_on_pixel_values_is_a_check_raising_for_the_samples_numpy_raises
 
 
 @unregistered()
-def u_mean_branch(img):
-    if img.mean() > 100:
-        return img[::-1]
-    return img
-
-
-@unregistered()
 def u_any_branch(img):
     if np.any(img > 100) and img.min() < 50:
         return img // 2
@@ -269,7 +262,7 @@ def u_nan_branch(img):
 
 
 @pytest.mark.parametrize(("op", "line"), [
-    (u_mean_branch, "if img.mean() > 100:"),
+    (u_pixel_branch, "if img.mean() > 100:"),
     (u_any_branch, "if np.any(img > 100) and img.min() < 50:"),
     (u_while_on_pixels, "while x.max() > 10:"),
     (u_nan_branch, "if np.all(y == y):"),
