@@ -48,12 +48,11 @@ def handing_over() -> Iterator[None]:
         return
     _local.directory = None
     _local.active = os.getpid()
-    _local.written = {}
     try:
         yield
     finally:
         directory = _local.directory
-        _local.active, _local.directory, _local.written = None, None, {}
+        _local.active, _local.directory = None, None
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -75,16 +74,14 @@ def outgoing(obj: Any) -> Any:
         return obj
     if len(data) < MIN_BYTES:
         return obj
-    key = len(_local.written)
     if _local.directory is None:
         _local.directory = tempfile.mkdtemp(prefix="extsrc-handoff-")
         # Removed when the start ends; and at exit for a start that never ends (a build the
         # watchdog gave up on): the state may hold storage options.
         atexit.register(shutil.rmtree, _local.directory, ignore_errors=True)
-    path = os.path.join(_local.directory, f"{os.getpid()}-{key}.pickle")
-    with open(path, "wb") as f:
+    fd, path = tempfile.mkstemp(suffix=".pickle", dir=_local.directory)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
-    _local.written[key] = path
     return _ByFile(path, hashlib.sha256(data).hexdigest())
 
 
