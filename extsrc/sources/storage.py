@@ -419,6 +419,14 @@ class Storage:
             given = opts
         return _merge(_defaults(protocol, self.timeout), given)
 
+    def _filesystem_of(self, url: str) -> Any:
+        """:meth:`filesystem` of ``url``'s protocol; a ``ValueError`` for a path that is not a
+        storage URL (a caller's bug: local paths never reach this class)."""
+        protocol = url_protocol(url)
+        if protocol is None:
+            raise ValueError(f"not a storage URL: {url!r}")
+        return self.filesystem(protocol)
+
     def filesystem(self, protocol: str) -> Any:
         """This process's fsspec filesystem for ``protocol`` (created on first use)."""
         self._check_pid()
@@ -510,7 +518,7 @@ class Storage:
         data = self._cache_hit(cache, url)
         if data is not None:
             return data
-        fs = self.filesystem(protocol)
+        fs = self.filesystem(protocol)  # after the cache: a cached object needs no filesystem
 
         def get() -> bytes:
             if max_bytes is None:
@@ -565,10 +573,7 @@ class Storage:
     def _get_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``url`` in one ranged GET with retries (not counted as a
         read: the caller counts the bytes it uses)."""
-        protocol = url_protocol(url)
-        if protocol is None:
-            raise ValueError(f"not a storage URL: {url!r}")
-        fs = self.filesystem(protocol)
+        fs = self._filesystem_of(url)
         data = bytes(self._with_retries(url, lambda: fs.cat_file(url, start=start, end=end)))
         if len(data) != end - start:
             with self._res.lock:
@@ -584,10 +589,7 @@ class Storage:
         time where the storage gives one), with :meth:`read`'s retries; raises
         :class:`~extsrc.sources.fileread.FileReadProblem` (``missing``, ``access_denied``,
         ``unreachable``...) when it cannot."""
-        protocol = url_protocol(url)
-        if protocol is None:
-            raise ValueError(f"not a storage URL: {url!r}")
-        fs = self.filesystem(protocol)
+        fs = self._filesystem_of(url)
         return dict(self._with_retries(url, lambda: fs.info(url)))
 
     def _cache_hit(self, cache: _Cache | None, key: str) -> bytes | None:
