@@ -21,6 +21,9 @@ Variants:
 - ``shards_s3_<L>ms`` (``--s3-latency L``): the same through the test suite's proxy
   (``tests/storage_server.py``) adding ``L`` ms to every request, as a remote bucket would.
   ``--s3-coalesce-gap`` sets the storage's ``coalesce_gap`` (``none``: one GET per member).
+  ``--s3-server static``: the bucket is :class:`s3_static.StaticS3` instead (a read-only S3
+  endpoint of ``--s3-server-processes`` processes, adding the latency itself), since moto in
+  this process serves fewer GETs a second than the loader reads.
 
 Reported per variant, medians over ``--repeats`` rounds (rounds interleave the variants, every
 other round in reverse order):
@@ -215,6 +218,12 @@ def main() -> None:
     p.add_argument("--s3-latency", type=float, action="append", default=[],
                    help="with --s3: also through a proxy adding this many ms per request "
                         "(repeatable)")
+    p.add_argument("--s3-server", choices=["moto", "static"], default="moto",
+                   help="with --s3: moto in this process, each latency through a proxy; or "
+                        "s3_static.StaticS3, a read-only S3 endpoint of several processes that "
+                        "adds the latency itself")
+    p.add_argument("--s3-server-processes", type=int, default=4,
+                   help="with --s3-server static: its processes (default: 4)")
     p.add_argument("--s3-coalesce-gap", default=str(1 << 20),
                    help="with --s3: the storage's coalesce_gap in bytes (members of a shard this "
                         "close read with one GET), or 'none': one GET per member")
@@ -239,23 +248,37 @@ def main() -> None:
     proxies: list = []
     if args.s3:
         sys.path.insert(0, str(HERE.parent / "tests"))
-        from storage_server import FaultProxy, Faults, S3Server
+        from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET, FaultProxy, Faults, S3Server
 
         from extsrc import read_shards
         from extsrc.sources.storage import Storage
 
         gap = None if args.s3_coalesce_gap == "none" else int(args.s3_coalesce_gap)
-        server = S3Server().__enter__()
-        server.make_bucket("bench-shards")
-        server.upload_tree(Path(pattern).parent, "bench-shards", "train")
         url = f"s3://bench-shards/train/{Path(pattern).name}"
-        sources["shards_s3"] = lambda: read_shards(url, storage_options=Storage(
-            server.storage_options(), coalesce_gap=gap))
-        for ms in latencies:
-            proxy = FaultProxy(server.endpoint, Faults(delay=ms / 1000)).__enter__()
-            proxies.append(proxy)
-            sources[f"shards_s3_{ms:g}ms"] = lambda e=proxy.endpoint: read_shards(
-                url, storage_options=Storage(server.storage_options(e), coalesce_gap=gap))
+        if args.s3_server == "static":
+            from s3_static import StaticS3
+
+            server = StaticS3(Path(pattern).parent, "bench-shards", [0.0, *latencies],
+                              args.s3_server_processes, prefix="train").__enter__()
+            endpoints = {f"shards_s3_{ms:g}ms" if ms else "shards_s3": e
+                         for ms, e in server.endpoints.items()}
+
+            def options(endpoint: str) -> dict:
+                return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
+                        "client_kwargs": {"region_name": TEST_REGION}}
+        else:
+            server = S3Server().__enter__()
+            server.make_bucket("bench-shards")
+            server.upload_tree(Path(pattern).parent, "bench-shards", "train")
+            endpoints = {"shards_s3": server.endpoint}
+            for ms in latencies:
+                proxy = FaultProxy(server.endpoint, Faults(delay=ms / 1000)).__enter__()
+                proxies.append(proxy)
+                endpoints[f"shards_s3_{ms:g}ms"] = proxy.endpoint
+            options = server.storage_options
+        for name, endpoint in endpoints.items():
+            sources[name] = lambda e=endpoint: read_shards(url, storage_options=Storage(
+                options(e), coalesce_gap=gap))
 
     rounds: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:

@@ -7,7 +7,10 @@ forwarded, as a request to a remote bucket waits for the network. Rows:
 
 - ``local``: ``Loader("manifest.csv")``, the files on the local disk;
 - ``s3_<L>ms``: ``Loader(read_manifest("s3://.../manifest.csv", storage_options=...))`` through
-  the proxy adding ``L`` ms per request;
+  the proxy adding ``L`` ms per request; with ``--server static`` the bucket is
+  :class:`s3_static.StaticS3` instead, a read-only S3 endpoint of ``--server-processes``
+  processes that adds the latency itself: moto's one process serves a few hundred GETs a
+  second, less than a GPU machine's loader reads;
 - ``litdata_local``, ``litdata_s3_<L>ms`` (``--litdata``, where ``pip install litdata``
   works): the same JPEG bytes and labels written once into litdata's chunked format
   (``litdata.optimize``, ``--litdata-chunk-bytes`` chunks, in the dataset folder, so also in the
@@ -80,8 +83,24 @@ def _serve(data: str, latencies: list[float], ready: Any, stop: Any) -> None:
         for ms in latencies:
             proxy = stack.enter_context(FaultProxy(server.endpoint, Faults(delay=ms / 1000)))
             endpoints[ms] = proxy.endpoint
-        ready.put({"direct": server.endpoint, "endpoints": endpoints})
+        ready.put({"direct": server.endpoint, "endpoints": endpoints, "pids": [os.getpid()]})
         stop.wait()
+
+
+def _wait_ready(server: Any, ready: Any, timeout: float = 600) -> dict[str, Any]:
+    """The server process's endpoints once it has uploaded the dataset; an error as soon as the
+    process has died instead of the whole timeout."""
+    import queue
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return ready.get(timeout=1)
+        except queue.Empty:
+            if not server.is_alive():
+                raise SystemExit(
+                    f"the S3 server process died (exit code {server.exitcode})") from None
+    raise SystemExit(f"the S3 server was not ready after {timeout:g} s")
 
 
 def storage_options(endpoint: str) -> dict[str, Any]:
@@ -91,10 +110,13 @@ def storage_options(endpoint: str) -> dict[str, Any]:
             "client_kwargs": {"region_name": TEST_REGION}}
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes ``pids`` so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def _litdata_item(row: tuple[str, str]) -> dict[str, Any]:
@@ -204,6 +226,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=1, help="rounds run first and not recorded")
     p.add_argument("--latencies", type=float, nargs="+", default=[0.0, 20.0, 50.0])
     p.add_argument("--data", default=None, help="dataset folder (default: a temporary one)")
+    p.add_argument("--server", choices=["moto", "static"], default="moto",
+                   help="moto: moto's S3 server behind latency proxies; static: "
+                        "s3_static.StaticS3, a read-only S3 endpoint of several processes")
+    p.add_argument("--server-processes", type=int, default=4,
+                   help="with --server static: its processes (default: 4)")
     p.add_argument("--litdata", action="store_true",
                    help="also litdata's StreamingDataset on the same images, local and from S3")
     p.add_argument("--litdata-chunk-bytes", default="64MB",
@@ -230,11 +257,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"litdata.optimize failed (exit code {writer.exitcode})")
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
-    server = ctx.Process(target=_serve, args=(str(data), args.latencies, ready, stop),
-                         daemon=True)
-    server.start()
+    if args.server == "static":
+        from s3_static import StaticS3
+
+        server = StaticS3(data, BUCKET, args.latencies, args.server_processes, prefix="ds")
+        server.__enter__()
+        info = {"direct": server.endpoints[args.latencies[0]], "endpoints": server.endpoints,
+                "pids": server.pids}
+    else:
+        server = ctx.Process(target=_serve, args=(str(data), args.latencies, ready, stop),
+                             daemon=True)
+        server.start()
     try:
-        info = ready.get(timeout=600)
+        if args.server == "moto":
+            info = _wait_ready(server, ready)
         url = f"s3://{BUCKET}/ds/manifest.csv"
         rows: dict[str, Callable[[], Any]] = {"local": lambda: str(manifest)}
         for ms in args.latencies:
@@ -257,23 +293,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results: dict[str, list[dict[str, float]]] = {name: [] for name in rows}
         for r in range(-args.warmup, args.repeats):  # rounds < 0 warm up: imports, caches
             for name, make in rows.items():
-                t, cpu = time.perf_counter(), _cpu_seconds(server.pid)
+                t, cpu = time.perf_counter(), _cpu_seconds(info["pids"])
                 source = make()
                 read = time.perf_counter() - t
                 got = {"manifest": read, **run_row(source, args)}
                 # The local server and its proxies share this machine's cores with the loader;
                 # a remote bucket's would not: their CPU time is recorded beside the throughput.
-                got["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                got["server_cpu_s"] = _cpu_seconds(info["pids"]) - cpu
                 if r < 0:
                     continue
                 results[name].append(got)
                 print(f"round {r} {name}: {got['images_per_s']:.1f} images/s, first batch "
                       f"{got['first_batch']:.2f} s", flush=True)
     finally:
-        stop.set()
-        server.join(timeout=30)
-        if server.is_alive():
-            server.kill()
+        if args.server == "static":
+            server.__exit__(None, None, None)
+        else:
+            stop.set()
+            server.join(timeout=30)
+            if server.is_alive():
+                server.kill()
     keys = ("manifest", "construct", "first_batch", "images_per_s", "server_cpu_s")
     medians = {name: {k: statistics.median(x[k] for x in runs) for k in keys}
                for name, runs in results.items()}
