@@ -157,10 +157,11 @@ def test_trace_lowers_or_refuses_as_the_table_says(entry):
 
 
 def _run_native(traced, op, imgs: list[np.ndarray], index: np.ndarray,
-                epoch: np.ndarray) -> list[tuple[np.ndarray, ...]]:
-    """``traced`` run by a DALI CPU pipeline on ``imgs`` (one batch, sample k being manifest
-    sample ``index[k]`` in ``epoch[k]``): each sample's outputs."""
-    return run_traced(traced, imgs, scalar_draws(traced, SEED, name_salt(op.name), index, epoch))
+                epoch: np.ndarray, gpu: bool = False) -> list[tuple[np.ndarray, ...]]:
+    """``traced`` run by a DALI CPU pipeline (``gpu``: on GPU 0) on ``imgs`` (one batch, sample k
+    being manifest sample ``index[k]`` in ``epoch[k]``): each sample's outputs."""
+    return run_traced(traced, imgs, scalar_draws(traced, SEED, name_salt(op.name), index, epoch),
+                      gpu=gpu)
 
 
 def _images(sizes) -> list[np.ndarray]:
@@ -180,7 +181,18 @@ def test_a_lowered_op_equals_numpy_in_a_dali_pipeline(entry, scalars, monkeypatc
     """``scalars``: the op's per-sample scalars computed by DALI's operators, or all by numpy in
     one operator (:mod:`augment_ops.trace.scalar_stage`), whatever their number."""
     monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
-    op = entry.op
+    _check_lowered(entry.op, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", _params(LOWERED))
+def test_a_lowered_op_on_gpu_equals_numpy(entry):
+    """The same on the GPU, whose operators (division, ``%``, casts, the image operators) are
+    not the CPU's code."""
+    _check_lowered(entry.op, gpu=True)
+
+
+def _check_lowered(op, gpu: bool) -> None:
     traced = trace_op(op)
     sizes = [s for s in SIZES if min(s) >= op.min_size]
     imgs = _images(sizes) * 2  # each size twice: as two samples, in two epochs
@@ -200,7 +212,7 @@ def test_a_lowered_op_equals_numpy_in_a_dali_pipeline(entry, scalars, monkeypatc
             refs.append(None)
     keep = [k for k, r in enumerate(refs) if r is not None]
     assert len(keep) >= 4, "numpy raises on most sizes: give this op a smaller parameter"
-    outs = _run_native(traced, op, [imgs[k] for k in keep], index[keep], epoch[keep])
+    outs = _run_native(traced, op, [imgs[k] for k in keep], index[keep], epoch[keep], gpu=gpu)
     for k, got in zip(keep, outs, strict=True):
         assert len(got) == len(refs[k]) == op.num_outputs
         for j, (g, r) in enumerate(zip(got, refs[k], strict=True)):
