@@ -1,10 +1,12 @@
-"""A list default value of a traced function (:class:`ConstList`): the list as it is, whose item
-at a per-sample index (``sizes[rng.integers(0, len(sizes))]``) is picked among its constants
-per sample, as Python indexes the list for each sample on the numpy path.
+"""A list or tuple default value of a traced function (:class:`ConstList`, :class:`ConstTuple`):
+the list or tuple as it is, whose item at a per-sample index (``sizes[rng.integers(0,
+len(sizes))]``) is picked among its constants per sample, as Python indexes it for each sample
+on the numpy path.
 
-:mod:`augment_ops.state` lets an op read a list default of constants that its function only
-reads (the object then never changes); :class:`augment_ops.trace.rebind.Rebinder` gives the
-traced copy of the function a :class:`ConstList` of the same items in its place.
+:mod:`augment_ops.state` lets an op read a tuple of constants, and a list default of constants
+that its function only reads (the object then never changes);
+:class:`augment_ops.trace.rebind.Rebinder` gives the traced copy of the function a stand-in of
+the same items in its place.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from augment_ops.trace.facts import lower, sound
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.sym import Sym, cast_node, raise_where, value_class
 
-__all__ = ["ConstList", "const_item", "stand_in"]
+__all__ = ["STANDS_FOR", "ConstList", "ConstTuple", "const_item", "stand_in"]
 
 
 class ConstList(list):
@@ -33,9 +35,28 @@ class ConstList(list):
         return list.__getitem__(self, key)
 
 
+class ConstTuple(tuple):
+    """A tuple default as the traced function sees it: the tuple, whose item at a per-sample
+    int index is :func:`const_item`."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is Sym:
+            return const_item(self, key, "tuple")
+        return tuple.__getitem__(self, key)
+
+
+#: The stand-ins, by the class they stand in for.
+STANDS_FOR = {ConstList: list, ConstTuple: tuple}
+
+
 def stand_in(v: Any) -> Any:
-    """A :class:`ConstList` of the items of ``v`` where ``v`` is a list, else ``v``."""
-    return ConstList(v) if type(v) is list else v
+    """A :class:`ConstList` or :class:`ConstTuple` of the items of ``v`` where ``v`` is a list or
+    a tuple, else ``v``."""
+    if type(v) is list:
+        return ConstList(v)
+    return ConstTuple(v) if type(v) is tuple else v
 
 
 def _number_kind(v: Any) -> tuple[np.dtype, bool] | None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from augment_ops.state import library_file
 from augment_ops.trace.checks import add_guard
-from augment_ops.trace.const_list import ConstList, stand_in
+from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
@@ -80,7 +80,7 @@ class _TypeMeta(type):
             return builtins.type(*args, **kwargs)
         x = args[0]
         t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
-        t = builtins.list if t is ConstList else t  # a list default, as the function sees it
+        t = STANDS_FOR.get(t, t)  # a list or tuple default, as the function sees it
         # the traced function's own int and float: type(5) is int holds there too; a numpy
         # scalar type is the real one, as np.int64 is where ``is`` compares it
         # (:func:`_identity_operand`): type(draw) is np.int64 holds
@@ -611,8 +611,8 @@ class Rebinder:
         cells = tuple(types.CellType() for _ in fn.__closure__ or ())
         defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
         if not library_file(fn.__code__.co_filename):
-            # a list default, which the op's function only reads (augment_ops.state), indexed
-            # by a per-sample value: sizes[rng.integers(0, len(sizes))]
+            # a list default (which the op's function only reads: augment_ops.state) or tuple
+            # default indexed by a per-sample value: sizes[rng.integers(0, len(sizes))]
             defaults = tuple(map(stand_in, defaults)) if defaults else defaults
             kwdefaults = {k: stand_in(v) for k, v in kwdefaults.items()} if kwdefaults else \
                 kwdefaults
