@@ -254,11 +254,21 @@ def m_offset_by_negative_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
     return img + offsets[rng.integers(-3, 3)]
 
 
-def test_a_negative_per_sample_index_counts_from_the_end():
+def m_offset_by_int8_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
+    return img + offsets[rng.integers(-3, 3, dtype=np.int8)]
+
+
+def m_offset_by_uint8_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
+    return img + offsets[rng.integers(0, 3, dtype=np.uint8)]  # compared with -3 in int64
+
+
+@pytest.mark.parametrize("func", [m_offset_by_negative_index, m_offset_by_int8_index,
+                                  m_offset_by_uint8_index])
+def test_a_per_sample_index_picks_as_python_does_negative_or_narrow(func):
     # every index from -3 to 2 is drawn by some sample
     assert {int(counter_rng(SEED, 0, k, 3).integers(-3, 3)) for k in range(16)} == set(
         range(-3, 3))
-    _equals_numpy_per_sample(unregistered()(m_offset_by_negative_index), n=16)
+    _equals_numpy_per_sample(unregistered()(func), n=16)
 
 
 @unregistered()

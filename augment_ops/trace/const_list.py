@@ -100,6 +100,7 @@ def _columns(items: Sequence[Any], what: str) -> tuple[list[tuple[np.ndarray, bo
 
 
 def _type_name(key: Sym) -> str:
+    """The name Python's error gives the class of ``key``'s value (``numpy.float64``)."""
     cls = value_class(key)
     return f"numpy.{cls.__name__}" if cls.__module__ == "numpy" else cls.__name__
 
@@ -115,14 +116,19 @@ def const_item(items: Sequence[Any], key: Sym, what: str = "list") -> Any:
     if key.dtype.kind not in "iu" and not (key.dtype.kind == "b" and key.node.weak):
         # Python's bool is an int; numpy's bool, and floats, are no index
         raise TypeError(f"{what} indices must be integers or slices, not {_type_name(key)}")
-    if key.dtype.kind == "b":
-        key = Sym(cast_node(key.node, np.int64, weak=True))
-    n = len(items)
+    n, message = len(items), f"{what} index out of range"
     if n == 0:
-        raise IndexError(f"{what} index out of range")
+        raise IndexError(message)
     columns, tuples = _columns(items, what)
-    raise_where(key >= n, IndexError, f"{what} index out of range")
-    raise_where(key < -n, IndexError, f"{what} index out of range")
+    wide = key.dtype == np.uint64
+    if wide:  # compared before the cast below, which wraps past 2**63 - 1
+        raise_where(key >= n, IndexError, message)
+    # as Python compares the index with the length: in int64, which holds -n and n whatever
+    # the key's own dtype (an int8 or uint8 draw, a Python bool)
+    key = Sym(cast_node(key.node, np.int64, weak=key.node.weak))
+    if not wide:
+        raise_where(key >= n, IndexError, message)
+        raise_where(key < -n, IndexError, message)
     lo = lower(key.node) if sound(key.node) else None
     if lo is None or lo < 0:
         key = _where(key < 0, key + n, key)  # -1 is the last item
