@@ -47,7 +47,7 @@ class ConstTuple(tuple):
         return tuple.__getitem__(self, key)
 
 
-#: The stand-ins, by the class they stand in for.
+#: The class each stand-in stands in for (what ``type(x)`` gives the traced function).
 STANDS_FOR = {ConstList: list, ConstTuple: tuple}
 
 
