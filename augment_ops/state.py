@@ -15,7 +15,8 @@ attributes of modules it names), does not:
   ``os.environ``), or a global or closure variable that another function of its module writes
   (a module-level dict, list or set that no function of its module writes and that the
   op only reads, such as albucore's ``MAX_VALUES_BY_DTYPE[img.dtype]``, is kept as a
-  constant);
+  constant, as is a list or dict default of constants that the function, and every local
+  variable it binds to it, only reads: mmdet's ``candidates = ratios if r else shapes``);
 - calls a built-in that reads or writes the world: ``open``, ``input``, ``eval``, ``exec``,
   ``globals``, ``setattr``, ``delattr``, ``breakpoint``;
 - draws from global random state (``random.random``, a method of a ``random.Random`` or
@@ -195,10 +196,13 @@ def _default_reads(fn: types.FunctionType, params: dict[str, Any],
                    functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
     """A default value of a parameter the op's parameters do not bind that is not a constant.
 
-    A list or dict default made of constants that the function only reads (each use of the
-    parameter a subscript, ``in``, iteration or a reading method; no name bound to it, no call
-    given it) is one: the object is reachable only through the function, which never changes
-    it, so every call sees the value the trace saw. It is appended to ``baked``."""
+    A list or dict default made of constants that the function only reads is one: each use of
+    the parameter, and of every local variable it is stored into (``c = sizes``, ``c = a if k
+    else sizes``, ``c = [c]``), a subscript, ``in``, iteration, a reading method or built-in
+    (``len``, ``isinstance``), a comparison or arithmetic; no call given it but those, no
+    ``X[k] = v``, no ``X += ...``, no return (:func:`_aliases_only_read`). The object is then
+    reachable only through the function, which never changes it, so every call sees the value
+    the trace saw. It is appended to ``baked``."""
     top = fn.__code__
     names = top.co_varnames[:top.co_argcount + top.co_kwonlyargcount]
     defaults = dict(zip(names[top.co_argcount - len(fn.__defaults__ or ()):top.co_argcount],
@@ -229,12 +233,46 @@ def _read_only_default(fn: types.FunctionType, name: str, v: Any, functions: lis
     items = tuple(v) if isinstance(v, list) else (*v.keys(), *v.values())
     if _not_constant(items, functions) is not None:
         return False
-    top = fn.__code__
-    if name in top.co_cellvars:  # captured by a nested function: its uses are not all here
-        return False
-    listing = list(dis.get_instructions(top))
-    return all(_only_read(listing, at) for at, ins in enumerate(listing)
-               if ins.argval == name and ins.opname.startswith("LOAD_FAST"))
+    if (_READING_BUILTINS | {"isinstance"}) & set(fn.__code__.co_names) & set(fn.__globals__):
+        return False  # a global of the module in place of a built-in that only reads
+    return _aliases_only_read(fn.__code__, name)
+
+
+#: What a local variable may hold of a default value: the value itself (a name bound to it:
+#: ``rows = sizes``, ``c = a if k else sizes``), or a new list or tuple that may hold it
+#: (``rows = [sizes]``), whose items may be the value itself.
+_HOLDS, _HOLDS_INSIDE = 1, 2
+
+
+def _aliases_only_read(code: types.CodeType, name: str) -> bool:
+    """Whether the value parameter ``name`` of ``code`` holds at the call is only read, through
+    the parameter and through every local variable it is stored into (its aliases): each load
+    of each of them :func:`_only_read`. A variable a nested function shares, or one read or
+    written by an instruction other than a plain load, store or delete, is not followed: it
+    counts as a write."""
+    listing = list(dis.get_instructions(code))
+    held = {name: _HOLDS}
+    todo = [name]
+    while todo:
+        alias = todo.pop()
+        if alias in code.co_cellvars:  # captured by a nested function: its uses are not all here
+            return False
+        for at, ins in enumerate(listing):
+            names = ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+            if ins.opcode not in dis.haslocal or alias not in names:
+                continue
+            if ins.opname in ("STORE_FAST", "DELETE_FAST"):
+                continue  # another value bound to the alias: followed where it is loaded
+            if ins.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK"):
+                return False  # a combined instruction (Python 3.12+): not followed
+            stores: dict[str, int] = {}
+            if not _only_read(listing, at, held[alias], stores, code):
+                return False
+            for other, kind in stores.items():
+                if held.get(other, 0) < kind:
+                    held[other] = kind
+                    todo.append(other)
+    return True
 
 
 def _parameter_line(code: types.CodeType, name: str) -> int:
@@ -258,51 +296,229 @@ def _parameter_line(code: types.CodeType, name: str) -> int:
     return first_def or code.co_firstlineno
 
 
-#: (items popped, items pushed) of the instructions a subscript's key may be made of.
-_KEY_PARTS = {"LOAD_FAST": (0, 1), "LOAD_CONST": (0, 1), "LOAD_DEREF": (0, 1),
-              "LOAD_NAME": (0, 1), "LOAD_ATTR": (1, 1), "BINARY_OP": (2, 1),
-              "BINARY_SUBSCR": (2, 1), "UNARY_NEGATIVE": (1, 1), "BUILD_TUPLE": (None, 1)}
 #: Built-ins that read their one argument and keep no reference to it.
 _READING_BUILTINS = frozenset({"len", "tuple", "sorted", "min", "max", "sum", "any", "all",
-                               "frozenset"})
+                               "frozenset", "int", "float", "bool", "type"})
+#: Those of them whose result holds no item of their argument.
+_SCALAR_BUILTINS = frozenset({"len", "any", "all", "int", "float", "bool", "type"})
 #: Methods of a dict or list that read it.
 _READ_METHODS = frozenset({"get", "keys", "values", "items", "copy", "index", "count",
                            "__getitem__", "__contains__", "__len__"})
+#: Those of them whose result holds no item of it.
+_SCALAR_METHODS = frozenset({"index", "count", "__contains__", "__len__"})
+#: Methods of the op's ``rng`` (a ``np.random.Generator``) that draw numbers or arrays of them.
+_NUMBER_DRAWS = frozenset({"integers", "random", "uniform", "normal", "standard_normal",
+                           "binomial", "poisson"})
 
 
-def _only_read(listing: list[dis.Instruction], at: int) -> bool:
-    """Whether the value that instruction ``listing[at]`` loads is only read where it is used:
-    subscripted (``X[key]``, the key made of loads, attributes and arithmetic), tested with
-    ``in``, iterated, or a reading method of it looked up (``X.get``). Anything else (an
-    argument of a call, a name bound to it, ``X[k] = v``) may write it."""
+def _effect(ins: dis.Instruction) -> tuple[int, int] | None:
+    """``(items popped, items pushed)`` of an instruction that may come between the load of a
+    value and its use without using it (the parts of a key, of another argument); ``None`` for
+    the others. A conditional jump counts for the path that falls through."""
+    op = ins.opname
+    if op in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_CONST", "LOAD_DEREF", "LOAD_NAME"):
+        return 0, 1
+    if op == "LOAD_GLOBAL":  # with a NULL before the global for a call of it
+        return 0, 1 + (ins.arg or 0) % 2
+    if op == "LOAD_ATTR":  # Python 3.12+: a method and its object for a call of it
+        return 1, 1 + ((ins.arg or 0) % 2 if sys.version_info >= (3, 12) else 0)
+    if op == "LOAD_METHOD":
+        return 1, 2
+    if op in ("BINARY_OP", "BINARY_SUBSCR", "COMPARE_OP", "CONTAINS_OP", "IS_OP"):
+        return 2, 1
+    if op.startswith("UNARY_"):
+        return 1, 1
+    if op in ("BUILD_TUPLE", "BUILD_LIST", "BUILD_SLICE"):
+        return ins.arg or 0, 1
+    if op == "CALL":
+        return (ins.arg or 0) + 2, 1
+    if op.startswith("POP_JUMP"):
+        return 1, 0
+    return None
+
+
+def _only_read(listing: list[dis.Instruction], at: int, kind: int = _HOLDS,
+               stores: dict[str, int] | None = None, code: types.CodeType | None = None,
+               start: int | None = -1) -> bool:
+    """Whether the value that instruction ``listing[at]`` pushes is only read where it is used:
+    subscripted (``X[key]``), tested with ``in``, iterated, a reading method of it looked up
+    (``X.get``), given alone to a built-in that reads it (``len(X)``, ``isinstance(X, T)``).
+    Anything else (an argument of another call, ``X[k] = v``, ``X += ...``) may write it.
+
+    With ``stores`` (a default value, whose items are constants, :func:`_aliases_only_read`):
+    also stored into a local variable (recorded in ``stores`` with ``kind``, to follow its
+    loads), compared, unpacked, an operand of arithmetic, or an item of a new list or tuple,
+    whose own uses are followed in turn. ``kind`` :data:`_HOLDS_INSIDE`: the value may hold
+    the default as an item, so its items (``X[i]``, ``i`` an int) are followed as the default
+    itself, and a slice, iteration or reading method that hands out its items is refused.
+    ``start``: where the instructions making the value begin (``at`` by default; ``None``
+    where unknown), to find the function a call of it calls."""
+    start = at if start == -1 else start
+    index = {ins.offset: i for i, ins in enumerate(listing)}
     above = 0  # items on the stack above the value
-    for ins in listing[at + 1:]:
-        if ins.opname == "LOAD_GLOBAL":
-            pops, pushes = 0, 1 + (ins.arg & 1)
-        elif ins.opname == "BUILD_TUPLE":
-            pops, pushes = ins.arg, 1
-        elif ins.opname in _KEY_PARTS:
-            pops, pushes = _KEY_PARTS[ins.opname]
-        elif ins.opname in ("CACHE", "NOP", "EXTENDED_ARG"):
+    j = at + 1
+    while j < len(listing):
+        ins = listing[j]
+        if ins.opname in _NO_EFFECT:
+            j += 1
             continue
-        else:
-            pops, pushes = None, 0
-        if pops is not None and pops <= above:
-            above += pushes - pops
+        if ins.opname == "JUMP_FORWARD":  # out of a conditional expression: to where it ends
+            j = index.get(ins.argval, len(listing))
             continue
-        # this instruction uses the value
-        if ins.opname == "BINARY_SUBSCR":
-            return above == 1
-        if ins.opname in ("CONTAINS_OP", "GET_ITER"):
-            return above == 0
-        if ins.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-            return above == 0 and ins.argval in _READ_METHODS
-        if ins.opname in ("PRECALL", "CALL") and above == 0 and ins.arg == 1 and at > 0:
-            # the only argument of a built-in that reads it: len(X), tuple(X), sorted(X) ...
-            f = listing[at - 1]
-            return f.opname == "LOAD_GLOBAL" and f.argval in _READING_BUILTINS
-        return False
+        effect = _effect(ins)
+        if effect is not None and effect[0] <= above:
+            above += effect[1] - effect[0]
+            j += 1
+            continue
+        return _used_at(listing, j, above, kind, stores, code, start)
     return False
+
+
+def _used_at(listing: list[dis.Instruction], j: int, above: int, kind: int,
+             stores: dict[str, int] | None, code: types.CodeType | None,
+             start: int | None) -> bool:
+    """Whether instruction ``listing[j]``, which uses the value followed by :func:`_only_read`
+    (``above`` items above it on the stack), only reads it."""
+    ins = listing[j]
+    op = ins.opname
+    if op == "BINARY_SUBSCR" and above == 1:
+        if kind == _HOLDS:  # an item of the value (a constant), or a new list of them
+            return True
+        # an item of a new list holding the value may be the value itself; a slice of it is
+        # a list holding it again: the key, the one instruction before, must be no slice
+        key = _before(listing, j)
+        return stores is not None and code is not None and key is not None and \
+            not listing[j].is_jump_target and _not_a_slice(listing, key, code) and \
+            _only_read(listing, j, _HOLDS, stores, code, start)
+    if op == "CONTAINS_OP" and above == 0:
+        return True
+    if op == "GET_ITER" and above == 0:
+        return kind == _HOLDS
+    if op in ("LOAD_ATTR", "LOAD_METHOD") and above == 0:
+        return ins.argval in (_READ_METHODS if kind == _HOLDS else _SCALAR_METHODS)
+    if op == "CALL":
+        return _read_by_call(listing, j, above, kind, stores, code, start)
+    if stores is None:
+        return False
+    # a default value, whose items are constants
+    if op == "STORE_FAST" and above == 0:
+        stores[ins.argval] = max(stores.get(ins.argval, 0), kind)
+        return True
+    if op in ("POP_TOP", "COMPARE_OP", "IS_OP") or op.startswith("POP_JUMP"):
+        return True  # dropped, compared or its truth tested
+    if op == "UNPACK_SEQUENCE" and above == 0:
+        return kind == _HOLDS  # into its items, constants
+    if op == "BINARY_OP":
+        if ins.argrepr.endswith("=") and (above == 1 or kind == _HOLDS_INSIDE):
+            return False  # X += ... changes X; x += X puts X's items into x
+        # list + list, list * n: a new list of the items
+        return kind == _HOLDS or _only_read(listing, j, _HOLDS_INSIDE, stores, code,
+                                            start if above == 1 else None)
+    if op in ("BUILD_LIST", "BUILD_TUPLE"):  # a new list or tuple holding it
+        return _only_read(listing, j, _HOLDS_INSIDE, stores, code,
+                          start if above == (ins.arg or 0) - 1 else None)
+    return False
+
+
+def _read_by_call(listing: list[dis.Instruction], j: int, above: int, kind: int,
+                  stores: dict[str, int] | None, code: types.CodeType | None,
+                  start: int | None) -> bool:
+    """Whether ``CALL`` ``listing[j]`` only reads the value :func:`_only_read` follows: the value
+    is its first argument, of one (``len(X)``) or of ``isinstance(X, T)``, and the function
+    called is a built-in of :data:`_READING_BUILTINS` loaded just before the value's code."""
+    n = listing[j].arg or 0
+    if above != n - 1 or start is None or _keywords(listing, j):
+        return False
+    f = _before(listing, start)
+    if f is None or listing[start].is_jump_target or listing[f].opname != "LOAD_GLOBAL" or \
+            not (listing[f].arg or 0) % 2:
+        return False
+    name = listing[f].argval
+    if n == 2:
+        return name == "isinstance"
+    if n != 1 or name not in _READING_BUILTINS:
+        return False
+    if kind == _HOLDS or name in _SCALAR_BUILTINS:
+        return True
+    # tuple(X), sorted(X), min(X) ... of a list that may hold the default: may hold it too
+    return stores is not None and _only_read(listing, j, _HOLDS_INSIDE, stores, code, f)
+
+
+def _keywords(listing: list[dis.Instruction], call: int) -> bool:
+    """Whether ``CALL`` ``listing[call]`` passes keyword arguments (a ``KW_NAMES`` before it)."""
+    j = call - 1
+    while j >= 0 and listing[j].opname in _NO_EFFECT:
+        if listing[j].opname == "KW_NAMES":
+            return True
+        j -= 1
+    return False
+
+
+def _parameters(code: types.CodeType) -> tuple[str, ...]:
+    """The names of ``code``'s parameters, ``*args`` and ``**kwargs`` included."""
+    return code.co_varnames[:code.co_argcount + code.co_kwonlyargcount
+                            + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)]
+
+
+def _not_a_slice(listing: list[dis.Instruction], key: int, code: types.CodeType) -> bool:
+    """Whether the value ``listing[key]`` pushes is never a slice: an int constant, or a local
+    variable (no parameter) every value stored into which is an int constant, a draw of the
+    op's ``rng`` (``rng.integers(...)``) or ``len(...)`` of something."""
+    ins = listing[key]
+    if listing[key].is_jump_target:
+        return False
+    if ins.opname == "LOAD_CONST":
+        return isinstance(ins.argval, int)
+    if ins.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK"):
+        return False
+    name = ins.argval
+    if name in _parameters(code) or name in code.co_cellvars or name in code.co_freevars:
+        return False
+    for at, other in enumerate(listing):
+        names = other.argval if isinstance(other.argval, tuple) else (other.argval,)
+        if other.opcode not in dis.haslocal or name not in names or \
+                other.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "DELETE_FAST"):
+            continue
+        made = _before(listing, at)
+        if other.opname != "STORE_FAST" or other.is_jump_target or made is None:
+            return False
+        if listing[made].opname == "LOAD_CONST" and isinstance(listing[made].argval, int):
+            continue
+        if listing[made].opname != "CALL" or _callee(listing, made, code) is None:
+            return False
+    return True
+
+
+def _callee(listing: list[dis.Instruction], call: int, code: types.CodeType) -> str | None:
+    """``"len"``, or ``"rng.<draw>"`` of :data:`_NUMBER_DRAWS` (``rng`` a parameter the code
+    never rebinds), that ``CALL`` ``listing[call]`` calls; ``None`` for any other, or where
+    the code before it is not one straight run of loads, attributes and calls."""
+    need = listing[call].arg or 0  # the arguments' items, above the function's
+    at = call
+    while need > 0:
+        at = _before(listing, at)  # type: ignore[assignment]
+        if at is None or listing[at].is_jump_target:
+            return None
+        effect = _effect(listing[at])
+        if effect is None or listing[at].opname.startswith("POP_JUMP") or effect[1] > need:
+            return None
+        need += effect[0] - effect[1]
+    f = _before(listing, at)
+    if f is None or listing[f].is_jump_target:
+        return None
+    ins = listing[f]
+    if ins.opname == "LOAD_GLOBAL" and (ins.arg or 0) % 2 and ins.argval == "len":
+        return "len"
+    method = ins.opname == "LOAD_METHOD" or (ins.opname == "LOAD_ATTR" and (ins.arg or 0) % 2
+                                             and sys.version_info >= (3, 12))
+    obj = _before(listing, f)
+    if not method or ins.argval not in _NUMBER_DRAWS or obj is None or \
+            listing[obj].opname != "LOAD_FAST" or listing[obj].argval != "rng" or \
+            "rng" not in _parameters(code):
+        return None
+    rebound = any(i.opname in ("STORE_FAST", "DELETE_FAST") and i.argval == "rng"
+                  for i in listing)
+    return None if rebound else f"rng.{ins.argval}"
 
 
 def _module_writer(v: Any, own: dict[str, Any]) -> str | None:
@@ -372,8 +588,7 @@ def _fresh_locals(code: types.CodeType, listing: list[dis.Instruction],
     every assignment to one is ``name = Cls(...)`` of a global class that makes a new object
     (see :func:`_makes_a_new_object`), and none is a parameter, which holds the caller's object
     (nor a variable a nested function shares, which this code does not assign alone)."""
-    params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount
-                                  + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)])
+    params = set(_parameters(code))
     fresh: dict[str, bool] = {}
     for at, ins in enumerate(listing):
         if ins.opname not in ("STORE_FAST", "DELETE_FAST"):

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import pattern_image, unregistered
+from helpers import pattern_image, scalar_draws, unregistered
 from test_trace import _emit_on
+from test_trace_parity import _check_same_error
 
 import augment_ops
 from augment_ops.trace import TraceError, trace_op
+from extsrc.errors import OpError
+from extsrc.ops_runtime.seeding import counter_rng
 
 LIBRARY = '''
 import numpy as np
@@ -181,10 +184,23 @@ def test_a_list_default_the_function_only_reads_is_a_constant():
 
 @pytest.mark.parametrize("body", [
     "sizes.append(1)\n    return img[: sizes[0]]",
-    "rows = sizes\n    return img[: rows[0]]",
+    "rows = sizes\n    rows.append(1)\n    return img[: rows[0]]",
+    "rows = sizes if img.ndim else []\n    return img[: _first(rows)]",
+    "rows = [sizes]\n    rows[0].append(1)\n    return img",
+    "rows = sizes\n    if not isinstance(rows, list):\n        rows = [rows]\n"
+    "    rows[0].append(1)\n    return img",
+    "rows = [sizes]\n    for r in rows:\n        r.append(1)\n    return img",
+    "rows = [sizes]\n    k = slice(0, 1)\n    first = rows[k]\n    first[0].append(1)\n"
+    "    return img",
+    "rows = []\n    rows += [sizes]\n    return img",
+    "rows = sizes\n    rows += [1]\n    return img",
+    "rows = sizes or [1]\n    rows.append(1)\n    return img",
     "return img[: _first(sizes)]",
     "sizes[0] = 3\n    return img[: sizes[0]]",
-])
+], ids=["append", "alias, then append", "alias given to a function", "wrapped, item appended",
+        "wrapped where not a list, item appended", "wrapped, iterated", "wrapped, sliced",
+        "wrapped, added to a list", "alias +=", "alias by or", "given to a function",
+        "item assigned"])
 def test_a_list_default_the_function_may_change_is_refused(body):
     ns = {"np": np, "_first": lambda v: v[0]}
     exec(f"def m_changes(img, sizes=[2, 4]):\n    {body}\n", ns)
@@ -192,3 +208,90 @@ def test_a_list_default_the_function_may_change_is_refused(body):
     with pytest.raises(TraceError, match=r"a read of the default value of 'sizes', a list, which "
                                          r"can change"):
         trace_op(op)
+
+
+# -- a list default indexed by a per-sample value -----------------------------------------------
+SEED = 11
+
+
+def _equals_numpy_per_sample(op, n: int = 8) -> None:
+    """``op`` (random) traced by trace_op, run in a DALI CPU pipeline, equals numpy on ``n``
+    images, sample ``k`` drawing the same counter draws on both paths."""
+    traced = trace_op(op)
+    imgs = [pattern_image(k, 5 + k, 7 + 2 * k) for k in range(n)]
+    values = scalar_draws(traced, SEED, 3, np.arange(n, dtype=np.int64), np.zeros(n, np.int64))
+    for k, (img, got) in enumerate(zip(imgs, _emit_on(traced, imgs, values), strict=True)):
+        (ref,) = op.apply(img, counter_rng(SEED, 0, k, 3))
+        assert got.dtype == ref.dtype, (k, got.dtype, ref.dtype)
+        np.testing.assert_array_equal(got, ref, err_msg=f"sample {k}")
+
+
+def m_cutout_shapes(img, rng, shapes=[(1, 2), (3, 1), (2, 3)], ratios=None):  # noqa: B006
+    # mmdet's CutOut: an alias of the default (through a conditional expression), wrapped in a
+    # list where it is not one, indexed by a draw and unpacked
+    candidates = ratios if ratios is not None else shapes
+    if not isinstance(candidates, list) or type(candidates) is not list:
+        candidates = [candidates]
+    out = img.copy()
+    index = rng.integers(0, len(candidates))
+    w, h = candidates[index]
+    out[:h, :w] = 0
+    return out
+
+
+def test_an_alias_of_a_list_default_indexed_by_a_draw_lowers_and_equals_numpy():
+    op = unregistered()(m_cutout_shapes)
+    # every item is picked by some sample
+    assert {int(counter_rng(SEED, 0, k, 3).integers(0, 3)) for k in range(8)} == {0, 1, 2}
+    _equals_numpy_per_sample(op)
+    assert augment_ops.explain(op).startswith(
+        "native (traced; the default value of 'shapes' (a list the function only reads)")
+    assert not trace_op(op).guards  # the draw is in range: no check at run time
+
+
+def m_offset_by_negative_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
+    # a Python int item stays one: img + it is uint8, as on the numpy path
+    return img + offsets[rng.integers(-3, 3)]
+
+
+def m_offset_by_int8_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
+    return img + offsets[rng.integers(-3, 3, dtype=np.int8)]
+
+
+def m_offset_by_uint8_index(img, rng, offsets=[1, 20, 40]):  # noqa: B006
+    return img + offsets[rng.integers(0, 3, dtype=np.uint8)]  # compared with -3 in int64
+
+
+@pytest.mark.parametrize("func", [m_offset_by_negative_index, m_offset_by_int8_index,
+                                  m_offset_by_uint8_index])
+def test_a_per_sample_index_picks_as_python_does_negative_or_narrow(func):
+    # every index from -3 to 2 is drawn by some sample
+    assert {int(counter_rng(SEED, 0, k, 3).integers(-3, 3)) for k in range(16)} == set(
+        range(-3, 3))
+    _equals_numpy_per_sample(unregistered()(func), n=16)
+
+
+@unregistered()
+def u_gain_by_height(img, gains=[2, 3, 4]):  # noqa: B006
+    return img // gains[img.shape[0] - 2]  # out of range for 5 rows: Python's IndexError
+
+
+def test_a_per_sample_index_out_of_range_raises_as_python_does(tmp_path):
+    assert [(g.error, g.message) for g in trace_op(u_gain_by_height).guards] == [
+        ("IndexError", "list index out of range")]
+    _check_same_error(tmp_path, u_gain_by_height, [(2, 3), (4, 4), (5, 3)], 2, OpError,
+                      "IndexError: list index out of range")
+
+
+@pytest.mark.parametrize(("items", "pattern"), [
+    ("[1, 2.5]", r"a list of float, int values indexed by a per-sample value \(only numbers of "
+                 r"one type"),
+    ("['a', 'b']", r"a list of str values indexed by a per-sample value"),
+    ("[(1, 2), (3,)]", r"a list of tuple of int values indexed by a per-sample value"),
+])
+def test_a_list_default_of_mixed_items_indexed_per_sample_is_refused(items, pattern):
+    ns = {"np": np}
+    exec(f"def m_picks(img, rng, items={items}):\n"
+         "    v = items[rng.integers(0, len(items))]\n    return img\n", ns)
+    with pytest.raises(TraceError, match=pattern):
+        trace_op(unregistered()(ns["m_picks"]))

@@ -12,12 +12,13 @@ import functools
 
 import numpy as np
 import pytest
-from helpers import unregistered
+from helpers import pattern_image, unregistered
 from PIL import Image
 from test_trace_arrays import _check, _refused
 from test_trace_parity import _check_same_error
 
 from extsrc.errors import OpError
+from extsrc.ops_runtime.seeding import counter_rng
 
 
 def _keeps_dtype(func):
@@ -378,14 +379,28 @@ def test_picking_from_constants_by_a_draw_lowers():
     _check(u_pick_a_value, random=True)
 
 
-def u_list_index(img, rng, shapes: tuple = ((2, 2), (2, 4))):
+def u_list_index(img, rng):
+    shapes = [(2, 2), (2, 4)]  # a list the op makes, which may change between uses
     cw, ch = shapes[rng.integers(0, 2)]
     return img[:ch, :cw]
 
 
-def test_a_list_index_by_a_draw_is_refused_with_the_rewrite():
+def test_a_list_the_op_makes_indexed_by_a_draw_is_refused_with_the_rewrite():
     _refused(u_list_index, r"needs a concrete int \(a list or tuple index, .*np\.array\(values\)"
                            r"\[i\]\)", random=True)
+
+
+def u_tuple_default_index(img, rng, shapes: tuple = ((2, 2), (2, 4), (1, 3))):
+    cw, ch = shapes[rng.integers(-3, 3)]  # negative indices count from the end
+    return img[:ch, :cw]
+
+
+def test_a_tuple_default_indexed_by_a_draw_lowers():
+    imgs = [pattern_image(k, 2 + k % 3, 3 + k % 4) for k in range(16)]
+    # every index from -3 to 2 is drawn by some image (the draws _check gives image k)
+    assert {int(counter_rng(11, 0, k, 3).integers(-3, 3)) for k in range(16)} == set(
+        range(-3, 3))
+    _check(u_tuple_default_index, random=True, imgs=imgs)
 
 
 def u_loop_over_rows(img):

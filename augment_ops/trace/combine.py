@@ -1,5 +1,6 @@
 """Arrays combined from several traced arrays: ``np.where(c, a, b)``, ``np.concatenate`` and
-``np.stack``, with numpy's result dtype.
+``np.stack``, with numpy's result dtype; and one of several constants picked by a per-sample
+index (:func:`select`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.ir import Dim, Node, TraceError, _new
-from augment_ops.trace.sym import Sym, _broadcast, _dop, _is_weak, _rep, _to_node, cast_node
+from augment_ops.trace.sym import (
+    Sym,
+    _broadcast,
+    _dop,
+    _is_weak,
+    _rep,
+    _to_node,
+    cast_node,
+    ufunc,
+)
 
 
 def _where(c: Any, a: Any, b: Any) -> Sym:
@@ -35,6 +45,19 @@ def _where(c: Any, a: Any, b: Any) -> Sym:
         return Sym(na)
     shape = _broadcast(cn.shape, na.shape, nb.shape)
     return Sym(_new("where", (cn, na, nb), (), rdt, shape))
+
+
+def select(idx: Sym, values: np.ndarray, weak: bool = False) -> Any:
+    """``values[idx]`` of a 1-D array of constants for a per-sample ``idx`` that the caller
+    knows lies in ``0..len(values) - 1``: a chain of ``np.where`` over the constants
+    (``idx == 1``, ``idx == 2`` ...; ``values[0]`` where none holds), of ``values``' dtype, as a
+    Python number where ``weak``."""
+    out: Any = values[0]
+    for i in range(1, len(values)):
+        out = _where(ufunc("equal", idx, i), values[i], out)
+    if not isinstance(out, Sym):
+        return out.item() if weak else out
+    return Sym(cast_node(out.node, values.dtype, weak))
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:

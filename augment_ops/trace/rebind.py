@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.state import library_file
 from augment_ops.trace.checks import add_guard
+from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
@@ -78,6 +80,7 @@ class _TypeMeta(type):
             return builtins.type(*args, **kwargs)
         x = args[0]
         t = value_class(x) if builtins.type(x) is Sym else builtins.type(x)
+        t = STANDS_FOR.get(t, t)  # a list or tuple default, as the function sees it
         # the traced function's own int and float: type(5) is int holds there too; a numpy
         # scalar type is the real one, as np.int64 is where ``is`` compares it
         # (:func:`_identity_operand`): type(draw) is np.int64 holds
@@ -606,14 +609,20 @@ class Rebinder:
             g = self._globals[id(fn.__globals__)] = (fn.__globals__,
                                                      _TracedGlobals(fn.__globals__, self))
         cells = tuple(types.CellType() for _ in fn.__closure__ or ())
-        f = types.FunctionType(fn.__code__, g[1], fn.__name__, fn.__defaults__,
-                               cells or None)
+        defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+        if not library_file(fn.__code__.co_filename):
+            # a list default (which the op's function only reads: augment_ops.state) or tuple
+            # default indexed by a per-sample value: sizes[rng.integers(0, len(sizes))]
+            defaults = tuple(map(stand_in, defaults)) if defaults else defaults
+            kwdefaults = {k: stand_in(v) for k, v in kwdefaults.items()} if kwdefaults else \
+                kwdefaults
+        f = types.FunctionType(fn.__code__, g[1], fn.__name__, defaults, cells or None)
         # cached before its closure is filled: a closure may hold the function itself
         self._functions[id(fn)] = (fn, f)
         for cell, held in zip(cells, self._closure(fn), strict=True):
             if held is not _EMPTY:
                 cell.cell_contents = held
-        f.__kwdefaults__ = fn.__kwdefaults__
+        f.__kwdefaults__ = kwdefaults
         f.__qualname__ = fn.__qualname__
         f.__dict__.update(fn.__dict__)
         return f

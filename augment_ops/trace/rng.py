@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
-from augment_ops.trace.combine import _where
+from augment_ops.trace.combine import _where, select
 from augment_ops.trace.facts import lower, sound, upper
 from augment_ops.trace.ir import Node, TraceError, _new, const
 from augment_ops.trace.sym import Sym, _dtype_kind, _to_node, cast_node, raise_where, ufunc
@@ -320,10 +320,7 @@ class DrawRng:
                              else np.int64(hit))
         if not isinstance(idx, Sym):
             return values[int(idx)]
-        out: Any = values[0]
-        for i in range(1, len(values)):
-            out = _where(ufunc("equal", idx, i), values[i], out)
-        return Sym(cast_node(out.node, values.dtype)) if isinstance(out, Sym) else out
+        return select(idx, values)
 
     def _shuffled(self, pool: list[Any], count: int) -> list[Any]:
         """The first ``count`` items of ``pool`` after a Fisher-Yates shuffle: position ``i``
