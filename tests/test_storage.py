@@ -528,6 +528,20 @@ def test_storage_read_reports_permanent_failures(s3_server: S3Server, dataset: d
     assert ei.value.reason == "file_too_large"
 
 
+@pytest.mark.parametrize("given", [None, 5])
+def test_s3_client_keeps_a_connection_per_request_in_flight(s3_server: S3Server, dataset: dict,
+                                                            given: int | None) -> None:
+    """botocore keeps 10 connections unless told otherwise: a Storage with more requests in
+    flight than that would wait for connections. The user's own setting wins."""
+    options = s3_server.storage_options()
+    if given is not None:
+        options["config_kwargs"] = {"max_pool_connections": given}
+    storage = Storage(options, concurrency=24)
+    storage.read("s3://extsrc-data/ds/images/00000.png")
+    fs = storage.filesystem("s3")
+    assert fs.s3.meta.config.max_pool_connections == (given or 24)
+
+
 def test_sizes_read_through_the_fault_proxy_are_the_objects_sizes(
         s3_server: S3Server, fault_proxy: FaultProxy, dataset: dict) -> None:
     # A HEAD answer has no body, but its Content-Length is the object's size: a proxy sending

@@ -234,12 +234,15 @@ class StorageStats:
 
 # Options extsrc sets for a protocol unless the user sets them: extsrc retries itself (counted,
 # with backoff), so the filesystem's own retries are off; timeouts keep a silent server from
-# hanging a reader; one GET per object (s3fs would first ask for the size of each).
-def _defaults(protocol: str, timeout: float) -> dict[str, Any]:
+# hanging a reader; one GET per object (s3fs would first ask for the size of each); as many
+# connections as requests in flight (botocore keeps 10, which capped a reader's requests at
+# 10 per round trip whatever ``concurrency`` said).
+def _defaults(protocol: str, timeout: float, concurrency: int) -> dict[str, Any]:
     if protocol in ("s3", "s3a"):
         return {
             "config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
-                              "retries": {"total_max_attempts": 1}},
+                              "retries": {"total_max_attempts": 1},
+                              "max_pool_connections": concurrency},
             "max_concurrency": 1,
         }
     if protocol in ("http", "https"):
@@ -417,7 +420,7 @@ class Storage:
             given = opts.get(protocol) or {}
         else:
             given = opts
-        return _merge(_defaults(protocol, self.timeout), given)
+        return _merge(_defaults(protocol, self.timeout, self.concurrency), given)
 
     def _filesystem_of(self, url: str) -> Any:
         """:meth:`filesystem` of ``url``'s protocol; a ``ValueError`` for a path that is not a
