@@ -1,0 +1,354 @@
+"""S3 GETs that extsrc signs and sends itself, for the reads that dominate a training epoch.
+
+Each GET through s3fs passes botocore's generic request machinery (event hooks, model-driven
+serialisation and response parsing): about 1 ms of CPU per request on a fast core, so a reader
+process that needs a few thousand small images a second spends its core there and not on the
+network. :class:`S3Direct` does only what a GET of an object or a byte range needs:
+
+* Signature Version 4 with ``UNSIGNED-PAYLOAD``, the credentials resolved by botocore (given
+  keys, the environment, a profile, an instance role; refreshed by botocore when they expire),
+  or unsigned requests for ``anon=True``;
+* one aiohttp session per process on an event loop thread of its own, with as many connections
+  as the :class:`~extsrc.sources.storage.Storage` has requests in flight;
+* S3's answers mapped to what :func:`extsrc.sources.storage.classify` reads (``NoSuchKey``,
+  ``AccessDenied``, ``SlowDown``, 5xx, ``InvalidRange``), so retries, skips and messages are the
+  same as through s3fs.
+
+:func:`direct_client` builds one only from options it fully understands (keys or a profile, a
+region, ``endpoint_url``, timeouts, pool size) and returns ``None`` for anything else
+(requester-pays, SSE-C keys, an addressing style, accelerate or FIPS endpoints, a region it
+cannot know without asking the bucket, ...): those read through s3fs as before. Listing,
+``info`` and manifests always go through s3fs. ``Storage(s3_requests="s3fs")`` turns this path
+off.
+
+Addressing: with ``endpoint_url`` (MinIO, R2, Ceph, a local server) path-style
+``<endpoint>/<bucket>/<key>``; on AWS virtual-hosted ``https://<bucket>.s3.<region>.amazonaws.com``
+(path-style for bucket names with dots). A bucket in another region than the one configured
+answers with its region (``x-amz-bucket-region``), which is remembered and the request resent
+once, as botocore does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import datetime
+import hashlib
+import hmac
+import os
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+__all__ = ["S3Direct", "S3ResponseError", "direct_client", "sigv4_headers"]
+
+# fsspec/s3fs options that change nothing a GET sends (caching of listings, block sizes of
+# file objects this path never opens, the instance cache extsrc always skips).
+_HARMLESS = frozenset({
+    "skip_instance_cache", "use_listings_cache", "listings_expiry_time", "default_block_size",
+    "default_fill_cache", "default_cache_type", "max_concurrency", "cache_regions", "use_ssl",
+    "asynchronous", "loop",
+})
+_CREDENTIALS = frozenset({"key", "secret", "token", "anon", "profile"})
+_CLIENT_KWARGS = frozenset({"region_name", "endpoint_url"})
+_CONFIG_KWARGS = frozenset({"connect_timeout", "read_timeout", "retries",
+                            "max_pool_connections"})
+# Environment variables that make botocore address or sign S3 otherwise than this module does.
+_OTHER_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_USE_FIPS_ENDPOINT",
+                       "AWS_USE_DUALSTACK_ENDPOINT", "AWS_S3_USE_ARN_REGION",
+                       "AWS_S3_DISABLE_MULTIREGION_ACCESS_POINTS")
+_DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+_ERROR_CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
+_ERROR_MESSAGE = re.compile(rb"<Message>([^<]{0,300})</Message>")
+_ERROR_REGION = re.compile(rb"<Region>([a-z0-9-]{1,40})</Region>")
+
+
+class S3ResponseError(OSError):
+    """An S3 answer other than the object's bytes: ``status``, S3's error ``code``
+    (``NoSuchKey``, ``AccessDenied``, ``SlowDown``...) and its message. ``response`` has the
+    shape botocore gives a ``ClientError``, which :func:`extsrc.sources.storage.classify`
+    reads."""
+
+    def __init__(self, status: int, code: str, message: str, url: str) -> None:
+        super().__init__(f"{code or 'HTTP ' + str(status)} ({status}) for {url}"
+                         + (f": {message}" if message else ""))
+        self.status = status
+        self.s3_code = code
+        self.response = {"Error": {"Code": code or str(status), "Message": message},
+                         "ResponseMetadata": {"HTTPStatusCode": status}}
+
+
+def sigv4_headers(method: str, host: str, path: str, region: str, access_key: str,
+                  secret_key: str, token: str | None, now: datetime.datetime,
+                  headers: Mapping[str, str] = ()) -> dict[str, str]:
+    """The headers that sign request ``method host path`` (``path`` already URI-encoded, no
+    query) for S3 with Signature Version 4 at time ``now`` (UTC): ``x-amz-date``,
+    ``x-amz-content-sha256: UNSIGNED-PAYLOAD``, ``x-amz-security-token`` with a session token,
+    and ``Authorization``; ``headers`` (e.g. ``Range``) are signed too and returned with them."""
+    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+    day = amz_date[:8]
+    out = dict(headers)
+    out["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
+    out["x-amz-date"] = amz_date
+    if token:
+        out["x-amz-security-token"] = token
+    signed = {k.lower(): " ".join(str(v).split()) for k, v in out.items()}
+    signed["host"] = host
+    names = sorted(signed)
+    canonical = "\n".join([
+        method, path, "", "".join(f"{k}:{signed[k]}\n" for k in names), ";".join(names),
+        "UNSIGNED-PAYLOAD"])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    key = _signing_key(secret_key, day, region)
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, "
+                            f"SignedHeaders={';'.join(names)}, Signature={signature}")
+    return out
+
+
+_KEYS: dict[tuple[str, str, str], bytes] = {}
+
+
+def _signing_key(secret_key: str, day: str, region: str) -> bytes:
+    # Four HMACs that change once a day per region: kept, a handful of entries at most.
+    cached = _KEYS.get((secret_key, day, region))
+    if cached is None:
+        k = ("AWS4" + secret_key).encode()
+        for part in (day, region, "s3", "aws4_request"):
+            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+        if len(_KEYS) > 64:
+            _KEYS.clear()
+        cached = _KEYS[(secret_key, day, region)] = k
+    return cached
+
+
+def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | None:
+    """An :class:`S3Direct` for s3fs options ``options`` (extsrc's defaults merged in), or
+    ``None`` where they ask for anything it does not do (then s3fs reads)."""
+    if not set(options) <= _HARMLESS | _CREDENTIALS | {"endpoint_url", "client_kwargs",
+                                                       "config_kwargs"}:
+        return None
+    client = options.get("client_kwargs") or {}
+    config = options.get("config_kwargs") or {}
+    if not (isinstance(client, Mapping) and isinstance(config, Mapping)
+            and set(client) <= _CLIENT_KWARGS and set(config) <= _CONFIG_KWARGS):
+        return None
+    if options.get("use_ssl", True) is not True or any(os.environ.get(v)
+                                                         for v in _OTHER_ENDPOINT_ENV):
+        return None
+    try:
+        import aiohttp  # noqa: F401 (s3fs needs it too: present wherever s3fs is)
+        import botocore.credentials
+        import botocore.session
+    except ImportError:
+        return None
+    session = botocore.session.Session(profile=options.get("profile"))
+    try:
+        scoped = session.get_scoped_config()
+    except Exception:  # an unknown profile: s3fs gives botocore's error for it
+        return None
+    if any(k in scoped for k in ("s3", "endpoint_url", "services", "use_fips_endpoint",
+                                 "use_dualstack_endpoint")):
+        return None
+    anon = bool(options.get("anon", False))
+    credentials = None
+    if not anon:
+        if options.get("key") or options.get("secret"):
+            if not (options.get("key") and options.get("secret")):
+                return None
+            credentials = botocore.credentials.Credentials(
+                options["key"], options["secret"], options.get("token"))
+        else:
+            credentials = session.get_credentials()
+            if credentials is None:  # s3fs's own error (or its anonymous fallback) applies
+                return None
+    endpoint = options.get("endpoint_url") or client.get("endpoint_url")
+    region = client.get("region_name") or session.get_config_variable("region")
+    if endpoint is None:
+        if region is None or region.startswith("cn-"):  # unknown, or another partition
+            return None
+    elif not re.match(r"^https?://[^/?#]+/?$", str(endpoint)):
+        return None
+    return S3Direct(
+        endpoint=None if endpoint is None else str(endpoint).rstrip("/"),
+        region=region or "us-east-1",
+        credentials=credentials,
+        connect_timeout=float(config.get("connect_timeout", 60)),
+        read_timeout=float(config.get("read_timeout", 60)),
+        connections=int(config.get("max_pool_connections", concurrency)),
+        ca_bundle=session.get_config_variable("ca_bundle"),
+    )
+
+
+class S3Direct:
+    """Signed GETs of S3 objects and byte ranges from one process (see the module docstring).
+
+    :meth:`get` is called from any thread and blocks until the bytes are there; the requests
+    run on this object's event loop thread, made on first use in the process that uses it."""
+
+    def __init__(self, *, endpoint: str | None, region: str, credentials: Any,
+                 connect_timeout: float, read_timeout: float, connections: int,
+                 ca_bundle: str | None) -> None:
+        self.endpoint, self.region, self.credentials = endpoint, region, credentials
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.connections, self.ca_bundle = connections, ca_bundle
+        self.bucket_regions: dict[str, str] = {}
+        self._proxies: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._session: Any = None
+        self._pid = os.getpid()
+
+    # -- addressing and signing ---------------------------------------------------------------
+
+    def _address(self, bucket: str, key: str) -> tuple[str, str, str]:
+        """``(url, host, encoded path)`` of ``key`` in ``bucket``."""
+        key_path = quote(key, safe="/~")
+        if self.endpoint is not None:
+            base, host = self.endpoint, self.endpoint.split("://", 1)[1]
+            path = f"/{quote(bucket, safe='~')}/{key_path}"
+            return base + path, host, path
+        region = self.bucket_regions.get(bucket, self.region)
+        if _DNS_BUCKET.match(bucket):
+            host, path = f"{bucket}.s3.{region}.amazonaws.com", f"/{key_path}"
+        else:
+            host, path = f"s3.{region}.amazonaws.com", f"/{bucket}/{key_path}"
+        return f"https://{host}{path}", host, path
+
+    def _headers(self, bucket: str, host: str, path: str,
+                 extra: Mapping[str, str]) -> dict[str, str]:
+        headers = {"Accept-Encoding": "identity", **extra}
+        if self.credentials is None:
+            return headers
+        frozen = self.credentials.get_frozen_credentials()
+        region = self.region if self.endpoint is not None else \
+            self.bucket_regions.get(bucket, self.region)
+        return sigv4_headers("GET", host, path, region, frozen.access_key, frozen.secret_key,
+                             frozen.token, datetime.datetime.now(datetime.timezone.utc), headers)
+
+    # -- the event loop and its session -------------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        if self._pid != os.getpid():  # forked: the parent's loop thread does not exist here
+            self._pid, self._loop, self._session = os.getpid(), None, None
+            self._lock = threading.Lock()
+        if self._loop is None:
+            with self._lock:
+                if self._loop is None:
+                    loop = asyncio.new_event_loop()
+                    threading.Thread(target=loop.run_forever, name="extsrc-s3",
+                                     daemon=True).start()
+                    self._session = asyncio.run_coroutine_threadsafe(
+                        self._make_session(), loop).result()
+                    self._loop = loop
+                    atexit.register(self.close)
+        return self._loop
+
+    async def _make_session(self) -> Any:
+        import ssl
+
+        import aiohttp
+
+        context = ssl.create_default_context(cafile=self.ca_bundle)
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.connections, ssl=context),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
+                                          sock_read=self.read_timeout),
+            auto_decompress=False,  # the object's bytes as stored, as botocore returns them
+            # HTTP(S)_PROXY and NO_PROXY are honoured as botocore does, but looked up once a
+            # host (_proxy): aiohttp's trust_env reads the environment again for every request,
+            # which cost more CPU than the request itself.
+            trust_env=False,
+        )
+
+    def _proxy(self, scheme: str, host: str) -> str | None:
+        found = self._proxies.get(host, False)
+        if found is False:
+            import urllib.request
+
+            proxies = urllib.request.getproxies_environment()
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            found = None if urllib.request.proxy_bypass_environment(name, proxies) \
+                else proxies.get(scheme)
+            self._proxies[host] = found
+        return found
+
+    def close(self) -> None:
+        """Close the session and stop the loop thread (a later :meth:`get` makes new ones)."""
+        loop, session = self._loop, self._session
+        if loop is None or self._pid != os.getpid():
+            return
+        self._loop = self._session = None
+        try:
+            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
+        except Exception:  # closing at exit: nothing to report to
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Picklable as its settings: the loop, session and lock belong to one process.
+        state = dict(self.__dict__)
+        state.update(_loop=None, _session=None, _lock=None, bucket_regions={}, _proxies={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock, self._pid = threading.Lock(), os.getpid()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
+        """The bytes of ``s3://bucket/key`` ``url``, or of ``[start, end)`` of it (fewer where
+        the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors
+        and aiohttp's exceptions for network failures."""
+        bucket, _, key = url.split("://", 1)[1].partition("/")
+        extra = {}
+        if start is not None or end is not None:
+            first = 0 if start is None else start
+            extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
+        loop = self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(self._get(url, bucket, key, extra),
+                                                loop).result()
+
+    async def _get(self, url: str, bucket: str, key: str, extra: dict[str, str]) -> bytes:
+        for attempt in range(2):
+            address, host, path = self._address(bucket, key)
+            headers = self._headers(bucket, host, path, extra)
+            proxy = self._proxy(address.split("://", 1)[0], host)
+            async with self._session.get(_encoded(address), headers=headers, proxy=proxy,
+                                         allow_redirects=False,
+                                         skip_auto_headers=("Content-Type",)) as r:
+                body = await r.read()
+                if r.status in (200, 206):
+                    return body
+                moved = r.headers.get("x-amz-bucket-region") or _match(_ERROR_REGION, body)
+                if (attempt == 0 and self.endpoint is None and r.status in (301, 307, 400)
+                        and moved and moved != self.bucket_regions.get(bucket, self.region)):
+                    self.bucket_regions[bucket] = moved  # resent once to the bucket's region
+                    continue
+                raise S3ResponseError(r.status, _match(_ERROR_CODE, body) or _code_of(r.status),
+                                      _match(_ERROR_MESSAGE, body) or "", url)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _match(pattern: re.Pattern[bytes], body: bytes) -> str | None:
+    m = pattern.search(body[:4096])
+    return None if m is None else m.group(1).decode("utf-8", "replace")
+
+
+def _code_of(status: int) -> str:
+    # An answer without an XML body (a proxy's, a HEAD-like reply): S3's code for the status.
+    return {404: "NoSuchKey", 403: "AccessDenied", 416: "InvalidRange",
+            503: "SlowDown"}.get(status, "")
+
+
+def _encoded(url: str) -> Any:
+    # The URL as signed: aiohttp would otherwise re-quote the path, and a key with '%' or '+'
+    # would be sent otherwise than its signature says.
+    import yarl
+
+    return yarl.URL(url, encoded=True)

@@ -1,0 +1,161 @@
+"""extsrc.sources.s3direct: S3 GETs signed and sent by extsrc. The signature is botocore's for
+the same request (compared header for header); against a real S3 server (moto) the bytes,
+ranges and errors are those s3fs gives; options it does not understand read through s3fs."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+
+import pytest
+import storage_server
+from storage_server import S3Server
+
+from extsrc.sources.fileread import FileReadProblem
+from extsrc.sources.storage import Storage
+
+pytest.importorskip("s3fs")
+botocore_auth = pytest.importorskip("botocore.auth")
+from botocore.awsrequest import AWSRequest  # noqa: E402
+from botocore.config import Config  # noqa: E402
+from botocore.credentials import Credentials  # noqa: E402
+
+from extsrc.sources.s3direct import S3Direct, direct_client, sigv4_headers  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+s3_server = storage_server.s3_server
+NOW = datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc)
+BUCKET = "extsrc-direct"
+KEYS = ["plain.bin", "dir/a b+c%d.bin", "dir/ünï.bin", "~tilde/(x)=y&z;.bin", "empty.bin"]
+
+
+@pytest.mark.parametrize("token", [None, "session-token/with+chars="])
+@pytest.mark.parametrize("range_", [None, "bytes=5-99"])
+@pytest.mark.parametrize(("host", "path"), [
+    ("bucket.s3.eu-west-1.amazonaws.com", "/dir/a%20b%2Bc%25d.bin"),
+    ("127.0.0.1:9000", "/bucket/%C3%BCn%C3%AF.bin"),
+    ("s3.us-east-1.amazonaws.com", "/my.bucket/~tilde/%28x%29%3Dy%26z%3B.bin"),
+])
+def test_signature_equals_botocores(monkeypatch, token, range_, host, path) -> None:
+    monkeypatch.setattr(botocore_auth, "get_current_datetime",
+                        lambda remove_tzinfo=True: NOW.replace(tzinfo=None))
+    scheme = "http" if host.startswith("127.") else "https"
+    extra = {} if range_ is None else {"Range": range_}
+    ours = sigv4_headers("GET", host, path, "eu-west-1", "AKIDEXAMPLE", "secret/key+x", token,
+                         NOW, extra)
+    request = AWSRequest(method="GET", url=f"{scheme}://{host}{path}", headers=dict(extra))
+    request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+    botocore_auth.S3SigV4Auth(Credentials("AKIDEXAMPLE", "secret/key+x", token), "s3",
+                              "eu-west-1").add_auth(request)
+    for name in ("Authorization", "X-Amz-Date", "X-Amz-Content-SHA256",
+                 *(("X-Amz-Security-Token",) if token else ())):
+        assert ours[name.lower() if name != "Authorization" else name] == request.headers[name]
+
+
+@pytest.fixture(scope="module")
+def objects(s3_server: S3Server) -> dict[str, bytes]:
+    s3_server.make_bucket(BUCKET)
+    client = s3_server.client()
+    data = {k: (b"" if k == "empty.bin" else os.urandom(1000 + 17 * i))
+            for i, k in enumerate(KEYS)}
+    for k, v in data.items():
+        client.put_object(Bucket=BUCKET, Key=k, Body=v)
+    return data
+
+
+def _storages(s3_server: S3Server) -> tuple[Storage, Storage]:
+    return (Storage(s3_server.storage_options(), coalesce_gap=None),
+            Storage(s3_server.storage_options(), coalesce_gap=None, s3_requests="s3fs"))
+
+
+def test_direct_reads_equal_s3fs_reads(s3_server: S3Server, objects: dict[str, bytes]) -> None:
+    direct, through_s3fs = _storages(s3_server)
+    urls = [f"s3://{BUCKET}/{k}" for k in objects]
+    assert direct.read_many(urls) == through_s3fs.read_many(urls) == list(objects.values())
+    assert isinstance(direct._res.direct["s3"], S3Direct)
+    assert through_s3fs._res.direct == {}
+    ranges = [(f"s3://{BUCKET}/{k}", off, size) for k in KEYS[:4] for off, size in
+              ((0, 1), (3, 200), (900, 100))]
+    assert direct.read_ranges(ranges) == through_s3fs.read_ranges(ranges) == [
+        objects[u.split("/", 3)[3]][off:off + size] for u, off, size in ranges]
+    for storage in (direct, through_s3fs):
+        # max_bytes: one ranged GET, the empty object read whole after S3 refuses its range
+        assert storage.read(f"s3://{BUCKET}/empty.bin", max_bytes=10) == b""
+        with pytest.raises(FileReadProblem) as e:
+            storage.read(f"s3://{BUCKET}/plain.bin", max_bytes=10)
+        assert e.value.reason == "file_too_large"
+        # a range past the object's end: S3 answers the bytes there are, and the short read is
+        # an error naming what happened
+        with pytest.raises(FileReadProblem, match="changed since it was indexed"):
+            storage.read_range(f"s3://{BUCKET}/plain.bin", 900, 500)
+    assert direct.stats.reads == through_s3fs.stats.reads
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    (f"s3://{BUCKET}/no/such/key.bin", "missing"),
+    ("s3://extsrc-no-such-bucket/key.bin", "missing"),
+])
+def test_errors_are_those_of_s3fs(s3_server: S3Server, objects: dict, url: str,
+                                  reason: str) -> None:
+    for storage in _storages(s3_server):
+        with pytest.raises(FileReadProblem) as e:
+            storage.read(url)
+        assert e.value.reason == reason
+        assert storage.stats.retries == 0
+
+
+def test_a_storage_picklable_and_forked_reads_directly(s3_server: S3Server,
+                                                       objects: dict[str, bytes]) -> None:
+    storage = _storages(s3_server)[0]
+    assert storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
+    copy = pickle.loads(pickle.dumps(storage))
+    assert copy.read(f"s3://{BUCKET}/dir/ünï.bin") == objects["dir/ünï.bin"]
+    client = storage._res.direct["s3"]
+    again = pickle.loads(pickle.dumps(client))
+    assert again.get(f"s3://{BUCKET}/plain.bin", 2, 9) == objects["plain.bin"][2:9]
+    again.close()
+    pid = os.fork()
+    if pid == 0:  # the child makes its own loop and session
+        ok = storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
+        os._exit(0 if ok else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+@pytest.mark.parametrize("extra", [
+    {"requester_pays": True},
+    {"s3_additional_kwargs": {"SSECustomerKey": "x" * 32}},
+    {"config_kwargs": {"s3": {"addressing_style": "virtual"}}},
+    {"client_kwargs": {"region_name": "us-east-1", "verify": False}},
+    {"use_ssl": False},
+    {"profile": "extsrc-no-such-profile"},
+    {"key": "only-a-key", "secret": None},
+])
+def test_options_it_does_not_understand_read_through_s3fs(s3_server: S3Server,
+                                                          extra: dict) -> None:
+    options = {**s3_server.storage_options(), **extra}
+    assert direct_client(options, 8) is None
+
+
+def test_an_endpoint_from_the_environment_reads_through_s3fs(s3_server: S3Server,
+                                                             monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
+    assert direct_client(s3_server.storage_options(), 8) is None
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    client = direct_client(s3_server.storage_options(), 8)
+    assert client is not None and client.connections == 8
+
+
+def test_proxies_from_the_environment_are_looked_up_once_a_host(monkeypatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example,127.0.0.1")
+    client = direct_client({"key": "k", "secret": "s", "client_kwargs": {
+        "region_name": "eu-west-1"}}, 4)
+    assert client is not None
+    assert client._proxy("https", "bucket.s3.eu-west-1.amazonaws.com") == \
+        "http://proxy.invalid:3128"
+    assert client._proxy("https", "internal.example") is None
+    assert client._proxy("http", "127.0.0.1:9000") is None
+    monkeypatch.delenv("HTTPS_PROXY")  # looked up once: the answer for a host is kept
+    assert client._proxy("https", "bucket.s3.eu-west-1.amazonaws.com") == \
+        "http://proxy.invalid:3128"
