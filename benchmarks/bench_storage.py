@@ -11,6 +11,8 @@ forwarded, as a request to a remote bucket waits for the network. Rows:
   :class:`s3_static.StaticS3` instead, a read-only S3 endpoint of ``--server-processes``
   processes that adds the latency itself: moto's one process serves a few hundred GETs a
   second, less than a GPU machine's loader reads;
+- ``s3fs_<L>ms`` (``--s3fs-rows``): the same with ``Storage(s3_requests="s3fs")``, every GET
+  through s3fs and botocore rather than extsrc's own signed GETs;
 - ``litdata_local``, ``litdata_s3_<L>ms`` (``--litdata``, where ``pip install litdata``
   works): the same JPEG bytes and labels written once into litdata's chunked format
   (``litdata.optimize``, ``--litdata-chunk-bytes`` chunks, in the dataset folder, so also in the
@@ -231,6 +233,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "s3_static.StaticS3, a read-only S3 endpoint of several processes")
     p.add_argument("--server-processes", type=int, default=4,
                    help="with --server static: its processes (default: 4)")
+    p.add_argument("--s3fs-rows", action="store_true",
+                   help="also s3fs_<L>ms rows: the same reads through s3fs "
+                        "(Storage(s3_requests='s3fs')) instead of extsrc's own S3 GETs")
     p.add_argument("--litdata", action="store_true",
                    help="also litdata's StreamingDataset on the same images, local and from S3")
     p.add_argument("--litdata-chunk-bytes", default="64MB",
@@ -273,10 +278,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             info = _wait_ready(server, ready)
         url = f"s3://{BUCKET}/ds/manifest.csv"
         rows: dict[str, Callable[[], Any]] = {"local": lambda: str(manifest)}
+        from extsrc.sources.storage import Storage
+
         for ms in args.latencies:
             endpoint = info["endpoints"][ms]
             rows[f"s3_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
                 url, storage_options=storage_options(e)))
+            if args.s3fs_rows:
+                rows[f"s3fs_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
+                    url, storage_options=Storage(storage_options(e), s3_requests="s3fs")))
         if args.litdata:
             from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
 
