@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "s3_static.StaticS3, a read-only S3 endpoint of several processes")
     p.add_argument("--server-processes", type=int, default=4,
                    help="with --server static: its processes (default: 4)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="the S3 rows' Storage(concurrency=...): requests in flight per reader "
+                        "process (default: Storage's)")
     p.add_argument("--s3fs-rows", action="store_true",
                    help="also s3fs_<L>ms rows: the same reads through s3fs "
                         "(Storage(s3_requests='s3fs')) instead of extsrc's own S3 GETs")
@@ -280,13 +283,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         rows: dict[str, Callable[[], Any]] = {"local": lambda: str(manifest)}
         from extsrc.sources.storage import Storage
 
+        concurrency = {} if args.concurrency is None else {"concurrency": args.concurrency}
         for ms in args.latencies:
             endpoint = info["endpoints"][ms]
             rows[f"s3_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
-                url, storage_options=storage_options(e)))
+                url, storage_options=Storage(storage_options(e), **concurrency)))
             if args.s3fs_rows:
                 rows[f"s3fs_{ms:g}ms"] = (lambda e=endpoint: read_manifest(
-                    url, storage_options=Storage(storage_options(e), s3_requests="s3fs")))
+                    url, storage_options=Storage(storage_options(e), s3_requests="s3fs",
+                                                 **concurrency)))
         if args.litdata:
             from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
 
