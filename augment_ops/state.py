@@ -39,15 +39,15 @@ import dis
 import enum
 import functools
 import linecache
-import os
 import random
 import sys
-import sysconfig
 import types
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
+from augment_ops.libfiles import library_file
 
 __all__ = ["library_file", "outside_state"]
 
@@ -57,10 +57,6 @@ _WORLD_BUILTINS = frozenset({"open", "input", "eval", "exec", "globals", "setatt
 #: The most functions looked into for one op (the op's own code and what it calls).
 _MAX_FUNCTIONS = 200
 _KEEPS = "the traced graph would keep the value it had at loader build"
-_NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib", "purelib",
-                                                              "platlib")
-                       if (p := sysconfig.get_paths().get(k))})
 
 Finding = tuple[str, str]  # (construct, "file:line: code")
 
@@ -69,15 +65,6 @@ def _where(code: types.CodeType, line: int | None) -> str:
     line = line or code.co_firstlineno
     text = linecache.getline(code.co_filename, line).strip()
     return f"{code.co_filename}:{line}: {text}" if text else f"{code.co_filename}:{line}"
-
-
-def library_file(filename: str) -> bool:
-    """Whether ``filename`` is numpy's, the standard library's or an installed library's (not
-    the user's own code, which may also be a notebook cell or ``exec``'s ``<string>``)."""
-    if filename.startswith("<frozen"):
-        return True
-    f = os.path.abspath(filename)
-    return f.startswith(_NUMPY_DIR) or f.startswith(_LIBRARY_DIRS)
 
 
 def _is_library(code: types.CodeType) -> bool:

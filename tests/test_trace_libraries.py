@@ -126,12 +126,16 @@ def spectrum(img):
 
 @pytest.fixture
 def lib(tmp_path, monkeypatch):
-    """The module ``LIBRARY`` as an installed library: its file under a ``site-packages``
-    folder that :func:`augment_ops.state.library_file` counts as a library's."""
-    where = tmp_path / "site-packages"
+    """The module ``LIBRARY`` as an installed library: a folder on ``sys.path`` where pip's
+    record of it (``tracedlib-1.0.dist-info``) lists its file, as ``pip install --target``
+    leaves it, so :func:`augment_ops.libfiles.library_file` counts it as a library's."""
+    where = tmp_path / "target"
     where.mkdir()
     (where / "tracedlib.py").write_text(textwrap.dedent(LIBRARY))
-    monkeypatch.setattr(state, "_LIBRARY_DIRS", (*state._LIBRARY_DIRS, str(where) + "/"))
+    info = where / "tracedlib-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tracedlib\nVersion: 1.0\n")
+    (info / "RECORD").write_text("tracedlib.py,,\ntracedlib-1.0.dist-info/METADATA,,\n")
     monkeypatch.syspath_prepend(str(where))
     sys.modules.pop("tracedlib", None)
     module = importlib.import_module("tracedlib")

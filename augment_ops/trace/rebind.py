@@ -458,11 +458,9 @@ _MATH = _MathProxy()  # stateless: one for every read of math
 
 def _stdlib(filename: str) -> bool:
     """Whether ``filename`` is the standard library's (not an installed package's)."""
-    from augment_ops.state import library_file
+    from augment_ops.libfiles import stdlib_file
 
-    parts = os.path.abspath(filename).split(os.sep)
-    return library_file(filename) and "site-packages" not in parts and \
-        "dist-packages" not in parts
+    return stdlib_file(filename)
 
 
 def _copied(fn: Any) -> bool:
