@@ -32,14 +32,12 @@ the network; ``cache_bytes`` bounds it (least recently used objects are evicted 
 from __future__ import annotations
 
 import contextlib
-import errno
 import gc
 import hashlib
 import json
 import logging
 import os
 import random
-import re
 import threading
 import time
 import weakref
@@ -50,6 +48,13 @@ from typing import Any
 
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.rangemerge import Span, merge_ranges
+from extsrc.sources.storagefailures import (
+    backoff_delay,
+    classify,
+    describe,
+    problem,
+    range_refused,
+)
 from extsrc.sources.urls import (
     PROTOCOL_EXTRAS,
     is_url,
@@ -64,6 +69,7 @@ __all__ = [
     "StatsDir",
     "Storage",
     "StorageStats",
+    "classify",
     "is_url",
     "join_url",
     "known_protocol",
@@ -112,104 +118,6 @@ def require_protocol(protocol: str, needed_by: str) -> None:
     require("fsspec", extra, needed_by)
     if protocol in PROTOCOL_EXTRAS:
         require(module, extra, needed_by)
-
-
-# -- failure classes -------------------------------------------------------------------------------
-
-_TRANSIENT_CODES = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-    "TooManyRequestsException", "ServiceUnavailable", "InternalError", "RequestTimeout",
-    "RequestTimeoutException", "PriorRequestNotComplete", "BandwidthLimitExceeded",
-})
-_DENIED_CODES = frozenset({
-    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-    "InvalidToken", "AllAccessDisabled", "AccountProblem", "NotSignedUp",
-})
-_TRANSIENT_ERRNOS = frozenset({
-    errno.EBUSY, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED,
-    errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", errno.EIO), errno.EHOSTUNREACH,
-    errno.ENETUNREACH, errno.ENETRESET,
-})
-# Exception class names (anywhere in the class hierarchy) of network failures in botocore,
-# aiohttp, urllib3, requests and the standard library that a new request may not hit.
-_TRANSIENT_NAMES = re.compile(
-    r"Timeout|ConnectionError|ConnectionClosed|ServerDisconnected|ClientPayloadError|"
-    r"IncompleteRead|ResponseParserError|ClientOSError|EndpointConnectionError|ProxyConnection|"
-    r"ProtocolError|ChunkedEncodingError|RemoteDisconnected|HTTPClientError"
-)
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    out, seen = [], set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen and len(out) < 8:
-        out.append(e)
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return out
-
-
-def _status(e: BaseException) -> int | None:
-    for name in ("status", "status_code", "code"):
-        v = getattr(e, name, None)
-        if isinstance(v, int) and 100 <= v < 600:
-            return v
-    resp = getattr(e, "response", None)
-    if isinstance(resp, Mapping):
-        v = resp.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if isinstance(v, int):
-            return v
-    return None
-
-
-def _error_code(e: BaseException) -> str | None:
-    resp = getattr(e, "response", None)
-    if isinstance(resp, Mapping):
-        code = resp.get("Error", {}).get("Code")
-        return None if code is None else str(code)
-    return None
-
-
-def classify(exc: BaseException) -> str:
-    """What a failed request means: ``"transient"`` (retry it), ``"missing"``,
-    ``"access_denied"`` or ``"unreadable"`` (permanent)."""
-    chain = _chain(exc)
-    for e in chain:
-        code = _error_code(e)
-        if code in _TRANSIENT_CODES:
-            return "transient"
-        if code in _DENIED_CODES:
-            return "access_denied"
-        if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound"):
-            return "missing"
-        status = _status(e)
-        if status is not None and (status >= 500 or status in (408, 429)):
-            return "transient"
-        if "SlowDown" in str(e) or "reduce your request rate" in str(e):
-            return "transient"
-    first = chain[0]
-    if isinstance(first, FileNotFoundError):
-        return "missing"
-    if isinstance(first, PermissionError):
-        return "access_denied"
-    for e in chain:
-        names = " ".join(t.__name__ for t in type(e).__mro__)
-        if isinstance(e, (TimeoutError, ConnectionError)) or _TRANSIENT_NAMES.search(names):
-            return "transient"
-        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
-            return "transient"
-        status = _status(e)
-        if status in (401, 403):
-            return "access_denied"
-        if status in (404, 410):
-            return "missing"
-    return "unreadable"
-
-
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Seconds to wait before retry ``attempt`` (1-based): "full jitter", uniform in
-    ``[0, min(cap, base * 2**(attempt-1))]``, so that many readers retrying at once spread out."""
-    return rng.uniform(0.0, min(cap, base * 2.0 ** (attempt - 1)))
 
 
 @dataclass
@@ -534,14 +442,14 @@ class Storage:
                 if kind != "transient":
                     with self._res.lock:
                         self.stats.failures += 1
-                    raise _problem(kind, url, e) from None
+                    raise problem(kind, url, e) from None
                 if attempt >= self.retries:
                     with self._res.lock:
                         self.stats.failures += 1
                     raise FileReadProblem(
                         "unreachable",
                         f"the storage did not answer usably after {attempt + 1} attempts "
-                        f"(last: {_describe(e)})",
+                        f"(last: {describe(e)})",
                     ) from None
                 attempt += 1
                 with self._res.lock:
@@ -550,7 +458,7 @@ class Storage:
                     self.stats.retried_reasons[name] = self.stats.retried_reasons.get(name, 0) + 1
                     delay = backoff_delay(attempt, self.backoff, self.max_backoff, self._res.rng)
                 log.debug("extsrc storage: retry %d of %s in %.2f s after %s", attempt, url,
-                          delay, _describe(e))
+                          delay, describe(e))
                 time.sleep(delay)
 
     def read(self, url: str, *, max_bytes: int | None = None) -> bytes:
@@ -575,7 +483,7 @@ class Storage:
             try:
                 return cat(url, 0, max_bytes + 1)
             except Exception as e:
-                if not _range_refused(e):
+                if not range_refused(e):
                     raise
                 return cat(url)  # an empty object has no byte 0 to range over
 
@@ -760,28 +668,6 @@ class Storage:
 def _range_key(url: str, offset: int, size: int) -> str:
     """The cache's name for a range of an object: one entry per range."""
     return f"{url}#bytes={offset}-{offset + size}"
-
-
-def _range_refused(exc: BaseException) -> bool:
-    """Whether a ranged read failed because the range cannot be satisfied (HTTP 416, S3
-    ``InvalidRange``: the object is empty)."""
-    return any(_error_code(e) == "InvalidRange" or _status(e) == 416
-               or "InvalidRange" in str(e) for e in _chain(exc))
-
-
-def _describe(e: BaseException) -> str:
-    text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def _problem(kind: str, url: str, e: BaseException) -> FileReadProblem:
-    if kind == "missing":
-        return FileReadProblem("missing", f"no such object (or bucket) ({_describe(e)})")
-    if kind == "access_denied":
-        return FileReadProblem(
-            "access_denied", f"access denied: the credentials in storage_options (or the "
-            f"environment) may not read it ({_describe(e)})")
-    return FileReadProblem("unreadable", f"cannot read the object: {_describe(e)}")
 
 
 def _remove_folder(path: str, owner: int) -> None:
