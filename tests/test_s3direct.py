@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 import storage_server
-from storage_server import S3Server
+from storage_server import FaultProxy, Faults, S3Server
 
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.storage import Storage
@@ -25,6 +25,7 @@ from extsrc.sources.s3direct import S3Direct, direct_client, sigv4_headers  # no
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 s3_server = storage_server.s3_server
+fault_proxy = storage_server.fault_proxy
 NOW = datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc)
 BUCKET = "extsrc-direct"
 KEYS = ["plain.bin", "dir/a b+c%d.bin", "dir/ünï.bin", "~tilde/(x)=y&z;.bin", "empty.bin"]
@@ -159,3 +160,28 @@ def test_proxies_from_the_environment_are_looked_up_once_a_host(monkeypatch) -> 
     monkeypatch.delenv("HTTPS_PROXY")  # looked up once: the answer for a host is kept
     assert client._proxy("https", "bucket.s3.eu-west-1.amazonaws.com") == \
         "http://proxy.invalid:3128"
+
+
+def test_a_batch_read_retries_each_failed_get_as_its_first_attempt(
+        s3_server: S3Server, fault_proxy: FaultProxy, objects: dict[str, bytes]) -> None:
+    """read_many sends a batch's first GETs together; a failed one continues through the
+    retries with that failure counted as its first attempt: exactly ``retries + 1`` attempts,
+    whatever path the first took."""
+    urls = [f"s3://{BUCKET}/{k}" for k in objects if k != "empty.bin"]
+    for times, expect in ((2, "bytes"), (3, "unreachable")):
+        fault_proxy.reset(Faults(slowdown=0.5, times=times))
+        storage = Storage(s3_server.storage_options(fault_proxy.endpoint), retries=2,
+                          backoff=0.001)
+        got = storage.read_many(urls)
+        injected = fault_proxy.counts.slowdown
+        assert injected >= 1, "no key selected for a fault: change the fraction"
+        for url, g in zip(urls, got, strict=True):
+            if not isinstance(g, FileReadProblem):
+                assert g == objects[url.split("/", 3)[3]], url
+        problems = [g for g in got if isinstance(g, FileReadProblem)]
+        if expect == "bytes":
+            assert not problems and storage.stats.retries == injected
+        else:
+            assert problems and all(p.reason == "unreachable" for p in problems)
+            assert storage.stats.retries == 2 * len(problems)  # 3 attempts each, 2 retried
+            assert injected == 3 * len(problems)

@@ -38,7 +38,7 @@ import hmac
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -305,14 +305,33 @@ class S3Direct:
         """The bytes of ``s3://bucket/key`` ``url``, or of ``[start, end)`` of it (fewer where
         the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors
         and aiohttp's exceptions for network failures."""
+        loop = self._ensure_loop()
+        return asyncio.run_coroutine_threadsafe(self._get(*self._request(url, start, end)),
+                                                loop).result()
+
+    def get_many(self, requests: Sequence[tuple[str, int | None, int | None]]
+                 ) -> list[bytes | BaseException]:
+        """:meth:`get` of every ``(url, start, end)``, all sent at once from the event loop (as
+        many in flight as the session has connections), in order; a failed one's place holds
+        its exception."""
+        loop = self._ensure_loop()
+
+        async def every() -> list[bytes | BaseException]:
+            return await asyncio.gather(*(self._get(*self._request(*r)) for r in requests),
+                                        return_exceptions=True)
+
+        return asyncio.run_coroutine_threadsafe(every(), loop).result()
+
+    @staticmethod
+    def _request(url: str, start: int | None = None, end: int | None = None
+                 ) -> tuple[str, str, str, dict[str, str]]:
+        """``(url, bucket, key, headers)`` of a GET of ``url`` or of ``[start, end)`` of it."""
         bucket, _, key = url.split("://", 1)[1].partition("/")
         extra = {}
         if start is not None or end is not None:
             first = 0 if start is None else start
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self._get(url, bucket, key, extra),
-                                                loop).result()
+        return url, bucket, key, extra
 
     async def _get(self, url: str, bucket: str, key: str, extra: dict[str, str]) -> bytes:
         for attempt in range(2):

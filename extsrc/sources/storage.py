@@ -430,10 +430,16 @@ class Storage:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def _with_retries(self, url: str, call: Callable[[], Any]) -> Any:
+    def _with_retries(self, url: str, call: Callable[[], Any],
+                      first: Exception | None = None) -> Any:
+        """``call()`` with the retries; ``first``: the failure of an attempt already made
+        (a batch's first GETs, sent together), handled as if ``call`` had raised it."""
         attempt = 0
         while True:
             try:
+                if first is not None:
+                    failed, first = first, None
+                    raise failed
                 return call()
             except FileReadProblem:
                 raise
@@ -472,6 +478,12 @@ class Storage:
         data = self._cache_hit(cache, url)
         if data is not None:
             return data
+        return self._fetch(url, protocol, max_bytes, cache)
+
+    def _fetch(self, url: str, protocol: str, max_bytes: int | None, cache: _Cache | None,
+               first: Exception | None = None) -> bytes:
+        """:meth:`read` past its cache: the GET with retries (``first``: the failure of one
+        already made), then :meth:`_fetched`."""
         self._check_pid()
         cat = self._getter(protocol)  # after the cache: a cached object needs no filesystem
 
@@ -487,7 +499,13 @@ class Storage:
                     raise
                 return cat(url)  # an empty object has no byte 0 to range over
 
-        data = self._with_retries(url, get)
+        if first is not None and max_bytes is not None and range_refused(first):
+            first = None  # an empty object: get() reads it whole
+        return self._fetched(url, self._with_retries(url, get, first), max_bytes, cache)
+
+    def _fetched(self, url: str, data: bytes, max_bytes: int | None,
+                 cache: _Cache | None) -> bytes:
+        """The checks, counts and cache of an object's bytes just read."""
         if max_bytes is not None and len(data) > max_bytes:
             raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
                                                     f"{max_bytes:,} bytes")
@@ -507,7 +525,51 @@ class Storage:
             except FileReadProblem as e:
                 return e
 
-        return self._map(one, urls)
+        client = self._direct_client(urls)
+        if client is None:
+            return self._map(one, urls)
+        # S3 read directly: the batch's first GETs go out together from the client's event loop
+        # (no thread per request: about a third less CPU per GET); only the failed ones take
+        # the pool, each with its retries, the failed GET counted as its first attempt.
+        cache = self._cache_or_none()
+        out: list[bytes | FileReadProblem | None] = [self._cache_hit(cache, u) for u in urls]
+        todo = [k for k, got in enumerate(out) if got is None]
+        span = (None, None) if max_bytes is None else (0, max_bytes + 1)
+        first = client.get_many([(urls[k], *span) for k in todo])
+
+        def finish(item: tuple[int, bytes | BaseException]) -> bytes | FileReadProblem:
+            k, got = item
+            try:
+                if isinstance(got, Exception):
+                    return self._fetch(urls[k], url_protocol(urls[k]) or "s3", max_bytes, cache,
+                                       first=got)
+                if isinstance(got, BaseException):  # cancelled, interrupted: not a read's fate
+                    raise got
+                return self._fetched(urls[k], got, max_bytes, cache)
+            except FileReadProblem as e:
+                return e
+
+        failed = [(k, got) for k, got in zip(todo, first, strict=True)
+                  if isinstance(got, BaseException)]
+        for k, got in zip(todo, first, strict=True):
+            if not isinstance(got, BaseException):
+                out[k] = finish((k, got))
+        for (k, _), result in zip(failed, self._map(finish, failed), strict=True):
+            out[k] = result
+        return out  # type: ignore[return-value]
+
+    def _direct_client(self, urls: Sequence[str]) -> Any:
+        """The direct S3 client that reads all of ``urls`` (several, every one ``s3://`` or
+        every one ``s3a://``), or ``None``: then each is read on its own."""
+        if len(urls) <= 1:
+            return None
+        protocol = url_protocol(urls[0])
+        if protocol not in ("s3", "s3a") or self.s3_requests != "direct" or \
+                any(url_protocol(u) != protocol for u in urls):
+            return None
+        self._check_pid()
+        self._getter(protocol)  # makes the client, or records that these options need s3fs
+        return self._res.direct.get(protocol)
 
     def read_range(self, url: str, offset: int, size: int, *, cache: bool = True) -> bytes:
         """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
