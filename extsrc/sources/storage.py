@@ -248,8 +248,8 @@ class Storage:
         coalesce_span: the most bytes one such merged GET reads (a range larger than this is
             read on its own): what it holds in memory, at most ``concurrency`` of them at once.
         s3_requests: ``"direct"``: ``s3://`` objects and ranges are read with GETs extsrc signs
-            and sends itself (:mod:`extsrc.sources.s3direct`, about a quarter of the CPU per
-            request of s3fs's botocore) wherever it understands the options, through s3fs
+            and sends itself (:mod:`extsrc.sources.s3direct`, a sixth to a quarter of the CPU
+            per request of s3fs's botocore) wherever it understands the options, through s3fs
             otherwise; ``"s3fs"``: always through s3fs. Listings, sizes and manifests are
             read through s3fs either way.
 
