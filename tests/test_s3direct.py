@@ -5,8 +5,12 @@ ranges and errors are those s3fs gives; options it does not understand read thro
 from __future__ import annotations
 
 import datetime
+import gc
+import logging
 import os
 import pickle
+import tempfile
+import threading
 
 import pytest
 import storage_server
@@ -115,11 +119,33 @@ def test_a_storage_picklable_and_forked_reads_directly(s3_server: S3Server,
     again = pickle.loads(pickle.dumps(client))
     assert again.get(f"s3://{BUCKET}/plain.bin", 2, 9) == objects["plain.bin"][2:9]
     again.close()
-    pid = os.fork()
-    if pid == 0:  # the child makes its own loop and session
-        ok = storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
-        os._exit(0 if ok else 1)
-    assert os.waitpid(pid, 0)[1] == 0
+    with tempfile.TemporaryFile() as stderr:
+        pid = os.fork()
+        if pid == 0:  # the child makes its own loop and sessions, and prints nothing
+            os.dup2(stderr.fileno(), 2)
+            # asyncio reports an unclosed session through logging, which pytest captures
+            logging.getLogger().addHandler(logging.StreamHandler(open(2, "w", closefd=False)))
+            ok = storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
+            ok = ok and client.get(f"s3://{BUCKET}/plain.bin", 0, 5) == objects["plain.bin"][:5]
+            client.close()
+            gc.collect()
+            os._exit(0 if ok else 1)
+        assert os.waitpid(pid, 0)[1] == 0
+        stderr.seek(0)
+        assert stderr.read().decode() == ""
+
+
+def test_storages_share_one_loop_thread_and_close_their_sessions(
+        s3_server: S3Server, objects: dict[str, bytes]) -> None:
+    sessions = []
+    for _ in range(6):  # e.g. a Storage made for each manifest or epoch, never closed
+        storage = _storages(s3_server)[0]
+        assert storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
+        sessions.append(storage._res.direct["s3"]._session)
+        del storage
+    gc.collect()
+    assert [t.name for t in threading.enumerate()].count("extsrc-s3") == 1
+    assert all(s.closed for s in sessions)  # their connections closed with them
 
 
 @pytest.mark.parametrize("extra", [

@@ -8,8 +8,10 @@ network. :class:`S3Direct` does only what a GET of an object or a byte range nee
 * Signature Version 4 with ``UNSIGNED-PAYLOAD``, the credentials resolved by botocore (given
   keys, the environment, a profile, an instance role; refreshed by botocore when they expire),
   or unsigned requests for ``anon=True``;
-* one aiohttp session per process on an event loop thread of its own, with as many connections
-  as the :class:`~extsrc.sources.storage.Storage` has requests in flight;
+* one aiohttp session per client and process, with as many connections as the
+  :class:`~extsrc.sources.storage.Storage` has requests in flight, on one event loop thread
+  per process that every client shares (as fsspec shares its own): a program that makes many
+  Storages does not collect a thread for each;
 * S3's answers mapped to what :func:`extsrc.sources.storage.classify` reads (``NoSuchKey``,
   ``AccessDenied``, ``SlowDown``, 5xx, ``InvalidRange``), so retries, skips and messages are the
   same as through s3fs.
@@ -31,13 +33,13 @@ once, as botocore does.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import datetime
 import hashlib
 import hmac
 import os
 import re
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -63,6 +65,55 @@ _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _ERROR_CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 _ERROR_MESSAGE = re.compile(rb"<Message>([^<]{0,300})</Message>")
 _ERROR_REGION = re.compile(rb"<Region>([a-z0-9-]{1,40})</Region>")
+
+
+# The event loop thread of this process (pid -> loop), made on first use. A forked child makes its
+# own: the parent's thread does not exist there, and the parent's loop and sessions are kept
+# referenced in the child, never closed or collected there (collecting an open aiohttp session
+# prints "Unclosed client session" from a reader process).
+_LOOPS: dict[int, asyncio.AbstractEventLoop] = {}
+_FORKED_AWAY: list[Any] = []
+_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A lock held by another thread of the parent at fork time stays held in the child forever.
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    pid = os.getpid()
+    loop = _LOOPS.get(pid)
+    if loop is None:
+        with _LOCK:
+            loop = _LOOPS.get(pid)
+            if loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="extsrc-s3", daemon=True).start()
+                _LOOPS[pid] = loop
+    return loop
+
+
+def _release(session: Any, pid: int) -> None:
+    """Close ``session`` (made in process ``pid``): at :meth:`S3Direct.close`, when its client
+    is collected, or at interpreter exit (a ``weakref.finalize``, so no client is kept alive)."""
+    if pid != os.getpid():
+        _FORKED_AWAY.append(session)
+        return
+    loop = _LOOPS.get(pid)
+    if loop is None or session.closed:
+        return
+    done = asyncio.run_coroutine_threadsafe(session.close(), loop)
+    if threading.current_thread().name != "extsrc-s3":  # waiting on the loop's own thread
+        try:                                             # would wait for ever
+            done.result(timeout=5)
+        except Exception:  # a close at exit or in a collection: nothing to report to
+            pass
 
 
 class S3ResponseError(OSError):
@@ -198,9 +249,8 @@ class S3Direct:
         self.connections, self.ca_bundle = connections, ca_bundle
         self.bucket_regions: dict[str, str] = {}
         self._proxies: dict[str, Any] = {}
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None
+        self._closer: weakref.finalize | None = None
         self._pid = os.getpid()
 
     # -- addressing and signing ---------------------------------------------------------------
@@ -230,23 +280,26 @@ class S3Direct:
         return sigv4_headers("GET", host, path, region, frozen.access_key, frozen.secret_key,
                              frozen.token, datetime.datetime.now(datetime.timezone.utc), headers)
 
-    # -- the event loop and its session -------------------------------------------------------
+    # -- the event loop and the session ------------------------------------------------------
 
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._pid != os.getpid():  # forked: the parent's loop thread does not exist here
-            self._pid, self._loop, self._session = os.getpid(), None, None
-            self._lock = threading.Lock()
-        if self._loop is None:
-            with self._lock:
-                if self._loop is None:
-                    loop = asyncio.new_event_loop()
-                    threading.Thread(target=loop.run_forever, name="extsrc-s3",
-                                     daemon=True).start()
-                    self._session = asyncio.run_coroutine_threadsafe(
+    def _session_here(self) -> Any:
+        """This client's session in this process, made on first use (again after a fork or
+        :meth:`close`)."""
+        if self._session is None or self._pid != os.getpid():
+            loop = _process_loop()  # before the lock: it takes the lock itself to make one
+            with _LOCK:
+                if self._pid != os.getpid():  # forked: the parent's session is not ours
+                    if self._closer is not None:
+                        self._closer.detach()
+                    if self._session is not None:
+                        _FORKED_AWAY.append(self._session)
+                    self._pid, self._session, self._closer = os.getpid(), None, None
+                if self._session is None:
+                    session = asyncio.run_coroutine_threadsafe(
                         self._make_session(), loop).result()
-                    self._loop = loop
-                    atexit.register(self.close)
-        return self._loop
+                    self._closer = weakref.finalize(self, _release, session, self._pid)
+                    self._session = session
+        return self._session
 
     async def _make_session(self) -> Any:
         import ssl
@@ -278,26 +331,22 @@ class S3Direct:
         return found
 
     def close(self) -> None:
-        """Close the session and stop the loop thread (a later :meth:`get` makes new ones)."""
-        loop, session = self._loop, self._session
-        if loop is None or self._pid != os.getpid():
-            return
-        self._loop = self._session = None
-        try:
-            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
-        except Exception:  # closing at exit: nothing to report to
-            pass
-        loop.call_soon_threadsafe(loop.stop)
+        """Close this client's session (a later :meth:`get` makes a new one); the process's
+        loop thread stays, for the other clients and later reads."""
+        with _LOCK:
+            closer, self._closer, self._session = self._closer, None, None
+        if closer is not None:
+            closer()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Picklable as its settings: the loop, session and lock belong to one process.
+        # Picklable as its settings: the session belongs to one process.
         state = dict(self.__dict__)
-        state.update(_loop=None, _session=None, _lock=None, bucket_regions={}, _proxies={})
+        state.update(_session=None, _closer=None, bucket_regions={}, _proxies={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock, self._pid = threading.Lock(), os.getpid()
+        self._pid = os.getpid()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -310,16 +359,17 @@ class S3Direct:
         if start is not None or end is not None:
             first = 0 if start is None else start
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self._get(url, bucket, key, extra),
-                                                loop).result()
+        session = self._session_here()
+        return asyncio.run_coroutine_threadsafe(self._get(session, url, bucket, key, extra),
+                                                _process_loop()).result()
 
-    async def _get(self, url: str, bucket: str, key: str, extra: dict[str, str]) -> bytes:
+    async def _get(self, session: Any, url: str, bucket: str, key: str,
+                   extra: dict[str, str]) -> bytes:
         for attempt in range(2):
             address, host, path = self._address(bucket, key)
             headers = self._headers(bucket, host, path, extra)
             proxy = self._proxy(address.split("://", 1)[0], host)
-            async with self._session.get(_encoded(address), headers=headers, proxy=proxy,
+            async with session.get(_encoded(address), headers=headers, proxy=proxy,
                                          allow_redirects=False,
                                          skip_auto_headers=("Content-Type",)) as r:
                 body = await r.read()
