@@ -9,8 +9,13 @@ import gc
 import logging
 import os
 import pickle
+import re
 import tempfile
 import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import storage_server
@@ -185,3 +190,144 @@ def test_proxies_from_the_environment_are_looked_up_once_a_host(monkeypatch) -> 
     monkeypatch.delenv("HTTPS_PROXY")  # looked up once: the answer for a host is kept
     assert client._proxy("https", "bucket.s3.eu-west-1.amazonaws.com") == \
         "http://proxy.invalid:3128"
+
+
+def test_a_bucket_url_is_an_error_not_its_listing(s3_server: S3Server,
+                                                   objects: dict[str, bytes]) -> None:
+    for storage in _storages(s3_server):
+        for url in (f"s3://{BUCKET}", f"s3://{BUCKET}/"):
+            with pytest.raises(FileReadProblem, match="cannot read") as e:
+                storage.read(url)
+            assert e.value.reason == "unreadable"
+        assert storage.read(f"s3:///{BUCKET}/plain.bin") == objects["plain.bin"]
+    client = direct_client(s3_server.storage_options(), 4)
+    with pytest.raises(ValueError, match="names no S3 object"):
+        client.get(f"s3://{BUCKET}/", 0, 10)
+
+
+# -- answers moto does not give: a server of the test's own ---------------------------------------
+
+ODD_KEY, ODD_SECRET = "odd-key", "odd-secret"
+
+
+def _signature_ok(headers: Any, path: str) -> bool:
+    """Whether the request's Authorization is botocore's signature of the request as this
+    server received it (its Host header, its raw path), as S3 checks it."""
+    auth = headers.get("Authorization")
+    if auth is None:
+        return False
+    names = re.search(r"SignedHeaders=([^,]+)", auth).group(1).split(";")
+    region = re.search(r"Credential=[^/]+/\d{8}/([^/]+)/", auth).group(1)
+    request = AWSRequest(method="GET", url=f"http://{headers['Host']}{path}",
+                         headers={n: headers[n] for n in names})
+    request.context["client_config"] = Config(s3={"payload_signing_enabled": False})
+    request.context["timestamp"] = headers["x-amz-date"]
+    signer = botocore_auth.S3SigV4Auth(
+        Credentials(ODD_KEY, ODD_SECRET, headers.get("x-amz-security-token")), "s3", region)
+    canonical = signer.canonical_request(request)
+    expected = signer.signature(signer.string_to_sign(request, canonical), request)
+    return auth.endswith(f"Signature={expected}")
+
+
+class _OddHandler(BaseHTTPRequestHandler):
+    """Checks every signature (403 SignatureDoesNotMatch otherwise) and answers GET
+    ``/<bucket>/<key>`` with :func:`_odd_object`, the way the key's name asks: ``ignores-range``
+    sends the whole object to a ranged GET, ``wrong-range`` a range one byte later than asked,
+    ``short`` half of the bytes its Content-Length announces."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+    def _send(self, status: int, body: bytes, **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k.replace("_", "-"), v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path  # absolute (http://host/...) when it came through as a proxy
+        if "://" in path:
+            path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+        if not _signature_ok(self.headers, path):
+            self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")
+            return
+        key = unquote(path.split("/", 2)[2])
+        data = _odd_object(key)
+        name = key.rsplit("/", 1)[-1]
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
+        if name.startswith("short"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[:len(data) // 2])
+            self.close_connection = True
+        elif m is None or name.startswith("ignores-range"):
+            self._send(200, data)
+        else:
+            first, last = int(m.group(1)) + name.startswith("wrong-range"), int(m.group(2))
+            self._send(206, data[first:last + 1],
+                       Content_Range=f"bytes {first}-{last}/{len(data)}")
+
+
+def _odd_object(key: str) -> bytes:
+    return b"".join(f"{key}:{i};".encode() for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def odd_server() -> Iterator[str]:
+    with storage_server.fake_credentials():
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _OddHandler)
+        server.daemon_threads = True
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+def _odd_storage(endpoint: str, **options: Any) -> Storage:
+    return Storage({"key": ODD_KEY, "secret": ODD_SECRET, "endpoint_url": endpoint,
+                    "client_kwargs": {"region_name": "eu-west-1"}, **options},
+                   retries=2, backoff=0.001, coalesce_gap=None)
+
+
+@pytest.mark.parametrize("token", [None, "session/token+="])
+def test_the_host_signed_is_the_host_sent(odd_server: str, monkeypatch, token) -> None:
+    # https://minio:443 or http://host:80: an endpoint with its default port. The server is
+    # reached as the HTTP proxy, so any host name can stand in the URL.
+    for name in ("http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", odd_server)
+    storage = _odd_storage("http://s3.extsrc.invalid:80",
+                           **({} if token is None else {"token": token}))
+    for key in KEYS[:4]:
+        url = f"s3://bucket/{key}"
+        assert storage.read(url) == _odd_object(key)
+        assert storage.read_range(url, 7, 30) == _odd_object(key)[7:37]
+    assert isinstance(storage._res.direct["s3"], S3Direct)
+
+
+def test_a_range_is_the_range_asked_or_an_error(odd_server: str) -> None:
+    storage = _odd_storage(odd_server)
+    whole = _odd_object("ignores-range.bin")
+    # the server sends the whole object: the range is cut from it
+    assert storage.read_range("s3://bucket/ignores-range.bin", 50, 100) == whole[50:150]
+    assert storage.read_range("s3://bucket/ignores-range.bin", 9, 0) == b""
+    assert storage.read("s3://bucket/ignores-range.bin", max_bytes=10_000) == whole
+    with pytest.raises(FileReadProblem, match="Content-Range bytes 51-149") as e:
+        storage.read_range("s3://bucket/wrong-range.bin", 50, 100)
+    assert e.value.reason == "unreadable"
+
+
+def test_a_body_shorter_than_its_content_length_is_an_error(odd_server: str) -> None:
+    storage = _odd_storage(odd_server)
+    with pytest.raises(FileReadProblem, match=r"after 3 attempts.*ContentLengthError") as e:
+        storage.read("s3://bucket/short.bin")
+    assert e.value.reason == "unreachable"
+    assert storage.stats.retries == 2 and storage.stats.reads == 0

@@ -272,13 +272,17 @@ class S3Direct:
     def _headers(self, bucket: str, host: str, path: str,
                  extra: Mapping[str, str]) -> dict[str, str]:
         headers = {"Accept-Encoding": "identity", **extra}
-        if self.credentials is None:
-            return headers
-        frozen = self.credentials.get_frozen_credentials()
-        region = self.region if self.endpoint is not None else \
-            self.bucket_regions.get(bucket, self.region)
-        return sigv4_headers("GET", host, path, region, frozen.access_key, frozen.secret_key,
-                             frozen.token, datetime.datetime.now(datetime.timezone.utc), headers)
+        if self.credentials is not None:
+            frozen = self.credentials.get_frozen_credentials()
+            region = self.region if self.endpoint is not None else \
+                self.bucket_regions.get(bucket, self.region)
+            headers = sigv4_headers("GET", host, path, region, frozen.access_key,
+                                    frozen.secret_key, frozen.token,
+                                    datetime.datetime.now(datetime.timezone.utc), headers)
+        # The host as signed: aiohttp's own Host header drops a default port
+        # (https://minio:443) and a trailing dot, and the signature would not match.
+        headers["Host"] = host
+        return headers
 
     # -- the event loop and the session ------------------------------------------------------
 
@@ -352,28 +356,44 @@ class S3Direct:
 
     def get(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
         """The bytes of ``s3://bucket/key`` ``url``, or of ``[start, end)`` of it (fewer where
-        the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors
-        and aiohttp's exceptions for network failures."""
-        bucket, _, key = url.split("://", 1)[1].partition("/")
+        the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors,
+        aiohttp's exceptions for network failures and ``ValueError`` for a URL that names no
+        object."""
+        # Leading slashes dropped as s3fs drops them (s3:///bucket/key).
+        bucket, _, key = url.split("://", 1)[1].lstrip("/").partition("/")
+        if not bucket or not key:
+            # A GET of a bucket is a listing: its XML must never come back as an object's bytes.
+            raise ValueError(f"{url!r} names no S3 object: an object's URL is "
+                             f"s3://<bucket>/<key>")
         extra = {}
+        first = None
         if start is not None or end is not None:
             first = 0 if start is None else start
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
         session = self._session_here()
-        return asyncio.run_coroutine_threadsafe(self._get(session, url, bucket, key, extra),
-                                                _process_loop()).result()
+        return asyncio.run_coroutine_threadsafe(
+            self._get(session, url, bucket, key, extra, first, end), _process_loop()).result()
 
     async def _get(self, session: Any, url: str, bucket: str, key: str,
-                   extra: dict[str, str]) -> bytes:
+                   extra: dict[str, str], first: int | None, end: int | None) -> bytes:
         for attempt in range(2):
             address, host, path = self._address(bucket, key)
             headers = self._headers(bucket, host, path, extra)
             proxy = self._proxy(address.split("://", 1)[0], host)
             async with session.get(_encoded(address), headers=headers, proxy=proxy,
-                                         allow_redirects=False,
-                                         skip_auto_headers=("Content-Type",)) as r:
+                                   allow_redirects=False,
+                                   skip_auto_headers=("Content-Type",)) as r:
                 body = await r.read()
-                if r.status in (200, 206):
+                if r.status == 200:
+                    # A server (or a proxy) that ignores Range sends the whole object: the
+                    # range is cut from it, never the object's first bytes returned instead.
+                    return body if first is None else body[first:end]
+                if r.status == 206:
+                    if first is not None and not r.headers.get(
+                            "Content-Range", f"bytes {first}-").startswith(f"bytes {first}-"):
+                        raise S3ResponseError(  # not InvalidRange: that means an empty object
+                            206, "", f"asked for {extra['Range']}, the answer has "
+                            f"Content-Range {r.headers['Content-Range']}", url)
                     return body
                 moved = r.headers.get("x-amz-bucket-region") or _match(_ERROR_REGION, body)
                 if (attempt == 0 and self.endpoint is None and r.status in (301, 307, 400)
