@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import pytest
 import storage_server
-from storage_server import S3Server
+from storage_server import FaultProxy, Faults, S3Server
 
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.storage import Storage
@@ -34,6 +34,7 @@ from extsrc.sources.s3direct import S3Direct, direct_client, sigv4_headers  # no
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 s3_server = storage_server.s3_server
+fault_proxy = storage_server.fault_proxy
 NOW = datetime.datetime(2026, 3, 4, 5, 6, 7, tzinfo=datetime.timezone.utc)
 BUCKET = "extsrc-direct"
 KEYS = ["plain.bin", "dir/a b+c%d.bin", "dir/ünï.bin", "~tilde/(x)=y&z;.bin", "empty.bin"]
@@ -230,7 +231,8 @@ def _signature_ok(headers: Any, path: str) -> bool:
 
 
 class _OddHandler(BaseHTTPRequestHandler):
-    """Checks every signature (403 SignatureDoesNotMatch otherwise) and answers GET
+    """Checks every signature (403 SignatureDoesNotMatch otherwise; bucket ``public`` also
+    answers unsigned requests) and answers GET
     ``/<bucket>/<key>`` with :func:`_odd_object`, the way the key's name asks: ``ignores-range``
     sends the whole object to a ranged GET, ``wrong-range`` a range one byte later than asked,
     ``short`` half of the bytes its Content-Length announces."""
@@ -252,7 +254,8 @@ class _OddHandler(BaseHTTPRequestHandler):
         path = self.path  # absolute (http://host/...) when it came through as a proxy
         if "://" in path:
             path = "/" + path.split("://", 1)[1].split("/", 1)[1]
-        if not _signature_ok(self.headers, path):
+        if not (_signature_ok(self.headers, path) or (path.startswith("/public/")
+                                                      and "Authorization" not in self.headers)):
             self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")
             return
         key = unquote(path.split("/", 2)[2])
@@ -331,3 +334,34 @@ def test_a_body_shorter_than_its_content_length_is_an_error(odd_server: str) -> 
         storage.read("s3://bucket/short.bin")
     assert e.value.reason == "unreachable"
     assert storage.stats.retries == 2 and storage.stats.reads == 0
+
+
+def test_credentials_from_the_environment_or_none(odd_server: str, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ODD_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", ODD_SECRET)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "token-from-the-environment")
+    options = {"endpoint_url": odd_server, "client_kwargs": {"region_name": "eu-west-1"}}
+    storage = Storage(options, retries=0)
+    assert storage.read("s3://bucket/env.bin") == _odd_object("env.bin")
+    assert storage._res.direct["s3"] is not None
+    unsigned = Storage({**options, "anon": True}, retries=0)
+    assert unsigned.read("s3://public/open.bin") == _odd_object("open.bin")
+    with pytest.raises(FileReadProblem) as e:
+        unsigned.read("s3://bucket/env.bin")
+    assert e.value.reason == "access_denied"
+
+
+@pytest.mark.parametrize(("concurrency", "pool", "in_flight"), [(1, None, 1), (6, 2, 2)])
+def test_requests_in_flight_are_bounded_and_retries_never_deadlock(
+        s3_server: S3Server, fault_proxy: FaultProxy, objects: dict[str, bytes],
+        concurrency: int, pool: int | None, in_flight: int) -> None:
+    # every object's first GET is throttled: with one connection, the retries wait for it
+    fault_proxy.reset(Faults(delay=0.02, slowdown=1.0, times=1))
+    extra = {} if pool is None else {"config_kwargs": {"max_pool_connections": pool}}
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint, **extra),
+                      concurrency=concurrency, backoff=0.001, coalesce_gap=None)
+    urls = [f"s3://{BUCKET}/{k}" for k in KEYS[:4]] * 3
+    assert storage.read_many(urls) == [objects[u.split("/", 3)[3]] for u in urls]
+    assert fault_proxy.counts.max_in_flight == in_flight
+    assert storage.stats.retries == fault_proxy.counts.slowdown == 4
+    assert storage.stats.retried_reasons == {"S3ResponseError": 4}
