@@ -365,3 +365,22 @@ def test_requests_in_flight_are_bounded_and_retries_never_deadlock(
     assert fault_proxy.counts.max_in_flight == in_flight
     assert storage.stats.retries == fault_proxy.counts.slowdown == 4
     assert storage.stats.retried_reasons == {"S3ResponseError": 4}
+
+
+def test_buckets_it_cannot_address_read_through_s3fs(s3_server: S3Server,
+                                                     fault_proxy: FaultProxy) -> None:
+    # botocore resolves an access point ARN to the access point's own host (which does not
+    # exist here): no request reaches the endpoint, where a GET of a bucket named
+    # "arn:aws:s3:..." would be answered NoSuchBucket, read as a missing object.
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), retries=0)
+    arn = "s3://arn:aws:s3:us-east-1:123456789012:accesspoint/my-ap/key.bin"
+    with pytest.raises(FileReadProblem) as e:
+        storage.read(arn)
+    assert e.value.reason == "unreachable" and "my-ap-123456789012." in str(e.value)
+    assert fault_proxy.counts.requests == 0
+    on_aws = direct_client({"key": "k", "secret": "s", "client_kwargs": {
+        "region_name": "us-west-2"}}, 4)
+    assert not on_aws.addresses("s3://data--usw2-az1--x-s3/key.bin")  # S3 Express, on AWS
+    assert on_aws.addresses("s3://data-usw2--x-s3-not/key.bin")
+    assert direct_client(s3_server.storage_options(), 4).addresses(
+        "s3://data--usw2-az1--x-s3/key.bin")  # a bucket like any other at an endpoint

@@ -27,7 +27,9 @@ Addressing: with ``endpoint_url`` (MinIO, R2, Ceph, a local server) path-style
 ``<endpoint>/<bucket>/<key>``; on AWS virtual-hosted ``https://<bucket>.s3.<region>.amazonaws.com``
 (path-style for bucket names with dots). A bucket in another region than the one configured
 answers with its region (``x-amz-bucket-region``), which is remembered and the request resent
-once, as botocore does.
+once, as botocore does. Buckets named by an ARN (access points, Outposts) and, on AWS, S3 Express
+directory buckets are not addressed here: their URLs read through s3fs
+(:meth:`S3Direct.addresses`).
 """
 
 from __future__ import annotations
@@ -254,6 +256,14 @@ class S3Direct:
         self._pid = os.getpid()
 
     # -- addressing and signing ---------------------------------------------------------------
+
+    def addresses(self, url: str) -> bool:
+        """Whether this client can address ``url``'s bucket itself: not an access point or
+        Outposts ARN (``s3://arn:aws:s3:...``), nor on AWS an S3 Express directory bucket
+        (``...--x-s3``: zonal endpoints and session credentials). Those read through s3fs,
+        whose botocore resolves them."""
+        bucket = url.split("://", 1)[-1].lstrip("/").split("/", 1)[0]
+        return ":" not in bucket and not (self.endpoint is None and bucket.endswith("--x-s3"))
 
     def _address(self, bucket: str, key: str) -> tuple[str, str, str]:
         """``(url, host, encoded path)`` of ``key`` in ``bucket``."""

@@ -469,10 +469,10 @@ class Storage:
                     res.fs[protocol] = fs
         return fs
 
-    def _getter(self, protocol: str) -> Callable[..., bytes]:
+    def _getter(self, protocol: str, url: str) -> Callable[..., bytes]:
         """``get(url, start=None, end=None)`` reading the bytes of ``url`` (or ``[start,
-        end)`` of it) for ``protocol``: the direct S3 client where it applies, else the
-        filesystem's ``cat_file``."""
+        end)`` of it) for ``protocol``: the direct S3 client where it applies (to the options
+        and to ``url``'s bucket), else the filesystem's ``cat_file``."""
         if protocol in ("s3", "s3a") and self.s3_requests == "direct":
             res = self._res
             if protocol not in res.direct:
@@ -484,7 +484,7 @@ class Storage:
                         res.direct[protocol] = direct_client(self.options_for(protocol),
                                                              self.concurrency)
             client = res.direct[protocol]
-            if client is not None:
+            if client is not None and client.addresses(url):
                 return client.get
         fs = self.filesystem(protocol)
 
@@ -565,7 +565,7 @@ class Storage:
         if data is not None:
             return data
         self._check_pid()
-        cat = self._getter(protocol)  # after the cache: a cached object needs no filesystem
+        cat = self._getter(protocol, url)  # after the cache: a cached object needs no filesystem
 
         def get() -> bytes:
             if max_bytes is None:
@@ -624,7 +624,7 @@ class Storage:
         if protocol is None:
             raise ValueError(f"not a storage URL: {url!r}")
         self._check_pid()
-        cat = self._getter(protocol)
+        cat = self._getter(protocol, url)
         data = bytes(self._with_retries(url, lambda: cat(url, start, end)))
         if len(data) != end - start:
             with self._res.lock:
