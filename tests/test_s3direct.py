@@ -162,11 +162,19 @@ def test_storages_share_one_loop_thread_and_close_their_sessions(
     {"use_ssl": False},
     {"profile": "extsrc-no-such-profile"},
     {"key": "only-a-key", "secret": None},
+    {"config_kwargs": {"read_timeout": None}},
+    {"config_kwargs": {"connect_timeout": "5"}},
+    {"config_kwargs": {"max_pool_connections": 0}},
 ])
 def test_options_it_does_not_understand_read_through_s3fs(s3_server: S3Server,
                                                           extra: dict) -> None:
     options = {**s3_server.storage_options(), **extra}
     assert direct_client(options, 8) is None
+    if "config_kwargs" in extra:  # read through s3fs, not a TypeError from this path
+        storage = Storage(options, retries=0)
+        with pytest.raises(FileReadProblem):  # botocore's verdict on the key and options
+            storage.read(f"s3://{BUCKET}/no/such/key.bin")
+        assert storage._res.direct["s3"] is None
 
 
 def test_an_endpoint_from_the_environment_reads_through_s3fs(s3_server: S3Server,

@@ -226,13 +226,22 @@ def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | No
             return None
     elif not re.match(r"^https?://[^/?#]+/?$", str(endpoint)):
         return None
+    timeouts = (config.get("connect_timeout", 60), config.get("read_timeout", 60))
+    connections = config.get("max_pool_connections", concurrency)
+    # Timeouts of None (no timeout in botocore), strings, a pool of 0...: what botocore makes of
+    # them is botocore's, so s3fs reads (this path would fail on them, or read otherwise).
+    if not (all(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
+                for t in timeouts)
+            and isinstance(connections, int) and not isinstance(connections, bool)
+            and connections >= 1):
+        return None
     return S3Direct(
         endpoint=None if endpoint is None else str(endpoint).rstrip("/"),
         region=region or "us-east-1",
         credentials=credentials,
-        connect_timeout=float(config.get("connect_timeout", 60)),
-        read_timeout=float(config.get("read_timeout", 60)),
-        connections=int(config.get("max_pool_connections", concurrency)),
+        connect_timeout=float(timeouts[0]),
+        read_timeout=float(timeouts[1]),
+        connections=connections,
         ca_bundle=session.get_config_variable("ca_bundle"),
     )
 
