@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import gc
+import gzip
 import logging
 import os
 import pickle
@@ -152,6 +153,22 @@ def test_storages_share_one_loop_thread_and_close_their_sessions(
     gc.collect()
     assert [t.name for t in threading.enumerate()].count("extsrc-s3") == 1
     assert all(s.closed for s in sessions)  # their connections closed with them
+    storage = _storages(s3_server)[0]
+    assert storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]
+    session = storage._res.direct["s3"]._session
+    storage.close()
+    assert session.closed
+    assert storage.read(f"s3://{BUCKET}/plain.bin") == objects["plain.bin"]  # a new session
+
+
+def test_a_gzip_encoded_object_is_read_as_stored(s3_server: S3Server) -> None:
+    stored = gzip.compress(b"not what is stored " * 50)
+    s3_server.make_bucket("extsrc-encoded")
+    s3_server.client().put_object(Bucket="extsrc-encoded", Key="page.html", Body=stored,
+                                  ContentEncoding="gzip")
+    for storage in _storages(s3_server):
+        assert storage.read("s3://extsrc-encoded/page.html") == stored
+        assert storage.read_range("s3://extsrc-encoded/page.html", 3, 20) == stored[3:23]
 
 
 @pytest.mark.parametrize("extra", [
