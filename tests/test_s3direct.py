@@ -194,6 +194,18 @@ def test_options_it_does_not_understand_read_through_s3fs(s3_server: S3Server,
         assert storage._res.direct["s3"] is None
 
 
+@pytest.mark.parametrize(("region", "direct"), [
+    ("eu-west-1", True), ("us-gov-west-1", True), ("cn-north-1", False),
+    ("us-iso-east-1", False), ("us-isob-east-1", False), ("eu-isoe-west-1", False)])
+def test_regions_outside_amazonaws_com_read_through_s3fs(region: str, direct: bool) -> None:
+    with storage_server.fake_credentials():  # no profile or endpoint of the machine's
+        client = direct_client({"key": "k", "secret": "s", "client_kwargs": {
+            "region_name": region}}, 4)
+    assert (client is not None) == direct
+    if direct:
+        assert client._address("bucket", "k")[1] == f"bucket.s3.{region}.amazonaws.com"
+
+
 def test_an_endpoint_from_the_environment_reads_through_s3fs(s3_server: S3Server,
                                                              monkeypatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server.endpoint)
@@ -404,7 +416,7 @@ def test_buckets_it_cannot_address_read_through_s3fs(s3_server: S3Server,
     assert e.value.reason == "unreachable" and "my-ap-123456789012." in str(e.value)
     assert fault_proxy.counts.requests == 0
     on_aws = direct_client({"key": "k", "secret": "s", "client_kwargs": {
-        "region_name": "us-west-2"}}, 4)
+        "region_name": "us-west-2"}}, 4)  # inside s3_server: the environment is the test's
     assert not on_aws.addresses("s3://data--usw2-az1--x-s3/key.bin")  # S3 Express, on AWS
     assert on_aws.addresses("s3://data-usw2--x-s3-not/key.bin")
     assert direct_client(s3_server.storage_options(), 4).addresses(

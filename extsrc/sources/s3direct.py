@@ -222,7 +222,9 @@ def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | No
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     region = client.get("region_name") or session.get_config_variable("region")
     if endpoint is None:
-        if region is None or region.startswith("cn-"):  # unknown, or another partition
+        # unknown, or a partition whose endpoints are not under amazonaws.com (China, the
+        # isolated us-iso-*, us-isob-*, eu-isoe-* regions)
+        if region is None or region.startswith("cn-") or "-iso" in region:
             return None
     elif not re.match(r"^https?://[^/?#]+/?$", str(endpoint)):
         return None
