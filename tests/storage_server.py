@@ -351,6 +351,23 @@ class FaultProxy:
         self._local.conn = None
 
 
+@contextlib.contextmanager
+def local_http_server(handler: type[BaseHTTPRequestHandler],
+                      name: str = "http-fixture") -> Iterator[str]:
+    """A threaded HTTP server on ``127.0.0.1:<free port>`` answering with ``handler`` for the
+    ``with`` block; yields its URL, without a trailing slash."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True, name=name)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
     """A moto S3 server for the test module (skipped without the ``test`` extra)."""

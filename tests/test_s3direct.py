@@ -14,7 +14,7 @@ import re
 import tempfile
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
@@ -319,16 +319,9 @@ def _odd_object(key: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def odd_server() -> Iterator[str]:
-    with storage_server.fake_credentials():
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _OddHandler)
-        server.daemon_threads = True
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-            server.server_close()
+    with storage_server.fake_credentials(), \
+            storage_server.local_http_server(_OddHandler, "odd-s3") as url:
+        yield url
 
 
 def _odd_storage(endpoint: str, **options: Any) -> Storage:
