@@ -13,6 +13,7 @@ import pickle
 import re
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -299,7 +300,15 @@ class _OddHandler(BaseHTTPRequestHandler):
         data = _odd_object(key)
         name = key.rsplit("/", 1)[-1]
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range", ""))
-        if name.startswith("short"):
+        if name.startswith("huge-ignores-range"):  # 1 GB announced, its start sent, then
+            self.send_response(200)                   # nothing until the test is over
+            self.send_header("Content-Length", str(10**9))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+            time.sleep(5)
+            self.close_connection = True
+        elif name.startswith("short"):
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -353,6 +362,10 @@ def test_a_range_is_the_range_asked_or_an_error(odd_server: str) -> None:
     assert storage.read_range("s3://bucket/ignores-range.bin", 50, 100) == whole[50:150]
     assert storage.read_range("s3://bucket/ignores-range.bin", 9, 0) == b""
     assert storage.read("s3://bucket/ignores-range.bin", max_bytes=10_000) == whole
+    # only the bytes up to the range's end are read, not the gigabyte after them
+    hurried = _odd_storage(odd_server, config_kwargs={"read_timeout": 2})
+    assert hurried.read_range("s3://bucket/huge-ignores-range.bin", 50, 100) == \
+        _odd_object("huge-ignores-range.bin")[50:150]
     with pytest.raises(FileReadProblem, match="Content-Range bytes 51-149") as e:
         storage.read_range("s3://bucket/wrong-range.bin", 50, 100)
     assert e.value.reason == "unreadable"

@@ -404,11 +404,15 @@ class S3Direct:
             async with session.get(_encoded(address), headers=headers, proxy=proxy,
                                    allow_redirects=False,
                                    skip_auto_headers=("Content-Type",)) as r:
+                if r.status == 200 and first is not None:
+                    # A server (or a proxy) that ignores Range sends the whole object: the
+                    # range is cut from it, never the object's first bytes returned instead,
+                    # and no more of it is read than the range needs (a range of a shard of
+                    # gigabytes must not read the shard).
+                    return (await _first_bytes(r, end))[first:end]
                 body = await r.read()
                 if r.status == 200:
-                    # A server (or a proxy) that ignores Range sends the whole object: the
-                    # range is cut from it, never the object's first bytes returned instead.
-                    return body if first is None else body[first:end]
+                    return body
                 if r.status == 206:
                     if first is not None and not r.headers.get(
                             "Content-Range", f"bytes {first}-").startswith(f"bytes {first}-"):
@@ -424,6 +428,23 @@ class S3Direct:
                 raise S3ResponseError(r.status, _match(_ERROR_CODE, body) or _code_of(r.status),
                                       _match(_ERROR_MESSAGE, body) or "", url)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+
+async def _first_bytes(r: Any, n: int | None) -> bytes:
+    """The first ``n`` bytes of response ``r``'s body (all of it for ``None``); the connection
+    is closed, not reused, when the rest is left unread."""
+    if n is None:
+        return await r.read()
+    parts, got = [], 0
+    while got < n:
+        chunk = await r.content.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if not r.content.at_eof():
+        r.close()
+    return b"".join(parts)
 
 
 def _match(pattern: re.Pattern[bytes], body: bytes) -> str | None:
