@@ -394,6 +394,22 @@ def test_credentials_from_the_environment_or_none(odd_server: str, monkeypatch) 
     assert e.value.reason == "access_denied"
 
 
+def test_credentials_of_a_profile(odd_server: str, monkeypatch, tmp_path) -> None:
+    (tmp_path / "credentials").write_text(
+        f"[extsrc-odd]\naws_access_key_id = {ODD_KEY}\naws_secret_access_key = {ODD_SECRET}\n"
+        f"[default]\naws_access_key_id = other\naws_secret_access_key = other\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    options = {"endpoint_url": odd_server, "client_kwargs": {"region_name": "eu-west-1"}}
+    storage = Storage({**options, "profile": "extsrc-odd"}, retries=0)
+    assert storage.read("s3://bucket/profiled.bin") == _odd_object("profiled.bin")
+    assert storage._res.direct["s3"] is not None
+    with pytest.raises(FileReadProblem) as e:  # the default profile's keys: not these
+        Storage(options, retries=0).read("s3://bucket/profiled.bin")
+    assert e.value.reason == "access_denied"
+
+
 @pytest.mark.parametrize(("concurrency", "pool", "in_flight"), [(1, None, 1), (6, 2, 2)])
 def test_requests_in_flight_are_bounded_and_retries_never_deadlock(
         s3_server: S3Server, fault_proxy: FaultProxy, objects: dict[str, bytes],
