@@ -270,7 +270,8 @@ def _signature_ok(headers: Any, path: str) -> bool:
 
 class _OddHandler(BaseHTTPRequestHandler):
     """Checks every signature (403 SignatureDoesNotMatch otherwise; bucket ``public`` also
-    answers unsigned requests) and answers GET
+    answers unsigned requests) after appending to Accept-Encoding as a front end may, and answers
+    GET
     ``/<bucket>/<key>`` with :func:`_odd_object`, the way the key's name asks: ``ignores-range``
     sends the whole object to a ranged GET, ``wrong-range`` a range one byte later than asked,
     ``short`` half of the bytes its Content-Length announces."""
@@ -292,6 +293,9 @@ class _OddHandler(BaseHTTPRequestHandler):
         path = self.path  # absolute (http://host/...) when it came through as a proxy
         if "://" in path:
             path = "/" + path.split("://", 1)[1].split("/", 1)[1]
+        if "Accept-Encoding" in self.headers:  # as Google's front end rewrites it
+            self.headers.replace_header("Accept-Encoding",
+                                        self.headers["Accept-Encoding"] + ",gzip(gfe)")
         if not (_signature_ok(self.headers, path) or (path.startswith("/public/")
                                                       and "Authorization" not in self.headers)):
             self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")

@@ -292,7 +292,7 @@ class S3Direct:
 
     def _headers(self, bucket: str, host: str, path: str,
                  extra: Mapping[str, str]) -> dict[str, str]:
-        headers = {"Accept-Encoding": "identity", **extra}
+        headers = dict(extra)
         if self.credentials is not None:
             frozen = self.credentials.get_frozen_credentials()
             region = self.region if self.endpoint is not None else \
@@ -303,6 +303,10 @@ class S3Direct:
         # The host as signed: aiohttp's own Host header drops a default port
         # (https://minio:443) and a trailing dot, and the signature would not match.
         headers["Host"] = host
+        # Unsigned, as botocore leaves it (http.client adds it after signing): front ends
+        # rewrite Accept-Encoding (Google's appends "gzip(gfe)"), and a signed one would then
+        # fail with SignatureDoesNotMatch. Identity: the object's bytes as stored.
+        headers["Accept-Encoding"] = "identity"
         return headers
 
     # -- the event loop and the session ------------------------------------------------------
