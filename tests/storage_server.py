@@ -25,6 +25,7 @@ import http.client
 import logging
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -352,16 +353,19 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def local_http_server(handler: type[BaseHTTPRequestHandler],
-                      name: str = "http-fixture") -> Iterator[str]:
+def local_http_server(handler: type[BaseHTTPRequestHandler], name: str = "http-fixture",
+                      tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """A threaded HTTP server on ``127.0.0.1:<free port>`` answering with ``handler`` for the
-    ``with`` block; yields its URL, without a trailing slash."""
+    ``with`` block (HTTPS with server context ``tls``); yields its URL, without a trailing
+    slash."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True, name=name)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'http' if tls is None else 'https'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

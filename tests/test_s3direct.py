@@ -11,12 +11,16 @@ import logging
 import os
 import pickle
 import re
+import select
+import socket
+import ssl
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 from urllib.parse import unquote
 
 import pytest
@@ -271,12 +275,16 @@ def _signature_ok(headers: Any, path: str) -> bool:
 class _OddHandler(BaseHTTPRequestHandler):
     """Checks every signature (403 SignatureDoesNotMatch otherwise; bucket ``public`` also
     answers unsigned requests) after appending to Accept-Encoding as a front end may, and answers
-    GET
-    ``/<bucket>/<key>`` with :func:`_odd_object`, the way the key's name asks: ``ignores-range``
-    sends the whole object to a ranged GET, ``wrong-range`` a range one byte later than asked,
-    ``short`` half of the bytes its Content-Length announces."""
+    GET ``/<bucket>/<key>`` (``/<key>`` at ``<bucket>.s3.<region>.amazonaws.com``) with
+    :func:`_odd_object`, the way the key's name asks: ``ignores-range`` sends the whole object
+    to a ranged GET, ``huge-ignores-range`` announces 1 GB and sends the start of it,
+    ``wrong-range`` a range one byte later than asked, ``short`` half of the bytes its
+    Content-Length announces. As AWS, its buckets are in ``eu-west-1``: a request to another
+    region's host is answered 301 with ``x-amz-bucket-region``, one signed for another region
+    400 ``AuthorizationHeaderMalformed``. ``hosts`` lists the Host of every request."""
 
     protocol_version = "HTTP/1.1"
+    hosts: ClassVar[list[str]] = []
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
@@ -296,10 +304,23 @@ class _OddHandler(BaseHTTPRequestHandler):
         if "Accept-Encoding" in self.headers:  # as Google's front end rewrites it
             self.headers.replace_header("Accept-Encoding",
                                         self.headers["Accept-Encoding"] + ",gzip(gfe)")
+        host = self.headers["Host"]
+        self.hosts.append(host)
+        on_aws = host.endswith(".amazonaws.com")
+        if on_aws and ".s3.eu-west-1." not in f".{host}":
+            self._send(301, b"<Error><Code>PermanentRedirect</Code></Error>",
+                       x_amz_bucket_region="eu-west-1")
+            return
+        if on_aws and "/eu-west-1/s3/" not in self.headers.get("Authorization", ""):
+            self._send(400, b"<Error><Code>AuthorizationHeaderMalformed</Code>"
+                            b"<Region>eu-west-1</Region></Error>")
+            return
         if not (_signature_ok(self.headers, path) or (path.startswith("/public/")
                                                       and "Authorization" not in self.headers)):
             self._send(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")
             return
+        if on_aws and not host.startswith("s3."):  # virtual-hosted: the bucket in the host
+            path = "/" + host.split(".s3.", 1)[0] + path
         key = unquote(path.split("/", 2)[2])
         data = _odd_object(key)
         name = key.rsplit("/", 1)[-1]
@@ -447,3 +468,102 @@ def test_buckets_it_cannot_address_read_through_s3fs(s3_server: S3Server,
     assert on_aws.addresses("s3://data-usw2--x-s3-not/key.bin")
     assert direct_client(s3_server.storage_options(), 4).addresses(
         "s3://data--usw2-az1--x-s3/key.bin")  # a bucket like any other at an endpoint
+
+
+# -- AWS addressing: the odd server as *.amazonaws.com, over TLS, behind a CONNECT proxy ---------
+
+AWS_NAMES = [f"{w}s3.{r}.amazonaws.com" for r in ("us-east-1", "eu-west-1") for w in ("", "*.")]
+
+
+def _tls_files(folder: Path) -> tuple[Path, ssl.SSLContext]:
+    """A CA (its certificate written to ``folder/ca.pem``) and a server context whose
+    certificate, signed by it, names :data:`AWS_NAMES`."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(name: str, key: Any, issuer: str, issuer_key: Any, ca: bool) -> Any:
+        b = (x509.CertificateBuilder()
+             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+             .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - datetime.timedelta(hours=1))
+             .not_valid_after(now + datetime.timedelta(hours=1))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                 issuer_key.public_key()), critical=False))
+        if ca:
+            b = b.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                                critical=False)
+        else:
+            b = (b.add_extension(x509.SubjectAlternativeName(
+                     [x509.DNSName(n) for n in AWS_NAMES]), critical=False)
+                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                                critical=False))
+        return b.sign(issuer_key, hashes.SHA256())
+
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca = certificate("extsrc test CA", ca_key, "extsrc test CA", ca_key, True)
+    leaf = certificate(AWS_NAMES[0], key, "extsrc test CA", ca_key, False)
+    pem = serialization.Encoding.PEM
+    (folder / "ca.pem").write_bytes(ca.public_bytes(pem))
+    (folder / "server.pem").write_bytes(
+        leaf.public_bytes(pem) + key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                                   serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "server.pem")
+    return folder / "ca.pem", context
+
+
+def _tunnel_to(target: str) -> type[BaseHTTPRequestHandler]:
+    """An HTTPS proxy's handler: every CONNECT, whatever host it names, is tunnelled to
+    ``target`` (``https://127.0.0.1:<port>``)."""
+    address = ("127.0.0.1", int(target.rsplit(":", 1)[1]))
+
+    class Tunnel(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def do_CONNECT(self) -> None:
+            self.close_connection = True
+            with socket.create_connection(address) as upstream:
+                self.send_response(200, "Connection established")
+                self.end_headers()
+                ends = [self.connection, upstream]
+                while True:
+                    ready, _, _ = select.select(ends, [], [], 10)
+                    data = ready and ready[0].recv(65536)
+                    if not data:
+                        return
+                    (upstream if ready[0] is self.connection else self.connection).sendall(data)
+
+    return Tunnel
+
+
+def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
+        tmp_path: Path, monkeypatch) -> None:
+    ca, context = _tls_files(tmp_path)
+    with storage_server.fake_credentials(), \
+            storage_server.local_http_server(_OddHandler, "odd-aws", tls=context) as aws, \
+            storage_server.local_http_server(_tunnel_to(aws), "odd-tunnel") as proxy:
+        for name in ("https_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", proxy)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        _OddHandler.hosts.clear()
+        storage = Storage({"key": ODD_KEY, "secret": ODD_SECRET,
+                           "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
+        for bucket in ("extsrc-far", "extsrc.far.dotted"):
+            for key in ("a b+c.bin", "dir/ünï.bin"):
+                assert storage.read(f"s3://{bucket}/{key}") == _odd_object(f"{key}")
+            assert storage.read_range(f"s3://{bucket}/x.bin", 5, 10) == \
+                _odd_object("x.bin")[5:15]
+        assert storage._res.direct["s3"].endpoint is None
+    assert _OddHandler.hosts == [
+        "extsrc-far.s3.us-east-1.amazonaws.com", *["extsrc-far.s3.eu-west-1.amazonaws.com"] * 3,
+        "s3.us-east-1.amazonaws.com", *["s3.eu-west-1.amazonaws.com"] * 3]
