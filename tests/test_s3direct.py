@@ -280,7 +280,8 @@ class _OddHandler(BaseHTTPRequestHandler):
     to a ranged GET, ``huge-ignores-range`` announces 1 GB and sends the start of it,
     ``wrong-range`` a range one byte later than asked, ``short`` half of the bytes its
     Content-Length announces. As AWS, its buckets are in ``eu-west-1``: a request to another
-    region's host is answered 301 with ``x-amz-bucket-region``, one signed for another region
+    region's host is answered 301 (302 for buckets ``found...``) with ``x-amz-bucket-region``,
+    one signed for another region
     400 ``AuthorizationHeaderMalformed``. ``hosts`` lists the Host of every request."""
 
     protocol_version = "HTTP/1.1"
@@ -308,7 +309,8 @@ class _OddHandler(BaseHTTPRequestHandler):
         self.hosts.append(host)
         on_aws = host.endswith(".amazonaws.com")
         if on_aws and ".s3.eu-west-1." not in f".{host}":
-            self._send(301, b"<Error><Code>PermanentRedirect</Code></Error>",
+            self._send(302 if host.startswith("found") else 301,  # both seen from S3
+                       b"<Error><Code>PermanentRedirect</Code></Error>",
                        x_amz_bucket_region="eu-west-1")
             return
         if on_aws and "/eu-west-1/s3/" not in self.headers.get("Authorization", ""):
@@ -558,7 +560,7 @@ def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
         _OddHandler.hosts.clear()
         storage = Storage({"key": ODD_KEY, "secret": ODD_SECRET,
                            "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
-        for bucket in ("extsrc-far", "extsrc.far.dotted"):
+        for bucket in ("extsrc-far", "extsrc.far.dotted", "found-far"):
             for key in ("a b+c.bin", "dir/ünï.bin"):
                 assert storage.read(f"s3://{bucket}/{key}") == _odd_object(f"{key}")
             assert storage.read_range(f"s3://{bucket}/x.bin", 5, 10) == \
@@ -566,4 +568,5 @@ def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
         assert storage._res.direct["s3"].endpoint is None
     assert _OddHandler.hosts == [
         "extsrc-far.s3.us-east-1.amazonaws.com", *["extsrc-far.s3.eu-west-1.amazonaws.com"] * 3,
-        "s3.us-east-1.amazonaws.com", *["s3.eu-west-1.amazonaws.com"] * 3]
+        "s3.us-east-1.amazonaws.com", *["s3.eu-west-1.amazonaws.com"] * 3,
+        "found-far.s3.us-east-1.amazonaws.com", *["found-far.s3.eu-west-1.amazonaws.com"] * 3]

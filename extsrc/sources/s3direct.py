@@ -425,7 +425,7 @@ class S3Direct:
                             f"Content-Range {r.headers['Content-Range']}", url)
                     return body
                 moved = r.headers.get("x-amz-bucket-region") or _match(_ERROR_REGION, body)
-                if (attempt == 0 and self.endpoint is None and r.status in (301, 307, 400)
+                if (attempt == 0 and self.endpoint is None and r.status in (301, 302, 307, 400)
                         and moved and moved != self.bucket_regions.get(bucket, self.region)):
                     self.bucket_regions[bucket] = moved  # resent once to the bucket's region
                     continue
