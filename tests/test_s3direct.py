@@ -437,6 +437,17 @@ def test_credentials_of_a_profile(odd_server: str, monkeypatch, tmp_path) -> Non
     assert e.value.reason == "access_denied"
 
 
+def test_a_reset_connection_is_retried_and_counted(s3_server: S3Server, fault_proxy: FaultProxy,
+                                                   objects: dict[str, bytes]) -> None:
+    fault_proxy.reset(Faults(drop=1.0, times=1))  # each object's first GET: a TCP reset
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint), backoff=0.001,
+                      coalesce_gap=None)
+    urls = [f"s3://{BUCKET}/{k}" for k in KEYS[:4]]
+    assert storage.read_many(urls) == [objects[k] for k in KEYS[:4]]
+    assert storage.stats.retries == fault_proxy.counts.drop == 4
+    assert storage.stats.failures == 0
+
+
 @pytest.mark.parametrize(("concurrency", "pool", "in_flight"), [(1, None, 1), (6, 2, 2)])
 def test_requests_in_flight_are_bounded_and_retries_never_deadlock(
         s3_server: S3Server, fault_proxy: FaultProxy, objects: dict[str, bytes],

@@ -336,7 +336,7 @@ class S3Direct:
         import aiohttp
 
         context = ssl.create_default_context(cafile=self.ca_bundle)
-        return aiohttp.ClientSession(
+        session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.connections, ssl=context),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
                                           sock_read=self.read_timeout),
@@ -346,6 +346,12 @@ class S3Direct:
             # which cost more CPU than the request itself.
             trust_env=False,
         )
+        # aiohttp resends a GET once, at once and uncounted, when its connection is reset or
+        # closed; extsrc retries itself (counted in Storage.stats, with backoff, at most
+        # Storage.retries times), as botocore's own retries are turned off for s3fs.
+        if hasattr(session, "_retry_connection"):
+            session._retry_connection = False
+        return session
 
     def _proxy(self, scheme: str, host: str) -> str | None:
         found = self._proxies.get(host, False)
