@@ -421,6 +421,31 @@ def test_credentials_from_the_environment_or_none(odd_server: str, monkeypatch) 
     assert e.value.reason == "access_denied"
 
 
+def test_credentials_refreshed_slowly_do_not_stall_other_reads(odd_server: str) -> None:
+    from botocore.credentials import RefreshableCredentials
+
+    def refresh(wait: float = 1.0) -> dict[str, Any]:  # an STS or SSO call taking its time
+        time.sleep(wait)
+        expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=12)
+        return {"access_key": ODD_KEY, "secret_key": ODD_SECRET, "token": None,
+                "expiry_time": expiry.isoformat()}  # soon enough that each use refreshes
+
+    def client(credentials: Any) -> S3Direct:
+        return S3Direct(endpoint=odd_server, region="eu-west-1", credentials=credentials,
+                        connect_timeout=5, read_timeout=5, connections=4, ca_bundle=None)
+
+    slow = client(RefreshableCredentials.create_from_metadata(refresh(0), refresh, "test"))
+    fast = client(Credentials(ODD_KEY, ODD_SECRET))
+    assert fast.get("s3://bucket/warm.bin") == _odd_object("warm.bin")
+    reader = threading.Thread(target=slow.get, args=("s3://bucket/slow.bin",))
+    reader.start()
+    time.sleep(0.1)  # its credentials being refreshed
+    started = time.monotonic()
+    assert fast.get("s3://bucket/fast.bin") == _odd_object("fast.bin")
+    assert time.monotonic() - started < 0.5  # not after the refresh: the loop was free
+    reader.join()
+
+
 def test_credentials_of_a_profile(odd_server: str, monkeypatch, tmp_path) -> None:
     (tmp_path / "credentials").write_text(
         f"[extsrc-odd]\naws_access_key_id = {ODD_KEY}\naws_secret_access_key = {ODD_SECRET}\n"

@@ -402,15 +402,26 @@ class S3Direct:
             first = 0 if start is None else start
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
         session = self._session_here()
+        request = self._request(bucket, key, extra)
         return asyncio.run_coroutine_threadsafe(
-            self._get(session, url, bucket, key, extra, first, end), _process_loop()).result()
+            self._get(session, url, bucket, key, extra, first, end, request),
+            _process_loop()).result()
 
-    async def _get(self, session: Any, url: str, bucket: str, key: str,
-                   extra: dict[str, str], first: int | None, end: int | None) -> bytes:
+    def _request(self, bucket: str, key: str,
+                 extra: Mapping[str, str]) -> tuple[str, dict[str, str], str | None]:
+        """The URL, signed headers and proxy of a GET of ``key`` in ``bucket``. Made outside
+        the loop thread: refreshing credentials that expire (an instance role, SSO, an assumed
+        role) may wait on the network, and the loop thread serves every client of the
+        process."""
+        address, host, path = self._address(bucket, key)
+        return (address, self._headers(bucket, host, path, extra),
+                self._proxy(address.split("://", 1)[0], host))
+
+    async def _get(self, session: Any, url: str, bucket: str, key: str, extra: dict[str, str],
+                   first: int | None, end: int | None,
+                   request: tuple[str, dict[str, str], str | None]) -> bytes:
         for attempt in range(2):
-            address, host, path = self._address(bucket, key)
-            headers = self._headers(bucket, host, path, extra)
-            proxy = self._proxy(address.split("://", 1)[0], host)
+            address, headers, proxy = request
             async with session.get(_encoded(address), headers=headers, proxy=proxy,
                                    allow_redirects=False,
                                    skip_auto_headers=("Content-Type",)) as r:
@@ -434,6 +445,8 @@ class S3Direct:
                 if (attempt == 0 and self.endpoint is None and r.status in (301, 302, 307, 400)
                         and moved and moved != self.bucket_regions.get(bucket, self.region)):
                     self.bucket_regions[bucket] = moved  # resent once to the bucket's region
+                    request = await asyncio.get_running_loop().run_in_executor(
+                        None, self._request, bucket, key, extra)
                     continue
                 raise S3ResponseError(r.status, _match(_ERROR_CODE, body) or _code_of(r.status),
                                       _match(_ERROR_MESSAGE, body) or "", url)
