@@ -180,6 +180,9 @@ _DENIED_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied</Message><RequestId>extsrc-test</RequestId></Error>"
 )
+# How often a test server looks for shutdown: socketserver's 0.5 s made each teardown wait
+# that long.
+_POLL = 0.05
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
                           "te", "trailer", "upgrade"})
 
@@ -290,7 +293,8 @@ class FaultProxy:
         self._server = _ProxyServer(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": _POLL}, daemon=True,
                                         name="fault-proxy")
 
     def __enter__(self) -> FaultProxy:
@@ -362,7 +366,8 @@ def local_http_server(handler: type[BaseHTTPRequestHandler], name: str = "http-f
     server.daemon_threads = True
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name=name)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": _POLL},
+                              daemon=True, name=name)
     thread.start()
     try:
         yield f"{'http' if tls is None else 'https'}://127.0.0.1:{server.server_address[1]}"
