@@ -251,8 +251,10 @@ def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | No
 class S3Direct:
     """Signed GETs of S3 objects and byte ranges from one process (see the module docstring).
 
-    :meth:`get` is called from any thread and blocks until the bytes are there; the requests
-    run on this object's event loop thread, made on first use in the process that uses it."""
+    :meth:`get` is called from any thread, signs the request there and blocks until the bytes
+    are there; the requests run on the process's event loop thread (shared by every client),
+    through this client's session, made on first use in the process that uses it and closed by
+    :meth:`close`, when the client is collected, or at exit."""
 
     def __init__(self, *, endpoint: str | None, region: str, credentials: Any,
                  connect_timeout: float, read_timeout: float, connections: int,
