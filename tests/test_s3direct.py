@@ -14,6 +14,8 @@ import re
 import select
 import socket
 import ssl
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -145,6 +147,28 @@ def test_a_storage_picklable_and_forked_reads_directly(s3_server: S3Server,
         assert os.waitpid(pid, 0)[1] == 0
         stderr.seek(0)
         assert stderr.read().decode() == ""
+
+
+def test_a_process_that_read_exits_without_a_word(s3_server: S3Server,
+                                                  objects: dict[str, bytes]) -> None:
+    # Nothing closed by hand, a read in a forked child through its parent's Storage and
+    # client, both exiting through sys.exit: the sessions close at exit (the child's own) or
+    # are left alone (the parent's, in the child), and nothing is printed.
+    code = (
+        "import os, sys\n"
+        "from extsrc.sources.storage import Storage\n"
+        f"storage = Storage({s3_server.storage_options()!r})\n"
+        f"url = 's3://{BUCKET}/plain.bin'\n"
+        "assert storage.read(url)\n"
+        "client = storage._res.direct['s3']\n"
+        "if os.fork() == 0:\n"
+        "    assert storage.read(url) and client.get(url, 0, 3)\n"
+        "    sys.exit(0)\n"
+        "assert os.wait()[1] == 0\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "")
 
 
 def test_storages_share_one_loop_thread_and_close_their_sessions(
