@@ -25,6 +25,7 @@ import http.client
 import logging
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -179,6 +180,9 @@ _DENIED_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
     b"<Message>Access Denied</Message><RequestId>extsrc-test</RequestId></Error>"
 )
+# How often a test server looks for shutdown: socketserver's 0.5 s made each teardown wait
+# that long.
+_POLL = 0.05
 _HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
                           "te", "trailer", "upgrade"})
 
@@ -289,7 +293,8 @@ class FaultProxy:
         self._server = _ProxyServer(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": _POLL}, daemon=True,
                                         name="fault-proxy")
 
     def __enter__(self) -> FaultProxy:
@@ -349,6 +354,27 @@ class FaultProxy:
 
     def forget_connection(self) -> None:
         self._local.conn = None
+
+
+@contextlib.contextmanager
+def local_http_server(handler: type[BaseHTTPRequestHandler], name: str = "http-fixture",
+                      tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """A threaded HTTP server on ``127.0.0.1:<free port>`` answering with ``handler`` for the
+    ``with`` block (HTTPS with server context ``tls``); yields its URL, without a trailing
+    slash."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": _POLL},
+                              daemon=True, name=name)
+    thread.start()
+    try:
+        yield f"{'http' if tls is None else 'https'}://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")

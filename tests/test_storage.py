@@ -335,7 +335,7 @@ def http_root(dataset: dict) -> Iterator[str]:
     """The local copy of the dataset served by ``http.server`` on 127.0.0.1 (fsspec's HTTP
     filesystem reads it through aiohttp); its URL, without a trailing slash."""
     pytest.importorskip("aiohttp", reason="needs aiohttp (pip install extsrc[http])")
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import SimpleHTTPRequestHandler
 
     folder = str(dataset["local"].parent)
 
@@ -346,16 +346,8 @@ def http_root(dataset: dict) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True, name="http-fixture")
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with storage_server.local_http_server(Handler) as url:
+        yield url
 
 
 def http_manifest(dataset: dict, http_root: str, path: Path, extra: str = "") -> list[str]:

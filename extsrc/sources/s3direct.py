@@ -8,8 +8,10 @@ network. :class:`S3Direct` does only what a GET of an object or a byte range nee
 * Signature Version 4 with ``UNSIGNED-PAYLOAD``, the credentials resolved by botocore (given
   keys, the environment, a profile, an instance role; refreshed by botocore when they expire),
   or unsigned requests for ``anon=True``;
-* one aiohttp session per process on an event loop thread of its own, with as many connections
-  as the :class:`~extsrc.sources.storage.Storage` has requests in flight;
+* one aiohttp session per client and process, with as many connections as the
+  :class:`~extsrc.sources.storage.Storage` has requests in flight, on one event loop thread
+  per process that every client shares (as fsspec shares its own): a program that makes many
+  Storages does not collect a thread for each;
 * S3's answers mapped to what :func:`extsrc.sources.storage.classify` reads (``NoSuchKey``,
   ``AccessDenied``, ``SlowDown``, 5xx, ``InvalidRange``), so retries, skips and messages are the
   same as through s3fs.
@@ -25,19 +27,21 @@ Addressing: with ``endpoint_url`` (MinIO, R2, Ceph, a local server) path-style
 ``<endpoint>/<bucket>/<key>``; on AWS virtual-hosted ``https://<bucket>.s3.<region>.amazonaws.com``
 (path-style for bucket names with dots). A bucket in another region than the one configured
 answers with its region (``x-amz-bucket-region``), which is remembered and the request resent
-once, as botocore does.
+once, as botocore does. Buckets named by an ARN (access points, Outposts) and, on AWS, S3 Express
+directory buckets are not addressed here: their URLs read through s3fs
+(:meth:`S3Direct.addresses`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import datetime
 import hashlib
 import hmac
 import os
 import re
 import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -63,6 +67,55 @@ _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 _ERROR_CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 _ERROR_MESSAGE = re.compile(rb"<Message>([^<]{0,300})</Message>")
 _ERROR_REGION = re.compile(rb"<Region>([a-z0-9-]{1,40})</Region>")
+
+
+# The event loop thread of this process (pid -> loop), made on first use. A forked child makes its
+# own: the parent's thread does not exist there, and the parent's loop and sessions are kept
+# referenced in the child, never closed or collected there (collecting an open aiohttp session
+# prints "Unclosed client session" from a reader process).
+_LOOPS: dict[int, asyncio.AbstractEventLoop] = {}
+_FORKED_AWAY: list[Any] = []
+_LOCK = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    # A lock held by another thread of the parent at fork time stays held in the child forever.
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _process_loop() -> asyncio.AbstractEventLoop:
+    pid = os.getpid()
+    loop = _LOOPS.get(pid)
+    if loop is None:
+        with _LOCK:
+            loop = _LOOPS.get(pid)
+            if loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="extsrc-s3", daemon=True).start()
+                _LOOPS[pid] = loop
+    return loop
+
+
+def _release(session: Any, pid: int) -> None:
+    """Close ``session`` (made in process ``pid``): at :meth:`S3Direct.close`, when its client
+    is collected, or at interpreter exit (a ``weakref.finalize``, so no client is kept alive)."""
+    if pid != os.getpid():
+        _FORKED_AWAY.append(session)
+        return
+    loop = _LOOPS.get(pid)
+    if loop is None or session.closed:
+        return
+    done = asyncio.run_coroutine_threadsafe(session.close(), loop)
+    if threading.current_thread().name != "extsrc-s3":  # waiting on the loop's own thread
+        try:                                             # would wait for ever
+            done.result(timeout=5)
+        except Exception:  # a close at exit or in a collection: nothing to report to
+            pass
 
 
 class S3ResponseError(OSError):
@@ -169,17 +222,28 @@ def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | No
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     region = client.get("region_name") or session.get_config_variable("region")
     if endpoint is None:
-        if region is None or region.startswith("cn-"):  # unknown, or another partition
+        # unknown, or a partition whose endpoints are not under amazonaws.com (China, the
+        # isolated us-iso-*, us-isob-*, eu-isoe-* regions)
+        if region is None or region.startswith("cn-") or "-iso" in region:
             return None
     elif not re.match(r"^https?://[^/?#]+/?$", str(endpoint)):
+        return None
+    timeouts = (config.get("connect_timeout", 60), config.get("read_timeout", 60))
+    connections = config.get("max_pool_connections", concurrency)
+    # Timeouts of None (no timeout in botocore), strings, a pool of 0...: what botocore makes of
+    # them is botocore's, so s3fs reads (this path would fail on them, or read otherwise).
+    if not (all(isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0
+                for t in timeouts)
+            and isinstance(connections, int) and not isinstance(connections, bool)
+            and connections >= 1):
         return None
     return S3Direct(
         endpoint=None if endpoint is None else str(endpoint).rstrip("/"),
         region=region or "us-east-1",
         credentials=credentials,
-        connect_timeout=float(config.get("connect_timeout", 60)),
-        read_timeout=float(config.get("read_timeout", 60)),
-        connections=int(config.get("max_pool_connections", concurrency)),
+        connect_timeout=float(timeouts[0]),
+        read_timeout=float(timeouts[1]),
+        connections=connections,
         ca_bundle=session.get_config_variable("ca_bundle"),
     )
 
@@ -187,8 +251,10 @@ def direct_client(options: Mapping[str, Any], concurrency: int) -> S3Direct | No
 class S3Direct:
     """Signed GETs of S3 objects and byte ranges from one process (see the module docstring).
 
-    :meth:`get` is called from any thread and blocks until the bytes are there; the requests
-    run on this object's event loop thread, made on first use in the process that uses it."""
+    :meth:`get` is called from any thread, signs the request there and blocks until the bytes
+    are there; the requests run on the process's event loop thread (shared by every client),
+    through this client's session, made on first use in the process that uses it and closed by
+    :meth:`close`, when the client is collected, or at exit."""
 
     def __init__(self, *, endpoint: str | None, region: str, credentials: Any,
                  connect_timeout: float, read_timeout: float, connections: int,
@@ -198,12 +264,19 @@ class S3Direct:
         self.connections, self.ca_bundle = connections, ca_bundle
         self.bucket_regions: dict[str, str] = {}
         self._proxies: dict[str, Any] = {}
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._session: Any = None
+        self._closer: weakref.finalize | None = None
         self._pid = os.getpid()
 
     # -- addressing and signing ---------------------------------------------------------------
+
+    def addresses(self, url: str) -> bool:
+        """Whether this client can address ``url``'s bucket itself: not an access point or
+        Outposts ARN (``s3://arn:aws:s3:...``), nor on AWS an S3 Express directory bucket
+        (``...--x-s3``: zonal endpoints and session credentials). Those read through s3fs,
+        whose botocore resolves them."""
+        bucket = url.split("://", 1)[-1].lstrip("/").split("/", 1)[0]
+        return ":" not in bucket and not (self.endpoint is None and bucket.endswith("--x-s3"))
 
     def _address(self, bucket: str, key: str) -> tuple[str, str, str]:
         """``(url, host, encoded path)`` of ``key`` in ``bucket``."""
@@ -221,32 +294,43 @@ class S3Direct:
 
     def _headers(self, bucket: str, host: str, path: str,
                  extra: Mapping[str, str]) -> dict[str, str]:
-        headers = {"Accept-Encoding": "identity", **extra}
-        if self.credentials is None:
-            return headers
-        frozen = self.credentials.get_frozen_credentials()
-        region = self.region if self.endpoint is not None else \
-            self.bucket_regions.get(bucket, self.region)
-        return sigv4_headers("GET", host, path, region, frozen.access_key, frozen.secret_key,
-                             frozen.token, datetime.datetime.now(datetime.timezone.utc), headers)
+        headers = dict(extra)
+        if self.credentials is not None:
+            frozen = self.credentials.get_frozen_credentials()
+            region = self.region if self.endpoint is not None else \
+                self.bucket_regions.get(bucket, self.region)
+            headers = sigv4_headers("GET", host, path, region, frozen.access_key,
+                                    frozen.secret_key, frozen.token,
+                                    datetime.datetime.now(datetime.timezone.utc), headers)
+        # The host as signed: aiohttp's own Host header drops a default port
+        # (https://minio:443) and a trailing dot, and the signature would not match.
+        headers["Host"] = host
+        # Unsigned, as botocore leaves it (http.client adds it after signing): front ends
+        # rewrite Accept-Encoding (Google's appends "gzip(gfe)"), and a signed one would then
+        # fail with SignatureDoesNotMatch. Identity: the object's bytes as stored.
+        headers["Accept-Encoding"] = "identity"
+        return headers
 
-    # -- the event loop and its session -------------------------------------------------------
+    # -- the event loop and the session ------------------------------------------------------
 
-    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
-        if self._pid != os.getpid():  # forked: the parent's loop thread does not exist here
-            self._pid, self._loop, self._session = os.getpid(), None, None
-            self._lock = threading.Lock()
-        if self._loop is None:
-            with self._lock:
-                if self._loop is None:
-                    loop = asyncio.new_event_loop()
-                    threading.Thread(target=loop.run_forever, name="extsrc-s3",
-                                     daemon=True).start()
-                    self._session = asyncio.run_coroutine_threadsafe(
+    def _session_here(self) -> Any:
+        """This client's session in this process, made on first use (again after a fork or
+        :meth:`close`)."""
+        if self._session is None or self._pid != os.getpid():
+            loop = _process_loop()  # before the lock: it takes the lock itself to make one
+            with _LOCK:
+                if self._pid != os.getpid():  # forked: the parent's session is not ours
+                    if self._closer is not None:
+                        self._closer.detach()
+                    if self._session is not None:
+                        _FORKED_AWAY.append(self._session)
+                    self._pid, self._session, self._closer = os.getpid(), None, None
+                if self._session is None:
+                    session = asyncio.run_coroutine_threadsafe(
                         self._make_session(), loop).result()
-                    self._loop = loop
-                    atexit.register(self.close)
-        return self._loop
+                    self._closer = weakref.finalize(self, _release, session, self._pid)
+                    self._session = session
+        return self._session
 
     async def _make_session(self) -> Any:
         import ssl
@@ -254,7 +338,7 @@ class S3Direct:
         import aiohttp
 
         context = ssl.create_default_context(cafile=self.ca_bundle)
-        return aiohttp.ClientSession(
+        session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.connections, ssl=context),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout,
                                           sock_read=self.read_timeout),
@@ -264,6 +348,12 @@ class S3Direct:
             # which cost more CPU than the request itself.
             trust_env=False,
         )
+        # aiohttp resends a GET once, at once and uncounted, when its connection is reset or
+        # closed; extsrc retries itself (counted in Storage.stats, with backoff, at most
+        # Storage.retries times), as botocore's own retries are turned off for s3fs.
+        if hasattr(session, "_retry_connection"):
+            session._retry_connection = False
+        return session
 
     def _proxy(self, scheme: str, host: str) -> str | None:
         found = self._proxies.get(host, False)
@@ -278,80 +368,136 @@ class S3Direct:
         return found
 
     def close(self) -> None:
-        """Close the session and stop the loop thread (a later :meth:`get` makes new ones)."""
-        loop, session = self._loop, self._session
-        if loop is None or self._pid != os.getpid():
-            return
-        self._loop = self._session = None
-        try:
-            asyncio.run_coroutine_threadsafe(session.close(), loop).result(timeout=5)
-        except Exception:  # closing at exit: nothing to report to
-            pass
-        loop.call_soon_threadsafe(loop.stop)
+        """Close this client's session (a later :meth:`get` makes a new one); the process's
+        loop thread stays, for the other clients and later reads."""
+        with _LOCK:
+            closer, self._closer, self._session = self._closer, None, None
+        if closer is not None:
+            closer()
 
     def __getstate__(self) -> dict[str, Any]:
-        # Picklable as its settings: the loop, session and lock belong to one process.
+        # Picklable as its settings: the session belongs to one process.
         state = dict(self.__dict__)
-        state.update(_loop=None, _session=None, _lock=None, bucket_regions={}, _proxies={})
+        state.update(_session=None, _closer=None, bucket_regions={}, _proxies={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock, self._pid = threading.Lock(), os.getpid()
+        self._pid = os.getpid()
 
     # -- reading ------------------------------------------------------------------------------
 
     def get(self, url: str, start: int | None = None, end: int | None = None) -> bytes:
         """The bytes of ``s3://bucket/key`` ``url``, or of ``[start, end)`` of it (fewer where
-        the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors
-        and aiohttp's exceptions for network failures."""
-        loop = self._ensure_loop()
-        return asyncio.run_coroutine_threadsafe(self._get(*self._request(url, start, end)),
-                                                loop).result()
+        the object is shorter, as S3 answers); raises :class:`S3ResponseError` for S3's errors,
+        aiohttp's exceptions for network failures and ``ValueError`` for a URL that names no
+        object."""
+        session = self._session_here()
+        return asyncio.run_coroutine_threadsafe(
+            self._get(session, *self._prepare(url, start, end)), _process_loop()).result()
 
     def get_many(self, requests: Sequence[tuple[str, int | None, int | None]]
                  ) -> list[bytes | BaseException]:
         """:meth:`get` of every ``(url, start, end)``, all sent at once from the event loop (as
         many in flight as the session has connections), in order; a failed one's place holds
-        its exception."""
-        loop = self._ensure_loop()
+        its exception. The requests are signed here, in the calling thread, as :meth:`get`
+        signs them."""
+        session = self._session_here()
+        prepared: list[Any] = []
+        for r in requests:
+            try:
+                prepared.append(self._prepare(*r))
+            except ValueError as e:
+                prepared.append(e)
+
+        async def one(p: Any) -> bytes:
+            if isinstance(p, BaseException):
+                raise p
+            return await self._get(session, *p)
 
         async def every() -> list[bytes | BaseException]:
-            return await asyncio.gather(*(self._get(*self._request(*r)) for r in requests),
-                                        return_exceptions=True)
+            return await asyncio.gather(*(one(p) for p in prepared), return_exceptions=True)
 
-        return asyncio.run_coroutine_threadsafe(every(), loop).result()
+        return asyncio.run_coroutine_threadsafe(every(), _process_loop()).result()
 
-    @staticmethod
-    def _request(url: str, start: int | None = None, end: int | None = None
-                 ) -> tuple[str, str, str, dict[str, str]]:
-        """``(url, bucket, key, headers)`` of a GET of ``url`` or of ``[start, end)`` of it."""
-        bucket, _, key = url.split("://", 1)[1].partition("/")
+    def _prepare(self, url: str, start: int | None = None, end: int | None = None
+                 ) -> tuple[Any, ...]:
+        """The arguments of :meth:`_get` after its session: a GET of ``url`` or of ``[start,
+        end)`` of it, signed."""
+        # Leading slashes dropped as s3fs drops them (s3:///bucket/key).
+        bucket, _, key = url.split("://", 1)[1].lstrip("/").partition("/")
+        if not bucket or not key:
+            # A GET of a bucket is a listing: its XML must never come back as an object's bytes.
+            raise ValueError(f"{url!r} names no S3 object: an object's URL is "
+                             f"s3://<bucket>/<key>")
         extra = {}
+        first = None
         if start is not None or end is not None:
             first = 0 if start is None else start
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
-        return url, bucket, key, extra
+        return url, bucket, key, extra, first, end, self._request(bucket, key, extra)
 
-    async def _get(self, url: str, bucket: str, key: str, extra: dict[str, str]) -> bytes:
+    def _request(self, bucket: str, key: str,
+                 extra: Mapping[str, str]) -> tuple[str, dict[str, str], str | None]:
+        """The URL, signed headers and proxy of a GET of ``key`` in ``bucket``. Made outside
+        the loop thread: refreshing credentials that expire (an instance role, SSO, an assumed
+        role) may wait on the network, and the loop thread serves every client of the
+        process."""
+        address, host, path = self._address(bucket, key)
+        return (address, self._headers(bucket, host, path, extra),
+                self._proxy(address.split("://", 1)[0], host))
+
+    async def _get(self, session: Any, url: str, bucket: str, key: str, extra: dict[str, str],
+                   first: int | None, end: int | None,
+                   request: tuple[str, dict[str, str], str | None]) -> bytes:
         for attempt in range(2):
-            address, host, path = self._address(bucket, key)
-            headers = self._headers(bucket, host, path, extra)
-            proxy = self._proxy(address.split("://", 1)[0], host)
-            async with self._session.get(_encoded(address), headers=headers, proxy=proxy,
-                                         allow_redirects=False,
-                                         skip_auto_headers=("Content-Type",)) as r:
+            address, headers, proxy = request
+            async with session.get(_encoded(address), headers=headers, proxy=proxy,
+                                   allow_redirects=False,
+                                   skip_auto_headers=("Content-Type",)) as r:
+                if r.status == 200 and first is not None:
+                    # A server (or a proxy) that ignores Range sends the whole object: the
+                    # range is cut from it, never the object's first bytes returned instead,
+                    # and no more of it is read than the range needs (a range of a shard of
+                    # gigabytes must not read the shard).
+                    return (await _first_bytes(r, end))[first:end]
                 body = await r.read()
-                if r.status in (200, 206):
+                if r.status == 200:
+                    return body
+                if r.status == 206:
+                    if first is not None and not r.headers.get(
+                            "Content-Range", f"bytes {first}-").startswith(f"bytes {first}-"):
+                        raise S3ResponseError(  # not InvalidRange: that means an empty object
+                            206, "", f"asked for {extra['Range']}, the answer has "
+                            f"Content-Range {r.headers['Content-Range']}", url)
                     return body
                 moved = r.headers.get("x-amz-bucket-region") or _match(_ERROR_REGION, body)
-                if (attempt == 0 and self.endpoint is None and r.status in (301, 307, 400)
+                if (attempt == 0 and self.endpoint is None and r.status in (301, 302, 307, 400)
                         and moved and moved != self.bucket_regions.get(bucket, self.region)):
                     self.bucket_regions[bucket] = moved  # resent once to the bucket's region
+                    request = await asyncio.get_running_loop().run_in_executor(
+                        None, self._request, bucket, key, extra)
                     continue
                 raise S3ResponseError(r.status, _match(_ERROR_CODE, body) or _code_of(r.status),
                                       _match(_ERROR_MESSAGE, body) or "", url)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+
+async def _first_bytes(r: Any, n: int | None) -> bytes:
+    """The first ``n`` bytes of response ``r``'s body (all of it for ``None``); the connection
+    is closed, not reused, when the rest is left unread."""
+    if n is None:
+        return await r.read()
+    parts, got = [], 0
+    while got < n:
+        chunk = await r.content.read(n - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    if not r.content.at_eof():
+        r.close()
+    return b"".join(parts)
 
 
 def _match(pattern: re.Pattern[bytes], body: bytes) -> str | None:

@@ -377,10 +377,10 @@ class Storage:
                     res.fs[protocol] = fs
         return fs
 
-    def _getter(self, protocol: str) -> Callable[..., bytes]:
+    def _getter(self, protocol: str, url: str) -> Callable[..., bytes]:
         """``get(url, start=None, end=None)`` reading the bytes of ``url`` (or ``[start,
-        end)`` of it) for ``protocol``: the direct S3 client where it applies, else the
-        filesystem's ``cat_file``."""
+        end)`` of it) for ``protocol``: the direct S3 client where it applies (to the options
+        and to ``url``'s bucket), else the filesystem's ``cat_file``."""
         if protocol in ("s3", "s3a") and self.s3_requests == "direct":
             res = self._res
             if protocol not in res.direct:
@@ -392,7 +392,7 @@ class Storage:
                         res.direct[protocol] = direct_client(self.options_for(protocol),
                                                              self.concurrency)
             client = res.direct[protocol]
-            if client is not None:
+            if client is not None and client.addresses(url):
                 return client.get
         fs = self.filesystem(protocol)
 
@@ -485,7 +485,7 @@ class Storage:
         """:meth:`read` past its cache: the GET with retries (``first``: the failure of one
         already made), then :meth:`_fetched`."""
         self._check_pid()
-        cat = self._getter(protocol)  # after the cache: a cached object needs no filesystem
+        cat = self._getter(protocol, url)  # after the cache: a cached object needs no filesystem
 
         def get() -> bytes:
             if max_bytes is None:
@@ -560,7 +560,8 @@ class Storage:
 
     def _direct_client(self, urls: Sequence[str]) -> Any:
         """The direct S3 client that reads all of ``urls`` (several, every one ``s3://`` or
-        every one ``s3a://``), or ``None``: then each is read on its own."""
+        every one ``s3a://``, every bucket one it addresses), or ``None``: then each is read on
+        its own."""
         if len(urls) <= 1:
             return None
         protocol = url_protocol(urls[0])
@@ -568,8 +569,11 @@ class Storage:
                 any(url_protocol(u) != protocol for u in urls):
             return None
         self._check_pid()
-        self._getter(protocol)  # makes the client, or records that these options need s3fs
-        return self._res.direct.get(protocol)
+        self._getter(protocol, urls[0])  # makes the client, or records that s3fs reads instead
+        client = self._res.direct.get(protocol)
+        if client is None or not all(client.addresses(u) for u in urls):
+            return None
+        return client
 
     def read_range(self, url: str, offset: int, size: int, *, cache: bool = True) -> bytes:
         """``size`` bytes at ``offset`` of the object at ``url`` in one ranged GET (a member of
@@ -594,7 +598,7 @@ class Storage:
         if protocol is None:
             raise ValueError(f"not a storage URL: {url!r}")
         self._check_pid()
-        cat = self._getter(protocol)
+        cat = self._getter(protocol, url)
         data = bytes(self._with_retries(url, lambda: cat(url, start, end)))
         if len(data) != end - start:
             with self._res.lock:
