@@ -19,7 +19,7 @@ network. :class:`S3Direct` does only what a GET of an object or a byte range nee
 :func:`direct_client` builds one only from options it fully understands (keys or a profile, a
 region, ``endpoint_url``, timeouts, pool size) and returns ``None`` for anything else
 (requester-pays, SSE-C keys, an addressing style, accelerate or FIPS endpoints, a region it
-cannot know without asking the bucket, ...): those read through s3fs as before. Listing,
+cannot know without asking the bucket, ...): those read through s3fs. Listing,
 ``info`` and manifests always go through s3fs. ``Storage(s3_requests="s3fs")`` turns this path
 off.
 
