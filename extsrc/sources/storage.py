@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -48,6 +47,7 @@ from typing import Any
 
 from extsrc.sources.fileread import FileReadProblem
 from extsrc.sources.rangemerge import Span, merge_ranges
+from extsrc.sources.storagecache import DiskCache
 from extsrc.sources.storagefailures import (
     backoff_delay,
     classify,
@@ -190,7 +190,7 @@ class _Resources:
         # protocol -> S3Direct, or None where the options need s3fs (extsrc.sources.s3direct)
         self.direct: dict[str, Any] = {}
         self.pool: ThreadPoolExecutor | None = None
-        self.cache: _Cache | None = None
+        self.cache: DiskCache | None = None
         self.lock = threading.Lock()
         # Seeded from the OS on purpose: backoff jitter must differ between processes, so that
         # readers throttled together do not retry together.
@@ -204,13 +204,13 @@ class _Resources:
                                                    thread_name_prefix="extsrc-storage")
         return self.pool
 
-    def disk_cache(self, cache_dir: str, cache_bytes: int | None) -> _Cache:
+    def disk_cache(self, cache_dir: str, cache_bytes: int | None) -> DiskCache:
         if self.cache is None:
             # Once per process: the pool's threads ask at once, and two caches would each count
             # half of what is written and let the folder grow past cache_bytes.
             with self.lock:
                 if self.cache is None:
-                    self.cache = _Cache(cache_dir, cache_bytes)
+                    self.cache = DiskCache(cache_dir, cache_bytes)
         return self.cache
 
     def close(self) -> None:
@@ -407,7 +407,7 @@ class Storage:
         self._check_pid()
         return self._res.executor(self.concurrency)
 
-    def _cache_or_none(self) -> _Cache | None:
+    def _cache_or_none(self) -> DiskCache | None:
         if self.cache_dir is None:
             return None
         self._check_pid()
@@ -480,7 +480,7 @@ class Storage:
             return data
         return self._fetch(url, protocol, max_bytes, cache)
 
-    def _fetch(self, url: str, protocol: str, max_bytes: int | None, cache: _Cache | None,
+    def _fetch(self, url: str, protocol: str, max_bytes: int | None, cache: DiskCache | None,
                first: Exception | None = None) -> bytes:
         """:meth:`read` past its cache: the GET with retries (``first``: the failure of one
         already made), then :meth:`_fetched`."""
@@ -504,7 +504,7 @@ class Storage:
         return self._fetched(url, self._with_retries(url, get, first), max_bytes, cache)
 
     def _fetched(self, url: str, data: bytes, max_bytes: int | None,
-                 cache: _Cache | None) -> bytes:
+                 cache: DiskCache | None) -> bytes:
         """The checks, counts and cache of an object's bytes just read."""
         if max_bytes is not None and len(data) > max_bytes:
             raise FileReadProblem("file_too_large", f"the object is more than max_file_bytes="
@@ -617,7 +617,7 @@ class Storage:
         fs = self._filesystem_of(url)
         return dict(self._with_retries(url, lambda: fs.info(url)))
 
-    def _cache_hit(self, cache: _Cache | None, key: str) -> bytes | None:
+    def _cache_hit(self, cache: DiskCache | None, key: str) -> bytes | None:
         """The cached copy of ``key`` (counted as a cache hit), or ``None``."""
         data = None if cache is None else cache.get(key)
         if data is not None:
@@ -781,73 +781,3 @@ class StatsDir:
 
     def close(self) -> None:
         self._finalizer()
-
-
-class _Cache:
-    """Objects kept as files in ``folder``, named by a hash of their URL; at most ``limit``
-    bytes, least recently used evicted first (down to 90% of the limit, so that eviction runs
-    once per many writes). Safe across processes: files are written to a temporary name and
-    renamed, and a file another process evicted is just a miss."""
-
-    def __init__(self, folder: str, limit: int | None) -> None:
-        self.folder = folder
-        self.limit = limit
-        os.makedirs(folder, exist_ok=True)
-        self._lock = threading.Lock()
-        self._total = self._scan()[1] if limit is not None else 0
-
-    def _file(self, url: str) -> str:
-        return os.path.join(self.folder, hashlib.sha256(url.encode()).hexdigest())
-
-    def get(self, url: str) -> bytes | None:
-        path = self._file(url)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            os.utime(path)  # recently used: evicted last
-            return data
-        except OSError:
-            return None
-
-    def put(self, url: str, data: bytes) -> None:
-        if self.limit is not None and len(data) > self.limit:
-            return
-        path = self._file(url)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            return
-        if self.limit is not None:
-            with self._lock:
-                self._total += len(data)
-                if self._total > self.limit:
-                    self._evict()
-
-    def _scan(self) -> tuple[list[tuple[float, str, int]], int]:
-        entries, total = [], 0
-        with os.scandir(self.folder) as it:
-            for e in it:
-                if e.name.endswith(".tmp"):
-                    continue
-                with contextlib.suppress(OSError):
-                    st = e.stat()
-                    entries.append((st.st_mtime, e.path, st.st_size))
-                    total += st.st_size
-        return entries, total
-
-    def _evict(self) -> None:
-        assert self.limit is not None
-        entries, total = self._scan()  # other processes write here too: count from the disk
-        target = int(self.limit * 0.9)
-        for _, path, size in sorted(entries):
-            if total <= target:
-                break
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            total -= size
-        self._total = total
