@@ -380,3 +380,61 @@ def test_a_refusal_the_op_catches_is_still_the_reason():
         assert e.construct.startswith(construct), e
         assert "(refused, and caught by a try/except that goes on without it" in e.construct
         assert e.location == _line(func, line)
+
+
+# -- ImageStat and ImageEnhance.Contrast: statistics of the traced image --------------------------
+ImageStat = pytest.importorskip("PIL.ImageStat")
+
+
+def _contrast(img, factor):
+    return ImageEnhance.Contrast(img).enhance(factor)
+
+
+# A table of augmentations the op picks from by name, as timm's and RandAugment's are: the
+# functions called through it run as traced copies (int() of the image's mean, in Contrast).
+NAME_TO_OP = {"Contrast": _contrast}
+
+
+def u_contrast_drawn(img, rng):
+    return np.asarray(NAME_TO_OP["Contrast"](Image.fromarray(img), float(rng.uniform(0.1, 1.9))))
+
+
+def u_contrast_gray(img):
+    return np.asarray(ImageEnhance.Contrast(Image.fromarray(img[..., 1])).enhance(0.4))
+
+
+def u_stat_arithmetic(img):
+    st = ImageStat.Stat(Image.fromarray(img))
+    lo, hi = st.extrema[1]
+    centred = img.astype(np.float64) - np.array(st.mean)
+    return (centred * (st.count[0] / (st.sum[2] + 1)) + (hi - lo)).astype(np.float32)
+
+
+def u_stat_median(img):
+    return img + int(ImageStat.Stat(Image.fromarray(img)).median[0])
+
+
+def u_grey_of_the_drawn_level(img, rng):
+    # an L image of a per-sample integer colour, clipped to 0..255 as PIL clips it
+    pil = Image.fromarray(img)
+    return np.asarray(Image.new("L", pil.size, int(rng.integers(-300, 600))))
+
+
+@pytest.mark.parametrize(("func", "random", "ndim"), [
+    (u_contrast_drawn, True, 3), (u_contrast_gray, False, 2), (u_stat_arithmetic, False, 3),
+    (u_grey_of_the_drawn_level, True, 2)], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_image_statistics_and_contrast_equal_pil(func, random, ndim):
+    _check(func, random=random, ndim=ndim)
+
+
+def test_a_flat_image_and_other_statistics():
+    flat = np.full((3, 4, 3), 200, np.uint8)
+    traced = trace_function(u_contrast_gray, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=2)
+    from test_trace import _emit_on
+
+    (got,) = _emit_on(traced, [flat])
+    np.testing.assert_array_equal(got, u_contrast_gray(flat))
+    assert _refusal(u_stat_median).startswith(
+        "PIL ImageStat.Stat.median of a traced image (only count, sum, mean and extrema")
+    assert ImageStat.Stat(Image.new("L", (2, 1), 7)).mean == [7.0]  # restored after tracing

@@ -327,6 +327,16 @@ def _wrapped_new(real: Any) -> Any:
             pixel = np.asarray(real(mode, (1, 1), *args, **kwargs))[0, 0]
             shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
             return TracedImage(canvas(shape, pixel, np.dtype(np.uint8)), mode)
+        colour = (args[:1] or [kwargs.get("color", 0)])[0]
+        if mode == "L" and _traced_in(size) and isinstance(size, (tuple, list)) \
+                and len(size) == 2 and isinstance(colour, Sym) and colour.ndim == 0 \
+                and colour.dtype.kind in "iu" and not args[1:] and set(kwargs) <= {"color"}:
+            # ImageEnhance.Contrast's grey image of the image's mean: PIL clips an integer
+            # colour of an L image to 0..255.
+            ink = Sym(cast_node(ufunc("minimum", ufunc("maximum", colour, 0), 255).node,
+                                np.uint8))
+            blank = canvas((size[1], size[0]), np.uint8(0), np.dtype(np.uint8))
+            return TracedImage(ufunc("add", blank, ink), "L")
         if _traced_in(size) or _traced_in(args) or _traced_in(list(kwargs.values())):
             raise MadeWithoutImage(
                 "PIL Image.new of a per-sample colour, or of a per-sample size in a mode other "
@@ -414,19 +424,84 @@ _WRAPPERS = {"fromarray": _wrapped_fromarray, "merge": _wrapped_merge, "new": _w
              "blend": _wrapped_blend}
 
 
+class TracedStat:
+    """``PIL.ImageStat.Stat`` of a traced image: per band, ``count``, ``sum``, ``mean`` and
+    ``extrema``, as PIL computes them from the histogram: integer counts and sums (Python ints
+    there, int64 here, exact), the mean their quotient, ``0`` for an empty band (float64 of
+    both is exact below 2**53, and the division rounds as Python's does). The other statistics
+    (``median``, ``rms``, ``var``, ``stddev``, ``sum2``) are refused."""
+
+    def __init__(self, image: TracedImage) -> None:
+        self.bands = list(range(len(image.mode)))
+        self._bands = [b._arr for b in image.split()]
+
+    @property
+    def count(self) -> list[Any]:
+        out = []
+        for b in self._bands:
+            n = _dop("multiply", _dim(b.shape[0]), _dim(b.shape[1]))
+            out.append(np.int64(n) if isinstance(n, int) else Sym(n))
+        return out
+
+    @property
+    def sum(self) -> list[Sym]:
+        return [Sym(cast_node(b.sum().node, np.int64)) for b in self._bands]
+
+    @property
+    def mean(self) -> list[Sym]:
+        out = []
+        for s, c in zip(self.sum, self.count, strict=True):
+            # an empty band: its sum is 0, and 0 / max(0, 1) is PIL's 0
+            count = Sym(cast_node(c.node, np.float64)) if isinstance(c, Sym) else np.float64(c)
+            denom = ufunc("maximum", count, np.float64(1))
+            out.append(ufunc("divide", Sym(cast_node(s.node, np.float64)), denom))
+        return out
+
+    @property
+    def extrema(self) -> list[tuple[Sym, Sym]]:
+        return [(Sym(cast_node(b.min().node, np.int64)), Sym(cast_node(b.max().node, np.int64)))
+                for b in self._bands]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TraceError(f"PIL ImageStat.Stat.{name} of a traced image (only count, sum, mean "
+                         "and extrema are lowered: the others need float sums of squares or "
+                         "the histogram)")
+
+
+def _wrapped_stat(real: Any) -> Any:
+    def Stat(image_or_list: Any, mask: Any = None) -> Any:  # PIL's class name
+        if isinstance(image_or_list, TracedImage) and mask is None:
+            if image_or_list.mode not in ("L", "RGB"):
+                raise TraceError(f"PIL ImageStat.Stat of a traced {image_or_list.mode} image")
+            return TracedStat(image_or_list)
+        return real(image_or_list, mask)
+    Stat.__wrapped__ = real  # type: ignore[attr-defined]
+    return Stat
+
+
 def install_pil() -> Any:
-    """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge``, ``PIL.Image.new`` and
-    ``PIL.Image.blend`` (when PIL is imported); returns what restores them."""
+    """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge``, ``PIL.Image.new``,
+    ``PIL.Image.blend`` and ``PIL.ImageStat.Stat`` (when PIL is imported); returns what restores
+    them."""
     image = sys.modules.get("PIL.Image")
     if image is None:
         return None
     for name, wrap in _WRAPPERS.items():
         _REAL[name] = getattr(image, name)
         setattr(image, name, wrap(_REAL[name]))
+    # ImageEnhance imports ImageStat: replaced where it is loaded, as the Image functions are
+    stat = sys.modules.get("PIL.ImageStat")
+    if stat is not None:
+        _REAL["ImageStat.Stat"] = stat.Stat
+        stat.Stat = _wrapped_stat(stat.Stat)
 
     def restore() -> None:
         for name in _WRAPPERS:
             setattr(image, name, _REAL.pop(name))
+        if stat is not None:
+            stat.Stat = _REAL.pop("ImageStat.Stat")
     return restore
 
 

@@ -560,6 +560,10 @@ class _TracedGlobals(dict):
         return v
 
 
+#: The most items of a dict of functions whose functions are copied when the op reads it.
+_MAX_DICT_OF_FUNCTIONS = 512
+
+
 class Rebinder:
     """The traced copies of the functions one trace runs, each made once: the op's function and,
     as the code reads them, the functions it calls (:class:`_TracedGlobals`), each with its own
@@ -588,6 +592,17 @@ class Rebinder:
             return self._class(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
             return getattr(_MATH, v.__name__)  # from math import sqrt
+        if type(v) is dict and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
+                _copied(x) or (isinstance(x, type) and _class_copyable(x)) for x in v.values()):
+            # A table of functions the op picks from (timm's NAME_TO_OP, RandAugment's op
+            # lists): the functions it calls through it run as traced copies too. A new dict of
+            # the same items; the op only reads it (augment_ops.state refuses a write to it).
+            held = self._modules.get(id(v))
+            if held is None:
+                table = {k: self.value(x) if not isinstance(x, dict) else x
+                         for k, x in v.items()}
+                held = self._modules[id(v)] = (v, table)
+            return held[1]
         if isinstance(v, types.ModuleType):
             if v is math:
                 return _MATH
