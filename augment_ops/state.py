@@ -680,6 +680,11 @@ class _Scan:
                                        "that no code of its module writes) read as a constant",
                                        _where(code, line)))
                     found = None
+                    # its items may be called (a table of augmentation functions): its
+                    # functions are looked into as functions the op calls
+                    items = loaded.values() if isinstance(loaded, dict) else loaded
+                    self.functions.extend(x for x in list(items)
+                                          if isinstance(x, types.FunctionType))
                 else:
                     found = (f"a read of {name}, a {type(loaded).__name__} that {writer} "
                              f"writes; {_KEEPS}", found[1])

@@ -56,6 +56,23 @@ def hand_out():
 
 def note(name):
     SEEN.add(name)
+
+
+CALLS = 0
+
+
+def counted_shift(img):
+    global CALLS
+    CALLS += 1
+    return img + np.uint8(CALLS % 3)
+
+
+def plain_shift(img):
+    return img + np.uint8(1)
+
+
+AUGMENTATIONS = {"counted": counted_shift, "plain": plain_shift}
+PLAIN_AUGMENTATIONS = {"plain": plain_shift}
 '''
 
 
@@ -94,6 +111,25 @@ def test_a_dict_and_a_list_no_code_writes_are_read_as_constants(lib):
     assert why.startswith("native (traced; the global 'MAX_BY_DTYPE' (a module-level dict that "
                           "no code of its module writes) read as a constant at "), why
     assert "the global 'OFFSETS' (a module-level list" in why, why
+
+
+def test_a_function_called_through_a_table_of_functions_is_looked_into(lib):
+    """A module-level dict of augmentation functions read as a constant: its functions are
+    checked as functions the op calls (any of them may be called: the key may be computed), so a
+    table holding one that keeps a count outside the op is refused, and one without lowers."""
+    counted = _exec_op(lib, """
+        def m_counted(img):
+            return AUGMENTATIONS["counted"](img)
+        """, "AUGMENTATIONS")
+    with pytest.raises(TraceError, match=r"a write to the global 'CALLS' .* in counted_shift\(\)"):
+        trace_op(counted)
+    plain = _exec_op(lib, """
+        def m_plain(img):
+            return PLAIN_AUGMENTATIONS["plain"](img)
+        """, "PLAIN_AUGMENTATIONS")
+    traced = trace_op(plain)
+    img = pattern_image(1, 3, 4)
+    np.testing.assert_array_equal(_emit_on(traced, [img])[0], plain.apply(img, None)[0])
 
 
 def test_a_set_no_code_writes_is_read_as_a_constant_and_one_written_is_refused(lib):
