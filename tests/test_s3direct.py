@@ -232,7 +232,7 @@ def test_regions_outside_amazonaws_com_read_through_s3fs(region: str, direct: bo
             "region_name": region}}, 4)
     assert (client is not None) == direct
     if direct:
-        assert client._address("bucket", "k")[1] == f"bucket.s3.{region}.amazonaws.com"
+        assert client._address("bucket", "k", region)[1] == f"bucket.s3.{region}.amazonaws.com"
 
 
 def test_an_endpoint_from_the_environment_reads_through_s3fs(s3_server: S3Server,
@@ -655,3 +655,23 @@ def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
         "extsrc-far.s3.us-east-1.amazonaws.com", *["extsrc-far.s3.eu-west-1.amazonaws.com"] * 3,
         "s3.us-east-1.amazonaws.com", *["s3.eu-west-1.amazonaws.com"] * 3,
         "found-far.s3.us-east-1.amazonaws.com", *["found-far.s3.eu-west-1.amazonaws.com"] * 3]
+
+
+def test_a_batch_in_another_region_arrives_whole(tmp_path: Path, monkeypatch) -> None:
+    """A batch's GETs are all signed before the first answer teaches the bucket's region: each
+    one redirected is resent to that region, compared with the region it was signed for, not
+    with what another request learnt meanwhile."""
+    ca, context = _tls_files(tmp_path)
+    with storage_server.fake_credentials(), \
+            storage_server.local_http_server(_OddHandler, "odd-aws", tls=context) as aws, \
+            storage_server.local_http_server(_tunnel_to(aws), "odd-tunnel") as proxy:
+        for name in ("https_proxy", "NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTPS_PROXY", proxy)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
+        storage = Storage({"key": ODD_KEY, "secret": ODD_SECRET,
+                           "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
+        names = [f"k{i}.bin" for i in range(8)]
+        got = storage.read_many([f"s3://extsrc-far/{n}" for n in names])
+        assert got == [_odd_object(n) for n in names]
+        assert storage.stats.failures == 0

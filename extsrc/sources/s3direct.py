@@ -278,27 +278,24 @@ class S3Direct:
         bucket = url.split("://", 1)[-1].lstrip("/").split("/", 1)[0]
         return ":" not in bucket and not (self.endpoint is None and bucket.endswith("--x-s3"))
 
-    def _address(self, bucket: str, key: str) -> tuple[str, str, str]:
-        """``(url, host, encoded path)`` of ``key`` in ``bucket``."""
+    def _address(self, bucket: str, key: str, region: str) -> tuple[str, str, str]:
+        """``(url, host, encoded path)`` of ``key`` in ``bucket``, on AWS in ``region``."""
         key_path = quote(key, safe="/~")
         if self.endpoint is not None:
             base, host = self.endpoint, self.endpoint.split("://", 1)[1]
             path = f"/{quote(bucket, safe='~')}/{key_path}"
             return base + path, host, path
-        region = self.bucket_regions.get(bucket, self.region)
         if _DNS_BUCKET.match(bucket):
             host, path = f"{bucket}.s3.{region}.amazonaws.com", f"/{key_path}"
         else:
             host, path = f"s3.{region}.amazonaws.com", f"/{bucket}/{key_path}"
         return f"https://{host}{path}", host, path
 
-    def _headers(self, bucket: str, host: str, path: str,
+    def _headers(self, region: str, host: str, path: str,
                  extra: Mapping[str, str]) -> dict[str, str]:
         headers = dict(extra)
         if self.credentials is not None:
             frozen = self.credentials.get_frozen_credentials()
-            region = self.region if self.endpoint is not None else \
-                self.bucket_regions.get(bucket, self.region)
             headers = sigv4_headers("GET", host, path, region, frozen.access_key,
                                     frozen.secret_key, frozen.token,
                                     datetime.datetime.now(datetime.timezone.utc), headers)
@@ -437,21 +434,24 @@ class S3Direct:
             extra["Range"] = f"bytes={first}-" if end is None else f"bytes={first}-{end - 1}"
         return url, bucket, key, extra, first, end, self._request(bucket, key, extra)
 
-    def _request(self, bucket: str, key: str,
-                 extra: Mapping[str, str]) -> tuple[str, dict[str, str], str | None]:
-        """The URL, signed headers and proxy of a GET of ``key`` in ``bucket``. Made outside
-        the loop thread: refreshing credentials that expire (an instance role, SSO, an assumed
-        role) may wait on the network, and the loop thread serves every client of the
-        process."""
-        address, host, path = self._address(bucket, key)
-        return (address, self._headers(bucket, host, path, extra),
-                self._proxy(address.split("://", 1)[0], host))
+    def _request(self, bucket: str, key: str, extra: Mapping[str, str]
+                 ) -> tuple[str, dict[str, str], str | None, str]:
+        """The URL, signed headers, proxy and region of a GET of ``key`` in ``bucket``: one
+        region for the host and the signature, read once (another thread may learn the
+        bucket's region meanwhile). Made outside the loop thread: refreshing credentials that
+        expire (an instance role, SSO, an assumed role) may wait on the network, and the loop
+        thread serves every client of the process."""
+        region = self.region if self.endpoint is not None else \
+            self.bucket_regions.get(bucket, self.region)
+        address, host, path = self._address(bucket, key, region)
+        return (address, self._headers(region, host, path, extra),
+                self._proxy(address.split("://", 1)[0], host), region)
 
     async def _get(self, session: Any, url: str, bucket: str, key: str, extra: dict[str, str],
                    first: int | None, end: int | None,
-                   request: tuple[str, dict[str, str], str | None]) -> bytes:
+                   request: tuple[str, dict[str, str], str | None, str]) -> bytes:
         for attempt in range(2):
-            address, headers, proxy = request
+            address, headers, proxy, signed_for = request
             async with session.get(_encoded(address), headers=headers, proxy=proxy,
                                    allow_redirects=False,
                                    skip_auto_headers=("Content-Type",)) as r:
@@ -473,8 +473,10 @@ class S3Direct:
                     return body
                 moved = r.headers.get("x-amz-bucket-region") or _match(_ERROR_REGION, body)
                 if (attempt == 0 and self.endpoint is None and r.status in (301, 302, 307, 400)
-                        and moved and moved != self.bucket_regions.get(bucket, self.region)):
-                    self.bucket_regions[bucket] = moved  # resent once to the bucket's region
+                        and moved and moved != signed_for):
+                    # resent once to the bucket's region; every GET of a batch signed before
+                    # the first answer came back is resent too, each compared with its own
+                    self.bucket_regions[bucket] = moved
                     request = await asyncio.get_running_loop().run_in_executor(
                         None, self._request, bucket, key, extra)
                     continue
