@@ -331,3 +331,27 @@ def test_a_list_default_of_mixed_items_indexed_per_sample_is_refused(items, patt
          "    v = items[rng.integers(0, len(items))]\n    return img\n", ns)
     with pytest.raises(TraceError, match=pattern):
         trace_op(unregistered()(ns["m_picks"]))
+
+
+DEFAULT_SIZES = (2, 3)
+
+
+def u_is_the_default(img, sizes=DEFAULT_SIZES):
+    # an identity test of a tuple default: its stand-in would be another object
+    if sizes is DEFAULT_SIZES:
+        return img[:1]
+    return img[:2]
+
+
+def u_picks_from_the_default(img, rng, sizes=DEFAULT_SIZES):
+    # compared with None only: the default's stand-in picks by a per-sample index
+    if sizes is None:
+        return img
+    return img[:sizes[rng.integers(0, len(sizes))]]
+
+
+def test_a_default_compared_by_identity_keeps_its_identity():
+    from test_trace_arrays import _check
+
+    _check(u_is_the_default)
+    _check(u_picks_from_the_default, random=True)

@@ -560,6 +560,39 @@ class _TracedGlobals(dict):
         return v
 
 
+#: Built-in types ``type(x) is T`` compares with (the traced ``type`` gives a default's
+#: stand-in the type of the default).
+_BUILTIN_TYPES = frozenset({"list", "tuple", "dict", "set", "frozenset", "int", "float", "str",
+                            "bytes", "bool", "type"})
+
+
+def _identity_free(code: types.CodeType) -> bool:
+    """Whether ``code`` (and the code nested in it) asks for no object's identity but ``None``'s
+    and a built-in type's: no ``is`` but ``x is None``, ``None is x`` and ``type(x) is list``,
+    no ``id()``. A list or tuple default's stand-in
+    (:func:`augment_ops.trace.const_list.stand_in`) is another object, so ``sizes is DEFAULT``
+    would change its answer; such a function keeps its defaults."""
+    for c in _codes(code):
+        listing = [i for i in dis.get_instructions(c) if i.opname not in ("CACHE", "NOP")]
+        for at, ins in enumerate(listing):
+            if ins.opname == "LOAD_GLOBAL" and ins.argval == "id":
+                return False
+            if ins.opname != "IS_OP":
+                continue
+            near = listing[max(at - 2, 0):at]
+            if not any((i.opname == "LOAD_CONST" and i.argval is None) or (
+                    i.opname == "LOAD_GLOBAL" and i.argval in _BUILTIN_TYPES) for i in near):
+                return False
+    return True
+
+
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _codes(c)
+
+
 #: The most items of a dict of functions whose functions are copied when the op reads it.
 _MAX_DICT_OF_FUNCTIONS = 512
 
@@ -623,7 +656,7 @@ class Rebinder:
                                                      _TracedGlobals(fn.__globals__, self))
         cells = tuple(types.CellType() for _ in fn.__closure__ or ())
         defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
-        if not library_file(fn.__code__.co_filename):
+        if not library_file(fn.__code__.co_filename) and _identity_free(fn.__code__):
             # a list default (which the op's function only reads: augment_ops.state) or tuple
             # default indexed by a per-sample value: sizes[rng.integers(0, len(sizes))]
             defaults = tuple(map(stand_in, defaults)) if defaults else defaults
