@@ -402,9 +402,43 @@ def _used_at(listing: list[dis.Instruction], j: int, above: int, kind: int,
         return kind == _HOLDS or _only_read(listing, j, _HOLDS_INSIDE, stores, code,
                                             start if above == 1 else None)
     if op in ("BUILD_LIST", "BUILD_TUPLE"):  # a new list or tuple holding it
+        # Once: a list of lists that may hold it ([[sizes]]) is not followed, its items' items
+        # being the value; but for mmdet's `c = [c]` where c is not yet a list, run at most
+        # once a call, which keeps c a list that may hold the value.
+        if kind != _HOLDS and not (code is not None and _wraps_itself_once(listing, j)):
+            return False
         return _only_read(listing, j, _HOLDS_INSIDE, stores, code,
                           start if above == (ins.arg or 0) - 1 else None)
     return False
+
+
+def _wraps_itself_once(listing: list[dis.Instruction], j: int) -> bool:
+    """Whether ``listing[j]`` (a ``BUILD_LIST``/``BUILD_TUPLE``) is ``v = [v]``, outside any
+    loop, and the only list or tuple the code stores into ``v``: then ``v`` is wrapped at most
+    once a call, and holds the value at most one list deep."""
+    ins = listing[j]
+    before, after = _before(listing, j), j + 1
+    while after < len(listing) and listing[after].opname in _NO_EFFECT:
+        after += 1
+    if (ins.arg or 0) != 1 or before is None or after >= len(listing):
+        return False
+    load, store = listing[before], listing[after]
+    if load.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK") or store.opname != "STORE_FAST" or \
+            load.argval != store.argval:
+        return False
+    here = ins.offset
+    if any(i.opname.startswith("JUMP_BACKWARD") and isinstance(i.argval, int)
+           and i.argval <= here <= i.offset for i in listing):
+        return False  # inside a loop: wrapped again each time round
+    wraps = 0
+    for k, i in enumerate(listing):
+        if i.opname in ("BUILD_LIST", "BUILD_TUPLE"):
+            n = k + 1
+            while n < len(listing) and listing[n].opname in _NO_EFFECT:
+                n += 1
+            wraps += n < len(listing) and listing[n].opname == "STORE_FAST" and \
+                listing[n].argval == store.argval
+    return wraps == 1
 
 
 def _read_by_call(listing: list[dis.Instruction], j: int, above: int, kind: int,

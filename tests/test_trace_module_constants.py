@@ -233,10 +233,18 @@ def test_a_list_default_the_function_only_reads_is_a_constant():
     "rows = sizes or [1]\n    rows.append(1)\n    return img",
     "return img[: _first(sizes)]",
     "sizes[0] = 3\n    return img[: sizes[0]]",
+    "nested = [[sizes]]\n    nested[0][0].append(4)\n    return img",
+    "nested = ((sizes,),)\n    nested[0][0].append(4)\n    return img",
+    "rows = [[sizes]] * 2\n    rows[1][0].append(4)\n    return img",
+    "rows = [sizes]\n    nested = [rows]\n    nested[0][0][0] += 1\n    return img",
+    "rows = sizes\n    for _ in range(2):\n        rows = [rows]\n    rows[0][0].append(4)\n"
+    "    return img",
+    "rows = sizes\n    rows = [rows]\n    rows = [rows]\n    rows[0][0].append(4)\n    return img",
 ], ids=["append", "alias, then append", "alias given to a function", "wrapped, item appended",
         "wrapped where not a list, item appended", "wrapped, iterated", "wrapped, sliced",
         "wrapped, added to a list", "alias +=", "alias by or", "given to a function",
-        "item assigned"])
+        "item assigned", "wrapped twice", "wrapped twice in tuples", "wrapped twice, repeated",
+        "wrapped, then wrapped again", "wrapped itself in a loop", "wrapped itself twice"])
 def test_a_list_default_the_function_may_change_is_refused(body):
     ns = {"np": np, "_first": lambda v: v[0]}
     exec(f"def m_changes(img, sizes=[2, 4]):\n    {body}\n", ns)
