@@ -8,12 +8,12 @@ names (:mod:`augment_ops.trace.rebind`). A library taken for user code gets refu
 its internals (``im.palette = ...`` inside Pillow), so a package counts as installed wherever
 pip put it:
 
-* the interpreter's site-packages (``sysconfig``), the base installation's under a venv and the
-  user's (``pip install --user``), from :mod:`site`;
-* any folder on ``sys.path`` holding the ``*.dist-info`` of a distribution that lists the file's
-  top-level package (``pip install --target DIR`` put on ``PYTHONPATH``, as clusters and
-  containers do), unless that distribution is an editable install (``pip install -e``): an
-  editable project is the user's own code.
+* the interpreter's site-packages (``sysconfig``, :func:`site.getsitepackages`: a venv's own)
+  and the user's (``pip install --user``);
+* a file that the ``RECORD`` of a distribution installed in a folder on ``sys.path`` lists
+  (``pip install --target DIR`` put on ``PYTHONPATH``, as clusters and containers do), unless
+  that distribution is an editable install (``pip install -e``): an editable project is the
+  user's own code.
 
 A notebook cell, ``exec``'s ``<string>`` and a script or package that no distribution lists are
 the user's.
@@ -83,26 +83,21 @@ def library_file(filename: str) -> bool:
 
 
 def _installed_under_path_entry(f: str) -> bool:
-    for entry in sys.path:
-        root = os.path.abspath(entry or os.curdir) + os.sep
-        if not f.startswith(root):
-            continue
-        top = f[len(root):].split(os.sep, 1)[0]
-        top = top[:-3] if top.endswith(".py") else top
-        if top in _installed_tops(root):
-            return True
-    return False
+    return any(f in _installed_files(os.path.abspath(entry or os.curdir) + os.sep)
+               for entry in list(sys.path)
+               if f.startswith(os.path.abspath(entry or os.curdir) + os.sep))
 
 
 @functools.lru_cache(maxsize=256)
-def _installed_tops(folder: str) -> frozenset[str]:
-    """The top-level modules and packages that non-editable distributions installed in
-    ``folder`` (their ``*.dist-info`` there) list. Read once a folder: what is installed does
-    not change while ops are traced."""
+def _installed_files(folder: str) -> frozenset[str]:
+    """The files (absolute paths) that the ``RECORD`` of a non-editable distribution installed
+    in ``folder`` (its ``*.dist-info`` there) lists: exactly what pip put there, so a user's
+    package beside a vendored one of the same namespace stays the user's. Read once a folder:
+    what is installed does not change while ops are traced."""
     from importlib import metadata
     from pathlib import Path
 
-    tops: set[str] = set()
+    files: set[str] = set()
     try:
         # Only *.dist-info, what pip writes for every install: an *.egg-info beside a project's
         # sources is a build's by-product and lists the project's own files (its tests too).
@@ -115,13 +110,9 @@ def _installed_tops(folder: str) -> frozenset[str]:
             direct = dist.read_text("direct_url.json")
             if direct and json.loads(direct).get("dir_info", {}).get("editable"):
                 continue
-            listed = dist.read_text("top_level.txt")
-            if listed:
-                tops.update(line.strip() for line in listed.splitlines() if line.strip())
             for file in dist.files or ():
-                first = file.parts[0] if file.parts else ""
-                if first and not first.endswith((".dist-info", ".data")) and first != "..":
-                    tops.add(first[:-3] if first.endswith(".py") else first)
+                if str(file).endswith(".py"):
+                    files.add(os.path.abspath(os.path.join(folder, str(file))))
         except (OSError, ValueError):
             continue
-    return frozenset(tops)
+    return frozenset(files)

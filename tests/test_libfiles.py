@@ -84,3 +84,23 @@ def test_the_projects_own_code_and_the_standard_library() -> None:
     assert library_file(np.__file__) and not stdlib_file(np.__file__)
     assert not library_file(__file__)  # a test, the user's code here
     assert not library_file("<string>") and not library_file("<ipython-input-1-abc>")
+
+
+def test_a_users_package_beside_a_vendored_one_of_its_namespace_stays_the_users(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the files a distribution's RECORD lists are its: ``pip install -t .`` of
+    ``acme-utils`` into a project whose own code is ``acme/myaug`` leaves ``acme/myaug`` the
+    user's."""
+    (tmp_path / "acme" / "utils").mkdir(parents=True)
+    (tmp_path / "acme" / "myaug").mkdir()
+    vendored = tmp_path / "acme" / "utils" / "__init__.py"
+    own = tmp_path / "acme" / "myaug" / "ops.py"
+    vendored.write_text(LIBRARY)
+    own.write_text(LIBRARY)
+    info = tmp_path / "acme_utils-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-utils\nVersion: 1.0\n")
+    (info / "RECORD").write_text("acme/utils/__init__.py,,\nacme_utils-1.0.dist-info/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert library_file(str(vendored))
+    assert not library_file(str(own))
