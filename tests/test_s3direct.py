@@ -471,10 +471,16 @@ def test_credentials_from_the_environment_or_none(odd_server: str, monkeypatch) 
 
 
 def test_credentials_refreshed_slowly_do_not_stall_other_reads(odd_server: str) -> None:
+    """A read whose credentials are being refreshed (an STS or SSO call) does not hold the event
+    loop the other clients of the process share: another client's read completes while the
+    refresh is still waiting."""
     from botocore.credentials import RefreshableCredentials
 
-    def refresh(wait: float = 1.0) -> dict[str, Any]:  # an STS or SSO call taking its time
-        time.sleep(wait)
+    release = threading.Event()
+
+    def refresh(wait: bool = True) -> dict[str, Any]:
+        if wait:
+            release.wait(30)  # held until the other read is done
         expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(minutes=12)
         return {"access_key": ODD_KEY, "secret_key": ODD_SECRET, "token": None,
                 "expiry_time": expiry.isoformat()}  # soon enough that each use refreshes
@@ -483,16 +489,21 @@ def test_credentials_refreshed_slowly_do_not_stall_other_reads(odd_server: str) 
         return S3Direct(endpoint=odd_server, region="eu-west-1", credentials=credentials,
                         connect_timeout=5, read_timeout=5, connections=4, ca_bundle=None)
 
-    slow = client(RefreshableCredentials.create_from_metadata(refresh(0), refresh, "test"))
+    slow = client(RefreshableCredentials.create_from_metadata(refresh(False), refresh, "test"))
     fast = client(Credentials(ODD_KEY, ODD_SECRET))
     assert fast.get("s3://bucket/warm.bin") == _odd_object("warm.bin")
     reader = threading.Thread(target=slow.get, args=("s3://bucket/slow.bin",))
     reader.start()
-    time.sleep(0.1)  # its credentials being refreshed
-    started = time.monotonic()
-    assert fast.get("s3://bucket/fast.bin") == _odd_object("fast.bin")
-    assert time.monotonic() - started < 0.5  # not after the refresh: the loop was free
+    got: list[bytes] = []
+    other = threading.Thread(target=lambda: got.append(fast.get("s3://bucket/fast.bin")))
+    other.start()
+    other.join(20)  # a bound against a hang only: it finishes at once unless the loop is held
+    finished_first = not other.is_alive() and not release.is_set()
+    release.set()
     reader.join()
+    other.join()
+    assert finished_first, "the other read waited for the refresh"
+    assert got == [_odd_object("fast.bin")]
 
 
 def test_credentials_of_a_profile(odd_server: str, monkeypatch, tmp_path) -> None:
