@@ -79,7 +79,7 @@ __all__ = [
 log = logging.getLogger("extsrc")
 
 #: Requests in flight per reading process by default. On a 16-core GPU machine (8 readers,
-#: ~110 KB images, a local S3 endpoint adding 20 or 50 ms a request) 32 gave 5.5k and 3.3k
+#: 82 KB images, a local S3 endpoint adding 20 or 50 ms a request) 32 gave 5.5k and 3.3k
 #: images/s, 64 gave 6.9k and 4.8k, 128 6.9k and 6.1k: 64 hides ~20 ms, the common latency
 #: within a region, with half the connections of 128.
 DEFAULT_CONCURRENCY = 64
@@ -248,10 +248,10 @@ class Storage:
         coalesce_span: the most bytes one such merged GET reads (a range larger than this is
             read on its own): what it holds in memory, at most ``concurrency`` of them at once.
         s3_requests: ``"direct"``: ``s3://`` objects and ranges are read with GETs extsrc signs
-            and sends itself (:mod:`extsrc.sources.s3direct`, a sixth to a quarter of the CPU
-            per request of s3fs's botocore) wherever it understands the options, through s3fs
-            otherwise; ``"s3fs"``: always through s3fs. Listings, sizes and manifests are
-            read through s3fs either way.
+            and sends itself (:mod:`extsrc.sources.s3direct`, a sixth (batch reads) to a third
+            (single reads) of the CPU per request of s3fs's botocore) wherever it understands
+            the options, through s3fs otherwise; ``"s3fs"``: always through s3fs. Listings,
+            sizes and manifests are read through s3fs either way.
 
     A Storage is picklable: it carries its settings, never an open filesystem, pool or
     connection; each process creates its own on first use. :attr:`stats` counts that process's
