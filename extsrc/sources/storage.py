@@ -387,10 +387,12 @@ class Storage:
                 from extsrc.sources.s3direct import direct_client
 
                 require_protocol(protocol, f"reading {protocol}:// URLs")
+                # made outside the lock, which the stats share: finding credentials may ask
+                # the network (an instance role, SSO); two threads may both make one, and the
+                # first kept is used
+                made = direct_client(self.options_for(protocol), self.concurrency)
                 with res.lock:
-                    if protocol not in res.direct:
-                        res.direct[protocol] = direct_client(self.options_for(protocol),
-                                                             self.concurrency)
+                    res.direct.setdefault(protocol, made)
             client = res.direct[protocol]
             if client is not None and client.addresses(url):
                 return client.get
