@@ -643,8 +643,10 @@ def _tunnel_to(target: str) -> type[BaseHTTPRequestHandler]:
     return Tunnel
 
 
-def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
-        tmp_path: Path, monkeypatch) -> None:
+@pytest.fixture
+def far_aws(tmp_path: Path, monkeypatch) -> Iterator[Storage]:
+    """A Storage on "AWS" (the odd server over TLS, reached through an HTTPS proxy) configured
+    for us-east-1, where the buckets named *far* are in eu-west-1."""
     ca, context = _tls_files(tmp_path)
     with storage_server.fake_credentials(), \
             storage_server.local_http_server(_OddHandler, "odd-aws", tls=context) as aws, \
@@ -654,35 +656,28 @@ def test_on_aws_a_bucket_in_another_region_is_followed_there_once(
         monkeypatch.setenv("HTTPS_PROXY", proxy)
         monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
         _OddHandler.hosts.clear()
-        storage = Storage({"key": ODD_KEY, "secret": ODD_SECRET,
-                           "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
-        for bucket in ("extsrc-far", "extsrc.far.dotted", "found-far"):
-            for key in ("a b+c.bin", "dir/ünï.bin"):
-                assert storage.read(f"s3://{bucket}/{key}") == _odd_object(f"{key}")
-            assert storage.read_range(f"s3://{bucket}/x.bin", 5, 10) == \
-                _odd_object("x.bin")[5:15]
-        assert storage._res.direct["s3"].endpoint is None
+        yield Storage({"key": ODD_KEY, "secret": ODD_SECRET,
+                       "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
+
+
+def test_on_aws_a_bucket_in_another_region_is_followed_there_once(far_aws: Storage) -> None:
+    storage = far_aws
+    for bucket in ("extsrc-far", "extsrc.far.dotted", "found-far"):
+        for key in ("a b+c.bin", "dir/ünï.bin"):
+            assert storage.read(f"s3://{bucket}/{key}") == _odd_object(f"{key}")
+        assert storage.read_range(f"s3://{bucket}/x.bin", 5, 10) == _odd_object("x.bin")[5:15]
+    assert storage._res.direct["s3"].endpoint is None
     assert _OddHandler.hosts == [
         "extsrc-far.s3.us-east-1.amazonaws.com", *["extsrc-far.s3.eu-west-1.amazonaws.com"] * 3,
         "s3.us-east-1.amazonaws.com", *["s3.eu-west-1.amazonaws.com"] * 3,
         "found-far.s3.us-east-1.amazonaws.com", *["found-far.s3.eu-west-1.amazonaws.com"] * 3]
 
 
-def test_a_batch_in_another_region_arrives_whole(tmp_path: Path, monkeypatch) -> None:
+def test_a_batch_in_another_region_arrives_whole(far_aws: Storage) -> None:
     """A batch's GETs are all signed before the first answer teaches the bucket's region: each
     one redirected is resent to that region, compared with the region it was signed for, not
     with what another request learnt meanwhile."""
-    ca, context = _tls_files(tmp_path)
-    with storage_server.fake_credentials(), \
-            storage_server.local_http_server(_OddHandler, "odd-aws", tls=context) as aws, \
-            storage_server.local_http_server(_tunnel_to(aws), "odd-tunnel") as proxy:
-        for name in ("https_proxy", "NO_PROXY", "no_proxy"):
-            monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("HTTPS_PROXY", proxy)
-        monkeypatch.setenv("AWS_CA_BUNDLE", str(ca))
-        storage = Storage({"key": ODD_KEY, "secret": ODD_SECRET,
-                           "client_kwargs": {"region_name": "us-east-1"}}, retries=0)
-        names = [f"k{i}.bin" for i in range(8)]
-        got = storage.read_many([f"s3://extsrc-far/{n}" for n in names])
-        assert got == [_odd_object(n) for n in names]
-        assert storage.stats.failures == 0
+    names = [f"k{i}.bin" for i in range(8)]
+    got = far_aws.read_many([f"s3://extsrc-far/{n}" for n in names])
+    assert got == [_odd_object(n) for n in names]
+    assert far_aws.stats.failures == 0
