@@ -9,7 +9,8 @@ its internals (``im.palette = ...`` inside Pillow), so a package counts as insta
 pip put it:
 
 * the interpreter's site-packages (``sysconfig``, :func:`site.getsitepackages`: a venv's own)
-  and the user's (``pip install --user``);
+  and the user's (``pip install --user``), but for a project pip installed there from a local
+  folder (``pip install .``: ``dir_info`` in its ``direct_url.json``), which is the user's;
 * a file that the ``RECORD`` of a distribution installed in a folder on ``sys.path`` lists
   (``pip install --target DIR`` put on ``PYTHONPATH``, as clusters and containers do), unless
   that distribution is an editable install (``pip install -e``): an editable project is the
@@ -77,9 +78,41 @@ def library_file(filename: str) -> bool:
     if filename.startswith("<"):
         return False
     f = os.path.abspath(filename)
-    if f.startswith(_NUMPY_DIR) or f.startswith(_SITE_DIRS) or f.startswith(_STDLIB_DIRS):
+    if f.startswith(_NUMPY_DIR):
+        return True
+    if f.startswith(_SITE_DIRS):
+        return f not in _installed_from_folders(_SITE_DIRS)
+    if f.startswith(_STDLIB_DIRS):
         return True
     return _installed_under_path_entry(f)
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_from_folders(sites: tuple[str, ...]) -> frozenset[str]:
+    """The files in ``sites`` of the distributions pip installed from a local folder (their
+    ``direct_url.json`` has ``dir_info``: ``pip install .`` of a project): the user's own code,
+    though it lies in site-packages. Only those distributions' ``RECORD`` is read, so the
+    look-up costs a directory listing a site folder."""
+    from importlib import metadata
+    from pathlib import Path
+
+    files: set[str] = set()
+    for site_dir in sites:
+        try:
+            infos = [n for n in os.listdir(site_dir) if n.endswith(".dist-info")]
+        except OSError:
+            continue
+        for name in infos:
+            try:
+                with open(os.path.join(site_dir, name, "direct_url.json")) as fh:
+                    if "dir_info" not in json.load(fh):
+                        continue
+                dist = metadata.PathDistribution(Path(site_dir) / name)
+                files.update(os.path.abspath(os.path.join(site_dir, str(file)))
+                             for file in dist.files or () if str(file).endswith(".py"))
+            except (OSError, ValueError, AttributeError):
+                continue
+    return frozenset(files)
 
 
 def _installed_under_path_entry(f: str) -> bool:

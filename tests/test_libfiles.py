@@ -104,3 +104,25 @@ def test_a_users_package_beside_a_vendored_one_of_its_namespace_stays_the_users(
     monkeypatch.syspath_prepend(str(tmp_path))
     assert library_file(str(vendored))
     assert not library_file(str(own))
+
+
+def test_a_project_pip_installed_from_its_folder_stays_the_users(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In site-packages, a distribution installed from a local folder (``pip install .``:
+    ``dir_info`` in ``direct_url.json``) is the user's project; one from an index (no
+    ``direct_url.json``) or an archive is a library."""
+    import augment_ops.libfiles as libfiles
+
+    site_dir = tmp_path / "site-packages"
+    kinds = {"myproject": {"url": "file:///home/me/myproject", "dir_info": {}},
+             "fromwheel": {"url": "file:///wheels/x.whl", "archive_info": {}},
+             "fromindex": None}
+    paths = {}
+    for name, direct in kinds.items():
+        paths[name] = _install(site_dir, name, record=True)
+        if direct is not None:
+            (site_dir / f"{name}-1.0.dist-info" / "direct_url.json").write_text(
+                json.dumps(direct))
+    monkeypatch.setattr(libfiles, "_SITE_DIRS", (str(site_dir) + "/",))
+    assert not library_file(str(paths["myproject"]))
+    assert library_file(str(paths["fromwheel"])) and library_file(str(paths["fromindex"]))
