@@ -23,7 +23,7 @@ from typing import Any
 from augment_ops.trace.facts import MAX_FACT_STEPS, fact_steps
 from augment_ops.trace.ir import Guard, Node, Traced, TraceError
 from augment_ops.trace.rng import DrawRng
-from augment_ops.trace.session import (
+from augment_ops.trace.runs import (
     MAX_PATHS,
     MAX_TRACE_SECONDS,
     _time_limit,

@@ -238,7 +238,7 @@ def _take_call(a: Any, indices: Any, axis: Any = None, out: Any = None,
     return np.take(a, indices, axis=axis, out=out, mode=mode)
 
 
-#: numpy functions as the traced function sees them (:class:`augment_ops.trace.session`'s
+#: numpy functions as the traced function sees them (:mod:`augment_ops.trace.runs`'s
 #: numpy proxy), where numpy's own dispatch cannot see a traced argument.
 NUMPY_CALLS: dict[str, Any] = {
     "take": _take_call,
