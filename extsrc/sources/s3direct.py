@@ -275,7 +275,7 @@ class S3Direct:
         Outposts ARN (``s3://arn:aws:s3:...``), nor on AWS an S3 Express directory bucket
         (``...--x-s3``: zonal endpoints and session credentials). Those read through s3fs,
         whose botocore resolves them."""
-        bucket = url.split("://", 1)[-1].lstrip("/").split("/", 1)[0]
+        bucket = _bucket_and_key(url)[0]
         return ":" not in bucket and not (self.endpoint is None and bucket.endswith("--x-s3"))
 
     def _address(self, bucket: str, key: str, region: str) -> tuple[str, str, str]:
@@ -421,8 +421,7 @@ class S3Direct:
                  ) -> tuple[Any, ...]:
         """The arguments of :meth:`_get` after its session: a GET of ``url`` or of ``[start,
         end)`` of it, signed."""
-        # Leading slashes dropped as s3fs drops them (s3:///bucket/key).
-        bucket, _, key = url.split("://", 1)[1].lstrip("/").partition("/")
+        bucket, key = _bucket_and_key(url)
         if not bucket or not key:
             # A GET of a bucket is a listing: its XML must never come back as an object's bytes.
             raise ValueError(f"{url!r} names no S3 object: an object's URL is "
@@ -500,6 +499,13 @@ async def _first_bytes(r: Any, n: int | None) -> bytes:
     if not r.content.at_eof():
         r.close()
     return b"".join(parts)
+
+
+def _bucket_and_key(url: str) -> tuple[str, str]:
+    """``(bucket, key)`` of ``s3://bucket/key``, leading slashes dropped as s3fs drops them
+    (``s3:///bucket/key``)."""
+    bucket, _, key = url.split("://", 1)[-1].lstrip("/").partition("/")
+    return bucket, key
 
 
 def _match(pattern: re.Pattern[bytes], body: bytes) -> str | None:

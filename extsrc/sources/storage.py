@@ -381,21 +381,9 @@ class Storage:
         """``get(url, start=None, end=None)`` reading the bytes of ``url`` (or ``[start,
         end)`` of it) for ``protocol``: the direct S3 client where it applies (to the options
         and to ``url``'s bucket), else the filesystem's ``cat_file``."""
-        if protocol in ("s3", "s3a") and self.s3_requests == "direct":
-            res = self._res
-            if protocol not in res.direct:
-                from extsrc.sources.s3direct import direct_client
-
-                require_protocol(protocol, f"reading {protocol}:// URLs")
-                # made outside the lock, which the stats share: finding credentials may ask
-                # the network (an instance role, SSO); two threads may both make one, and the
-                # first kept is used
-                made = direct_client(self.options_for(protocol), self.concurrency)
-                with res.lock:
-                    res.direct.setdefault(protocol, made)
-            client = res.direct[protocol]
-            if client is not None and client.addresses(url):
-                return client.get
+        client = self._direct_for(protocol)
+        if client is not None and client.addresses(url):
+            return client.get
         fs = self.filesystem(protocol)
 
         def cat(url: str, start: int | None = None, end: int | None = None) -> bytes:
@@ -404,6 +392,25 @@ class Storage:
             return fs.cat_file(url, start=start, end=end)
 
         return cat
+
+    def _direct_for(self, protocol: str) -> Any:
+        """This process's direct S3 client (:mod:`extsrc.sources.s3direct`) for ``protocol``,
+        made on first use; ``None`` where s3fs reads (another protocol, ``s3_requests="s3fs"``,
+        options the client does not handle)."""
+        if protocol not in ("s3", "s3a") or self.s3_requests != "direct":
+            return None
+        res = self._res
+        if protocol not in res.direct:
+            from extsrc.sources.s3direct import direct_client
+
+            require_protocol(protocol, f"reading {protocol}:// URLs")
+            # made outside the lock, which the stats share: finding credentials may ask the
+            # network (an instance role, SSO); two threads may both make one, and the first
+            # kept is used
+            made = direct_client(self.options_for(protocol), self.concurrency)
+            with res.lock:
+                res.direct.setdefault(protocol, made)
+        return res.direct[protocol]
 
     def _executor(self) -> ThreadPoolExecutor:
         self._check_pid()
@@ -527,8 +534,9 @@ class Storage:
             except FileReadProblem as e:
                 return e
 
-        client = self._direct_client(urls)
-        if client is None:
+        protocol = url_protocol(urls[0]) if urls else None
+        client = self._direct_client(urls, protocol)
+        if client is None or protocol is None:
             return self._map(one, urls)
         # S3 read directly: the batch's first GETs go out together from the client's event loop
         # (no thread per request: about a third less CPU per GET); only the failed ones take
@@ -543,8 +551,7 @@ class Storage:
             k, got = item
             try:
                 if isinstance(got, Exception):
-                    return self._fetch(urls[k], url_protocol(urls[k]) or "s3", max_bytes, cache,
-                                       first=got)
+                    return self._fetch(urls[k], protocol, max_bytes, cache, first=got)
                 if isinstance(got, BaseException):  # cancelled, interrupted: not a read's fate
                     raise got
                 return self._fetched(urls[k], got, max_bytes, cache)
@@ -560,19 +567,13 @@ class Storage:
             out[k] = result
         return out  # type: ignore[return-value]
 
-    def _direct_client(self, urls: Sequence[str]) -> Any:
-        """The direct S3 client that reads all of ``urls`` (several, every one ``s3://`` or
-        every one ``s3a://``, every bucket one it addresses), or ``None``: then each is read on
-        its own."""
-        if len(urls) <= 1:
-            return None
-        protocol = url_protocol(urls[0])
-        if protocol not in ("s3", "s3a") or self.s3_requests != "direct" or \
-                any(url_protocol(u) != protocol for u in urls):
+    def _direct_client(self, urls: Sequence[str], protocol: str | None) -> Any:
+        """The direct S3 client that reads all of ``urls`` (several, every one of ``protocol``,
+        every bucket one it addresses), or ``None``: then each is read on its own."""
+        if len(urls) <= 1 or protocol is None or any(url_protocol(u) != protocol for u in urls):
             return None
         self._check_pid()
-        self._getter(protocol, urls[0])  # makes the client, or records that s3fs reads instead
-        client = self._res.direct.get(protocol)
+        client = self._direct_for(protocol)
         if client is None or not all(client.addresses(u) for u in urls):
             return None
         return client
