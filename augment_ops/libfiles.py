@@ -28,6 +28,8 @@ import os
 import site
 import sys
 import sysconfig
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -91,61 +93,53 @@ def library_file(filename: str) -> bool:
 def _installed_from_folders(sites: tuple[str, ...]) -> frozenset[str]:
     """The files in ``sites`` of the distributions pip installed from a local folder (their
     ``direct_url.json`` has ``dir_info``: ``pip install .`` of a project): the user's own code,
-    though it lies in site-packages. Only those distributions' ``RECORD`` is read, so the
-    look-up costs a directory listing a site folder."""
-    from importlib import metadata
-    from pathlib import Path
-
-    files: set[str] = set()
-    for site_dir in sites:
-        try:
-            infos = [n for n in os.listdir(site_dir) if n.endswith(".dist-info")]
-        except OSError:
-            continue
-        for name in infos:
-            try:
-                with open(os.path.join(site_dir, name, "direct_url.json")) as fh:
-                    if "dir_info" not in json.load(fh):
-                        continue
-                dist = metadata.PathDistribution(Path(site_dir) / name)
-                files.update(os.path.abspath(os.path.join(site_dir, str(file)))
-                             for file in dist.files or () if str(file).endswith(".py"))
-            except (OSError, ValueError, AttributeError):
-                continue
-    return frozenset(files)
+    though it lies in site-packages."""
+    return frozenset().union(*(_recorded_files(
+        site_dir, lambda direct: direct is not None and "dir_info" in direct)
+        for site_dir in sites))
 
 
 def _installed_under_path_entry(f: str) -> bool:
-    return any(f in _installed_files(os.path.abspath(entry or os.curdir) + os.sep)
-               for entry in list(sys.path)
-               if f.startswith(os.path.abspath(entry or os.curdir) + os.sep))
+    roots = (os.path.abspath(entry or os.curdir) + os.sep for entry in list(sys.path))
+    return any(f.startswith(root) and f in _installed_files(root) for root in roots)
 
 
 @functools.lru_cache(maxsize=256)
 def _installed_files(folder: str) -> frozenset[str]:
     """The files (absolute paths) that the ``RECORD`` of a non-editable distribution installed
-    in ``folder`` (its ``*.dist-info`` there) lists: exactly what pip put there, so a user's
-    package beside a vendored one of the same namespace stays the user's. Read once a folder:
-    what is installed does not change while ops are traced."""
+    in ``folder`` lists: exactly what pip put there, so a user's package beside a vendored one
+    of the same namespace stays the user's. Read once a folder: what is installed does not
+    change while ops are traced."""
+    return frozenset(_recorded_files(folder, lambda direct: not (direct or {}).get(
+        "dir_info", {}).get("editable")))
+
+
+def _recorded_files(folder: str, wanted: Callable[[dict[str, Any] | None], bool]) -> set[str]:
+    """The Python files (absolute paths) that the ``RECORD`` of each ``*.dist-info`` in
+    ``folder`` lists, for the distributions whose ``direct_url.json`` (``None`` without one)
+    ``wanted`` accepts. Only those distributions' ``RECORD`` is read. Only *.dist-info, what pip
+    writes for every install: an *.egg-info beside a project's sources is a build's by-product
+    and lists the project's own files (its tests too)."""
     from importlib import metadata
     from pathlib import Path
 
     files: set[str] = set()
     try:
-        # Only *.dist-info, what pip writes for every install: an *.egg-info beside a project's
-        # sources is a build's by-product and lists the project's own files (its tests too).
         infos = [n for n in os.listdir(folder) if n.endswith(".dist-info")]
     except OSError:
-        return frozenset()
+        return files
     for name in infos:
-        dist = metadata.PathDistribution(Path(folder) / name)
         try:
-            direct = dist.read_text("direct_url.json")
-            if direct and json.loads(direct).get("dir_info", {}).get("editable"):
+            try:
+                with open(os.path.join(folder, name, "direct_url.json")) as fh:
+                    direct = json.load(fh)
+            except FileNotFoundError:
+                direct = None
+            if not wanted(direct if isinstance(direct, dict) else None):
                 continue
-            for file in dist.files or ():
-                if str(file).endswith(".py"):
-                    files.add(os.path.abspath(os.path.join(folder, str(file))))
-        except (OSError, ValueError):
+            dist = metadata.PathDistribution(Path(folder) / name)
+            files.update(os.path.abspath(os.path.join(folder, str(file)))
+                         for file in dist.files or () if str(file).endswith(".py"))
+        except (OSError, ValueError, AttributeError):
             continue
-    return frozenset(files)
+    return files
