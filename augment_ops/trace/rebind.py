@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.state import library_file
+from augment_ops.state import _codes, library_file
 from augment_ops.trace.checks import add_guard
 from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
@@ -584,13 +584,6 @@ def _identity_free(code: types.CodeType) -> bool:
                     i.opname == "LOAD_GLOBAL" and i.argval in _BUILTIN_TYPES) for i in near):
                 return False
     return True
-
-
-def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
-    yield code
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            yield from _codes(c)
 
 
 #: The most items of a dict of functions whose functions are copied when the op reads it.
