@@ -13,6 +13,7 @@ traced.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -435,7 +436,7 @@ class TracedStat:
         self.bands = list(range(len(image.mode)))
         self._bands = [b._arr for b in image.split()]
 
-    @property
+    @functools.cached_property
     def count(self) -> list[Any]:
         out = []
         for b in self._bands:
@@ -443,11 +444,11 @@ class TracedStat:
             out.append(np.int64(n) if isinstance(n, int) else Sym(n))
         return out
 
-    @property
+    @functools.cached_property
     def sum(self) -> list[Sym]:
         return [Sym(cast_node(b.sum().node, np.int64)) for b in self._bands]
 
-    @property
+    @functools.cached_property
     def mean(self) -> list[Sym]:
         out = []
         for s, c in zip(self.sum, self.count, strict=True):
@@ -457,7 +458,7 @@ class TracedStat:
             out.append(ufunc("divide", Sym(cast_node(s.node, np.float64)), denom))
         return out
 
-    @property
+    @functools.cached_property
     def extrema(self) -> list[tuple[Sym, Sym]]:
         return [(Sym(cast_node(b.min().node, np.int64)), Sym(cast_node(b.max().node, np.int64)))
                 for b in self._bands]
