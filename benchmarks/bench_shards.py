@@ -248,7 +248,7 @@ def main() -> None:
     proxies: list = []
     if args.s3:
         sys.path.insert(0, str(HERE.parent / "tests"))
-        from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET, FaultProxy, Faults, S3Server
+        from storage_server import FaultProxy, Faults, S3Server, storage_options
 
         from extsrc import read_shards
         from extsrc.sources.storage import Storage
@@ -262,10 +262,7 @@ def main() -> None:
                               args.s3_server_processes, prefix="train").__enter__()
             endpoints = {f"shards_s3_{ms:g}ms" if ms else "shards_s3": e
                          for ms, e in server.endpoints.items()}
-
-            def options(endpoint: str) -> dict:
-                return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
-                        "client_kwargs": {"region_name": TEST_REGION}}
+            options = storage_options
         else:
             server = S3Server().__enter__()
             server.make_bucket("bench-shards")

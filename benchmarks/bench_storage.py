@@ -106,10 +106,9 @@ def _wait_ready(server: Any, ready: Any, timeout: float = 600) -> dict[str, Any]
 
 
 def storage_options(endpoint: str) -> dict[str, Any]:
-    from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
+    from storage_server import storage_options as options
 
-    return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
-            "client_kwargs": {"region_name": TEST_REGION}}
+    return options(endpoint)
 
 
 def _cpu_seconds(pids: list[int]) -> float:

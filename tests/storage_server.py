@@ -72,6 +72,12 @@ def fake_credentials() -> Iterator[None]:
                 os.environ[k] = v
 
 
+def storage_options(endpoint: str, **extra: Any) -> dict[str, Any]:
+    """s3fs options with the made-up credentials, reaching the S3 endpoint at ``endpoint``."""
+    return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
+            "client_kwargs": {"region_name": TEST_REGION}, **extra}
+
+
 class S3Server:
     """moto's S3 server on ``127.0.0.1:<free port>``; use as a context manager."""
 
@@ -99,10 +105,7 @@ class S3Server:
 
     def storage_options(self, endpoint: str | None = None, **extra: Any) -> dict[str, Any]:
         """s3fs options reaching this server (or ``endpoint``, e.g. a :class:`FaultProxy`)."""
-        return {
-            "key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint or self.endpoint,
-            "client_kwargs": {"region_name": TEST_REGION}, **extra,
-        }
+        return storage_options(endpoint or self.endpoint, **extra)
 
     def client(self) -> Any:
         """A boto3 S3 client talking to the server directly (not through a proxy)."""

@@ -18,14 +18,10 @@ pytest.importorskip("s3fs")
 pytest.importorskip("aiohttp")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from s3_static import StaticS3
-from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET, fake_credentials
+from storage_server import fake_credentials
+from storage_server import storage_options as options
 
 N = 11
-
-
-def options(endpoint: str) -> dict:
-    return {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": endpoint,
-            "client_kwargs": {"region_name": TEST_REGION}}
 
 
 @pytest.fixture(scope="module")

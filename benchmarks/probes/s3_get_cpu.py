@@ -41,7 +41,7 @@ def main() -> None:
 
     from data import make_dataset
     from s3_static import StaticS3
-    from storage_server import TEST_KEY, TEST_REGION, TEST_SECRET
+    from storage_server import storage_options
 
     from extsrc.sources.storage import Storage
 
@@ -52,8 +52,7 @@ def main() -> None:
     results: dict[str, list[dict[str, float]]] = {}
     with StaticS3(data, "bench", args.latencies, args.server_processes, prefix="ds") as s3:
         for ms in args.latencies:
-            options = {"key": TEST_KEY, "secret": TEST_SECRET, "endpoint_url": s3.endpoints[ms],
-                       "client_kwargs": {"region_name": TEST_REGION}}
+            options = storage_options(s3.endpoints[ms])
             modes = {
                 "s3fs": Storage(options, concurrency=args.concurrency, s3_requests="s3fs"),
                 "direct_thread_per_get": Storage(options, concurrency=args.concurrency),
