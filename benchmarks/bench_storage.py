@@ -9,8 +9,8 @@ forwarded, as a request to a remote bucket waits for the network. Rows:
 - ``s3_<L>ms``: ``Loader(read_manifest("s3://.../manifest.csv", storage_options=...))`` through
   the proxy adding ``L`` ms per request; with ``--server static`` the bucket is
   :class:`s3_static.StaticS3` instead, a read-only S3 endpoint of ``--server-processes``
-  processes that adds the latency itself: moto's one process serves a few hundred GETs a
-  second, less than a GPU machine's loader reads;
+  processes that adds the latency itself: moto's one process serves fewer GETs a
+  second than a GPU machine's loader reads;
 - ``s3fs_<L>ms`` (``--s3fs-rows``): the same with ``Storage(s3_requests="s3fs")``, every GET
   through s3fs and botocore rather than extsrc's own signed GETs;
 - ``litdata_local``, ``litdata_s3_<L>ms`` (``--litdata``, where ``pip install litdata``

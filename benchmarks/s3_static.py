@@ -1,8 +1,8 @@
 """A read-only S3 endpoint over a local folder, fast enough not to be what a benchmark measures.
 
 moto's server (``tests/storage_server.py``, what the tests use) implements S3 faithfully but
-answers from one Python process and spends milliseconds of CPU on each GET: on a 16-core GPU
-machine it served about 230 GETs/s, so a loader reading from it measures moto. This server
+answers from one Python process and spends milliseconds of CPU on each GET, fewer GETs a
+second than a GPU machine's readers ask for, so a loader reading from it measures moto. This server
 answers the few requests a reader makes, from ``processes`` processes that share each listening
 port (``SO_REUSEPORT``), each an asyncio (aiohttp) server:
 
