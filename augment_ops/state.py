@@ -417,10 +417,8 @@ def _wraps_itself_once(listing: list[dis.Instruction], j: int) -> bool:
     loop, and the only list or tuple the code stores into ``v``: then ``v`` is wrapped at most
     once a call, and holds the value at most one list deep."""
     ins = listing[j]
-    before, after = _before(listing, j), j + 1
-    while after < len(listing) and listing[after].opname in _NO_EFFECT:
-        after += 1
-    if (ins.arg or 0) != 1 or before is None or after >= len(listing):
+    before, after = _before(listing, j), _after(listing, j)
+    if (ins.arg or 0) != 1 or before is None or after is None:
         return False
     load, store = listing[before], listing[after]
     if load.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK") or store.opname != "STORE_FAST" or \
@@ -430,15 +428,11 @@ def _wraps_itself_once(listing: list[dis.Instruction], j: int) -> bool:
     if any(i.opname.startswith("JUMP_BACKWARD") and isinstance(i.argval, int)
            and i.argval <= here <= i.offset for i in listing):
         return False  # inside a loop: wrapped again each time round
-    wraps = 0
-    for k, i in enumerate(listing):
-        if i.opname in ("BUILD_LIST", "BUILD_TUPLE"):
-            n = k + 1
-            while n < len(listing) and listing[n].opname in _NO_EFFECT:
-                n += 1
-            wraps += n < len(listing) and listing[n].opname == "STORE_FAST" and \
-                listing[n].argval == store.argval
-    return wraps == 1
+    stores_of_a_new_list = [
+        k for k, i in enumerate(listing) if i.opname in ("BUILD_LIST", "BUILD_TUPLE")
+        and (n := _after(listing, k)) is not None and listing[n].opname == "STORE_FAST"
+        and listing[n].argval == store.argval]
+    return len(stores_of_a_new_list) == 1
 
 
 def _read_by_call(listing: list[dis.Instruction], j: int, above: int, kind: int,
@@ -577,6 +571,12 @@ def _before(listing: list[dis.Instruction], at: int) -> int | None:
     """The index of the instruction before ``listing[at]`` that does something."""
     return next((j for j in range(at - 1, -1, -1) if listing[j].opname not in _NO_EFFECT),
                 None)
+
+
+def _after(listing: list[dis.Instruction], at: int) -> int | None:
+    """The index of the instruction after ``listing[at]`` that does something."""
+    return next((j for j in range(at + 1, len(listing))
+                 if listing[j].opname not in _NO_EFFECT), None)
 
 
 def _class_called(listing: list[dis.Instruction], call: int) -> str | None:
