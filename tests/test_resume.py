@@ -116,6 +116,7 @@ def test_stale_iterator_after_load_state_dict_stops(manifest):
     ({"shuffle": False}, "shuffle: true in the state, false here"),
     ({"ops": ["random_hflip", augment_ops.get("random_crop").with_params(size=10)]}, "ops: "),
     ({"sampling": Sampling(last_batch="drop")}, "last_batch: 'partial' in the state, 'drop' here"),
+    ({"sampling": Sampling(run_length=4)}, "run_length: 1 in the state, 4 here"),
 ])
 def test_state_from_another_configuration_is_refused(manifest, change, field):
     state = Loader(manifest, **CONFIG).state_dict()
@@ -232,3 +233,18 @@ def test_same_seed_same_batches_whatever_the_workers_and_epochs_differ(manifest,
     # ... while the un-augmented image of each sample is the same in both epochs.
     a, b = by_sample(e0, "image"), by_sample(e1, "image")
     assert all(np.array_equal(a[i], b[i]) for i in range(N))
+
+
+def test_a_state_written_before_run_length_existed_resumes_a_loader_without_runs(manifest):
+    """States from an extsrc without ``Sampling(run_length=)`` shuffled single samples: they
+    resume a loader with ``run_length=1`` and are refused by one with runs."""
+    with Loader(manifest, **CONFIG) as loader:
+        it = iter(loader)
+        next(it)
+        state = json.loads(json.dumps(loader.state_dict()))
+    assert state["config"].pop("run_length") == 1
+    with Loader(manifest, **CONFIG) as same:
+        same.load_state_dict(state)
+    with Loader(manifest, **{**CONFIG, "sampling": Sampling(run_length=2)}) as runs, \
+            pytest.raises(StateMismatchError, match="run_length: 1 in the state, 2 here"):
+        runs.load_state_dict(state)

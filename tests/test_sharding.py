@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from extsrc.sources.sharding import (
     epoch_permutation,
     pad_plan_unchanged_by_balancing,
+    run_starts,
     shard_indices,
     shard_plan,
 )
@@ -269,3 +270,73 @@ def test_argument_errors(kwargs, exc, match):
 def test_empty_dataset_refused():
     with pytest.raises(ValueError, match=r"num_samples must be >= 1, got 0"):
         shard_plan(0, batch_size=1)
+
+
+# -- runs of neighbouring samples ---------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    run_length=st.integers(1, 9),
+    seed=st.integers(0, 2**63 - 1),
+    epoch=st.integers(0, 5),
+)
+def test_runs_stay_in_their_group_and_come_whole_in_the_epoch_order(sizes, run_length, seed,
+                                                                    epoch):
+    """Groups of ``sizes`` samples (tar shards): every run is at most ``run_length`` samples of
+    one group, cut from the group's start; the epoch visits every sample once, each run's
+    samples together and in their own order."""
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    n = len(groups)
+    starts = run_starts(n, run_length, groups)
+    # Independently of run_starts: the run of sample i is (its group, its place // run_length).
+    first_of_group = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    run_of = [(int(g), int(i - first_of_group[g]) // run_length) for i, g in enumerate(groups)]
+    if run_length == 1:
+        assert starts is None
+        return
+    assert starts.tolist() == [i for i in range(n) if i == 0 or run_of[i] != run_of[i - 1]]
+    order = epoch_permutation(n, seed=seed, epoch=epoch, shuffle=True, runs=starts)
+    assert sorted(order.tolist()) == list(range(n))
+    seen: list[tuple[int, int]] = []
+    for k, i in enumerate(order.tolist()):
+        if k and run_of[i] == run_of[order[k - 1]]:
+            assert i == order[k - 1] + 1  # a run's samples in their own order
+        else:
+            assert run_of[i] not in seen  # a run is not split
+            seen.append(run_of[i])
+
+
+def test_runs_shuffle_runs_by_seed_and_epoch_and_leave_the_single_sample_order_alone():
+    starts = run_starts(100, 10)
+    assert starts.tolist() == list(range(0, 100, 10))
+    a = epoch_permutation(100, seed=1, epoch=0, shuffle=True, runs=starts)
+    assert a.tolist() != list(range(100))
+    assert a.tolist() == epoch_permutation(100, seed=1, epoch=0, shuffle=True, runs=starts).tolist()
+    assert a.tolist() != epoch_permutation(100, seed=1, epoch=1, shuffle=True, runs=starts).tolist()
+    assert a.tolist() != epoch_permutation(100, seed=2, epoch=0, shuffle=True, runs=starts).tolist()
+    # Without runs the order is the one extsrc always computed (resume states depend on it).
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([1, 0])))
+    assert epoch_permutation(100, seed=1, epoch=0, shuffle=True).tolist() == \
+        rng.permutation(100).tolist()
+    assert epoch_permutation(100, seed=1, epoch=0, shuffle=False, runs=starts).tolist() == \
+        list(range(100))
+
+
+@pytest.mark.parametrize(("runs", "match"), [
+    (np.array([1, 5]), "beginning at 0"),
+    (np.array([0, 5, 5]), "ascending"),
+    (np.array([0, 100]), r"in \[0, 100\)"),
+    (np.array([], dtype=np.int64), "beginning at 0"),
+])
+def test_runs_that_are_no_run_starts_are_refused(runs, match):
+    with pytest.raises(ValueError, match=match):
+        epoch_permutation(100, seed=0, epoch=0, shuffle=True, runs=runs)
+
+
+def test_run_starts_arguments_are_checked():
+    with pytest.raises(ValueError, match="run_length"):
+        run_starts(10, 0)
+    with pytest.raises(ValueError, match=r"one value per sample \(10\)"):
+        run_starts(10, 2, np.zeros(9))

@@ -211,6 +211,54 @@ def test_resume_mid_epoch_in_reader_processes(pattern) -> None:
             np.testing.assert_array_equal(xa[k], xb[k])
 
 
+def runs_of(manifest: ShardManifest, run_length: int) -> list[tuple[int, int]]:
+    """The run of every sample: its shard and its place in the shard // ``run_length``."""
+    first = {}
+    for i, s in enumerate(manifest.shard_of.tolist()):
+        first.setdefault(s, i)
+    return [(s, (i - first[s]) // run_length) for i, s in enumerate(manifest.shard_of.tolist())]
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_runs_keep_a_shards_neighbours_together_and_every_sample_once(pattern, ranks) -> None:
+    """``Sampling(run_length=2)``: the epoch's order, over all ranks, is whole runs of two
+    consecutive members of one shard (the shard's last run shorter), every sample once, in an
+    order that differs by epoch; a resumed loader reads the same batches."""
+    m = read_shards(pattern)
+    run_of = runs_of(m, 2)
+
+    def loaders():
+        return [Loader(m, batch_size=4, shuffle=True, seed=2,
+                       sampling=Sampling(shard_id=r, num_shards=ranks, run_length=2), **CPU)
+                for r in range(ranks)]
+
+    opened = loaders()
+    try:
+        epochs = []
+        for _ in range(2):
+            order = [i for loader in opened for i in epoch_indices(loader)]
+            assert sorted(order) == list(range(N))
+            epochs.append(order)
+            split = [order[0]] + [b for a, b in itertools.pairwise(order)
+                                  if run_of[a] != run_of[b]]
+            assert len(split) == len({run_of[i] for i in range(N)})  # no run split apart
+            for a, b in itertools.pairwise(order):
+                assert run_of[a] != run_of[b] or b == a + 1
+        assert epochs[0] != epochs[1]
+        with opened[0] as first:
+            it = iter(first)
+            next(it)
+            state = first.state_dict()
+            rest = [b["index"].tolist() for b in it]
+    finally:
+        for loader in opened:
+            loader.close()
+    resumed = loaders()[0]
+    with resumed:
+        resumed.load_state_dict(state)
+        assert [b["index"].tolist() for b in resumed] == rest
+
+
 # -- malformed shards, samples and labels -------------------------------------------------------
 
 
@@ -583,11 +631,12 @@ def gets(proxy) -> int:
     return sum(n for k, n in proxy.counts.per_key.items() if k.startswith("GET "))
 
 
-def epoch_reads(manifest: ShardManifest, batch_size: int, seed: int = 3
+def epoch_reads(manifest: ShardManifest, batch_size: int, seed: int = 3, run_length: int = 1
                 ) -> tuple[list[int], list[bytes], int]:
     """One epoch of what a reader process does (``ShardedSource``, shuffled): the manifest
     indices in order, their bytes, and the (batch, shard) pairs the batches touch."""
-    src = ShardedSource(manifest, batch_size=batch_size, shuffle=True, seed=seed)
+    src = ShardedSource(manifest, batch_size=batch_size, shuffle=True, seed=seed,
+                        run_length=run_length)
     indices: list[int] = []
     data: list[bytes] = []
     touched = 0
@@ -622,6 +671,27 @@ def test_a_batch_reads_each_shard_it_touches_with_one_get(
         # shard per batch that touches it.
         assert stats.bytes_used < stats.bytes <= touched * max(
             os.path.getsize(x) for x in local.shards)
+
+
+def test_runs_of_a_whole_shard_read_each_shard_with_one_get(
+        s3_server, fault_proxy, pattern, index_bucket) -> None:  # noqa: F811
+    """Runs as long as a shard and batches of one shard: an epoch is one GET per shard, of the
+    members' bytes and what lies between them only, where single-sample shuffling spreads
+    every batch over several shards."""
+    local = read_shards(pattern)
+    storage = Storage(s3_server.storage_options(fault_proxy.endpoint))
+    remote = read_shards(index_bucket["train"], storage_options=storage)
+    storage.stats = StorageStats()
+    fault_proxy.reset()
+    indices, data, touched = epoch_reads(remote, batch_size=PER_SHARD, run_length=PER_SHARD)
+    assert sorted(indices) == list(range(N)) and data == [png(i) for i in indices]
+    assert indices != list(range(N))  # the shards still come in a shuffled order
+    assert gets(fault_proxy) == storage.stats.reads == touched == SHARDS
+    span = sum(int(local.offsets[i + PER_SHARD - 1] + local.sizes[i + PER_SHARD - 1]
+                   - local.offsets[i]) for i in range(0, N, PER_SHARD))
+    assert storage.stats.bytes == span
+    fault_proxy.reset()
+    assert epoch_reads(remote, batch_size=PER_SHARD)[2] == gets(fault_proxy) > SHARDS
 
 
 def test_a_merged_get_reads_at_most_coalesce_span_bytes(

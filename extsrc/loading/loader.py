@@ -144,6 +144,7 @@ def image_source(manifest: Manifest, config: LoaderConfig, indices: Any, stats_d
         start_batch=start_batch, max_pixels=c.bad_files.max_pixels, indices=indices,
         max_file_bytes=c.bad_files.max_file_bytes,
         skip_unreadable=c.bad_files.on_error == "skip", stats_dir=stats_dir,
+        run_length=s.run_length,
     )
 
 

@@ -90,11 +90,19 @@ class Sampling:
     the ``torchrun`` environment, else one shard. ``last_batch``: ``"partial"`` (every sample
     once, the last batch may be short), ``"pad"`` (repeats marked ``is_pad`` fill it) or
     ``"drop"`` (the remainder is left out); see :mod:`extsrc.sources.sharding`.
+
+    ``run_length``: the shuffle moves runs of this many neighbouring samples (manifest order;
+    within one tar shard for :func:`~extsrc.read_shards`) rather than single samples, so a batch
+    holds whole runs. For tar shards in object storage a run is one request instead of
+    ``run_length``. Batches are then less mixed: samples that sit together in the manifest
+    come together, which matters when the manifest or the shards are sorted (by class, say);
+    1 (default): every sample on its own.
     """
 
     shard_id: int | None = None
     num_shards: int | None = None
     last_batch: LastBatch = "partial"
+    run_length: int = 1
 
     def __post_init__(self) -> None:
         _set(self, "shard_id", argcheck.check_int(
@@ -104,6 +112,9 @@ class Sampling:
             self.num_shards, "Sampling: num_shards", minimum=1, maximum=MAX_SHARDS,
             allow_none=True, what="shards, the world size"))
         _choice("Sampling", "last_batch", self.last_batch, LAST_BATCH)
+        _set(self, "run_length", argcheck.check_int(
+            self.run_length, "Sampling: run_length", minimum=1,
+            what="neighbouring samples the shuffle keeps together"))
         if self.shard_id is not None and self.num_shards is not None \
                 and self.shard_id >= self.num_shards:
             raise ValueError(

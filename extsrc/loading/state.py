@@ -97,6 +97,7 @@ def loader_state_config(config: Any, num_samples: int, fingerprint: str,
         "seed": c.seed,
         "shuffle": c.shuffle,
         "last_batch": c.sampling.last_batch,
+        "run_length": c.sampling.run_length if c.shuffle else 1,  # no shuffle: no runs
         "num_samples": num_samples if indices is None else len(indices),
         "manifest": fingerprint,
         "ops": describe_ops(c.ops),
@@ -123,7 +124,8 @@ def resume_point(state: Any, expected: Mapping[str, Any], config: Any, num_sampl
         num_samples, batch_size=config.batch_size, num_shards=config.sampling.num_shards,
         last_batch=config.sampling.last_batch)
     return check_state(state, expected, num_batches, implied={
-        "sharding": SHARDING if unchanged else FILLED_IN_ORDER})
+        "sharding": SHARDING if unchanged else FILLED_IN_ORDER,
+        "run_length": 1})  # states written before runs shuffled single samples
 
 
 def make_state(epoch: int, batch: int, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -257,7 +257,7 @@ class VideoLoader(Loader):
             shard_id=s.shard_id, num_shards=s.num_shards, shuffle=c.shuffle, seed=c.seed,
             last_batch=s.last_batch, start_epoch=start_epoch, start_batch=start_batch,
             max_pixels=None, indices=self._indices, max_file_bytes=c.bad_files.max_file_bytes,
-            windows=self.windows,
+            windows=self.windows, run_length=s.run_length,
         )
 
     def _build_pipeline(self) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from extsrc._dali.handoff import outgoing
+from extsrc._util.argcheck import check_int
 from extsrc._util.orphan import exit_with_parent
 from extsrc._util.textsafe import shown
 from extsrc.errors import BadImageError, SampleReadError
@@ -35,6 +36,7 @@ from extsrc.sources.sharding import (
     ShardPlan,
     check_args,
     num_batches_per_shard,
+    run_starts,
     shard_plan,
 )
 from extsrc.sources.shards import ShardManifest
@@ -103,6 +105,9 @@ class ShardedSource:
     ``start_epoch`` and ``start_batch`` shift where DALI's counters begin, so a resumed run reads
     exactly the batches that were still due.
 
+    ``run_length`` > 1 shuffles runs of that many neighbouring samples instead of single
+    samples (:meth:`runs`), so that a batch reads a tar shard's consecutive members together.
+
     ``indices`` selects the samples to read, as manifest indices (FFCV's ``Loader(indices=...)``;
     the good samples under ``Loader(on_error="skip")``): the epochs shuffle and shard this list,
     and ``info`` and every message still name the original manifest's indices and lines, so
@@ -140,6 +145,7 @@ class ShardedSource:
         max_file_bytes: int | None = DEFAULT_MAX_FILE_BYTES,
         skip_unreadable: bool = False,
         stats_dir: str | None = None,
+        run_length: int = 1,
     ) -> None:
         if not isinstance(manifest, Manifest):
             raise TypeError(
@@ -176,6 +182,7 @@ class ShardedSource:
             )
         self.start_epoch = start_epoch
         self.start_batch = start_batch
+        self.run_length = check_int(run_length, "run_length", minimum=1)
         self.max_file_bytes = check_max_file_bytes(max_file_bytes)
         self.skip_unreadable = bool(skip_unreadable)
         root = getattr(manifest, "root", None)
@@ -203,11 +210,24 @@ class ShardedSource:
                 len(self.manifest) if sel is None else len(sel), batch_size=self.batch_size,
                 shard_id=self.shard_id, num_shards=self.num_shards, epoch=epoch,
                 shuffle=self.shuffle, seed=self.seed, last_batch=self.last_batch,
+                runs=self.runs(),
             )
             if sel is not None:
                 p = ShardPlan(sel[p.indices], p.is_pad, p.batch_offsets)
             self._cached = (epoch, p)
         return self._cached[1]
+
+    def runs(self) -> np.ndarray | None:
+        """Where the runs of ``run_length`` neighbouring samples the shuffle keeps together start,
+        in positions of the samples read (:func:`~extsrc.sources.sharding.run_starts`); a run
+        of tar shard samples stays within one shard. ``None`` for ``run_length=1``."""
+        if self.run_length == 1 or not self.shuffle:
+            return None
+        m, sel = self.manifest, self.indices
+        groups = m.shard_of if isinstance(m, ShardManifest) else None
+        if groups is not None and sel is not None:
+            groups = groups[sel]
+        return run_starts(len(m) if sel is None else len(sel), self.run_length, groups)
 
     def position(self, iteration: int, epoch_idx: int) -> tuple[int, int]:
         """Map DALI's (iteration, epoch_idx) to our (epoch, batch number)."""

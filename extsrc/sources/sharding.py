@@ -7,7 +7,8 @@ lists itself, so there is exactly one place where a sample can be lost or duplic
 How one epoch is laid out, for ``N`` samples, ``S`` shards and batch size ``B``:
 
 1. Every shard computes the same permutation of ``range(N)`` from ``(seed, epoch)`` (or the identity
-   when ``shuffle=False``).
+   when ``shuffle=False``); with runs (:func:`run_starts`), a permutation of runs of neighbouring
+   samples, each run kept together.
 2. The permutation is cut into ``S`` disjoint contiguous parts, one per shard, balanced: their
    sizes differ by at most one (``"pad"`` and ``"partial"``, as torch's ``DistributedSampler``
    splits), or all ``nb * B`` (``"drop"``, full batches only).
@@ -49,7 +50,8 @@ import numpy as np
 
 from extsrc._util.argcheck import check_int
 
-__all__ = ["LastBatch", "ShardPlan", "epoch_permutation", "shard_indices", "shard_plan"]
+__all__ = ["LastBatch", "ShardPlan", "epoch_permutation", "run_starts", "shard_indices",
+           "shard_plan"]
 
 LastBatch = Literal["pad", "drop", "partial"]
 _LAST_BATCH_POLICIES: tuple[str, ...] = get_args(LastBatch)
@@ -117,14 +119,61 @@ def check_args(
     check_last_batch(last_batch)
 
 
-def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The order in which an epoch visits all samples; identical on every shard and process."""
+def run_starts(num_samples: int, run_length: int,
+               groups: np.ndarray | None = None) -> np.ndarray | None:
+    """Where the runs of ``run_length`` neighbouring samples start (``int64``, ascending, the
+    first 0), for :func:`epoch_permutation`; ``None`` when ``run_length`` is 1 (no runs).
+
+    A run never crosses a change of ``groups`` (one value per sample, e.g. the tar shard each
+    sample is in): the samples are cut every ``run_length`` within each stretch of equal
+    group values, and the last run of a stretch may be shorter.
+    """
+    check_int(run_length, "run_length", minimum=1)
+    if run_length == 1:
+        return None
+    positions = np.arange(num_samples, dtype=np.int64)
+    if groups is None:
+        return positions[::run_length].copy()
+    groups = np.asarray(groups)
+    if groups.shape != (num_samples,):
+        raise ValueError(f"groups must hold one value per sample ({num_samples}), got shape "
+                         f"{groups.shape}")
+    # Each stretch of equal group values starts where the value changes; inside a stretch,
+    # a run starts every run_length samples counted from the stretch's start.
+    changed = np.ones(num_samples, dtype=bool)
+    changed[1:] = groups[1:] != groups[:-1]
+    stretch_start = np.maximum.accumulate(np.where(changed, positions, 0))
+    return positions[(positions - stretch_start) % run_length == 0]
+
+
+def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool,
+                      runs: np.ndarray | None = None) -> np.ndarray:
+    """The order in which an epoch visits all samples; identical on every shard and process.
+
+    ``runs`` (from :func:`run_starts`): shuffle whole runs of neighbouring samples instead of
+    single samples. The runs come in a random order, each run's samples in their own order, so
+    a batch holds whole runs (a tar shard's consecutive members, read by one request).
+    ``None``: every sample on its own.
+    """
     check_seed(seed)
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     # SeedSequence mixes (seed, epoch) so that neighbouring seeds and epochs are unrelated.
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
-    return rng.permutation(num_samples).astype(np.int64)
+    if runs is None:
+        return rng.permutation(num_samples).astype(np.int64)
+    runs = np.asarray(runs, dtype=np.int64)
+    if runs.ndim != 1 or not len(runs) or runs[0] != 0 or np.any(np.diff(runs) <= 0) \
+            or runs[-1] >= num_samples:
+        raise ValueError(f"runs must be ascending starts in [0, {num_samples}) beginning at 0; "
+                         "use run_starts()")
+    lengths = np.diff(np.append(runs, num_samples))
+    order = rng.permutation(len(runs))
+    starts, lengths = runs[order], lengths[order]
+    # Sample k of the result is run r's start plus its place in that run: k minus the number
+    # of samples in the runs before r.
+    before = np.cumsum(lengths) - lengths
+    return np.repeat(starts - before, lengths) + np.arange(num_samples, dtype=np.int64)
 
 
 def num_batches_per_shard(
@@ -148,14 +197,15 @@ def shard_plan(
     shuffle: bool = True,
     seed: int = 0,
     last_batch: LastBatch = "pad",
+    runs: np.ndarray | None = None,
 ) -> ShardPlan:
     """The full plan (indices, pad flags, batch boundaries) of one shard in one epoch.
 
     See the module docstring for the policies. With ``"drop"`` the plan may hold zero batches
-    when ``num_samples < num_shards * batch_size``.
+    when ``num_samples < num_shards * batch_size``. ``runs``: see :func:`epoch_permutation`.
     """
     check_args(num_samples, batch_size, shard_id, num_shards, epoch, last_batch)
-    perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle)
+    perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle, runs=runs)
     nb = num_batches_per_shard(
         num_samples, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
     )
@@ -231,6 +281,7 @@ def shard_indices(
     shuffle: bool = True,
     seed: int = 0,
     last_batch: LastBatch = "pad",
+    runs: np.ndarray | None = None,
 ) -> np.ndarray:
     """Manifest indices that shard ``shard_id`` reads in ``epoch``, in reading order.
 
@@ -240,5 +291,5 @@ def shard_indices(
     """
     return shard_plan(
         num_samples, batch_size=batch_size, shard_id=shard_id, num_shards=num_shards,
-        epoch=epoch, shuffle=shuffle, seed=seed, last_batch=last_batch,
+        epoch=epoch, shuffle=shuffle, seed=seed, last_batch=last_batch, runs=runs,
     ).indices
