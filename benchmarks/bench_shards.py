@@ -18,6 +18,8 @@ Variants:
   reader process does;
 - ``shards_s3`` (``--s3``): the same shards uploaded to a local S3 server (moto, on 127.0.0.1, in
   this process) and read through ``s3://`` URLs;
+- ``<shard variant>_runs`` (``--run-length R``): the same shards shuffled in runs of ``R``
+  consecutive members (``Sampling(run_length=R)``), so a batch reads whole runs;
 - ``shards_s3_<L>ms`` (``--s3-latency L``): the same through the test suite's proxy
   (``tests/storage_server.py``) adding ``L`` ms to every request, as a remote bucket would.
   ``--s3-coalesce-gap`` sets the storage's ``coalesce_gap`` (``none``: one GET per member).
@@ -92,14 +94,14 @@ def storage_counts(stats: dict, before: dict | None, epochs: int) -> dict[str, f
             "amplification": d["bytes"] / max(1, d["bytes_used"])}
 
 
-def run_extsrc(source, args) -> dict[str, float]:
+def run_extsrc(source, args, run_length: int = 1) -> dict[str, float]:
     from data import time_epochs
 
-    from extsrc import Loader, Workers
+    from extsrc import Loader, Sampling, Workers
 
     t0 = time.perf_counter()
     loader = Loader(source, batch_size=args.batch_size, resize=args.resize or None, shuffle=True,
-                    seed=0, device=args.device,
+                    seed=0, device=args.device, sampling=Sampling(run_length=run_length),
                     workers=Workers(num_workers=args.workers))
     t1 = time.perf_counter()
     sync = None
@@ -192,7 +194,8 @@ def paired_ratios(rounds: dict[str, list[dict[str, float]]]) -> dict[str, dict]:
     """images/s of one variant over another, round by round (the two ran minutes apart at
     most, so a busy machine's drift cancels better than in a ratio of medians)."""
     out = {}
-    pairs = (*PAIRS, *((v, "shards") for v in rounds if v.startswith("shards_s3_")),
+    pairs = (*PAIRS, *((v, "shards") for v in rounds if v.startswith(("shards_s3_", "shards_r"))),
+             *((v, "files") for v in rounds if v.startswith(("shards_s3", "shards_r"))),
              *((v, "read_shards") for v in rounds if v.startswith("read_shards_s3")))
     for a, b in pairs:
         if a in rounds and b in rounds:
@@ -227,6 +230,12 @@ def main() -> None:
     p.add_argument("--s3-coalesce-gap", default=str(1 << 20),
                    help="with --s3: the storage's coalesce_gap in bytes (members of a shard this "
                         "close read with one GET), or 'none': one GET per member")
+    p.add_argument("--run-length", type=int, default=1,
+                   help="> 1: every shard variant also runs as <variant>_runs, shuffled in runs "
+                        "of this many consecutive members (Sampling(run_length=...))")
+    p.add_argument("--server-cpus", type=int, default=0,
+                   help="with --s3-server static: run the server on the last N cores and every "
+                        "variant on the others (0: all share every core)")
     p.add_argument("--data", default="/tmp/extsrc_bench_shards")
     p.add_argument("--variants", default="read_files,read_shards,files,shards,webdataset",
                    help="comma-separated; with --s3, S3 variants (shards_s3, shards_s3_<L>ms, and "
@@ -234,6 +243,11 @@ def main() -> None:
     p.add_argument("--out")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
+    server_cpus = None
+    if args.server_cpus:
+        from s3_static import split_cpus
+
+        server_cpus = split_cpus(args.server_cpus)
 
     manifest, mean_bytes = make_dataset(Path(args.data) / "files", args.n)
     pattern = write_shards(manifest, Path(args.data) / "shards", args.shards)
@@ -243,6 +257,8 @@ def main() -> None:
     # The S3 variants join the list unless it names some itself (read_shards_s3_20ms: the
     # reader alone over S3 with 20 ms per request).
     variants = given if any("s3" in v for v in given) else given + s3_variants
+    if args.run_length > 1:  # every shard variant once more, shuffled in runs
+        variants += [f"{v}_runs" for v in variants if v.startswith("shards")]
     sources: dict[str, object] = {"files": str(manifest), "shards": pattern}
     server = None
     proxies: list = []
@@ -259,7 +275,8 @@ def main() -> None:
             from s3_static import StaticS3
 
             server = StaticS3(Path(pattern).parent, "bench-shards", [0.0, *latencies],
-                              args.s3_server_processes, prefix="train").__enter__()
+                              args.s3_server_processes, prefix="train",
+                              cpus=server_cpus).__enter__()
             endpoints = {f"shards_s3_{ms:g}ms" if ms else "shards_s3": e
                          for ms, e in server.endpoints.items()}
             options = storage_options
@@ -287,14 +304,15 @@ def main() -> None:
                 elif v.startswith("read_"):
                     res = run_reader(sources[v[len("read_"):]], args)
                 else:
-                    src = sources[v]
+                    runs = v.endswith("_runs")
+                    src = sources[v.removesuffix("_runs")]
                     if callable(src):  # indexing a remote shard counts as building the loader
                         t = time.perf_counter()
                         src = src()
                         extra = time.perf_counter() - t
                     else:
                         extra = 0.0
-                    res = run_extsrc(src, args)
+                    res = run_extsrc(src, args, args.run_length if runs else 1)
                     res["build"] += extra
                 rounds[v].append(res)
                 print(f"round {r} {v:12s} " + "  ".join(f"{k} {x:.3f}" for k, x in res.items()),
@@ -328,6 +346,7 @@ def main() -> None:
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                        "loader_cpus": len(os.sched_getaffinity(0)),
                         "dali": nvidia.dali.__version__, "torch": torch.__version__,
                         "webdataset": wds_version},
             "args": vars(args), "mean_image_bytes": mean_bytes,

@@ -242,8 +242,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="also litdata's StreamingDataset on the same images, local and from S3")
     p.add_argument("--litdata-chunk-bytes", default="64MB",
                    help="litdata's chunk size (default: 64MB)")
+    p.add_argument("--server-cpus", type=int, default=0,
+                   help="with --server static: run the server on the last N cores and every "
+                        "row (local files too) on the others (0: all share every core)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    server_cpus = None
+    if args.server_cpus:
+        from s3_static import split_cpus
+
+        server_cpus = split_cpus(args.server_cpus)
 
     from data import make_dataset
 
@@ -267,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.server == "static":
         from s3_static import StaticS3
 
-        server = StaticS3(data, BUCKET, args.latencies, args.server_processes, prefix="ds")
+        server = StaticS3(data, BUCKET, args.latencies, args.server_processes, prefix="ds",
+                          cpus=server_cpus)
         server.__enter__()
         info = {"direct": server.endpoints[args.latencies[0]], "endpoints": server.endpoints,
                 "pids": server.pids}
@@ -340,6 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": "python " + " ".join([sys.argv[0], *(argv or sys.argv[1:])]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "loader_cpus": len(os.sched_getaffinity(0)),
                     "python": platform.python_version(), "dali": dali.__version__,
                     "torch": torch.__version__},
         "dataset": {"n": args.n, "mean_bytes": mean_bytes},

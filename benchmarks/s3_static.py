@@ -151,9 +151,14 @@ def _app(root: Path, bucket: str, under: str, delays: dict[int, float]) -> Any:
     return app
 
 
-def _serve(root: str, bucket: str, under: str, delays: dict[int, float], ready: Any) -> None:
-    """One server process: every port of ``delays`` opened with ``SO_REUSEPORT``."""
+def _serve(root: str, bucket: str, under: str, delays: dict[int, float], ready: Any,
+           cpus: frozenset[int] | None = None) -> None:
+    """One server process: every port of ``delays`` opened with ``SO_REUSEPORT``; on ``cpus``
+    only, when given."""
     from aiohttp import web
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
     async def main() -> None:
         runner = web.AppRunner(_app(Path(root), bucket, under, delays), access_log=None)
@@ -169,11 +174,14 @@ def _serve(root: str, bucket: str, under: str, delays: dict[int, float], ready: 
 class StaticS3:
     """``processes`` server processes serving ``root``'s files as the objects of ``bucket``
     (under ``prefix``/ when given), one port per latency of ``latencies_ms``: :attr:`endpoints`
-    maps a latency to its URL, :attr:`pids` are the processes (for their CPU time)."""
+    maps a latency to its URL, :attr:`pids` are the processes (for their CPU time). ``cpus``:
+    the cores the processes run on (``None``: any)."""
 
     def __init__(self, root: Path | str, bucket: str, latencies_ms: list[float],
-                 processes: int = 4, prefix: str = "") -> None:
+                 processes: int = 4, prefix: str = "",
+                 cpus: frozenset[int] | None = None) -> None:
         self.root, self.bucket, self.processes = str(root), bucket, processes
+        self.cpus = cpus
         self.under = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.latencies_ms = list(dict.fromkeys(latencies_ms))
         self.endpoints: dict[float, str] = {}
@@ -197,7 +205,8 @@ class StaticS3:
         try:
             for _ in range(self.processes):
                 p = ctx.Process(target=_serve,
-                                args=(self.root, self.bucket, self.under, delays, ready),
+                                args=(self.root, self.bucket, self.under, delays, ready,
+                                      self.cpus),
                                 daemon=True)
                 p.start()
                 self._procs.append(p)
@@ -219,3 +228,17 @@ class StaticS3:
                 p.kill()
                 p.join()
         self._procs = []
+
+
+def split_cpus(server_cpus: int) -> frozenset[int] | None:
+    """Give the last ``server_cpus`` of this process's cores to the server, and keep this
+    process (the loader, its reader processes and DALI's threads, which inherit it) on the
+    others, as if the bucket were on another machine. Returns the server's cores (``None``
+    for 0: everything shares every core)."""
+    if not server_cpus:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    if not 0 < server_cpus < len(cores):
+        raise SystemExit(f"--server-cpus must be in [0, {len(cores)}), got {server_cpus}")
+    os.sched_setaffinity(0, cores[:-server_cpus])
+    return frozenset(cores[-server_cpus:])
