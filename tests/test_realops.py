@@ -19,6 +19,7 @@ draws on, chosen without looking at what the tracer lowers; ids ``blind-<op>``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import linecache
@@ -35,7 +36,8 @@ from helpers import run_traced, scalar_draws
 
 from augment_ops.lower_dali import check_layout
 from augment_ops.registry import OpContractError
-from augment_ops.trace import TraceError, scalar_stage, trace_op
+from augment_ops.trace import DrawRng, TraceError, scalar_stage, trace_op
+from augment_ops.trace.rng import noise_slots
 from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
 
 SEED = 11
@@ -192,8 +194,59 @@ def test_a_lowered_op_on_gpu_equals_numpy(entry):
     _check_lowered(entry.op, gpu=True)
 
 
+#: For an op that draws arrays of noise (DALI's generator on the native path, no replay on
+#: numpy): the constants both paths fill them with instead, a standard normal's and a draw in
+#: [0, 1) (low, then high: salt and pepper), so that everything the op computes around its
+#: noise is checked exactly; test_a_lowered_random_op_draws_like_numpy checks the noise itself.
+NOISE_FILLS = [{"normal": -2.0, "uniform": 0.02}, {"normal": 1.5, "uniform": 0.99}]
+
+
+@contextlib.contextmanager
+def _replaying():
+    """``np.random.default_rng(rng)`` hands back the replay's generator, as numpy hands back a
+    Generator given to it and as the tracer does (skimage's ``random_noise(image, rng=rng)``):
+    ``counter_rng``'s ``DrawRng`` is no ``np.random.Generator``."""
+    real = np.random.default_rng
+
+    def default_rng(seed=None, *args, **kwargs):
+        return seed if isinstance(seed, DrawRng) else real(seed, *args, **kwargs)
+
+    np.random.default_rng = default_rng
+    try:
+        yield
+    finally:
+        np.random.default_rng = real
+
+
+def _draws_noise(traced) -> bool:
+    return any(n.op == "noise" for n in traced.nodes())
+
+
 def _check_lowered(op, gpu: bool) -> None:
     traced = trace_op(op)
+    if not _draws_noise(traced):
+        _check_lowered_with(op, traced, gpu, None)
+        return
+    from augment_ops.trace.dali_ops import _constant
+    from augment_ops.trace.emitter import _Emitter
+
+    real = _Emitter._noise
+    try:
+        for fills in NOISE_FILLS:
+            def constant(self, n, fills=fills):
+                draws = real(self, n)  # DALI's draws, for their shape, on the image's device
+                # float64 constants as the emitter makes them (DALI keeps a literal as float32)
+                f64 = np.dtype(np.float64)
+                return draws * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
+            _Emitter._noise = constant
+            _check_lowered_with(op, traced, gpu, fills)
+    finally:
+        _Emitter._noise = real
+
+
+def _check_lowered_with(op, traced, gpu: bool, fills: dict[str, float] | None) -> None:
+    """``_check_lowered``, arrays of noise filled with ``fills`` on both paths where given."""
+    noise = None if fills is None else (lambda kind, shape, u: np.full(shape, fills[kind]))
     sizes = [s for s in SIZES if min(s) >= op.min_size]
     imgs = _images(sizes) * 2  # each size twice: as two samples, in two epochs
     n = len(imgs)
@@ -201,9 +254,11 @@ def _check_lowered(op, gpu: bool) -> None:
     epoch = (np.arange(n) >= n // 2).astype(np.int64)
     refs = []
     for k, img in enumerate(imgs):
-        rng = counter_rng(SEED, int(epoch[k]), int(index[k]), name_salt(op.name))
+        rng = counter_rng(SEED, int(epoch[k]), int(index[k]), name_salt(op.name), noise,
+                          noise_slots(traced))
         try:
-            refs.append(op.apply(img, rng if op.random else None))
+            with _replaying():
+                refs.append(op.apply(img, rng if op.random else None))
         except OpContractError as e:  # an empty output: the native path checks its shape
             assert "is empty" in str(e) and check_layout(traced).outputs, (img.shape, e)
             refs.append(None)

@@ -128,13 +128,22 @@ def explain(name_or_op: Any) -> str:
     if "native" in op.impls:
         return "native (hand-written)"
     try:
-        trace_op(op)
+        traced = trace_op(op)
     except TraceError as e:
         return f"numpy: {e}"
     from augment_ops.state import outside_state
 
     baked: list[tuple[str, str]] = []
     outside_state(op.fn, dict(op.params), baked)
-    if baked:
-        return "native (traced; " + "; ".join(f"{c} at {w}" for c, w in baked) + ")"
+    notes = [f"{c} at {w}" for c, w in baked]
+    if any(n.op == "noise" for n in traced.nodes()):
+        notes.append(NOISE_NOTE)
+    if notes:
+        return "native (traced; " + "; ".join(notes) + ")"
     return "native (traced)"
+
+
+#: What :func:`explain` says of an op that draws arrays of noise.
+NOISE_NOTE = ("its arrays of noise drawn by DALI's generator: numpy's distribution, other "
+              "values than the numpy path's; the same values again for the same seed and "
+              "starting point, other ones in a resumed run")

@@ -189,6 +189,16 @@ def canvas(shape: Any, fill_value: Any, dtype: np.dtype) -> Sym:
     ``canvas`` node, which a write of an array into a region makes a padded slice of that array
     (:func:`augment_ops.trace.indexing._write_canvas`), and a slice of it a smaller canvas or
     padded slice. numpy raises ValueError for a negative size, and so does the traced op."""
+    dims = checked_dims(shape, "a new array")
+    if dtype.kind not in "biuf" or dtype.itemsize > 8 or dtype == np.float16:
+        raise TraceError(f"a new array of dtype {dtype}")
+    fill = canvas_fill(fill_value, dtype, dims[2] if len(dims) == 3 else None)
+    return Sym(_new("canvas", (*dims, const(fill)), (), dtype, tuple(dims)))
+
+
+def checked_dims(shape: Any, what: str) -> list[Node | int]:
+    """A per-sample ``shape`` (rank 2, or 3 with a constant channel count) as dimension nodes
+    and ints, numpy's ValueError for a negative size raised at run time, as numpy raises it."""
     from augment_ops.trace.facts import _nonneg
     from augment_ops.trace.sym import _dim
 
@@ -198,16 +208,13 @@ def canvas(shape: Any, fill_value: Any, dtype: np.dtype) -> Sym:
             raise TypeError(f"'{d.dtype}' object cannot be interpreted as an integer")
     dims = [_dim(d) for d in dims]
     if len(dims) not in (2, 3) or (len(dims) == 3 and not isinstance(dims[2], int)):
-        raise TraceError(f"a new array of a per-sample shape of rank {len(dims)} (rank 2, or 3 "
+        raise TraceError(f"{what} of a per-sample shape of rank {len(dims)} (rank 2, or 3 "
                          "with a constant channel count, is lowered)")
     for d in dims:
         if not _nonneg(d):
             raise_where(ufunc("less", Sym(d), 0), ValueError,
                         "negative dimensions are not allowed")
-    if dtype.kind not in "biuf" or dtype.itemsize > 8 or dtype == np.float16:
-        raise TraceError(f"a new array of dtype {dtype}")
-    fill = canvas_fill(fill_value, dtype, dims[2] if len(dims) == 3 else None)
-    return Sym(_new("canvas", (*dims, const(fill)), (), dtype, tuple(dims)))
+    return dims
 
 
 def canvas_fill(value: Any, dtype: np.dtype, channels: int | None) -> np.ndarray:

@@ -594,6 +594,18 @@ class _Emitter(_Vectors):
         out = fn.full(_constant_node(fill.value, n.dtype), shape=shape)  # a CPU operator
         return out.gpu() if self.image.device == "gpu" else out
 
+    def _noise(self, n: Node) -> Any:
+        """An array of independent draws (:meth:`augment_ops.trace.rng.DrawRng._noise`) from
+        DALI's own generator, on the image's device: float64 standard normal or in [0, 1)."""
+        from nvidia.dali import fn, types
+
+        dims = list(n.shape)
+        shape = dims if all(isinstance(d, int) for d in dims) else fn.cast(
+            self._shape_vector(dims), dtype=types.INT32)
+        draw = fn.random.normal if n.attrs[0] == "normal" else fn.random.uniform
+        kw = {} if n.attrs[0] == "normal" else {"range": [0.0, 1.0]}
+        return draw(device=self.image.device, shape=shape, dtype=types.FLOAT64, **kw)
+
     def _pad(self, n: Node) -> Any:
         """``x`` read at per-sample rows and columns, the fill outside it: ``fn.slice`` that
         pads (the values are float32, which the tracer checked hold the fill exactly)."""

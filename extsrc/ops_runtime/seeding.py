@@ -37,10 +37,14 @@ def sample_rng(seed: int, epoch: int, index: int, salt: int = 0) -> np.random.Ge
     return np.random.Generator(np.random.PCG64(ss))
 
 
-def counter_rng(seed: int, epoch: int, index: int, salt: int = 0) -> Any:
+def counter_rng(seed: int, epoch: int, index: int, salt: int = 0, noise: Any = None,
+                noise_slots: frozenset[int] | None = None) -> Any:
     """The generator whose draws a traced random op makes for one sample on the native path
     (``augment_ops.trace.DrawRng`` over :func:`counter_uniform`):
-    ``op.apply(img, counter_rng(...))`` gives the native path's result on numpy."""
+    ``op.apply(img, counter_rng(...))`` gives the native path's result on numpy, but for
+    arrays of noise, which DALI's generator draws there (``noise``: what fills them here;
+    ``noise_slots``: which draws they are, ``augment_ops.trace.rng.noise_slots``)."""
     from augment_ops.trace import DrawRng
 
-    return DrawRng(lambda slot: float(counter_uniform(seed, epoch, index, salt, slot)))
+    return DrawRng(lambda slot: float(counter_uniform(seed, epoch, index, salt, slot)), noise,
+                   noise_slots)

@@ -1,0 +1,223 @@
+"""Arrays of noise drawn the size of the image (``rng.normal(0, s, img.shape)``, salt and
+pepper from ``rng.random(img.shape)``): lowered, drawn on the native path by DALI's own
+generator (``fn.random.normal`` / ``fn.random.uniform``).
+
+Their values cannot equal any replay on numpy, so they are checked by distribution: pixel by
+pixel against the numpy path's, with the shape, dtype and everything the op computes around
+the noise checked exactly by filling the noise with constants on both paths. The other draws
+of the op keep their counter-based values (a draw after the noise included); a loader gives
+every sample and epoch its own noise, the same again for the same seed and other noise for
+another one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import encode, run_traced, scalar_draws, unregistered
+
+import augment_ops
+from augment_ops.trace import DrawRng, TraceError, trace_op
+from augment_ops.trace.emitter import _Emitter
+from augment_ops.trace.rng import MAX_VECTOR_DRAWS, noise_slots
+from extsrc import Loader, OpRuntime
+from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
+
+SEED = 5
+
+
+@unregistered()
+def n_gaussian(img, rng, sigma: float = 12.0):
+    return np.clip(img + rng.normal(0, sigma, img.shape), 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def n_standard(img, rng, sigma: float = 12.0):
+    noise = rng.standard_normal(img.shape)
+    return np.clip(img + noise * sigma, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def n_drawn_scale(img, rng):
+    """A drawn scale, noise shared by the channels (imgaug's), and a flip drawn after it."""
+    h, w, _ = img.shape
+    scale = rng.uniform(2, 20)
+    values = np.round(rng.normal(3.0, scale, (h, w, 1)))
+    out = np.clip(img.astype(np.int16) + values.astype(np.int16), 0, 255).astype(np.uint8)
+    if rng.random() < 0.5:
+        out = out[:, ::-1]
+    return out
+
+
+@unregistered()
+def n_salt_pepper(img, rng, amount: float = 0.1):
+    u = rng.uniform(0, 1, size=img.shape)
+    out = img.copy()
+    out[u < amount / 2] = 0
+    out[u > 1 - amount / 2] = 255
+    return out
+
+
+@unregistered()
+def n_random(img, rng):
+    return (img * rng.random(img.shape)).astype(np.uint8)
+
+
+@unregistered(min_size=9)
+def n_constant_size(img, rng):
+    """A constant size of more than MAX_VECTOR_DRAWS values: noise too (on a crop)."""
+    patch = rng.normal(0, 30, (8, 9, 3))
+    return np.clip(img[:8, :9] + patch, 0, 255).astype(np.uint8)
+
+
+NOISE_OPS = [n_gaussian, n_standard, n_drawn_scale, n_salt_pepper, n_random, n_constant_size]
+FILLS = [{"normal": -1.5, "uniform": 0.01}, {"normal": 2.0, "uniform": 0.995}]
+
+
+def _images(n: int, size=(10, 13)) -> list[np.ndarray]:
+    return [np.random.default_rng(k).integers(0, 256, (*size, 3), dtype=np.uint8)
+            for k in range(n)]
+
+
+def _native(op, imgs, index, epoch=None):
+    traced = trace_op(op)
+    epoch = np.zeros(len(imgs), np.int64) if epoch is None else epoch
+    return [o for (o,) in run_traced(traced, imgs, scalar_draws(traced, SEED, name_salt(op.name),
+                                                                 index, epoch))]
+
+
+@pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
+def test_noise_lowers_and_explain_says_whose_generator_draws_it(op):
+    traced = trace_op(op)
+    assert noise_slots(traced)
+    said = augment_ops.explain(op)
+    assert said.startswith("native (traced; ") and "drawn by DALI's generator" in said
+    assert "other ones in a resumed run" in said
+
+
+@pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
+@pytest.mark.parametrize("fills", FILLS)
+def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, monkeypatch):
+    """The noise filled with a constant on both paths: every other value, the drawn scale and
+    the flip after the noise included, is the replay's, on sizes down to a 1-pixel image
+    (where an image-sized draw is smaller than a constant size that stays per-sample scalars)."""
+    from augment_ops.trace.dali_ops import _constant
+
+    real = _Emitter._noise
+
+    def constant(self, n):
+        # float64 constants as the emitter makes them (DALI keeps a literal as float32)
+        f64 = np.dtype(np.float64)
+        return real(self, n) * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
+
+    monkeypatch.setattr(_Emitter, "_noise", constant)
+    traced = trace_op(op)
+    sizes = [s for s in [(1, 1), (3, 2), (9, 10), (16, 21)] if min(s) >= op.min_size]
+    imgs = [im for s in sizes for im in _images(2, s)]
+    index = np.arange(len(imgs), dtype=np.int64) * 3 + 1
+    outs = _native(op, imgs, index)
+    for k, (img, got) in enumerate(zip(imgs, outs, strict=True)):
+        rng = counter_rng(SEED, 0, int(index[k]), name_salt(op.name),
+                          lambda kind, shape, u: np.full(shape, fills[kind]), noise_slots(traced))
+        (ref,) = op.apply(img, rng)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}, index {index[k]}")
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    grid = np.union1d(a, b)
+    fa = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    fb = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.max(np.abs(fa - fb)))
+
+
+# n_drawn_scale's pixels share a drawn scale per sample: 48 samples are too few for its
+# distribution; its draws are checked exactly above, and its noise is DALI's normal as here.
+@pytest.mark.parametrize("op", [n_gaussian, n_standard, n_salt_pepper, n_random],
+                         ids=lambda op: op.name)
+def test_dalis_noise_has_the_numpy_paths_distribution_pixel_by_pixel(op):
+    """One grey image (mid-grey: no clipping hides a wrong scale) as 48 samples: the change of
+    every pixel on the native path against the numpy path's (``np.random.Generator``), as
+    distributions of 24,336 values each; the samples' noise differs."""
+    img = np.full((13, 13, 3), 120, np.uint8)
+    n = 48
+    index = np.arange(n, dtype=np.int64)
+    native = _native(op, [img] * n, index)
+    numpy_path = [op.apply(img, sample_rng(SEED, 0, int(i), name_salt(op.name)))[0]
+                  for i in index]
+    a = np.concatenate([o.astype(np.float64).ravel() for o in native]) - 120
+    b = np.concatenate([o.astype(np.float64).ravel() for o in numpy_path]) - 120
+    # Two samples of 24,336 from one distribution: KS above 0.02 with probability < 1e-3.
+    assert _ks(a, b) < 0.02, (_ks(a, b), a.mean(), a.std(), b.mean(), b.std())
+    assert abs(a.std() / b.std() - 1) < 0.05
+    assert len({o.tobytes() for o in native}) == n
+
+
+def test_a_draw_of_a_per_sample_size_that_is_not_noise_is_refused_naming_it():
+    @unregistered()
+    def integers_noise(img, rng):
+        return img + rng.integers(0, 3, size=img.shape).astype(np.uint8)
+
+    @unregistered()
+    def one_axis(img, rng):
+        return img + rng.normal(0, 1, img.shape[1])[None, :, None].astype(np.uint8)
+
+    with pytest.raises(TraceError, match=r"rng\.integers\(size=<a per-sample value>\)"):
+        trace_op(integers_noise)
+    with pytest.raises(TraceError, match=r"a random array of a per-sample shape of rank 1"):
+        trace_op(one_axis)
+
+
+def test_a_replay_takes_the_traced_ops_noise_slots_whatever_the_image_size():
+    """On numpy every size is a number: a 1x1 image's noise (3 values) would be per-sample
+    scalars, 3 slots, by size alone; given the traced op's noise slots it is one slot, as
+    traced, and the draw after it keeps its value."""
+    traced = trace_op(n_drawn_scale)
+    slots = noise_slots(traced)
+    assert slots == {1} and traced.num_draws == 3
+    tiny = np.zeros((1, 1, 3), np.uint8)
+    seen = []
+    rng = DrawRng(lambda k: seen.append(k) or 0.25, noise_slots=slots)
+    n_drawn_scale.fn(tiny, rng)
+    assert seen == [0, 1, 2]
+    by_size = DrawRng(lambda k: seen.append(k) or 0.25)
+    seen.clear()
+    n_drawn_scale.fn(tiny, by_size)
+    assert len(seen) > 3  # the normals as per-sample scalars: two draws each
+    assert MAX_VECTOR_DRAWS < 8 * 9 * 3
+
+
+@pytest.fixture(scope="module")
+def grey(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grey")
+    lines = ["path,label"]
+    for i in range(6):
+        (root / f"{i}.png").write_bytes(encode(np.full((12, 10, 3), 100 + 10 * i, np.uint8),
+                                               "png"))
+        lines.append(f"{i}.png,{i % 2}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return str(root / "m.csv")
+
+
+def _epochs(manifest: str, seed: int, device: str = "cpu") -> list[dict[int, np.ndarray]]:
+    with Loader(manifest, batch_size=4, transforms=[n_gaussian], device=device, seed=seed,
+                shuffle=False, op_runtime=OpRuntime(op_path="native")) as loader:
+        assert loader.op_paths == {"n_gaussian": "native"}
+        return [{int(i): im.cpu().numpy() for b in loader
+                 for i, im in zip(b["index"], b["image"], strict=True)} for _ in range(2)]
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_loader_gives_every_sample_and_epoch_its_own_noise_the_same_for_a_seed(grey, device):
+    a, again, other = _epochs(grey, 1, device), _epochs(grey, 1, device), _epochs(grey, 2, device)
+    for epoch in range(2):
+        assert sorted(a[epoch]) == list(range(6))
+        for i in range(6):
+            np.testing.assert_array_equal(a[epoch][i], again[epoch][i])
+            assert (a[epoch][i] != other[epoch][i]).any()
+            assert (a[epoch][i] != 100 + 10 * i).any()
+            # clipping aside, the noise of sigma 12 moves the grey by a few units on average
+            assert 3 < np.abs(a[epoch][i].astype(int) - (100 + 10 * i)).mean() < 20
+    assert all((a[0][i] != a[1][i]).any() for i in range(6))
+    residuals = [a[0][i].astype(int) - (100 + 10 * i) for i in range(6)]
+    assert len({r.tobytes() for r in residuals}) == 6
