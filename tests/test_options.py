@@ -318,3 +318,18 @@ def test_the_epoch_module_does_not_import_the_loader():
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m and m.split(".")[:2] == ["extsrc", "loader"]}
+
+
+def test_a_run_longer_than_a_batch_warns_naming_both(tmp_path):
+    from helpers import sized_dataset
+
+    manifest = sized_dataset(tmp_path, [(8, 8)] * 8)
+    with pytest.warns(UserWarning, match=r"Sampling\(run_length=8\) is longer than "
+                                         r"batch_size=4") as got:
+        Loader(manifest, batch_size=4, sampling=Sampling(run_length=8), device="cpu").close()
+    assert got[0].filename == __file__  # it points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Loader(manifest, batch_size=4, sampling=Sampling(run_length=4), device="cpu").close()
+        Loader(manifest, batch_size=4, shuffle=False, sampling=Sampling(run_length=8),
+               device="cpu").close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -279,64 +281,85 @@ def test_empty_dataset_refused():
 @given(
     sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
     run_length=st.integers(1, 9),
+    data=st.data(),
+)
+def test_run_starts_cut_each_group_at_its_phase_and_never_across_groups(sizes, run_length,
+                                                                         data):
+    """Groups of ``sizes`` samples (tar shards), each with a phase: a run starts at each
+    group's first sample and wherever the place in the group minus the phase is a multiple of
+    ``run_length``, and nowhere else."""
+    phases = data.draw(st.lists(st.integers(0, run_length - 1), min_size=len(sizes),
+                                max_size=len(sizes)))
+    groups = np.repeat(np.arange(len(sizes)), sizes)
+    starts = run_starts(len(groups), run_length, groups, np.array(phases))
+    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    expected = [i for i, g in enumerate(groups)
+                if i == first[g] or (i - first[g] - phases[g]) % run_length == 0]
+    assert starts.tolist() == expected
+    lengths = np.diff(np.append(starts, len(groups)))
+    assert lengths.max() <= run_length
+    assert all(groups[a] == groups[a + n - 1] for a, n in zip(starts, lengths, strict=True))
+    # Without phases every group is cut from its start.
+    plain = run_starts(len(groups), run_length, groups)
+    assert plain.tolist() == [i for i, g in enumerate(groups)
+                              if (i - first[g]) % run_length == 0]
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    run_length=st.integers(2, 9),
     seed=st.integers(0, 2**63 - 1),
     epoch=st.integers(0, 5),
 )
-def test_runs_stay_in_their_group_and_come_whole_in_the_epoch_order(sizes, run_length, seed,
-                                                                    epoch):
-    """Groups of ``sizes`` samples (tar shards): every run is at most ``run_length`` samples of
-    one group, cut from the group's start; the epoch visits every sample once, each run's
-    samples together and in their own order."""
+def test_runs_come_whole_in_the_epoch_order(sizes, run_length, seed, epoch):
+    """The epoch visits every sample once; a sample is followed by its neighbour in the same
+    group except where a run ends: at most one run end per ``run_length`` samples of a group
+    (plus one, for the cut at the phase)."""
     groups = np.repeat(np.arange(len(sizes)), sizes)
     n = len(groups)
-    starts = run_starts(n, run_length, groups)
-    # Independently of run_starts: the run of sample i is (its group, its place // run_length).
-    first_of_group = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    run_of = [(int(g), int(i - first_of_group[g]) // run_length) for i, g in enumerate(groups)]
-    if run_length == 1:
-        assert starts is None
-        return
-    assert starts.tolist() == [i for i in range(n) if i == 0 or run_of[i] != run_of[i - 1]]
-    order = epoch_permutation(n, seed=seed, epoch=epoch, shuffle=True, runs=starts)
-    assert sorted(order.tolist()) == list(range(n))
-    seen: list[tuple[int, int]] = []
-    for k, i in enumerate(order.tolist()):
-        if k and run_of[i] == run_of[order[k - 1]]:
-            assert i == order[k - 1] + 1  # a run's samples in their own order
-        else:
-            assert run_of[i] not in seen  # a run is not split
-            seen.append(run_of[i])
+    order = epoch_permutation(n, seed=seed, epoch=epoch, shuffle=True, run_length=run_length,
+                              groups=groups).tolist()
+    assert sorted(order) == list(range(n))
+    follows = dict(itertools.pairwise(order))
+    cut = sum(1 for i in range(n - 1) if groups[i] == groups[i + 1] and follows.get(i) != i + 1)
+    assert cut <= sum(-(-size // run_length) for size in sizes)
 
 
-def test_runs_shuffle_runs_by_seed_and_epoch_and_leave_the_single_sample_order_alone():
-    starts = run_starts(100, 10)
-    assert starts.tolist() == list(range(0, 100, 10))
-    a = epoch_permutation(100, seed=1, epoch=0, shuffle=True, runs=starts)
+def test_runs_change_by_seed_and_epoch_and_leave_the_single_sample_order_alone():
+    kw = dict(shuffle=True, run_length=10)
+    a = epoch_permutation(100, seed=1, epoch=0, **kw)
     assert a.tolist() != list(range(100))
-    assert a.tolist() == epoch_permutation(100, seed=1, epoch=0, shuffle=True, runs=starts).tolist()
-    assert a.tolist() != epoch_permutation(100, seed=1, epoch=1, shuffle=True, runs=starts).tolist()
-    assert a.tolist() != epoch_permutation(100, seed=2, epoch=0, shuffle=True, runs=starts).tolist()
+    assert a.tolist() == epoch_permutation(100, seed=1, epoch=0, **kw).tolist()
+    assert a.tolist() != epoch_permutation(100, seed=1, epoch=1, **kw).tolist()
+    assert a.tolist() != epoch_permutation(100, seed=2, epoch=0, **kw).tolist()
     # Without runs the order is the one extsrc always computed (resume states depend on it).
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([1, 0])))
     assert epoch_permutation(100, seed=1, epoch=0, shuffle=True).tolist() == \
         rng.permutation(100).tolist()
-    assert epoch_permutation(100, seed=1, epoch=0, shuffle=False, runs=starts).tolist() == \
+    assert epoch_permutation(100, seed=1, epoch=0, shuffle=False, run_length=10).tolist() == \
         list(range(100))
 
 
-@pytest.mark.parametrize(("runs", "match"), [
-    (np.array([1, 5]), "beginning at 0"),
-    (np.array([0, 5, 5]), "ascending"),
-    (np.array([0, 100]), r"in \[0, 100\)"),
-    (np.array([], dtype=np.int64), "beginning at 0"),
-])
-def test_runs_that_are_no_run_starts_are_refused(runs, match):
-    with pytest.raises(ValueError, match=match):
-        epoch_permutation(100, seed=0, epoch=0, shuffle=True, runs=runs)
+def test_runs_as_long_as_a_group_still_make_other_batches_each_epoch():
+    """Groups of 8, runs of 8 and batches of 8: the phase cuts each group at another place each
+    epoch, so the batches are not the same sets of samples every epoch."""
+    groups = np.repeat(np.arange(6), 8)
+
+    def batches(epoch: int) -> set[frozenset[int]]:
+        order = epoch_permutation(48, seed=3, epoch=epoch, shuffle=True, run_length=8,
+                                  groups=groups)
+        return {frozenset(order[k:k + 8].tolist()) for k in range(0, 48, 8)}
+
+    seen = [batches(e) for e in range(4)]
+    assert any(a != b for a, b in itertools.pairwise(seen))
+    assert len(set().union(*seen)) > 6
 
 
-def test_run_starts_arguments_are_checked():
+def test_run_arguments_are_checked():
     with pytest.raises(ValueError, match="run_length"):
         run_starts(10, 0)
+    with pytest.raises(ValueError, match="run_length"):
+        epoch_permutation(10, seed=0, epoch=0, shuffle=True, run_length=0)
     with pytest.raises(ValueError, match=r"one value per sample \(10\)"):
         run_starts(10, 2, np.zeros(9))

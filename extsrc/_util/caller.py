@@ -22,7 +22,13 @@ def user_stacklevel() -> int:
     the first frame outside the package (the frame that called into it)."""
     level = 1
     frame = sys._getframe(1)  # the function about to warn
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_OWN):
+    while frame.f_back is not None and (_own(frame) or (
+            # a dataclass's generated __init__ (file "<string>") that the package called
+            frame.f_code.co_filename == "<string>" and _own(frame.f_back))):
         frame = frame.f_back
         level += 1
     return level
+
+
+def _own(frame: object) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(_OWN)  # type: ignore[attr-defined]

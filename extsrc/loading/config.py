@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ import augment_ops
 from augment_ops.registry import Op
 from extsrc._dali import cuda_driver_initialized
 from extsrc._util import argcheck
+from extsrc._util.caller import user_stacklevel
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.loading.options import DEFAULT_HW_DECODER_LOAD, BadFiles, OpRuntime, Sampling, Workers
 from extsrc.sources.sharding import check_seed
@@ -253,6 +255,12 @@ class LoaderConfig:
             raise ValueError("Loader: sampling needs both shard_id and num_shards, or neither")
         if s.shard_id is None:
             object.__setattr__(self, "sampling", dataclasses.replace(s, shard_id=0, num_shards=1))
+        if self.shuffle and s.run_length > self.batch_size:
+            warnings.warn(
+                f"Loader: Sampling(run_length={s.run_length}) is longer than batch_size="
+                f"{self.batch_size}: each batch then holds one or two runs of neighbouring "
+                "samples; a run_length of batch_size // 4 or less mixes several runs in a batch",
+                stacklevel=user_stacklevel())
         for t in self.transforms:
             if t.num_outputs != 1:
                 raise ValueError(

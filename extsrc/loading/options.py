@@ -91,12 +91,14 @@ class Sampling:
     once, the last batch may be short), ``"pad"`` (repeats marked ``is_pad`` fill it) or
     ``"drop"`` (the remainder is left out); see :mod:`extsrc.sources.sharding`.
 
-    ``run_length``: the shuffle moves runs of this many neighbouring samples (manifest order;
-    within one tar shard for :func:`~extsrc.read_shards`) rather than single samples, so a batch
-    holds whole runs. For tar shards in object storage a run is one request instead of
-    ``run_length``. Batches are then less mixed: samples that sit together in the manifest
-    come together, which matters when the manifest or the shards are sorted (by class, say);
-    1 (default): every sample on its own.
+    ``run_length``: the shuffle moves runs of up to this many neighbouring samples (manifest
+    order; within one tar shard for :func:`~extsrc.read_shards`; cut at a random place each
+    epoch) rather than single samples, so a batch holds mostly whole runs: for tar shards in
+    object storage, a batch's members of one shard come in one ranged request
+    (``Storage(coalesce_gap=...)``) instead of many. Batches are then less mixed: samples that
+    sit together in the manifest come together, which matters when the manifest or the shards
+    are sorted (by class, say); keep it at a fraction of the batch size (a run longer than a
+    batch warns). 1 (default): every sample on its own.
     """
 
     shard_id: int | None = None

@@ -36,7 +36,6 @@ from extsrc.sources.sharding import (
     ShardPlan,
     check_args,
     num_batches_per_shard,
-    run_starts,
     shard_plan,
 )
 from extsrc.sources.shards import ShardManifest
@@ -106,7 +105,8 @@ class ShardedSource:
     exactly the batches that were still due.
 
     ``run_length`` > 1 shuffles runs of that many neighbouring samples instead of single
-    samples (:meth:`runs`), so that a batch reads a tar shard's consecutive members together.
+    samples (:meth:`run_groups`), so that a batch reads a tar shard's consecutive members
+    together.
 
     ``indices`` selects the samples to read, as manifest indices (FFCV's ``Loader(indices=...)``;
     the good samples under ``Loader(on_error="skip")``): the epochs shuffle and shard this list,
@@ -210,24 +210,21 @@ class ShardedSource:
                 len(self.manifest) if sel is None else len(sel), batch_size=self.batch_size,
                 shard_id=self.shard_id, num_shards=self.num_shards, epoch=epoch,
                 shuffle=self.shuffle, seed=self.seed, last_batch=self.last_batch,
-                runs=self.runs(),
+                run_length=self.run_length, groups=self.run_groups(),
             )
             if sel is not None:
                 p = ShardPlan(sel[p.indices], p.is_pad, p.batch_offsets)
             self._cached = (epoch, p)
         return self._cached[1]
 
-    def runs(self) -> np.ndarray | None:
-        """Where the runs of ``run_length`` neighbouring samples the shuffle keeps together start,
-        in positions of the samples read (:func:`~extsrc.sources.sharding.run_starts`); a run
-        of tar shard samples stays within one shard. ``None`` for ``run_length=1``."""
-        if self.run_length == 1 or not self.shuffle:
-            return None
+    def run_groups(self) -> np.ndarray | None:
+        """What a run of neighbouring samples (``run_length``) may not cross, one value per
+        sample read: the tar shard of each sample of a shard manifest; ``None`` (one group)
+        for other manifests or ``run_length=1``."""
         m, sel = self.manifest, self.indices
-        groups = m.shard_of if isinstance(m, ShardManifest) else None
-        if groups is not None and sel is not None:
-            groups = groups[sel]
-        return run_starts(len(m) if sel is None else len(sel), self.run_length, groups)
+        if self.run_length == 1 or not isinstance(m, ShardManifest):
+            return None
+        return m.shard_of if sel is None else m.shard_of[sel]
 
     def position(self, iteration: int, epoch_idx: int) -> tuple[int, int]:
         """Map DALI's (iteration, epoch_idx) to our (epoch, batch number)."""

@@ -119,54 +119,58 @@ def check_args(
     check_last_batch(last_batch)
 
 
-def run_starts(num_samples: int, run_length: int,
-               groups: np.ndarray | None = None) -> np.ndarray | None:
+def run_starts(num_samples: int, run_length: int, groups: np.ndarray | None = None,
+               phases: np.ndarray | None = None) -> np.ndarray:
     """Where the runs of ``run_length`` neighbouring samples start (``int64``, ascending, the
-    first 0), for :func:`epoch_permutation`; ``None`` when ``run_length`` is 1 (no runs).
+    first 0), for :func:`epoch_permutation`.
 
     A run never crosses a change of ``groups`` (one value per sample, e.g. the tar shard each
-    sample is in): the samples are cut every ``run_length`` within each stretch of equal
-    group values, and the last run of a stretch may be shorter.
+    sample is in; ``None``: one group): the samples are cut every ``run_length`` within each
+    stretch of equal group values, counted from ``phases[k]`` (one per stretch, in
+    ``[0, run_length)``; ``None``: 0) into stretch ``k``, so its first and last runs may be
+    shorter.
     """
     check_int(run_length, "run_length", minimum=1)
-    if run_length == 1:
-        return None
     positions = np.arange(num_samples, dtype=np.int64)
     if groups is None:
-        return positions[::run_length].copy()
+        groups = np.zeros(num_samples, dtype=np.int8)
     groups = np.asarray(groups)
     if groups.shape != (num_samples,):
         raise ValueError(f"groups must hold one value per sample ({num_samples}), got shape "
                          f"{groups.shape}")
     # Each stretch of equal group values starts where the value changes; inside a stretch,
-    # a run starts every run_length samples counted from the stretch's start.
+    # a run starts every run_length samples counted from the stretch's start plus its phase.
     changed = np.ones(num_samples, dtype=bool)
     changed[1:] = groups[1:] != groups[:-1]
-    stretch_start = np.maximum.accumulate(np.where(changed, positions, 0))
-    return positions[(positions - stretch_start) % run_length == 0]
+    stretch = np.cumsum(changed) - 1
+    stretch_start = positions[changed][stretch]
+    shift = 0 if phases is None else np.asarray(phases, dtype=np.int64)[stretch]
+    return positions[changed | ((positions - stretch_start - shift) % run_length == 0)]
 
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool,
-                      runs: np.ndarray | None = None) -> np.ndarray:
+                      run_length: int = 1, groups: np.ndarray | None = None) -> np.ndarray:
     """The order in which an epoch visits all samples; identical on every shard and process.
 
-    ``runs`` (from :func:`run_starts`): shuffle whole runs of neighbouring samples instead of
-    single samples. The runs come in a random order, each run's samples in their own order, so
-    a batch holds whole runs (a tar shard's consecutive members, read by one request).
-    ``None``: every sample on its own.
+    ``run_length`` > 1: shuffle runs of that many neighbouring samples instead of single
+    samples (:func:`run_starts`, never across a change of ``groups``, cut at a random phase
+    in each stretch that differs by epoch, so that runs as long as a batch still mix other
+    samples each epoch). The runs come in a random order, each run's samples in their own
+    order: a batch is mostly whole runs (a tar shard's consecutive members, one request),
+    cut where a batch or a rank's part ends.
     """
     check_seed(seed)
+    check_int(run_length, "run_length", minimum=1)
     if not shuffle:
         return np.arange(num_samples, dtype=np.int64)
     # SeedSequence mixes (seed, epoch) so that neighbouring seeds and epochs are unrelated.
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
-    if runs is None:
+    if run_length == 1:
         return rng.permutation(num_samples).astype(np.int64)
-    runs = np.asarray(runs, dtype=np.int64)
-    if runs.ndim != 1 or not len(runs) or runs[0] != 0 or np.any(np.diff(runs) <= 0) \
-            or runs[-1] >= num_samples:
-        raise ValueError(f"runs must be ascending starts in [0, {num_samples}) beginning at 0; "
-                         "use run_starts()")
+    stretches = 1 if groups is None else int(np.count_nonzero(
+        np.asarray(groups)[1:] != np.asarray(groups)[:-1])) + 1
+    runs = run_starts(num_samples, run_length, groups,
+                      rng.integers(0, run_length, size=stretches))
     lengths = np.diff(np.append(runs, num_samples))
     order = rng.permutation(len(runs))
     starts, lengths = runs[order], lengths[order]
@@ -197,15 +201,18 @@ def shard_plan(
     shuffle: bool = True,
     seed: int = 0,
     last_batch: LastBatch = "pad",
-    runs: np.ndarray | None = None,
+    run_length: int = 1,
+    groups: np.ndarray | None = None,
 ) -> ShardPlan:
     """The full plan (indices, pad flags, batch boundaries) of one shard in one epoch.
 
     See the module docstring for the policies. With ``"drop"`` the plan may hold zero batches
-    when ``num_samples < num_shards * batch_size``. ``runs``: see :func:`epoch_permutation`.
+    when ``num_samples < num_shards * batch_size``. ``run_length`` and ``groups``: see
+    :func:`epoch_permutation`.
     """
     check_args(num_samples, batch_size, shard_id, num_shards, epoch, last_batch)
-    perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle, runs=runs)
+    perm = epoch_permutation(num_samples, seed=seed, epoch=epoch, shuffle=shuffle,
+                             run_length=run_length, groups=groups)
     nb = num_batches_per_shard(
         num_samples, batch_size=batch_size, num_shards=num_shards, last_batch=last_batch
     )
@@ -281,7 +288,8 @@ def shard_indices(
     shuffle: bool = True,
     seed: int = 0,
     last_batch: LastBatch = "pad",
-    runs: np.ndarray | None = None,
+    run_length: int = 1,
+    groups: np.ndarray | None = None,
 ) -> np.ndarray:
     """Manifest indices that shard ``shard_id`` reads in ``epoch``, in reading order.
 
@@ -291,5 +299,6 @@ def shard_indices(
     """
     return shard_plan(
         num_samples, batch_size=batch_size, shard_id=shard_id, num_shards=num_shards,
-        epoch=epoch, shuffle=shuffle, seed=seed, last_batch=last_batch, runs=runs,
+        epoch=epoch, shuffle=shuffle, seed=seed, last_batch=last_batch, run_length=run_length,
+        groups=groups,
     ).indices

@@ -160,7 +160,7 @@ class VideoSource(ShardedSource):
             p = shard_plan(
                 len(sel), batch_size=self.batch_size, shard_id=self.shard_id,
                 num_shards=self.num_shards, epoch=epoch, shuffle=self.shuffle, seed=self.seed,
-                last_batch=self.last_batch, runs=self.runs(),
+                last_batch=self.last_batch, run_length=self.run_length,
             )
             self._clip_numbers = (epoch, p.indices % self.clips.clips_per_video)
             self._cached = (epoch, ShardPlan(sel[p.indices], p.is_pad, p.batch_offsets))
