@@ -19,7 +19,7 @@ from helpers import encode, run_traced, scalar_draws, unregistered
 import augment_ops
 from augment_ops.trace import DrawRng, TraceError, trace_op
 from augment_ops.trace.emitter import _Emitter
-from augment_ops.trace.rng import MAX_VECTOR_DRAWS, noise_slots
+from augment_ops.trace.rng import noise_slots
 from extsrc import Loader, OpRuntime
 from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
 
@@ -70,7 +70,35 @@ def n_constant_size(img, rng):
     return np.clip(img[:8, :9] + patch, 0, 255).astype(np.uint8)
 
 
-NOISE_OPS = [n_gaussian, n_standard, n_drawn_scale, n_salt_pepper, n_random, n_constant_size]
+@unregistered()
+def n_scalar_of_noise(img, rng):
+    """Noise of a constant size read as scalars: a branch on one, an offset by another (the
+    graph computes them, as it draws the noise; the readers cannot)."""
+    x = rng.normal(0, 1, 100)
+    out = np.clip(img + x[3] * 10, 0, 255).astype(np.uint8)
+    if x[0] < 0.5:
+        out = out[:, ::-1]
+    return out
+
+
+@unregistered()
+def n_noise_in_one_branch(img, rng):
+    """Noise in one branch, a small vector drawn at the same slot in the other."""
+    if rng.random() < 0.5:
+        return np.clip(img + rng.normal(0, 5, img.shape), 0, 255).astype(np.uint8)
+    return np.clip(img * rng.random(3), 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def n_branch_on_noise(img, rng):
+    n = rng.normal(0, 5, img.shape)
+    if n[0, 0, 0] > 0:
+        return img[::-1].copy()
+    return np.clip(img - n, 0, 255).astype(np.uint8)
+
+
+NOISE_OPS = [n_gaussian, n_standard, n_drawn_scale, n_salt_pepper, n_random, n_constant_size,
+             n_scalar_of_noise, n_noise_in_one_branch, n_branch_on_noise]
 FILLS = [{"normal": -1.5, "uniform": 0.01}, {"normal": 2.0, "uniform": 0.995}]
 
 
@@ -97,11 +125,16 @@ def test_noise_lowers_and_explain_says_whose_generator_draws_it(op):
 
 @pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
 @pytest.mark.parametrize("fills", FILLS)
-def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, monkeypatch):
+@pytest.mark.parametrize("scalars", ["dali", "numpy"])
+def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, monkeypatch):
     """The noise filled with a constant on both paths: every other value, the drawn scale and
     the flip after the noise included, is the replay's, on sizes down to a 1-pixel image
-    (where an image-sized draw is smaller than a constant size that stays per-sample scalars)."""
+    (where an image-sized draw is smaller than a constant size that stays per-sample scalars),
+    with the op's per-sample scalars computed by DALI's operators or by numpy in one."""
+    from augment_ops.trace import scalar_stage
     from augment_ops.trace.dali_ops import _constant
+
+    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
 
     real = _Emitter._noise
 
@@ -153,6 +186,21 @@ def test_dalis_noise_has_the_numpy_paths_distribution_pixel_by_pixel(op):
     assert len({o.tobytes() for o in native}) == n
 
 
+def test_dalis_noise_is_drawn_anew_for_every_pixel_and_channel_or_shared_as_the_shape_says():
+    """Gaussian noise of the image's shape: neighbouring pixels and channels uncorrelated;
+    noise of shape (h, w, 1) (imgaug's): the same change in every channel of a pixel."""
+    img = np.full((16, 16, 3), 120, np.uint8)
+    index = np.arange(32, dtype=np.int64)
+    r = np.stack([o.astype(np.float64) - 120 for o in _native(n_gaussian, [img] * 32, index)])
+    for a, b in [(r[:, :, :-1], r[:, :, 1:]), (r[:, :-1], r[:, 1:]), (r[..., 0], r[..., 1])]:
+        assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 0.05
+    shared = np.stack([o.astype(np.int16) - 120
+                       for o in _native(n_drawn_scale, [img] * 32, index)])
+    unclipped = (shared > -120) & (shared < 135)
+    same = (shared[..., 0] == shared[..., 1]) & (shared[..., 1] == shared[..., 2])
+    assert same[unclipped.all(axis=-1)].all() and (shared != 0).mean() > 0.5
+
+
 def test_a_draw_of_a_per_sample_size_that_is_not_noise_is_refused_naming_it():
     @unregistered()
     def integers_noise(img, rng):
@@ -174,7 +222,7 @@ def test_a_replay_takes_the_traced_ops_noise_slots_whatever_the_image_size():
     traced, and the draw after it keeps its value."""
     traced = trace_op(n_drawn_scale)
     slots = noise_slots(traced)
-    assert slots == {1} and traced.num_draws == 3
+    assert slots == {(1, "normal")} and traced.num_draws == 3
     tiny = np.zeros((1, 1, 3), np.uint8)
     seen = []
     rng = DrawRng(lambda k: seen.append(k) or 0.25, noise_slots=slots)
@@ -184,7 +232,6 @@ def test_a_replay_takes_the_traced_ops_noise_slots_whatever_the_image_size():
     seen.clear()
     n_drawn_scale.fn(tiny, by_size)
     assert len(seen) > 3  # the normals as per-sample scalars: two draws each
-    assert MAX_VECTOR_DRAWS < 8 * 9 * 3
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,8 @@ def explain(name_or_op: Any) -> str:
     """How the op's native path comes about, or why it has none.
 
     ``"native (hand-written)"``, ``"native (traced)"`` (with the module-level dicts and lists
-    the graph keeps as constants, if any: ``"native (traced; ...)"``), or ``"numpy: <construct> at
+    the graph keeps as constants, and :data:`NOISE_NOTE` for an op whose noise DALI's
+    generator draws, if any: ``"native (traced; ...)"``), or ``"numpy: <construct> at
     <file:line: code>"`` naming what kept the function from being traced, and the innermost line
     of user code inside the op or a function it calls where it happened (the op's own ``def``
     line for what only its outputs show); never the line that called the op.

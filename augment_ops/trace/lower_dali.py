@@ -167,9 +167,11 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
     on_image: dict[int, bool] = {}
 
     def image_dependent(n: Node) -> bool:
+        """Computed in the graph: from the image, its sizes, or noise (which DALI's generator
+        draws there, and the readers cannot)."""
         got = on_image.get(id(n))
         if got is None:
-            got = n.pixel or n.op == "in_dim" or any(
+            got = n.pixel or n.op in ("in_dim", "noise") or any(
                 isinstance(a, Node) and image_dependent(a) for a in n.args)
             on_image[id(n)] = got
         return got

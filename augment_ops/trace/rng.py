@@ -118,7 +118,7 @@ class DrawRng:
 
     def __init__(self, uniform: Callable[[int], Any],
                  noise: Callable[[str, tuple[int, ...], float], np.ndarray] | None = None,
-                 noise_slots: frozenset[int] | None = None) -> None:
+                 noise_slots: frozenset[tuple[int, str]] | None = None) -> None:
         self._uniform = uniform
         self._fill = noise
         self._noise_slots = noise_slots
@@ -179,12 +179,14 @@ class DrawRng:
         shape = self._size(size, what)
         return self._array([one() for _ in range(math.prod(shape))], shape, dtype)
 
-    def _noise_shape(self, size: Any) -> tuple[Any, ...] | None:
-        """``size=`` of a draw made as a noise array (:meth:`_noise`): a per-sample size (the
-        image's shape), or a constant one of more than :data:`MAX_VECTOR_DRAWS` values;
-        ``None`` for a small constant size, whose draws are per-sample scalars. A replay given
-        the traced op's ``noise_slots`` follows them instead: there every size is a number,
-        and an image small enough gives a traced noise array few values."""
+    def _noise_shape(self, size: Any, what: str) -> tuple[Any, ...] | None:
+        """``size=`` of a ``rng.<what>`` draw made as a noise array (:meth:`_noise`): a
+        per-sample size (the image's shape), or a constant one of more than
+        :data:`MAX_VECTOR_DRAWS` values; ``None`` for a small constant size, whose draws are
+        per-sample scalars. A replay given the traced op's ``noise_slots`` follows them
+        instead: there every size is a number, and an image small enough gives a traced noise
+        array few values. They name the call too, as another branch may draw at the same slot
+        (``rng.random(3)`` where one draws ``rng.normal(0, s, img.shape)``)."""
         items = tuple(size) if isinstance(size, (tuple, list)) else (size,)
         if builtins.any(isinstance(v, Sym) for v in items):
             return items
@@ -192,10 +194,10 @@ class DrawRng:
         if builtins.any(v < 0 for v in shape):
             raise ValueError("negative dimensions are not allowed")
         if self._noise_slots is not None:
-            return shape if self._slot in self._noise_slots else None
+            return shape if (self._slot, what) in self._noise_slots else None
         return shape if math.prod(shape) > MAX_VECTOR_DRAWS else None
 
-    def _noise(self, kind: str, shape: tuple[Any, ...]) -> Any:
+    def _noise(self, kind: str, shape: tuple[Any, ...], what: str) -> Any:
         """An array of ``shape`` of independent draws, ``"normal"`` (standard normal) or
         ``"uniform"`` (in [0, 1)), float64, taking one slot.
 
@@ -216,16 +218,17 @@ class DrawRng:
 
         dims = list(shape) if builtins.all(isinstance(d, int) for d in shape) else \
             checked_dims(shape, "a random array")
-        return Sym(_new("noise", tuple(dims), (kind, self._slot - 1), np.float64, tuple(dims)))
+        return Sym(_new("noise", tuple(dims), (kind, self._slot - 1, what), np.float64,
+                        tuple(dims)))
 
     def random(self, size: Any = None, dtype: Any = np.float64) -> Any:
         """``[0, 1)``, a Python float."""
         if np.dtype(dtype) != np.float64:
             raise TraceError(f"rng.random(dtype={np.dtype(dtype)}) (only float64 is lowered)")
         if size is not None:
-            shape = self._noise_shape(size)
+            shape = self._noise_shape(size, "random")
             if shape is not None:
-                return self._noise("uniform", shape)
+                return self._noise("uniform", shape, "random")
             return self._many(size, "random", self.random, np.float64)
         return _as_float(self._next())
 
@@ -233,16 +236,16 @@ class DrawRng:
         """``low + (high - low) * u``, numpy's formula, a Python float; raises as numpy does
         for a range that is not finite or below 0."""
         self._scalar_args("uniform", low, high)
-        shape = None if size is None else self._noise_shape(size)
-        if size is not None and shape is None:
-            return self._many(size, "uniform", lambda: self.uniform(low, high), np.float64)
         span = _as_float(high) - _as_float(low)
         if _dtype_kind(low) == "f" or _dtype_kind(high) == "f":  # integers make finite spans
             raise_where((span - span) != 0, OverflowError,  # inf or NaN
                         "high - low range exceeds valid bounds")
-        raise_where(span < 0, ValueError, "high - low < 0")
-        if shape is not None:
-            return _as_float(low) + span * self._noise("uniform", shape)
+        raise_where(span < 0, ValueError, "high - low < 0")  # numpy checks before the size
+        if size is not None:
+            shape = self._noise_shape(size, "uniform")
+            if shape is None:
+                return self._many(size, "uniform", lambda: self.uniform(low, high), np.float64)
+            return _as_float(low) + span * self._noise("uniform", shape, "uniform")
         u = self._next()
         return _as_float(_as_float(low) + span * u)
 
@@ -286,12 +289,13 @@ class DrawRng:
         """Box-Muller from two draws, ``loc + scale * z``, a Python float; raises as numpy does
         for ``scale < 0``."""
         self._scalar_args("normal", loc, scale)
-        shape = None if size is None else self._noise_shape(size)
-        if size is not None and shape is None:
-            return self._many(size, "normal", lambda: self.normal(loc, scale), np.float64)
+        if size is not None:
+            raise_where(_as_float(scale) < 0, ValueError, "scale < 0")  # numpy checks it first
+            shape = self._noise_shape(size, "normal")
+            if shape is None:
+                return self._many(size, "normal", lambda: self.normal(loc, scale), np.float64)
+            return _as_float(loc) + _as_float(scale) * self._noise("normal", shape, "normal")
         raise_where(_as_float(scale) < 0, ValueError, "scale < 0")
-        if shape is not None:
-            return _as_float(loc) + _as_float(scale) * self._noise("normal", shape)
         u1, u2 = self._next(), self._next()
         r = _math("sqrt", -2.0 * _math("log", 1.0 - _as_float(u1)))
         z = r * _math("cos", 2.0 * math.pi * _as_float(u2))
@@ -303,9 +307,9 @@ class DrawRng:
             raise TraceError(f"rng.standard_normal(dtype={np.dtype(dtype)}) (only float64 is "
                              "lowered)")
         if size is not None:
-            shape = self._noise_shape(size)
+            shape = self._noise_shape(size, "standard_normal")
             if shape is not None:
-                return self._noise("normal", shape)
+                return self._noise("normal", shape, "standard_normal")
             return self._many(size, "standard_normal", self.standard_normal, np.float64)
         return self.normal(0.0, 1.0)
 
@@ -421,10 +425,11 @@ class DrawRng:
                          "standard_normal, binomial, choice, permutation, shuffle)")
 
 
-def noise_slots(traced: Any) -> frozenset[int]:
-    """The slots of a traced op's draws of noise arrays (:meth:`DrawRng._noise`), for a replay
-    on numpy: ``DrawRng(..., noise_slots=noise_slots(traced))``."""
-    return frozenset(n.attrs[1] for n in traced.nodes() if n.op == "noise")
+def noise_slots(traced: Any) -> frozenset[tuple[int, str]]:
+    """The slots of a traced op's draws of noise arrays (:meth:`DrawRng._noise`), each with the
+    ``rng`` method that drew it, for a replay on numpy:
+    ``DrawRng(..., noise_slots=noise_slots(traced))``."""
+    return frozenset((n.attrs[1], n.attrs[2]) for n in traced.nodes() if n.op == "noise")
 
 
 def _numbers(values: np.ndarray, call: str) -> None:

@@ -13,7 +13,8 @@
   from the draws alone in the source's reader processes
   (:func:`extsrc.ops_runtime.native.native_sample_scalars`), beside the file bytes: the same
   distributions as the numpy path's generator, other numbers, and no Python call per batch in
-  the graph.
+  the graph. Arrays of noise the size of the image are drawn in the graph by DALI's own
+  generator instead (``augment_ops.trace.DrawRng``), and ``explain`` says so.
 
 The automatic choice is the fastest path the op declares and the device supports: native, then
 gpu (on a GPU), then numpy; except on the CPU, where a traced op that computes new pixel values

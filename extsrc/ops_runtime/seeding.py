@@ -38,7 +38,7 @@ def sample_rng(seed: int, epoch: int, index: int, salt: int = 0) -> np.random.Ge
 
 
 def counter_rng(seed: int, epoch: int, index: int, salt: int = 0, noise: Any = None,
-                noise_slots: frozenset[int] | None = None) -> Any:
+                noise_slots: frozenset[tuple[int, str]] | None = None) -> Any:
     """The generator whose draws a traced random op makes for one sample on the native path
     (``augment_ops.trace.DrawRng`` over :func:`counter_uniform`):
     ``op.apply(img, counter_rng(...))`` gives the native path's result on numpy, but for
