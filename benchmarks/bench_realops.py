@@ -1,5 +1,6 @@
-"""Every lowered op of the corpus of real users' augmentations (``tests/realops``) on its native
-path, against a resize-only loader and a hand-written DALI pipeline of the same op.
+"""Every lowered op of the corpus of real users' augmentations (``tests/realops``; ``--sets``
+adds the held-out and blind sets) on its native path, against a resize-only loader and a
+hand-written DALI pipeline of the same op.
 
 The job: JPEG -> RGB -> the op -> every image output resized to ``--resize`` (stretched), with
 labels, over generated 500x375 JPEGs (``benchmarks/data.py``). A one-output op runs as a
@@ -8,7 +9,8 @@ image). For each op the tracer lowers (the refused ones are listed with their re
 
 - ``native``: ``extsrc.Loader(..., op_runtime=OpRuntime(op_path="native"))``, the traced graph;
 - ``handwritten``: raw DALI (parallel raw-byte external source -> decode -> the op written with
-  DALI's own operators, ``fn.erase``, ``fn.flip``, ``fn.transpose``, slicing, arithmetic ... ->
+  DALI's own operators, ``fn.erase``, ``fn.flip``, ``fn.transpose``, ``fn.noise``, slicing,
+  arithmetic ... ->
   resize), for the ops :func:`hand_written` has: the same op in distribution, not draw for draw;
 - ``numpy`` and ``auto`` (``--numpy-ops``; by default on CPU-only machines, for a few ops that
   compute new pixel values): the numpy path with its op pool, and the loader's automatic choice,
@@ -58,7 +60,7 @@ HAND_WRITTEN = ("d2_random_flip", "ffcv_random_hflip", "mmcv_imflip", "alb_trans
                 "alb_random_rotate90", "mmcv_iminvert", "mmcv_solarize", "alb_to_gray_average",
                 "alb_to_gray_max", "d2_random_brightness", "d2_random_contrast",
                 "d2_random_saturation", "readme_jitter", "ffcv_cutout", "readme_halves",
-                "readme_grid2x2")
+                "readme_grid2x2", "tp_gaussian_noise", "tp_salt_pepper_noise")
 
 
 # -- the hand-written DALI pipelines ---------------------------------------------------------------
@@ -123,6 +125,10 @@ def hand_written(name: str, img: Any) -> list[Any] | None:
         anchor = fn.cast(fn.random.uniform(range=[0.0, 1.0], shape=[2]) * size, dtype=types.INT32)
         return [fn.erase(img, anchor=fn.cast(anchor, dtype=types.FLOAT), shape=[4.0, 4.0],
                          axis_names="HW", fill_value=0)]
+    if name == "tp_gaussian_noise":  # sigma=1, clipped
+        return [fn.noise.gaussian(img, stddev=1.0)]
+    if name == "tp_salt_pepper_noise":  # white_prob = black_prob = 0.05
+        return [fn.noise.salt_and_pepper(img, prob=0.1, salt_vs_pepper=0.5)]
     if name == "readme_halves":
         w = img.shape()[1] // 2
         return [img[:, :w], img[:, w:]]
@@ -217,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="compute an op's per-sample scalars by numpy in one operator from this "
                          "many DALI operators on (augment_ops.trace.scalar_stage; default: its "
                          "STAGE_MIN_OPERATORS; a huge number keeps them all in DALI)")
+    ap.add_argument("--sets", default="corpus",
+                    help="comma-separated sets the ops come from: corpus (tests/realops), "
+                         "holdout, blind")
     args = ap.parse_args(argv)
 
     # Spawned workers (DALI's readers on a GPU, the op pool) import the corpus by name.
@@ -225,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from data import make_dataset
     from realops import corpus
+    from realops_blind import blind
+    from realops_holdout import holdout
 
     from augment_ops.trace import TraceError, scalar_stage, trace_op
 
@@ -235,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda:0" if gpu else "cpu"
     cores = len(os.sched_getaffinity(0))
     workers, threads = cpu_split(args.workers, args.threads, cores)
-    entries = corpus()
+    sets = {"corpus": corpus, "holdout": holdout, "blind": blind}
+    entries = [e for name in args.sets.split(",") for e in sets[name]()]
     if args.ops is not None:
         wanted = set(args.ops.split(","))
         unknown = wanted - {e.name for e in entries}
         if unknown:
-            ap.error(f"--ops: not in the corpus: {sorted(unknown)}")
+            ap.error(f"--ops: not in the sets {args.sets}: {sorted(unknown)}")
         entries = [e for e in entries if e.name in wanted]
     lowered, refused = [], {}
     for e in entries:
