@@ -198,12 +198,15 @@ def test_random_clips_differ_between_epochs_and_repeat_with_the_seed(videos: Pat
     assert a == starts(7)
 
 
-def test_every_clip_once_per_epoch_across_two_shards(videos: Path) -> None:
+@pytest.mark.parametrize("run_length", [1, 2])
+def test_every_clip_once_per_epoch_across_two_shards(videos: Path, run_length: int) -> None:
+    """Also with the shuffle moving runs of two neighbouring clips (a video's two clips)."""
     for epoch in range(2):
         counts: Counter = Counter()
         for shard in range(2):
             ld = loader(videos / "train.csv",
-                        sampling=extsrc.Sampling(shard_id=shard, num_shards=2), shuffle=True,
+                        sampling=extsrc.Sampling(shard_id=shard, num_shards=2,
+                                                 run_length=run_length), shuffle=True,
                         clip="uniform", clips_per_video=2, workers=extsrc.Workers(num_workers=1),
                         seed=5)
             ld.set_epoch(epoch)
