@@ -322,3 +322,67 @@ def run_traced(traced, imgs: list[np.ndarray], values=(), *, gpu: bool = False,
     pipe = traced_pipeline(traced, imgs, values, gpu=gpu) if pipe is None else pipe
     outs = [o.as_cpu() if gpu else o for o in pipe.run()]
     return [tuple(np.array(o[k]) for o in outs) for k in range(len(imgs))]
+
+
+# -- noise: constants on both paths ----------------------------------------------------------------
+#: What the arrays of noise of a traced op are filled with by :func:`noise_filled`: a standard
+#: normal's value and a draw in [0, 1), low then high (salt and pepper).
+NOISE_FILLS = [{"normal": -2.0, "uniform": 0.02}, {"normal": 1.5, "uniform": 0.99}]
+
+
+class noise_filled:
+    """While it is entered, every array of noise is the constant ``fills[kind]`` on both
+    paths: in the traced graph (DALI's generator, ``_Emitter._noise``) and in a numpy replay
+    (``counter_rng(..., noise=ctx.noise)``, and ``cv2.randn``, which fills ``mean + stddev *
+    fills["normal"]``), so that a test checks exactly everything an op computes around its
+    noise. Also hands a replay's ``DrawRng`` back from ``np.random.default_rng(rng)``, as numpy
+    hands back a Generator given to it (skimage's ``random_noise(image, rng=rng)``)."""
+
+    def __init__(self, fills: dict[str, float] | None) -> None:
+        self.fills = fills
+
+    def noise(self, kind: str, shape: tuple[int, ...], u: float) -> np.ndarray:
+        return np.full(shape, self.fills[kind])  # type: ignore[index]
+
+    def __enter__(self) -> noise_filled:
+        import cv2
+
+        from augment_ops.trace import DrawRng
+        from augment_ops.trace.dali_ops import _constant
+        from augment_ops.trace.emitter import _Emitter
+
+        self._saved = (_Emitter._noise, cv2.randn, np.random.default_rng)
+        real_noise, _, real_default = self._saved
+        fills = self.fills
+
+        def default_rng(seed=None, *args, **kwargs):
+            return seed if isinstance(seed, DrawRng) else real_default(seed, *args, **kwargs)
+
+        np.random.default_rng = default_rng
+        if fills is None:
+            return self
+
+        def constant(emitter, n):
+            draws = real_noise(emitter, n)  # DALI's draws, for their shape and device
+            # float64 constants as the emitter makes them (DALI keeps a literal as float32)
+            f64 = np.dtype(np.float64)
+            return draws * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
+
+        def randn(dst, mean, stddev):
+            channels = dst.shape[2] if dst.ndim == 3 else 1
+            m = np.asarray(mean, np.float64).reshape(-1)[:channels]
+            s = np.asarray(stddev, np.float64).reshape(-1)[:channels]
+            dst[...] = (m + s * fills["normal"]) if dst.ndim == 3 else (m[0] + s[0] *
+                                                                        fills["normal"])
+            return dst
+
+        _Emitter._noise = constant
+        cv2.randn = randn
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import cv2
+
+        from augment_ops.trace.emitter import _Emitter
+
+        _Emitter._noise, cv2.randn, np.random.default_rng = self._saved

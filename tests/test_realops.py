@@ -19,7 +19,6 @@ draws on, chosen without looking at what the tracer lowers; ids ``blind-<op>``).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 import linecache
@@ -32,11 +31,11 @@ import pytest
 import realops
 import realops_blind
 import realops_holdout
-from helpers import run_traced, scalar_draws
+from helpers import NOISE_FILLS, noise_filled, run_traced, scalar_draws
 
 from augment_ops.lower_dali import check_layout
 from augment_ops.registry import OpContractError
-from augment_ops.trace import DrawRng, TraceError, scalar_stage, trace_op
+from augment_ops.trace import TraceError, scalar_stage, trace_op
 from augment_ops.trace.rng import noise_slots
 from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
 
@@ -194,59 +193,21 @@ def test_a_lowered_op_on_gpu_equals_numpy(entry):
     _check_lowered(entry.op, gpu=True)
 
 
-#: For an op that draws arrays of noise (DALI's generator on the native path, no replay on
-#: numpy): the constants both paths fill them with instead, a standard normal's and a draw in
-#: [0, 1) (low, then high: salt and pepper), so that everything the op computes around its
-#: noise is checked exactly; test_a_lowered_random_op_draws_like_numpy checks the noise itself.
-NOISE_FILLS = [{"normal": -2.0, "uniform": 0.02}, {"normal": 1.5, "uniform": 0.99}]
-
-
-@contextlib.contextmanager
-def _replaying():
-    """``np.random.default_rng(rng)`` hands back the replay's generator, as numpy hands back a
-    Generator given to it and as the tracer does (skimage's ``random_noise(image, rng=rng)``):
-    ``counter_rng``'s ``DrawRng`` is no ``np.random.Generator``."""
-    real = np.random.default_rng
-
-    def default_rng(seed=None, *args, **kwargs):
-        return seed if isinstance(seed, DrawRng) else real(seed, *args, **kwargs)
-
-    np.random.default_rng = default_rng
-    try:
-        yield
-    finally:
-        np.random.default_rng = real
-
-
-def _draws_noise(traced) -> bool:
-    return any(n.op == "noise" for n in traced.nodes())
-
-
 def _check_lowered(op, gpu: bool) -> None:
+    """For an op that draws arrays of noise (DALI's generator on the native path, no replay on
+    numpy), once per ``NOISE_FILLS``, the noise a constant on both paths, so that everything
+    the op computes around it is checked exactly; test_a_lowered_random_op_draws_like_numpy
+    checks the noise itself."""
     traced = trace_op(op)
-    if not _draws_noise(traced):
-        _check_lowered_with(op, traced, gpu, None)
-        return
-    from augment_ops.trace.dali_ops import _constant
-    from augment_ops.trace.emitter import _Emitter
-
-    real = _Emitter._noise
-    try:
-        for fills in NOISE_FILLS:
-            def constant(self, n, fills=fills):
-                draws = real(self, n)  # DALI's draws, for their shape, on the image's device
-                # float64 constants as the emitter makes them (DALI keeps a literal as float32)
-                f64 = np.dtype(np.float64)
-                return draws * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
-            _Emitter._noise = constant
-            _check_lowered_with(op, traced, gpu, fills)
-    finally:
-        _Emitter._noise = real
+    draws_noise = any(n.op == "noise" for n in traced.nodes())
+    for fills in NOISE_FILLS if draws_noise else [None]:
+        with noise_filled(fills) as filled:
+            _check_lowered_with(op, traced, gpu, filled)
 
 
-def _check_lowered_with(op, traced, gpu: bool, fills: dict[str, float] | None) -> None:
-    """``_check_lowered``, arrays of noise filled with ``fills`` on both paths where given."""
-    noise = None if fills is None else (lambda kind, shape, u: np.full(shape, fills[kind]))
+def _check_lowered_with(op, traced, gpu: bool, filled: noise_filled) -> None:
+    """``_check_lowered``, with noise as ``filled`` fills it."""
+    noise = None if filled.fills is None else filled.noise
     sizes = [s for s in SIZES if min(s) >= op.min_size]
     imgs = _images(sizes) * 2  # each size twice: as two samples, in two epochs
     n = len(imgs)
@@ -257,8 +218,7 @@ def _check_lowered_with(op, traced, gpu: bool, fills: dict[str, float] | None) -
         rng = counter_rng(SEED, int(epoch[k]), int(index[k]), name_salt(op.name), noise,
                           noise_slots(traced))
         try:
-            with _replaying():
-                refs.append(op.apply(img, rng if op.random else None))
+            refs.append(op.apply(img, rng if op.random else None))
         except OpContractError as e:  # an empty output: the native path checks its shape
             assert "is empty" in str(e) and check_layout(traced).outputs, (img.shape, e)
             refs.append(None)

@@ -12,13 +12,13 @@ another one.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
-from helpers import encode, run_traced, scalar_draws, unregistered
+from helpers import NOISE_FILLS, encode, noise_filled, run_traced, scalar_draws, unregistered
 
 import augment_ops
 from augment_ops.trace import DrawRng, TraceError, trace_op
-from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.rng import noise_slots
 from extsrc import Loader, OpRuntime
 from extsrc.ops_runtime.seeding import counter_rng, name_salt, sample_rng
@@ -97,9 +97,17 @@ def n_branch_on_noise(img, rng):
     return np.clip(img - n, 0, 255).astype(np.uint8)
 
 
+@unregistered()
+def n_cv2_randn(img, rng, sigma: float = 12.0):
+    """OpenCV's generator, seeded from the op's (albumentations' GaussNoise): DALI's too."""
+    cv2.setRNGSeed(int(rng.integers(0, 2**16)))
+    noise = np.zeros(img.shape)
+    cv2.randn(noise, (0.0, 0.0, 0.0), (sigma, sigma * rng.uniform(0.99, 1), sigma))
+    return np.clip(img + noise, 0, 255).astype(np.uint8)
+
+
 NOISE_OPS = [n_gaussian, n_standard, n_drawn_scale, n_salt_pepper, n_random, n_constant_size,
-             n_scalar_of_noise, n_noise_in_one_branch, n_branch_on_noise]
-FILLS = [{"normal": -1.5, "uniform": 0.01}, {"normal": 2.0, "uniform": 0.995}]
+             n_scalar_of_noise, n_noise_in_one_branch, n_branch_on_noise, n_cv2_randn]
 
 
 def _images(n: int, size=(10, 13)) -> list[np.ndarray]:
@@ -124,7 +132,7 @@ def test_noise_lowers_and_explain_says_whose_generator_draws_it(op):
 
 
 @pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
-@pytest.mark.parametrize("fills", FILLS)
+@pytest.mark.parametrize("fills", NOISE_FILLS)
 @pytest.mark.parametrize("scalars", ["dali", "numpy"])
 def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, monkeypatch):
     """The noise filled with a constant on both paths: every other value, the drawn scale and
@@ -132,29 +140,20 @@ def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, m
     (where an image-sized draw is smaller than a constant size that stays per-sample scalars),
     with the op's per-sample scalars computed by DALI's operators or by numpy in one."""
     from augment_ops.trace import scalar_stage
-    from augment_ops.trace.dali_ops import _constant
 
     monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
-
-    real = _Emitter._noise
-
-    def constant(self, n):
-        # float64 constants as the emitter makes them (DALI keeps a literal as float32)
-        f64 = np.dtype(np.float64)
-        return real(self, n) * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
-
-    monkeypatch.setattr(_Emitter, "_noise", constant)
     traced = trace_op(op)
     sizes = [s for s in [(1, 1), (3, 2), (9, 10), (16, 21)] if min(s) >= op.min_size]
     imgs = [im for s in sizes for im in _images(2, s)]
     index = np.arange(len(imgs), dtype=np.int64) * 3 + 1
-    outs = _native(op, imgs, index)
-    for k, (img, got) in enumerate(zip(imgs, outs, strict=True)):
-        rng = counter_rng(SEED, 0, int(index[k]), name_salt(op.name),
-                          lambda kind, shape, u: np.full(shape, fills[kind]), noise_slots(traced))
-        (ref,) = op.apply(img, rng)
-        assert got.dtype == ref.dtype and got.shape == ref.shape
-        np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}, index {index[k]}")
+    with noise_filled(fills) as filled:
+        outs = _native(op, imgs, index)
+        for k, (img, got) in enumerate(zip(imgs, outs, strict=True)):
+            rng = counter_rng(SEED, 0, int(index[k]), name_salt(op.name), filled.noise,
+                              noise_slots(traced))
+            (ref,) = op.apply(img, rng)
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}, index {index[k]}")
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float:
@@ -166,7 +165,7 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float:
 
 # n_drawn_scale's pixels share a drawn scale per sample: 48 samples are too few for its
 # distribution; its draws are checked exactly above, and its noise is DALI's normal as here.
-@pytest.mark.parametrize("op", [n_gaussian, n_standard, n_salt_pepper, n_random],
+@pytest.mark.parametrize("op", [n_gaussian, n_standard, n_salt_pepper, n_random, n_cv2_randn],
                          ids=lambda op: op.name)
 def test_dalis_noise_has_the_numpy_paths_distribution_pixel_by_pixel(op):
     """One grey image (mid-grey: no clipping hides a wrong scale) as 48 samples: the change of

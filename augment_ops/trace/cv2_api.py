@@ -35,7 +35,7 @@ from augment_ops.trace.cv2_color import (
 from augment_ops.trace.cv2_weighted import add_weighted
 from augment_ops.trace.facts import _nonneg, lower, upper
 from augment_ops.trace.indexing import padded_slice
-from augment_ops.trace.ir import TraceError
+from augment_ops.trace.ir import TraceError, _new
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
 from augment_ops.trace.pil_api import install_pil
@@ -429,7 +429,62 @@ def _drawn_border(x: Sym, sides: tuple, border_type: int, value: Any) -> Sym:
 
 
 #: cv2 functions lowered exactly, by name.
+def _cv_setRNGSeed(seed: Any) -> None:
+    """OpenCV's generator seeded by a per-sample value: nothing to do in the graph, where
+    :func:`_cv_randn`'s noise is DALI's (on the numpy path OpenCV seeds its own, as written)."""
+
+
+def _cv_randn(dst: Any, mean: Any, stddev: Any) -> Sym:
+    """``cv2.randn(dst, mean, stddev)`` into a traced float array: normal noise of the
+    channel's mean and standard deviation (a number, or one per channel), drawn by DALI's
+    generator on the native path as ``rng.normal`` of the image's shape is (numpy's and
+    OpenCV's distribution, not OpenCV's numbers)."""
+    from augment_ops.trace.ir import _TRACING
+
+    if not isinstance(dst, Sym) or dst.dtype.kind != "f" or dst.ndim not in (2, 3):
+        raise TraceError("cv2.randn into something other than a traced float array of 2 or 3 "
+                         "axes (OpenCV rounds and saturates into an integer one)")
+    channels = dst.node.shape[2] if dst.ndim == 3 else 1
+    if not isinstance(channels, int):
+        raise TraceError("cv2.randn into an array whose channel count is per-sample")
+
+    def per_channel(v: Any, what: str) -> Any:
+        """``v`` as one value, or a vector of one per channel, in float64."""
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Sym) for x in v):
+            from augment_ops.trace.creation import np_array
+
+            v = np_array(list(v), np.float64)  # a tuple of draws (OpenCV's Scalar)
+        size = (v.node.shape[0] if v.ndim == 1 else None) if isinstance(v, Sym) else None
+        if isinstance(v, Sym) and v.ndim == 0:
+            return v.astype(np.float64)
+        if isinstance(v, Sym) and size == channels and channels > 1:
+            return v.astype(np.float64)
+        if isinstance(v, Sym) and size == 1:
+            return v.astype(np.float64)[0]
+        if not isinstance(v, Sym):
+            arr = np.asarray(v, dtype=np.float64).reshape(-1)
+            if arr.size == 1:
+                return float(arr[0])
+            if arr.size == channels:
+                return arr
+        raise TraceError(f"cv2.randn with a {what} that is neither one value nor one per "
+                         "channel")
+    session = _TRACING.active
+    session.library_draws += 1
+    dims = list(dst.node.shape)
+    noise = Sym(_new("noise", tuple(dims), ("normal", -session.library_draws, "cv2.randn"),
+                     np.float64, tuple(dims)))
+    out = per_channel(mean, "mean") + per_channel(stddev, "stddev") * noise
+    _whole_array(dst)
+    if not dst._writable:
+        raise TraceError("cv2.randn into the input image or a view of it")
+    dst[...] = out.astype(dst.dtype)
+    return dst
+
+
 CV2_HANDLERS: dict[str, Callable[..., Any]] = {
+    "setRNGSeed": _cv_setRNGSeed,
+    "randn": _cv_randn,
     "cvtColor": _cv_cvtColor,
     "LUT": _cv_LUT,
     "flip": _cv_flip,

@@ -243,11 +243,13 @@ class _Session:
         #: Nodes DALI cannot compute exactly (``np.exp`` of pixels, ``x ** 0.8``), with the
         #: refusal each gives unless a lookup table replaces it (:mod:`augment_ops.trace.tables`).
         self.inexact: dict[Node, TraceError] = {}
+        self.library_draws = 0
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []
         self.decided_in = None
         self.refusals = []
+        self.library_draws = 0  # noise drawn by a library's generator (cv2.randn) in this run
 
     def caught_refusal(self) -> TraceError | None:
         """A refusal raised in the current run that code outside the tracer and numpy caught
