@@ -331,12 +331,12 @@ NOISE_FILLS = [{"normal": -2.0, "uniform": 0.02}, {"normal": 1.5, "uniform": 0.9
 
 
 class noise_filled:
-    """While it is entered, every array of noise is the constant ``fills[kind]`` on both
-    paths: in the traced graph (DALI's generator, ``_Emitter._noise``) and in a numpy replay
-    (``counter_rng(..., noise=ctx.noise)``, and ``cv2.randn``, which fills ``mean + stddev *
-    fills["normal"]``), so that a test checks exactly everything an op computes around its
-    noise. Also hands a replay's ``DrawRng`` back from ``np.random.default_rng(rng)``, as numpy
-    hands back a Generator given to it (skimage's ``random_noise(image, rng=rng)``)."""
+    """While it is entered, every array of noise is the constant ``fills[kind]`` in the traced
+    graph (DALI's generator, ``_Emitter._noise``); :meth:`apply` replays an op on numpy with
+    its noise filled alike (``counter_rng(..., noise=ctx.noise)``, and ``cv2.randn``: the
+    mean plus the standard deviation times ``fills["normal"]``, as OpenCV reads and refuses
+    them), so that a test checks exactly everything an op computes around its noise. Trace
+    the op before: the stand-ins are not traced."""
 
     def __init__(self, fills: dict[str, float] | None) -> None:
         self.fills = fills
@@ -344,45 +344,57 @@ class noise_filled:
     def noise(self, kind: str, shape: tuple[int, ...], u: float) -> np.ndarray:
         return np.full(shape, self.fills[kind])  # type: ignore[index]
 
-    def __enter__(self) -> noise_filled:
+    def apply(self, op, img: np.ndarray, rng) -> tuple[np.ndarray, ...]:
+        """``op.apply(img, rng)`` with ``cv2.randn`` filling its noise as the graph's is
+        filled, and ``np.random.default_rng(rng)`` handing the replay's ``DrawRng`` back, as
+        numpy hands back a Generator given to it (skimage's ``random_noise(image, rng=rng)``)."""
         import cv2
 
         from augment_ops.trace import DrawRng
-        from augment_ops.trace.dali_ops import _constant
-        from augment_ops.trace.emitter import _Emitter
 
-        self._saved = (_Emitter._noise, cv2.randn, np.random.default_rng)
-        real_noise, _, real_default = self._saved
-        fills = self.fills
+        real_randn, real_default = cv2.randn, np.random.default_rng
+        fill = None if self.fills is None else self.fills["normal"]
+
+        def zero(v):
+            return tuple(0.0 for _ in v) if isinstance(v, tuple) else (
+                np.zeros_like(v) if isinstance(v, np.ndarray) else 0.0)
+
+        def randn(dst, mean, stddev):
+            real_randn(np.zeros_like(dst), mean, stddev)  # OpenCV's refusals of the pair
+            m, s = np.zeros_like(dst), np.zeros_like(dst)
+            real_randn(m, mean, zero(mean))  # each as OpenCV reads it, per channel
+            real_randn(s, stddev, zero(stddev))
+            dst[...] = m + s * fill
+            return dst
 
         def default_rng(seed=None, *args, **kwargs):
             return seed if isinstance(seed, DrawRng) else real_default(seed, *args, **kwargs)
 
+        if fill is not None:
+            cv2.randn = randn
         np.random.default_rng = default_rng
-        if fills is None:
-            return self
+        try:
+            return op.apply(img, rng)
+        finally:
+            cv2.randn, np.random.default_rng = real_randn, real_default
 
-        def constant(emitter, n):
-            draws = real_noise(emitter, n)  # DALI's draws, for their shape and device
-            # float64 constants as the emitter makes them (DALI keeps a literal as float32)
-            f64 = np.dtype(np.float64)
-            return draws * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
+    def __enter__(self) -> noise_filled:
+        from augment_ops.trace.dali_ops import _constant
+        from augment_ops.trace.emitter import _Emitter
 
-        def randn(dst, mean, stddev):
-            channels = dst.shape[2] if dst.ndim == 3 else 1
-            m = np.asarray(mean, np.float64).reshape(-1)[:channels]
-            s = np.asarray(stddev, np.float64).reshape(-1)[:channels]
-            dst[...] = (m + s * fills["normal"]) if dst.ndim == 3 else (m[0] + s[0] *
-                                                                        fills["normal"])
-            return dst
+        self._saved = _Emitter._noise
+        real_noise, fills = self._saved, self.fills
+        if fills is not None:
+            def constant(emitter, n):
+                draws = real_noise(emitter, n)  # DALI's draws, for their shape and device
+                # float64 constants as the emitter makes them (DALI keeps literals as float32)
+                f64 = np.dtype(np.float64)
+                return draws * _constant(0.0, f64) + _constant(fills[n.attrs[0]], f64)
 
-        _Emitter._noise = constant
-        cv2.randn = randn
+            _Emitter._noise = constant
         return self
 
     def __exit__(self, *exc) -> None:
-        import cv2
-
         from augment_ops.trace.emitter import _Emitter
 
-        _Emitter._noise, cv2.randn, np.random.default_rng = self._saved
+        _Emitter._noise = self._saved

@@ -218,7 +218,7 @@ def _check_lowered_with(op, traced, gpu: bool, filled: noise_filled) -> None:
         rng = counter_rng(SEED, int(epoch[k]), int(index[k]), name_salt(op.name), noise,
                           noise_slots(traced))
         try:
-            refs.append(op.apply(img, rng if op.random else None))
+            refs.append(filled.apply(op, img, rng if op.random else None))
         except OpContractError as e:  # an empty output: the native path checks its shape
             assert "is empty" in str(e) and check_layout(traced).outputs, (img.shape, e)
             refs.append(None)

@@ -279,30 +279,30 @@ def test_empty_dataset_refused():
 
 @settings(max_examples=200, deadline=None, database=None)
 @given(
-    sizes=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    groups=st.lists(st.integers(0, 3), min_size=1, max_size=80),
     run_length=st.integers(1, 9),
     data=st.data(),
 )
-def test_run_starts_cut_each_group_at_its_phase_and_never_across_groups(sizes, run_length,
-                                                                         data):
-    """Groups of ``sizes`` samples (tar shards), each with a phase: a run starts at each
-    group's first sample and wherever the place in the group minus the phase is a multiple of
-    ``run_length``, and nowhere else."""
-    phases = data.draw(st.lists(st.integers(0, run_length - 1), min_size=len(sizes),
-                                max_size=len(sizes)))
-    groups = np.repeat(np.arange(len(sizes)), sizes)
-    starts = run_starts(len(groups), run_length, groups, np.array(phases))
-    first = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    expected = [i for i, g in enumerate(groups)
-                if i == first[g] or (i - first[g] - phases[g]) % run_length == 0]
+def test_run_starts_cut_each_stretch_at_its_phase_and_never_across_groups(groups, run_length,
+                                                                          data):
+    """Group values per sample (tar shards; a value may come back later, A B A): each stretch
+    of one value, with its phase, has a run start at its first sample and wherever the place
+    in the stretch minus the phase is a multiple of ``run_length``, and nowhere else."""
+    first = [i for i in range(len(groups)) if i == 0 or groups[i] != groups[i - 1]]
+    phases = data.draw(st.lists(st.integers(0, run_length - 1), min_size=len(first),
+                                max_size=len(first)))
+    starts = run_starts(len(groups), run_length, np.array(groups), np.array(phases))
+    stretch = np.searchsorted(first, np.arange(len(groups)), side="right") - 1
+    expected = [i for i in range(len(groups)) if i == first[stretch[i]]
+                or (i - first[stretch[i]] - phases[stretch[i]]) % run_length == 0]
     assert starts.tolist() == expected
     lengths = np.diff(np.append(starts, len(groups)))
     assert lengths.max() <= run_length
-    assert all(groups[a] == groups[a + n - 1] for a, n in zip(starts, lengths, strict=True))
-    # Without phases every group is cut from its start.
-    plain = run_starts(len(groups), run_length, groups)
-    assert plain.tolist() == [i for i, g in enumerate(groups)
-                              if (i - first[g]) % run_length == 0]
+    assert all(len(set(groups[a:a + n])) == 1 for a, n in zip(starts, lengths, strict=True))
+    # Without phases every stretch is cut from its start.
+    plain = run_starts(len(groups), run_length, np.array(groups))
+    assert plain.tolist() == [i for i in range(len(groups))
+                              if (i - first[stretch[i]]) % run_length == 0]
 
 
 @settings(max_examples=200, deadline=None, database=None)

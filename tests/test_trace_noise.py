@@ -12,6 +12,8 @@ another one.
 
 from __future__ import annotations
 
+import re
+
 import cv2
 import numpy as np
 import pytest
@@ -131,17 +133,9 @@ def test_noise_lowers_and_explain_says_whose_generator_draws_it(op):
     assert "other ones in a resumed run" in said
 
 
-@pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
-@pytest.mark.parametrize("fills", NOISE_FILLS)
-@pytest.mark.parametrize("scalars", ["dali", "numpy"])
-def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, monkeypatch):
-    """The noise filled with a constant on both paths: every other value, the drawn scale and
-    the flip after the noise included, is the replay's, on sizes down to a 1-pixel image
-    (where an image-sized draw is smaller than a constant size that stays per-sample scalars),
-    with the op's per-sample scalars computed by DALI's operators or by numpy in one."""
-    from augment_ops.trace import scalar_stage
-
-    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
+def _check_exact(op, fills) -> None:
+    """The noise filled with the constants ``fills`` on both paths: the native output equals
+    the replay's, on sizes down to a 1-pixel image."""
     traced = trace_op(op)
     sizes = [s for s in [(1, 1), (3, 2), (9, 10), (16, 21)] if min(s) >= op.min_size]
     imgs = [im for s in sizes for im in _images(2, s)]
@@ -151,9 +145,110 @@ def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, m
         for k, (img, got) in enumerate(zip(imgs, outs, strict=True)):
             rng = counter_rng(SEED, 0, int(index[k]), name_salt(op.name), filled.noise,
                               noise_slots(traced))
-            (ref,) = op.apply(img, rng)
+            (ref,) = filled.apply(op, img, rng)
             assert got.dtype == ref.dtype and got.shape == ref.shape
             np.testing.assert_array_equal(got, ref, err_msg=f"{img.shape}, index {index[k]}")
+
+
+@pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
+@pytest.mark.parametrize("fills", NOISE_FILLS)
+@pytest.mark.parametrize("scalars", ["dali", "numpy"])
+def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, monkeypatch):
+    """Every value but the noise's, the drawn scale and the flip after the noise included, is
+    the replay's (on a 1-pixel image an image-sized draw is smaller than a constant size that
+    stays per-sample scalars), with the op's per-sample scalars computed by DALI's operators
+    or by numpy in one."""
+    from augment_ops.trace import scalar_stage
+
+    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
+    _check_exact(op, fills)
+
+
+@unregistered()
+def n_cv2_forms(img, rng, mean=5.0, stddev=12.0, dims=3):
+    cv2.setRNGSeed(int(rng.integers(0, 2**16)))
+    noise = np.zeros(img.shape if dims == 3 else img.shape[:2])
+    cv2.randn(noise, mean, stddev)
+    if dims == 2:
+        noise = noise[..., None]
+    return np.clip(img + noise, 0, 255).astype(np.uint8)
+
+
+# mean and stddev as OpenCV reads them: a number is (v, 0, 0, 0), a 1-tuple or a 0-d or
+# 1-value array every channel's, 3 values one per channel, a 4-tuple (a Scalar) its first 3.
+CV2_FORMS = [
+    (5.0, 12.0, 3), ((5.0,), (12.0,), 3), ((5.0, -3.0, 1.0), (12.0, 4.0, 0.0), 3),
+    ((5.0, -3.0, 1.0, 9.0), (12.0, 4.0, 0.0, 7.0), 3), (np.array(5.0), np.array([12.0]), 3),
+    (np.array([5.0, -3.0, 1.0], np.float32), np.array([12.0, 4.0, 2.0], np.float32), 3),
+    (5.0, (12.0, 4.0, 0.0), 3), (5.0, 12.0, 2), ((5.0, 1.0, 2.0, 3.0), 12.0, 2),
+]
+
+
+@pytest.mark.parametrize(("mean", "stddev", "dims"), CV2_FORMS, ids=repr)
+def test_cv2_randn_reads_mean_and_stddev_as_opencv_does(mean, stddev, dims):
+    op = n_cv2_forms.with_params(mean=mean, stddev=stddev, dims=dims)
+    assert noise_slots(trace_op(op)) == {(-1, "cv2.randn")}
+    for fills in NOISE_FILLS:
+        _check_exact(op, fills)
+
+
+@pytest.mark.parametrize(("mean", "stddev", "dims", "match"), [
+    ((5.0, -3.0, 1.0), 12.0, 3, "OpenCV refuses the pair"),
+    ((5.0, 1.0), (12.0, 2.0), 3, "of 2 values for an array of 3 channels"),
+    ((5.0, 1.0, 2.0), (12.0, 1.0, 2.0), 2, "of 3 values for an array of 1 channels"),
+    ([5.0, 1.0, 2.0], (12.0, 1.0, 2.0), 3, "a mean of type list"),
+    (np.float32(5.0), 12.0, 3, "a mean of type float32"),
+])
+def test_cv2_randn_refuses_what_opencv_refuses(mean, stddev, dims, match):
+    op = n_cv2_forms.with_params(mean=mean, stddev=stddev, dims=dims)
+    with pytest.raises(TraceError, match=re.escape(match)):
+        trace_op(op)
+    with pytest.raises((cv2.error, TypeError)):
+        op.apply(_images(1)[0], sample_rng(SEED, 0, 0, 1))
+
+
+def test_opencvs_generator_is_never_run_while_tracing():
+    """A constant seed, noise into an array of a constant shape, a traced mean for several
+    channels (number or 0-d array: OpenCV's reading differs) are refused, and OpenCV's global
+    generator is where tracing found it."""
+    @unregistered()
+    def constant_seed(img, rng):
+        cv2.setRNGSeed(7)
+        noise = np.zeros(img.shape)
+        cv2.randn(noise, (0.0,), (9.0,))
+        return np.clip(img + noise, 0, 255).astype(np.uint8)
+
+    @unregistered()
+    def constant_shape(img, rng):
+        noise = np.zeros((4, 4, 3))
+        cv2.randn(noise, (0.0,), (9.0,))
+        return np.clip(img[:4, :4] + noise, 0, 255).astype(np.uint8)
+
+    @unregistered()
+    def traced_number(img, rng):
+        noise = np.zeros(img.shape)
+        cv2.randn(noise, 0.0, rng.uniform(5, 9))
+        return np.clip(img + noise, 0, 255).astype(np.uint8)
+
+    @unregistered()
+    def uniform_noise(img, rng):
+        noise = np.zeros(img.shape)
+        cv2.randu(noise, 0.0, 9.0)
+        return np.clip(img + noise, 0, 255).astype(np.uint8)
+
+    cv2.setRNGSeed(123)
+    before = np.zeros(8)
+    cv2.randn(before, 0.0, 1.0)
+    cv2.setRNGSeed(123)
+    for op, match in [(constant_seed, r"cv2\.setRNGSeed of a constant"),
+                      (constant_shape, r"cv2\.randn into something other than a traced float"),
+                      (traced_number, r"one traced stddev for an array of 3 channels"),
+                      (uniform_noise, r"cv2\.randu \(OpenCV's global generator")]:
+        with pytest.raises(TraceError, match=match):
+            trace_op(op)
+    after = np.zeros(8)
+    cv2.randn(after, 0.0, 1.0)
+    np.testing.assert_array_equal(before, after)
 
 
 def _ks(a: np.ndarray, b: np.ndarray) -> float:

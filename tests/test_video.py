@@ -200,7 +200,7 @@ def test_random_clips_differ_between_epochs_and_repeat_with_the_seed(videos: Pat
 
 @pytest.mark.parametrize("run_length", [1, 2])
 def test_every_clip_once_per_epoch_across_two_shards(videos: Path, run_length: int) -> None:
-    """Also with the shuffle moving runs of two neighbouring clips (a video's two clips)."""
+    """Also with the shuffle moving runs of two neighbouring clips."""
     for epoch in range(2):
         counts: Counter = Counter()
         for shard in range(2):

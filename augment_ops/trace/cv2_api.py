@@ -51,6 +51,8 @@ _WHY_NOT: dict[str, str] = {
     "equalizeHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
     "calcHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
     "GaussianBlur": "OpenCV's fixed-point kernels for uint8 differ from DALI's gaussian_blur",
+    **{name: "OpenCV's global generator: run while tracing, its draws would be frozen into "
+             "the graph" for name in ("randu", "randShuffle", "theRNG")},
 }
 
 
@@ -428,60 +430,96 @@ def _drawn_border(x: Sym, sides: tuple, border_type: int, value: Any) -> Sym:
                             fill.reshape(-1) if x.ndim == 3 else fill.reshape(())))
 
 
-#: cv2 functions lowered exactly, by name.
 def _cv_setRNGSeed(seed: Any) -> None:
     """OpenCV's generator seeded by a per-sample value: nothing to do in the graph, where
-    :func:`_cv_randn`'s noise is DALI's (on the numpy path OpenCV seeds its own, as written)."""
+    :func:`_cv_randn`'s noise is DALI's (on the numpy path OpenCV seeds its own, as written).
+    A constant seed is refused: the numpy path would then draw the same noise for every
+    sample, which the graph does not."""
+    if not isinstance(seed, Sym):
+        raise TraceError("cv2.setRNGSeed of a constant (OpenCV's generator then draws the same "
+                         "noise for every sample; seed it from the op's rng, as "
+                         "albumentations does, for the noise to lower)")
+
+
+def _randn_per_channel(v: Any, what: str, channels: int) -> Any:
+    """cv2.randn's ``mean`` or ``stddev`` as OpenCV reads it, per channel of the array, in
+    float64: a number is the Scalar ``(v, 0, 0, 0)`` (the other channels get 0), a tuple or a
+    1-D array one value per channel (Scalar's 4 for fewer channels), or one value for every
+    channel; what OpenCV refuses, or a traced number whose kind (number or 0-d array) decides,
+    is refused."""
+    from augment_ops.trace.creation import np_array
+
+    if isinstance(v, Sym) and v.ndim == 0 and channels > 1:
+        raise TraceError(f"cv2.randn with one traced {what} for an array of {channels} "
+                         "channels (OpenCV takes a number as (v, 0, 0, 0) and a 0-d array as "
+                         "v for every channel); pass a tuple of one value per channel")
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, np.generic) and
+                                          not isinstance(v, np.float64)):
+        raise TraceError(f"cv2.randn with a {what} of type {type(v).__name__}")
+    if isinstance(v, (int, float)) and not isinstance(v, Sym):
+        return float(v) if channels == 1 else np.array([float(v)] + [0.0] * (channels - 1))
+    scalar_form = isinstance(v, tuple) and len(v) == 4  # OpenCV's Scalar
+    if isinstance(v, tuple):
+        if any(isinstance(x, Sym) for x in v):
+            v = np_array(list(v), np.float64)
+        else:
+            v = np.asarray(v, dtype=np.float64)
+    elif not isinstance(v, (Sym, np.ndarray)):
+        raise TraceError(f"cv2.randn with a {what} of type {type(v).__name__}")
+    size = (v.node.shape[0] if v.ndim == 1 else 1) if isinstance(v, Sym) else v.size
+    if v.ndim > 1 or not isinstance(size, int):
+        raise TraceError(f"cv2.randn with a {what} of more than one axis")
+    flat = v.astype(np.float64).reshape(-1) if isinstance(v, Sym) else v.reshape(-1)
+    if size == 1:
+        return flat[0]
+    if size == channels or (size == 4 and channels < 4 and scalar_form):
+        return flat[:channels] if channels > 1 else flat[0]
+    raise TraceError(f"cv2.randn with a {what} of {size} values for an array of {channels} "
+                     "channels")
 
 
 def _cv_randn(dst: Any, mean: Any, stddev: Any) -> Sym:
-    """``cv2.randn(dst, mean, stddev)`` into a traced float array: normal noise of the
-    channel's mean and standard deviation (a number, or one per channel), drawn by DALI's
-    generator on the native path as ``rng.normal`` of the image's shape is (numpy's and
-    OpenCV's distribution, not OpenCV's numbers)."""
+    """``cv2.randn(dst, mean, stddev)`` into a traced float array: normal noise of each
+    channel's mean and standard deviation as OpenCV reads them (:func:`_randn_per_channel`),
+    drawn by DALI's generator on the native path as ``rng.normal`` of the image's shape is
+    (the distribution of OpenCV's, not its numbers)."""
     from augment_ops.trace.ir import _TRACING
 
     if not isinstance(dst, Sym) or dst.dtype.kind != "f" or dst.ndim not in (2, 3):
         raise TraceError("cv2.randn into something other than a traced float array of 2 or 3 "
-                         "axes (OpenCV rounds and saturates into an integer one)")
+                         "axes (made with np.zeros(img.shape), say; OpenCV rounds and "
+                         "saturates into an integer one)")
     channels = dst.node.shape[2] if dst.ndim == 3 else 1
     if not isinstance(channels, int):
         raise TraceError("cv2.randn into an array whose channel count is per-sample")
+    if not dst._writable:
+        raise TraceError("cv2.randn into the input image or a view of it")
+    _whole_array(dst)
+    def scalar_form(v: Any) -> bool:  # a Scalar to OpenCV, where other tuples are arrays
+        return (isinstance(v, (int, float)) and not isinstance(v, (bool, Sym))) or (
+            isinstance(v, tuple) and len(v) == 4)
 
-    def per_channel(v: Any, what: str) -> Any:
-        """``v`` as one value, or a vector of one per channel, in float64."""
-        if isinstance(v, (list, tuple)) and any(isinstance(x, Sym) for x in v):
-            from augment_ops.trace.creation import np_array
-
-            v = np_array(list(v), np.float64)  # a tuple of draws (OpenCV's Scalar)
-        size = (v.node.shape[0] if v.ndim == 1 else None) if isinstance(v, Sym) else None
-        if isinstance(v, Sym) and v.ndim == 0:
-            return v.astype(np.float64)
-        if isinstance(v, Sym) and size == channels and channels > 1:
-            return v.astype(np.float64)
-        if isinstance(v, Sym) and size == 1:
-            return v.astype(np.float64)[0]
-        if not isinstance(v, Sym):
-            arr = np.asarray(v, dtype=np.float64).reshape(-1)
-            if arr.size == 1:
-                return float(arr[0])
-            if arr.size == channels:
-                return arr
-        raise TraceError(f"cv2.randn with a {what} that is neither one value nor one per "
-                         "channel")
+    m = _randn_per_channel(mean, "mean", channels)
+    sd = _randn_per_channel(stddev, "stddev", channels)
+    if scalar_form(stddev) and not scalar_form(mean):
+        # OpenCV asserts that an array mean comes with an array stddev
+        raise TraceError("cv2.randn with a mean of one form (a tuple of other than 4 values, "
+                         "or an array) and a stddev of the other (a number or 4 values): "
+                         "OpenCV refuses the pair")
     session = _TRACING.active
     session.library_draws += 1
     dims = list(dst.node.shape)
     noise = Sym(_new("noise", tuple(dims), ("normal", -session.library_draws, "cv2.randn"),
                      np.float64, tuple(dims)))
-    out = per_channel(mean, "mean") + per_channel(stddev, "stddev") * noise
-    _whole_array(dst)
-    if not dst._writable:
-        raise TraceError("cv2.randn into the input image or a view of it")
-    dst[...] = out.astype(dst.dtype)
+    dst[...] = (m + sd * noise).astype(dst.dtype)
     return dst
 
 
+#: cv2 functions of OpenCV's global generator: never run as they are while tracing (their
+#: draws would be frozen into the graph), but lowered (a handler) or refused.
+_RANDOM = ("randn", "randu", "randShuffle", "setRNGSeed", "theRNG")
+
+#: The cv2 functions lowered, by name: exactly, but for randn's noise (DALI's generator).
 CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "setRNGSeed": _cv_setRNGSeed,
     "randn": _cv_randn,
@@ -525,11 +563,12 @@ class _Refusing:
 
 def _wrapper(name: str, real: Any) -> Callable[..., Any]:
     """cv2's ``name`` while tracing: lowered (:data:`CV2_HANDLERS`) or refused when given a
-    traced array, OpenCV's own ``real`` function otherwise."""
+    traced array, OpenCV's own ``real`` function otherwise, but for the functions of OpenCV's
+    generator (:data:`_RANDOM`), which are never run as they are."""
     handler = CV2_HANDLERS.get(name)
 
     def f(*args: Any, **kwargs: Any) -> Any:
-        if not _has_sym(args, kwargs):
+        if not _has_sym(args, kwargs) and name not in _RANDOM:
             got = real(*args, **kwargs)
             return _Refusing(got, name) if name in _MADE_OBJECTS else got
         if handler is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 __all__ = ["user_stacklevel"]
 
@@ -22,13 +23,20 @@ def user_stacklevel() -> int:
     the first frame outside the package (the frame that called into it)."""
     level = 1
     frame = sys._getframe(1)  # the function about to warn
-    while frame.f_back is not None and (_own(frame) or (
-            # a dataclass's generated __init__ (file "<string>") that the package called
-            frame.f_code.co_filename == "<string>" and _own(frame.f_back))):
-        frame = frame.f_back
+    callee = None
+    while frame.f_back is not None and (_own(frame) or _generated_init(frame, callee)):
+        frame, callee = frame.f_back, frame
         level += 1
     return level
 
 
-def _own(frame: object) -> bool:
-    return os.path.abspath(frame.f_code.co_filename).startswith(_OWN)  # type: ignore[attr-defined]
+def _generated_init(frame: Any, callee: Any) -> bool:
+    """Whether ``frame`` is the ``__init__`` a dataclass generates (file ``"<string>"``) for
+    one of the package's classes: the frame it called is the package's ``__post_init__``."""
+    return (frame.f_code.co_filename == "<string>" and frame.f_code.co_name == "__init__"
+            and callee is not None and callee.f_code.co_name == "__post_init__"
+            and _own(callee))
+
+
+def _own(frame: Any) -> bool:
+    return os.path.abspath(frame.f_code.co_filename).startswith(_OWN)
