@@ -521,8 +521,6 @@ _RANDOM = ("randn", "randu", "randShuffle", "setRNGSeed", "theRNG")
 
 #: The cv2 functions lowered, by name: exactly, but for randn's noise (DALI's generator).
 CV2_HANDLERS: dict[str, Callable[..., Any]] = {
-    "setRNGSeed": _cv_setRNGSeed,
-    "randn": _cv_randn,
     "cvtColor": _cv_cvtColor,
     "LUT": _cv_LUT,
     "flip": _cv_flip,
@@ -533,6 +531,8 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "addWeighted": _cv_addWeighted,
     **{name: _arith_handler(name) for name in ARITH_OPS},
     "convertScaleAbs": _cv_convertScaleAbs,
+    "randn": _cv_randn,
+    "setRNGSeed": _cv_setRNGSeed,
 }
 
 
