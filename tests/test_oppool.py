@@ -400,8 +400,10 @@ def test_pool_arguments_are_checked(tmp_path):
 
 
 _SCRIPT = """
-import os, sys
+import faulthandler, os, signal, sys
 import numpy as np
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
 import extsrc
 from augment_ops import augment_op
 
@@ -476,7 +478,15 @@ def test_workers_end_when_their_parent_is_killed_or_interrupted(tmp_path, how):
             os.killpg(proc.pid, signal.SIGINT)
         else:
             proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, to stderr
+            time.sleep(2)
+            proc.kill()
+            err = proc.communicate()[1]
+            pytest.fail(f"the script did not end within 30 s of {how}; its threads then:\n"
+                        f"{err[-8000:]}")
         deadline = time.monotonic() + 10
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.1)
