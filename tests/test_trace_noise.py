@@ -117,11 +117,11 @@ def _images(n: int, size=(10, 13)) -> list[np.ndarray]:
             for k in range(n)]
 
 
-def _native(op, imgs, index, epoch=None):
+def _native(op, imgs, index, epoch=None, gpu: bool = False):
     traced = trace_op(op)
     epoch = np.zeros(len(imgs), np.int64) if epoch is None else epoch
     return [o for (o,) in run_traced(traced, imgs, scalar_draws(traced, SEED, name_salt(op.name),
-                                                                 index, epoch))]
+                                                                 index, epoch), gpu=gpu)]
 
 
 @pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
@@ -133,15 +133,15 @@ def test_noise_lowers_and_explain_says_whose_generator_draws_it(op):
     assert "other ones in a resumed run" in said
 
 
-def _check_exact(op, fills) -> None:
-    """The noise filled with the constants ``fills`` on both paths: the native output equals
-    the replay's, on sizes down to a 1-pixel image."""
+def _check_exact(op, fills, gpu: bool = False) -> None:
+    """The noise filled with the constants ``fills`` on both paths: the native output (``gpu``:
+    on GPU 0) equals the replay's, on sizes down to a 1-pixel image."""
     traced = trace_op(op)
     sizes = [s for s in [(1, 1), (3, 2), (9, 10), (16, 21)] if min(s) >= op.min_size]
     imgs = [im for s in sizes for im in _images(2, s)]
     index = np.arange(len(imgs), dtype=np.int64) * 3 + 1
     with noise_filled(fills) as filled:
-        outs = _native(op, imgs, index)
+        outs = _native(op, imgs, index, gpu=gpu)
         for k, (img, got) in enumerate(zip(imgs, outs, strict=True)):
             rng = counter_rng(SEED, 0, int(index[k]), name_salt(op.name), filled.noise,
                               noise_slots(traced))
@@ -162,6 +162,17 @@ def test_around_its_noise_the_op_equals_its_replay_exactly(op, fills, scalars, m
 
     monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
     _check_exact(op, fills)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", NOISE_OPS, ids=lambda op: op.name)
+def test_around_its_noise_the_op_equals_its_replay_exactly_on_the_gpu(op):
+    """The same on the GPU, where a branch on a noise value needs its predicate on the CPU."""
+    _check_exact(op, NOISE_FILLS[0], gpu=True)
+    img = np.full((13, 13, 3), 120, np.uint8)
+    outs = _native(op, [img] * 8, np.arange(8, dtype=np.int64), gpu=True)
+    # DALI's own noise, other for each sample (n_branch_on_noise's flipped samples are alike)
+    assert len({o.tobytes() for o in outs}) >= 4
 
 
 @unregistered()

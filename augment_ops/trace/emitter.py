@@ -129,6 +129,8 @@ class _Scalars:
         self.fill_consts: dict[int, Node] = {}
         #: Nodes whose values come from outside the graph (``sample_values``).
         self.given: set[int] = set()
+        #: Noise nodes drawn on the CPU, as per-sample scalars are read from them.
+        self.cpu_noise: set[int] = set()
         #: Computes the per-sample scalars by numpy in one operator, for an op whose scalars
         #: would take many (:mod:`augment_ops.trace.scalar_stage`); None: DALI operators.
         self.stage: ScalarStage | None = None
@@ -604,7 +606,9 @@ class _Emitter(_Vectors):
             self._shape_vector(dims), dtype=types.INT32)
         draw = fn.random.normal if n.attrs[0] == "normal" else fn.random.uniform
         kw = {} if n.attrs[0] == "normal" else {"range": [0.0, 1.0]}
-        return draw(device=self.image.device, shape=shape, dtype=types.FLOAT64, **kw)
+        # On the CPU where a per-sample scalar is read from it (lower_dali's cpu_noise).
+        device = "cpu" if id(n) in self.cpu_noise else self.image.device
+        return draw(device=device, shape=shape, dtype=types.FLOAT64, **kw)
 
     def _pad(self, n: Node) -> Any:
         """``x`` read at per-sample rows and columns, the fill outside it: ``fn.slice`` that

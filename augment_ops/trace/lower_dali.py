@@ -139,6 +139,28 @@ def _lowered(traced: Traced) -> Traced:
         return got
 
 
+def _noise_read_as_scalars(traced: Traced) -> set[int]:
+    """The noise nodes a per-sample scalar is computed from (a branch on a noise value, an
+    offset read from it): DALI's generator draws them on the CPU, where the scalars must be
+    (a branch's predicate, an operator's argument), and elementwise operators copy them to
+    the GPU where they meet the image there."""
+    under: dict[int, set[int]] = {}
+
+    def noise_under(n: Node) -> set[int]:
+        got = under.get(id(n))
+        if got is None:
+            got = {id(n)} if n.op == "noise" else set().union(
+                *(noise_under(a) for a in n.args if isinstance(a, Node)))
+            under[id(n)] = got
+        return got
+
+    found: set[int] = set()
+    for n in traced.nodes():
+        if n.ndim == 0:
+            found |= noise_under(n)
+    return found
+
+
 def uses_stage(traced: Traced) -> bool:
     """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
     (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
@@ -270,6 +292,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     traced = _lowered(traced)
     em = _Emitter(image)
     em.shape = image.shape()
+    em.cpu_noise = _noise_read_as_scalars(traced)
     nodes = sample_scalar_nodes(traced)
     if packed is not None:  # one byte vector per sample, which the stage unpacks
         if len(sample_values) != 1 or packed.nodes != nodes or not packed.packed:
