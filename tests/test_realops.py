@@ -199,8 +199,7 @@ def _check_lowered(op, gpu: bool) -> None:
     the op computes around it is checked exactly; test_a_lowered_random_op_draws_like_numpy
     checks the noise itself."""
     traced = trace_op(op)
-    draws_noise = any(n.op == "noise" for n in traced.nodes())
-    for fills in NOISE_FILLS if draws_noise else [None]:
+    for fills in NOISE_FILLS if noise_slots(traced) else [None]:
         with noise_filled(fills) as filled:
             _check_lowered_with(op, traced, gpu, filled)
 

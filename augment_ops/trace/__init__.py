@@ -22,7 +22,7 @@ from typing import Any
 
 from augment_ops.trace.facts import MAX_FACT_STEPS, fact_steps
 from augment_ops.trace.ir import Guard, Node, Traced, TraceError
-from augment_ops.trace.rng import DrawRng
+from augment_ops.trace.rng import DrawRng, noise_slots
 from augment_ops.trace.runs import (
     MAX_PATHS,
     MAX_TRACE_SECONDS,
@@ -137,7 +137,7 @@ def explain(name_or_op: Any) -> str:
     baked: list[tuple[str, str]] = []
     outside_state(op.fn, dict(op.params), baked)
     notes = [f"{c} at {w}" for c, w in baked]
-    if any(n.op == "noise" for n in traced.nodes()):
+    if noise_slots(traced):
         notes.append(NOISE_NOTE)
     if notes:
         return "native (traced; " + "; ".join(notes) + ")"

@@ -441,6 +441,13 @@ def _cv_setRNGSeed(seed: Any) -> None:
                          "albumentations does, for the noise to lower)")
 
 
+def _opencv_scalar(v: Any) -> bool:
+    """Whether OpenCV takes ``v`` as a Scalar (a number, or a tuple of 4), not as an array
+    (other tuples, arrays)."""
+    return (isinstance(v, (int, float)) and not isinstance(v, (bool, Sym))) or (
+        isinstance(v, tuple) and len(v) == 4)
+
+
 def _randn_per_channel(v: Any, what: str, channels: int) -> Any:
     """cv2.randn's ``mean`` or ``stddev`` as OpenCV reads it, per channel of the array, in
     float64: a number is the Scalar ``(v, 0, 0, 0)`` (the other channels get 0), a tuple or a
@@ -458,7 +465,7 @@ def _randn_per_channel(v: Any, what: str, channels: int) -> Any:
         raise TraceError(f"cv2.randn with a {what} of type {type(v).__name__}")
     if isinstance(v, (int, float)) and not isinstance(v, Sym):
         return float(v) if channels == 1 else np.array([float(v)] + [0.0] * (channels - 1))
-    scalar_form = isinstance(v, tuple) and len(v) == 4  # OpenCV's Scalar
+    scalar_form = _opencv_scalar(v)
     if isinstance(v, tuple):
         if any(isinstance(x, Sym) for x in v):
             v = np_array(list(v), np.float64)
@@ -495,13 +502,9 @@ def _cv_randn(dst: Any, mean: Any, stddev: Any) -> Sym:
     if not dst._writable:
         raise TraceError("cv2.randn into the input image or a view of it")
     _whole_array(dst)
-    def scalar_form(v: Any) -> bool:  # a Scalar to OpenCV, where other tuples are arrays
-        return (isinstance(v, (int, float)) and not isinstance(v, (bool, Sym))) or (
-            isinstance(v, tuple) and len(v) == 4)
-
     m = _randn_per_channel(mean, "mean", channels)
     sd = _randn_per_channel(stddev, "stddev", channels)
-    if scalar_form(stddev) and not scalar_form(mean):
+    if _opencv_scalar(stddev) and not _opencv_scalar(mean):
         # OpenCV asserts that an array mean comes with an array stddev
         raise TraceError("cv2.randn with a mean of one form (a tuple of other than 4 values, "
                          "or an array) and a stddev of the other (a number or 4 values): "

@@ -545,6 +545,15 @@ class _Emitter(_Vectors):
         v = self.vector(list(dims))
         return fn.reshape(v, shape=[1]) if len(dims) == 1 else v
 
+    def _shape_arg(self, dims: Sequence[Node | int]) -> Any:
+        """A ``shape=`` argument of sizes ``dims``: the list when all are constants, else the
+        per-sample int32 vector."""
+        from nvidia.dali import fn, types
+
+        if all(isinstance(d, int) for d in dims):
+            return list(dims)
+        return fn.cast(self._shape_vector(dims), dtype=types.INT32)
+
     def _reshape(self, n: Node) -> Any:
         from nvidia.dali import fn
 
@@ -558,12 +567,10 @@ class _Emitter(_Vectors):
         value (-0.0 for floats: ``v + -0.0`` is ``v`` for every ``v``, -0.0 and NaN included;
         0 for integers; False or'ed for booleans). An elementwise operator whose other operand
         has ``n``'s shape takes ``x`` as it is (:meth:`_lean`): DALI broadcasts it alike."""
-        from nvidia.dali import fn, types
+        from nvidia.dali import fn
 
         x = self._lean(n)
-        dims = list(n.shape)
-        shape = dims if all(isinstance(d, int) for d in dims) else fn.cast(
-            self._shape_vector(dims), dtype=types.INT32)
+        shape = self._shape_arg(n.shape)
         zero = np.array(-0.0 if n.dtype.kind == "f" else 0, n.dtype)
         pad = fn.full(_constant_node(zero, n.dtype), shape=shape)  # a CPU operator
         if self.image.device == "gpu":  # beside the image, for the operators that use it
@@ -601,9 +608,7 @@ class _Emitter(_Vectors):
         DALI's own generator, on the image's device: float64 standard normal or in [0, 1)."""
         from nvidia.dali import fn, types
 
-        dims = list(n.shape)
-        shape = dims if all(isinstance(d, int) for d in dims) else fn.cast(
-            self._shape_vector(dims), dtype=types.INT32)
+        shape = self._shape_arg(n.shape)
         draw = fn.random.normal if n.attrs[0] == "normal" else fn.random.uniform
         kw = {} if n.attrs[0] == "normal" else {"range": [0.0, 1.0]}
         # On the CPU where a per-sample scalar is read from it (lower_dali's cpu_noise).

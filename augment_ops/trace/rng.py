@@ -139,15 +139,24 @@ class DrawRng:
             raise TraceError(f"rng.{what}(size=...) (only scalar draws are lowered)")
 
     @staticmethod
-    def _size(size: Any, what: str) -> tuple[int, ...]:
-        """``size=`` as a constant shape; a drawn or per-sample size is refused."""
-        items = size if isinstance(size, (tuple, list)) else (size,)
+    def _constant_shape(size: Any) -> tuple[int, ...] | None:
+        """``size=`` as a constant shape (numpy's error for a negative size); ``None`` for a
+        size that holds per-sample values."""
+        items = tuple(size) if isinstance(size, (tuple, list)) else (size,)
         if builtins.any(isinstance(v, Sym) for v in items):
-            raise TraceError(f"rng.{what}(size=<a per-sample value>) (an array whose length "
-                             "differs per sample; draw a constant number of values)")
+            return None
         shape = tuple(operator.index(v) for v in items)
         if builtins.any(v < 0 for v in shape):
             raise ValueError("negative dimensions are not allowed")
+        return shape
+
+    @classmethod
+    def _size(cls, size: Any, what: str) -> tuple[int, ...]:
+        """``size=`` as a constant shape; a drawn or per-sample size is refused."""
+        shape = cls._constant_shape(size)
+        if shape is None:
+            raise TraceError(f"rng.{what}(size=<a per-sample value>) (an array whose length "
+                             "differs per sample; draw a constant number of values)")
         if math.prod(shape) > MAX_VECTOR_DRAWS:
             raise TraceError(f"rng.{what}(size={size}) of more than {MAX_VECTOR_DRAWS} draws "
                              "(each draw is a per-sample scalar)")
@@ -187,12 +196,9 @@ class DrawRng:
         instead: there every size is a number, and an image small enough gives a traced noise
         array few values. They name the call too, as another branch may draw at the same slot
         (``rng.random(3)`` where one draws ``rng.normal(0, s, img.shape)``)."""
-        items = tuple(size) if isinstance(size, (tuple, list)) else (size,)
-        if builtins.any(isinstance(v, Sym) for v in items):
-            return items
-        shape = tuple(operator.index(v) for v in items)
-        if builtins.any(v < 0 for v in shape):
-            raise ValueError("negative dimensions are not allowed")
+        shape = self._constant_shape(size)
+        if shape is None:
+            return tuple(size) if isinstance(size, (tuple, list)) else (size,)
         if self._noise_slots is not None:
             return shape if (self._slot, what) in self._noise_slots else None
         return shape if math.prod(shape) > MAX_VECTOR_DRAWS else None

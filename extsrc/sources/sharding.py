@@ -132,20 +132,28 @@ def run_starts(num_samples: int, run_length: int, groups: np.ndarray | None = No
     """
     check_int(run_length, "run_length", minimum=1)
     positions = np.arange(num_samples, dtype=np.int64)
+    # Inside a stretch a run starts every run_length samples, counted from the stretch's
+    # start plus its phase.
+    stretch = _stretches(num_samples, groups)
+    changed = np.ones(num_samples, dtype=bool)
+    changed[1:] = stretch[1:] != stretch[:-1]
+    stretch_start = positions[changed][stretch]
+    shift = 0 if phases is None else np.asarray(phases, dtype=np.int64)[stretch]
+    return positions[changed | ((positions - stretch_start - shift) % run_length == 0)]
+
+
+def _stretches(num_samples: int, groups: np.ndarray | None) -> np.ndarray:
+    """The stretch of equal ``groups`` values each sample is in, numbered from 0 (a new
+    stretch wherever the value changes; ``None``: all in stretch 0)."""
     if groups is None:
-        groups = np.zeros(num_samples, dtype=np.int8)
+        return np.zeros(num_samples, dtype=np.int64)
     groups = np.asarray(groups)
     if groups.shape != (num_samples,):
         raise ValueError(f"groups must hold one value per sample ({num_samples}), got shape "
                          f"{groups.shape}")
-    # Each stretch of equal group values starts where the value changes; inside a stretch,
-    # a run starts every run_length samples counted from the stretch's start plus its phase.
-    changed = np.ones(num_samples, dtype=bool)
-    changed[1:] = groups[1:] != groups[:-1]
-    stretch = np.cumsum(changed) - 1
-    stretch_start = positions[changed][stretch]
-    shift = 0 if phases is None else np.asarray(phases, dtype=np.int64)[stretch]
-    return positions[changed | ((positions - stretch_start - shift) % run_length == 0)]
+    stretch = np.zeros(num_samples, dtype=np.int64)
+    stretch[1:] = np.cumsum(groups[1:] != groups[:-1])
+    return stretch
 
 
 def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool,
@@ -167,8 +175,8 @@ def epoch_permutation(num_samples: int, *, seed: int, epoch: int, shuffle: bool,
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), int(epoch)])))
     if run_length == 1:
         return rng.permutation(num_samples).astype(np.int64)
-    stretches = 1 if groups is None else int(np.count_nonzero(
-        np.asarray(groups)[1:] != np.asarray(groups)[:-1])) + 1
+    stretch = _stretches(num_samples, groups)
+    stretches = int(stretch[-1]) + 1 if num_samples else 0
     runs = run_starts(num_samples, run_length, groups,
                       rng.integers(0, run_length, size=stretches))
     lengths = np.diff(np.append(runs, num_samples))
