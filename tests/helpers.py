@@ -303,7 +303,8 @@ def traced_pipeline(traced, imgs: list[np.ndarray], values=(), *, gpu: bool = Fa
 
     from augment_ops.lower_dali import emit
 
-    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=0 if gpu else None)
+    pipe = Pipeline(batch_size=len(imgs), num_threads=1, device_id=0 if gpu else None,
+                    seed=1234)  # DALI's own draws (noise) the same every run
     with pipe:
         img = fn.external_source(source=lambda: imgs, batch=True, layout="HWC")
         if gpu:

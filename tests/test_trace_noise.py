@@ -170,7 +170,7 @@ def test_around_its_noise_the_op_equals_its_replay_exactly_on_the_gpu(op):
     """The same on the GPU, where a branch on a noise value needs its predicate on the CPU."""
     _check_exact(op, NOISE_FILLS[0], gpu=True)
     img = np.full((13, 13, 3), 120, np.uint8)
-    outs = _native(op, [img] * 8, np.arange(8, dtype=np.int64), gpu=True)
+    outs = _native(op, [img] * 16, np.arange(16, dtype=np.int64), gpu=True)
     # DALI's own noise, other for each sample (n_branch_on_noise's flipped samples are alike)
     assert len({o.tobytes() for o in outs}) >= 4
 
