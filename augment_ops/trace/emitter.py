@@ -131,6 +131,8 @@ class _Scalars:
         self.given: set[int] = set()
         #: Noise nodes drawn on the CPU, as per-sample scalars are read from them.
         self.cpu_noise: set[int] = set()
+        #: Per-sample scalars of pixel values read on the CPU (copied there from a GPU image).
+        self.cpu_scalars: set[int] = set()
         #: Computes the per-sample scalars by numpy in one operator, for an op whose scalars
         #: would take many (:mod:`augment_ops.trace.scalar_stage`); None: DALI operators.
         self.stage: ScalarStage | None = None
@@ -154,6 +156,8 @@ class _Scalars:
         if got is None:
             m = _folded_fills(n, self.fill_consts)
             got = getattr(self, "_" + m.op)(m)
+            if id(n) in self.cpu_scalars and getattr(got, "device", "cpu") == "gpu":
+                got = got.cpu()
             self.memo[id(n)] = got
         return got
 
@@ -316,9 +320,9 @@ class _Vectors(_Scalars):
             return getattr(self, "_" + first.op)(
                 first, val=lambda a: self._operand(lanes_of[id(a)]))
         dt = next(n.dtype for n in nodes if n is not None)
-        return fn.stack(*[self.value(v) if isinstance(v, Node) and v.op != "const" else
-                          _constant_node(v.value if isinstance(v, Node) else v, dt)
-                          for v in lanes])
+        return fn.stack(*_on_device(*[self.value(v) if isinstance(v, Node) and v.op != "const"
+                                      else _constant_node(v.value if isinstance(v, Node) else v,
+                                                          dt) for v in lanes]))
 
     def _alike(self, lanes: Sequence[Any]) -> bool:
         """Whether :meth:`vector` computes ``lanes`` with operators shared by all lanes (not by
@@ -446,12 +450,12 @@ class _Emitter(_Vectors):
     def _cat(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        return fn.cat(*[self.value(a) for a in n.args], axis=n.attrs[0])
+        return fn.cat(*_on_device(*[self.value(a) for a in n.args]), axis=n.attrs[0])
 
     def _stack(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        return fn.stack(*[self.value(a) for a in n.args], axis=n.attrs[0])
+        return fn.stack(*_on_device(*[self.value(a) for a in n.args]), axis=n.attrs[0])
 
     def _reduce(self, n: Node) -> Any:
         from nvidia.dali import fn

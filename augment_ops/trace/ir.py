@@ -214,8 +214,8 @@ class Traced:
 
 
 # -- the trace being run --------------------------------------------------------------------------
-#: The most branches on pixel values one run of an op may take: each must have an outcome that
-#: raises (a guard), and a loop on pixel values would take them without end.
+#: The most branches on pixel values one run of an op may take: a loop on pixel values
+#: (``while x.max() > 10:``) would take them without end.
 MAX_PIXEL_BRANCHES = 8
 
 
@@ -237,8 +237,8 @@ class _Session:
         self.refusals: list[TraceError] = []  # made in the current run, raised or not
         # the user's line that led there, where that frame is a library's: (file, line)
         self.decided_by: tuple[str, int] | None = None
-        #: The refusal of each branch on pixel values taken (by condition): it stands unless
-        #: the branch's other outcome raises for every sample (a guard for the op's ``raise``).
+        #: The refusal of each branch on pixel values taken (by condition), raised when a run
+        #: takes too many of them or the op has too many outcomes (a loop on pixel values).
         self.pixel_refusals: dict[Node, TraceError] = {}
         #: Nodes DALI cannot compute exactly (``np.exp`` of pixels, ``x ** 0.8``), with the
         #: refusal each gives unless a lookup table replaces it (:mod:`augment_ops.trace.tables`).
@@ -264,9 +264,8 @@ class _Session:
 
     def decide(self, cond: Node, refusal: TraceError | None = None) -> bool:
         """The outcome of a branch on per-sample condition ``cond`` for this run (from the
-        prefix, else True). ``refusal``: the branch is on pixel values, refused unless all but
-        one of its outcomes raise; a run taking more than :data:`MAX_PIXEL_BRANCHES` of them (a
-        ``while`` on pixel values) is refused at once."""
+        prefix, else True). ``refusal``: the branch is on pixel values; a run taking more than
+        :data:`MAX_PIXEL_BRANCHES` of them (a ``while`` on pixel values) is refused at once."""
         if refusal is not None:
             self.pixel_refusals.setdefault(cond, refusal)
             if sum(c.pixel for c in self.conds) >= MAX_PIXEL_BRANCHES:

@@ -161,6 +161,38 @@ def _noise_read_as_scalars(traced: Traced) -> set[int]:
     return found
 
 
+#: Operators whose per-sample scalar arguments may stay on the image's device: elementwise
+#: operators (which copy CPU scalars over, :func:`augment_ops.trace.dali_ops._on_device`) and
+#: those that only move them. The others take theirs as DALI argument inputs, on the CPU.
+_DEVICE_ARGUMENTS = frozenset({"bin", "un", "cast", "where", "full", "stack", "cat", "expand",
+                               "reduce", "lut"})
+
+
+def _pixel_scalars_on_cpu(traced: Traced) -> set[int]:
+    """The per-sample scalars computed from pixel values that DALI takes on the CPU: a branch's
+    predicate (``if imin != imax:``), a slice bound or a fill's region computed from them, the
+    size of an output that depends on them. On a GPU image they are computed there and copied
+    to the CPU once; those that only meet the pixels (``img - img.mean()``) stay on the GPU."""
+    roots: list[Node] = []
+    for n in traced.nodes():
+        roots.extend(d for d in n.shape if isinstance(d, Node))
+        if n.op == "select":
+            roots.append(n.args[0])
+        if n.op not in _DEVICE_ARGUMENTS:
+            roots.extend(a for a in n.args if isinstance(a, Node) and a.ndim == 0)
+    found: set[int] = set()
+    seen: set[int] = set()
+    while roots:
+        n = roots.pop()
+        if id(n) in seen or n.ndim != 0:
+            continue
+        seen.add(id(n))
+        if n.pixel:
+            found.add(id(n))
+        roots.extend(a for a in n.args if isinstance(a, Node))
+    return found
+
+
 def uses_stage(traced: Traced) -> bool:
     """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
     (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
@@ -293,6 +325,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     em = _Emitter(image)
     em.shape = image.shape()
     em.cpu_noise = _noise_read_as_scalars(traced)
+    em.cpu_scalars = _pixel_scalars_on_cpu(traced)
     nodes = sample_scalar_nodes(traced)
     if packed is not None:  # one byte vector per sample, which the stage unpacks
         if len(sample_values) != 1 or packed.nodes != nodes or not packed.packed:

@@ -54,21 +54,19 @@ CHANNELS = 3
 
 
 def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: int,
-           nout: int, refusals: dict[Node, TraceError]) -> tuple[Node, ...]:
+           nout: int) -> tuple[Node, ...]:
     """The outputs of the runs ``paths``, selected per sample by their branch decisions from
-    ``depth`` on. A branch on pixel values with outputs on both outcomes is refused
-    (``refusals``): only one whose other outcome raises (a guard) is lowered."""
+    ``depth`` on. A branch on pixel values (``if imin != imax:``) is a select like any other:
+    its predicate is computed where the image is, and read on the CPU where DALI needs it
+    there (:func:`augment_ops.trace.lower_dali.emit`)."""
     if len(paths) == 1:
         return paths[0][2]
     cond = paths[0][0][depth]
     taken = [p for p in paths if p[1][depth]]
     other = [p for p in paths if not p[1][depth]]
     if not taken or not other:
-        return _merge(paths, depth + 1, nout, refusals)
-    if cond.pixel:
-        raise refusals.get(cond) or TraceError("Python control flow (if/while/and/or) on pixel "
-                                               "values")
-    a, b = _merge(taken, depth + 1, nout, refusals), _merge(other, depth + 1, nout, refusals)
+        return _merge(paths, depth + 1, nout)
+    a, b = _merge(taken, depth + 1, nout), _merge(other, depth + 1, nout)
     out = []
     for x, y in zip(a, b, strict=True):
         if x is y:
@@ -182,7 +180,7 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
             raise TraceError("the op raises on every image: "
                              f"{session.guards[0].error}: {session.guards[0].message}",
                              session.guards[0].location)
-        merged = _merge(done, 0, num_outputs, session.pixel_refusals)
+        merged = _merge(done, 0, num_outputs)
         # float math numpy and DALI compute differently: tables of a uint8 array, else refused
         return tabulate(Traced(outputs=merged, num_draws=draws, num_paths=len(done),
                                guards=tuple(session.guards)), session.inexact)

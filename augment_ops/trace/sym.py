@@ -27,6 +27,7 @@ from augment_ops.trace.facts import _nonneg, _same, truth, upper
 from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
 from augment_ops.trace.ir import (
     _TRACING,
+    MAX_PIXEL_BRANCHES,
     Dim,
     Node,
     TraceError,
@@ -461,11 +462,15 @@ class Sym(_Operators, NdarrayMethods):
         if known is not None:  # ``if img.min() < 0:`` on a uint8 image: the same for every image
             return known
         if n.pixel:
-            # Refused (the tracer's trace_function raises it) unless every other way out of
-            # the branch raises: a guard for a ``raise`` or ``assert``, numpy's error for the
-            # samples that take it.
+            # Traced both ways and merged per sample, as a branch on a draw is; the refusal
+            # stands for a loop on pixel values, which would take branches without end.
             return _TRACING.active.decide(cond, TraceError(
-                "Python control flow (if/while/and/or) on pixel values"))
+                "Python control flow (if/while/and/or) on pixel values taken more than "
+                f"{MAX_PIXEL_BRANCHES} times in one run, or with too many outcomes (a loop "
+                "whose count depends on pixel values: DALI computes every outcome of a branch "
+                "for each sample, and cannot repeat a step until a condition on the pixels "
+                "holds; a fixed number of steps, each applied where np.where says, would "
+                "trace)"))
         # a branch no sample takes (``if img.size == 0``: an image has a pixel) is not traced
         if _ruled_out(cond):
             return False

@@ -631,7 +631,7 @@ def monai_center_spatial_crop(img: np.ndarray,
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "monai_scale_intensity": r"refuses: Python control flow \(if/while/and/or\) on pixel values",
+    "monai_scale_intensity": "lowers",
     "monai_rand_scale_intensity": "lowers",
     "monai_rand_shift_intensity": "lowers",
     "monai_normalize_intensity": r"refuses: boolean-mask indexing \(its result size depends on pixel values\)",

@@ -540,7 +540,7 @@ def sk_random_noise_salt_pepper(image: np.ndarray, rng: np.random.Generator,
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "sk_rescale_intensity": r"refuses: Python control flow \(if/while/and/or\) on pixel values",
+    "sk_rescale_intensity": "lowers",
     "sk_adjust_gamma": "lowers",
     "sk_adjust_log": "lowers",
     "sk_adjust_sigmoid": "lowers",

@@ -1,0 +1,140 @@
+"""Branches on pixel values (``if imin != imax:``): both outcomes traced and merged per sample.
+
+Each op runs in a real DALI pipeline over one batch whose samples take every outcome (constant
+images, dark and bright ones, sizes where a crop differs), and must equal numpy on each sample,
+on the CPU and on the GPU, where the predicate and the sizes computed from pixel values are read
+on the CPU. A loop on pixel values is still refused, with the reason and a rewrite.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import pattern_image, run_traced, unregistered
+
+import augment_ops
+from augment_ops.trace import TraceError, trace_op
+from augment_ops.trace.ir import MAX_PIXEL_BRANCHES
+
+
+@unregistered()
+def p_halve_if_bright(img):
+    if img.mean() > 100:
+        return img // 2
+    return img
+
+
+@unregistered()
+def p_rescale(img):
+    # skimage's rescale_intensity in short: a constant image keeps its value
+    imin, imax = img.min(), img.max()
+    if imin != imax:
+        out = (img.astype(np.float64) - imin) / (imax - imin)
+    else:
+        out = np.zeros(img.shape)
+    return (out * 255).astype(np.uint8)
+
+
+@unregistered()
+def p_nested(img):
+    m = img.max()
+    if m > 200:
+        if img.min() < 20:
+            return img
+        return 255 - img
+    elif m > 100:
+        return img // 3
+    return img * 2
+
+
+@unregistered()
+def p_crop_by_corner(img):
+    # outputs of different sizes: the merged output's size is read on the CPU
+    h = img.shape[0]
+    if img[0, 0, 0] > 128:
+        return img[: h // 2 + 1].copy()
+    return img[h // 3:].copy()
+
+
+@unregistered()
+def p_crop_at_a_pixel_value(img):
+    # a slice bound computed from a pixel value: an argument DALI takes on the CPU
+    rows = img[0, 0, 1] % 3 + 1
+    if img[0, 0, 1] < 128:
+        return img[:rows]
+    return img[:, :rows]
+
+
+@unregistered(ndim=3)
+def p_flip_or_fill(img):
+    out = img.copy()
+    if np.any(img[..., 0] > 250):
+        out[:2, :2] = (1, 2, 3)
+        return out
+    return out[:, ::-1]
+
+
+OPS = [p_halve_if_bright, p_rescale, p_nested, p_crop_by_corner, p_crop_at_a_pixel_value,
+       p_flip_or_fill]
+
+
+def _batch() -> list[np.ndarray]:
+    rs = np.random.default_rng(3)
+    corner = pattern_image(1, 7, 5)
+    corner[0, 0] = (200, 10, 255)
+    return [rs.integers(0, 256, (7, 5, 3), dtype=np.uint8),
+            np.full((4, 6, 3), 9, np.uint8),
+            np.full((3, 3, 3), 240, np.uint8),
+            rs.integers(150, 256, (5, 8, 3), dtype=np.uint8),
+            rs.integers(0, 90, (2, 2, 3), dtype=np.uint8),
+            rs.integers(101, 200, (6, 4, 3), dtype=np.uint8),
+            corner,
+            np.full((1, 1, 3), 255, np.uint8)]
+
+
+def _check(op, gpu: bool) -> None:
+    traced = trace_op(op)
+    imgs = _batch()
+    outcomes = set()
+    for img, (got,) in zip(imgs, run_traced(traced, imgs, gpu=gpu), strict=True):
+        (want,) = op.apply(img, None)
+        assert got.shape == want.shape and got.dtype == want.dtype, op.name
+        np.testing.assert_array_equal(got, want, err_msg=op.name)
+        outcomes.add(want.tobytes())
+    assert len(outcomes) > 2, "the batch should take the branches' outcomes"
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_a_branch_on_pixel_values_equals_numpy_on_each_sample(op):
+    _check(op, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_a_branch_on_pixel_values_equals_numpy_on_the_gpu(op):
+    _check(op, gpu=True)
+
+
+def test_the_outcomes_are_selects_on_the_predicate():
+    traced = trace_op(p_nested)
+    assert traced.num_paths == 4
+    assert traced.outputs[0].op == "select" and traced.outputs[0].args[0].pixel
+
+
+@unregistered()
+def p_while_on_pixels(img):
+    x = img.astype(np.int16)
+    while x.max() > 10:
+        x = x // 2
+    return x.astype(np.uint8)
+
+
+def test_a_loop_on_pixel_values_is_refused_with_its_reason_and_a_rewrite():
+    with pytest.raises(TraceError) as e:
+        trace_op(p_while_on_pixels)
+    text = str(e.value)
+    assert "Python control flow (if/while/and/or) on pixel values" in text
+    assert f"more than {MAX_PIXEL_BRANCHES} times in one run" in text
+    assert "np.where" in text
+    assert e.value.location.endswith("while x.max() > 10:"), e.value.location
+    assert augment_ops.explain(p_while_on_pixels).startswith("numpy: Python control flow")
