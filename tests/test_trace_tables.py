@@ -1,7 +1,8 @@
 """Float math numpy and DALI compute differently (``**`` by a non-integer constant, ``np.exp``,
 ``np.log``, ``np.tanh``, sigmoids) of one uint8 array and constants lowers as a lookup table
 computed by numpy at trace time: each op's pixels from a CPU DALI pipeline equal numpy's bit
-for bit on all 256 values; chains with a drawn operand or a second array are refused."""
+for bit on all 256 values; chains with a second array are refused (with a drawn operand: per-sample
+tables, tests/test_trace_gather.py)."""
 
 from __future__ import annotations
 
@@ -101,24 +102,6 @@ def test_uint8_result_is_one_table():
     assert _check(sigmoid_skimage) == {"input", "lut"}
 
 
-def test_a_drawn_exponent_is_refused():
-    def drawn_gamma(img, rng):
-        return ((img / 255) ** rng.uniform(0.5, 1.5) * 255).astype(np.uint8)
-
-    with pytest.raises(TraceError, match=r"\*\* with a per-sample exponent"):
-        trace_function(drawn_gamma, params={}, random=True, num_outputs=1, dtype=np.uint8,
-                       ndim=3)
-
-
-def test_a_drawn_operand_beside_exp_is_refused():
-    def drawn_gain(img, rng):
-        return np.exp(img / 255.0 * rng.uniform(0.5, 1.5))
-
-    with pytest.raises(TraceError, match=r"np\.exp of pixel values .* lowers as a lookup table"):
-        trace_function(drawn_gain, params={}, random=True, num_outputs=1, dtype=np.float64,
-                       ndim=3)
-
-
 def test_a_second_array_operand_is_refused():
     def pow_flipped(img):
         return (img / 255.0) ** (img[::-1] / 255.0)
@@ -160,17 +143,6 @@ def test_an_identity_test_of_the_dtype_takes_numpys_branch():
     _check(by_identity)
     _check(reversed_identity)
     assert "lut" in _check(by_identity)
-
-
-def test_a_table_of_exp_of_a_draw_is_refused():
-    """``np.exp`` of ``np.arange`` and a draw, read at the pixels, is ``np.exp`` of pixel values
-    with a drawn operand: no table of constants computes it."""
-    def drawn_exp_table(img, rng):
-        return np.exp(np.arange(256) / 255.0 * rng.uniform(0.5, 1.5))[img]
-
-    with pytest.raises(TraceError, match=r"np\.exp of pixel values"):
-        trace_function(drawn_exp_table, params={}, random=True, num_outputs=1,
-                       dtype=np.float64, ndim=3)
 
 
 def test_the_dtypes_type_is_found_among_numpys_scalar_types():

@@ -116,7 +116,8 @@ def explain(name_or_op: Any) -> str:
 
     ``"native (hand-written)"``, ``"native (traced)"`` (with the module-level dicts and lists
     the graph keeps as constants, and :data:`NOISE_NOTE` for an op whose noise DALI's
-    generator draws, if any: ``"native (traced; ...)"``), or ``"numpy: <construct> at
+    generator draws, and :data:`TABLE_NOTE` for one that reads per-sample tables, if any:
+    ``"native (traced; ...)"``), or ``"numpy: <construct> at
     <file:line: code>"`` naming what kept the function from being traced, and the innermost line
     of user code inside the op or a function it calls where it happened (the op's own ``def``
     line for what only its outputs show); never the line that called the op.
@@ -139,6 +140,8 @@ def explain(name_or_op: Any) -> str:
     notes = [f"{c} at {w}" for c, w in baked]
     if noise_slots(traced):
         notes.append(NOISE_NOTE)
+    if any(n.op == "gather" for n in traced.nodes()):
+        notes.append(TABLE_NOTE)
     if notes:
         return "native (traced; " + "; ".join(notes) + ")"
     return "native (traced)"
@@ -148,3 +151,8 @@ def explain(name_or_op: Any) -> str:
 NOISE_NOTE = ("its arrays of noise drawn by DALI's generator: numpy's distribution, other "
               "values than the numpy path's; the same values again for the same seed and "
               "starting point, other ones in a resumed run")
+
+#: What :func:`explain` says of an op that reads per-sample tables (augment_ops.trace.gather).
+TABLE_NOTE = ("a lookup table per sample, computed by numpy with the sample's draws and read at "
+              "the pixels by one Python call per batch (numpy's take on the CPU, torch's on the "
+              "GPU), as DALI has no operator that reads a per-sample table")

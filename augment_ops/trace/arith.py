@@ -1,6 +1,7 @@
 """numpy's arithmetic that takes more than one DALI operator to reproduce exactly: float floor
-division and remainder by a constant, integer shifts, and powers (by constants exactly, by a
-drawn exponent refused; of pixel values as lookup tables, :mod:`augment_ops.trace.tables`).
+division and remainder by a constant, integer shifts, and powers (by constants exactly; of
+pixel values, and by a drawn exponent, as lookup tables numpy computes, constant or per sample:
+:mod:`augment_ops.trace.tables`, :mod:`augment_ops.trace.gather`).
 :class:`~augment_ops.trace.sym.Sym` reaches them through the handler table."""
 
 from __future__ import annotations
@@ -148,14 +149,16 @@ def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
     if isinstance(exponent, Sym):
         # Measured: for x in [0, 1] and exponents in [0.8, 1.2], DALI's CPU pow equals the C
         # library's, and numpy 2's float64 pow (its own SIMD routine on AVX-512 processors)
-        # differs from both in the last bit for about 1 value in 18.
-        raise TraceError(f"{what} with a per-sample exponent (numpy's pow, its own SIMD routine "
-                         "on AVX-512 processors, and DALI's, the C library's on the CPU and "
-                         "CUDA's on the GPU, differ in the last bit for some values; a drawn "
-                         "exponent of a lookup table, np.arange(256) ** gamma, needs a "
-                         "per-sample table)")
-    if not isinstance(base, Sym):
-        raise TraceError(f"{what} of a constant by a per-sample exponent")
+        # differs from both in the last bit for about 1 value in 18. So numpy computes it: in
+        # a per-sample table (np.arange(256) ** gamma, (img / 255) ** gamma of a uint8 image),
+        # or the op is refused with this reason (augment_ops.trace.tables).
+        return _pixel_power(base, exponent, f"{what} with a per-sample exponent, outside any "
+                            "table numpy can compute per sample (numpy's pow, its own SIMD "
+                            "routine on AVX-512 processors, and DALI's, the C library's on the "
+                            "CPU and CUDA's on the GPU, differ in the last bit for some values; "
+                            "numpy computes a table of np.arange(256), or float math of one "
+                            "uint8 image, from the op's draws and constants, not from values "
+                            "computed from the image such as img.min())", name)
     if np.ndim(exponent) != 0 or not isinstance(exponent, (int, float, bool, np.generic,
                                                            np.ndarray)):
         raise TraceError(f"{what} with an array exponent (only one constant is lowered)")
@@ -198,9 +201,9 @@ def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
 
 
 def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
-    """``base ** exponent`` of pixel values with a float result, as numpy's ``np.power`` with
-    both operands in the result dtype: a node only a lookup table lowers (``message`` says why
-    where none can)."""
+    """``base ** exponent`` with a float result, as numpy's ``np.power`` with both operands in
+    the result dtype: a node only a lookup table lowers, constant or per sample (``message``
+    says why where none can)."""
     with np.errstate(all="ignore"):
         try:
             res = np.power(_rep(base), _rep(exponent))

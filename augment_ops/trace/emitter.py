@@ -644,6 +644,29 @@ class _Emitter(_Vectors):
                                values=[float(v) for v in table.astype(np.float32)],
                                dtype=_dali_type(n.dtype))
 
+    def _gather(self, n: Node) -> Any:
+        """A per-sample table (:mod:`augment_ops.trace.gather`, computed by numpy with the
+        draws) read at per-pixel positions: one Python call per batch, numpy's take on the CPU,
+        torch's on the GPU."""
+        from nvidia.dali import fn, types
+
+        from augment_ops.trace.gather import GpuTableRead, TableRead
+
+        table, pos = self.value(n.args[0]), self.value(n.args[1])
+        unsigned = n.dtype.kind == "u" and n.dtype.itemsize > 1
+        if unsigned:  # torch's take has no unsigned types wider than a byte: the same bits
+            table = fn.reinterpret(table, dtype=_dali_type(np.dtype(f"i{n.dtype.itemsize}")))
+        if getattr(pos, "device", "cpu") == "gpu":
+            if n.args[1].dtype != np.uint8:  # torch widens uint8 positions, not uint16
+                pos = fn.cast(pos, dtype=types.INT32)
+            out = fn.dl_tensor_python_function(table.gpu(), pos, function=GpuTableRead(),
+                                               batch_processing=True, device="gpu",
+                                               num_outputs=1)
+        else:
+            out = fn.python_function(table, pos, function=TableRead(), batch_processing=True,
+                                     num_outputs=1)
+        return fn.reinterpret(out, dtype=_dali_type(n.dtype)) if unsigned else out
+
     # -- branches
     def _select(self, n: Node) -> Any:
         from nvidia.dali import fn

@@ -23,12 +23,13 @@ import numpy as np
 
 import augment_ops.trace.numpy_api  # noqa: F401  (registers the handlers Sym dispatches to)
 from augment_ops.trace.creation import CREATION
+from augment_ops.trace.gather import ELEMENTWISE, gather
 from augment_ops.trace.ir import Node, TraceError, _new, const
 from augment_ops.trace.sym import _INEXACT, Sym, cast_node, implements, inexact_unary, ufunc
 
 #: Elementwise node kinds a table may be built with (their result at a position depends only on
 #: their arguments at that position).
-_ELEMENTWISE = ("bin", "un", "cast", "where")
+_ELEMENTWISE = ELEMENTWISE
 
 #: Output dtypes of a constant table DALI's ``fn.lookup_table`` can give (its values are float32).
 _LOOKUP_DTYPES = frozenset(np.dtype(t) for t in (np.uint8, np.int8, np.uint16, np.int16,
@@ -164,7 +165,30 @@ def lookup(table: Any, index: Sym) -> Sym:
                          "table of a fixed length is lowered)")
     entries = tn.shape[0]
     pos = _positions(index._checked(), entries)
+    if _needs_numpy(tn):
+        # np.exp, ** by a draw: numpy computes the table for each sample, read at the pixels
+        return Sym(gather(tn, pos, "a lookup table built with float math DALI does not "
+                          "reproduce bit for bit"))
     return Sym(_at(tn, pos, entries, {}))
+
+
+def _needs_numpy(table: Node) -> bool:
+    """Whether ``table`` holds float math DALI computes otherwise than numpy (``np.exp``, a
+    power by a draw): pushed onto the pixels it would be inexact, so numpy computes it."""
+    from augment_ops.trace.ir import _TRACING
+
+    session = _TRACING.active
+    inexact = session.inexact if session is not None else {}
+    stack, seen = [table], set()
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n in inexact or (n.op == "un" and n.attrs[0] in _INEXACT):
+            return True
+        stack.extend(a for a in n.args if isinstance(a, Node))
+    return False
 
 
 @implements("Sym.lookup")

@@ -257,10 +257,12 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         if id(n) in seen:
             continue
         seen.add(id(n))
-        for a in n.args:
+        for k, a in enumerate(n.args):
             if not isinstance(a, Node) or a.op == "const":
                 continue
-            if (a.ndim == 0 or small_array(a)) and not image_dependent(a):
+            # a per-sample table (augment_ops.trace.gather) is numpy's, whatever its size
+            table = n.op == "gather" and k == 0
+            if (a.ndim == 0 or small_array(a) or table) and not image_dependent(a):
                 found.setdefault(id(a), a)
             else:
                 stack.append(a)

@@ -12,8 +12,11 @@ construction, one ``fn.lookup_table`` (:func:`augment_ops.trace.lookup._constant
 Each table covers the largest such expression containing inexact nodes (skimage's
 ``adjust_gamma`` down to its final cast to uint8); one whose values ``fn.lookup_table`` cannot
 hold (float64 infinities beside finite values that float32 does not hold) is cut lower, at its
-arguments. An inexact node left outside every table (a drawn exponent, a second array operand,
-``img ** img[::-1]``) refuses the op with the reason recorded for it.
+arguments. An expression that also reads per-sample draws (``(img / 255) ** gamma`` of a drawn
+``gamma``) is a per-sample table: the same expression on ``np.arange(256)``, which numpy computes
+for each sample beside its draws (:mod:`augment_ops.trace.gather`). An inexact node left outside
+every table (an exponent computed from the image, a second array operand, ``img ** img[::-1]``)
+refuses the op with the reason recorded for it; one inside a per-sample table is numpy's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import dataclasses
 
 import numpy as np
 
+from augment_ops.trace.gather import draw_only, gather, gathered_tables, table_expression
 from augment_ops.trace.ir import Node, Traced, TraceError, _new
 from augment_ops.trace.lookup import _ELEMENTWISE, _constant_at
 from augment_ops.trace.scalar_stage import evaluate
@@ -44,10 +48,17 @@ class _Tables:
         self.inexact = inexact
         self.sources: dict[int, Node | str | None] = {}
         self.rebuilt: dict[int, Node] = {}
+        self.drawn: dict[int, bool] = {}
+
+    def _drawn(self, m: Node) -> bool:
+        """A per-sample scalar of the op's draws (or a draw of size 1), which a per-sample
+        table may read."""
+        return (m.ndim == 0 or m.shape == (1,)) and not m.pixel and draw_only(m, self.drawn)
 
     def source(self, n: Node) -> Node | str | None:
-        """The one uint8 array ``n`` is an elementwise function of (with constant scalars),
-        ``"const"`` for a constant scalar expression, None for neither."""
+        """The one uint8 array ``n`` is an elementwise function of (with constant scalars and
+        draws), ``"const"`` for a constant scalar expression, ``"drawn"`` for one of draws, None
+        for neither."""
         if id(n) in self.sources:
             return self.sources[id(n)]
         stack, order = [n], []
@@ -66,10 +77,14 @@ class _Tables:
             if m.op == "const":
                 found = "const" if np.size(m.value) == 1 else None
             elif m.op in _ELEMENTWISE and all(isinstance(a, Node) for a in m.args):
-                kinds = {id(s): s for s in (self._known(a) for a in m.args)}
+                kinds = {id(s) if isinstance(s, Node) else s: s
+                         for s in (self._known(a) for a in m.args)}
                 if None not in kinds.values():
                     arrays = [s for s in kinds.values() if isinstance(s, Node)]
-                    found = arrays[0] if len(arrays) == 1 else None if arrays else "const"
+                    found = arrays[0] if len(arrays) == 1 else None if arrays else \
+                        "drawn" if "drawn" in kinds else "const"
+            if found is None and self._drawn(m):
+                found = "drawn"
             if found is None and m.dtype == np.uint8 and m.pixel and m.ndim:
                 found = m  # a source itself: a table's positions
             self.sources[id(m)] = found
@@ -96,6 +111,14 @@ class _Tables:
         if not isinstance(src, Node) or src is n or n.op not in _ELEMENTWISE or \
                 not _same_shape(n.shape, src.shape) or not self._holds_inexact(n, src):
             return None
+        if self._reads_draws(n, src):
+            expr = table_expression(n, src)
+            if expr is None:
+                return None
+            try:
+                return gather(expr, self.rebuild(src), "float math of pixel values and draws")
+            except TraceError:  # a table numpy cannot compute in the readers: cut lower
+                return None
         values = _VALUES.reshape((256,) + (1,) * src.ndim)
         try:
             (table,) = evaluate([n], 256, lambda m: values if m is src else None)
@@ -106,6 +129,18 @@ class _Tables:
             return _constant_at(table, self.rebuild(src))
         except TraceError:  # values fn.lookup_table cannot hold: cut lower
             return None
+
+    def _reads_draws(self, n: Node, src: Node) -> bool:
+        stack, seen = [n], set()
+        while stack:
+            m = stack.pop()
+            if m is src or id(m) in seen:
+                continue
+            seen.add(id(m))
+            if self.sources.get(id(m)) == "drawn" and m.op != "const":
+                return True
+            stack.extend(a for a in m.args if isinstance(a, Node))
+        return False
 
     def rebuild(self, n: Node) -> Node:
         """``n`` with its largest inexact elementwise expressions replaced by tables."""
@@ -141,9 +176,11 @@ def tabulate(traced: Traced, inexact: dict[Node, TraceError]) -> Traced:
     outputs = tuple(tables.rebuild(n) for n in traced.outputs)
     guards = tuple(dataclasses.replace(g, bad=tables.rebuild(g.bad)) for g in traced.guards)
     result = dataclasses.replace(traced, outputs=outputs, guards=guards)
+    roots = [*outputs, *(g.bad for g in guards)]
     left = {id(n) for n in result.nodes()}
     for g in guards:
         left.update(id(n) for n in Traced((g.bad,), 0, 0).nodes())
+    left -= gathered_tables(roots)  # numpy computes a per-sample table
     for node, refusal in inexact.items():
         if id(node) in left:
             raise refusal

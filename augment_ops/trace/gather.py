@@ -1,0 +1,187 @@
+"""Per-sample lookup tables: a table numpy computes for each sample from its draws, read at the
+pixel values.
+
+A table built with float math DALI does not reproduce bit for bit (``np.exp``, ``**`` by a drawn
+exponent: imgaug's ``GammaContrast`` and ``SigmoidContrast``, albumentations' ``RandomGamma``,
+tensorpack's ``Gamma``) cannot be pushed onto the pixels as an elementwise expression
+(:mod:`augment_ops.trace.lookup`), and one that depends on draws cannot be a constant table
+(:mod:`augment_ops.trace.tables`). Such a table is computed by numpy itself, beside the op's other
+draws, in the source's reader processes (:class:`augment_ops.trace.lower_dali.SampleScalars`),
+with the op's own ufuncs and dtypes: each sample's table is the numpy path's table. Float math
+of a uint8 image and draws (``(img / 255) ** gamma``) becomes the same: the expression evaluated
+on ``np.arange(256)`` with the sample's draws, read at the pixels.
+
+DALI has no operator that reads a per-sample table at per-pixel positions (``fn.lookup_table``
+takes one constant table, ``fn.experimental.remap`` needs maps of its input's size), so the read
+is one Python call per batch: numpy's ``take`` on the CPU, torch's on the GPU (through DLPack, on
+the image's memory), exact on both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from augment_ops.trace.ir import Node, TraceError, _new, const
+
+__all__ = ["ELEMENTWISE", "GpuTableRead", "TableRead", "draw_only", "gather", "gathered_tables",
+           "table_expression"]
+
+#: Elementwise node kinds (a result at a position depends only on the arguments there).
+ELEMENTWISE = ("bin", "un", "cast", "where")
+
+#: Node kinds the readers' numpy program computes (:class:`augment_ops.trace.scalar_stage.
+#: ScalarProgram`), the ones a per-sample table may be built with.
+_NUMPY_NODES = frozenset({"const", "uniform", "cast", "bin", "un", "where", "select", "stack",
+                          "take", "reshape", "broadcast"})
+
+
+def draw_only(n: Node, memo: dict[int, bool] | None = None) -> bool:
+    """Whether ``n`` is computed from the op's draws and constants alone (not from the image,
+    its sizes or DALI's noise), by nodes numpy computes in the readers."""
+    memo = {} if memo is None else memo
+    stack = [n]
+    while stack:
+        m = stack[-1]
+        if id(m) in memo:
+            stack.pop()
+            continue
+        if m.pixel or m.op not in _NUMPY_NODES or (
+                m.op in ("bin", "un") and not hasattr(np, m.attrs[0])) or \
+                (m.op == "take" and not isinstance(m.args[1], int)) or \
+                not all(isinstance(d, int) for d in m.shape):
+            memo[id(m)] = False
+            stack.pop()
+            continue
+        todo = [a for a in m.args if isinstance(a, Node) and id(a) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        memo[id(m)] = all(memo[id(a)] for a in m.args if isinstance(a, Node))
+    return memo[id(n)]
+
+
+def gather(table: Node, pos: Node, construct: str) -> Node:
+    """``table`` (a 1-D per-sample table of draws) read at ``pos`` (uint8 or uint16 positions
+    within it); raises :class:`TraceError` naming ``construct`` where numpy cannot compute the
+    table in the readers."""
+    if table.ndim != 1 or not isinstance(table.shape[0], int):
+        raise TraceError(f"{construct}: a per-sample table of shape {list(table.shape)} (only a "
+                         "1-D table of a fixed length is lowered)")
+    if not draw_only(table):
+        raise TraceError(f"{construct}: a table computed from the image's pixels or sizes with "
+                         "float math DALI does not reproduce bit for bit (numpy computes a "
+                         "per-sample table only from the op's draws and constants)")
+    if table.dtype.kind not in "biuf" or table.dtype.itemsize > 8:
+        raise TraceError(f"{construct}: a per-sample table of {table.dtype} values")
+    return _new("gather", (table, pos), (), table.dtype, pos.shape)
+
+
+def table_expression(n: Node, src: Node, entries: int = 256) -> Node | None:
+    """The elementwise expression ``n`` of the uint8 array ``src`` and per-sample scalars, with
+    ``src`` replaced by its ``entries`` possible values (``np.arange``): the per-sample table
+    whose entry ``v`` is ``n`` where ``src`` is ``v``. None where ``n`` reads another array."""
+    positions = const(np.arange(entries, dtype=src.dtype))
+    memo: dict[int, Node | None] = {id(src): positions}
+
+    def at(m: Node) -> Node | None:
+        if id(m) in memo:
+            return memo[id(m)]
+        if m.ndim == 0:
+            got: Node | None = m
+        elif m.op == "const" and np.size(m.value) == 1:
+            got = const(np.asarray(m.value).reshape(()))
+            if m.weak:
+                got = _new("const", (), (), m.dtype, (), True, got.value)
+        elif m.shape == (1,) and not m.pixel:
+            got = _new("take", (m, 0), (0,), m.dtype, ())  # a draw of size (1,): its value
+        elif m.op in ELEMENTWISE:
+            args = []
+            for a in m.args:
+                b = at(a) if isinstance(a, Node) else a
+                if b is None:
+                    return None
+                args.append(b)
+            shaped = any(isinstance(b, Node) and b.ndim for b in args)
+            got = _new(m.op, tuple(args), m.attrs, m.dtype, (entries,) if shaped else (),
+                       m.weak)
+        else:
+            got = None
+        memo[id(m)] = got
+        return got
+
+    return at(n)
+
+
+def gathered_tables(roots: Any) -> set[int]:
+    """The nodes reachable from ``roots`` only through the tables of ``gather`` nodes: numpy
+    computes them in the readers, DALI never does."""
+    outside: set[int] = set()
+    stack = [r for r in roots if isinstance(r, Node)]
+    while stack:
+        n = stack.pop()
+        if id(n) in outside:
+            continue
+        outside.add(id(n))
+        args = n.args[1:] if n.op == "gather" else n.args
+        stack.extend(a for a in args if isinstance(a, Node))
+    inside: set[int] = set()
+    stack = [n.args[0] for n in _all(roots) if n.op == "gather"]
+    while stack:
+        n = stack.pop()
+        if id(n) in inside or id(n) in outside:
+            continue
+        inside.add(id(n))
+        stack.extend(a for a in n.args if isinstance(a, Node))
+    return inside
+
+
+def _all(roots: Any) -> list[Node]:
+    seen: set[int] = set()
+    out: list[Node] = []
+    stack = [r for r in roots if isinstance(r, Node)]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            out.append(n)
+            stack.extend(a for a in n.args if isinstance(a, Node))
+    return out
+
+
+class TableRead:
+    """Each sample's table read at its positions, by numpy (``fn.python_function`` on the CPU,
+    batch mode)."""
+
+    def __call__(self, tables: list[np.ndarray], positions: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.take(np.asarray(t), np.asarray(p)) for t, p in zip(tables, positions,
+                                                                    strict=True)]
+
+
+class GpuTableRead:
+    """Each sample's table read at its positions on the GPU, by torch on DALI's memory
+    (``fn.dl_tensor_python_function(device="gpu")``, batch mode). The previous batch's outputs
+    are kept until the next call: DALI copies them on its stream after this call returns."""
+
+    def __init__(self) -> None:
+        self._previous: list[Any] = []
+
+    def __call__(self, tables: list[Any], positions: list[Any]) -> list[Any]:
+        import torch
+        from torch.utils.dlpack import from_dlpack, to_dlpack
+
+        outs = []
+        for t, p in zip(tables, positions, strict=True):
+            # Tables arrive as signed integers or floats (the emitter reinterprets unsigned
+            # ones of more than a byte, which torch's take does not cover); positions are
+            # uint8 or uint16, which torch indexes with once widened.
+            table, pos = from_dlpack(t), from_dlpack(p)
+            with torch.cuda.device(pos.device):
+                outs.append(torch.take(table, pos.to(torch.int64)))
+        if outs:
+            with torch.cuda.device(outs[0].device):
+                torch.cuda.current_stream().synchronize()
+        self._previous = outs
+        return [to_dlpack(o) for o in outs]

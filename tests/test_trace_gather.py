@@ -1,0 +1,183 @@
+"""Per-sample lookup tables (``augment_ops.trace.gather``): a table built with float math DALI
+does not reproduce bit for bit and a draw (``np.arange(256) ** gamma``, ``np.exp`` with a drawn
+gain, ``(img / 255) ** gamma``) is computed by numpy for each sample beside its draws, and read
+at the pixels by one Python call per batch.
+
+Each op, in real DALI pipelines on the CPU and on the GPU, equals numpy with the sample's
+counter draws on every uint8 value, for samples whose draws differ within one batch; a table
+numpy cannot compute ahead (from pixel values or sizes) is refused with that reason; and a
+Loader's readers deliver the tables.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from helpers import pattern_image, run_traced, scalar_draws, unregistered
+from helpers import sized_dataset as _dataset
+
+import extsrc
+from augment_ops.trace import TraceError, trace_op
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+SEED = 9
+
+
+@unregistered()
+def g_arange_gamma(img, rng):
+    table = ((np.arange(256) / 255) ** rng.uniform(0.5, 1.5) * 255).astype(np.uint8)
+    return table[img]
+
+
+@unregistered()
+def g_cv2_lut_gamma(img, rng):
+    gamma = rng.uniform(0.7, 1.7)
+    table = (np.linspace(0, 1.0, num=256, dtype=np.float32) ** np.float32(gamma)) * 255
+    return cv2.LUT(img, np.clip(table, 0, 255).astype(np.uint8))
+
+
+@unregistered()
+def g_pixels_gamma(img, rng):
+    return ((img / 255) ** rng.uniform(0.5, 1.5) * 255).astype(np.uint8)
+
+
+@unregistered(dtype=np.float64)
+def g_exp_gain(img, rng):
+    return np.exp(img / 255.0 * rng.uniform(0.5, 1.5))
+
+
+@unregistered(dtype=np.float32)
+def g_exp_table_float32(img, rng):
+    gain = np.float32(rng.uniform(5, 6))
+    return 1 / (1 + np.exp(gain * (np.float32(0.4) - np.arange(256, dtype=np.float32) / 255)))[img]
+
+
+@unregistered(dtype=np.uint16)
+def g_uint16_table(img, rng):
+    return (np.arange(256) ** rng.uniform(1.5, 2.0)).astype(np.uint16)[img]
+
+
+@unregistered()
+def g_signed_positions(img, rng):
+    # an int8 index counts from the table's end where negative, as numpy's indexing does
+    table = (np.arange(256) ** rng.uniform(0.9, 1.0)).astype(np.uint8)
+    return table[img.astype(np.int8)]
+
+
+OPS = [g_arange_gamma, g_cv2_lut_gamma, g_pixels_gamma, g_exp_gain, g_exp_table_float32,
+       g_uint16_table, g_signed_positions]
+
+
+def _images() -> list[np.ndarray]:
+    every = np.stack([np.arange(256, dtype=np.uint8).reshape(16, 16),
+                      np.arange(255, -1, -1, dtype=np.uint8).reshape(16, 16),
+                      (np.arange(256) * 7 % 256).astype(np.uint8).reshape(16, 16)], axis=2)
+    rs = np.random.default_rng(2)
+    return [every, every, rs.integers(0, 256, (5, 7, 3), dtype=np.uint8), every,
+            np.full((1, 1, 3), 255, np.uint8)]
+
+
+def _check(op, gpu: bool) -> None:
+    traced = trace_op(op)
+    assert any(n.op == "gather" for n in traced.nodes()), op.name
+    imgs = _images()
+    index = np.arange(len(imgs), dtype=np.int64) * 5 + 1
+    epoch = np.array([0, 1, 0, 0, 1], np.int64)
+    salt = name_salt(op.name)
+    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index, epoch), gpu=gpu)
+    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
+        rng = counter_rng(SEED, int(epoch[k]), int(index[k]), salt)
+        (want,) = op.apply(img, rng)
+        assert got.dtype == want.dtype and got.shape == want.shape, (op.name, got.dtype)
+        np.testing.assert_array_equal(got, want, err_msg=f"{op.name}, sample {k}")
+    # the same image in three samples: three draws, three tables
+    assert len({outs[k][0].tobytes() for k in (0, 1, 3)}) == 3, op.name
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_a_per_sample_table_equals_numpy_with_the_samples_draws(op):
+    _check(op, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_a_per_sample_table_equals_numpy_on_the_gpu(op):
+    _check(op, gpu=True)
+
+
+def test_an_exact_table_of_a_draw_is_still_pushed_onto_the_pixels():
+    """A table of exact arithmetic on np.arange and a draw needs no Python call: it is the
+    expression applied to the pixels (augment_ops.trace.lookup)."""
+    @unregistered()
+    def brightness_table(img, rng):
+        table = np.clip(np.arange(256) + rng.integers(-30, 30), 0, 255).astype(np.uint8)
+        return table[img]
+
+    assert not any(n.op == "gather" for n in trace_op(brightness_table).nodes())
+
+
+@unregistered()
+def g_gamma_of_the_mean(img):
+    table = ((np.arange(256) / 255) ** (img.mean() / 128) * 255).astype(np.uint8)
+    return table[img]
+
+
+@unregistered()
+def g_exp_of_the_size(img):
+    return np.exp(np.arange(256) / img.shape[0])[img].astype(np.float32)
+
+
+@unregistered(dtype=np.float64)
+def g_scaled_by_the_max(img, rng):
+    # the base reads img.max(), a value only the image gives, besides the pixels
+    return (img / (img.max() + 1.0)) ** rng.uniform(0.5, 1.5)
+
+
+@unregistered(dtype=np.float64)
+def g_contrast_around_min(img, rng):
+    # MONAI's AdjustContrast in short: img - img.min() is a uint8 array, whose 256 values the
+    # table covers
+    return ((img - img.min()) / 255.0) ** rng.uniform(0.5, 1.5)
+
+
+def test_a_table_of_a_uint8_array_computed_from_pixels_is_per_sample():
+    _check(g_contrast_around_min, gpu=False)
+
+
+@pytest.mark.parametrize(("op", "reason"), [
+    (g_gamma_of_the_mean, r"a table computed from the image's pixels or sizes"),
+    (g_exp_of_the_size, r"a table computed from the image's pixels or sizes"),
+    (g_scaled_by_the_max, r"\*\* with a per-sample exponent, outside any table numpy can "
+                            r"compute per sample .* not from values computed from the image"),
+], ids=lambda v: getattr(v, "name", ""))
+def test_a_table_numpy_cannot_compute_ahead_is_refused_with_that_reason(op, reason):
+    with pytest.raises(TraceError, match=reason):
+        trace_op(op)
+
+
+def test_a_loader_s_readers_deliver_each_sample_s_table(tmp_path):
+    manifest = _dataset(tmp_path, [(6, 6)] * 12)
+    op = g_cv2_lut_gamma
+    outcomes = set()
+    with extsrc.Loader(manifest, batch_size=4, ops=[op], device="cpu", shuffle=False, seed=SEED,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=2)) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        for batch in loader:
+            for k, index in enumerate(batch["index"].tolist()):
+                img = pattern_image(index, 6, 6)
+                rng = counter_rng(SEED, 0, index, name_salt(op.name))
+                (ref,) = op.apply(img, rng)
+                got = batch[f"{op.name}_0"][k].numpy()
+                np.testing.assert_array_equal(got, ref, err_msg=str(index))
+                outcomes.add(got.tobytes())
+    assert len(outcomes) == 12
+
+
+def test_explain_says_the_table_is_read_by_a_python_call_per_batch():
+    import augment_ops
+    from augment_ops.trace import TABLE_NOTE
+
+    assert augment_ops.explain(g_arange_gamma) == f"native (traced; {TABLE_NOTE})"
+    assert "one Python call per batch" in TABLE_NOTE
