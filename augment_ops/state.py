@@ -17,8 +17,10 @@ attributes of modules it names), does not:
   op only reads, such as albucore's ``MAX_VALUES_BY_DTYPE[img.dtype]``, is kept as a
   constant, as is a list or dict default of constants that the function, and every local
   variable it binds to it, only reads: mmdet's ``candidates = ratios if r else shapes``);
-- calls a built-in that reads or writes the world: ``open``, ``input``, ``eval``, ``exec``,
-  ``globals``, ``setattr``, ``delattr``, ``breakpoint``;
+- calls a built-in that reads or writes the world: ``open``, ``input``, ``globals``,
+  ``setattr``, ``delattr``, ``breakpoint`` (``eval`` and ``exec`` are refused where the trace
+  reaches them, :mod:`augment_ops.trace.rebind`: PaddleClas' ``scale = eval(scale)`` under
+  ``if isinstance(scale, str):`` never runs for a number, and cannot change the graph then);
 - draws from global random state (``random.random``, a method of a ``random.Random`` or
   ``np.random.RandomState``).
 
@@ -52,8 +54,10 @@ from augment_ops.libfiles import library_file
 __all__ = ["library_file", "outside_state"]
 
 #: Built-ins whose call reads or writes state outside the op.
-_WORLD_BUILTINS = frozenset({"open", "input", "eval", "exec", "globals", "setattr", "delattr",
-                             "breakpoint"})
+_WORLD_BUILTINS = frozenset({"open", "input", "globals", "setattr", "delattr", "breakpoint"})
+
+#: Built-ins that run code the bytecode does not show, refused when the traced op calls them.
+RUNNING_BUILTINS = frozenset({"eval", "exec"})
 #: The most functions looked into for one op (the op's own code and what it calls).
 _MAX_FUNCTIONS = 200
 _KEEPS = "the traced graph would keep the value it had at loader build"

@@ -256,6 +256,35 @@ def test_constants_outside_the_op_still_lower(fn):
     np.testing.assert_array_equal(out, fn(img))
 
 
+def eval_unreached(img, scale=None):
+    # PaddleClas' NormalizeImage: a string scale is evaluated, a number is not
+    if isinstance(scale, str):
+        scale = eval(scale)
+    return (img * np.float32(scale if scale is not None else 0.5)).astype(np.uint8)
+
+
+def eval_reached(img, scale="1 / 2"):
+    return (img * np.float32(eval(scale))).astype(np.uint8)
+
+
+def exec_reached(img):
+    space = {}
+    exec("k = 1", space)
+    return img[::-1] if space["k"] else img
+
+
+def test_eval_is_refused_where_the_trace_reaches_it_not_where_it_stands():
+    op = _op("refusals_eval_unreached", eval_unreached)
+    assert augment_ops.explain(op) == "native (traced)"
+    img = np.arange(7 * 5 * 3, dtype=np.uint8).reshape(7, 5, 3)
+    np.testing.assert_array_equal(emit_one(op, img), eval_unreached(img))
+    for fn, line in [(eval_reached, r"return \(img \* np.float32\(eval\(scale\)\)\)"),
+                     (exec_reached, r'exec\("k = 1", space\)')]:
+        why = augment_ops.explain(_op(f"refusals_{fn.__name__}", fn))
+        assert re.fullmatch(rf"numpy: (eval|exec)\(\) \(it runs code that may read or write state "
+                            rf"outside the op.* at \S+test_trace_refusals.py:\d+: {line}.*", why), why
+
+
 def emit_one(op, img):
     """The op's traced graph run by a DALI CPU pipeline on one image."""
     from nvidia.dali import fn as dali_fn

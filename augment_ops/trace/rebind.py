@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.state import _codes, library_file
+from augment_ops.state import RUNNING_BUILTINS, _codes, library_file
 from augment_ops.trace.checks import add_guard
 from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
@@ -772,5 +772,10 @@ def _patched(g: dict[str, Any]) -> dict[str, Any]:
     b = dict(vars(builtins))
     b.update(int=_Int, float=_Float, min=_py_minmax("min"), max=_py_minmax("max"),
              len=_py_len, type=_Type, range=_Range)
+    # Refused where the trace reaches them, not wherever they stand (augment_ops.state).
+    b.update({name: _Forbidden(name, "it runs code that may read or write state outside the "
+                                     "op; the traced graph would keep the value it had at "
+                                     "loader build")
+              for name in RUNNING_BUILTINS})
     g["__builtins__"] = b
     return g
