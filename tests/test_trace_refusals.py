@@ -281,8 +281,9 @@ def test_eval_is_refused_where_the_trace_reaches_it_not_where_it_stands():
     for fn, line in [(eval_reached, r"return \(img \* np.float32\(eval\(scale\)\)\)"),
                      (exec_reached, r'exec\("k = 1", space\)')]:
         why = augment_ops.explain(_op(f"refusals_{fn.__name__}", fn))
-        assert re.fullmatch(rf"numpy: (eval|exec)\(\) \(it runs code that may read or write state "
-                            rf"outside the op.* at \S+test_trace_refusals.py:\d+: {line}.*", why), why
+        assert re.fullmatch(rf"numpy: (eval|exec)\(\) \(it runs code that may read or write "
+                            rf"state outside the op.* at \S+test_trace_refusals.py:\d+: "
+                            rf"{line}.*", why), why
 
 
 def emit_one(op, img):
