@@ -400,3 +400,66 @@ def test_add_weighted_that_cannot_be_checked_is_refused():
     assert "cv2.addWeighted with a per-sample weight" in _refusal(u_drawn_weight, random=True)
     assert "float32 values other than uint8 ones" in _refusal(u_float_values,
                                                               dtype=np.float32)
+
+
+# -- warpAffine by whole pixels ----------------------------------------------------------------
+def _translate(tx, ty, **kw):
+    def f(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.float32([[1, 0, tx], [0, 1, ty]]), (w, h), **kw)
+    f.__name__ = f"translate_{tx}_{ty}"
+    return f
+
+
+def _translate_gray(img):
+    g = img[..., 1]
+    h, w = g.shape
+    return cv2.warpAffine(g, np.float64([[1, 0, -2], [0, 1, 1]]), (w, h), borderValue=77)
+
+
+@pytest.mark.parametrize("f", [
+    _translate(3, 0), _translate(0, -2), _translate(-5, 4), _translate(0, 0),
+    _translate(40, 0), _translate(-1100, 3),
+    _translate(2, 1, borderValue=(127.5, 300, -4)),
+    _translate(1, 2, flags=cv2.INTER_NEAREST, borderValue=9),
+    _translate(3, -1, flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP, borderValue=(1, 2, 3)),
+], ids=lambda f: f.__name__)
+def test_warp_affine_by_whole_pixels_equals_opencv(f):
+    # sizes smaller and larger than the shifts, 1x1 and 1-pixel rows
+    imgs = [im for im in _edge_images() if im.shape[0] * im.shape[1] <= 48 * 1024][:8]
+    _check(f, imgs)
+
+
+def test_warp_affine_of_a_gray_image_equals_opencv():
+    _check(_translate_gray, ndim=2)
+
+
+def test_warp_affine_that_resamples_is_refused_saying_why():
+    def half_pixel(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.float32([[1, 0, 0.5], [0, 1, 0]]), (w, h))
+
+    def rotation(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, cv2.getRotationMatrix2D((4, 4), 30, 1.0), (w, h))
+
+    def other_size(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.float32([[1, 0, 1], [0, 1, 0]]), (w + 1, h))
+
+    def reflected(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.float32([[1, 0, 1], [0, 1, 0]]), (w, h),
+                              borderMode=cv2.BORDER_REFLECT)
+
+    def cubic(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.float32([[1, 0, 1], [0, 1, 0]]), (w, h),
+                              flags=cv2.INTER_CUBIC)
+
+    assert re.search(r"cv2\.warpAffine by \[\[1\.0, 0\.0, 0\.5\].*OpenCV's fixed-point "
+                     r"interpolation differs from DALI's warp_affine", _refusal(half_pixel))
+    assert "cv2.warpAffine by [[0.866" in _refusal(rotation)
+    assert "into a size other than the image's own" in _refusal(other_size)
+    assert "border mode other than BORDER_CONSTANT" in _refusal(reflected)
+    assert "flags=2" in _refusal(cubic)

@@ -6,7 +6,7 @@ OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gra
 HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
 ``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
 ``divide``, ``absdiff`` and ``convertScaleAbs`` (:mod:`.cv2_arith`), ``copyMakeBorder`` constant
-or replicated); any other given a traced array is refused naming it and why, as are the methods
+or replicated, ``warpAffine`` by a whole-pixel translation (:mod:`.cv2_warp`)); any other given a traced array is refused naming it and why, as are the methods
 of a CLAHE object; called on real arrays each is OpenCV's own. This reaches cv2 calls in the
 op's helpers and in libraries too. :func:`library_handlers` names library helpers the op's
 module imported by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in
@@ -32,6 +32,7 @@ from augment_ops.trace.cv2_color import (
     hsv_from_bgr_u8,
     yuv_from_bgr_u8,
 )
+from augment_ops.trace.cv2_warp import warp_affine
 from augment_ops.trace.cv2_weighted import add_weighted
 from augment_ops.trace.facts import _nonneg, lower, upper
 from augment_ops.trace.indexing import padded_slice
@@ -45,7 +46,6 @@ from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_wh
 _WHY_NOT: dict[str, str] = {
     "resize": "OpenCV's interpolation arithmetic (fixed-point weights for uint8) differs from "
               "DALI's resize, so the pixels would not be OpenCV's",
-    "warpAffine": "OpenCV's fixed-point interpolation differs from DALI's warp_affine",
     "warpPerspective": "OpenCV's fixed-point interpolation differs from DALI's warp_perspective",
     "createCLAHE": "CLAHE needs per-tile histograms, which DALI's operators cannot compute",
     "equalizeHist": "a histogram of the image's pixels, which DALI's operators cannot compute",
@@ -530,6 +530,7 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "merge": _cv_merge,
     "split": _cv_split,
     "copyMakeBorder": _cv_copyMakeBorder,
+    "warpAffine": warp_affine,
     "mixChannels": _cv_mixChannels,
     "addWeighted": _cv_addWeighted,
     **{name: _arith_handler(name) for name in ARITH_OPS},

@@ -346,7 +346,7 @@ EXPECT: dict[str, str] = {
     "mmcv_imnormalize": "lowers",
     "mmcv_impad": "lowers",
     "mmcv_cutout": "lowers",
-    "mmcv_imtranslate": r"refuses: cv2\.warpAffine \(OpenCV's fixed-point",
+    "mmcv_imtranslate": "lowers",
     "mmpre_random_erasing": "lowers",
     "mmpre_random_crop": r"refuses: cmin\[0::2\] = <a per-sample value>: a per-sample value "
                          r"written into a concrete numpy array",
