@@ -6,11 +6,12 @@ OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gra
 HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
 ``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
 ``divide``, ``absdiff`` and ``convertScaleAbs`` (:mod:`.cv2_arith`), ``copyMakeBorder`` constant
-or replicated, ``warpAffine`` by a whole-pixel translation (:mod:`.cv2_warp`)); any other given a traced array is refused naming it and why, as are the methods
-of a CLAHE object; called on real arrays each is OpenCV's own. This reaches cv2 calls in the
-op's helpers and in libraries too. :func:`library_handlers` names library helpers the op's
-module imported by name (albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in
-the op's globals. Nothing here imports cv2 or a library the op's code did not import.
+or replicated, ``warpAffine`` by a whole-pixel translation (:mod:`.cv2_warp`)); any other
+given a traced array is refused naming it and why, as are the methods of a CLAHE object;
+called on real arrays each is OpenCV's own. This reaches cv2 calls in the op's helpers and in
+libraries too. :func:`library_handlers` names library helpers the op's module imported by name
+(albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the op's globals.
+Nothing here imports cv2 or a library the op's code did not import.
 """
 
 from __future__ import annotations
