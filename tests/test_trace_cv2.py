@@ -463,3 +463,42 @@ def test_warp_affine_that_resamples_is_refused_saying_why():
     assert "into a size other than the image's own" in _refusal(other_size)
     assert "border mode other than BORDER_CONSTANT" in _refusal(reflected)
     assert "flags=2" in _refusal(cubic)
+
+
+# -- transform: a colour matrix --------------------------------------------------------------
+SEPIA = np.array([[0.393, 0.769, 0.189], [0.349, 0.686, 0.168], [0.272, 0.534, 0.131]])
+
+
+def _sepia(img):
+    return cv2.transform(img, SEPIA)
+
+
+def _signed_matrix(img):  # negative weights: sums below 0 saturate to 0
+    return cv2.transform(img, np.array([[1.2, -0.3, 0.1], [-0.5, 1.5, 0.0],
+                                        [0.25, 0.25, 0.5]], np.float32))
+
+
+def _with_zero_offsets(img):
+    return cv2.transform(img, np.hstack([SEPIA, np.zeros((3, 1))]))
+
+
+@pytest.mark.parametrize("f", [_sepia, _signed_matrix, _with_zero_offsets],
+                         ids=lambda f: f.__name__)
+def test_transform_by_a_colour_matrix_equals_opencv(f):
+    _check(f)
+
+
+def test_transform_that_is_not_fixed_point_is_refused_saying_why():
+    def big(img):
+        return cv2.transform(img, SEPIA * 50)
+
+    def offsets(img):
+        return cv2.transform(img, np.hstack([SEPIA, np.ones((3, 1))]))
+
+    def gray(img):
+        return cv2.transform(img, SEPIA[:1])
+
+    assert "a weight of 32 or more, which OpenCV computes in float32" in _refusal(big)
+    for f in (offsets, gray):
+        assert "cv2.transform other than of a uint8 image with 3 channels by a 3x3 matrix" in \
+            _refusal(f)

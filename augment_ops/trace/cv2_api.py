@@ -4,7 +4,7 @@ While an op's function runs on the proxies (:func:`cv2_installed`), every functi
 imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
 OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray, to and from
 HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
-``mixChannels``, ``addWeighted`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
+``mixChannels``, ``addWeighted`` and ``transform`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
 ``divide``, ``absdiff`` and ``convertScaleAbs`` (:mod:`.cv2_arith`), ``copyMakeBorder`` constant
 or replicated, ``warpAffine`` by a whole-pixel translation (:mod:`.cv2_warp`)); any other
 given a traced array is refused naming it and why, as are the methods of a CLAHE object;
@@ -34,7 +34,7 @@ from augment_ops.trace.cv2_color import (
     yuv_from_bgr_u8,
 )
 from augment_ops.trace.cv2_warp import warp_affine
-from augment_ops.trace.cv2_weighted import add_weighted
+from augment_ops.trace.cv2_weighted import add_weighted, transform
 from augment_ops.trace.facts import _nonneg, lower, upper
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError, _new
@@ -307,6 +307,10 @@ def _cv_addWeighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any, dst
     return _into(dst, add_weighted(src1, alpha, src2, beta, gamma, dtype))
 
 
+def _cv_transform(src: Any, m: Any, dst: Any = None) -> Sym:
+    return _into(dst, transform(src, m))
+
+
 def _arith_handler(name: str) -> Callable[..., Any]:
     """``cv2.<name>(src1, src2, dst, ...)`` lowered by :func:`.cv2_arith.arith`."""
     # OpenCV's positional order after dst: mask, dtype for add/subtract; scale, dtype for
@@ -534,6 +538,7 @@ CV2_HANDLERS: dict[str, Callable[..., Any]] = {
     "warpAffine": warp_affine,
     "mixChannels": _cv_mixChannels,
     "addWeighted": _cv_addWeighted,
+    "transform": _cv_transform,
     **{name: _arith_handler(name) for name in ARITH_OPS},
     "convertScaleAbs": _cv_convertScaleAbs,
     "randn": _cv_randn,

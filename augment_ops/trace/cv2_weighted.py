@@ -13,6 +13,10 @@ for the op's constant weights, OpenCV itself is run on every pair of uint8 value
 code paths and compared with the lowering's arithmetic, bit for bit: the call lowers only where
 all three agree on all 65,536 pairs, so the pixels are OpenCV's whatever the image's layout and
 size. Weights drawn per sample cannot be checked so, and are refused.
+
+``cv2.transform`` of a uint8 RGB image by a 3x3 colour matrix (albumentations' ``ToSepia``) is
+OpenCV's fixed-point arithmetic, weights rounded to multiples of 1/1024 and integer sums; it is
+checked the same way, on all 2**24 colours, for each constant matrix.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from augment_ops.trace.ir import Node, TraceError
 from augment_ops.trace.lower_patterns import _fill_constant
 from augment_ops.trace.sym import Sym
 
-__all__ = ["add_weighted", "weights_exact"]
+__all__ = ["add_weighted", "transform", "weights_exact"]
 
 
 def _byte_valued(n: Node) -> bool:
@@ -116,3 +120,66 @@ def add_weighted(src1: Any, alpha: Any, src2: Any, beta: Any, gamma: Any,
                          "numpy's results)")
     # The graph is the model the trace-time check ran: the same steps on the traced arrays.
     return _model(src1, src2, *weights, dt)
+
+
+# -- cv2.transform ---------------------------------------------------------------------------
+#: OpenCV's fixed-point scale for ``transform`` of uint8 images with 3 channels in and out.
+_TRANSFORM_BITS = 10
+
+
+def _transform_model(x: Any, weights: tuple[tuple[int, int, int], ...]) -> Any:
+    """OpenCV's fixed-point ``transform`` of uint8 RGB values ``x`` (an array or a traced one):
+    per output channel ``(w0 * c0 + w1 * c1 + w2 * c2 + 512) >> 10``, saturated to uint8."""
+    chans = [x[..., j].astype(np.int32) for j in range(3)]
+    rows = []
+    for w in weights:
+        acc = chans[0] * w[0] + chans[1] * w[1] + chans[2] * w[2] + (1 << (_TRANSFORM_BITS - 1))
+        rows.append(np.clip(acc >> _TRANSFORM_BITS, 0, 255).astype(np.uint8))
+    return np.stack(rows, axis=-1)
+
+
+@functools.cache
+def _transform_weights(matrix: bytes) -> tuple[tuple[tuple[int, int, int], ...] | None, str]:
+    """The fixed-point weights of a 3x3 float64 matrix (its bytes) where OpenCV's
+    ``transform`` equals :func:`_transform_model` on every one of the 2**24 colours and on a
+    row shorter than its vectors; else ``(None, why not)``."""
+    import cv2
+
+    m = np.frombuffer(matrix, np.float64).reshape(3, 3)
+    m32 = m.astype(np.float32)  # OpenCV reads the matrix as float for uint8 images
+    if not np.all(np.abs(m32) < 1 << (15 - _TRANSFORM_BITS)):
+        return None, ("a weight of 32 or more, which OpenCV computes in float32 instead of "
+                      "fixed point")
+    weights = tuple(tuple(int(v) for v in row) for row in
+                    np.rint(m32 * np.float32(1 << _TRANSFORM_BITS)).astype(np.int64))
+    c = np.arange(1 << 24, dtype=np.uint32)
+    every = np.stack([(c >> 16) & 255, (c >> 8) & 255, c & 255], -1).astype(np.uint8)
+    for img in (every.reshape(4096, 4096, 3), every[::40_000][:5].reshape(1, 5, 3)):
+        if not _same_bits(np.asarray(cv2.transform(img, m)), _transform_model(img, weights)):
+            return None, ("with this matrix OpenCV's result is not its fixed-point arithmetic "
+                          "on every colour")
+    return weights, ""
+
+
+def transform(src: Any, m: Any) -> Sym:
+    """OpenCV's ``transform`` of a traced uint8 RGB image by a constant 3x3 matrix (a colour
+    matrix: albumentations' ``ToSepia``), checked against OpenCV on every colour at trace time
+    (:func:`_transform_weights`)."""
+    if not isinstance(src, Sym):
+        raise TraceError("cv2.transform of a constant with a traced argument")
+    if isinstance(m, Sym):
+        raise TraceError("cv2.transform by a per-sample matrix (OpenCV's fixed-point rounding "
+                         "is checked for each constant matrix at trace time; write the sums "
+                         "in numpy, with numpy's results)")
+    mat = np.asarray(m, dtype=np.float64)
+    if mat.shape == (3, 4) and not mat[:, 3].any():
+        mat = mat[:, :3]
+    if src.dtype != np.uint8 or src.ndim != 3 or src.node.shape[2] != 3 or mat.shape != (3, 3):
+        raise TraceError("cv2.transform other than of a uint8 image with 3 channels by a "
+                         "3x3 matrix (OpenCV computes those in fixed point; the others in "
+                         "float32 are not lowered)")
+    weights, why = _transform_weights(np.ascontiguousarray(mat).tobytes())
+    if weights is None:
+        raise TraceError(f"cv2.transform ({why}; write the sums in numpy, with numpy's "
+                         "results)")
+    return _transform_model(src, weights)
