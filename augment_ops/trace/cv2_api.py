@@ -4,14 +4,15 @@ While an op's function runs on the proxies (:func:`cv2_installed`), every functi
 imported ``cv2`` is replaced: those of :data:`CV2_HANDLERS` build the graph of exactly what
 OpenCV computes when given a traced array (``cvtColor`` between RGB, BGR and gray, to and from
 HSV (:mod:`.cv2_color`) and YUV for ``uint8``, ``LUT``, ``flip``, ``merge``, ``split``,
-``mixChannels``, ``addWeighted`` and ``transform`` (:mod:`.cv2_weighted`), ``add``, ``subtract``, ``multiply``,
-``divide``, ``absdiff`` and ``convertScaleAbs`` (:mod:`.cv2_arith`), ``copyMakeBorder`` constant
-or replicated, ``warpAffine`` by a whole-pixel translation (:mod:`.cv2_warp`)); any other
-given a traced array is refused naming it and why, as are the methods of a CLAHE object;
-called on real arrays each is OpenCV's own. This reaches cv2 calls in the op's helpers and in
-libraries too. :func:`library_handlers` names library helpers the op's module imported by name
-(albucore's ``sz_lut``, a ``lut[img]`` through stringzilla), replaced in the op's globals.
-Nothing here imports cv2 or a library the op's code did not import.
+``mixChannels``, ``addWeighted`` and ``transform`` (:mod:`.cv2_weighted`), ``add``,
+``subtract``, ``multiply``, ``divide``, ``absdiff`` and ``convertScaleAbs``
+(:mod:`.cv2_arith`), ``copyMakeBorder`` constant or replicated, ``warpAffine`` by a
+whole-pixel translation (:mod:`.cv2_warp`)); any other given a traced array is refused naming
+it and why, as are the methods of a CLAHE object; called on real arrays each is OpenCV's own.
+This reaches cv2 calls in the op's helpers and in libraries too. :func:`library_handlers`
+names library helpers the op's module imported by name (albucore's ``sz_lut``, a ``lut[img]``
+through stringzilla), replaced in the op's globals. Nothing here imports cv2 or a library the
+op's code did not import.
 """
 
 from __future__ import annotations
