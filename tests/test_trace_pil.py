@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from test_trace import _emit_on
 from test_trace_lookup import _check, _refusal
 
 from augment_ops.trace import TraceError, trace_function
@@ -431,10 +432,50 @@ def test_a_flat_image_and_other_statistics():
     flat = np.full((3, 4, 3), 200, np.uint8)
     traced = trace_function(u_contrast_gray, params={}, random=False, num_outputs=1,
                             dtype=np.uint8, ndim=2)
-    from test_trace import _emit_on
 
     (got,) = _emit_on(traced, [flat])
     np.testing.assert_array_equal(got, u_contrast_gray(flat))
     assert _refusal(u_stat_median).startswith(
         "PIL ImageStat.Stat.median of a traced image (only count, sum, mean and extrema")
     assert ImageStat.Stat(Image.new("L", (2, 1), 7)).mean == [7.0]  # restored after tracing
+
+
+# -- ImageOps.autocontrast ------------------------------------------------------------------
+def u_autocontrast(img):
+    return np.asarray(ImageOps.autocontrast(Image.fromarray(img)))
+
+
+def u_autocontrast_gray(img):
+    return np.asarray(ImageOps.autocontrast(Image.fromarray(img[..., 2])))
+
+
+def _contrast_images() -> list[np.ndarray]:
+    """Every kind of band: full range, narrow ranges (whose tables round near the integers),
+    two values, constant (identity), one constant band beside others, 1x1."""
+    rs = np.random.default_rng(4)
+    narrow = rs.integers(97, 104, (9, 13, 3), dtype=np.uint8)
+    two = np.where(rs.random((5, 6, 3)) < 0.5, 3, 250).astype(np.uint8)
+    mixed = rs.integers(0, 256, (7, 7, 3), dtype=np.uint8)
+    mixed[..., 1] = 42
+    spans = np.stack([np.arange(256, dtype=np.uint8).reshape(16, 16) // k + 3 * k
+                      for k in (1, 3, 7)], axis=2).astype(np.uint8)
+    return [rs.integers(0, 256, (11, 17, 3), dtype=np.uint8), narrow, two, mixed, spans,
+            np.full((4, 5, 3), 200, np.uint8), np.full((1, 1, 3), 9, np.uint8)]
+
+
+@pytest.mark.parametrize(("func", "ndim"), [(u_autocontrast, 3), (u_autocontrast_gray, 2)])
+def test_autocontrast_equals_pil(func, ndim):
+    imgs = _contrast_images()
+    traced = trace_function(func, params={}, random=False, num_outputs=1, dtype=np.uint8,
+                            ndim=ndim)
+    for k, (img, out) in enumerate(zip(imgs, _emit_on(traced, imgs, ()), strict=True)):
+        ref = func(img)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, k
+        np.testing.assert_array_equal(out, ref, err_msg=f"image {k}")
+
+
+def test_autocontrast_with_a_cutoff_is_refused_saying_why():
+    def cut(img):
+        return np.asarray(ImageOps.autocontrast(Image.fromarray(img), cutoff=2))
+
+    assert "ImageOps.autocontrast of a traced image with cutoff" in _refusal(cut)

@@ -1,7 +1,8 @@
 """PIL images of traced arrays: ``Image.fromarray(img)`` while tracing gives a
 :class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
 quarter turns, crops inside the image, ``point`` with a constant table or function, and so
-``ImageOps.posterize``/``solarize``/``invert``, conversions between ``L`` and ``RGB`` and
+``ImageOps.posterize``/``solarize``/``invert``, ``ImageOps.autocontrast`` (without cutoff:
+:mod:`.pil_autocontrast`), conversions between ``L`` and ``RGB`` and
 between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands,
 ``Image.blend`` (and so ``ImageEnhance.Brightness``/``Color``), ``Image.new`` of the traced
 image's size, ``paste`` inside the image, and so ``ImageOps.expand``, and filled
@@ -25,6 +26,7 @@ from augment_ops.trace.facts import _at_most, _nonneg
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import MadeWithoutImage, TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
+from augment_ops.trace.pil_autocontrast import autocontrast_band
 from augment_ops.trace.numpy_api import _np_rot90
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
@@ -35,8 +37,8 @@ _WHY_NOT: dict[str, str] = {
     "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
     "filter": "PIL's filters have no exact DALI equivalent",
     "transform": "PIL's resampling differs from DALI's warps",
-    "histogram": "a histogram of the pixels (ImageOps.equalize, autocontrast), which DALI's "
-                 "operators cannot compute",
+    "histogram": "a histogram of the pixels (ImageOps.equalize, autocontrast with a cutoff), "
+                 "which DALI's operators cannot compute",
 }
 
 
@@ -482,10 +484,29 @@ def _wrapped_stat(real: Any) -> Any:
     return Stat
 
 
+def _wrapped_autocontrast(real: Any) -> Any:
+    def autocontrast(image: Any, cutoff: Any = 0, ignore: Any = None, mask: Any = None,
+                     preserve_tone: bool = False) -> Any:
+        if not isinstance(image, TracedImage):
+            return real(image, cutoff, ignore, mask, preserve_tone)
+        if cutoff or ignore is not None or mask is not None or preserve_tone:
+            raise TraceError("PIL ImageOps.autocontrast of a traced image with cutoff, ignore, "
+                             "mask or preserve_tone (its histogram's clipped tails have no "
+                             "DALI equivalent; without them it lowers)")
+        if image.mode == "L":
+            return TracedImage(autocontrast_band(image._arr), "L")
+        if image.mode != "RGB":
+            raise TraceError(f"PIL ImageOps.autocontrast of a traced {image.mode} image")
+        bands = [autocontrast_band(image._arr[..., c]) for c in range(3)]
+        return TracedImage(_np_stack(bands, axis=-1), "RGB")
+    autocontrast.__wrapped__ = real  # type: ignore[attr-defined]
+    return autocontrast
+
+
 def install_pil() -> Any:
     """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge``, ``PIL.Image.new``,
-    ``PIL.Image.blend`` and ``PIL.ImageStat.Stat`` (when PIL is imported); returns what restores
-    them."""
+    ``PIL.Image.blend``, ``PIL.ImageStat.Stat`` and ``PIL.ImageOps.autocontrast`` (when PIL is
+    imported); returns what restores them."""
     image = sys.modules.get("PIL.Image")
     if image is None:
         return None
@@ -497,12 +518,18 @@ def install_pil() -> Any:
     if stat is not None:
         _REAL["ImageStat.Stat"] = stat.Stat
         stat.Stat = _wrapped_stat(stat.Stat)
+    ops = sys.modules.get("PIL.ImageOps")
+    if ops is not None:
+        _REAL["ImageOps.autocontrast"] = ops.autocontrast
+        ops.autocontrast = _wrapped_autocontrast(ops.autocontrast)
 
     def restore() -> None:
         for name in _WRAPPERS:
             setattr(image, name, _REAL.pop(name))
         if stat is not None:
             stat.Stat = _REAL.pop("ImageStat.Stat")
+        if ops is not None:
+            ops.autocontrast = _REAL.pop("ImageOps.autocontrast")
     return restore
 
 
