@@ -26,8 +26,8 @@ from augment_ops.trace.facts import _at_most, _nonneg
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import MadeWithoutImage, TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
-from augment_ops.trace.pil_autocontrast import autocontrast_band
 from augment_ops.trace.numpy_api import _np_rot90
+from augment_ops.trace.pil_autocontrast import autocontrast_band
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
