@@ -63,6 +63,17 @@ HAND_WRITTEN = ("d2_random_flip", "ffcv_random_hflip", "mmcv_imflip", "alb_trans
                 "readme_grid2x2", "tp_gaussian_noise", "tp_salt_pepper_noise")
 
 
+#: Gamma ops of the held-out and blind sets and the range of their exponent.
+_GAMMAS = {"alb_random_gamma": (0.8, 1.2), "iaa_gamma_contrast": (0.7, 1.7),
+           "tp_gamma": (1 / 1.5, 1 / 0.5)}
+#: albumentations' ToSepia matrix.
+_SEPIA = ((0.393, 0.769, 0.189), (0.349, 0.686, 0.168), (0.272, 0.534, 0.131))
+#: Ops of the held-out and blind sets that :func:`hand_written` writes too.
+HAND_WRITTEN_MORE = (*_GAMMAS, "iaa_sigmoid_contrast", "tv_random_autocontrast",
+                     "sk_rescale_intensity", "monai_scale_intensity", "mmcv_imtranslate",
+                     "alb_to_sepia", "ppcls_normalize_image")
+
+
 # -- the hand-written DALI pipelines ---------------------------------------------------------------
 def _u8(x: Any) -> Any:
     from nvidia.dali import fn, types
@@ -129,6 +140,52 @@ def hand_written(name: str, img: Any) -> list[Any] | None:
         return [fn.noise.gaussian(img, stddev=1.0)]
     if name == "tp_salt_pepper_noise":  # white_prob = black_prob = 0.05
         return [fn.noise.salt_and_pepper(img, prob=0.1, salt_vs_pepper=0.5)]
+    if name in _GAMMAS:  # 255 * (v / 255) ** gamma, a per-sample gamma
+        from nvidia.dali import math
+
+        gamma = fn.random.uniform(range=list(_GAMMAS[name]))
+        v = math.pow(fn.cast(img, dtype=types.FLOAT) / 255.0, gamma) * 255.0
+        return [_u8(math.clamp(v, 0.0, 255.0))]
+    if name == "iaa_sigmoid_contrast":  # gain 5..6, cutoff 0.3..0.6
+        from nvidia.dali import math
+
+        gain = fn.random.uniform(range=[5.0, 6.0])
+        cutoff = fn.random.uniform(range=[0.3, 0.6])
+        v = 255.0 / (1.0 + math.exp(gain * (cutoff - fn.cast(img, dtype=types.FLOAT) / 255.0)))
+        return [_u8(math.clamp(v, 0.0, 255.0))]
+    if name in ("tv_random_autocontrast", "sk_rescale_intensity"):
+        # per channel (PIL) or over the image (skimage): (v - lo) * 255 / (hi - lo)
+        from nvidia.dali import math
+
+        axes = [0, 1] if name == "tv_random_autocontrast" else [0, 1, 2]
+        x = fn.cast(img, dtype=types.FLOAT)
+        lo = fn.reductions.min(x, axes=axes, keep_dims=True)
+        hi = fn.reductions.max(x, axes=axes, keep_dims=True)
+        v = (x - lo) * 255.0 / math.max(hi - lo, 1.0)
+        if name == "tv_random_autocontrast":
+            w = fn.cast(coin(), dtype=types.FLOAT)
+            v = w * v + (1.0 - w) * x
+        return [_u8(math.clamp(v, 0.0, 255.0))]
+    if name == "monai_scale_intensity":  # float32, to 0..1
+        from nvidia.dali import math
+
+        x = fn.cast(img, dtype=types.FLOAT)
+        lo, hi = fn.reductions.min(x), fn.reductions.max(x)
+        return [(x - lo) / math.max(hi - lo, 1.0)]
+    if name == "mmcv_imtranslate":  # 3 pixels to the right, zeros in
+        return [fn.slice(img, fn.constant(idata=[0, -3], dtype=types.INT64), img.shape()[0:2],
+                         axes=[0, 1], out_of_bounds_policy="pad", fill_values=0)]
+    if name == "alb_to_sepia":
+        from nvidia.dali import math
+
+        x = fn.cast(img, dtype=types.FLOAT)
+        r, g, b = x[:, :, 0], x[:, :, 1], x[:, :, 2]
+        rows = [w0 * r + w1 * g + w2 * b for w0, w1, w2 in _SEPIA]
+        return [_u8(math.clamp(fn.stack(*rows, axis=2), 0.0, 255.0))]
+    if name == "ppcls_normalize_image":  # ImageNet mean and std, float32
+        return [fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="HWC",
+                                         mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
+                                         std=[0.229 * 255, 0.224 * 255, 0.225 * 255])]
     if name == "readme_halves":
         w = img.shape()[1] // 2
         return [img[:, :w], img[:, w:]]
@@ -283,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     for e in lowered:
         variants[f"{e.name}:native"] = (
             lambda op=e.op: loader_epochs(manifest, op=op, op_path="native", **ext_kw))
-        if e.name in HAND_WRITTEN:
+        if e.name in HAND_WRITTEN or e.name in HAND_WRITTEN_MORE:
             handwritten.append(e.name)
             variants[f"{e.name}:handwritten"] = (
                 lambda e=e: dali_epochs(manifest, name=e.name, num_outputs=e.op.num_outputs,
