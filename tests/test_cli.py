@@ -96,7 +96,8 @@ def test_ops_lists_registry_with_user_ops(tmp_path: Path):
     assert "Left and right" in p.stdout
     assert rows["pixel_loop"][1:5] == ["1", "no", "numpy", "numpy"]
     assert re.search(r"pixel_loop: numpy: Python control flow \(if/while/and/or\) on pixel "
-                     r"values .* at \S*my_ops.py:\d+: while img.mean\(\) > 100:", p.stdout), p.stdout
+                     r"values .* at \S*my_ops.py:\d+: while img.mean\(\) > 100:",
+                     p.stdout), p.stdout
     p = run("ops", "--import", "nope.py", cwd=tmp_path)
     assert_one_line_error(p, 2, "nope.py")
 

@@ -181,3 +181,20 @@ def test_explain_says_the_table_is_read_by_a_python_call_per_batch():
 
     assert augment_ops.explain(g_arange_gamma) == f"native (traced; {TABLE_NOTE})"
     assert "one Python call per batch" in TABLE_NOTE
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.float64])
+def test_the_gpu_read_gathers_a_batch_of_tables_as_numpy_takes(dtype):
+    """read_tables, which the GPU path runs through DLPack, checked with torch on the CPU."""
+    torch = pytest.importorskip("torch")
+    from augment_ops.trace.gather import read_tables
+
+    rs = np.random.default_rng(0)
+    tables = [rs.integers(-300, 300, 256).astype(dtype) for _ in range(4)]
+    positions = [rs.integers(0, 256, s, dtype=np.uint8)
+                 for s in [(5, 7, 3), (1, 1), (2, 9), (0, 3)]]
+    got = read_tables([torch.from_numpy(t) for t in tables],
+                      [torch.from_numpy(p) for p in positions])
+    for g, t, p in zip(got, tables, positions, strict=True):
+        assert g.shape == p.shape
+        np.testing.assert_array_equal(g.numpy(), np.take(t, p))

@@ -679,6 +679,10 @@ class _Emitter(_Vectors):
             # transpose gives "WHC", an elementwise operator none): both are cleared, and emit
             # gives the op's outputs their layout afterwards.
             va, vb = fn.reshape(va, layout=""), fn.reshape(vb, layout="")
+        if getattr(pred, "device", "cpu") == "gpu":
+            # A predicate of pixel values on the GPU, between outcomes of one shape
+            # (lower_dali._same_shapes): selected there, with no copy to the CPU.
+            return where(pred, va, vb, n.dtype)
         true, _ = fn._conditional.split(va, predicate=pred)
         _, false = fn._conditional.split(vb, predicate=pred)
         return fn._conditional.merge(true, false, predicate=pred)

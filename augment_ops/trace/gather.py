@@ -26,7 +26,7 @@ import numpy as np
 from augment_ops.trace.ir import Node, TraceError, _new, const
 
 __all__ = ["ELEMENTWISE", "GpuTableRead", "TableRead", "draw_only", "gather", "gathered_tables",
-           "table_expression"]
+           "read_tables", "table_expression"]
 
 #: Elementwise node kinds (a result at a position depends only on the arguments there).
 ELEMENTWISE = ("bin", "un", "cast", "where")
@@ -160,10 +160,32 @@ class TableRead:
                                                                     strict=True)]
 
 
+def read_tables(tables: list[Any], positions: list[Any]) -> list[Any]:
+    """Each of ``tables`` (torch tensors, 1-D, one length and dtype) read at ``positions``
+    (uint8 or int32 tensors, any shapes), in one gather for the whole batch: the tables laid
+    end to end, each sample's positions offset to its own (int32: a batch's tables hold far
+    fewer than 2**31 entries). Views of one output tensor, one per sample."""
+    import torch
+
+    if not positions:
+        return []
+    device = positions[0].device
+    entries = tables[0].numel()
+    table = torch.cat([t.reshape(-1) for t in tables])
+    sizes = [p.numel() for p in positions]
+    flat = torch.cat([p.reshape(-1) for p in positions]).to(torch.int32)
+    starts = torch.arange(len(positions), dtype=torch.int32, device=device) * entries
+    flat += torch.repeat_interleave(starts, torch.tensor(sizes, device=device),
+                                    output_size=sum(sizes))
+    out = table.index_select(0, flat)
+    return [o.view(p.shape) for o, p in zip(out.split(sizes), positions, strict=True)]
+
+
 class GpuTableRead:
     """Each sample's table read at its positions on the GPU, by torch on DALI's memory
-    (``fn.dl_tensor_python_function(device="gpu")``, batch mode). The previous batch's outputs
-    are kept until the next call: DALI copies them on its stream after this call returns."""
+    (``fn.dl_tensor_python_function(device="gpu")``, batch mode, :func:`read_tables`). The
+    previous batch's outputs are kept until the next call: DALI copies them on its stream
+    after this call returns."""
 
     def __init__(self) -> None:
         self._previous: list[Any] = []
@@ -172,16 +194,13 @@ class GpuTableRead:
         import torch
         from torch.utils.dlpack import from_dlpack, to_dlpack
 
-        outs = []
-        for t, p in zip(tables, positions, strict=True):
-            # Tables arrive as signed integers or floats (the emitter reinterprets unsigned
-            # ones of more than a byte, which torch's take does not cover); positions are
-            # uint8 or uint16, which torch indexes with once widened.
-            table, pos = from_dlpack(t), from_dlpack(p)
-            with torch.cuda.device(pos.device):
-                outs.append(torch.take(table, pos.to(torch.int64)))
-        if outs:
-            with torch.cuda.device(outs[0].device):
-                torch.cuda.current_stream().synchronize()
+        # Tables arrive as signed integers or floats (the emitter reinterprets unsigned ones
+        # of more than a byte), positions as uint8 or int32.
+        pos = [from_dlpack(p) for p in positions]
+        if not pos:
+            return []
+        with torch.cuda.device(pos[0].device):
+            outs = read_tables([from_dlpack(t) for t in tables], pos)
+            torch.cuda.current_stream().synchronize()
         self._previous = outs
         return [to_dlpack(o) for o in outs]

@@ -169,15 +169,17 @@ _DEVICE_ARGUMENTS = frozenset({"bin", "un", "cast", "where", "full", "stack", "c
 
 
 def _pixel_scalars_on_cpu(traced: Traced) -> set[int]:
-    """The per-sample scalars computed from pixel values that DALI takes on the CPU: a branch's
-    predicate (``if imin != imax:``), a slice bound or a fill's region computed from them, the
-    size of an output that depends on them. On a GPU image they are computed there and copied
-    to the CPU once; those that only meet the pixels (``img - img.mean()``) stay on the GPU."""
+    """The per-sample scalars computed from pixel values that DALI takes on the CPU: the
+    predicate of a branch whose outcomes differ in shape (``if img[0, 0, 0] > 128: return
+    img[1:]``), a slice bound or a fill's region computed from them, the size of an output that
+    depends on them. On a GPU image they are computed there and copied to the CPU once; those
+    that only meet the pixels (``img - img.mean()``, the predicate of ``if imin != imax:``
+    between outcomes of one shape, an elementwise select) stay on the GPU."""
     roots: list[Node] = []
     for n in traced.nodes():
         roots.extend(d for d in n.shape if isinstance(d, Node))
-        if n.op == "select":
-            roots.append(n.args[0])
+        if n.op == "select" and not _same_shapes(n):
+            roots.append(n.args[0])  # a conditional merge: its predicate on the CPU
         if n.op not in _DEVICE_ARGUMENTS:
             roots.extend(a for a in n.args if isinstance(a, Node) and a.ndim == 0)
     found: set[int] = set()
@@ -191,6 +193,15 @@ def _pixel_scalars_on_cpu(traced: Traced) -> set[int]:
             found.add(id(n))
         roots.extend(a for a in n.args if isinstance(a, Node))
     return found
+
+
+def _same_shapes(n: Node) -> bool:
+    """Whether select ``n``'s two outcomes have the same shape on every sample (the same size
+    nodes): then it is an elementwise select where its predicate is, with no conditional."""
+    _, a, b = n.args
+    return len(a.shape) == len(b.shape) and all(
+        x is y or (isinstance(x, int) and isinstance(y, int) and x == y)
+        for x, y in zip(a.shape, b.shape, strict=True))
 
 
 def uses_stage(traced: Traced) -> bool:

@@ -27,7 +27,7 @@ from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import MadeWithoutImage, TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
-from augment_ops.trace.pil_autocontrast import autocontrast_band
+from augment_ops.trace.pil_autocontrast import autocontrast_bands
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
@@ -493,12 +493,9 @@ def _wrapped_autocontrast(real: Any) -> Any:
             raise TraceError("PIL ImageOps.autocontrast of a traced image with cutoff, ignore, "
                              "mask or preserve_tone (its histogram's clipped tails have no "
                              "DALI equivalent; without them it lowers)")
-        if image.mode == "L":
-            return TracedImage(autocontrast_band(image._arr), "L")
-        if image.mode != "RGB":
+        if image.mode not in ("L", "RGB"):
             raise TraceError(f"PIL ImageOps.autocontrast of a traced {image.mode} image")
-        bands = [autocontrast_band(image._arr[..., c]) for c in range(3)]
-        return TracedImage(_np_stack(bands, axis=-1), "RGB")
+        return TracedImage(autocontrast_bands(image._arr), image.mode)
     autocontrast.__wrapped__ = real  # type: ignore[attr-defined]
     return autocontrast
 
