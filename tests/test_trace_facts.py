@@ -276,3 +276,43 @@ def test_a_loop_on_pixel_values_is_still_refused():
         trace_op(u_while_on_pixels)
     assert e.value.location.endswith("while x.max() > 10:"), e.value.location
     assert augment_ops.explain(u_while_on_pixels).startswith("numpy: Python control flow")
+
+
+# -- a drawn offset below a size computed from a float: SSD's expand ---------------------------
+@unregistered(dtype=np.float32)
+def f_expand(img, rng):
+    # PaddleDetection's RandomExpand in short: the canvas' size is int(size * ratio), the
+    # offset drawn below the difference, so the pasted image always fits
+    height, width = img.shape[:2]
+    ratio = rng.uniform(1.0, 4.0)
+    h, w = int(height * ratio), int(width * ratio)
+    if not h > height or not w > width:
+        return img.astype(np.float32)
+    y = rng.integers(0, h - height)
+    x = rng.integers(0, w - width)
+    canvas = np.ones((h, w, 3), dtype=np.float32) * np.float32(127.5)
+    canvas[y:y + height, x:x + width, :] = img.astype(np.float32)
+    return canvas
+
+
+def test_an_offset_drawn_below_a_difference_of_sizes_keeps_the_paste_inside():
+    """``y < h - height`` bounds ``y + height`` by ``h`` for every sample that does not raise,
+    also where ``h`` comes from a float: the paste needs no clamp and lowers."""
+    from helpers import scalar_draws
+
+    from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+    traced = trace_op(f_expand)
+    # small images: int(size * ratio) is often the size itself, and the op returns the image
+    imgs = [pattern_image(k, 1 + k % 3, 1 + k % 4) for k in range(24)]
+    index = np.arange(24, dtype=np.int64)
+    epoch = np.zeros(24, np.int64)
+    salt = name_salt(f_expand.name)
+    outs = run_traced(traced, imgs, scalar_draws(traced, 3, salt, index, epoch))
+    shapes = set()
+    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
+        (want,) = f_expand.apply(img, counter_rng(3, 0, k, salt))
+        assert got.shape == want.shape, k
+        np.testing.assert_array_equal(got, want)
+        shapes.add(got.shape != img.shape)
+    assert shapes == {True, False}

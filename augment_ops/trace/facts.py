@@ -104,8 +104,10 @@ def lower(d: Dim) -> float | None:
             known = [0] if _at_most(b, a) else []
             if la is not None and b.op == "const":
                 known.append(la - float(b.value.max()))
-            elif la is not None and d.dtype.kind == "f" and upper(b) is not None:
-                known.append(la - upper(b))  # 1 - u of a draw: rounding is monotonic
+            elif la is not None and upper(b) is not None:
+                # 1 - u of a draw (float rounding is monotonic); h - w of two sizes (integers:
+                # exact, and sound() tells whether a step can wrap around)
+                known.append(la - upper(b))
             sa = _same_value(a)
             if d.dtype.kind in "iu" and sa.op == "bin" and sa.attrs[0] == "add" and \
                     sa.dtype == d.dtype:
@@ -407,6 +409,9 @@ def _at_most_minus(p: Node, n: Dim, q: Node) -> bool:
         return False
     x, y = p.args
     name = p.attrs[0]
+    if name == "maximum" and p.attrs[1:] == ("first",):
+        # rng.integers' checked span: its first operand on every sample that does not raise
+        return _at_most_minus(x, n, q)
     if name == "subtract" and _same(x, n):
         lo, up = lower(y), upper(q)
         if _same(y, q) or (lo is not None and up is not None and lo >= up):
