@@ -138,3 +138,57 @@ def test_a_loop_on_pixel_values_is_refused_with_its_reason_and_a_rewrite():
     assert "np.where" in text
     assert e.value.location.endswith("while x.max() > 10:"), e.value.location
     assert augment_ops.explain(p_while_on_pixels).startswith("numpy: Python control flow")
+
+
+def test_a_predicate_between_outcomes_of_one_shape_stays_where_the_image_is():
+    """``if imin != imax:`` between outcomes of one shape: an elementwise select, its predicate
+    not copied to the CPU; outcomes of different shapes need DALI's conditional merge, whose
+    predicate is on the CPU."""
+    from augment_ops.lower_dali import _lowered, _pixel_scalars_on_cpu
+
+    for op, on_cpu in [(p_rescale, False), (p_nested, False), (p_crop_by_corner, True)]:
+        traced = _lowered(trace_op(op))
+        preds = {id(n.args[0]) for n in traced.nodes() if n.op == "select"}
+        assert preds and bool(preds & _pixel_scalars_on_cpu(traced)) == on_cpu, op.name
+
+
+# -- float extremes over the image, as numpy gives them ---------------------------------------
+@unregistered()
+def p_branch_on_a_nan_max(img):
+    y = img[..., 0].astype(np.float32) / img[..., 1].astype(np.float32)  # 0 / 0 is NaN
+    if y.max() > 1.0:
+        return img // 2
+    return img
+
+
+@unregistered(dtype=np.float32)
+def p_scaled_by_a_nan_min(img):
+    y = img.astype(np.float32) / img[..., :1].astype(np.float32)
+    return img * y.min()
+
+
+def test_a_float_max_or_min_over_the_image_is_nan_where_numpy_s_is():
+    imgs = [pattern_image(k, 5, 6) for k in range(4)]
+    imgs[1][0, 0, :2] = 0  # one 0 / 0
+    imgs[2][..., 1] = 0  # a plane of them, and x / 0 = inf beside
+    for op in (p_branch_on_a_nan_max, p_scaled_by_a_nan_min):
+        with np.errstate(all="ignore"):
+            refs = [op.apply(img, None)[0] for img in imgs]
+        for (got,), want in zip(run_traced(trace_op(op), imgs), refs, strict=True):
+            np.testing.assert_array_equal(got, want, err_msg=op.name)
+
+
+def test_a_float_extreme_numpy_and_dali_may_differ_on_is_refused():
+    @unregistered()
+    def signed_zeros(img):
+        y = (img.astype(np.float32) - 128) * 0  # -0.0 below 128, 0.0 above
+        return img // 2 if 1 / y.max() > 0 else img
+
+    @unregistered()
+    def float64_max(img):
+        return img // 2 if (img / 3.0).max() > 50 else img
+
+    for op, reason in [(signed_zeros, r"may hold both -0\.0 and 0\.0 .* add 0\.0 first"),
+                       (float64_max, r"np\.max of float64 values over the image")]:
+        with pytest.raises(TraceError, match=reason):
+            trace_op(op)

@@ -685,6 +685,38 @@ def sound(d: Dim) -> bool:
 
 
 @_fact
+def no_negative_zero(d: Dim) -> bool:
+    """Whether no element of float ``d`` can be -0.0, for any input image: integers converted,
+    draws, and sums and products of such values that cannot be negative (a sum is -0.0 only
+    where both terms are; a product or quotient of values >= 0 is never negative)."""
+    if not isinstance(d, Node) or d.dtype.kind != "f":
+        return True
+    if d.op == "const":
+        v = np.asarray(d.value)
+        return not bool(((v == 0) & np.signbit(v)).any())
+    if d.op == "uniform":
+        return True
+    if d.op == "cast":
+        return d.args[0].dtype.kind in "biu" or no_negative_zero(d.args[0])
+    if d.op == "where":
+        return no_negative_zero(d.args[1]) and no_negative_zero(d.args[2])
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        return builtins.all(no_negative_zero(a) for a in _element_sources(d))
+    if d.op == "un" and d.attrs[0] == "absolute":
+        return True
+    if d.op == "bin":
+        a, b = d.args
+        name = d.attrs[0]
+        if name == "add":
+            return no_negative_zero(a) or no_negative_zero(b)
+        if name == "subtract":  # -0.0 - x is -0.0 only for x = +0.0
+            return no_negative_zero(a)
+        if name in ("multiply", "divide", "maximum", "minimum"):
+            return builtins.all(no_negative_zero(x) and (lower(x) is not None and lower(x) >= 0
+                                                         and sound(x)) for x in (a, b))
+    return False
+
+
 def _no_nan(d: Dim) -> bool:
     """Whether no element of ``d`` can be NaN, for any input image."""
     if not isinstance(d, Node) or d.dtype.kind != "f":

@@ -178,9 +178,10 @@ def _pixel_scalars_on_cpu(traced: Traced) -> set[int]:
     roots: list[Node] = []
     for n in traced.nodes():
         roots.extend(d for d in n.shape if isinstance(d, Node))
-        if n.op == "select" and not _same_shapes(n):
-            roots.append(n.args[0])  # a conditional merge: its predicate on the CPU
-        if n.op not in _DEVICE_ARGUMENTS:
+        if n.op == "select":
+            if not _same_shapes(n):
+                roots.append(n.args[0])  # a conditional merge: its predicate on the CPU
+        elif n.op not in _DEVICE_ARGUMENTS:
             roots.extend(a for a in n.args if isinstance(a, Node) and a.ndim == 0)
     found: set[int] = set()
     seen: set[int] = set()

@@ -21,7 +21,7 @@ import augment_ops.trace.arith
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill
-from augment_ops.trace.facts import lower, truth
+from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.sym import (
@@ -132,7 +132,8 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
                 out = s
             out = Sym(cast_node(out.node, rdt))
         else:
-            out = Sym(_new("reduce", (n,), (kind, axes), n.dtype, shape))
+            out = _float_extreme(kind, n, axes, shape) if n.dtype.kind == "f" else \
+                Sym(_new("reduce", (n,), (kind, axes), n.dtype, shape))
     if keepdims:
         node = out.node
         for a in axes:
@@ -140,6 +141,27 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
                         (*node.shape[:a], 1, *node.shape[a:]))
         out = Sym(node)
     return Sym(out.node)
+
+
+def _float_extreme(kind: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Sym:
+    """numpy's float ``max``/``min`` over image axes: DALI's reduction, NaN where any element is
+    NaN (numpy propagates it, DALI's reduction passes it over). Refused for float64 (DALI's
+    reductions take no float64) and where both zeros may meet (numpy keeps the sign of the one
+    its loop meets first, in an order DALI's reduction does not follow)."""
+    if n.dtype != np.float32:
+        raise TraceError(f"np.{kind} of {n.dtype} values over the image (DALI's reductions take "
+                         "float32 and integers; reduce before converting, or over the channels)")
+    if not no_negative_zero(n):
+        raise TraceError(f"np.{kind} over the image of float values that may hold both -0.0 and "
+                         "0.0 (numpy keeps the sign of whichever its loop meets first, in an "
+                         "order DALI's reduction does not follow; add 0.0 first, x + 0.0, which "
+                         "makes every zero 0.0)")
+    out = Sym(_new("reduce", (n,), (kind, axes), n.dtype, shape))
+    if _no_nan(n):
+        return out
+    x = Sym(n)
+    nan = _any_all("any", ufunc("not_equal", x, x), axis=axes)
+    return _where(nan, np.float32(np.nan), out)
 
 
 @implements("Sym.truth_reduce")
