@@ -502,3 +502,43 @@ def test_transform_that_is_not_fixed_point_is_refused_saying_why():
     for f in (offsets, gray):
         assert "cv2.transform other than of a uint8 image with 3 channels by a 3x3 matrix" in \
             _refusal(f)
+
+
+def test_warp_affine_and_transform_where_opencv_raises_or_gives_nan_are_refused():
+    def as_list(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, [[1, 0, 2], [0, 1, 1]], (w, h))
+
+    def int_matrix(img):
+        h, w = img.shape[:2]
+        return cv2.warpAffine(img, np.array([[1, 0, 2], [0, 1, 1]]), (w, h))
+
+    def inverse_floats(img):  # 1 / 0 is inf beside the pixels bilinear weighs by 0
+        x = 1 / img.astype(np.float32)
+        h, w = x.shape[:2]
+        return cv2.warpAffine(x, np.float32([[1, 0, 1], [0, 1, 0]]), (w, h))
+
+    def infinite_border(img):
+        x = img.astype(np.float32)
+        h, w = x.shape[:2]
+        return cv2.warpAffine(x, np.float32([[1, 0, 1], [0, 1, 0]]), (w, h),
+                              borderValue=(np.inf,) * 3)
+
+    def transform_list(img):
+        return cv2.transform(img, [[0.5, 0.25, 0.25]] * 3)
+
+    for f in (as_list, int_matrix):
+        assert "cv2.warpAffine raises for these arguments on every image" in _refusal(f)
+    for f in (inverse_floats, infinite_border):
+        assert "bilinear interpolation of float values that may be infinite or NaN" in \
+            _refusal(f, dtype=np.float32)
+    assert "cv2.transform raises for this matrix on every image" in _refusal(transform_list)
+
+
+def test_warp_affine_by_whole_pixels_of_finite_floats_equals_opencv():
+    def floats(img):
+        x = img.astype(np.float32) / 255
+        h, w = x.shape[:2]
+        return cv2.warpAffine(x, np.float32([[1, 0, -2], [0, 1, 1]]), (w, h), borderValue=0.5)
+
+    _check(floats, dtype=np.float32)

@@ -4,7 +4,9 @@ translations of AutoAugment policies): a padded slice of the image.
 A matrix ``[[1, 0, tx], [0, 1, ty]]`` with integer ``tx`` and ``ty`` moves every pixel by whole
 pixels: OpenCV's interpolation weights are then 1 for the source pixel and 0 for its neighbours
 (nearest and bilinear, fixed-point or not), so each output pixel is a source pixel, and the
-border OpenCV's constant fill where the source falls outside the image. That is
+border OpenCV's constant fill where the source falls outside the image. Bilinear adds each
+neighbour times its weight, 0 included: for float images it is lowered only where no value can
+be infinite or NaN (an infinity times 0 is NaN). That is
 :func:`augment_ops.trace.indexing.padded_slice`, exact. Any other matrix resamples, with
 OpenCV's fixed-point arithmetic, which DALI's ``warp_affine`` does not reproduce: refused.
 """
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import linear_form
+from augment_ops.trace.facts import _no_nan, linear_form, lower, sound, upper
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.sym import Sym, _dim
@@ -80,6 +82,10 @@ def warp_affine(src: Any, M: Any, dsize: Any, dst: Any = None, flags: int | None
     border = cv2.BORDER_CONSTANT if borderMode is None else int(borderMode)
     if border != cv2.BORDER_CONSTANT:
         raise TraceError("cv2.warpAffine with a border mode other than BORDER_CONSTANT")
+    if isinstance(borderValue, Sym) or (isinstance(borderValue, (tuple, list)) and any(
+            isinstance(v, Sym) for v in borderValue)):
+        raise TraceError("cv2.warpAffine with a per-sample border value")
+    _opencv_accepts(x, M, flags, border, borderValue)
     dx, dy = _translation(M, bool(flags & cv2.WARP_INVERSE_MAP))
     if isinstance(dsize, Sym) or not isinstance(dsize, (tuple, list)) or len(dsize) != 2:
         raise TraceError("cv2.warpAffine with a dsize that is not a (width, height) pair")
@@ -93,4 +99,45 @@ def warp_affine(src: Any, M: Any, dsize: Any, dst: Any = None, flags: int | None
         raise TraceError("cv2.warpAffine into a size other than the image's own (width, "
                          "height): its output would be resampled or cropped")
     fill = _fill(x, borderValue, interpolation)
+    if interpolation == cv2.INTER_LINEAR and x.dtype.kind == "f" and not (
+            _finite(x._checked()) and np.all(np.isfinite(fill))):
+        # OpenCV still adds the neighbour times a weight of 0: an infinity there gives NaN
+        raise TraceError("cv2.warpAffine with bilinear interpolation of float values that may "
+                         "be infinite or NaN (OpenCV adds each neighbour times its weight, 0 "
+                         "included, so an infinity beside a pixel makes it NaN; use "
+                         "INTER_NEAREST, or keep the values finite)")
     return Sym(padded_slice(x._checked(), dy, dx, height, width, fill))
+
+
+def _finite(n: Any) -> bool:
+    """Whether every value of float node ``n`` is finite, for any image: sound finite bounds
+    and no NaN, integers converted, or such a value divided by a constant of magnitude >= 1
+    (``img.astype(np.float32) / 255``)."""
+    lo, up = lower(n), upper(n)
+    if lo is not None and up is not None and np.isfinite(lo) and np.isfinite(up) and \
+            sound(n) and _no_nan(n):
+        return True
+    if n.op == "cast":
+        return n.args[0].dtype.kind in "biu" or _finite(n.args[0])
+    if n.op == "bin" and n.attrs[0] == "divide" and n.args[1].op == "const":
+        b = np.asarray(n.args[1].value, np.float64)
+        return bool(np.all(np.isfinite(b)) and np.all(np.abs(b) >= 1)) and _finite(n.args[0])
+    return False
+
+
+def _opencv_accepts(x: Sym, M: Any, flags: int, border: int, border_value: Any) -> None:
+    """Raise :class:`TraceError` where OpenCV raises for these arguments on every image (a
+    matrix as a list, or of integers): OpenCV itself is called on a 2x2 image of ``x``'s dtype
+    and channels."""
+    import cv2
+
+    if isinstance(M, Sym):
+        return  # refused by _translation
+    chans = 1 if x.ndim == 2 else int(x.node.shape[2])
+    probe = np.zeros((2, 2, chans) if x.ndim == 3 else (2, 2), x.dtype)
+    try:
+        cv2.warpAffine(probe, M, (2, 2), flags=flags, borderMode=border,
+                       borderValue=0 if border_value is None else border_value)
+    except Exception as e:
+        raise TraceError(f"cv2.warpAffine raises for these arguments on every image "
+                         f"({type(e).__name__}: {str(e).strip()[:200]})") from None

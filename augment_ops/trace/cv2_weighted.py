@@ -171,6 +171,13 @@ def transform(src: Any, m: Any) -> Sym:
         raise TraceError("cv2.transform by a per-sample matrix (OpenCV's fixed-point rounding "
                          "is checked for each constant matrix at trace time; write the sums "
                          "in numpy, with numpy's results)")
+    import cv2
+
+    try:  # OpenCV's own checks of the matrix (a list, an integer matrix, a wrong shape)
+        cv2.transform(np.zeros((1, 1, 3), np.uint8), m)
+    except Exception as e:
+        raise TraceError(f"cv2.transform raises for this matrix on every image "
+                         f"({type(e).__name__}: {str(e).strip()[:200]})") from None
     mat = np.asarray(m, dtype=np.float64)
     if mat.shape == (3, 4) and not mat[:, 3].any():
         mat = mat[:, :3]
