@@ -18,8 +18,9 @@ attributes of modules it names), does not:
   constant, as is a list or dict default of constants that the function, and every local
   variable it binds to it, only reads: mmdet's ``candidates = ratios if r else shapes``);
 - calls a built-in that reads or writes the world: ``open``, ``input``, ``globals``,
-  ``setattr``, ``delattr``, ``breakpoint`` (``eval`` and ``exec`` are refused where the trace
-  reaches them, :mod:`augment_ops.trace.rebind`: PaddleClas' ``scale = eval(scale)`` under
+  ``setattr``, ``delattr``, ``breakpoint``, also as ``builtins.eval``; ``eval`` and ``exec`` in
+  the op's own function are refused where the trace reaches them instead
+  (:mod:`augment_ops.trace.rebind`: PaddleClas' ``scale = eval(scale)`` under
   ``if isinstance(scale, str):`` never runs for a number, and cannot change the graph then);
 - draws from global random state (``random.random``, a method of a ``random.Random`` or
   ``np.random.RandomState``).
@@ -164,16 +165,20 @@ def _module_writes(g: dict[str, Any], names: set[str]) -> dict[str, str]:
 
 
 def _look_into(fn: types.FunctionType, params: dict[str, Any],
-               functions: list[Any], baked: list[Finding] | None = None) -> Finding | None:
+               functions: list[Any], baked: list[Finding] | None = None,
+               own: bool = False) -> Finding | None:
     """The first read or write of outside state in ``fn`` itself (its defaults, its code and the
-    code nested in it); the functions it calls are appended to ``functions``."""
+    code nested in it); the functions it calls are appended to ``functions``. ``own``: ``fn`` is
+    the op's own function, which the tracer always runs as a copy that refuses ``eval`` and
+    ``exec`` where called (functions reached through a ``functools.partial``, a default or a
+    bound method may run as they are: there they are refused wherever they stand)."""
     found = _default_reads(fn, params, functions, baked)
     if found is not None:
         return found
     # parameter values are the op's arguments, not outside state; functions among them are
     # looked into as functions the op calls
     functions.extend(v for v in params.values() if isinstance(v, types.FunctionType))
-    scan = _Scan(fn, functions)
+    scan = _Scan(fn, functions, own)
     for code in _codes(fn.__code__):
         found = scan.instructions(code)
         if found is not None:
@@ -633,8 +638,9 @@ class _Scan:
     met, and the globals and closure variables read are kept to compare with what the rest of
     its module writes."""
 
-    def __init__(self, fn: types.FunctionType, functions: list[Any]) -> None:
+    def __init__(self, fn: types.FunctionType, functions: list[Any], own: bool = False) -> None:
         self.top = fn.__code__
+        self.own = own
         self.g = fn.__globals__
         bi = self.g.get("__builtins__", builtins)
         self.builtins = vars(bi) if isinstance(bi, types.ModuleType) else bi
@@ -681,7 +687,7 @@ class _Scan:
                     loaded, name = self.g[arg], f"the global '{arg}'"
                     self.read_globals.setdefault(arg, (code, line))
                 elif arg in self.builtins:
-                    if arg in _WORLD_BUILTINS:
+                    if arg in _WORLD_BUILTINS or (arg in RUNNING_BUILTINS and not self.own):
                         return (f"a call of {arg}() (it reads or writes state outside the op; "
                                 f"{_KEEPS})", _where(code, line))
                     loaded = self.builtins[arg]
@@ -699,6 +705,9 @@ class _Scan:
                     previous.opname == "IMPORT_NAME" and "." not in str(previous.argval):
                 local_modules[arg] = sys.modules.get(str(previous.argval))
             elif op in ("LOAD_ATTR", "LOAD_METHOD") and current is not None:
+                if current is builtins and arg in _WORLD_BUILTINS | RUNNING_BUILTINS:
+                    return (f"a call of builtins.{arg}() (it reads or writes state outside the "
+                            f"op; {_KEEPS})", _where(code, line))
                 if hasattr(current, arg):
                     loaded = getattr(current, arg)
                     name = f"{dotted}.{arg}"
@@ -775,7 +784,7 @@ def outside_state(fn: Any, params: dict[str, Any] | None = None,
         seen.add(f.__code__)
         if _is_library(f.__code__):
             continue
-        found = _look_into(f, params if first else {}, todo, baked)
+        found = _look_into(f, params if first else {}, todo, baked, own=first)
         first = False
         if found is not None:
             construct, location = found

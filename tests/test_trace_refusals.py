@@ -286,6 +286,40 @@ def test_eval_is_refused_where_the_trace_reaches_it_not_where_it_stands():
                             rf"{line}.*", why), why
 
 
+CONFIG = {"gain": 2}
+
+
+def _gain_of(expr):
+    return eval(expr)
+
+
+GAIN = functools.partial(_gain_of, "CONFIG['gain']")
+
+
+def eval_through_a_partial(img):
+    return img // GAIN()
+
+
+def eval_through_a_default(img, how=_gain_of):
+    return img // how("CONFIG['gain']")
+
+
+def eval_through_builtins(img):
+    import builtins
+
+    return img // builtins.eval("CONFIG['gain']")
+
+
+@pytest.mark.parametrize("fn", [eval_through_a_partial, eval_through_a_default,
+                                eval_through_builtins], ids=lambda f: f.__name__)
+def test_eval_outside_the_op_s_own_code_is_refused_where_it_stands(fn):
+    """Functions reached through a partial or a default may run as they are, where a traced
+    run cannot catch their eval: the bytecode check refuses it, as it does builtins.eval."""
+    why = augment_ops.explain(_op(f"refusals_{fn.__name__}", fn))
+    assert re.match(r"numpy: a call of (builtins\.)?eval\(\) \(it reads or writes state outside "
+                    r"the op", why), why
+
+
 def emit_one(op, img):
     """The op's traced graph run by a DALI CPU pipeline on one image."""
     from nvidia.dali import fn as dali_fn
