@@ -145,11 +145,20 @@ def test_a_table_of_a_uint8_array_computed_from_pixels_is_per_sample():
     _check(g_contrast_around_min, gpu=False)
 
 
+@unregistered(dtype=np.float64)
+def g_pow_of_a_scalar_draw(img, rng):
+    # 2.0 ** u of a Python float is the C library's pow; numpy's array pow differs from it
+    return img * 2.0 ** rng.uniform(-1, 1)
+
+
 @pytest.mark.parametrize(("op", "reason"), [
     (g_gamma_of_the_mean, r"a table computed from the image's pixels or sizes"),
     (g_exp_of_the_size, r"a table computed from the image's pixels or sizes"),
-    (g_scaled_by_the_max, r"\*\* with a per-sample exponent, outside any table numpy can "
-                            r"compute per sample .* not from values computed from the image"),
+    (g_scaled_by_the_max, r"\*\* with a per-sample exponent, where numpy does not compute "
+                          r"it .* nor values computed from the image"),
+    (g_pow_of_a_scalar_draw, r"\*\* with a per-sample exponent, where numpy does not compute "
+                             r"it .* not a single number, which the numpy path raises with the "
+                             r"C library's pow"),
 ], ids=lambda v: getattr(v, "name", ""))
 def test_a_table_numpy_cannot_compute_ahead_is_refused_with_that_reason(op, reason):
     with pytest.raises(TraceError, match=reason):

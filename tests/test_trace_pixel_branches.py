@@ -192,3 +192,16 @@ def test_a_float_extreme_numpy_and_dali_may_differ_on_is_refused():
                        (float64_max, r"np\.max of float64 values over the image")]:
         with pytest.raises(TraceError, match=reason):
             trace_op(op)
+
+
+def test_too_many_outcomes_beside_a_pixel_branch_are_refused_as_too_many_outcomes():
+    @unregistered()
+    def many(img, rng):
+        out = img // 2 if img[0, 0, 0] > 128 else img
+        for k in range(4):
+            if rng.random() < 0.5:
+                out = out + np.uint8(k)
+        return out
+
+    with pytest.raises(TraceError, match=r"^more than 16 branch outcomes"):
+        trace_op(many)

@@ -138,7 +138,7 @@ TEXTS = [
                   r"IndexError for a value outside -100\.\.99", r"return SHORT_LUT\[img\]"),
     (x_power_of_a_constant, r"np\.power \(\*\*\) with a per-sample exponent",
      r"table = \(np.arange"),
-    (x_power_of_a_draw, r"\*\* with a per-sample exponent", r"return img \+ np"),
+    (x_power_of_a_draw, r"\*\* of integers by a per-sample exponent", r"return img \+ np"),
 ]
 
 

@@ -152,13 +152,18 @@ def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
         # differs from both in the last bit for about 1 value in 18. So numpy computes it: in
         # a per-sample table (np.arange(256) ** gamma, (img / 255) ** gamma of a uint8 image),
         # or the op is refused with this reason (augment_ops.trace.tables).
-        return _pixel_power(base, exponent, f"{what} with a per-sample exponent, outside any "
-                            "table numpy can compute per sample (numpy's pow, its own SIMD "
-                            "routine on AVX-512 processors, and DALI's, the C library's on the "
-                            "CPU and CUDA's on the GPU, differ in the last bit for some values; "
-                            "numpy computes a table of np.arange(256), or float math of one "
-                            "uint8 image, from the op's draws and constants, not from values "
-                            "computed from the image such as img.min())", name)
+        return _pixel_power(base, exponent, f"{what} with a per-sample exponent, where numpy "
+                            "does not compute it (numpy's pow, its own SIMD routine on AVX-512 "
+                            "processors, and DALI's, the C library's on the CPU and CUDA's on "
+                            "the GPU, differ in the last bit for some values; numpy computes, "
+                            "for each sample, an array of the op's draws and constants: a "
+                            "table of np.arange(256) or of one uint8 array, or a small array of "
+                            "draws; not a single number, which the numpy path raises with the "
+                            "C library's pow, nor values computed from the image such as "
+                            "img.min())", name,
+                            integer=f"{what} of integers by a per-sample exponent (numpy raises "
+                            "for a negative one; not lowered: multiply it out, or use a float "
+                            "base)")
     if np.ndim(exponent) != 0 or not isinstance(exponent, (int, float, bool, np.generic,
                                                            np.ndarray)):
         raise TraceError(f"{what} with an array exponent (only one constant is lowered)")
@@ -200,10 +205,11 @@ def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
     raise TraceError(message)
 
 
-def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
+def _pixel_power(base: Any, exponent: Any, message: str, name: str,
+                 integer: str | None = None) -> Sym:
     """``base ** exponent`` with a float result, as numpy's ``np.power`` with both operands in
     the result dtype: a node only a lookup table lowers, constant or per sample (``message``
-    says why where none can)."""
+    says why where none can; ``integer``, why an integer result is not lowered)."""
     with np.errstate(all="ignore"):
         try:
             res = np.power(_rep(base), _rep(exponent))
@@ -211,7 +217,7 @@ def _pixel_power(base: Any, exponent: Any, message: str, name: str) -> Sym:
             raise TraceError(f"np.power raises for these operand types ({e})") from None
     rdt = np.result_type(res)
     if rdt.kind != "f":
-        raise TraceError(message)
+        raise TraceError(integer or message)
     shape = _broadcast(_shape_of(base), _shape_of(exponent))
     node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), (name,), rdt, shape)
     return Sym(_inexact(node, message))

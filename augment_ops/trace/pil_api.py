@@ -37,8 +37,9 @@ _WHY_NOT: dict[str, str] = {
     "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
     "filter": "PIL's filters have no exact DALI equivalent",
     "transform": "PIL's resampling differs from DALI's warps",
-    "histogram": "a histogram of the pixels (ImageOps.equalize, autocontrast with a cutoff), "
-                 "which DALI's operators cannot compute",
+    "histogram": "a histogram of the pixels (ImageOps.equalize; ImageOps.autocontrast with a "
+                 "cutoff, or called by another name than ImageOps.autocontrast), which DALI's "
+                 "operators cannot compute",
 }
 
 

@@ -167,10 +167,6 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                 continue
             done.append((list(session.conds), list(session.decisions), outs))
             if len(done) + len(pending) > max_paths:
-                pixel = [c for p in done for c in p[0] if c.pixel] + \
-                    [c for c in session.conds if c.pixel]
-                if pixel and pixel[0] in session.pixel_refusals:
-                    raise session.pixel_refusals[pixel[0]]  # branches that need not raise
                 raise TraceError(f"more than {max_paths} branch outcomes (if on per-sample "
                                  "values; the last one taken at the line named)",
                                  _decision_line(session))

@@ -466,11 +466,10 @@ class Sym(_Operators, NdarrayMethods):
             # stands for a loop on pixel values, which would take branches without end.
             return _TRACING.active.decide(cond, TraceError(
                 "Python control flow (if/while/and/or) on pixel values taken more than "
-                f"{MAX_PIXEL_BRANCHES} times in one run, or with too many outcomes (a loop "
-                "whose count depends on pixel values: DALI computes every outcome of a branch "
-                "for each sample, and cannot repeat a step until a condition on the pixels "
-                "holds; a fixed number of steps, each applied where np.where says, would "
-                "trace)"))
+                f"{MAX_PIXEL_BRANCHES} times in one run (a loop whose count depends on pixel "
+                "values: DALI computes every outcome of a branch for each sample, and cannot "
+                "repeat a step until a condition on the pixels holds; a fixed number of steps, "
+                "each applied where np.where says, would trace)"))
         # a branch no sample takes (``if img.size == 0``: an image has a pixel) is not traced
         if _ruled_out(cond):
             return False
