@@ -207,3 +207,21 @@ def test_the_gpu_read_gathers_a_batch_of_tables_as_numpy_takes(dtype):
     for g, t, p in zip(got, tables, positions, strict=True):
         assert g.shape == p.shape
         np.testing.assert_array_equal(g.numpy(), np.take(t, p))
+
+
+@unregistered(dtype=np.float64)
+def g_channel_gains(img, rng):
+    # an array of draws raised to a power: numpy's array routine, in the readers as on numpy
+    return img * rng.uniform(0.5, 1.5, size=3) ** 2.2
+
+
+def test_a_small_array_of_draws_with_float_math_is_computed_by_numpy():
+    traced = trace_op(g_channel_gains)
+    imgs = _images()
+    index = np.arange(len(imgs), dtype=np.int64)
+    epoch = np.zeros(len(imgs), np.int64)
+    salt = name_salt(g_channel_gains.name)
+    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index, epoch))
+    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
+        (want,) = g_channel_gains.apply(img, counter_rng(SEED, 0, k, salt))
+        np.testing.assert_array_equal(got, want)

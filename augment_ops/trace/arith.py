@@ -200,7 +200,8 @@ def power(base: Any, exponent: Any, what: str, name: str = "power") -> Any:
                "library's pow, which DALI does not reproduce bit for bit; exponents 0, 1, 2 and "
                "-1, integer powers of integers, and any constant power of one uint8 array, as a "
                "lookup table, are lowered)")
-    if rdt.kind == "f" and base.node.pixel and base.ndim:
+    if rdt.kind == "f" and base.ndim:
+        # of pixel values: a lookup table; of an array of draws: numpy's in the readers
         return _pixel_power(base, exponent, message, name)
     raise TraceError(message)
 
