@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, unregistered
+from helpers import pattern_image, run_traced, scalar_draws, unregistered
 from helpers import sized_dataset as _dataset
 
 import extsrc
-from augment_ops.trace import trace_op
+from augment_ops.trace import TraceError, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 5
@@ -103,3 +103,52 @@ def test_a_loader_batch_whose_samples_draw_different_rotations_equals_numpy(tmp_
                 np.testing.assert_array_equal(batch[f"{op.name}_0"][k].numpy(), ref)
                 ks.add(next(r for r in range(4) if np.array_equal(np.rot90(img, r), ref)))
     assert len(ks) >= 3, ks  # the batches mix rotations
+
+
+@unregistered()
+def b_concat_in_one_branch(img, rng):
+    k = rng.integers(1, 4)
+    if rng.random() < 0.5:
+        return np.concatenate([img[:k], img[k:2 * k]], axis=1)
+    return img[:1].copy()
+
+
+def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batch():
+    """np.concatenate of per-sample sizes: numpy raises where they differ (a check on the
+    native path), and DALI, which computes both outcomes for the whole batch, is given arrays
+    cut to one size where the other outcome is taken."""
+    op = b_concat_in_one_branch
+    traced = trace_op(op)
+    assert [g.error for g in traced.guards] == ["ValueError"]
+    salt = name_salt(op.name)
+    imgs, index = [], []
+    for i in range(64):
+        img = pattern_image(i, 3, 4)
+        try:
+            op.apply(img, counter_rng(SEED, 0, i, salt))
+        except ValueError:
+            continue
+        imgs.append(img)
+        index.append(i)
+    index = np.array(index, np.int64)
+    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index,
+                                                 np.zeros(len(index), np.int64)))
+    shapes = set()
+    for img, i, (got,) in zip(imgs, index, outs, strict=True):
+        (want,) = op.apply(img, counter_rng(SEED, 0, int(i), salt))
+        np.testing.assert_array_equal(got, want)
+        shapes.add(want.shape)
+    assert len(shapes) == 2
+
+
+def test_a_concatenation_whose_sizes_come_from_pixel_values_is_refused():
+    @unregistered()
+    def by_pixel(img):
+        k = img[0, 0, 0] % 4 + 1
+        if img[0, 0, 1] > 128:
+            return np.concatenate([img[:k], img[k:2 * k]], axis=1)
+        return img[:1].copy()
+
+    with pytest.raises(TraceError, match=r"a check numpy makes \(ValueError: all the input array "
+                                         r"dimensions except for the concatenation axis"):
+        trace_op(by_pixel)

@@ -11,15 +11,18 @@ from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.facts import _same
 from augment_ops.trace.ir import Dim, Node, TraceError, _new
 from augment_ops.trace.sym import (
     Sym,
     _broadcast,
+    _dim_sym,
     _dop,
     _is_weak,
     _rep,
     _to_node,
     cast_node,
+    raise_where,
     ufunc,
 )
 
@@ -60,7 +63,45 @@ def select(idx: Sym, values: np.ndarray, weak: bool = False) -> Any:
     return Sym(cast_node(out.node, values.dtype, weak))
 
 
+def _matched(nodes: Sequence[Node], skip: int | None, message: str) -> list[Node]:
+    """``nodes`` checked to have one size on every axis but ``skip``, as numpy checks arrays it
+    concatenates or stacks: ValueError(``message``) now where constant sizes differ, for the
+    samples where per-sample sizes differ otherwise. Those samples raise, but DALI computes
+    every branch of an op for the whole batch (a branch no sample of a differing size takes
+    included), so each array is also cut to the least size: the same arrays where the sizes
+    agree, and no DALI error where they do not."""
+    ref = nodes[0]
+    if builtins.any(n.ndim != ref.ndim for n in nodes):
+        raise ValueError(f"{message} (the arrays have different numbers of dimensions)")
+    out = list(nodes)
+    for ax in range(ref.ndim):
+        dims = [n.shape[ax] for n in out]
+        if ax == skip or builtins.all(_same_dim(d, dims[0]) for d in dims[1:]):
+            continue
+        if len({d for d in dims if isinstance(d, int)}) > 1:
+            raise ValueError(f"{message} (they differ along dimension {ax})")
+        bad: Any = False
+        for d in dims[1:]:
+            bad = ufunc("bitwise_or", bad, ufunc("not_equal", _dim_sym(d), _dim_sym(dims[0])))
+        raise_where(bad, ValueError, f"{message} (they differ along dimension {ax})")
+        least: Dim = dims[0]
+        for d in dims[1:]:
+            least = _dop("minimum", least, d)
+        out = [n if _same_dim(n.shape[ax], least) else _new(
+            "slice", (n, 0, least), (ax,), n.dtype,
+            tuple(least if k == ax else d for k, d in enumerate(n.shape))) for n in out]
+    return out
+
+
+def _same_dim(a: Dim, b: Dim) -> bool:
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return a is b or _same(a, b)
+
+
 def _concat(nodes: Sequence[Node], axis: int) -> Node:
+    nodes = _matched(nodes, axis, "all the input array dimensions except for the "
+                     "concatenation axis must match exactly")
     shape = list(nodes[0].shape)
     total: Dim = 0
     for n in nodes:
@@ -87,7 +128,8 @@ def _np_concatenate(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
 def _np_stack(arrays: Sequence[Any], axis: int = 0, **kw: Any) -> Sym:
     if kw:
         raise TraceError(f"np.stack with {sorted(kw)}=")
-    nodes = _arrays(arrays, "np.stack")
+    nodes = _matched(_arrays(arrays, "np.stack"), None, "all input arrays must have the same "
+                     "shape")
     axis = axis % (nodes[0].ndim + 1)
     shape = (*nodes[0].shape[:axis], len(nodes), *nodes[0].shape[axis:])
     return Sym(_new("stack", tuple(nodes), (axis,), nodes[0].dtype, shape))
