@@ -113,11 +113,20 @@ def b_concat_in_one_branch(img, rng):
     return img[:1].copy()
 
 
-def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batch():
-    """np.concatenate of per-sample sizes: numpy raises where they differ (a check on the
-    native path), and DALI, which computes both outcomes for the whole batch, is given arrays
-    cut to one size where the other outcome is taken."""
-    op = b_concat_in_one_branch
+@unregistered()
+def b_sum_in_one_branch(img, rng):
+    k = rng.integers(1, 4)
+    if rng.random() < 0.5:
+        return img[:k] // 2 + img[k:2 * k] // 2
+    return img[:1].copy()
+
+
+@pytest.mark.parametrize("op", [b_concat_in_one_branch, b_sum_in_one_branch],
+                         ids=lambda o: o.name)
+def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batch(op):
+    """np.concatenate, or arithmetic, of arrays of per-sample sizes: numpy raises where they
+    differ (a check on the native path), and DALI, which computes both outcomes for the whole
+    batch, is given arrays cut to one size where the other outcome is taken."""
     traced = trace_op(op)
     assert [g.error for g in traced.guards] == ["ValueError"]
     salt = name_salt(op.name)

@@ -161,7 +161,12 @@ def _shape_of(x: Any) -> tuple:
     return np.shape(x)
 
 
-def _broadcast(*shapes: tuple) -> tuple:
+def _broadcast(*shapes: tuple, cuts: dict[int, Dim] | None = None) -> tuple:
+    """numpy's broadcast shape of ``shapes``. Where per-sample sizes may differ, numpy raises
+    for the samples where they do (a check here), and ``cuts`` gets, by axis counted from the
+    end, the size each operand is cut to (:func:`_cut_to`): the broadcast size where numpy does
+    not raise, and one DALI can compute where it does (DALI computes a branch for the whole
+    batch, the samples of the other outcome included)."""
     nd = builtins.max(len(s) for s in shapes)
     out = []
     for k in range(nd):
@@ -195,8 +200,38 @@ def _broadcast(*shapes: tuple) -> tuple:
         if not ints:
             for d in distinct[1:]:
                 size = _dop("maximum", size, d)
+        if cuts is not None:
+            if not ints:
+                # the least size other than 1 (1 where all are): the broadcast size where
+                # numpy does not raise
+                big = 1 << 62
+                least: Dim = big
+                for d in distinct:
+                    least = _dop("minimum", least, _dwhere(ufunc("equal", _dim_sym(d), 1),
+                                                           big, d))
+                size = _dwhere(ufunc("equal", _dim_sym(least), big), 1, least)
+            cuts[nd - k] = size
         out.append(size)
     return tuple(out)
+
+
+def _cut_to(n: Node, cuts: dict[int, Dim]) -> Node:
+    """``n`` sliced to ``cuts``' sizes (axes counted from the end), where its size there may
+    differ: ``min(size, cut)``, which keeps a size of 1 (numpy repeats it)."""
+    shape = list(n.shape)
+    args: list[Any] = [n]
+    axes = []
+    for back, cut in cuts.items():
+        ax = n.ndim - back
+        if ax < 0 or (isinstance(shape[ax], int) and shape[ax] == 1) or shape[ax] is cut:
+            continue
+        hi = _dop("minimum", shape[ax], cut)
+        axes.append(ax)
+        args += [0, hi]
+        shape[ax] = hi
+    if not axes:
+        return n
+    return _new("slice", tuple(args), tuple(axes), n.dtype, tuple(shape))
 
 
 def ufunc(name: str, *inputs: Any) -> Any:
@@ -232,7 +267,8 @@ def ufunc(name: str, *inputs: Any) -> Any:
     folded = _fold_canvas(name, inputs)
     if folded is not None:
         return folded
-    shape = _broadcast(*(_shape_of(x) for x in inputs))
+    cuts: dict[int, Dim] = {}
+    shape = _broadcast(*(_shape_of(x) for x in inputs), cuts=cuts)
     if name in _BINARY:
         a, b = inputs
         if name in _COMPARISONS:
@@ -250,6 +286,8 @@ def ufunc(name: str, *inputs: Any) -> Any:
         if name == "divide" and cdt.kind != "f":
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
+        if cuts:
+            na, nb = _cut_to(na, cuts), _cut_to(nb, cuts)
         attrs: tuple = (name,)
         if name in ("floor_divide", "remainder") and _nonneg(na) and _nonneg(nb):
             attrs = (name, "nonneg")  # truncating division is flooring division here
