@@ -325,6 +325,57 @@ def run_traced(traced, imgs: list[np.ndarray], values=(), *, gpu: bool = False,
     return [tuple(np.array(o[k]) for o in outs) for k in range(len(imgs))]
 
 
+def traced_equals_numpy(op, imgs: list[np.ndarray], *, seed: int = 0, index=None, epoch=None,
+                        gpu: bool = False) -> list[np.ndarray]:
+    """The registered one-output ``op`` traced and run by :func:`run_traced` on ``imgs`` (one
+    batch; sample k is manifest sample ``index[k]`` of ``epoch[k]``, by default k of epoch 0),
+    checked equal to ``op.apply`` with each sample's counter draws, dtype and shape included;
+    the numpy outputs."""
+    from augment_ops.trace import trace_op
+    from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+    traced = trace_op(op)
+    n = len(imgs)
+    index = np.arange(n, dtype=np.int64) if index is None else np.asarray(index, np.int64)
+    epoch = np.zeros(n, np.int64) if epoch is None else np.asarray(epoch, np.int64)
+    salt = name_salt(op.name)
+    values = scalar_draws(traced, seed, salt, index, epoch) if op.random else ()
+    wants = []
+    for k, (img, (got,)) in enumerate(zip(imgs, run_traced(traced, imgs, values, gpu=gpu),
+                                          strict=True)):
+        rng = counter_rng(seed, int(epoch[k]), int(index[k]), salt) if op.random else None
+        with np.errstate(all="ignore"):
+            (want,) = op.apply(img, rng)
+        assert got.dtype == want.dtype and got.shape == want.shape, (op.name, k, got.shape)
+        np.testing.assert_array_equal(got, want, err_msg=f"{op.name}, sample {k}")
+        wants.append(want)
+    return wants
+
+
+def loader_equals_numpy(op, manifest, *, seed: int, batch_size: int, size: tuple[int, int],
+                        workers: int = 0) -> list[np.ndarray]:
+    """Every batch of a CPU ``extsrc.Loader`` over ``manifest`` (pattern images of ``size``,
+    :func:`sized_dataset`) running ``op`` on its native path, each sample checked equal to the
+    numpy function with the sample's counter draws; the outputs."""
+    import extsrc
+    from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+    outs = []
+    with extsrc.Loader(manifest, batch_size=batch_size, ops=[op], device="cpu", shuffle=False,
+                       seed=seed, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=workers)) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        for batch in loader:
+            for k, index in enumerate(batch["index"].tolist()):
+                img = pattern_image(index, *size)
+                rng = counter_rng(seed, 0, index, name_salt(op.name)) if op.random else None
+                (ref,) = op.apply(img, rng)
+                got = batch[f"{op.name}_0"][k].numpy()
+                np.testing.assert_array_equal(got, ref, err_msg=str(index))
+                outs.append(got)
+    return outs
+
+
 # -- noise: constants on both paths ----------------------------------------------------------------
 #: What the arrays of noise of a traced op are filled with by :func:`noise_filled`: a standard
 #: normal's value and a draw in [0, 1), low then high (salt and pepper).

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, scalar_draws, unregistered
+from helpers import (
+    loader_equals_numpy,
+    pattern_image,
+    run_traced,
+    traced_equals_numpy,
+    unregistered,
+)
 from helpers import sized_dataset as _dataset
 
-import extsrc
 from augment_ops.trace import TraceError, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
@@ -89,19 +94,9 @@ def test_a_loader_batch_whose_samples_draw_different_rotations_equals_numpy(tmp_
     (WHC and HWC) differ within the batch, and every sample equals the numpy function run with
     the sample's counter draws."""
     manifest = _dataset(tmp_path, [(6, 6)] * 16)
-    op = b_random_rot90
-    ks = set()
-    with extsrc.Loader(manifest, batch_size=8, ops=[op], device="cpu", shuffle=False, seed=SEED,
-                       op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
-        assert loader.op_paths == {op.name: "native"}
-        for batch in loader:
-            for k, index in enumerate(batch["index"].tolist()):
-                img = pattern_image(index, 6, 6)
-                rng = counter_rng(SEED, 0, index, name_salt(op.name))
-                (ref,) = op.apply(img, rng)
-                np.testing.assert_array_equal(batch[f"{op.name}_0"][k].numpy(), ref)
-                ks.add(next(r for r in range(4) if np.array_equal(np.rot90(img, r), ref)))
+    outs = loader_equals_numpy(b_random_rot90, manifest, seed=SEED, batch_size=8, size=(6, 6))
+    ks = {next(r for r in range(4) if np.array_equal(np.rot90(pattern_image(i, 6, 6), r), out))
+          for i, out in enumerate(outs)}
     assert len(ks) >= 3, ks  # the batches mix rotations
 
 
@@ -127,8 +122,7 @@ def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batc
     """np.concatenate, or arithmetic, of arrays of per-sample sizes: numpy raises where they
     differ (a check on the native path), and DALI, which computes both outcomes for the whole
     batch, is given arrays cut to one size where the other outcome is taken."""
-    traced = trace_op(op)
-    assert [g.error for g in traced.guards] == ["ValueError"]
+    assert [g.error for g in trace_op(op).guards] == ["ValueError"]
     salt = name_salt(op.name)
     imgs, index = [], []
     for i in range(64):
@@ -139,14 +133,7 @@ def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batc
             continue
         imgs.append(img)
         index.append(i)
-    index = np.array(index, np.int64)
-    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index,
-                                                 np.zeros(len(index), np.int64)))
-    shapes = set()
-    for img, i, (got,) in zip(imgs, index, outs, strict=True):
-        (want,) = op.apply(img, counter_rng(SEED, 0, int(i), salt))
-        np.testing.assert_array_equal(got, want)
-        shapes.add(want.shape)
+    shapes = {w.shape for w in traced_equals_numpy(op, imgs, seed=SEED, index=index)}
     assert len(shapes) == 2
 
 

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, unregistered
+from helpers import pattern_image, traced_equals_numpy, unregistered
 from PIL import Image
 from test_trace import _emit_on, u_pixel_branch
 
-import augment_ops
 import extsrc
-from augment_ops.trace import TraceError, trace_op
+from augment_ops.trace import trace_op
 from extsrc.errors import OpError
-
-PIXEL_BRANCH = r"Python control flow \(if/while/and/or\) on pixel values"
 
 
 def _edge_images() -> list[np.ndarray]:
@@ -246,14 +243,6 @@ def u_any_branch(img):
 
 
 @unregistered()
-def u_while_on_pixels(img):
-    x = img.astype(np.int16)
-    while x.max() > 10:
-        x = x // 2
-    return x.astype(np.uint8)
-
-
-@unregistered()
 def u_nan_branch(img):
     y = img.astype(np.float32) / img.astype(np.float32)
     if np.all(y == y):
@@ -267,15 +256,7 @@ def test_an_undecided_branch_on_pixel_values_is_a_select_equal_to_numpy(op):
     # a zero image (NaN in u_nan_branch), a dark one, a bright one, one of both
     imgs = [np.zeros((3, 4, 3), np.uint8), np.full((4, 3, 3), 30, np.uint8),
             np.full((2, 5, 3), 220, np.uint8), pattern_image(2, 6, 5)]
-    for img, (got,) in zip(imgs, run_traced(trace_op(op), imgs), strict=True):
-        np.testing.assert_array_equal(got, op.apply(img, None)[0])
-
-
-def test_a_loop_on_pixel_values_is_still_refused():
-    with pytest.raises(TraceError, match=PIXEL_BRANCH) as e:
-        trace_op(u_while_on_pixels)
-    assert e.value.location.endswith("while x.max() > 10:"), e.value.location
-    assert augment_ops.explain(u_while_on_pixels).startswith("numpy: Python control flow")
+    traced_equals_numpy(op, imgs)
 
 
 # -- a drawn offset below a size computed from a float: SSD's expand ---------------------------
@@ -298,21 +279,8 @@ def f_expand(img, rng):
 def test_an_offset_drawn_below_a_difference_of_sizes_keeps_the_paste_inside():
     """``y < h - height`` bounds ``y + height`` by ``h`` for every sample that does not raise,
     also where ``h`` comes from a float: the paste needs no clamp and lowers."""
-    from helpers import scalar_draws
-
-    from extsrc.ops_runtime.seeding import counter_rng, name_salt
-
-    traced = trace_op(f_expand)
     # small images: int(size * ratio) is often the size itself, and the op returns the image
     imgs = [pattern_image(k, 1 + k % 3, 1 + k % 4) for k in range(24)]
-    index = np.arange(24, dtype=np.int64)
-    epoch = np.zeros(24, np.int64)
-    salt = name_salt(f_expand.name)
-    outs = run_traced(traced, imgs, scalar_draws(traced, 3, salt, index, epoch))
-    shapes = set()
-    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
-        (want,) = f_expand.apply(img, counter_rng(3, 0, k, salt))
-        assert got.shape == want.shape, k
-        np.testing.assert_array_equal(got, want)
-        shapes.add(got.shape != img.shape)
+    outs = traced_equals_numpy(f_expand, imgs, seed=3)
+    shapes = {out.shape != img.shape for out, img in zip(outs, imgs, strict=True)}
     assert shapes == {True, False}

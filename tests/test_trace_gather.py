@@ -14,12 +14,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, scalar_draws, unregistered
+from helpers import loader_equals_numpy, traced_equals_numpy, unregistered
 from helpers import sized_dataset as _dataset
 
-import extsrc
 from augment_ops.trace import TraceError, trace_op
-from extsrc.ops_runtime.seeding import counter_rng, name_salt
 
 SEED = 9
 
@@ -79,31 +77,18 @@ def _images() -> list[np.ndarray]:
 
 
 def _check(op, gpu: bool) -> None:
-    traced = trace_op(op)
-    assert any(n.op == "gather" for n in traced.nodes()), op.name
-    imgs = _images()
-    index = np.arange(len(imgs), dtype=np.int64) * 5 + 1
-    epoch = np.array([0, 1, 0, 0, 1], np.int64)
-    salt = name_salt(op.name)
-    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index, epoch), gpu=gpu)
-    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
-        rng = counter_rng(SEED, int(epoch[k]), int(index[k]), salt)
-        (want,) = op.apply(img, rng)
-        assert got.dtype == want.dtype and got.shape == want.shape, (op.name, got.dtype)
-        np.testing.assert_array_equal(got, want, err_msg=f"{op.name}, sample {k}")
+    assert any(n.op == "gather" for n in trace_op(op).nodes()), op.name
+    outs = traced_equals_numpy(op, _images(), seed=SEED, index=np.arange(5) * 5 + 1,
+                               epoch=[0, 1, 0, 0, 1], gpu=gpu)
     # the same image in three samples: three draws, three tables
-    assert len({outs[k][0].tobytes() for k in (0, 1, 3)}) == 3, op.name
+    assert len({outs[k].tobytes() for k in (0, 1, 3)}) == 3, op.name
 
 
+@pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.gpu)],
+                         ids=["cpu", "gpu"])
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-def test_a_per_sample_table_equals_numpy_with_the_samples_draws(op):
-    _check(op, gpu=False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-def test_a_per_sample_table_equals_numpy_on_the_gpu(op):
-    _check(op, gpu=True)
+def test_a_per_sample_table_equals_numpy_with_the_samples_draws(op, gpu):
+    _check(op, gpu=gpu)
 
 
 def test_an_exact_table_of_a_draw_is_still_pushed_onto_the_pixels():
@@ -167,21 +152,9 @@ def test_a_table_numpy_cannot_compute_ahead_is_refused_with_that_reason(op, reas
 
 def test_a_loader_s_readers_deliver_each_sample_s_table(tmp_path):
     manifest = _dataset(tmp_path, [(6, 6)] * 12)
-    op = g_cv2_lut_gamma
-    outcomes = set()
-    with extsrc.Loader(manifest, batch_size=4, ops=[op], device="cpu", shuffle=False, seed=SEED,
-                       op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=2)) as loader:
-        assert loader.op_paths == {op.name: "native"}
-        for batch in loader:
-            for k, index in enumerate(batch["index"].tolist()):
-                img = pattern_image(index, 6, 6)
-                rng = counter_rng(SEED, 0, index, name_salt(op.name))
-                (ref,) = op.apply(img, rng)
-                got = batch[f"{op.name}_0"][k].numpy()
-                np.testing.assert_array_equal(got, ref, err_msg=str(index))
-                outcomes.add(got.tobytes())
-    assert len(outcomes) == 12
+    outs = loader_equals_numpy(g_cv2_lut_gamma, manifest, seed=SEED, batch_size=4,
+                               size=(6, 6), workers=2)
+    assert len({o.tobytes() for o in outs}) == 12
 
 
 def test_explain_says_the_table_is_read_by_a_python_call_per_batch():
@@ -216,12 +189,4 @@ def g_channel_gains(img, rng):
 
 
 def test_a_small_array_of_draws_with_float_math_is_computed_by_numpy():
-    traced = trace_op(g_channel_gains)
-    imgs = _images()
-    index = np.arange(len(imgs), dtype=np.int64)
-    epoch = np.zeros(len(imgs), np.int64)
-    salt = name_salt(g_channel_gains.name)
-    outs = run_traced(traced, imgs, scalar_draws(traced, SEED, salt, index, epoch))
-    for k, (img, (got,)) in enumerate(zip(imgs, outs, strict=True)):
-        (want,) = g_channel_gains.apply(img, counter_rng(SEED, 0, k, salt))
-        np.testing.assert_array_equal(got, want)
+    traced_equals_numpy(g_channel_gains, _images(), seed=SEED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, run_traced, unregistered
+from helpers import pattern_image, traced_equals_numpy, unregistered
 
 import augment_ops
 from augment_ops.trace import TraceError, trace_op
@@ -93,26 +93,15 @@ def _batch() -> list[np.ndarray]:
 
 
 def _check(op, gpu: bool) -> None:
-    traced = trace_op(op)
-    imgs = _batch()
-    outcomes = set()
-    for img, (got,) in zip(imgs, run_traced(traced, imgs, gpu=gpu), strict=True):
-        (want,) = op.apply(img, None)
-        assert got.shape == want.shape and got.dtype == want.dtype, op.name
-        np.testing.assert_array_equal(got, want, err_msg=op.name)
-        outcomes.add(want.tobytes())
+    outcomes = {w.tobytes() for w in traced_equals_numpy(op, _batch(), gpu=gpu)}
     assert len(outcomes) > 2, "the batch should take the branches' outcomes"
 
 
+@pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.gpu)],
+                         ids=["cpu", "gpu"])
 @pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-def test_a_branch_on_pixel_values_equals_numpy_on_each_sample(op):
-    _check(op, gpu=False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
-def test_a_branch_on_pixel_values_equals_numpy_on_the_gpu(op):
-    _check(op, gpu=True)
+def test_a_branch_on_pixel_values_equals_numpy_on_each_sample(op, gpu):
+    _check(op, gpu=gpu)
 
 
 def test_the_outcomes_are_selects_on_the_predicate():
@@ -172,10 +161,7 @@ def test_a_float_max_or_min_over_the_image_is_nan_where_numpy_s_is():
     imgs[1][0, 0, :2] = 0  # one 0 / 0
     imgs[2][..., 1] = 0  # a plane of them, and x / 0 = inf beside
     for op in (p_branch_on_a_nan_max, p_scaled_by_a_nan_min):
-        with np.errstate(all="ignore"):
-            refs = [op.apply(img, None)[0] for img in imgs]
-        for (got,), want in zip(run_traced(trace_op(op), imgs), refs, strict=True):
-            np.testing.assert_array_equal(got, want, err_msg=op.name)
+        traced_equals_numpy(op, imgs)
 
 
 def test_a_float_extreme_numpy_and_dali_may_differ_on_is_refused():

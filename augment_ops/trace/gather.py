@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.ir import Node, TraceError, _new, const
+from augment_ops.trace.ir import Node, Traced, TraceError, _new, const
 
 __all__ = ["ELEMENTWISE", "GpuTableRead", "TableRead", "draw_only", "gather", "gathered_tables",
            "read_tables", "table_expression"]
@@ -74,7 +74,8 @@ def gather(table: Node, pos: Node, construct: str) -> Node:
         raise TraceError(f"{construct}: a table computed from the image's pixels or sizes with "
                          "float math DALI does not reproduce bit for bit (numpy computes a "
                          "per-sample table only from the op's draws and constants)")
-    if table.dtype.kind not in "biuf" or table.dtype.itemsize > 8:
+    if table.dtype.kind not in "iuf" or table.dtype.itemsize > 8:
+        # (booleans: not read through DLPack on the GPU path)
         raise TraceError(f"{construct}: a per-sample table of {table.dtype} values")
     return _new("gather", (table, pos), (), table.dtype, pos.shape)
 
@@ -128,7 +129,8 @@ def gathered_tables(roots: Any) -> set[int]:
         args = n.args[1:] if n.op == "gather" else n.args
         stack.extend(a for a in args if isinstance(a, Node))
     inside: set[int] = set()
-    stack = [n.args[0] for n in _all(roots) if n.op == "gather"]
+    stack = [n.args[0] for n in Traced(tuple(r for r in roots if isinstance(r, Node)), 0,
+                                       0).nodes() if n.op == "gather"]
     while stack:
         n = stack.pop()
         if id(n) in inside or id(n) in outside:
@@ -136,19 +138,6 @@ def gathered_tables(roots: Any) -> set[int]:
         inside.add(id(n))
         stack.extend(a for a in n.args if isinstance(a, Node))
     return inside
-
-
-def _all(roots: Any) -> list[Node]:
-    seen: set[int] = set()
-    out: list[Node] = []
-    stack = [r for r in roots if isinstance(r, Node)]
-    while stack:
-        n = stack.pop()
-        if id(n) not in seen:
-            seen.add(id(n))
-            out.append(n)
-            stack.extend(a for a in n.args if isinstance(a, Node))
-    return out
 
 
 class TableRead:

@@ -22,6 +22,7 @@ refuses the op with the reason recorded for it; one inside a per-sample table is
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,6 +40,20 @@ _VALUES = np.arange(256, dtype=np.uint8)
 def _same_shape(a: tuple, b: tuple) -> bool:
     return len(a) == len(b) and all(x is y or (isinstance(x, int) and isinstance(y, int)
                                                and x == y) for x, y in zip(a, b, strict=True))
+
+
+def _above(n: Node, src: Node, holds: Callable[[Node], bool]) -> bool:
+    """Whether ``holds`` is true of a node of ``n``'s graph above ``src`` (not under it)."""
+    stack, seen = [n], set()
+    while stack:
+        m = stack.pop()
+        if m is src or id(m) in seen:
+            continue
+        seen.add(id(m))
+        if holds(m):
+            return True
+        stack.extend(a for a in m.args if isinstance(a, Node))
+    return False
 
 
 class _Tables:
@@ -94,16 +109,7 @@ class _Tables:
         return self.sources[id(a)] if id(a) in self.sources else self.source(a)
 
     def _holds_inexact(self, n: Node, src: Node) -> bool:
-        stack, seen = [n], set()
-        while stack:
-            m = stack.pop()
-            if m is src or id(m) in seen:
-                continue
-            seen.add(id(m))
-            if m in self.inexact:
-                return True
-            stack.extend(a for a in m.args if isinstance(a, Node))
-        return False
+        return _above(n, src, lambda m: m in self.inexact)
 
     def _table(self, n: Node) -> Node | None:
         """``n`` as a table read at its source's values, or None where it is not one."""
@@ -131,16 +137,7 @@ class _Tables:
             return None
 
     def _reads_draws(self, n: Node, src: Node) -> bool:
-        stack, seen = [n], set()
-        while stack:
-            m = stack.pop()
-            if m is src or id(m) in seen:
-                continue
-            seen.add(id(m))
-            if self.sources.get(id(m)) == "drawn" and m.op != "const":
-                return True
-            stack.extend(a for a in m.args if isinstance(a, Node))
-        return False
+        return _above(n, src, lambda m: self.sources.get(id(m)) == "drawn" and m.op != "const")
 
     def rebuild(self, n: Node) -> Node:
         """``n`` with its largest inexact elementwise expressions replaced by tables."""
