@@ -713,6 +713,11 @@ class _Scan:
                     name = f"{dotted}.{arg}"
             previous = ins
             current, dotted = None, ""
+            if loaded is builtins or (isinstance(loaded, dict) and loaded is vars(builtins)) or (
+                    op == "IMPORT_NAME" and arg == "builtins"):
+                # reaches eval and exec however they are then named
+                return ("a use of the builtins module (it reaches eval and exec, which read or "
+                        f"write state outside the op; {_KEEPS})", _where(code, line))
             if isinstance(loaded, types.ModuleType) and not _is_numpy(loaded):
                 current = loaded
                 dotted = name[len("the global '"):-1] if name and name.startswith(

@@ -148,3 +148,34 @@ def test_a_concatenation_whose_sizes_come_from_pixel_values_is_refused():
     with pytest.raises(TraceError, match=r"a check numpy makes \(ValueError: all the input array "
                                          r"dimensions except for the concatenation axis"):
         trace_op(by_pixel)
+
+
+@unregistered(dtype=np.int16)
+def b_where_in_one_branch(img, rng):
+    k1, k2 = rng.integers(1, 4), rng.integers(1, 4)
+    if rng.random() < 0.5:
+        return np.where(img[:k1] > 100, img[1:1 + k2].astype(np.int16), np.int16(-1))
+    return img.astype(np.int16)[:1]
+
+
+def test_a_three_operand_where_of_sizes_that_differ_only_on_another_branch():
+    op = b_where_in_one_branch
+    salt = name_salt(op.name)
+    imgs, index = [], []
+    for i in range(48):
+        img = pattern_image(i, 4, 3)
+        try:
+            op.apply(img, counter_rng(SEED, 0, i, salt))
+        except ValueError:
+            continue
+        imgs.append(img)
+        index.append(i)
+    traced_equals_numpy(op, imgs, seed=SEED, index=index)
+
+
+def test_sizes_equal_by_their_form_are_not_cut():
+    @unregistered(dtype=np.int16)
+    def difference(img):
+        return img[:, 1:].astype(np.int16) - img[:, :-1]
+
+    assert sum(n.op == "slice" for n in trace_op(difference).nodes()) == 2

@@ -530,7 +530,7 @@ def test_warp_affine_and_transform_where_opencv_raises_or_gives_nan_are_refused(
     for f in (as_list, int_matrix):
         assert "cv2.warpAffine raises for these arguments on every image" in _refusal(f)
     for f in (inverse_floats, infinite_border):
-        assert "bilinear interpolation of float values that may be infinite or NaN" in \
+        assert "bilinear interpolation of float values that may be infinite, NaN or -0.0" in \
             _refusal(f, dtype=np.float32)
     assert "cv2.transform raises for this matrix on every image" in _refusal(transform_list)
 
@@ -542,3 +542,19 @@ def test_warp_affine_by_whole_pixels_of_finite_floats_equals_opencv():
         return cv2.warpAffine(x, np.float32([[1, 0, -2], [0, 1, 1]]), (w, h), borderValue=0.5)
 
     _check(floats, dtype=np.float32)
+
+
+def test_bilinear_warps_of_negative_zeros_and_transforms_of_other_images_say_why():
+    def negative_zeros(img):  # OpenCV's weighted sum makes -0.0 into 0.0
+        x = img.astype(np.float32) * np.float32(-1)
+        h, w = x.shape[:2]
+        return cv2.warpAffine(x, np.float32([[1, 0, 1], [0, 1, 0]]), (w, h))
+
+    def four_channels(img):  # OpenCV runs it; it is not lowered
+        x = np.concatenate([img, img[..., :1]], axis=2).astype(np.float32)
+        return cv2.transform(x, np.eye(4, 5))
+
+    assert "float values that may be infinite, NaN or -0.0" in _refusal(negative_zeros,
+                                                                       dtype=np.float32)
+    why = _refusal(four_channels, dtype=np.float32, ndim=3)
+    assert "cv2.transform other than of a uint8 image with 3 channels" in why, why

@@ -190,3 +190,20 @@ def g_channel_gains(img, rng):
 
 def test_a_small_array_of_draws_with_float_math_is_computed_by_numpy():
     traced_equals_numpy(g_channel_gains, _images(), seed=SEED)
+
+
+def test_a_power_of_draws_that_is_an_output_itself_is_refused():
+    """The readers compute a small array of draws that the image's values read; one that is
+    itself an output DALI would compute, with its own pow."""
+    @unregistered(dtype=np.float64)
+    def only_draws(img, rng):
+        return img.astype(np.float64) * 0 + rng.uniform(0.5, 1.5, size=(1, 1, 3)) ** 2.2
+
+    traced_equals_numpy(only_draws, _images(), seed=SEED)  # read by the image's values: lowers
+
+    @unregistered(dtype=np.float64, num_outputs=2)
+    def draws_out(img, rng):
+        return img.astype(np.float64), rng.uniform(0.5, 1.5, size=(1, 1, 3)) ** 2.2
+
+    with pytest.raises(TraceError, match=r"\*\* with exponent 2\.2"):
+        trace_op(draws_out)

@@ -191,3 +191,13 @@ def test_too_many_outcomes_beside_a_pixel_branch_are_refused_as_too_many_outcome
 
     with pytest.raises(TraceError, match=r"^more than 16 branch outcomes"):
         trace_op(many)
+
+
+def test_a_narrowed_tiny_negative_may_be_a_negative_zero():
+    @unregistered(dtype=np.float32)
+    def narrowed(img):
+        x = (img.astype(np.float64) * 1e-300 - 1.28e-298).astype(np.float32)
+        return np.float32(1) / x.max() + np.zeros_like(x)
+
+    with pytest.raises(TraceError, match=r"may hold both -0\.0 and 0\.0"):
+        trace_op(narrowed)

@@ -23,6 +23,7 @@ from augment_ops.trace.sym import (
     _shape_of,
     _to_node,
     _weak_dtype,
+    cut_to,
     ufunc,
 )
 
@@ -219,8 +220,12 @@ def _pixel_power(base: Any, exponent: Any, message: str, name: str,
     rdt = np.result_type(res)
     if rdt.kind != "f":
         raise TraceError(integer or message)
-    shape = _broadcast(_shape_of(base), _shape_of(exponent))
-    node = _new("bin", (_to_node(base, rdt), _to_node(exponent, rdt)), (name,), rdt, shape)
+    cuts: dict = {}
+    shape = _broadcast(_shape_of(base), _shape_of(exponent), cuts=cuts)
+    nb, ne = _to_node(base, rdt), _to_node(exponent, rdt)
+    if cuts:
+        nb, ne = cut_to(nb, cuts), cut_to(ne, cuts)
+    node = _new("bin", (nb, ne), (name,), rdt, shape)
     return Sym(_inexact(node, message))
 
 

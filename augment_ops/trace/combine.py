@@ -22,6 +22,7 @@ from augment_ops.trace.sym import (
     _rep,
     _to_node,
     cast_node,
+    cut_to,
     raise_where,
     ufunc,
 )
@@ -46,7 +47,10 @@ def _where(c: Any, a: Any, b: Any) -> Sym:
               for v in (a, b))
     if na is nb:
         return Sym(na)
-    shape = _broadcast(cn.shape, na.shape, nb.shape)
+    cuts: dict[int, Dim] = {}
+    shape = _broadcast(cn.shape, na.shape, nb.shape, cuts=cuts)
+    if cuts:
+        cn, na, nb = (cut_to(x, cuts) for x in (cn, na, nb))
     return Sym(_new("where", (cn, na, nb), (), rdt, shape))
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _no_nan, linear_form, lower, sound, upper
+from augment_ops.trace.facts import _no_nan, linear_form, lower, no_negative_zero, sound, upper
 from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError
 from augment_ops.trace.sym import Sym, _dim
@@ -100,12 +100,15 @@ def warp_affine(src: Any, M: Any, dsize: Any, dst: Any = None, flags: int | None
                          "height): its output would be resampled or cropped")
     fill = _fill(x, borderValue, interpolation)
     if interpolation == cv2.INTER_LINEAR and x.dtype.kind == "f" and not (
-            _finite(x._checked()) and np.all(np.isfinite(fill))):
-        # OpenCV still adds the neighbour times a weight of 0: an infinity there gives NaN
+            _finite(x._checked()) and no_negative_zero(x._checked()) and
+            np.all(np.isfinite(fill)) and not np.any((fill == 0) & np.signbit(fill))):
+        # OpenCV still adds the neighbour times a weight of 0: an infinity there gives NaN,
+        # and -0.0 + 0.0 gives 0.0
         raise TraceError("cv2.warpAffine with bilinear interpolation of float values that may "
-                         "be infinite or NaN (OpenCV adds each neighbour times its weight, 0 "
-                         "included, so an infinity beside a pixel makes it NaN; use "
-                         "INTER_NEAREST, or keep the values finite)")
+                         "be infinite, NaN or -0.0 (OpenCV adds each neighbour times its "
+                         "weight, 0 included, so an infinity beside a pixel makes it NaN and "
+                         "-0.0 becomes 0.0; use INTER_NEAREST, or keep the values finite and "
+                         "add 0.0)")
     return Sym(padded_slice(x._checked(), dy, dx, height, width, fill))
 
 

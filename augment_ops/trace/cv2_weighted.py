@@ -173,8 +173,10 @@ def transform(src: Any, m: Any) -> Sym:
                          "in numpy, with numpy's results)")
     import cv2
 
+    chans = src.node.shape[2] if src.ndim == 3 else 1
     try:  # OpenCV's own checks of the matrix (a list, an integer matrix, a wrong shape)
-        cv2.transform(np.zeros((1, 1, 3), np.uint8), m)
+        if isinstance(chans, int) and src.ndim in (2, 3):
+            cv2.transform(np.zeros((1, 1, chans) if src.ndim == 3 else (1, 1), src.dtype), m)
     except Exception as e:
         raise TraceError(f"cv2.transform raises for this matrix on every image "
                          f"({type(e).__name__}: {str(e).strip()[:200]})") from None

@@ -697,7 +697,13 @@ def no_negative_zero(d: Dim) -> bool:
     if d.op == "uniform":
         return True
     if d.op == "cast":
-        return d.args[0].dtype.kind in "biu" or no_negative_zero(d.args[0])
+        src = d.args[0]
+        if src.dtype.kind in "biu":
+            return True
+        if src.dtype.itemsize > d.dtype.itemsize:  # a tiny negative float64 is float32's -0.0
+            low = lower(src)
+            return no_negative_zero(src) and low is not None and low >= 0 and sound(src)
+        return no_negative_zero(src)
     if d.op == "where":
         return no_negative_zero(d.args[1]) and no_negative_zero(d.args[2])
     if d.op in _LAYOUT_OPS or _keeps_elements(d):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
-from augment_ops.trace.facts import _nonneg, _same, truth, upper
+from augment_ops.trace.facts import _nonneg, _same, linear_form, truth, upper
 
 # The graph builders import the table and casts from here, beside Sym.
 from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
@@ -164,7 +164,7 @@ def _shape_of(x: Any) -> tuple:
 def _broadcast(*shapes: tuple, cuts: dict[int, Dim] | None = None) -> tuple:
     """numpy's broadcast shape of ``shapes``. Where per-sample sizes may differ, numpy raises
     for the samples where they do (a check here), and ``cuts`` gets, by axis counted from the
-    end, the size each operand is cut to (:func:`_cut_to`): the broadcast size where numpy does
+    end, the size each operand is cut to (:func:`cut_to`): the broadcast size where numpy does
     not raise, and one DALI can compute where it does (DALI computes a branch for the whole
     batch, the samples of the other outcome included)."""
     nd = builtins.max(len(s) for s in shapes)
@@ -180,8 +180,9 @@ def _broadcast(*shapes: tuple, cuts: dict[int, Dim] | None = None) -> tuple:
             raise TraceError(f"operands with incompatible shapes {list(shapes)}")
         distinct: list[Dim] = []
         for d in real:
-            if not builtins.any(d is e or (isinstance(d, Node) and isinstance(e, Node)
-                                           and _same(d, e)) for e in distinct):
+            if not builtins.any(d is e or (isinstance(d, Node) and isinstance(e, Node) and (
+                    _same(d, e) or linear_form(d) == linear_form(e) is not None))
+                                for e in distinct):
                 distinct.append(d)
         if len(distinct) == 1:
             out.append(distinct[0])
@@ -215,7 +216,7 @@ def _broadcast(*shapes: tuple, cuts: dict[int, Dim] | None = None) -> tuple:
     return tuple(out)
 
 
-def _cut_to(n: Node, cuts: dict[int, Dim]) -> Node:
+def cut_to(n: Node, cuts: dict[int, Dim]) -> Node:
     """``n`` sliced to ``cuts``' sizes (axes counted from the end), where its size there may
     differ: ``min(size, cut)``, which keeps a size of 1 (numpy repeats it)."""
     shape = list(n.shape)
@@ -287,7 +288,7 @@ def ufunc(name: str, *inputs: Any) -> Any:
             cdt = rdt
         na, nb = _to_node(a, cdt), _to_node(b, cdt)
         if cuts:
-            na, nb = _cut_to(na, cuts), _cut_to(nb, cuts)
+            na, nb = cut_to(na, cuts), cut_to(nb, cuts)
         attrs: tuple = (name,)
         if name in ("floor_divide", "remainder") and _nonneg(na) and _nonneg(nb):
             attrs = (name, "nonneg")  # truncating division is flooring division here

@@ -42,6 +42,41 @@ def _same_shape(a: tuple, b: tuple) -> bool:
                                                and x == y) for x, y in zip(a, b, strict=True))
 
 
+def _readers_values(roots: list[Node]) -> set[int]:
+    """The nodes the source's readers compute with numpy (as
+    :func:`augment_ops.trace.lower_dali.sample_scalar_nodes` collects them): a small array of
+    the draws alone (up to 64 elements) that a node computed from the image reads, and what it
+    is computed from. Not such an array that is itself an output: DALI computes that one."""
+    drawn: dict[int, bool] = {}
+    dependent: dict[int, bool] = {}
+
+    def on_image(n: Node) -> bool:
+        got = dependent.get(id(n))
+        if got is None:
+            got = n.pixel or n.op in ("in_dim", "noise") or any(
+                on_image(a) for a in n.args if isinstance(a, Node))
+            dependent[id(n)] = got
+        return got
+
+    found: set[int] = set()
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for a in n.args:
+            if not isinstance(a, Node):
+                continue
+            if on_image(n) and not on_image(a) and all(isinstance(d, int) for d in a.shape) \
+                    and int(np.prod(a.shape)) <= 64 and draw_only(a, drawn):
+                found.update(id(m) for m in Traced((a,), 0, 0).nodes())
+            else:
+                stack.append(a)
+    return found
+
+
 def _above(n: Node, src: Node, holds: Callable[[Node], bool]) -> bool:
     """Whether ``holds`` is true of a node of ``n``'s graph above ``src`` (not under it)."""
     stack, seen = [n], set()
@@ -182,10 +217,9 @@ def tabulate(traced: Traced, inexact: dict[Node, TraceError]) -> Traced:
     # as the numpy path computes them. Not a single number (2.0 ** rng.uniform()): the numpy
     # path computes it with Python's or numpy's scalar pow (the C library's), the readers with
     # numpy's array routine, and the two differ in the last bit for some values.
-    gathered, drawn = gathered_tables(roots), {}
+    gathered, given = gathered_tables(roots), _readers_values(roots)
     left -= {id(n) for n in inexact if id(n) in left and not n.pixel and n.ndim and (
-        id(n) in gathered or (all(isinstance(d, int) for d in n.shape) and
-                              int(np.prod(n.shape)) <= 64 and draw_only(n, drawn)))}
+        id(n) in gathered or id(n) in given)}
     for node, refusal in inexact.items():
         if id(node) in left:
             raise refusal
