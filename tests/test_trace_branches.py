@@ -116,6 +116,22 @@ def b_sum_in_one_branch(img, rng):
     return img[:1].copy()
 
 
+def _numpy_runs(op, count: int, size: tuple[int, int]) -> tuple[list[np.ndarray], list[int]]:
+    """The pattern images of samples 0..count-1 on which numpy runs ``op`` (with their counter
+    draws) without raising, and their indices."""
+    salt = name_salt(op.name)
+    imgs, index = [], []
+    for i in range(count):
+        img = pattern_image(i, *size)
+        try:
+            op.apply(img, counter_rng(SEED, 0, i, salt))
+        except ValueError:
+            continue
+        imgs.append(img)
+        index.append(i)
+    return imgs, index
+
+
 @pytest.mark.parametrize("op", [b_concat_in_one_branch, b_sum_in_one_branch],
                          ids=lambda o: o.name)
 def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batch(op):
@@ -123,16 +139,7 @@ def test_arrays_of_sizes_that_differ_only_on_another_branch_do_not_stop_the_batc
     differ (a check on the native path), and DALI, which computes both outcomes for the whole
     batch, is given arrays cut to one size where the other outcome is taken."""
     assert [g.error for g in trace_op(op).guards] == ["ValueError"]
-    salt = name_salt(op.name)
-    imgs, index = [], []
-    for i in range(64):
-        img = pattern_image(i, 3, 4)
-        try:
-            op.apply(img, counter_rng(SEED, 0, i, salt))
-        except ValueError:
-            continue
-        imgs.append(img)
-        index.append(i)
+    imgs, index = _numpy_runs(op, 64, (3, 4))
     shapes = {w.shape for w in traced_equals_numpy(op, imgs, seed=SEED, index=index)}
     assert len(shapes) == 2
 
@@ -159,18 +166,8 @@ def b_where_in_one_branch(img, rng):
 
 
 def test_a_three_operand_where_of_sizes_that_differ_only_on_another_branch():
-    op = b_where_in_one_branch
-    salt = name_salt(op.name)
-    imgs, index = [], []
-    for i in range(48):
-        img = pattern_image(i, 4, 3)
-        try:
-            op.apply(img, counter_rng(SEED, 0, i, salt))
-        except ValueError:
-            continue
-        imgs.append(img)
-        index.append(i)
-    traced_equals_numpy(op, imgs, seed=SEED, index=index)
+    imgs, index = _numpy_runs(b_where_in_one_branch, 48, (4, 3))
+    traced_equals_numpy(b_where_in_one_branch, imgs, seed=SEED, index=index)
 
 
 def test_sizes_equal_by_their_form_are_not_cut():
