@@ -207,3 +207,13 @@ def test_a_power_of_draws_that_is_an_output_itself_is_refused():
 
     with pytest.raises(TraceError, match=r"\*\* with exponent 2\.2"):
         trace_op(draws_out)
+
+
+def test_float_math_of_an_array_of_draws_that_is_an_output_is_refused():
+    @unregistered(dtype=np.float64, num_outputs=2)
+    def exp_out(img, rng):
+        return img.astype(np.float64), np.exp(rng.uniform(size=(1, 1, 3)))
+
+    with pytest.raises(TraceError, match=r"np\.exp of an array of draws that no value of the "
+                                         r"image reads"):
+        trace_op(exp_out)

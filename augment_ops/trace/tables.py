@@ -30,6 +30,7 @@ from augment_ops.trace.gather import draw_only, gather, gathered_tables, table_e
 from augment_ops.trace.ir import Node, Traced, TraceError, _new
 from augment_ops.trace.lookup import _ELEMENTWISE, _constant_at
 from augment_ops.trace.scalar_stage import evaluate
+from augment_ops.trace.sym import _INEXACT
 
 __all__ = ["tabulate"]
 
@@ -201,17 +202,18 @@ class _Tables:
 
 def tabulate(traced: Traced, inexact: dict[Node, TraceError]) -> Traced:
     """``traced`` with its inexact float math of uint8 arrays replaced by lookup tables (see the
-    module's docstring); raises the recorded :class:`TraceError` of an inexact node left."""
+    module's docstring); raises the recorded :class:`TraceError` of an inexact node left, and
+    for float math of an array of draws that DALI would compute (:func:`_draws_math_left`)."""
     if not inexact:
+        roots = [*traced.outputs, *(g.bad for g in traced.guards)]
+        _draws_math_left(roots, _readers_values(roots))
         return traced
     tables = _Tables(inexact)
     outputs = tuple(tables.rebuild(n) for n in traced.outputs)
     guards = tuple(dataclasses.replace(g, bad=tables.rebuild(g.bad)) for g in traced.guards)
     result = dataclasses.replace(traced, outputs=outputs, guards=guards)
     roots = [*outputs, *(g.bad for g in guards)]
-    left = {id(n) for n in result.nodes()}
-    for g in guards:
-        left.update(id(n) for n in Traced((g.bad,), 0, 0).nodes())
+    left = {id(n) for n in Traced(tuple(roots), 0, 0).nodes()}
     # numpy computes a per-sample table, and a small array of the draws alone
     # (rng.uniform(size=3) ** 2.2), in the readers (lower_dali.sample_scalar_nodes), as arrays:
     # as the numpy path computes them. Not a single number (2.0 ** rng.uniform()): the numpy
@@ -223,4 +225,20 @@ def tabulate(traced: Traced, inexact: dict[Node, TraceError]) -> Traced:
     for node, refusal in inexact.items():
         if id(node) in left:
             raise refusal
+    _draws_math_left(roots, given | gathered)
     return result
+
+
+def _draws_math_left(roots: list[Node], numpys: set[int]) -> None:
+    """Raise :class:`TraceError` for ``np.exp``, ``np.log`` ... of an array of draws (rank 2 or
+    more) that numpy does not compute (not in ``numpys``): DALI would, and its result differs
+    in the last bit for some values. Scalars and short vectors of draws and sizes are numpy's:
+    in the readers, or in the scalar stage (:func:`augment_ops.trace.scalar_stage.
+    wants_stage`)."""
+    for n in Traced(tuple(roots), 0, 0).nodes():
+        if n.op == "un" and n.attrs[0] in _INEXACT and not n.pixel and n.ndim >= 2 and \
+                id(n) not in numpys:
+            raise TraceError(f"np.{n.attrs[0]} of an array of draws that no value of the image "
+                             "reads (DALI would compute it, and numpy's and DALI's "
+                             f"{n.attrs[0]} differ in the last bit for some values; numpy "
+                             "computes such an array where a value of the image reads it)")
