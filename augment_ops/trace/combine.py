@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _same
 from augment_ops.trace.ir import Dim, Node, TraceError, _new
+from augment_ops.trace.shapes import _same_dim
 from augment_ops.trace.sym import (
     Sym,
     _broadcast,
@@ -95,12 +95,6 @@ def _matched(nodes: Sequence[Node], skip: int | None, message: str) -> list[Node
             "slice", (n, 0, least), (ax,), n.dtype,
             tuple(least if k == ax else d for k, d in enumerate(n.shape))) for n in out]
     return out
-
-
-def _same_dim(a: Dim, b: Dim) -> bool:
-    if isinstance(a, int) or isinstance(b, int):
-        return isinstance(a, int) and isinstance(b, int) and a == b
-    return a is b or _same(a, b)
 
 
 def _concat(nodes: Sequence[Node], axis: int) -> Node:

@@ -213,6 +213,13 @@ class Traced:
             stack.extend(a for a in n.args if isinstance(a, Node))
 
 
+def same_shape(a: tuple, b: tuple) -> bool:
+    """Whether shapes ``a`` and ``b`` are the same on every sample by their form: the same size
+    nodes, or equal constants."""
+    return len(a) == len(b) and all(x is y or (isinstance(x, int) and isinstance(y, int)
+                                               and x == y) for x, y in zip(a, b, strict=True))
+
+
 # -- the trace being run --------------------------------------------------------------------------
 #: The most branches on pixel values one run of an op may take: a loop on pixel values
 #: (``while x.max() > 10:``) would take them without end.

@@ -48,7 +48,7 @@ import numpy as np
 from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
-from augment_ops.trace.ir import Node, Traced
+from augment_ops.trace.ir import Node, Traced, same_shape
 from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
 from augment_ops.trace.scalar_stage import (
     _EVALUATED,
@@ -200,9 +200,7 @@ def _same_shapes(n: Node) -> bool:
     """Whether select ``n``'s two outcomes have the same shape on every sample (the same size
     nodes): then it is an elementwise select where its predicate is, with no conditional."""
     _, a, b = n.args
-    return len(a.shape) == len(b.shape) and all(
-        x is y or (isinstance(x, int) and isinstance(y, int) and x == y)
-        for x, y in zip(a.shape, b.shape, strict=True))
+    return same_shape(a.shape, b.shape)
 
 
 def uses_stage(traced: Traced) -> bool:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from augment_ops.trace.gather import draw_only, gather, gathered_tables, table_expression
-from augment_ops.trace.ir import Node, Traced, TraceError, _new
+from augment_ops.trace.ir import Node, Traced, TraceError, _new, same_shape
 from augment_ops.trace.lookup import _ELEMENTWISE, _constant_at
 from augment_ops.trace.scalar_stage import evaluate
 from augment_ops.trace.sym import _INEXACT
@@ -36,11 +36,6 @@ __all__ = ["tabulate"]
 
 #: The values a table is computed on: every uint8 value.
 _VALUES = np.arange(256, dtype=np.uint8)
-
-
-def _same_shape(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(x is y or (isinstance(x, int) and isinstance(y, int)
-                                               and x == y) for x, y in zip(a, b, strict=True))
 
 
 def _readers_values(roots: list[Node]) -> set[int]:
@@ -151,7 +146,7 @@ class _Tables:
         """``n`` as a table read at its source's values, or None where it is not one."""
         src = self.source(n)
         if not isinstance(src, Node) or src is n or n.op not in _ELEMENTWISE or \
-                not _same_shape(n.shape, src.shape) or not self._holds_inexact(n, src):
+                not same_shape(n.shape, src.shape) or not self._holds_inexact(n, src):
             return None
         if self._reads_draws(n, src):
             expr = table_expression(n, src)
