@@ -8,6 +8,7 @@ pipeline and compared with numpy exactly."""
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import textwrap
 
@@ -23,8 +24,8 @@ from augment_ops.trace import TraceError, trace_function
 
 #: An installed library's functions: sizes from int()/float()/round()/math of per-sample values,
 #: a decorator as albucore writes them, a check that raises on some images and one that no image
-#: reaches, a class whose objects the op makes, and what the tracer cannot follow (a method of an
-#: object made at import, libm's exp, a per-sample loop count).
+#: reaches, a class whose objects the op makes, objects made at import (and a table of them), and
+#: what the tracer cannot follow (libm's exp, a per-sample loop count).
 LIBRARY = '''
 import abc
 import functools
@@ -75,7 +76,34 @@ class Box:
         return int(h / 3)
 
 
-BOX = Box()  # made at import: its methods run as they are
+BOX = Box()  # made at import: traced code reads a read-only stand-in of it
+
+
+class Counter:
+    def __init__(self):
+        self.calls = 0
+        self.seen = []
+        self.opts = {"frac": 0.5}
+
+    def count(self, img):
+        self.calls += 1
+        return img
+
+    def remember(self, img):
+        self.seen.append(img.shape[0])
+        return img
+
+    def tune(self, img):
+        self.opts["frac"] = 0.25
+        return img
+
+    def half(self, img):
+        opts = dict(self.opts)
+        return img[:max(int(img.shape[0] * opts["frac"]), 1)]
+
+
+COUNTER = Counter()
+OPS = {"top": BOX, "half": COUNTER}  # a table of objects made at import, as timm's RandAugment
 
 
 class Transform(abc.ABC):
@@ -262,15 +290,42 @@ def test_a_library_type_check_failing_on_a_traced_image_names_the_library_functi
                  r"be image or list: .* at \S+test_trace_libraries\.py:\d+: return img \+ int")
 
 
+@pytest.mark.parametrize("body", ["lib.BOX.top(img.shape[0])",
+                                  "img.shape[0] - lib.OPS['half'].half(img).shape[0]"])
+def test_a_method_of_an_object_made_at_import_runs_traced(lib, body):
+    scope = {"lib": lib}
+    exec(f"def op(img):\n    return img[:{body}]\n", scope)
+    _check(scope["op"])
+
+
+@pytest.mark.parametrize(("method", "match", "line"), [
+    ("count", r"^self\.calls = \.\.\. \(a write to an attribute\) of a Counter object, an object "
+              r"made before the op ran \(a module-level object, made at import\): the numpy path "
+              r"changes the real object at every sample", "self.calls += 1"),
+    ("remember", r"^list\.append\(\) on self\.seen of a Counter object, an object made before",
+     "self.seen.append(img.shape[0])"),
+    ("tune", r"^dict\.__setitem__\(\) on self\.opts of a Counter object, an object made before",
+     'self.opts["frac"] = 0.25'),
+])
+def test_a_write_to_an_object_made_at_import_is_refused_and_leaves_it_as_it_was(
+        lib, method, match, line):
+    scope = {"lib": lib}
+    exec(f"def op(img):\n    return lib.OPS['half'].{method}(img)\n", scope)
+    with pytest.raises(TraceError, match=match) as e:
+        _trace(scope["op"])
+    assert re.search(rf"inside \S+tracedlib\.py:\d+: {re.escape(line)} at <string>:2$",
+                     str(e.value)), str(e.value)
+    c = lib.COUNTER
+    assert (c.calls, c.seen, c.opts) == (0, [], {"frac": 0.5})
+
+
 @pytest.mark.parametrize(("body", "match"), [
-    ("img[:lib.BOX.top(img.shape[0])]",
-     r"^int\(\) of a per-sample value in Box\.top\(\), code the tracer runs as it is \(a method"),
     ("img[:int(lib.shrink(img.shape[0]))]",
      r"^math\.exp of a per-sample value \(the C library's exp and numpy's may differ"),
     ("lib.repeat(img, img.shape[0] // 2)",
      r"^range\(\) of a per-sample count the tracer cannot bound by 16 .*, inside \S+tracedlib"
      r"\.py:\d+: for _ in range\(n\):"),
-], ids=["method-of-an-object-made-at-import", "libm-exp", "loop-count"])
+], ids=["libm-exp", "loop-count"])
 def test_what_library_code_cannot_do_on_a_per_sample_value_is_refused_by_name(lib, body, match):
     scope = {"lib": lib}
     exec(f"def op(img):\n    return {body}\n", scope)

@@ -38,6 +38,7 @@ from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.instances import stand_in_object
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
 from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.sym import (
@@ -237,10 +238,14 @@ class _StandIn(type):
         raise NotImplementedError
 
     def __eq__(cls, other: Any) -> bool:
-        return other is cls or other is type(cls)._stands_for(cls)
+        # two stand-ins for one class are equal too: the copy of a class and the class of a
+        # stand-in object (augment_ops.trace.instances), a subclass of the copy
+        real = type(cls)._stands_for(cls)
+        return other is cls or other is real or (
+            isinstance(other, _StandIn) and type(other)._stands_for(other) is real)
 
     def __ne__(cls, other: Any) -> bool:
-        return other is not cls and other is not type(cls)._stands_for(cls)
+        return not _StandIn.__eq__(cls, other)
 
     def __hash__(cls) -> int:
         return hash(type(cls)._stands_for(cls))
@@ -541,6 +546,18 @@ def _class_copyable(cls: type) -> bool:
     return all(b in (object, abc.ABC) or _class_copyable(b) for b in cls.__bases__)
 
 
+def _object_copyable(v: Any) -> bool:
+    """Whether ``v`` is an object with attributes (not a class, function or module) of a class
+    whose traced copy may stand in for it: timm's ``AugmentOp`` objects, made at import."""
+    if isinstance(v, (type, types.FunctionType, types.ModuleType, types.MethodType)):
+        return False
+    try:
+        attrs = object.__getattribute__(v, "__dict__")
+    except AttributeError:
+        return False
+    return type(attrs) is dict and _class_copyable(type(v))
+
+
 class _TracedGlobals(dict):
     """A module's globals as its traced copies see them: what :func:`_patched` replaces,
     replaced at once; functions and modules when the code first reads them (``LOAD_GLOBAL``
@@ -600,6 +617,7 @@ class Rebinder:
         self._globals: dict[int, tuple[dict, dict]] = {}  # id(module dict): (dict, traced)
         self._modules: dict[int, tuple[Any, Any]] = {}  # id(module): (module, proxy)
         self._classes: dict[int, tuple[type, type]] = {}  # id(class): (class, copy)
+        self._objects: dict[int, tuple[Any, Any]] = {}  # id(object): (object, stand-in)
         self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -618,8 +636,11 @@ class Rebinder:
             return self._class(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
             return getattr(_MATH, v.__name__)  # from math import sqrt
+        if _object_copyable(v):
+            return self._object(v)
         if type(v) is dict and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
-                _copied(x) or (isinstance(x, type) and _class_copyable(x)) for x in v.values()):
+                _copied(x) or (isinstance(x, type) and _class_copyable(x)) or _object_copyable(x)
+                for x in v.values()):
             # A table of functions the op picks from (timm's NAME_TO_OP, RandAugment's op
             # lists): the functions it calls through it run as traced copies too. A new dict of
             # the same items; the op only reads it (augment_ops.state refuses a write to it).
@@ -638,6 +659,22 @@ class Rebinder:
                     held = self._modules[id(v)] = (v, _ModuleProxy(v, self))
                 return held[1]
         return v
+
+    def _object(self, obj: Any) -> Any:
+        """The read-only stand-in for ``obj``, an object made before the trace
+        (:mod:`augment_ops.trace.instances`), made once; ``obj`` where its class is used as it
+        is."""
+        held = self._objects.get(id(obj))
+        if held is not None:
+            return held[1]
+        copy = self._class(type(obj))
+        if copy is type(obj):
+            self._objects[id(obj)] = (obj, obj)
+            return obj
+
+        def remember(s: Any) -> None:
+            self._objects[id(obj)] = (obj, s)
+        return stand_in_object(obj, copy, self.value, remember)
 
     def _copy(self, fn: types.FunctionType) -> types.FunctionType:
         held = self._functions.get(id(fn))
