@@ -142,6 +142,8 @@ def explain(name_or_op: Any) -> str:
         notes.append(NOISE_NOTE)
     if any(n.op == "gather" for n in traced.nodes()):
         notes.append(TABLE_NOTE)
+    if any(n.op == "equalize" for n in traced.nodes()):
+        notes.append(EQUALIZE_NOTE)
     if notes:
         return "native (traced; " + "; ".join(notes) + ")"
     return "native (traced)"
@@ -151,6 +153,10 @@ def explain(name_or_op: Any) -> str:
 NOISE_NOTE = ("its arrays of noise drawn by DALI's generator: numpy's distribution, other "
               "values than the numpy path's; the same values again for the same seed and "
               "starting point, other ones in a resumed run")
+
+#: What :func:`explain` says of an op that equalizes as PIL does (augment_ops.trace.pil_equalize).
+EQUALIZE_NOTE = ("PIL's equalize as one Python call per batch (numpy's bincount and take on the "
+                 "CPU, torch's on the GPU), as DALI has no histogram operator")
 
 #: What :func:`explain` says of an op that reads per-sample tables (augment_ops.trace.gather).
 TABLE_NOTE = ("a lookup table per sample, computed by numpy with the sample's draws and read at "

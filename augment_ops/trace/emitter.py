@@ -667,6 +667,20 @@ class _Emitter(_Vectors):
                                      num_outputs=1)
         return fn.reinterpret(out, dtype=_dali_type(n.dtype)) if unsigned else out
 
+    def _equalize(self, n: Node) -> Any:
+        """PIL's equalize (:mod:`augment_ops.trace.pil_equalize`): one Python call per batch,
+        numpy on the CPU, torch on the GPU."""
+        from nvidia.dali import fn
+
+        from augment_ops.trace.pil_equalize import CpuEqualize, GpuEqualize
+
+        x = self.value(n.args[0])
+        if getattr(x, "device", "cpu") == "gpu":
+            return fn.dl_tensor_python_function(x, function=GpuEqualize(), batch_processing=True,
+                                                device="gpu", num_outputs=1)
+        return fn.python_function(x, function=CpuEqualize(), batch_processing=True,
+                                  num_outputs=1)
+
     # -- branches
     def _select(self, n: Node) -> Any:
         from nvidia.dali import fn

@@ -2,7 +2,8 @@
 :class:`TracedImage`, which does exactly what PIL does for the methods listed on it (flips and
 quarter turns, crops inside the image, ``point`` with a constant table or function, and so
 ``ImageOps.posterize``/``solarize``/``invert``, ``ImageOps.autocontrast`` (without cutoff:
-:mod:`.pil_autocontrast`), conversions between ``L`` and ``RGB`` and
+:mod:`.pil_autocontrast`), ``ImageOps.equalize`` (without a mask: :mod:`.pil_equalize`),
+conversions between ``L`` and ``RGB`` and
 between ``RGB`` and ``HSV`` (:mod:`.pil_color`), ``Image.merge`` of traced bands,
 ``Image.blend`` (and so ``ImageEnhance.Brightness``/``Color``), ``Image.new`` of the traced
 image's size, ``paste`` inside the image, and so ``ImageOps.expand``, and filled
@@ -29,6 +30,7 @@ from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
 from augment_ops.trace.pil_autocontrast import autocontrast_bands
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
+from augment_ops.trace.pil_equalize import equalize_bands, model_holds
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
 #: What a PIL method not lowered would need, where there is more to say.
@@ -37,9 +39,9 @@ _WHY_NOT: dict[str, str] = {
     "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
     "filter": "PIL's filters have no exact DALI equivalent",
     "transform": "PIL's resampling differs from DALI's warps",
-    "histogram": "a histogram of the pixels (ImageOps.equalize; ImageOps.autocontrast with a "
-                 "cutoff, or called by another name than ImageOps.autocontrast), which DALI's "
-                 "operators cannot compute",
+    "histogram": "a histogram of the pixels (ImageOps.autocontrast with a cutoff; "
+                 "ImageOps.autocontrast or equalize called by another name than theirs in "
+                 "ImageOps), which DALI's operators cannot compute",
 }
 
 
@@ -501,6 +503,24 @@ def _wrapped_autocontrast(real: Any) -> Any:
     return autocontrast
 
 
+def _wrapped_equalize(real: Any) -> Any:
+    def equalize(image: Any, mask: Any = None) -> Any:
+        if not isinstance(image, TracedImage):
+            return real(image, mask)
+        if mask is not None:
+            raise TraceError("PIL ImageOps.equalize of a traced image with a mask (a histogram "
+                             "of the masked pixels; without a mask it lowers)")
+        if image.mode not in ("L", "RGB"):
+            raise TraceError(f"PIL ImageOps.equalize of a traced {image.mode} image")
+        if not model_holds(real):
+            raise TraceError("PIL ImageOps.equalize of a traced image: this Pillow's tables "
+                             "differ from the rule the tracer knows (augment_ops.trace."
+                             "pil_equalize), so its result cannot be reproduced")
+        return TracedImage(equalize_bands(image._arr), image.mode)
+    equalize.__wrapped__ = real  # type: ignore[attr-defined]
+    return equalize
+
+
 def install_pil() -> Any:
     """Replace ``PIL.Image.fromarray``, ``PIL.Image.merge``, ``PIL.Image.new``,
     ``PIL.Image.blend``, ``PIL.ImageStat.Stat`` and ``PIL.ImageOps.autocontrast`` (when PIL is
@@ -520,6 +540,8 @@ def install_pil() -> Any:
     if ops is not None:
         _REAL["ImageOps.autocontrast"] = ops.autocontrast
         ops.autocontrast = _wrapped_autocontrast(ops.autocontrast)
+        _REAL["ImageOps.equalize"] = ops.equalize
+        ops.equalize = _wrapped_equalize(ops.equalize)
 
     def restore() -> None:
         for name in _WRAPPERS:
@@ -528,6 +550,7 @@ def install_pil() -> Any:
             stat.Stat = _REAL.pop("ImageStat.Stat")
         if ops is not None:
             ops.autocontrast = _REAL.pop("ImageOps.autocontrast")
+            ops.equalize = _REAL.pop("ImageOps.equalize")
     return restore
 
 
