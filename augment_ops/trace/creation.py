@@ -165,12 +165,23 @@ def _new_array(name: str) -> Callable[..., Any]:
             raise TraceError(f"np.{name} with a per-sample {'value' if name == 'full' else 'dtype'}"
                              " (only a constant fill of a new array is lowered)")
         if not (_holds_sym(shape) or isinstance(shape, Sym)):
-            return real(shape, *args, **kwargs)
+            made = real(shape, *args, **kwargs)
+            if name == "empty" and made.size <= MAX_SMALL_EMPTY and made.dtype.kind in "biuf":
+                # A small array filled after it is made (mmcv's bbox_clip: cmin[0::2] = w - 1):
+                # traced, so that a per-sample value may be written into it. numpy leaves its
+                # values unset; here they are zeros until written.
+                return Sym(const(np.zeros(made.shape, made.dtype)))
+            return made
         if name == "full":
             return _full_canvas(shape, *args, **kwargs)
         return _full_canvas(shape, 1 if name == "ones" else 0, *args, default=np.float64,
                             **kwargs)
     return build
+
+
+#: The most elements of an ``np.empty`` of a constant shape that is traced (a small array of
+#: coordinates or coefficients the op fills with per-sample values); larger ones stay numpy's.
+MAX_SMALL_EMPTY = 64
 
 
 def _full_canvas(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *,

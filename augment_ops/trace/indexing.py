@@ -15,6 +15,7 @@ from augment_ops.trace.combine import _concat, _np_stack, _where
 from augment_ops.trace.creation import _holds_sym, _python_int_checks, canvas_fill, np_array
 from augment_ops.trace.facts import _at_most, _nonneg, _same, linear_form, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.strided import read_strided, strided_key, write_strided
 from augment_ops.trace.sym import (
     Sym,
     _dim,
@@ -37,6 +38,8 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
         raise TraceError("a write into the input image or a view of it (numpy refuses: "
                          "the input is read-only; write into img.copy())")
     a._check_written_through()
+    if _write_strided(a, n, key, value):
+        return
     if isinstance(key, Sym) and key.dtype.kind == "b":
         v = np.asarray(value) if not isinstance(value, Sym) else value
         a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
@@ -64,6 +67,23 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
             a._write(_fill_region(n, key, value))
         return
     a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _write_strided(a: Sym, n: Node, key: Any, value: Any) -> bool:
+    """``a[0::2] = value`` on an axis of a constant length (:mod:`augment_ops.trace.strided`);
+    False for a key with no such slice."""
+    key = key if isinstance(key, tuple) else (key,)
+    if not builtins.any(isinstance(k, slice) and k.step not in (None, 1, -1) for k in key) or \
+            not builtins.all(k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))
+                             for k in key):
+        return False
+    full = _basic_key(n, key)
+    found = strided_key(n, full)
+    if found is None:
+        return False
+    selected = builtins.sum(1 for k in full if k is None or isinstance(k, slice))
+    write_strided(full, value, found, selected, lambda k, v: _setitem(a, k, v))
+    return True
 
 
 def _canvas_value(a: Sym, key: Any, value: Any) -> Any:
@@ -311,7 +331,8 @@ def _normalize_slice(s: slice, n: Dim) -> tuple[Dim, Dim, bool]:
     if step is None:
         step = 1
     if step not in (1, -1):
-        raise TraceError(f"a slice step of {step} (only 1 and -1 are lowered)")
+        raise TraceError(f"a slice step of {step} here (only 1 and -1 are lowered on an axis of "
+                         "per-sample length and in a write through a view)")
     if s.start is None and s.stop is None:
         return 0, n, step == -1
 
@@ -363,7 +384,11 @@ def _getitem(n: Node, key: Any) -> Node:
         return _take_drawn(moved, (Ellipsis, key[0]))
     if key and isinstance(key[-1], Sym) and key[-1].dtype.kind in "iu" and None not in key:
         return _take_drawn(n, key)
-    bounds, takes, newaxes = _index_parts(n, _basic_key(n, key))
+    key = _basic_key(n, key)
+    strided = strided_key(n, key)
+    if strided is not None:
+        return read_strided(n, key, strided, _getitem, _concat)
+    bounds, takes, newaxes = _index_parts(n, key)
     return _indexed(n, bounds, takes, newaxes)
 
 

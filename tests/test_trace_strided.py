@@ -1,0 +1,87 @@
+"""Slices with a step other than 1 and -1 on axes of a constant length
+(``augment_ops.trace.strided``), and small ``np.empty`` arrays filled with per-sample values
+(mmcv's ``bbox_clip``: ``cmin = np.empty(4); cmin[0::2] = w - 1; cmin[1::2] = h - 1``).
+
+Each op runs in a real DALI CPU pipeline and equals numpy on images of several sizes; a step on
+an axis of per-sample length, and a write through a view made by a step, are refused saying so.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_trace_arrays import _check, _refused
+
+from augment_ops.trace import trace_function
+
+
+def s_bbox_clip(img):
+    # mmcv/image/geometric.py bbox_clip, then imcrop's slice of the clipped box
+    box = np.array([1, 2, 30, 40])
+    cmin = np.empty(box.shape[-1], dtype=box.dtype)
+    cmin[0::2] = img.shape[1] - 1
+    cmin[1::2] = img.shape[0] - 1
+    x1, y1, x2, y2 = np.maximum(np.minimum(box, cmin), 0)
+    return img[y1:y2 + 1, x1:x2 + 1]
+
+
+def s_read_coordinates(img):
+    box = np.array([img.shape[1] // 4, img.shape[0] // 3, img.shape[1] - 1, img.shape[0] - 1])
+    xs, ys = box[0::2], box[1::2]
+    return img[ys.min():ys.max(), xs[::-1][1]:xs[-1]]
+
+
+def s_write_values(img):
+    corners = np.empty((2, 4), dtype=np.int64)
+    corners[:, ::2] = np.array([[0], [img.shape[1] // 2]])
+    corners[:, 1::2] = np.array([img.shape[0] // 3, img.shape[0] - 1])
+    return img[corners[0, 1]:corners[1, 3], corners[0, 0]:corners[1, 2]]
+
+
+def s_every_other_channel(img):
+    return img[..., ::2] // 2 + img[:, :, ::-2]
+
+
+def s_reversed_steps(img):
+    v = np.empty(6, dtype=np.int64)
+    v[5:0:-2] = img.shape[0] - 1
+    v[4::-2] = 0
+    return img[v[4]:v[5], v[0]:v[3] + 1]
+
+
+@pytest.mark.parametrize("func", [s_bbox_clip, s_read_coordinates, s_write_values,
+                                  s_every_other_channel, s_reversed_steps],
+                         ids=lambda f: f.__name__)
+def test_a_strided_slice_of_a_constant_length_axis_equals_numpy(func):
+    _check(func)
+
+
+def test_a_step_on_an_axis_of_per_sample_length_is_refused():
+    def every_other_row(img):
+        return img[::2]
+
+    _refused(every_other_row, r"^a slice step of 2 on an axis of per-sample length")
+
+
+def test_a_write_through_a_strided_view_is_refused():
+    def through_view(img):
+        a = np.empty(4, dtype=np.int64)
+        a[:] = 1
+        v = a[::2]
+        v[0] = img.shape[0] - 1
+        return img[:a[0]]
+
+    _refused(through_view, r"^a slice step of 2 here \(only 1 and -1 are lowered on an axis of "
+                           r"per-sample length and in a write through a view\)")
+
+
+def test_a_value_numpy_cannot_broadcast_raises_as_numpy_does():
+    def bad(img):
+        a = np.empty(4, dtype=np.int64)
+        a[::2] = np.array([img.shape[0], img.shape[1], 1])
+        return img[:a[0]]
+
+    with pytest.raises(ValueError, match="could not broadcast"):
+        bad(np.zeros((3, 3, 3), np.uint8))
+    with pytest.raises(Exception, match="could not broadcast"):
+        trace_function(bad, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
