@@ -864,8 +864,8 @@ def test_trace_error_is_a_value_error_with_fields():
     e = info.value
     assert isinstance(e, ValueError) and e.construct == "a slice step of 3 on an axis of " \
         "per-sample length, or with per-sample bounds (only 1 and -1 are lowered there; a step " \
-        "on an axis of a constant length lowers)" and re.search(r"test_trace.py:\d+: trace_function\(lambda img: img\[::3\]",
-                                 e.location)
+        "on an axis of a constant length lowers)" and re.search(
+            r"test_trace.py:\d+: trace_function\(lambda img: img\[::3\]", e.location)
 
 
 

@@ -144,6 +144,8 @@ def explain(name_or_op: Any) -> str:
         notes.append(TABLE_NOTE)
     if any(n.op == "equalize" for n in traced.nodes()):
         notes.append(EQUALIZE_NOTE)
+    if any(n.op == "npsum" for n in traced.nodes()):
+        notes.append(FLOAT_SUM_NOTE)
     if notes:
         return "native (traced; " + "; ".join(notes) + ")"
     return "native (traced)"
@@ -157,6 +159,11 @@ NOISE_NOTE = ("its arrays of noise drawn by DALI's generator: numpy's distributi
 #: What :func:`explain` says of an op that equalizes as PIL does (augment_ops.trace.pil_equalize).
 EQUALIZE_NOTE = ("PIL's equalize as one Python call per batch (numpy's bincount and take on the "
                  "CPU, torch's on the GPU), as DALI has no histogram operator")
+
+#: What :func:`explain` says of an op that sums floats over the image (augment_ops.trace.pairwise).
+FLOAT_SUM_NOTE = ("numpy's own float sums over the image (its means, variances), one Python call "
+                  "per batch on the CPU (a GPU array is copied there first), as DALI's reductions "
+                  "add in another order")
 
 #: What :func:`explain` says of an op that reads per-sample tables (augment_ops.trace.gather).
 TABLE_NOTE = ("a lookup table per sample, computed by numpy with the sample's draws and read at "

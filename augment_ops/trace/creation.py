@@ -13,6 +13,7 @@ import numpy as np
 
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.pairwise import copied
 from augment_ops.trace.sym import Sym, _rep, _to_node, implements, raise_where, ufunc
 
 
@@ -98,8 +99,13 @@ def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
         if copy is False and dt != obj.dtype:
             raise ValueError("Unable to avoid copy while creating an array as requested.")
         if copy is True or dt != obj.dtype:
-            return obj.astype(dt) if dt != obj.dtype else obj.copy()
-        return obj
+            out = obj.astype(dt) if dt != obj.dtype else obj.copy(order="K")
+        else:
+            out = obj
+        # numpy lays the result out as ``order`` asks (copying where it must): the tracer
+        # follows the layout for numpy's float sums (augment_ops.trace.pairwise)
+        laid = copied(out._checked(), order, "np.array")
+        return out if laid is out._checked() else Sym(laid)
     return _from_sequence(obj, dtype)
 
 
@@ -112,7 +118,7 @@ def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> A
     copy = kwargs.pop("copy", None)
     if kwargs:
         raise TraceError(f"np.asarray of a traced value with {sorted(kwargs)}=")
-    return np_array(a, dtype, copy=copy)
+    return np_array(a, dtype, copy=copy, order=order)
 
 
 def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
@@ -122,7 +128,7 @@ def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
         return np.ascontiguousarray(a, dtype, **kwargs)
     if kwargs:
         raise TraceError(f"np.ascontiguousarray of a traced value with {sorted(kwargs)}=")
-    out = np_array(a, dtype, copy=None)
+    out = np_array(a, dtype, copy=None, order="C")
     if isinstance(out, Sym) and out.ndim == 0:
         out = out[None]
     return out
@@ -145,12 +151,13 @@ def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: An
     if "F" in req and np.ndim(a) > 1:
         raise TraceError("np.require(requirements='F') of a traced array (a Fortran-ordered "
                          "copy; the traced graph has no memory layout)")
-    out = np_array(a, dtype, copy=None)
+    order = "C" if "C" in req else "A"
+    out = np_array(a, dtype, copy=None, order=order)
     # numpy copies a read-only array for "W" and a view for "O"; otherwise it returns the same
     # array, which later writes then change for every name bound to it.
     if isinstance(a, Sym) and out is a and (("W" in req and not a._writable)
                                             or ("O" in req and not a._base)):
-        out = a.copy()
+        out = a.copy(order=order)
     return out
 
 

@@ -466,6 +466,23 @@ class _Emitter(_Vectors):
             return fn.reductions.sum(x, axes=list(axes), dtype=_dali_type(n.dtype))
         return getattr(fn.reductions, kind)(x, axes=list(axes))
 
+    def _contig(self, n: Node) -> Any:
+        """A C-ordered copy (:func:`augment_ops.trace.pairwise.copied`): the same values."""
+        return self.value(n.args[0])
+
+    def _npsum(self, n: Node) -> Any:
+        """numpy's own pairwise float sum (:mod:`augment_ops.trace.pairwise`): one Python call
+        per batch on the CPU, a GPU array copied there first."""
+        from nvidia.dali import fn
+
+        from augment_ops.trace.pairwise import NumpySum
+
+        x = self.value(n.args[0])
+        if getattr(x, "device", "cpu") == "gpu":
+            x = x.cpu()
+        return fn.python_function(x, function=NumpySum(*n.attrs), batch_processing=True,
+                                  num_outputs=1)
+
     def _fill(self, n: Node) -> Any:
         from nvidia.dali import fn, types
 

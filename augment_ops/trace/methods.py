@@ -29,7 +29,9 @@ class NdarrayMethods:
     _view: Callable[[Node], Any]
 
     def copy(self, order: str = "C") -> Any:
-        return type(self)(self._checked())
+        from augment_ops.trace.pairwise import copied
+
+        return type(self)(copied(self._checked(), order, "ndarray.copy"))
 
     def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Any:
         if kwargs:
@@ -61,6 +63,14 @@ class NdarrayMethods:
 
     def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Any:
         return HANDLERS["Sym.reduce"]("mean", self, axis, dtype, keepdims)
+
+    def var(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+            keepdims: bool = False, **kw: Any) -> Any:
+        return HANDLERS["Sym.variance"]("var", self, axis, dtype, out, ddof, keepdims, **kw)
+
+    def std(self, axis: Any = None, dtype: Any = None, out: Any = None, ddof: Any = 0,
+            keepdims: bool = False, **kw: Any) -> Any:
+        return HANDLERS["Sym.variance"]("std", self, axis, dtype, out, ddof, keepdims, **kw)
 
     def max(self, axis: Any = None, keepdims: bool = False) -> Any:
         return HANDLERS["Sym.reduce"]("max", self, axis, None, keepdims)

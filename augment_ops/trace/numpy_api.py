@@ -24,6 +24,7 @@ from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill
 from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.pairwise import float_sum
 from augment_ops.trace.sym import (
     Sym,
     _dim,
@@ -113,14 +114,14 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
             for p in parts[1:]:
                 out = ufunc("minimum" if kind == "min" else "maximum", out, p)
     else:
-        if kind in ("sum", "mean") and n.dtype.kind == "f":
-            raise TraceError(f"np.{kind} of floating-point values over the image (numpy sums "
-                             "pairwise; cast to an integer type or reduce over the channels)")
         shape = tuple(d for i, d in enumerate(n.shape) if i not in axes)
         if kind in ("sum", "mean"):
             acc_dt = np.dtype(np.uint64 if n.dtype.kind in "u" else np.int64)
-            s = Sym(_new("reduce", (cast_node(n, acc_dt) if n.dtype.kind == "b" else n,),
-                         ("sum", axes), acc_dt, shape))
+            if n.dtype.kind == "f":  # numpy's pairwise sum, by numpy (augment_ops.trace.pairwise)
+                s = Sym(float_sum(kind, n, axes, shape))
+            else:
+                s = Sym(_new("reduce", (cast_node(n, acc_dt) if n.dtype.kind == "b" else n,),
+                             ("sum", axes), acc_dt, shape))
             if kind == "mean":
                 count: Dim = 1
                 for a in axes:
@@ -141,6 +142,62 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
                         (*node.shape[:a], 1, *node.shape[a:]))
         out = Sym(node)
     return Sym(out.node)
+
+
+@implements("Sym.variance")
+def _variance(kind: str, a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
+              ddof: Any = 0, keepdims: bool = False, *, where: Any = True, mean: Any = None,
+              correction: Any = None) -> Sym:
+    """``np.var`` / ``np.std`` (``kind``) as numpy's ``_var`` computes them: the sum (float64
+    for integers), divided by the count in float64 and rounded to the sum's dtype, the squared
+    differences from it summed again and divided by ``count - ddof``, then the square root;
+    each float sum numpy's own (:mod:`augment_ops.trace.pairwise`)."""
+    if not isinstance(a, Sym):
+        raise TraceError(f"np.{kind} of a constant")
+    if dtype is not None or out is not None or where is not True or mean is not None or \
+            correction is not None or isinstance(ddof, Sym):
+        raise TraceError(f"np.{kind} with dtype=, out=, where=, mean=, correction= or a "
+                         "per-sample ddof")
+    n = a._checked()
+    if n.dtype.kind not in "biuf" or n.dtype == np.float16:
+        raise TraceError(f"np.{kind} of {n.dtype} values")
+    axes = _axes(axis, n.ndim)
+    acc = np.dtype(np.float64) if n.dtype.kind in "biu" else n.dtype
+    count: Dim = 1
+    for ax in axes:
+        count = _dop("multiply", count, n.shape[ax])
+    count64 = Sym(cast_node(_dim_sym(count).node, np.float64)) if isinstance(count, Node) \
+        else np.float64(count)
+    total = _reduce("sum", a, axes, None, True)
+    arrmean = Sym(cast_node(ufunc("divide", Sym(cast_node(total.node, np.float64)),
+                                  count64).node, acc))
+    x = ufunc("subtract", a if n.dtype.kind == "f" else Sym(cast_node(n, acc)), arrmean)
+    x = ufunc("multiply", x, x)
+    ret = _reduce("sum", x, axes, None, keepdims)
+    rest = _dop("subtract", count, int(ddof))
+    rest64 = Sym(cast_node(ufunc("maximum", _dim_sym(rest), 0).node, np.float64)) \
+        if isinstance(rest, Node) else np.float64(builtins.max(rest, 0))
+    ret = Sym(cast_node(ufunc("divide", Sym(cast_node(ret.node, np.float64)), rest64).node,
+                        acc))
+    return ufunc("sqrt", ret) if kind == "std" else ret
+
+
+def _np_prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
+             keepdims: bool = False, **kwargs: Any) -> Any:
+    """``np.prod`` of a short integer vector (``np.prod(img.shape)``): its elements multiplied
+    in order, with numpy's wrap-around (integer products are the same in any order)."""
+    if not isinstance(a, Sym) or a.ndim != 1 or a.dtype.kind not in "biu" or axis not in (
+            None, 0, -1) or dtype is not None or out is not None or keepdims or kwargs or \
+            not isinstance(a.node.shape[0], int) or a.node.shape[0] > 16:
+        raise TraceError("np.prod other than of a short vector of integers (np.prod(img.shape))")
+    rdt = np.prod(np.ones(1, a.dtype)).dtype
+    x = Sym(cast_node(a._checked(), rdt))
+    if a.node.shape[0] == 0:
+        return rdt.type(1)
+    acc = x[0]
+    for i in range(1, a.node.shape[0]):
+        acc = ufunc("multiply", acc, x[i])
+    return acc
 
 
 def _float_extreme(kind: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Sym:
@@ -502,7 +559,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "rollaxis": _axes_moved("rollaxis"),
     "moveaxis": _axes_moved("moveaxis"),
     "expand_dims": _np_expand_dims,
-    "copy": lambda a, **kw: a.copy(),
+    "copy": lambda a, order="K", **kw: a.copy(order=order),
     "ascontiguousarray": lambda a, dtype=None: a.astype(dtype) if dtype is not None else a,
     "astype": lambda a, dtype, **kw: a.astype(dtype, **kw),
     "full_like": _np_full_like,
@@ -519,6 +576,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "mean": _method("mean"),
     "max": _method("max"),
     "min": _method("min"),
+    "prod": _np_prod,
+    "var": lambda a, *args, **kwargs: _variance("var", a, *args, **kwargs),
+    "std": lambda a, *args, **kwargs: _variance("std", a, *args, **kwargs),
     "amax": _method("max"),
     "amin": _method("min"),
     "dot": lambda a, b, out=None: a.dot(b, out) if isinstance(a, Sym) else _matmul(a, b),

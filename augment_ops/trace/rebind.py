@@ -281,7 +281,7 @@ def _scalar_type(real: type) -> type:
 #: numpy functions whose first argument is one array-like (``np.any([a, b])``): numpy converts
 #: a list there to an array, and so does :func:`_lists_converted`.
 _ARRAY_LIKE_FIRST = frozenset({"any", "all", "sum", "mean", "max", "min", "amax", "amin", "clip",
-                               "round", "around"})
+                               "round", "around", "prod", "std", "var"})
 _LIST_AWARE: dict[str, Callable[..., Any]] = {}
 
 

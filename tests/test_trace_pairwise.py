@@ -1,0 +1,142 @@
+"""Float sums, means, variances and standard deviations over the image
+(``augment_ops.trace.pairwise``): numpy's own pairwise sum, one Python call per batch, on an
+array laid out in memory as the numpy path's; the arithmetic around it in DALI's operators.
+
+Each op, in real DALI pipelines on the CPU and on the GPU, equals numpy bit for bit on images
+whose sums round (random values, sizes past numpy's 128-value blocks), for arrays laid out as
+new arrays, transposes of them and single channels of them; the layouts are shown to change
+numpy's result, so a sum in another order would fail. A sum over a crop is refused saying why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import traced_equals_numpy, unregistered
+
+from augment_ops.trace import TraceError, trace_op
+
+
+# Squares spread the values over four orders of magnitude, so that their float32 sums round
+# differently in different orders (test_the_layouts_change_numpys_sums).
+@unregistered(dtype=np.float32)
+def p_centre(img):
+    x = img.astype(np.float32)
+    x = x * x / np.float32(3.3)
+    return x - x.mean()
+
+
+@unregistered(dtype=np.float32)
+def p_channel_means(img):
+    x = img.astype(np.float32)
+    x = x * x / np.float32(3.3)
+    return x - np.mean(x, axis=(0, 1), keepdims=True)
+
+
+@unregistered(dtype=np.float32)
+def p_standardize(img):
+    # keras' ImageDataGenerator.standardize: samplewise centre and std normalization
+    x = np.asarray(img, dtype="float32")
+    x *= 1.0 / 255
+    x -= np.mean(x, keepdims=True)
+    x /= np.std(x, keepdims=True) + 1e-6
+    return x
+
+
+@unregistered(dtype=np.float64)
+def p_float64_sum_and_var(img):
+    x = img / 7.0
+    return (x - x.sum() / x.size) / (np.var(img, ddof=1) + 1.0)
+
+
+@unregistered(dtype=np.float32)
+def p_transposed(img):
+    d = img.astype(np.float32).transpose(2, 0, 1)
+    d = d * d / np.float32(3.3)
+    return (d - d.mean()).transpose(1, 2, 0)
+
+
+@unregistered(dtype=np.float32)
+def p_one_channel(img):
+    x = img.astype(np.float32)
+    x = x * x / np.float32(3.3)
+    d = x.transpose(2, 0, 1)
+    return x - x[..., 0].mean() + d[2].std()
+
+
+@unregistered(dtype=np.float32)
+def p_floor_of_std(img):
+    # tensorpack's MeanVarianceNormalize
+    x = img.astype("float32")
+    std = np.maximum(np.std(x), 1.0 / np.sqrt(np.prod(img.shape)))
+    return ((x - np.mean(x)) / std).astype(np.float32)
+
+
+OPS = [p_centre, p_channel_means, p_standardize, p_float64_sum_and_var, p_transposed,
+       p_one_channel, p_floor_of_std]
+
+
+def _images() -> list[np.ndarray]:
+    rs = np.random.default_rng(6)
+    return [rs.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            for h, w in [(1, 1), (3, 5), (16, 9), (40, 57), (97, 64)]]
+
+
+@pytest.mark.parametrize("gpu", [False, pytest.param(True, marks=pytest.mark.gpu)],
+                         ids=["cpu", "gpu"])
+@pytest.mark.parametrize("op", OPS, ids=lambda o: o.name)
+def test_a_float_reduction_equals_numpy_in_a_dali_pipeline(op, gpu):
+    assert any(n.op == "npsum" for n in trace_op(op).nodes())
+    traced_equals_numpy(op, _images(), gpu=gpu)
+
+
+def test_the_layouts_change_numpys_sums():
+    """The sums above differ from a sum of the same values laid out otherwise, so a lowering
+    that summed in another order would fail them."""
+    spread = [im.astype(np.float32) * im / np.float32(3.3) for im in _images()]
+    assert any(x.transpose(2, 0, 1).mean() != np.ascontiguousarray(x.transpose(2, 0, 1)).mean()
+               for x in spread)
+    assert any(x[..., 0].mean() != np.ascontiguousarray(x[..., 0].T).mean() for x in spread)
+    assert any(x.mean(axis=(0, 1))[1] != np.ascontiguousarray(x[..., 1]).mean() for x in spread)
+    assert any(x.sum() != np.float32(x.astype(np.float64).sum()) for x in spread)
+
+
+def test_a_sum_over_a_crop_is_refused_saying_why():
+    @unregistered(dtype=np.float32)
+    def crop_mean(img):
+        x = img.astype(np.float32)
+        return x - x[1:, 1:].mean()
+
+    with pytest.raises(TraceError, match=r"^np\.mean of floating-point values over an array "
+                                         r"whose memory layout the tracer does not follow"):
+        trace_op(crop_mean)
+
+
+@unregistered(dtype=np.float32)
+def p_copied_transpose(img):
+    d = img.astype(np.float32).transpose(2, 0, 1)
+    d = d * d / np.float32(3.3)
+    c = d.copy()  # C order: another layout than d's, so another sum
+    k = np.copy(d)  # order 'K': d's layout
+    return (c - c.mean() + k.mean() - np.ascontiguousarray(d).mean()).transpose(1, 2, 0)
+
+
+def test_a_copy_that_changes_the_layout_is_followed():
+    assert any(n.op == "contig" for n in trace_op(p_copied_transpose).nodes())
+    traced_equals_numpy(p_copied_transpose, _images())
+
+
+def test_a_fortran_ordered_copy_is_refused():
+    @unregistered(dtype=np.float32)
+    def fortran(img):
+        x = np.array(img.astype(np.float32), order="F")
+        return x - x.mean()
+
+    with pytest.raises(TraceError, match=r"^np\.array with order='F' of a traced array"):
+        trace_op(fortran)
+
+
+def test_explain_names_the_python_call():
+    from augment_ops.trace import explain
+
+    assert "numpy's own float sums over the image" in explain(p_standardize)
