@@ -71,7 +71,9 @@ _SEPIA = ((0.393, 0.769, 0.189), (0.349, 0.686, 0.168), (0.272, 0.534, 0.131))
 #: Ops of the held-out and blind sets that :func:`hand_written` writes too.
 HAND_WRITTEN_MORE = (*_GAMMAS, "iaa_sigmoid_contrast", "tv_random_autocontrast",
                      "sk_rescale_intensity", "monai_scale_intensity", "mmcv_imtranslate",
-                     "alb_to_sepia", "ppcls_normalize_image")
+                     "alb_to_sepia", "ppcls_normalize_image", "timm_ra_contrast",
+                     "timm_ra_equalize", "keras_standardize", "tp_mean_variance_normalize",
+                     "mmpre_random_crop")
 
 
 # -- the hand-written DALI pipelines ---------------------------------------------------------------
@@ -186,6 +188,40 @@ def hand_written(name: str, img: Any) -> list[Any] | None:
         return [fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="HWC",
                                          mean=[0.485 * 255, 0.456 * 255, 0.406 * 255],
                                          std=[0.229 * 255, 0.224 * 255, 0.225 * 255])]
+    if name == "timm_ra_contrast":  # p=0.5, factor about 1 +- 0.81: blend with the grey mean
+        from nvidia.dali import math
+
+        x = fn.cast(img, dtype=types.FLOAT)
+        grey = fn.color_space_conversion(img, image_type=types.RGB, output_type=types.GRAY)
+        mean = fn.reductions.mean(fn.cast(grey, dtype=types.FLOAT))
+        factor = fn.random.uniform(range=[0.19, 1.81])
+        v = math.clamp(mean + factor * (x - mean), 0.0, 255.0)
+        w = fn.cast(coin(), dtype=types.FLOAT)
+        return [_u8(w * v + (1.0 - w) * x)]
+    if name == "timm_ra_equalize":  # p=0.5; DALI's equalize (OpenCV's table, not PIL's)
+        eq = fn.cast(fn.equalize(img), dtype=types.FLOAT)
+        w = fn.cast(coin(), dtype=types.FLOAT)
+        return [_u8(w * eq + (1.0 - w) * fn.cast(img, dtype=types.FLOAT))]
+    if name in ("keras_standardize", "tp_mean_variance_normalize"):
+        from nvidia.dali import math
+
+        x = fn.cast(img, dtype=types.FLOAT)
+        if name == "keras_standardize":
+            x = x * (1.0 / 255)
+        mean = fn.reductions.mean(x)
+        std = fn.reductions.std_dev(x, mean)
+        if name == "keras_standardize":
+            return [(x - mean) / (std + 1e-6)]
+        floor = 1.0 / math.sqrt(img.shape()[0] * img.shape()[1] * img.shape()[2])
+        return [(x - mean) / math.max(std, fn.cast(floor, dtype=types.FLOAT))]
+    if name == "mmpre_random_crop":  # pad 2 with zeros, then a random 6x6 crop
+        hw = fn.cast(img.shape()[0:2], dtype=types.FLOAT)
+        anchor = fn.random.uniform(range=[0.0, 1.0], shape=[2]) * (hw + 4.0 - 6.0 + 1.0) - 2.0
+        from nvidia.dali import math
+
+        return [fn.slice(img, fn.cast(math.floor(anchor), dtype=types.INT64),
+                         fn.constant(idata=[6, 6], dtype=types.INT64), axes=[0, 1],
+                         out_of_bounds_policy="pad", fill_values=0)]
     if name == "readme_halves":
         w = img.shape()[1] // 2
         return [img[:, :w], img[:, w:]]

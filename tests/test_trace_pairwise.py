@@ -140,3 +140,35 @@ def test_explain_names_the_python_call():
     from augment_ops.trace import explain
 
     assert "numpy's own float sums over the image" in explain(p_standardize)
+
+
+# -- numpy's tree of additions, by torch (augment_ops.trace.pairwise_torch) ---------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_torchs_pairwise_sums_equal_numpys_on_every_kind_of_length(dtype):
+    torch = pytest.importorskip("torch")
+    from augment_ops.trace.pairwise_torch import batch_sums, model_holds
+
+    assert model_holds()
+    rs = np.random.default_rng(4)
+    lengths = [0, 1, 7, 8, 9, 15, 16, 17, 120, 127, 128, 129, 136, 255, 256, 1000, 8191, 8193,
+               65537, 500 * 375 * 3]
+    arrays = [(rs.standard_normal(n) * 10.0 ** rs.uniform(-5, 7, n)).astype(dtype)
+              for n in lengths]
+    arrays[1][0] = -0.0  # one -0.0: numpy's sum is 0.0
+    arrays[3][2] = np.inf
+    arrays[5][:] = -0.0
+    arrays[6][4] = np.nan
+    got = batch_sums([torch.from_numpy(a) for a in arrays])  # one batch of every length
+    for n, a, g in zip(lengths, arrays, got, strict=True):
+        assert np.asarray(g.numpy()).tobytes() == np.asarray(np.add.reduce(a)).tobytes(), n
+    # a sum in another order differs for some of them, so the test can fail
+    assert any(np.add.reduce(a) != np.add.reduce(a[::-1]) for a in arrays[10:])
+
+
+def test_the_gpu_path_choice_keeps_sums_over_some_axes_on_the_numpy_path():
+    from extsrc.ops_runtime.paths import explain_choice, sums_on_the_cpu
+
+    assert sums_on_the_cpu(p_channel_means) and not sums_on_the_cpu(p_standardize)
+    assert explain_choice(p_channel_means, gpu=True).startswith(
+        "numpy: the op's traced graph sums floats over the image with numpy on the CPU")
+    assert explain_choice(p_standardize, gpu=True).startswith("native (traced")

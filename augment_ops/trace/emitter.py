@@ -380,6 +380,14 @@ class _Vectors(_Scalars):
 
 
 
+def _torch_sums_hold() -> bool:
+    """Whether torch's copy of numpy's pairwise sum holds for this numpy
+    (:func:`augment_ops.trace.pairwise_torch.model_holds`)."""
+    from augment_ops.trace.pairwise_torch import model_holds
+
+    return model_holds()
+
+
 class _Emitter(_Vectors):
     """Emits a traced graph as DALI operators: the array operators (fills, slices, flips,
     transposes, concatenation, reductions) and the per-sample merge of branches, on top of the
@@ -472,13 +480,20 @@ class _Emitter(_Vectors):
 
     def _npsum(self, n: Node) -> Any:
         """numpy's own pairwise float sum (:mod:`augment_ops.trace.pairwise`): one Python call
-        per batch on the CPU, a GPU array copied there first."""
+        per batch, torch's on the GPU for a sum of the whole array, numpy's on the CPU
+        otherwise (a GPU array copied there first)."""
         from nvidia.dali import fn
 
-        from augment_ops.trace.pairwise import NumpySum
+        from augment_ops.trace.pairwise import NumpySum, gpu_sums
 
         x = self.value(n.args[0])
         if getattr(x, "device", "cpu") == "gpu":
+            if gpu_sums(n) and _torch_sums_hold():
+                from augment_ops.trace.pairwise_torch import GpuNumpySum
+
+                return fn.dl_tensor_python_function(x, function=GpuNumpySum(n.attrs[1]),
+                                                    batch_processing=True, device="gpu",
+                                                    num_outputs=1)
             x = x.cpu()
         return fn.python_function(x, function=NumpySum(*n.attrs), batch_processing=True,
                                   num_outputs=1)

@@ -387,9 +387,13 @@ def _getitem(n: Node, key: Any) -> Node:
     key = _basic_key(n, key)
     strided = strided_key(n, key)
     if strided is not None:
-        return read_strided(n, key, strided, _getitem, _concat)
+        return read_strided(n, key, strided, _getitem, _stack_nodes)
     bounds, takes, newaxes = _index_parts(n, key)
     return _indexed(n, bounds, takes, newaxes)
+
+
+def _stack_nodes(nodes: list[Node], axis: int) -> Node:
+    return _np_stack([Sym(m) for m in nodes], axis=axis).node
 
 
 def _basic_key(n: Node, key: tuple) -> tuple:

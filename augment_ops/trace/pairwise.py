@@ -5,9 +5,11 @@ tree), in an order that follows the array's memory layout, and DALI's reductions
 another order: ``np.mean(x)`` of a float image (keras' ``standardize``, batchgenerators'
 contrast and gamma, tensorpack's ``MeanVarianceNormalize``) differs in the last bits. The sum
 itself is therefore computed by numpy, in one Python call per batch (``fn.python_function``,
-on the CPU: a GPU array is copied there first), on the values DALI computed for the array,
-which equal numpy's bit for bit. Everything around it (the casts before, the division by the
-count, the arithmetic after) stays in DALI's operators.
+on the CPU), on the values DALI computed for the array, which equal numpy's bit for bit; on the
+GPU, a sum of the whole array is numpy's tree of additions computed by torch there
+(:mod:`augment_ops.trace.pairwise_torch`), and a sum over some axes copies the array to the
+CPU for numpy. Everything around it (the casts before, the division by the count, the
+arithmetic after) stays in DALI's operators.
 
 numpy's result depends on the layout as well as on the values: it sums in the order of the
 array's memory, and a view with gaps (a crop) in runs of its rows. DALI hands the Python call a
@@ -27,7 +29,7 @@ import numpy as np
 
 from augment_ops.trace.ir import Node, TraceError, _new
 
-__all__ = ["NumpySum", "copied", "float_sum", "layout"]
+__all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "layout"]
 
 #: Node kinds whose numpy array is a new one laid out as its operands of the result's shape are
 #: (numpy's ``K`` order for ufuncs and ``astype``).
@@ -148,6 +150,13 @@ def float_sum(kind: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Node:
             "writes through views); reduce the whole array, or one made by arithmetic or "
             "astype, instead")
     return _new("npsum", (n,), (axes, lay[0]), n.dtype, shape)
+
+
+def gpu_sums(n: Node) -> bool:
+    """Whether a GPU graph computes the ``npsum`` node ``n`` there (a sum of the whole array:
+    numpy's pairwise tree, by torch, :mod:`augment_ops.trace.pairwise_torch`) rather than by
+    numpy on the CPU (a sum over some axes, in numpy's order for them)."""
+    return n.op == "npsum" and len(n.attrs[0]) == n.args[0].ndim
 
 
 class NumpySum:

@@ -4,8 +4,8 @@ reversals (``a[::-1]``) of 1-D arrays of a constant length.
 mmcv's ``bbox_clip`` fills the x and y bounds of a box with ``cmin[0::2] = w - 1`` and
 ``cmin[1::2] = h - 1``; detection code reads ``box[0::2]`` for the x coordinates. On an axis
 whose length is known at trace time the slice picks known positions, so a read is the
-concatenation of one-element slices at those positions and a write is one write per position,
-each of the value's part numpy broadcasts there. An image axis of a per-sample length
+stack of those positions (each an integer index) and a write is one write per position, each of
+the value's part numpy broadcasts there. An image axis of a per-sample length
 (``img[::2]``) has no such positions and stays refused, as does a write through a view made by
 such a slice.
 """
@@ -63,19 +63,17 @@ def strided_key(n: Node, key: tuple) -> tuple[int, list[int], int] | None:
     return None
 
 
-def _at(key: tuple, q: int, i: int) -> tuple:
-    return (*key[:q], slice(i, i + 1), *key[q + 1:])
-
-
 def read_strided(n: Node, key: tuple, found: tuple[int, list[int], int],
                  getitem: Callable[[Node, tuple], Node],
-                 concat: Callable[[list[Node], int], Node]) -> Node:
-    """``n[key]``: the one-element slices at the picked positions, concatenated."""
+                 stack: Callable[[list[Node], int], Node]) -> Node:
+    """``n[key]``: the picked positions, each by an integer index, stacked."""
     q, picked, axis = found
     if not picked:
         return getitem(n, (*key[:q], slice(0, 0), *key[q + 1:]))
-    parts = [getitem(n, _at(key, q, i)) for i in picked]
-    return parts[0] if len(parts) == 1 else concat(parts, axis)
+    # each position by an integer index, stacked: operators the per-sample scalar stage
+    # computes for a small array (augment_ops.trace.scalar_stage)
+    parts = [getitem(n, (*key[:q], i, *key[q + 1:])) for i in picked]
+    return stack(parts, axis)
 
 
 def write_strided(key: tuple, value: Any, found: tuple[int, list[int], int],
@@ -95,10 +93,8 @@ def write_strided(key: tuple, value: Any, found: tuple[int, list[int], int],
         raise ValueError(f"could not broadcast input array from shape {tuple(shape)} into a "
                          f"selection of {len(picked)} along axis {axis}")
     for k, i in enumerate(picked):
+        # the position by an integer index, and the value's part there without that axis
         part = value
-        if size != 1:
-            part = value[(slice(None),) * at + (slice(k, k + 1),)]
-        part_shape = part.node.shape if isinstance(part, Sym) else np.shape(part)
-        if part_shape and all(d == 1 for d in part_shape):
-            part = part[(0,) * len(part_shape)]  # one value: numpy broadcasts it as a scalar
-        setitem(_at(key, q, i), part)
+        if at >= 0:
+            part = value[(slice(None),) * at + (k if size != 1 else 0,)]
+        setitem((*key[:q], i, *key[q + 1:]), part)

@@ -39,10 +39,12 @@ import numpy as np
 from augment_ops.paths import available_paths
 from augment_ops.registry import IMPLEMENTATIONS, Op, implementation
 from augment_ops.trace import TraceError, explain, trace_op
+from augment_ops.trace.pairwise import gpu_sums
 from extsrc._util.slowstart import stage
 from extsrc.ops_runtime.pool import check_picklable
 
-__all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels", "explain_choice"]
+__all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels", "explain_choice",
+           "sums_on_the_cpu"]
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -71,6 +73,18 @@ def computes_on_pixels(op: Op) -> bool:
     except TraceError:
         return False
     return any(n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH for n in traced.nodes())
+
+
+def sums_on_the_cpu(op: Op) -> bool:
+    """Whether the op's traced graph has a float sum over the image that numpy computes on the
+    CPU (:mod:`augment_ops.trace.pairwise`), which a GPU image is copied to the CPU for."""
+    if implementation(op, "native") is not None:
+        return False
+    try:
+        traced = trace_op(op)
+    except TraceError:
+        return False
+    return any(n.op == "npsum" and not gpu_sums(n) for n in traced.nodes())
 
 
 def _picklable(op: Op) -> bool:
@@ -166,6 +180,12 @@ def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
         if choice == "numpy":
             return choice, "numpy: the op's gpu path needs CuPy, which is not importable, " \
                 "and it has no native path (" + explain(op) + ")"
+    if choice == "native" and gpu and _picklable(op) and sums_on_the_cpu(op):
+        return "numpy", (
+            "numpy: the op's traced graph sums floats over the image with numpy on the CPU "
+            "(numpy's pairwise order, which DALI's reductions do not follow), copying the "
+            "image from the GPU for each sum, which ran slower than the numpy path's op pool "
+            "(benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
     if choice == "native":
         if gpu:
             return choice, f"{explain(op)}: DALI operators on the GPU"
