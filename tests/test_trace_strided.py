@@ -8,6 +8,7 @@ an axis of per-sample length, and a write through a view made by a step, are ref
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 from test_trace_arrays import _check, _refused
@@ -49,8 +50,22 @@ def s_reversed_steps(img):
     return img[v[4]:v[5], v[0]:v[3] + 1]
 
 
+def s_box_by_index(img):
+    box = np.empty(4, dtype=np.int64)  # filled element by element with per-sample values
+    box[0], box[1] = 0, 0
+    box[2], box[3] = img.shape[1] - 1, img.shape[0] // 2
+    return img[box[1]:box[3] + 1, box[0]:box[2] + 1]
+
+
+def s_swap_red_blue(img):
+    x = img.copy()
+    x[..., ::2] = x[..., ::-2]  # numpy reads the whole value before it writes
+    return x
+
+
 @pytest.mark.parametrize("func", [s_bbox_clip, s_read_coordinates, s_write_values,
-                                  s_every_other_channel, s_reversed_steps],
+                                  s_every_other_channel, s_reversed_steps, s_box_by_index,
+                                  s_swap_red_blue],
                          ids=lambda f: f.__name__)
 def test_a_strided_slice_of_a_constant_length_axis_equals_numpy(func):
     _check(func)
@@ -63,16 +78,32 @@ def test_a_step_on_an_axis_of_per_sample_length_is_refused():
     _refused(every_other_row, r"^a slice step of 2 on an axis of per-sample length")
 
 
-def test_a_write_through_a_strided_view_is_refused():
-    def through_view(img):
-        a = np.empty(4, dtype=np.int64)
-        a[:] = 1
-        v = a[::2]
-        v[0] = img.shape[0] - 1
-        return img[:a[0]]
+def s_through_view(img):
+    a = np.empty(4, dtype=np.int64)
+    a[:] = 1
+    v = a[::2]
+    v[0] = img.shape[0] - 1
+    return img[:a[0]]
 
-    _refused(through_view, r"^a slice step of 2 here \(only 1 and -1 are lowered on an axis of "
-                           r"per-sample length and in a write through a view\)")
+
+def test_a_write_through_a_strided_view_is_refused():
+    _refused(s_through_view, r"^v\[0\] = <a per-sample value>: a per-sample value written into "
+                             r"a concrete numpy array")
+
+
+def s_constant_matrix(img):
+    m = np.empty((2, 3), np.float32)  # filled with constants only: numpy's own array
+    m[0] = [1, 0, 2]
+    m[1] = [0, 1, 1]
+    inv = np.linalg.inv(m[:, :2].astype(np.float64))
+    shift = int(sum(m[:, 2].tolist())) + int(inv[0, 0])
+    return cv2.warpAffine(img, m, (img.shape[1], img.shape[0]))[shift:]
+
+
+def test_a_small_np_empty_filled_with_constants_stays_a_numpy_array():
+    """Only an np.empty a per-sample value is written into is traced; one filled with
+    constants is numpy's, which cv2, np.linalg and Python take as they are."""
+    _check(s_constant_matrix)
 
 
 def test_a_value_numpy_cannot_broadcast_raises_as_numpy_does():

@@ -87,8 +87,9 @@ def _node_or_const(v: Any) -> Node:
 
 
 def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
-             subok: bool = False, ndmin: int = 0, like: Any = None) -> Any:
-    """``np.array`` in a traced function."""
+             subok: bool = False, ndmin: int = 0, like: Any = None,
+             what: str = "np.array") -> Any:
+    """``np.array`` in a traced function (``what``: the call, as a refusal names it)."""
     if not _holds_sym(obj):
         return np.array(obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin,
                         **({} if like is None else {"like": like}))
@@ -98,13 +99,11 @@ def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
         dt = np.dtype(dtype) if dtype is not None else obj.dtype
         if copy is False and dt != obj.dtype:
             raise ValueError("Unable to avoid copy while creating an array as requested.")
-        if copy is True or dt != obj.dtype:
-            out = obj.astype(dt) if dt != obj.dtype else obj.copy(order="K")
-        else:
-            out = obj
+        made = copy is True or dt != obj.dtype
+        out = (obj.astype(dt) if dt != obj.dtype else obj.copy(order="K")) if made else obj
         # numpy lays the result out as ``order`` asks (copying where it must): the tracer
         # follows the layout for numpy's float sums (augment_ops.trace.pairwise)
-        laid = copied(out._checked(), order, "np.array")
+        laid = copied(out._checked(), order, True if made else copy, what)
         return out if laid is out._checked() else Sym(laid)
     return _from_sequence(obj, dtype)
 
@@ -118,7 +117,7 @@ def np_asarray(a: Any, dtype: Any = None, order: Any = None, **kwargs: Any) -> A
     copy = kwargs.pop("copy", None)
     if kwargs:
         raise TraceError(f"np.asarray of a traced value with {sorted(kwargs)}=")
-    return np_array(a, dtype, copy=copy, order=order)
+    return np_array(a, dtype, copy=copy, order=order, what="np.asarray")
 
 
 def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
@@ -128,7 +127,7 @@ def np_ascontiguousarray(a: Any, dtype: Any = None, **kwargs: Any) -> Any:
         return np.ascontiguousarray(a, dtype, **kwargs)
     if kwargs:
         raise TraceError(f"np.ascontiguousarray of a traced value with {sorted(kwargs)}=")
-    out = np_array(a, dtype, copy=None, order="C")
+    out = np_array(a, dtype, copy=None, order="C", what="np.ascontiguousarray")
     if isinstance(out, Sym) and out.ndim == 0:
         out = out[None]
     return out
@@ -152,7 +151,7 @@ def np_require(a: Any, dtype: Any = None, requirements: Any = None, **kwargs: An
         raise TraceError("np.require(requirements='F') of a traced array (a Fortran-ordered "
                          "copy; the traced graph has no memory layout)")
     order = "C" if "C" in req else "A"
-    out = np_array(a, dtype, copy=None, order=order)
+    out = np_array(a, dtype, copy=None, order=order, what="np.require")
     # numpy copies a read-only array for "W" and a view for "O"; otherwise it returns the same
     # array, which later writes then change for every name bound to it.
     if isinstance(a, Sym) and out is a and (("W" in req and not a._writable)
@@ -173,11 +172,9 @@ def _new_array(name: str) -> Callable[..., Any]:
                              " (only a constant fill of a new array is lowered)")
         if not (_holds_sym(shape) or isinstance(shape, Sym)):
             made = real(shape, *args, **kwargs)
-            if name == "empty" and made.size <= MAX_SMALL_EMPTY and made.dtype.kind in "biuf":
-                # A small array filled after it is made (mmcv's bbox_clip: cmin[0::2] = w - 1):
-                # traced, so that a per-sample value may be written into it. numpy leaves its
-                # values unset; here they are zeros until written.
-                return Sym(const(np.zeros(made.shape, made.dtype)))
+            if name == "empty" and made.size <= MAX_SMALL_EMPTY and made.dtype.kind in "biuf" \
+                    and made.flags.c_contiguous:
+                return _small_empty(made)
             return made
         if name == "full":
             return _full_canvas(shape, *args, **kwargs)
@@ -186,16 +183,38 @@ def _new_array(name: str) -> Callable[..., Any]:
     return build
 
 
-#: The most elements of an ``np.empty`` of a constant shape that is traced (a small array of
-#: coordinates or coefficients the op fills with per-sample values); larger ones stay numpy's.
+#: The most elements of an ``np.empty`` of a constant shape that may be traced (a small array
+#: of coordinates or coefficients the op fills with per-sample values); larger ones stay numpy's.
 MAX_SMALL_EMPTY = 64
+
+
+def _small_empty(made: np.ndarray) -> Any:
+    """A small ``np.empty`` array: numpy's own, unless a per-sample value was written into one
+    made at the same line in an earlier attempt of this trace (mmcv's ``bbox_clip``:
+    ``cmin[0::2] = w - 1``): then a traced array, of zeros until written (numpy leaves its
+    values unset). An array only ever filled with constants stays a concrete array, which
+    libraries (``cv2.warpAffine``'s matrix, ``np.linalg``) and Python (``tolist``, ``int``)
+    take as they are."""
+    import sys
+
+    from augment_ops.trace.ir import _TRACING
+
+    session = _TRACING.active
+    frame = sys._getframe(2)  # the caller of np.empty
+    site = (frame.f_code.co_filename, frame.f_lineno)
+    if session is None:
+        return made
+    if site in session.traced_empty:
+        return Sym(const(np.zeros(made.shape, made.dtype)))
+    session.concrete_empty[id(made)] = (site, made)
+    return made
 
 
 def _full_canvas(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *,
                  like: Any = None, device: Any = None, default: Any = None) -> Sym:
-    if like is not None or device not in (None, "cpu") or order not in ("C", "F"):
+    if like is not None or device not in (None, "cpu") or order != "C":
         raise TraceError("np.zeros/ones/empty/full of a per-sample shape with like=, device= or "
-                         "an order other than 'C' or 'F'")
+                         "an order other than 'C'")
     dt = np.dtype(dtype) if dtype is not None else np.dtype(default) if default is not None \
         else np.asarray(fill_value).dtype
     return canvas(shape, fill_value, dt)

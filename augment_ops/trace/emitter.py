@@ -474,8 +474,8 @@ class _Emitter(_Vectors):
             return fn.reductions.sum(x, axes=list(axes), dtype=_dali_type(n.dtype))
         return getattr(fn.reductions, kind)(x, axes=list(axes))
 
-    def _contig(self, n: Node) -> Any:
-        """A C-ordered copy (:func:`augment_ops.trace.pairwise.copied`): the same values."""
+    def _laid(self, n: Node) -> Any:
+        """Values in another memory layout (:mod:`augment_ops.trace.pairwise`): the same."""
         return self.value(n.args[0])
 
     def _npsum(self, n: Node) -> Any:

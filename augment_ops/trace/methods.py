@@ -31,7 +31,7 @@ class NdarrayMethods:
     def copy(self, order: str = "C") -> Any:
         from augment_ops.trace.pairwise import copied
 
-        return type(self)(copied(self._checked(), order, "ndarray.copy"))
+        return type(self)(copied(self._checked(), order, True, "ndarray.copy"))
 
     def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Any:
         if kwargs:

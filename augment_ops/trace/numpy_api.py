@@ -20,8 +20,8 @@ import numpy as np
 import augment_ops.trace.arith
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
-from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill
-from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth
+from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill, np_ascontiguousarray
+from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth, upper
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.pairwise import float_sum
@@ -83,12 +83,28 @@ def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (tuple, list)):
-        return tuple(sorted(a % ndim for a in axis))
-    return (int(axis) % ndim,)
+        axes = tuple(sorted(np_normalize_axis(a, ndim) for a in axis))
+        if len(set(axes)) != len(axes):
+            raise ValueError("duplicate value in 'axis'")
+        return axes
+    return (np_normalize_axis(axis, ndim),)
+
+
+def np_normalize_axis(axis: Any, ndim: int) -> int:
+    """numpy's check of one axis: an integer in -ndim..ndim-1 (AxisError otherwise)."""
+    if isinstance(axis, Sym) or not isinstance(axis, (int, np.integer)) or \
+            isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"'{type(axis).__name__}' object cannot be interpreted as an integer")
+    if not -ndim <= int(axis) < ndim:
+        raise np.exceptions.AxisError(int(axis), ndim)
+    return int(axis) % ndim
 
 
 @implements("Sym.reduce")
-def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
+def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool, *,
+            called: str | None = None) -> Sym:
+    """``np.sum``/``mean``/``max``/``min`` (``kind``) of ``x``; ``called``: the numpy function
+    a refusal names (``np.std``, whose sums these are), ``np.<kind>`` by default."""
     n = x._checked()
     if dtype is not None:
         raise TraceError(f"{kind}(dtype=)")
@@ -118,11 +134,13 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool) -> Sym:
         if kind in ("sum", "mean"):
             acc_dt = np.dtype(np.uint64 if n.dtype.kind in "u" else np.int64)
             if n.dtype.kind == "f":  # numpy's pairwise sum, by numpy (augment_ops.trace.pairwise)
-                s = Sym(float_sum(kind, n, axes, shape))
+                s = Sym(float_sum(called or f"np.{kind}", n, axes, shape))
             else:
                 s = Sym(_new("reduce", (cast_node(n, acc_dt) if n.dtype.kind == "b" else n,),
                              ("sum", axes), acc_dt, shape))
             if kind == "mean":
+                if n.dtype.kind in "iu":
+                    _exact_in_float64("np.mean", n)
                 count: Dim = 1
                 for a in axes:
                     count = _dop("multiply", count, n.shape[a])
@@ -149,9 +167,10 @@ def _variance(kind: str, a: Any, axis: Any = None, dtype: Any = None, out: Any =
               ddof: Any = 0, keepdims: bool = False, *, where: Any = True, mean: Any = None,
               correction: Any = None) -> Sym:
     """``np.var`` / ``np.std`` (``kind``) as numpy's ``_var`` computes them: the sum (float64
-    for integers), divided by the count in float64 and rounded to the sum's dtype, the squared
-    differences from it summed again and divided by ``count - ddof``, then the square root;
-    each float sum numpy's own (:mod:`augment_ops.trace.pairwise`)."""
+    for integers: exact here for values up to 2**20, :func:`_exact_in_float64`), divided by the
+    count in float64 and rounded to the sum's dtype, the squared differences from it summed
+    again and divided by ``max(count - ddof, 0)`` in float64, then the square root; each float
+    sum numpy's own (:mod:`augment_ops.trace.pairwise`)."""
     if not isinstance(a, Sym):
         raise TraceError(f"np.{kind} of a constant")
     if dtype is not None or out is not None or where is not True or mean is not None or \
@@ -168,18 +187,41 @@ def _variance(kind: str, a: Any, axis: Any = None, dtype: Any = None, out: Any =
         count = _dop("multiply", count, n.shape[ax])
     count64 = Sym(cast_node(_dim_sym(count).node, np.float64)) if isinstance(count, Node) \
         else np.float64(count)
-    total = _reduce("sum", a, axes, None, True)
+    if not isinstance(ddof, (int, float, np.integer, np.floating)) or isinstance(ddof, bool):
+        raise TraceError(f"np.{kind} with a ddof of type {type(ddof).__name__}")
+    if n.dtype.kind in "biu":
+        _exact_in_float64(f"np.{kind}", n)
+    total = _reduce("sum", a, axes, None, True, called=f"np.{kind}")
     arrmean = Sym(cast_node(ufunc("divide", Sym(cast_node(total.node, np.float64)),
                                   count64).node, acc))
     x = ufunc("subtract", a if n.dtype.kind == "f" else Sym(cast_node(n, acc)), arrmean)
     x = ufunc("multiply", x, x)
-    ret = _reduce("sum", x, axes, None, keepdims)
-    rest = _dop("subtract", count, int(ddof))
-    rest64 = Sym(cast_node(ufunc("maximum", _dim_sym(rest), 0).node, np.float64)) \
-        if isinstance(rest, Node) else np.float64(builtins.max(rest, 0))
+    ret = _reduce("sum", x, axes, None, keepdims, called=f"np.{kind}")
+    # numpy: maximum(count - ddof, 0), a float64 for a float ddof, then the division in float64
+    rest64 = ufunc("maximum", ufunc("subtract", count64, np.float64(ddof)), np.float64(0))
     ret = Sym(cast_node(ufunc("divide", Sym(cast_node(ret.node, np.float64)), rest64).node,
                         acc))
     return ufunc("sqrt", ret) if kind == "std" else ret
+
+
+#: The largest magnitude of integers whose float64 sum over an image is exact in any order.
+_EXACT_INT = 2 ** 20
+
+
+def _exact_in_float64(what: str, n: Node) -> None:
+    """Refuse a mean or variance of integers the tracer sums exactly where numpy's float64
+    sum may round: values beyond 2**20 in magnitude, or of unknown range (with at most 2**33
+    values in an image, sums of smaller ones stay below 2**53, exact in float64)."""
+    if n.dtype.kind == "b" or n.dtype.itemsize <= 2:
+        return  # at most 65535 in magnitude
+    lo, hi = lower(n), upper(n)
+    if (lo is not None and hi is not None and
+                               builtins.max(abs(lo), abs(hi)) <= _EXACT_INT):
+        return
+    raise TraceError(f"{what} of {n.dtype} values that may exceed 2**20 in magnitude (numpy "
+                     "sums integers in float64 there, rounding where a partial sum passes "
+                     "2**53, and the tracer sums them exactly; keep the values small, or "
+                     "convert to float64 first)")
 
 
 def _np_prod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None,
@@ -560,7 +602,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "moveaxis": _axes_moved("moveaxis"),
     "expand_dims": _np_expand_dims,
     "copy": lambda a, order="K", **kw: a.copy(order=order),
-    "ascontiguousarray": lambda a, dtype=None: a.astype(dtype) if dtype is not None else a,
+    "ascontiguousarray": lambda a, dtype=None, **kw: np_ascontiguousarray(a, dtype, **kw),
     "astype": lambda a, dtype, **kw: a.astype(dtype, **kw),
     "full_like": _np_full_like,
     "zeros_like": lambda a, dtype=None: _np_full_like(a, 0, dtype),

@@ -15,10 +15,10 @@ numpy's result depends on the layout as well as on the values: it sums in the or
 array's memory, and a view with gaps (a crop) in runs of its rows. DALI hands the Python call a
 C-contiguous array, which it lays out as the numpy path's array before summing
 (:class:`NumpySum`); the tracer follows the layout (:func:`layout`) of the input image, of new
-arrays made by arithmetic and casts (laid out as their operands, numpy's ``K`` order), by
-concatenation, padding and tables, of their transposes and of single channels of them (equally
-spaced elements, summed whole). A sum over a crop, or over an array written through a view,
-is refused.
+arrays made from C-ordered ones (arithmetic, casts, concatenation, padding, tables), of their
+transposes and single channels, of C-ordered copies (``x.T.copy()``), and of arrays written
+into (a write keeps the array's layout: :func:`kept`). A sum over a crop, or over an array
+whose layout depends on operands in other orders, is refused.
 """
 
 from __future__ import annotations
@@ -29,15 +29,19 @@ import numpy as np
 
 from augment_ops.trace.ir import Node, TraceError, _new
 
-__all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "layout"]
+__all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout"]
 
-#: Node kinds whose numpy array is a new one laid out as its operands of the result's shape are
-#: (numpy's ``K`` order for ufuncs and ``astype``).
-_NEW_LIKE_OPERANDS = frozenset({"bin", "un", "cast", "where"})
-#: Node kinds whose numpy array is a new C-contiguous one where their operands are C-ordered.
-_NEW_C_OF_C = frozenset({"cat", "stack", "pad", "lut", "gather"})
-#: Node kinds whose numpy array is always a new C-contiguous one.
-_NEW_C = frozenset({"input", "canvas", "full", "noise", "equalize", "uniform", "in_dim"})
+#: Node kinds whose numpy array is a new C-contiguous one where every array operand is
+#: C-ordered (ufuncs and ``astype`` lay their result out as their operands are, numpy's ``K``
+#: order, and so do ``full_like`` and friends; concatenation, padding and tables make a C
+#: array of C-ordered parts). Operands in other orders are not followed: how numpy's iterator
+#: orders the axes then depends on every operand's steps, broadcast ones included.
+_NEW_OF_C = frozenset({"bin", "un", "cast", "where", "full", "cat", "stack", "pad", "lut",
+                       "gather"})
+#: Node kinds whose numpy array is always a new C-contiguous one: the input image, an array of
+#: a per-sample shape made by ``np.zeros``/``full`` (in C order: an F-ordered one is refused
+#: where it is made), noise, PIL's equalized image.
+_NEW_C = frozenset({"input", "canvas", "noise", "equalize", "uniform", "in_dim"})
 
 #: How an array lies in memory: its axes from the outermost (largest step) to the innermost,
 #: and whether it is ``dense`` (no gaps: a new array, or a transpose of one), ``uniform`` (its
@@ -59,21 +63,8 @@ def _layout(n: Node, memo: dict[int, Layout | None]) -> Layout | None:
     if n.ndim == 0 or n.op in _NEW_C:
         got = (identity, "dense")
     elif n.op == "const":
-        arr = np.asarray(n.value)
-        got = (identity, "dense") if arr.flags.c_contiguous else None
-    elif n.op in _NEW_LIKE_OPERANDS:
-        # broadcast operands (fewer axes, or axes of length 1 the result stretches) have no
-        # say in the order numpy lays the result out in
-        orders = {lay[0] if lay is not None else None
-                  for a in args if a.ndim == n.ndim and all(
-                      d is e or not (isinstance(d, int) and d == 1)
-                      for d, e in zip(a.shape, n.shape, strict=True))
-                  for lay in [_layout(a, memo)]}
-        if not orders:
-            got = (identity, "dense")
-        elif len(orders) == 1 and None not in orders:
-            got = (orders.pop(), "dense")
-    elif n.op in _NEW_C_OF_C:
+        got = (identity, "dense") if np.asarray(n.value).flags.c_contiguous else None
+    elif n.op in _NEW_OF_C:
         if all((lay := _layout(a, memo)) is not None and lay[0] == tuple(range(a.ndim))
                for a in args if a.ndim):
             got = (identity, "dense")
@@ -98,13 +89,26 @@ def _layout(n: Node, memo: dict[int, Layout | None]) -> Layout | None:
                 got = (_renumbered(order, ax), "gapped")
     elif n.op == "fill":
         got = _layout(args[0], memo)  # written in place
-    elif n.op == "contig":
-        got = (identity, "dense")
+    elif n.op == "laid":
+        got = n.attrs[0]
     elif n.op == "select":
         outcomes = {_layout(a, memo) for a in args[1:]}
         got = outcomes.pop() if len(outcomes) == 1 else None
     memo[id(n)] = got
     return got
+
+
+def kept(old: Node, new: Node) -> Node:
+    """``new``, the values written into the array that was ``old``: a write keeps the array's
+    memory, and so its layout (``g[...] = t.T`` leaves ``g`` C-contiguous). A ``laid`` node
+    says so where ``new``'s own layout differs."""
+    lay_new = layout(new)
+    if lay_new is None or old.ndim != new.ndim:
+        return new
+    lay_old = layout(old)
+    if lay_old == lay_new:
+        return new
+    return _new("laid", (new,), (lay_old,), new.dtype, new.shape)
 
 
 def layout(n: Node) -> Layout | None:
@@ -113,42 +117,48 @@ def layout(n: Node) -> Layout | None:
     return _layout(n, {})
 
 
-def copied(n: Node, order: str | None, what: str) -> Node:
-    """The node of a copy of ``n`` in memory order ``order`` (``"C"``, ``"F"``, ``"A"``, ``"K"``
-    or None, as numpy's copies take it): ``n`` itself where the copy keeps the layout the tracer
-    knows (or numpy would not copy), a ``contig`` node where it is a C-ordered copy of a
-    transposed array (the same values, another layout for numpy's sums). ``what`` names the
-    call for the refusal of a Fortran-ordered copy."""
-    if order in (None, "K") or n.ndim <= 1:
+def copied(n: Node, order: str | None, copy: bool | None, what: str) -> Node:
+    """The node of ``n`` as numpy's ``np.array(n, copy=copy, order=order)`` lays it out:
+    ``n`` itself where numpy keeps the layout the tracer knows (no copy, or a copy in the same
+    order), a ``laid`` node where it is a C-ordered copy of an array in another order (the same
+    values, another layout for numpy's sums). numpy's ValueError where ``copy=False`` and a
+    copy is needed; a Fortran-ordered copy, and an ``order='A'`` copy of an array in another
+    order than C, are refused (named ``what``)."""
+    if order in (None, "K") or n.ndim <= 1 or (order == "A" and not copy):
         return n
+    if order == "F":
+        raise TraceError(f"{what} with order='F' of a traced array (a Fortran-ordered copy: "
+                         "the tracer follows C-ordered arrays and transposes of them)")
     lay = layout(n)
     identity = tuple(range(n.ndim))
-    if order == "A" and lay is not None and lay[1] == "dense" and lay[0] == identity[::-1]:
-        return n  # Fortran-contiguous already: 'A' keeps it
-    if order in ("C", "A"):
-        if lay is not None and lay[0] == identity:
-            return n
-        return _new("contig", (n,), (), n.dtype, n.shape)
-    raise TraceError(f"{what} with order={order!r} of a traced array (a Fortran-ordered "
-                     "copy; the tracer follows C-ordered arrays and transposes of them)")
+    if lay is not None and lay[0] == identity and (lay[1] == "dense" or copy):
+        return n  # C-contiguous already, or copied into C order in the same order
+    if order == "C":
+        if copy is False:
+            raise ValueError("Unable to avoid copy while creating an array as requested.")
+        return _new("laid", (n,), ((identity, "dense"),), n.dtype, n.shape)
+    raise TraceError(f"{what} with order='A' of a traced array in another memory order than C "
+                     "(numpy copies it in Fortran order where it is Fortran-contiguous, which "
+                     "the tracer does not follow; order='C' lowers)")
 
 
-def float_sum(kind: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Node:
-    """``np.add.reduce(n, axis=axes)`` of a float32 or float64 array: an ``npsum`` node, which
+def float_sum(called: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Node:
+    """``np.add.reduce(n, axis=axes)`` of a float32 or float64 array (for ``called``, the numpy
+    function a refusal names): an ``npsum`` node, which
     numpy computes on an array laid out as the numpy path's (:class:`NumpySum`). Refused for
     other float types and where the layout is not known, or is one the Python call cannot make
     (a view with gaps; a reduction over some axes of a view of equally spaced elements)."""
     if n.dtype not in (np.float32, np.float64):
-        raise TraceError(f"np.{kind} of {n.dtype} values over the image")
+        raise TraceError(f"{called} of {n.dtype} values over the image")
     lay = layout(n)
     full = len(axes) == n.ndim
     if lay is None or lay[1] == "gapped" or (lay[1] == "uniform" and not full):
         raise TraceError(
-            f"np.{kind} of floating-point values over an array whose memory layout the tracer "
-            "does not follow (numpy sums pairwise in the order of the array's memory; it "
-            "follows new arrays, their transposes and single channels of them, not slices or "
-            "writes through views); reduce the whole array, or one made by arithmetic or "
-            "astype, instead")
+            f"{called} of floating-point values over an array whose memory layout the tracer "
+            "does not follow (numpy sums pairwise in the order of the array's memory; the "
+            "tracer follows arrays made from C-ordered ones, their transposes, single channels "
+            "and C-ordered copies, not crops or arrays made from operands in other orders); "
+            "reduce the whole array, or a C-ordered copy of it (x.copy()), instead")
     return _new("npsum", (n,), (axes, lay[0]), n.dtype, shape)
 
 

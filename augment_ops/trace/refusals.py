@@ -168,6 +168,12 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
     from augment_ops.trace.sym import Sym
 
     if getattr(e, "needs_number", None):
+        # a[i] = v into a concrete array: numpy asks the value for a number
+        inner = [(tb.tb_frame, tb.tb_lasti) for tb in _frames(e)
+                 if not _is_internal(tb.tb_frame.f_code.co_filename)]
+        stored = _stored_into_constant(e, *inner[-1]) if inner else None
+        if stored is not None:
+            return stored, False
         return _needs_number(e, e.needs_number)  # type: ignore[attr-defined]
     conversion = isinstance(e, TraceError) and e.construct.startswith(
         "conversion to a concrete numpy array")
@@ -263,6 +269,12 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
         target = getattr(target, part, None)
     if type(target) is Sym or not isinstance(target, np.ndarray):
         return None
+    from augment_ops.trace.ir import _TRACING
+
+    session = _TRACING.active
+    made = session.concrete_empty.get(id(target)) if session is not None else None
+    if made is not None and made[1] is target:
+        session.retry_empty = made[0]  # a small np.empty: traced in the next attempt
     return (f"{text} = <a per-sample value>: a per-sample value written into a concrete numpy "
             f"array ('{name}' is a numpy array of numbers fixed at loader build, and a DALI "
             "graph cannot store a value that differs per sample in it); build the array from "
@@ -322,6 +334,15 @@ def _type_checked(e: BaseException, frame: types.FrameType) -> tuple[str, bool] 
 
 def _package_of(frame: types.FrameType) -> str:
     return str(frame.f_globals.get("__name__", "")).split(".")[0]
+
+
+def _frames(e: BaseException) -> list[types.TracebackType]:
+    out = []
+    tb = e.__traceback__
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
 
 
 def _needs_number(e: BaseException, kind: str) -> tuple[str, bool]:

@@ -86,6 +86,10 @@ def write_strided(key: tuple, value: Any, found: tuple[int, list[int], int],
     q, picked, axis = found
     if isinstance(value, (list, tuple)):
         value = np_array(value) if _holds_sym(value) else np.asarray(value)
+    if isinstance(value, Sym):
+        # numpy reads the whole value before it writes (a copy where it overlaps the target:
+        # x[..., ::2] = x[..., ::-2]); a view of the target would see the first writes
+        value = Sym(value._checked())
     shape = value.node.shape if isinstance(value, Sym) else np.shape(value)
     at = axis - (selected_ndim - len(shape))  # the value's axis facing the strided one
     size = shape[at] if at >= 0 else 1

@@ -609,7 +609,9 @@ class Sym(_Operators, NdarrayMethods):
             root._write(HANDLERS["Sym.write_through"](root._checked(), steps, node))
             self.node, self._version = node, self._buffer.version
             return
-        self.node = node
+        from augment_ops.trace.pairwise import kept
+
+        self.node = kept(self.node, node)  # the array's memory, and its layout, stay
         self._buffer.version += 1
         self._version = self._buffer.version
 
