@@ -38,7 +38,7 @@ from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.instances import stand_in_object
+from augment_ops.trace.instances import changed, converted, snapshot, stand_in_object
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
 from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.sym import (
@@ -238,14 +238,10 @@ class _StandIn(type):
         raise NotImplementedError
 
     def __eq__(cls, other: Any) -> bool:
-        # two stand-ins for one class are equal too: the copy of a class and the class of a
-        # stand-in object (augment_ops.trace.instances), a subclass of the copy
-        real = type(cls)._stands_for(cls)
-        return other is cls or other is real or (
-            isinstance(other, _StandIn) and type(other)._stands_for(other) is real)
+        return other is cls or other is type(cls)._stands_for(cls)
 
     def __ne__(cls, other: Any) -> bool:
-        return not _StandIn.__eq__(cls, other)
+        return other is not cls and other is not type(cls)._stands_for(cls)
 
     def __hash__(cls) -> int:
         return hash(type(cls)._stands_for(cls))
@@ -617,7 +613,10 @@ class Rebinder:
         self._globals: dict[int, tuple[dict, dict]] = {}  # id(module dict): (dict, traced)
         self._modules: dict[int, tuple[Any, Any]] = {}  # id(module): (module, proxy)
         self._classes: dict[int, tuple[type, type]] = {}  # id(class): (class, copy)
-        self._objects: dict[int, tuple[Any, Any]] = {}  # id(object): (object, stand-in)
+        # id(object): (object, stand-in, its attributes' snapshot as made)
+        self._objects: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
+        # id(class): snapshot of the copy's own containers and arrays as made
+        self._class_state: dict[int, dict[str, Any]] = {}
         self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -640,15 +639,26 @@ class Rebinder:
             return self._object(v)
         if type(v) is dict and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
                 _copied(x) or (isinstance(x, type) and _class_copyable(x)) or _object_copyable(x)
-                for x in v.values()):
+                for x in (*v.values(), *v)):
             # A table of functions the op picks from (timm's NAME_TO_OP, RandAugment's op
-            # lists): the functions it calls through it run as traced copies too. A new dict of
-            # the same items; the op only reads it (augment_ops.state refuses a write to it).
+            # lists), or of objects made at import (augment_ops.trace.instances), as values or
+            # keys: the functions it calls through it run as traced copies too, the objects are
+            # their stand-ins. A new dict of the same items; the op only reads it
+            # (augment_ops.state refuses a write to it).
             held = self._modules.get(id(v))
             if held is None:
-                table = {k: self.value(x) if not isinstance(x, dict) else x
-                         for k, x in v.items()}
+                table = {self.value(k) if _object_copyable(k) else k:
+                         self.value(x) if not isinstance(x, dict) else x for k, x in v.items()}
                 held = self._modules[id(v)] = (v, table)
+            return held[1]
+        if type(v) in (list, tuple) and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
+                _object_copyable(x) for x in v):
+            # a module's list or tuple of objects made at import: of their stand-ins, so that
+            # every route to an object gives the same one (OPS[0] is OP)
+            held = self._modules.get(id(v))
+            if held is None:
+                items = type(v)(self.value(x) if _object_copyable(x) else x for x in v)
+                held = self._modules[id(v)] = (v, items)
             return held[1]
         if isinstance(v, types.ModuleType):
             if v is math:
@@ -661,7 +671,7 @@ class Rebinder:
         return v
 
     def _object(self, obj: Any) -> Any:
-        """The read-only stand-in for ``obj``, an object made before the trace
+        """The stand-in for ``obj``, an object made before the trace
         (:mod:`augment_ops.trace.instances`), made once; ``obj`` where its class is used as it
         is."""
         held = self._objects.get(id(obj))
@@ -669,12 +679,39 @@ class Rebinder:
             return held[1]
         copy = self._class(type(obj))
         if copy is type(obj):
-            self._objects[id(obj)] = (obj, obj)
+            self._objects[id(obj)] = (obj, obj, {})
             return obj
 
         def remember(s: Any) -> None:
-            self._objects[id(obj)] = (obj, s)
-        return stand_in_object(obj, copy, self.value, remember)
+            self._objects[id(obj)] = (obj, s, {})
+        stand, made = stand_in_object(obj, copy, self.value, remember)
+        self._objects[id(obj)] = (obj, stand, made)
+        return stand
+
+    def check_unchanged(self, location: str) -> None:
+        """Refuse an op that changed an object made before the trace (its stand-in's
+        attributes) or a copied class's attributes: the numpy path would change the real one
+        at every sample, which the traced graph cannot follow (``location``: the op's)."""
+        for obj, stand, made in self._objects.values():
+            if stand is obj:
+                continue
+            name = changed(made, vars(stand))
+            if name is not None:
+                raise TraceError(
+                    f"the op changes self.{name} of an object of class {type(obj).__qualname__} "
+                    "made before it ran (a module-level object, made at import): the numpy path "
+                    "changes the real object at every sample, while the traced graph keeps "
+                    "what the trace computed; keep what changes per call in local variables, "
+                    "or make the object in the op", location)
+        for cls, copy in self._classes.values():
+            made = self._class_state.get(id(cls))
+            if made and copy is not cls:
+                name = changed(made, {k: copy.__dict__[k] for k in made if k in copy.__dict__})
+                if name is not None:
+                    raise TraceError(
+                        f"the op changes {cls.__qualname__}.{name}, an attribute of a class: "
+                        "the numpy path changes the real class at every sample, while the "
+                        "traced graph keeps what the trace computed", location)
 
     def _copy(self, fn: types.FunctionType) -> types.FunctionType:
         held = self._functions.get(id(fn))
@@ -714,7 +751,10 @@ class Rebinder:
             return held[1]
         bases = tuple(self._class(b) for b in cls.__bases__ if b not in (object, abc.ABC))
         ns = {k: v for k, v in vars(cls).items() if k not in _CLASS_OWN}
-        plain = {k: v for k, v in ns.items() if not self._method_like(v)}
+        # the class's containers and arrays copied: tracing leaves the real class as it was,
+        # and check_unchanged compares the copies with what they were
+        plain = {k: converted(v, lambda x: x) if isinstance(v, (dict, list, set, np.ndarray))
+                 else v for k, v in ns.items() if not self._method_like(v)}
         meta = _ABCClassCopy if type(cls) is abc.ABCMeta else _ClassCopy
         try:
             if any(type(b) not in (_ClassCopy, _ABCClassCopy) for b in bases):
@@ -728,6 +768,8 @@ class Rebinder:
         copy.__qualname__ = cls.__qualname__
         # cached before its methods are copied: their __class__ cells name the class itself
         self._classes[id(cls)] = (cls, copy)
+        self._class_state[id(cls)] = {k: snapshot(v) for k, v in plain.items()
+                                      if isinstance(v, (dict, list, set, np.ndarray))}
         for k, v in ns.items():
             if k not in plain:
                 type.__setattr__(copy, k, self._method(v))
