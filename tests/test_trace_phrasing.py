@@ -394,3 +394,23 @@ def test_a_channel_written_twice_keeps_numpys_order():
         return out
 
     _lowered(twice, _images(np.uint8))
+
+
+# -- a branch between crops of one image is one crop with bounds chosen per sample ---------------
+def _crop_or_other_crop(img, rng):
+    h, w = img.shape[:2]
+    if rng.random() < 0.5 and h > 2:
+        return img[1:h - 1]  # mmcv's imcrop of a box, one way or another
+    return img[:, w // 3:]
+
+
+def test_a_branch_between_crops_of_one_image_chooses_bounds_not_images():
+    from helpers import traced_equals_numpy, unregistered
+
+    op = unregistered()(_crop_or_other_crop)
+    traced = trace_op(op)
+    assert not any(n.op == "select" and n.ndim for n in traced.nodes())
+    imgs = _images()
+    outs = traced_equals_numpy(op, imgs, seed=5, index=np.arange(len(imgs)) * 7,
+                               epoch=np.zeros(len(imgs), np.int64))
+    assert len({o.shape[0] == i.shape[0] for o, i in zip(outs, imgs, strict=True)}) == 2

@@ -76,8 +76,43 @@ def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: 
             raise TraceError("branches that return outputs of different dtype or rank")
         shape = tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
                       for dx, dy in zip(x.shape, y.shape, strict=True))
-        out.append(_new("select", (cond, x, y), (), x.dtype, shape))
+        out.append(_selected_slice(cond, x, y, shape) or
+                   _new("select", (cond, x, y), (), x.dtype, shape))
     return tuple(out)
+
+
+def _slice_bounds(n: Node, base: Node) -> dict[int, tuple[Any, Any]] | None:
+    """``n``'s bounds per axis as a slice of ``base`` (``n`` itself: the whole axes), or None
+    where ``n`` is not one."""
+    if n is base:
+        return {}
+    if n.op != "slice" or n.args[0] is not base:
+        return None
+    return {ax: (n.args[1 + 2 * k], n.args[2 + 2 * k]) for k, ax in enumerate(n.attrs)}
+
+
+def _selected_slice(cond: Node, x: Node, y: Node, shape: tuple) -> Node | None:
+    """One slice of the same array for a branch between two slices of it (``if w == tw: crop
+    = img[0:h] else: crop = img[oy:oy + th]``, either outcome of mmcv's crop): its bounds chosen
+    per sample, so that a merge of the image's two outcomes becomes a choice of two numbers.
+    None where the outcomes are not such slices, or the predicate reads pixel values (its
+    bounds would then be read on the CPU from the GPU)."""
+    if cond.pixel:
+        return None
+    base = x.args[0] if x.op == "slice" else y.args[0] if y.op == "slice" else None
+    if base is None:
+        return None
+    bx, by = _slice_bounds(x, base), _slice_bounds(y, base)
+    if bx is None or by is None:
+        return None
+    args: list[Any] = [base]
+    axes = sorted(set(bx) | set(by))
+    for ax in axes:
+        whole = (0, base.shape[ax])
+        (lx, hx), (ly, hy) = bx.get(ax, whole), by.get(ax, whole)
+        args += [lx if lx is ly else _dwhere(Sym(cond), lx, ly),
+                 hx if hx is hy else _dwhere(Sym(cond), hx, hy)]
+    return _new("slice", tuple(args), tuple(axes), x.dtype, shape)
 
 
 #: Seconds one trace may run. Tracing runs the op's Python code once per branch outcome; an op
