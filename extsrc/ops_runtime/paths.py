@@ -24,8 +24,10 @@ runs the op in the op pool's workers on every core, and resizes all its outputs 
 same step (a native op's outputs each take a resize step of their own). Measured on 2 cores,
 the numpy path ran a brightness jitter and a grayscale at twice the native path's speed and
 four tiles at 1.3 times, and flips and cutout (one output, pixels only moved or filled) within
-10% (``benchmarks/README.md``). The choice depends on the op and the device
-only, never on the number of op workers, so a seed gives the same batches on any machine of
+10% (``benchmarks/README.md``). On a GPU too, an op whose traced graph sums floats over the
+image (``np.mean`` of a float image: one Python call per batch for each sum, in numpy's order)
+runs on the numpy path, where it was measured faster. The choice depends on the op and the
+device only, never on the number of op workers, so a seed gives the same batches on any machine of
 that device (the two paths of a random op draw different numbers). A parity test holds every
 declared path to the numpy reference.
 """
@@ -39,12 +41,11 @@ import numpy as np
 from augment_ops.paths import available_paths
 from augment_ops.registry import IMPLEMENTATIONS, Op, implementation
 from augment_ops.trace import TraceError, explain, trace_op
-from augment_ops.trace.pairwise import gpu_sums
 from extsrc._util.slowstart import stage
 from extsrc.ops_runtime.pool import check_picklable
 
 __all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels", "explain_choice",
-           "sums_on_the_cpu"]
+           "sums_floats"]
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -75,16 +76,16 @@ def computes_on_pixels(op: Op) -> bool:
     return any(n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH for n in traced.nodes())
 
 
-def sums_on_the_cpu(op: Op) -> bool:
-    """Whether the op's traced graph has a float sum over the image that numpy computes on the
-    CPU (:mod:`augment_ops.trace.pairwise`), which a GPU image is copied to the CPU for."""
+def sums_floats(op: Op) -> bool:
+    """Whether the op's traced graph has a float sum over the image, which numpy's pairwise
+    order makes one Python call per batch (:mod:`augment_ops.trace.pairwise`)."""
     if implementation(op, "native") is not None:
         return False
     try:
         traced = trace_op(op)
     except TraceError:
         return False
-    return any(n.op == "npsum" and not gpu_sums(n) for n in traced.nodes())
+    return any(n.op == "npsum" for n in traced.nodes())
 
 
 def _picklable(op: Op) -> bool:
@@ -180,12 +181,13 @@ def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
         if choice == "numpy":
             return choice, "numpy: the op's gpu path needs CuPy, which is not importable, " \
                 "and it has no native path (" + explain(op) + ")"
-    if choice == "native" and gpu and _picklable(op) and sums_on_the_cpu(op):
+    if choice == "native" and gpu and _picklable(op) and sums_floats(op):
         return "numpy", (
-            "numpy: the op's traced graph sums floats over the image with numpy on the CPU "
-            "(numpy's pairwise order, which DALI's reductions do not follow), copying the "
-            "image from the GPU for each sum, which ran slower than the numpy path's op pool "
-            "(benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
+            "numpy: the op's traced graph sums floats over the image in numpy's pairwise "
+            "order, which DALI's reductions do not follow, by one Python call per batch for "
+            "each sum (torch's on the GPU for a whole array, numpy's on the CPU for some axes), "
+            "which ran slower than the numpy path's op pool on an H200 (keras' standardize: "
+            "0.75x, benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
     if choice == "native":
         if gpu:
             return choice, f"{explain(op)}: DALI operators on the GPU"
