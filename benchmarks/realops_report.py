@@ -46,8 +46,8 @@ GROUPS: list[tuple[str, str]] = [
     ("numpy call that wants a concrete array",
      r"^np\.(asarray|float32|rollaxis)\b|conversion to a concrete numpy array"),
     ("an exception met while tracing (ValueError, TypeError)", r"^(ValueError|TypeError): "),
-    ("float sum over the image (numpy sums pairwise)", r"of floating-point values over the "
-                                                       r"image"),
+    ("float sum over an array laid out in memory as the tracer does not follow",
+     r"of floating-point values over an array whose memory layout"),
     ("random array of a per-sample size (noise)", r"^rng\.\w+\(size=<a per-sample value>\)"),
     ("control flow on pixel values", r"^Python control flow \(if/while/and/or\) on pixel"),
 ]

@@ -178,14 +178,16 @@ def _trace_u8(fn, random: bool = False):
     return trace_function(fn, params={}, random=random, num_outputs=1, dtype=np.uint8, ndim=3)
 
 
+# (small new arrays are traced where a per-sample value is written into them: test_trace_strided;
+# these are larger than augment_ops.trace.creation.MAX_SMALL_NEW)
 def s_matrix_element(img):
-    C = np.eye(3)
+    C = np.eye(9)
     C[0, 2] = -img.shape[1] / 2  # x translation
     return img[:, :int(C[0, 2]) + img.shape[1]]
 
 
 def s_slice_of_a_vector(img):
-    cmin = np.zeros(4)
+    cmin = np.zeros(100)
     cmin[0::2] = img.shape[1] - 1
     return img[:, :int(cmin[0])]
 

@@ -116,3 +116,15 @@ def test_a_value_numpy_cannot_broadcast_raises_as_numpy_does():
         bad(np.zeros((3, 3, 3), np.uint8))
     with pytest.raises(Exception, match="could not broadcast"):
         trace_function(bad, params={}, random=False, num_outputs=1, dtype=np.uint8, ndim=3)
+
+
+def s_eye_translation(img):
+    # YOLOv5's random_perspective: C = np.eye(3); C[0, 2] = -w / 2, then the matrix's numbers
+    c = np.eye(3)
+    c[0, 2] = -img.shape[1] / 2
+    c[1, 2] = -img.shape[0] / 2
+    return img[:int(-c[1, 2]) + 1, :int(-c[0, 2]) + 1]
+
+
+def test_a_per_sample_value_written_into_np_eye_lowers():
+    _check(s_eye_translation)

@@ -171,11 +171,7 @@ def _new_array(name: str) -> Callable[..., Any]:
             raise TraceError(f"np.{name} with a per-sample {'value' if name == 'full' else 'dtype'}"
                              " (only a constant fill of a new array is lowered)")
         if not (_holds_sym(shape) or isinstance(shape, Sym)):
-            made = real(shape, *args, **kwargs)
-            if name == "empty" and made.size <= MAX_SMALL_EMPTY and made.dtype.kind in "biuf" \
-                    and made.flags.c_contiguous:
-                return _small_empty(made)
-            return made
+            return _small_new(real(shape, *args, **kwargs), name)
         if name == "full":
             return _full_canvas(shape, *args, **kwargs)
         return _full_canvas(shape, 1 if name == "ones" else 0, *args, default=np.float64,
@@ -183,31 +179,40 @@ def _new_array(name: str) -> Callable[..., Any]:
     return build
 
 
-#: The most elements of an ``np.empty`` of a constant shape that may be traced (a small array
-#: of coordinates or coefficients the op fills with per-sample values); larger ones stay numpy's.
-MAX_SMALL_EMPTY = 64
+#: The most elements of a new array of a constant shape (``np.empty``, ``zeros``, ``ones``,
+#: ``full``, ``eye``) that may be traced: a small array of coordinates or coefficients the op
+#: fills with per-sample values; larger ones stay numpy's.
+MAX_SMALL_NEW = 64
 
 
-def _small_empty(made: np.ndarray) -> Any:
-    """A small ``np.empty`` array: numpy's own, unless a per-sample value was written into one
-    made at the same line in an earlier attempt of this trace (mmcv's ``bbox_clip``:
-    ``cmin[0::2] = w - 1``): then a traced array, of zeros until written (numpy leaves its
-    values unset). An array only ever filled with constants stays a concrete array, which
-    libraries (``cv2.warpAffine``'s matrix, ``np.linalg``) and Python (``tolist``, ``int``)
-    take as they are."""
+def _small_new(made: np.ndarray, name: str) -> Any:
+    """A small new array ``made`` by ``np.<name>``: numpy's own, unless a per-sample value was
+    written into one made at the same line in an earlier attempt of this trace (mmcv's
+    ``bbox_clip``: ``cmin = np.empty(4); cmin[0::2] = w - 1``; YOLOv5's ``C = np.eye(3);
+    C[0, 2] = -w / 2``): then a traced array of the same values (zeros for ``np.empty``,
+    whose values numpy leaves unset). An array only ever filled with constants stays a
+    concrete array, which libraries (``cv2.warpAffine``'s matrix, ``np.linalg``) and Python
+    (``tolist``, ``int``) take as they are."""
     import sys
 
     from augment_ops.trace.ir import _TRACING
 
     session = _TRACING.active
-    frame = sys._getframe(2)  # the caller of np.empty
-    site = (frame.f_code.co_filename, frame.f_lineno)
-    if session is None:
+    if session is None or made.size > MAX_SMALL_NEW or made.dtype.kind not in "biuf" or \
+            not made.flags.c_contiguous:
         return made
-    if site in session.traced_empty:
-        return Sym(const(np.zeros(made.shape, made.dtype)))
-    session.concrete_empty[id(made)] = (site, made)
+    frame = sys._getframe(2)  # the caller of np.<name>
+    site = (frame.f_code.co_filename, frame.f_lineno)
+    if site in session.traced_small:
+        return Sym(const(np.zeros(made.shape, made.dtype) if name == "empty" else made.copy()))
+    session.concrete_small[id(made)] = (site, made)
     return made
+
+
+def _np_eye(*args: Any, **kwargs: Any) -> Any:
+    """``np.eye``: numpy's own, traced where a per-sample value is written into it
+    (:func:`_small_new`)."""
+    return _small_new(np.eye(*args, **kwargs), "eye")
 
 
 def _full_canvas(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *,
@@ -281,6 +286,7 @@ CREATION: dict[str, Callable[..., Any]] = {
     "ones": _new_array("ones"),
     "empty": _new_array("empty"),
     "full": _new_array("full"),
+    "eye": _np_eye,
     "array": np_array,
     "asarray": np_asarray,
     "asanyarray": np_asarray,

@@ -251,14 +251,15 @@ class _Session:
         #: refusal each gives unless a lookup table replaces it (:mod:`augment_ops.trace.tables`).
         self.inexact: dict[Node, TraceError] = {}
         self.library_draws = 0
-        #: Call sites (file, line) of small ``np.empty`` arrays that are traced, so that a
-        #: per-sample value may be written into them (:mod:`augment_ops.trace.creation`), and
-        #: the concrete ones made elsewhere: id -> (site, array).
-        self.traced_empty: frozenset[tuple[str, int]] = frozenset()
-        self.concrete_empty: dict[int, tuple[tuple[str, int], Any]] = {}
+        #: Call sites (file, line) of small new arrays (``np.empty``, ``zeros``, ``eye`` ...)
+        #: that are traced, so that a per-sample value may be written into them
+        #: (:func:`augment_ops.trace.creation._small_new`), and the concrete ones made
+        #: elsewhere: id -> (site, array).
+        self.traced_small: frozenset[tuple[str, int]] = frozenset()
+        self.concrete_small: dict[int, tuple[tuple[str, int], Any]] = {}
         #: The site of a concrete one a per-sample value was written into: traced again with
         #: it traced (:func:`augment_ops.trace.runs.trace_function`).
-        self.retry_empty: tuple[str, int] | None = None
+        self.retry_small: tuple[str, int] | None = None
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []

@@ -272,9 +272,9 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
     from augment_ops.trace.ir import _TRACING
 
     session = _TRACING.active
-    made = session.concrete_empty.get(id(target)) if session is not None else None
+    made = session.concrete_small.get(id(target)) if session is not None else None
     if made is not None and made[1] is target:
-        session.retry_empty = made[0]  # a small np.empty: traced in the next attempt
+        session.retry_small = made[0]  # a small new array: traced in the next attempt
     return (f"{text} = <a per-sample value>: a per-sample value written into a concrete numpy "
             f"array ('{name}' is a numpy array of numbers fixed at loader build, and a DALI "
             "graph cannot store a value that differs per sample in it); build the array from "

@@ -160,8 +160,8 @@ def _too_long(seconds: float, location: str = "") -> TraceError:
                       "Python loop over the image's pixels?)", location)
 
 
-#: The most ``np.empty`` call sites one trace makes traced arrays of.
-MAX_TRACED_EMPTY = 8
+#: The most call sites of small new arrays one trace makes traced arrays of.
+MAX_TRACED_SMALL = 8
 
 
 def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bool,
@@ -169,19 +169,19 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
                    max_fact_steps: int = MAX_FACT_STEPS) -> Traced:
     """Trace ``fn(img, [rng=], **params)``; raise :class:`TraceError` where it cannot be lowered
     (also past ``max_paths`` branch outcomes or ``max_fact_steps`` facts). Where the op wrote a
-    per-sample value into a small ``np.empty`` array, it is traced again with the arrays made
-    at that line traced (:func:`augment_ops.trace.creation._small_empty`)."""
+    per-sample value into a small new array (``np.empty(4)``), it is traced again with the
+    arrays made at that line traced (:func:`augment_ops.trace.creation._small_new`)."""
     sites: frozenset[tuple[str, int]] = frozenset()
     while True:
         session = _Session(max_fact_steps)
-        session.traced_empty = sites
+        session.traced_small = sites
         try:
             return _trace_once(session, fn, params=params, random=random,
                                num_outputs=num_outputs, dtype=dtype, ndim=ndim,
                                max_paths=max_paths)
         except TraceError:
-            site = session.retry_empty
-            if site is None or site in sites or len(sites) >= MAX_TRACED_EMPTY:
+            site = session.retry_small
+            if site is None or site in sites or len(sites) >= MAX_TRACED_SMALL:
                 raise
             sites = sites | {site}
 

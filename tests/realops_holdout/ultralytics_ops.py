@@ -85,7 +85,7 @@ def y5_classify_letterbox(im: np.ndarray, size: int | tuple[int, int] = 16, auto
 
 # What the tracer does with each op today: "lowers", or "refuses: <regex of the reason>".
 EXPECT: dict[str, str] = {
-    "y5_random_perspective": r"refuses: C\[0, 2\] = <a per-sample value>: a per-sample value written into a concrete numpy array",
+    "y5_random_perspective": r"refuses: cv2\.getRotationMatrix2D \(not lowered",
     "y5_classify_letterbox": r"refuses: cv2\.resize \(OpenCV's interpolation",
 }
 
