@@ -139,6 +139,24 @@ LISTED = [BOX, COUNTER]
 SCORES = {COUNTER: 2}  # an object as a key
 
 
+class Tally:
+    count = 0
+
+    def __init__(self):
+        self.n = 0
+
+    def bump(self, img):
+        self.n += 1
+        return img
+
+    def bump_class(self, img):
+        type(self).count += 1
+        return img
+
+
+NESTED = {"ops": [Tally()]}  # an object deeper in a module's container
+
+
 class Transform(abc.ABC):
     @abc.abstractmethod
     def __call__(self, img): ...
@@ -345,11 +363,16 @@ def test_an_object_made_at_import_is_itself_and_the_objects_it_makes_are_new(lib
     ("heap", "self.seen of an object of class Counter"),
     ("weigh", "self.weights of an object of class Counter"),
     ("register", "Counter.made, an attribute of a class"),
+    ("nested", "self.n of an object of class Tally"),
+    ("class_count", "Tally.count, an attribute of a class"),
 ])
 def test_a_change_to_an_object_made_at_import_is_refused_and_leaves_it_as_it_was(
         lib, method, what):
     scope = {"lib": lib}
-    exec(f"def op(img):\n    return lib.OPS['half'].{method}(img)\n", scope)
+    call = {"nested": "lib.NESTED['ops'][0].bump(img)",
+            "class_count": "lib.NESTED['ops'][0].bump_class(img)"}.get(
+        method, f"lib.OPS['half'].{method}(img)")
+    exec(f"def op(img):\n    return {call}\n", scope)
     with pytest.raises(TraceError, match=rf"^the op changes {re.escape(what)}") as e:
         _trace(scope["op"])
     assert "the numpy path changes the real" in str(e.value)
@@ -357,6 +380,7 @@ def test_a_change_to_an_object_made_at_import_is_refused_and_leaves_it_as_it_was
     c = lib.COUNTER
     assert (c.calls, c.seen, c.opts, c.weights.tolist(), lib.Counter.made) == (
         0, [], {"frac": 0.5}, [0.0, 0.0], [])
+    assert (lib.NESTED["ops"][0].n, lib.Tally.count) == (0, 0)
 
 
 @pytest.mark.parametrize(("body", "match"), [

@@ -173,3 +173,37 @@ def test_the_gpu_path_choice_keeps_float_sums_on_the_numpy_path():
     for op in (p_channel_means, p_standardize):
         assert explain_choice(op, gpu=True).startswith(
             "numpy: the op's traced graph sums floats over the image in numpy's pairwise order")
+
+
+def test_a_sum_over_a_strided_view_and_a_list_of_axes_are_refused_as_numpy_would():
+    @unregistered(dtype=np.float32)
+    def strided(img):
+        x = img.astype(np.float32) / np.float32(7)
+        return x - x[..., ::2].mean()  # numpy sums a view with gaps in its own way
+
+    @unregistered(dtype=np.float32)
+    def listed(img):
+        x = img.astype(np.float32)
+        return x - x.sum(axis=[0, 1])  # numpy: TypeError for a list
+
+    with pytest.raises(TraceError, match=r"^np\.mean of floating-point values over an array "
+                                         r"whose memory layout"):
+        trace_op(strided)
+    with pytest.raises(TraceError, match=r"'list' object cannot be interpreted as an integer"):
+        trace_op(listed)
+
+
+def test_thousands_of_writes_trace():
+    """The layout of each written array is known without walking the graph again (or
+    recursing through it) at every write."""
+    from augment_ops.trace import trace_function
+
+    def dots(img):
+        c = img.copy()
+        for i in range(1500):
+            c[0:1, 0:1] = i % 255
+        return c
+
+    traced = trace_function(dots, params={}, random=False, num_outputs=1, dtype=np.uint8,
+                            ndim=3)
+    assert traced.outputs

@@ -128,3 +128,25 @@ def s_eye_translation(img):
 
 def test_a_per_sample_value_written_into_np_eye_lowers():
     _check(s_eye_translation)
+
+
+def s_caught_write(img, rng):
+    a = np.empty(3, np.float32)
+    a[:] = 1
+    try:  # numpy raises nothing here; a trace that failed the write must not take the except
+        a[0] = rng.uniform()
+    except ValueError:
+        a[0] = 0.5
+    return (img.astype(np.float32) * a).astype(np.uint8)
+
+
+def s_written_scalar(img, rng):
+    b = np.empty(4, np.float32)
+    b[:] = 1
+    b[1] = rng.uniform(0.5, 1.0)
+    return (img.astype(np.float32) * b[1]).astype(np.uint8)
+
+
+@pytest.mark.parametrize("func", [s_caught_write, s_written_scalar], ids=lambda f: f.__name__)
+def test_a_drawn_value_written_into_a_small_array_equals_numpy(func):
+    _check(func, random=True)

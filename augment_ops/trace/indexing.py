@@ -172,8 +172,8 @@ def _fill_channels(n: Node, key: Any, values: list[Any], channels: list[int] | N
     """``a[y0:y1, x0:x1, chans] = values``: one fill per channel written, each with its value as
     numpy converts it (a Python int out of the dtype's range is refused as numpy refuses it)."""
     if n.ndim != 3:
-        raise TraceError("assigning a row of values into a region of a 2-D array (only a "
-                         "scalar fill is lowered there)")
+        raise TraceError(f"assigning a row of values into a region of a {n.ndim}-D array "
+                         "(only a scalar fill is lowered there)")
     key = _full_key(key, n.ndim)
     c = n.shape[2]
     if channels is None:

@@ -11,7 +11,11 @@ and arrays copied). Every route to the object gives the one stand-in: a module's
 and the lists, tuples and dicts of the module that hold it (as values or keys), so ``OP in
 OPS`` and ``OPS[0] is OP`` answer as they do for the real object.
 
-Tracing changes nothing of the real object. But the numpy path calls the real object once per
+Only an object whose state is plain (numbers, strings, numeric arrays, functions, classes and
+such objects, in dicts, lists, tuples and sets: :func:`copyable_state`) is stood in for, so that
+tracing changes nothing of the real object; one holding a random generator, an iterator, a file
+or another object is used as it is (its methods run untraced, and the tracer refuses what they
+cannot do). The numpy path calls the real object once per
 sample, and the graph keeps what the traced calls computed at loader build: an op that changes
 its object's state (a counter, a cache, a list it appends to) would meet another object at the
 next sample than the graph was built from. So each stand-in's state, and that of the classes
@@ -21,15 +25,54 @@ op that changed one is refused naming the attribute.
 
 from __future__ import annotations
 
+import collections
+import enum
+import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["changed", "converted", "snapshot", "stand_in_object"]
+__all__ = ["changed", "converted", "copyable_state", "holds_object", "snapshot",
+           "stand_in_object"]
 
 #: Containers nested deeper than this are taken as they are.
 _MAX_DEPTH = 8
+
+
+#: Values a stand-in holds as they are, compared by value or identity (:func:`snapshot`).
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype, slice,
+          range, type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType,
+          enum.Enum, np.ufunc)
+#: Containers a stand-in copies, item by item.
+_CONTAINERS = (dict, list, tuple, set, frozenset, collections.OrderedDict)
+
+
+def copyable_state(v: Any, is_object: Callable[[Any], bool], depth: int = 0) -> bool:
+    """Whether ``v`` (an object's attributes, as a dict) is made only of :data:`_PLAIN` values,
+    numeric ndarrays and objects ``is_object`` accepts (stand-ins of their own), in
+    :data:`_CONTAINERS`, within :data:`_MAX_DEPTH` levels: state a stand-in copies whole, so
+    that tracing changes nothing of the real object and :func:`changed` sees every change."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(v, _PLAIN):
+        return True
+    if isinstance(v, np.ndarray):
+        return v.dtype.kind in "biufc"
+    if type(v) in _CONTAINERS:
+        items = [*v.keys(), *v.values()] if isinstance(v, dict) else list(v)
+        return all(copyable_state(x, is_object, depth + 1) for x in items)
+    return depth > 0 and is_object(v)
+
+
+def holds_object(v: Any, is_object: Callable[[Any], bool], depth: int = 0) -> bool:
+    """Whether container ``v`` holds, at any depth, an object ``is_object`` accepts."""
+    if depth > _MAX_DEPTH:
+        return False
+    if type(v) in _CONTAINERS:
+        items = [*v.keys(), *v.values()] if isinstance(v, dict) else list(v)
+        return any(holds_object(x, is_object, depth + 1) for x in items)
+    return depth > 0 and is_object(v)
 
 
 def converted(v: Any, value: Callable[[Any], Any], depth: int = 0) -> Any:

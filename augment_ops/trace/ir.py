@@ -260,6 +260,8 @@ class _Session:
         #: The site of a concrete one a per-sample value was written into: traced again with
         #: it traced (:func:`augment_ops.trace.runs.trace_function`).
         self.retry_small: tuple[str, int] | None = None
+        #: The memory layout of nodes, as :func:`augment_ops.trace.pairwise.layout` finds it.
+        self.layouts: dict[int, Any] = {}
 
     def start(self, prefix: tuple[bool, ...]) -> None:
         self.prefix, self.conds, self.decisions = prefix, [], []

@@ -247,11 +247,14 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         (:class:`ScalarProgram`): mmlab's lighting's three channel offsets."""
         got = evaluable.get(id(n))
         if got is None:
+            # (a per-sample position in a vector: numpy's take of it, as ScalarProgram does)
+            drawn_take = n.op == "take" and not isinstance(n.args[1], int) and \
+                n.args[0].ndim == 1 and n.ndim == 0
             got = all(isinstance(d, int) for d in n.shape) and \
                 int(np.prod(n.shape, dtype=np.int64)) <= _MAX_GIVEN_ELEMENTS and \
                 (n.op in ("const", "uniform") or (
                     n.op in _EVALUATED and (n.op not in ("bin", "un") or hasattr(np, n.attrs[0]))
-                    and not (n.op == "take" and not isinstance(n.args[1], int))
+                    and (not (n.op == "take" and not isinstance(n.args[1], int)) or drawn_take)
                     and all(small_array(a) for a in n.args if isinstance(a, Node))))
             evaluable[id(n)] = got
         return got
@@ -272,7 +275,9 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
                 continue
             # a per-sample table (augment_ops.trace.gather) is numpy's, whatever its size
             table = n.op == "gather" and k == 0
-            if (a.ndim == 0 or small_array(a) or table) and not image_dependent(a):
+            # only what ScalarProgram computes: a scalar of another operator (a write into a
+            # small array) is the graph's
+            if (small_array(a) or table) and not image_dependent(a):
                 found.setdefault(id(a), a)
             else:
                 stack.append(a)

@@ -79,10 +79,12 @@ def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
     return write_out(target, _clip(a, lo, hi), True, "np.clip with out=")
 
 
-def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+def _axes(axis: Any, ndim: int, sequences: bool = False) -> tuple[int, ...]:
+    """numpy's axes of ``axis`` (None: all; an int; a tuple, or any sequence where
+    ``sequences``, as ``np.flip`` takes them and a reduction does not)."""
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, (tuple, list)):
+    if isinstance(axis, tuple) or (sequences and isinstance(axis, list)):
         axes = tuple(sorted(np_normalize_axis(a, ndim) for a in axis))
         if len(set(axes)) != len(axes):
             raise ValueError("duplicate value in 'axis'")
@@ -427,7 +429,7 @@ def _np_rot90(m: Any, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Sym:
 
 def _np_flip(m: Any, axis: Any = None) -> Sym:
     node = m._checked()
-    for ax in _axes(axis, m.ndim):
+    for ax in _axes(axis, m.ndim, sequences=True):
         node = _flip(node, ax)
     return m._view(node)
 

@@ -53,49 +53,78 @@ def _renumbered(order: tuple[int, ...], dropped: int) -> tuple[int, ...]:
     return tuple(a - (a > dropped) for a in order if a != dropped)
 
 
-def _layout(n: Node, memo: dict[int, Layout | None]) -> Layout | None:
-    """The :data:`Layout` of the numpy array node ``n`` stands for; None where not known."""
-    if id(n) in memo:
-        return memo[id(n)]
+#: Node kinds whose layout follows from their array arguments' (:func:`_step`).
+_FOLLOWS = _NEW_OF_C | {"transpose", "reshape", "expand", "take", "fill", "select"}
+
+
+def _step(n: Node, memo: dict[int, Layout | None]) -> Layout | None:
+    """The :data:`Layout` of ``n``, its arguments' already in ``memo``."""
     identity = tuple(range(n.ndim))
     args = [a for a in n.args if isinstance(a, Node)]
-    got: Layout | None = None
     if n.ndim == 0 or n.op in _NEW_C:
-        got = (identity, "dense")
-    elif n.op == "const":
-        got = (identity, "dense") if np.asarray(n.value).flags.c_contiguous else None
-    elif n.op in _NEW_OF_C:
-        if all((lay := _layout(a, memo)) is not None and lay[0] == tuple(range(a.ndim))
-               for a in args if a.ndim):
-            got = (identity, "dense")
-    elif n.op == "transpose":
-        base = _layout(args[0], memo)
-        if base is not None:
-            perm = n.attrs[0]
-            got = (tuple(perm.index(a) for a in base[0]), base[1])
-    elif n.op in ("reshape", "expand"):
-        base = _layout(args[0], memo)
-        if base is not None and base == (tuple(range(args[0].ndim)), "dense"):
-            got = (identity, "dense")  # a view of a C-contiguous array is one
-    elif n.op == "take":
-        base, ax = _layout(args[0], memo), n.attrs[0]
-        if base is not None:
-            order, kind = base
-            if ax == order[0]:
-                got = (_renumbered(order, ax), kind)
-            elif ax == order[-1] and kind == "dense":
-                got = (_renumbered(order, ax), "uniform")  # one channel of an interleaved image
-            else:
-                got = (_renumbered(order, ax), "gapped")
-    elif n.op == "fill":
-        got = _layout(args[0], memo)  # written in place
-    elif n.op == "laid":
-        got = n.attrs[0]
-    elif n.op == "select":
-        outcomes = {_layout(a, memo) for a in args[1:]}
-        got = outcomes.pop() if len(outcomes) == 1 else None
-    memo[id(n)] = got
-    return got
+        return (identity, "dense")
+    if n.op == "const":
+        return (identity, "dense") if np.asarray(n.value).flags.c_contiguous else None
+    if n.op == "laid":
+        return n.attrs[0]
+    if n.op not in _FOLLOWS:
+        return None  # flips (negative steps), broadcasts, writes through views, the rest
+    if n.op in _NEW_OF_C:
+        ok = all((lay := memo[id(a)]) is not None and lay[0] == tuple(range(a.ndim))
+                 for a in args if a.ndim)
+        return (identity, "dense") if ok else None
+    if n.op == "select":
+        outcomes = {memo[id(a)] for a in args[1:]}
+        return outcomes.pop() if len(outcomes) == 1 else None
+    base = memo[id(args[0])]
+    if base is None:
+        return None
+    if n.op == "transpose":
+        perm = n.attrs[0]
+        return (tuple(perm.index(a) for a in base[0]), base[1])
+    if n.op in ("reshape", "expand"):
+        # a view of a C-contiguous array is one
+        return (identity, "dense") if base == (tuple(range(args[0].ndim)), "dense") else None
+    if n.op == "fill":
+        return base  # written in place
+    order, kind = base  # take: an integer index on an axis
+    ax = n.attrs[0]
+    if ax == order[0]:
+        return (_renumbered(order, ax), kind)
+    if ax == order[-1] and kind == "dense":
+        return (_renumbered(order, ax), "uniform")  # one channel of an interleaved image
+    return (_renumbered(order, ax), "gapped")
+
+
+def _memo() -> dict[int, Layout | None]:
+    """The layouts known in this trace (nodes live as long as it does), else a new dict."""
+    from augment_ops.trace.ir import _TRACING
+
+    session = _TRACING.active
+    if session is None:
+        return {}
+    return session.layouts
+
+
+def layout(n: Node) -> Layout | None:
+    """How the numpy path's array for ``n`` lies in memory (:data:`Layout`), None where the
+    tracer does not know. Computed once per node and trace, without recursion (a chain of
+    thousands of writes)."""
+    memo = _memo()
+    stack = [n]
+    while stack:
+        m = stack[-1]
+        if id(m) in memo:
+            stack.pop()
+            continue
+        todo = [a for a in m.args if isinstance(a, Node) and id(a) not in memo] \
+            if m.op in _FOLLOWS else []
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[id(m)] = _step(m, memo)
+        stack.pop()
+    return memo[id(n)]
 
 
 def kept(old: Node, new: Node) -> Node:
@@ -109,12 +138,6 @@ def kept(old: Node, new: Node) -> Node:
     if lay_old == lay_new:
         return new
     return _new("laid", (new,), (lay_old,), new.dtype, new.shape)
-
-
-def layout(n: Node) -> Layout | None:
-    """How the numpy path's array for ``n`` lies in memory (:data:`Layout`), None where the
-    tracer does not know."""
-    return _layout(n, {})
 
 
 def copied(n: Node, order: str | None, copy: bool | None, what: str) -> Node:

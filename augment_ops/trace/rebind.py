@@ -38,7 +38,14 @@ from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.instances import changed, converted, snapshot, stand_in_object
+from augment_ops.trace.instances import (
+    changed,
+    converted,
+    copyable_state,
+    holds_object,
+    snapshot,
+    stand_in_object,
+)
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
 from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.sym import (
@@ -544,14 +551,35 @@ def _class_copyable(cls: type) -> bool:
 
 def _object_copyable(v: Any) -> bool:
     """Whether ``v`` is an object with attributes (not a class, function or module) of a class
-    whose traced copy may stand in for it: timm's ``AugmentOp`` objects, made at import."""
+    whose traced copy may stand in for it (timm's ``AugmentOp`` objects, made at import), and
+    whose state a stand-in can copy and compare (:func:`augment_ops.trace.instances.
+    copyable_state`): numbers, strings, arrays, functions, classes and such objects, in plain
+    containers. One holding a random generator, an iterator, a file or any other object is used
+    as it is."""
     if isinstance(v, (type, types.FunctionType, types.ModuleType, types.MethodType)):
         return False
     try:
         attrs = object.__getattribute__(v, "__dict__")
     except AttributeError:
         return False
-    return type(attrs) is dict and _class_copyable(type(v))
+    if type(attrs) is not dict or not _class_copyable(type(v)):
+        return False
+    if id(v) in _CHECKING:
+        return True  # an object that holds itself, through others: checked where it began
+    _CHECKING.add(id(v))
+    try:
+        return copyable_state(attrs, _object_copyable)
+    finally:
+        _CHECKING.discard(id(v))
+
+
+#: The objects :func:`_object_copyable` is looking into.
+_CHECKING: set[int] = set()
+
+
+def _with_objects(x: Any) -> bool:
+    """Whether ``x`` is, or holds at any depth, an object made at import to stand in for."""
+    return _object_copyable(x) or holds_object(x, _object_copyable)
 
 
 class _TracedGlobals(dict):
@@ -615,8 +643,9 @@ class Rebinder:
         self._classes: dict[int, tuple[type, type]] = {}  # id(class): (class, copy)
         # id(object): (object, stand-in, its attributes' snapshot as made)
         self._objects: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
-        # id(class): snapshot of the copy's own containers and arrays as made
+        # id(class): snapshot of the copy's plain attributes as made, and its names then
         self._class_state: dict[int, dict[str, Any]] = {}
+        self._class_keys: dict[int, frozenset[str]] = {}
         self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -638,27 +667,27 @@ class Rebinder:
         if _object_copyable(v):
             return self._object(v)
         if type(v) is dict and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
-                _copied(x) or (isinstance(x, type) and _class_copyable(x)) or _object_copyable(x)
-                for x in (*v.values(), *v)):
+                _copied(x) or (isinstance(x, type) and _class_copyable(x)) for x in v.values()):
             # A table of functions the op picks from (timm's NAME_TO_OP, RandAugment's op
-            # lists), or of objects made at import (augment_ops.trace.instances), as values or
-            # keys: the functions it calls through it run as traced copies too, the objects are
-            # their stand-ins. A new dict of the same items; the op only reads it
-            # (augment_ops.state refuses a write to it).
+            # lists): the functions it calls through it run as traced copies too. A new dict of
+            # the same items (objects made at import among its keys and values as their
+            # stand-ins); the op only reads it (augment_ops.state refuses a write to it).
             held = self._modules.get(id(v))
             if held is None:
-                table = {self.value(k) if _object_copyable(k) else k:
-                         self.value(x) if not isinstance(x, dict) else x for k, x in v.items()}
+                table = {converted(k, self.value) if _with_objects(k) else k:
+                         self.value(x) if not isinstance(x, dict) else
+                         converted(x, self.value) if _with_objects(x) else x
+                         for k, x in v.items()}
                 held = self._modules[id(v)] = (v, table)
             return held[1]
-        if type(v) in (list, tuple) and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
-                _object_copyable(x) for x in v):
-            # a module's list or tuple of objects made at import: of their stand-ins, so that
-            # every route to an object gives the same one (OPS[0] is OP)
+        if type(v) in (dict, list, tuple) and len(v) <= _MAX_DICT_OF_FUNCTIONS and \
+                holds_object(v, _object_copyable):
+            # a module's container holding objects made at import, at any depth (as values or
+            # keys): a copy holding their stand-ins, so that every route to an object gives
+            # the same one (OPS[0] is OP, OP in OPS, WEIGHT[OP])
             held = self._modules.get(id(v))
             if held is None:
-                items = type(v)(self.value(x) if _object_copyable(x) else x for x in v)
-                held = self._modules[id(v)] = (v, items)
+                held = self._modules[id(v)] = (v, converted(v, self.value))
             return held[1]
         if isinstance(v, types.ModuleType):
             if v is math:
@@ -705,13 +734,18 @@ class Rebinder:
                     "or make the object in the op", location)
         for cls, copy in self._classes.values():
             made = self._class_state.get(id(cls))
-            if made and copy is not cls:
-                name = changed(made, {k: copy.__dict__[k] for k in made if k in copy.__dict__})
-                if name is not None:
-                    raise TraceError(
-                        f"the op changes {cls.__qualname__}.{name}, an attribute of a class: "
-                        "the numpy path changes the real class at every sample, while the "
-                        "traced graph keeps what the trace computed", location)
+            if made is None or copy is cls:
+                continue
+            # (names Python caches on a class, such as copyreg's __slotnames__, are not state)
+            added = sorted(k for k in set(copy.__dict__) - self._class_keys[id(cls)]
+                           if not (k.startswith("__") and k.endswith("__")))
+            name = added[0] if added else changed(
+                made, {k: copy.__dict__[k] for k in made if k in copy.__dict__})
+            if name is not None:
+                raise TraceError(
+                    f"the op changes {cls.__qualname__}.{name}, an attribute of a class: the "
+                    "numpy path changes the real class at every sample, while the traced graph "
+                    "keeps what the trace computed", location)
 
     def _copy(self, fn: types.FunctionType) -> types.FunctionType:
         held = self._functions.get(id(fn))
@@ -768,13 +802,13 @@ class Rebinder:
         copy.__qualname__ = cls.__qualname__
         # cached before its methods are copied: their __class__ cells name the class itself
         self._classes[id(cls)] = (cls, copy)
-        self._class_state[id(cls)] = {k: snapshot(v) for k, v in plain.items()
-                                      if isinstance(v, (dict, list, set, np.ndarray))}
+        self._class_state[id(cls)] = {k: snapshot(v) for k, v in plain.items()}
         for k, v in ns.items():
             if k not in plain:
                 type.__setattr__(copy, k, self._method(v))
         if meta is _ABCClassCopy:  # abstract as the real class is (computed before the methods)
             abc.update_abstractmethods(copy)
+        self._class_keys[id(cls)] = frozenset(copy.__dict__)
         return copy
 
     @staticmethod

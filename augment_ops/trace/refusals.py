@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dis
 import re
+import sys
 import types
 from typing import Any
 
@@ -243,7 +244,6 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
     """The refusal of ``a[i] = <per-sample value>`` into a concrete numpy array ``a`` (numpy
     converts the value to a number, which fails on a traced one), or ``None``."""
     from augment_ops.trace.ir import TraceError
-    from augment_ops.trace.sym import Sym
 
     cause: BaseException | None = e
     while cause is not None and not isinstance(cause, TraceError):
@@ -257,6 +257,25 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
         if tb.tb_frame.f_code.co_name == "__setitem__":
             return None
         tb = tb.tb_next
+    found = _store_target(frame, lasti)
+    if found is None:
+        return None
+    text, name, target = found
+    note_small_store(target)
+    return (f"{text} = <a per-sample value>: a per-sample value written into a concrete numpy "
+            f"array ('{name}' is a numpy array of numbers fixed at loader build, and a DALI "
+            "graph cannot store a value that differs per sample in it); build the array from "
+            f"its elements instead, {name} = np.array([...]) with the per-sample values "
+            "in place, for the step to lower")
+
+
+def _store_target(frame: types.FrameType, lasti: int) -> tuple[str, str, Any] | None:
+    """For a ``STORE_SUBSCR`` at ``lasti`` into a concrete numpy array named by a dotted name
+    (``cmin[0::2] = ...``, ``self.m[0] = ...``): its source text, the name and the array."""
+    from augment_ops.trace.sym import Sym
+
+    if _instruction(frame, lasti) != "STORE_SUBSCR":
+        return None
     text = _segment(frame, lasti)
     m = _DOTTED.match(text or "")
     if m is None:
@@ -269,17 +288,30 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
         target = getattr(target, part, None)
     if type(target) is Sym or not isinstance(target, np.ndarray):
         return None
+    return text, name, target
+
+
+def note_small_store(target: Any = None) -> None:
+    """Where a per-sample value is being written into a small new array made in this trace
+    (``target``; by default the array the innermost frame outside the tracer stores into), its
+    call site is traced in the next attempt (:func:`augment_ops.trace.runs.trace_function`),
+    whether or not the op goes on after the failed write (a ``try``/``except`` around it)."""
     from augment_ops.trace.ir import _TRACING
 
     session = _TRACING.active
-    made = session.concrete_small.get(id(target)) if session is not None else None
+    if session is None:
+        return
+    if target is None:
+        frame = sys._getframe(1)
+        while frame is not None and _is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        found = _store_target(frame, frame.f_lasti) if frame is not None else None
+        if found is None:
+            return
+        target = found[2]
+    made = session.concrete_small.get(id(target))
     if made is not None and made[1] is target:
-        session.retry_small = made[0]  # a small new array: traced in the next attempt
-    return (f"{text} = <a per-sample value>: a per-sample value written into a concrete numpy "
-            f"array ('{name}' is a numpy array of numbers fixed at loader build, and a DALI "
-            "graph cannot store a value that differs per sample in it); build the array from "
-            f"its elements instead, {name} = np.array([...]) with the per-sample values "
-            "in place, for the step to lower")
+        session.retry_small = made[0]
 
 
 def _segment(frame: types.FrameType, lasti: int) -> str | None:

@@ -176,14 +176,23 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
         session = _Session(max_fact_steps)
         session.traced_small = sites
         try:
-            return _trace_once(session, fn, params=params, random=random,
-                               num_outputs=num_outputs, dtype=dtype, ndim=ndim,
-                               max_paths=max_paths)
+            traced = _trace_once(session, fn, params=params, random=random,
+                                 num_outputs=num_outputs, dtype=dtype, ndim=ndim,
+                                 max_paths=max_paths)
         except TraceError:
+            traced = None
             site = session.retry_small
             if site is None or site in sites or len(sites) >= MAX_TRACED_SMALL:
                 raise
-            sites = sites | {site}
+        else:
+            # a write the op caught (try/except) and went on without: traced again all the same
+            site = session.retry_small
+            if site is None or site in sites:
+                return traced
+            if len(sites) >= MAX_TRACED_SMALL:
+                raise TraceError("per-sample values written into small new arrays made at more "
+                                 f"than {MAX_TRACED_SMALL} lines")
+        sites = sites | {site}
 
 
 def _trace_once(session: _Session, fn: Callable[..., Any], *, params: dict[str, Any],

@@ -4,8 +4,9 @@ reversals (``a[::-1]``) of 1-D arrays of a constant length.
 mmcv's ``bbox_clip`` fills the x and y bounds of a box with ``cmin[0::2] = w - 1`` and
 ``cmin[1::2] = h - 1``; detection code reads ``box[0::2]`` for the x coordinates. On an axis
 whose length is known at trace time the slice picks known positions, so a read is the
-stack of those positions (each an integer index) and a write is one write per position, each of
-the value's part numpy broadcasts there. An image axis of a per-sample length
+stack of those positions (each an integer index; in numpy a view with gaps, which the layout of
+float sums follows: :mod:`augment_ops.trace.pairwise`) and a write is one write per position,
+each of the value's part numpy broadcasts there. An image axis of a per-sample length
 (``img[::2]``) has no such positions and stays refused, as does a write through a view made by
 such a slice.
 """
@@ -73,7 +74,17 @@ def read_strided(n: Node, key: tuple, found: tuple[int, list[int], int],
     # each position by an integer index, stacked: operators the per-sample scalar stage
     # computes for a small array (augment_ops.trace.scalar_stage)
     parts = [getitem(n, (*key[:q], i, *key[q + 1:])) for i in picked]
-    return stack(parts, axis)
+    out = stack(parts, axis)
+    if out.ndim <= 1:
+        return out  # equally spaced elements: numpy sums them as a new array of them
+    # numpy's result is a view with gaps (x[..., ::2]), which its float sums run over in its
+    # own way (augment_ops.trace.pairwise): not the new array the stack would say it is
+    from augment_ops.trace.ir import _new
+    from augment_ops.trace.pairwise import layout
+
+    base = layout(n)
+    lay = None if base is None or len(base[0]) != out.ndim else (base[0], "gapped")
+    return _new("laid", (out,), (lay,), out.dtype, out.shape)
 
 
 def write_strided(key: tuple, value: Any, found: tuple[int, list[int], int],
