@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.ir import Node, Traced, TraceError, _new, const
+from augment_ops.trace.ir import Node, Traced, TraceError, _new, bottom_up, const
 
 __all__ = ["ELEMENTWISE", "GpuTableRead", "TableRead", "draw_only", "gather", "gathered_tables",
            "read_tables", "table_expression"]
@@ -41,26 +41,17 @@ def draw_only(n: Node, memo: dict[int, bool] | None = None) -> bool:
     """Whether ``n`` is computed from the op's draws and constants alone (not from the image,
     its sizes or DALI's noise), by nodes numpy computes in the readers."""
     memo = {} if memo is None else memo
-    stack = [n]
-    while stack:
-        m = stack[-1]
-        if id(m) in memo:
-            stack.pop()
-            continue
-        if m.pixel or m.op not in _NUMPY_NODES or (
-                m.op in ("bin", "un") and not hasattr(np, m.attrs[0])) or \
-                (m.op == "take" and not isinstance(m.args[1], int)) or \
-                not all(isinstance(d, int) for d in m.shape):
-            memo[id(m)] = False
-            stack.pop()
-            continue
-        todo = [a for a in m.args if isinstance(a, Node) and id(a) not in memo]
-        if todo:
-            stack.extend(todo)
-            continue
-        stack.pop()
-        memo[id(m)] = all(memo[id(a)] for a in m.args if isinstance(a, Node))
-    return memo[id(n)]
+
+    def numpys(m: Node) -> bool:  # the node itself, whatever its arguments
+        return not (m.pixel or m.op not in _NUMPY_NODES or (
+            m.op in ("bin", "un") and not hasattr(np, m.attrs[0])) or
+            (m.op == "take" and not isinstance(m.args[1], int)) or
+            not all(isinstance(d, int) for d in m.shape))
+
+    def args(m: Node) -> list[Node]:
+        return [a for a in m.args if isinstance(a, Node)] if numpys(m) else []
+
+    return bottom_up(n, memo, args, lambda m: numpys(m) and all(memo[id(a)] for a in args(m)))
 
 
 def gather(table: Node, pos: Node, construct: str) -> Node:

@@ -28,13 +28,13 @@ from __future__ import annotations
 import collections
 import enum
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["changed", "converted", "copyable_state", "holds_object", "snapshot",
-           "stand_in_object"]
+__all__ = ["changed", "check_unchanged", "converted", "copyable_state", "holds_object",
+           "object_copyable", "snapshot", "stand_in_object"]
 
 #: Containers nested deeper than this are taken as they are.
 _MAX_DEPTH = 8
@@ -144,3 +144,66 @@ def stand_in_object(obj: Any, copy: type, value: Callable[[Any], Any],
     attrs = {k: converted(v, value) for k, v in vars(obj).items()}
     object.__getattribute__(new, "__dict__").update(attrs)
     return new, {k: snapshot(v) for k, v in attrs.items()}
+
+
+def object_copyable(v: Any, class_copyable: Callable[[type], bool]) -> bool:
+    """Whether ``v`` is an object with attributes (not a class, function or module) of a class
+    whose traced copy may stand in for it (``class_copyable``: timm's ``AugmentOp`` objects,
+    made at import), and whose state a stand-in can copy and compare (:func:`copyable_state`).
+    One holding a random generator, an iterator, a file or any other object is used as it
+    is."""
+    if isinstance(v, (type, types.FunctionType, types.ModuleType, types.MethodType)):
+        return False
+    try:
+        attrs = object.__getattribute__(v, "__dict__")
+    except AttributeError:
+        return False
+    if type(attrs) is not dict or not class_copyable(type(v)):
+        return False
+    if id(v) in _CHECKING:
+        return True  # an object that holds itself, through others: checked where it began
+    _CHECKING.add(id(v))
+    try:
+        return copyable_state(attrs, lambda x: object_copyable(x, class_copyable))
+    finally:
+        _CHECKING.discard(id(v))
+
+
+#: The objects :func:`object_copyable` is looking into.
+_CHECKING: set[int] = set()
+
+
+def check_unchanged(objects: Iterable[tuple[Any, Any, dict[str, Any]]],
+                    classes: Iterable[tuple[type, type]], class_state: dict[int, dict[str, Any]],
+                    class_keys: dict[int, frozenset[str]], location: str) -> None:
+    """Refuse an op that changed an object made before the trace (``objects``: (object,
+    stand-in, snapshot of its attributes as made)) or a copied class's attributes
+    (``classes``: (class, copy), with their snapshots and names as made): the numpy path
+    would change the real one at every sample, which the traced graph cannot follow."""
+    from augment_ops.trace.ir import TraceError
+
+    for obj, stand, made in objects:
+        if stand is obj:
+            continue
+        name = changed(made, vars(stand))
+        if name is not None:
+            raise TraceError(
+                f"the op changes self.{name} of an object of class {type(obj).__qualname__} "
+                "made before it ran (a module-level object, made at import): the numpy path "
+                "changes the real object at every sample, while the traced graph keeps what "
+                "the trace computed; keep what changes per call in local variables, or make "
+                "the object in the op", location)
+    for cls, copy in classes:
+        made_cls = class_state.get(id(cls))
+        if made_cls is None or copy is cls:
+            continue
+        # (names Python caches on a class, such as copyreg's __slotnames__, are not state)
+        added = sorted(k for k in set(copy.__dict__) - class_keys[id(cls)]
+                       if not (k.startswith("__") and k.endswith("__")))
+        name = added[0] if added else changed(
+            made_cls, {k: copy.__dict__[k] for k in made_cls if k in copy.__dict__})
+        if name is not None:
+            raise TraceError(
+                f"the op changes {cls.__qualname__}.{name}, an attribute of a class: the numpy "
+                "path changes the real class at every sample, while the traced graph keeps "
+                "what the trace computed", location)

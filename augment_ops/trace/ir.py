@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +166,26 @@ def _new(op: str, args: tuple, attrs: tuple, dtype: Any, shape: tuple, weak: boo
         node = Node(op, args, attrs, dtype, shape, weak, value)
         table[key] = node
     return node
+
+
+def bottom_up(root: Node, memo: dict[int, Any], needs: Callable[[Node], list[Node]],
+              step: Callable[[Node], Any]) -> Any:
+    """``step(m)`` (stored in ``memo`` by id) of ``root`` and of every node ``needs`` reaches
+    from it that ``memo`` lacks, each after the nodes it needs: a walk without recursion, so
+    that a chain of thousands of nodes (a loop of writes) does not exhaust Python's stack."""
+    stack = [root]
+    while stack:
+        m = stack[-1]
+        if id(m) in memo:
+            stack.pop()
+            continue
+        todo = [a for a in needs(m) if id(a) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        memo[id(m)] = step(m)
+        stack.pop()
+    return memo[id(root)]
 
 
 def const(value: Any, dtype: Any = None, weak: bool = False) -> Node:

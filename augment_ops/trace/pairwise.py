@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.ir import Node, TraceError, _new
+from augment_ops.trace.ir import Node, TraceError, _new, bottom_up
 
 __all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout"]
 
@@ -111,20 +111,8 @@ def layout(n: Node) -> Layout | None:
     tracer does not know. Computed once per node and trace, without recursion (a chain of
     thousands of writes)."""
     memo = _memo()
-    stack = [n]
-    while stack:
-        m = stack[-1]
-        if id(m) in memo:
-            stack.pop()
-            continue
-        todo = [a for a in m.args if isinstance(a, Node) and id(a) not in memo] \
-            if m.op in _FOLLOWS else []
-        if todo:
-            stack.extend(todo)
-            continue
-        memo[id(m)] = _step(m, memo)
-        stack.pop()
-    return memo[id(n)]
+    return bottom_up(n, memo, lambda m: [a for a in m.args if isinstance(a, Node)]
+                     if m.op in _FOLLOWS else [], lambda m: _step(m, memo))
 
 
 def kept(old: Node, new: Node) -> Node:

@@ -39,10 +39,10 @@ from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.instances import (
-    changed,
+    check_unchanged,
     converted,
-    copyable_state,
     holds_object,
+    object_copyable,
     snapshot,
     stand_in_object,
 )
@@ -550,31 +550,9 @@ def _class_copyable(cls: type) -> bool:
 
 
 def _object_copyable(v: Any) -> bool:
-    """Whether ``v`` is an object with attributes (not a class, function or module) of a class
-    whose traced copy may stand in for it (timm's ``AugmentOp`` objects, made at import), and
-    whose state a stand-in can copy and compare (:func:`augment_ops.trace.instances.
-    copyable_state`): numbers, strings, arrays, functions, classes and such objects, in plain
-    containers. One holding a random generator, an iterator, a file or any other object is used
-    as it is."""
-    if isinstance(v, (type, types.FunctionType, types.ModuleType, types.MethodType)):
-        return False
-    try:
-        attrs = object.__getattribute__(v, "__dict__")
-    except AttributeError:
-        return False
-    if type(attrs) is not dict or not _class_copyable(type(v)):
-        return False
-    if id(v) in _CHECKING:
-        return True  # an object that holds itself, through others: checked where it began
-    _CHECKING.add(id(v))
-    try:
-        return copyable_state(attrs, _object_copyable)
-    finally:
-        _CHECKING.discard(id(v))
-
-
-#: The objects :func:`_object_copyable` is looking into.
-_CHECKING: set[int] = set()
+    """Whether ``v`` is an object made at import a stand-in may stand in for
+    (:func:`augment_ops.trace.instances.object_copyable`)."""
+    return object_copyable(v, _class_copyable)
 
 
 def _with_objects(x: Any) -> bool:
@@ -718,34 +696,10 @@ class Rebinder:
         return stand
 
     def check_unchanged(self, location: str) -> None:
-        """Refuse an op that changed an object made before the trace (its stand-in's
-        attributes) or a copied class's attributes: the numpy path would change the real one
-        at every sample, which the traced graph cannot follow (``location``: the op's)."""
-        for obj, stand, made in self._objects.values():
-            if stand is obj:
-                continue
-            name = changed(made, vars(stand))
-            if name is not None:
-                raise TraceError(
-                    f"the op changes self.{name} of an object of class {type(obj).__qualname__} "
-                    "made before it ran (a module-level object, made at import): the numpy path "
-                    "changes the real object at every sample, while the traced graph keeps "
-                    "what the trace computed; keep what changes per call in local variables, "
-                    "or make the object in the op", location)
-        for cls, copy in self._classes.values():
-            made = self._class_state.get(id(cls))
-            if made is None or copy is cls:
-                continue
-            # (names Python caches on a class, such as copyreg's __slotnames__, are not state)
-            added = sorted(k for k in set(copy.__dict__) - self._class_keys[id(cls)]
-                           if not (k.startswith("__") and k.endswith("__")))
-            name = added[0] if added else changed(
-                made, {k: copy.__dict__[k] for k in made if k in copy.__dict__})
-            if name is not None:
-                raise TraceError(
-                    f"the op changes {cls.__qualname__}.{name}, an attribute of a class: the "
-                    "numpy path changes the real class at every sample, while the traced graph "
-                    "keeps what the trace computed", location)
+        """Refuse an op that changed an object made before the trace or a copied class
+        (:func:`augment_ops.trace.instances.check_unchanged`; ``location``: the op's)."""
+        check_unchanged(self._objects.values(), self._classes.values(), self._class_state,
+                        self._class_keys, location)
 
     def _copy(self, fn: types.FunctionType) -> types.FunctionType:
         held = self._functions.get(id(fn))

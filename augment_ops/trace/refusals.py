@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import dis
 import re
-import sys
 import types
 from typing import Any
 
 import numpy as np
 
+from augment_ops.trace.frames import (
+    _DOTTED,
+    _instruction,
+    _store_target,
+    note_small_store,
+)
 from augment_ops.trace.ir import _is_internal
 
 #: Packages whose functions are not "outside numpy" (a failure inside them is the tracer's to
 #: explain, or Python's own).
 _NOT_LIBRARIES = ("numpy", "builtins", "augment_ops", "extsrc")
-_DOTTED = re.compile(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
 
 def _callee(frame: types.FrameType, lasti: int, given_traced: bool = False
@@ -142,16 +146,6 @@ def _numpy_name(name: str, obj: Any) -> str:
     return f"np.{short}" if getattr(np, short, None) is obj else name
 
 
-def _instruction(frame: types.FrameType, lasti: int) -> str:
-    """The name of the instruction running at ``lasti`` (which may point into its cache)."""
-    name = ""
-    for i in dis.get_instructions(frame.f_code):
-        if i.offset > lasti:
-            break
-        name = i.opname
-    return name
-
-
 def _raised_here(frame: types.FrameType, lasti: int) -> bool:
     code = frame.f_code.co_code
     return 0 <= lasti < len(code) and code[lasti] == dis.opmap["RAISE_VARARGS"]
@@ -267,71 +261,6 @@ def _stored_into_constant(e: BaseException, frame: types.FrameType, lasti: int) 
             "graph cannot store a value that differs per sample in it); build the array from "
             f"its elements instead, {name} = np.array([...]) with the per-sample values "
             "in place, for the step to lower")
-
-
-def _store_target(frame: types.FrameType, lasti: int) -> tuple[str, str, Any] | None:
-    """For a ``STORE_SUBSCR`` at ``lasti`` into a concrete numpy array named by a dotted name
-    (``cmin[0::2] = ...``, ``self.m[0] = ...``): its source text, the name and the array."""
-    from augment_ops.trace.sym import Sym
-
-    if _instruction(frame, lasti) != "STORE_SUBSCR":
-        return None
-    text = _segment(frame, lasti)
-    m = _DOTTED.match(text or "")
-    if m is None:
-        return None
-    name = re.sub(r"\s+", "", m.group(0))
-    head, *rest = name.split(".")
-    scope = {**frame.f_builtins, **frame.f_globals, **frame.f_locals}
-    target = scope.get(head)
-    for part in rest:
-        target = getattr(target, part, None)
-    if type(target) is Sym or not isinstance(target, np.ndarray):
-        return None
-    return text, name, target
-
-
-def note_small_store(target: Any = None) -> None:
-    """Where a per-sample value is being written into a small new array made in this trace
-    (``target``; by default the array the innermost frame outside the tracer stores into), its
-    call site is traced in the next attempt (:func:`augment_ops.trace.runs.trace_function`),
-    whether or not the op goes on after the failed write (a ``try``/``except`` around it)."""
-    from augment_ops.trace.ir import _TRACING
-
-    session = _TRACING.active
-    if session is None:
-        return
-    if target is None:
-        frame = sys._getframe(1)
-        while frame is not None and _is_internal(frame.f_code.co_filename):
-            frame = frame.f_back
-        found = _store_target(frame, frame.f_lasti) if frame is not None else None
-        if found is None:
-            return
-        target = found[2]
-    made = session.concrete_small.get(id(target))
-    if made is not None and made[1] is target:
-        session.retry_small = made[0]
-
-
-def _segment(frame: types.FrameType, lasti: int) -> str | None:
-    """The source text of the instruction running at ``lasti`` (the target ``a[i]`` of a
-    ``STORE_SUBSCR``)."""
-    import linecache
-
-    ins = None
-    for i in dis.get_instructions(frame.f_code):
-        if i.offset > lasti:
-            break
-        ins = i
-    pos = ins.positions if ins is not None else None
-    if pos is None or None in (pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset):
-        return None
-    lines = [linecache.getline(frame.f_code.co_filename, k)
-             for k in range(pos.lineno, pos.end_lineno + 1)]
-    lines[-1] = lines[-1][:pos.end_col_offset]
-    lines[0] = lines[0][pos.col_offset:]
-    return "".join(lines).strip()
 
 
 def _type_checked(e: BaseException, frame: types.FrameType) -> tuple[str, bool] | None:

@@ -543,7 +543,7 @@ class Sym(_Operators, NdarrayMethods):
         return iter([self[i] for i in range(n.shape[0])])
 
     def __array__(self, *a: Any, **k: Any) -> Any:
-        from augment_ops.trace.refusals import note_small_store
+        from augment_ops.trace.frames import note_small_store
 
         note_small_store()  # a[0::2] = value into a small new array: traced in the next attempt
         raise TraceError("conversion to a concrete numpy array (np.asarray, a library outside "
@@ -766,7 +766,7 @@ def _needs_number(kind: str) -> TraceError:
     ``int``/``float`` do not reach: in a C function (``core.fill``, ``math.exp`` called by name),
     or in code the tracer runs as it is (a method of a class, the standard library). Its words
     are chosen from the traceback (:func:`augment_ops.trace.refusals.outside_numpy`)."""
-    from augment_ops.trace.refusals import note_small_store
+    from augment_ops.trace.frames import note_small_store
 
     note_small_store()  # a[0] = value into a small new array: traced in the next attempt
     e = TraceError(f"{kind}() of a per-sample value in code the tracer runs as it is")

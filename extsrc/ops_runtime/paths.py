@@ -35,6 +35,7 @@ declared path to the numpy reference.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,29 +64,28 @@ def _cupy_available() -> bool:
 _PIXEL_MATH = frozenset({"cast", "bin", "un", "where", "reduce", "full"})
 
 
+def _traced_nodes(op: Op) -> list[Any]:
+    """The nodes of the op's traced graph; none for an op that does not trace or has a
+    hand-written native lowering."""
+    if implementation(op, "native") is not None:
+        return []
+    try:
+        return list(trace_op(op).nodes())
+    except TraceError:
+        return []
+
+
 def computes_on_pixels(op: Op) -> bool:
     """Whether the op's traced graph computes new pixel values (casts, arithmetic, comparisons,
     masked selections, reductions), not only moves them or fills rectangles with a constant
     (``False`` for an op that does not trace or has a hand-written native lowering)."""
-    if implementation(op, "native") is not None:
-        return False
-    try:
-        traced = trace_op(op)
-    except TraceError:
-        return False
-    return any(n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH for n in traced.nodes())
+    return any(n.pixel and n.ndim > 0 and n.op in _PIXEL_MATH for n in _traced_nodes(op))
 
 
 def sums_floats(op: Op) -> bool:
     """Whether the op's traced graph has a float sum over the image, which numpy's pairwise
     order makes one Python call per batch (:mod:`augment_ops.trace.pairwise`)."""
-    if implementation(op, "native") is not None:
-        return False
-    try:
-        traced = trace_op(op)
-    except TraceError:
-        return False
-    return any(n.op == "npsum" for n in traced.nodes())
+    return any(n.op == "npsum" for n in _traced_nodes(op))
 
 
 def _picklable(op: Op) -> bool:
