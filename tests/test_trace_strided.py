@@ -150,3 +150,13 @@ def s_written_scalar(img, rng):
 @pytest.mark.parametrize("func", [s_caught_write, s_written_scalar], ids=lambda f: f.__name__)
 def test_a_drawn_value_written_into_a_small_array_equals_numpy(func):
     _check(func, random=True)
+
+
+def test_an_element_written_into_a_small_vector_is_a_stack_of_its_elements():
+    """A stack of elements and takes, which the per-sample scalar stage computes, where a write
+    into a region would be slices and a concatenation."""
+    from augment_ops.trace import trace_function
+
+    traced = trace_function(s_box_by_index, params={}, random=False, num_outputs=1,
+                            dtype=np.uint8, ndim=3)
+    assert not any(n.op in ("cat", "slice") and n.ndim == 1 for n in traced.nodes())

@@ -40,6 +40,10 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
     a._check_written_through()
     if _write_strided(a, n, key, value):
         return
+    element = _write_element(n, key, value)
+    if element is not None:
+        a._write(element)
+        return
     if isinstance(key, Sym) and key.dtype.kind == "b":
         v = np.asarray(value) if not isinstance(value, Sym) else value
         a._write(_where(_mask_of(key, n), _setitem_value(n.dtype, v), a).node)
@@ -67,6 +71,26 @@ def _setitem(a: Sym, key: Any, value: Any) -> None:
             a._write(_fill_region(n, key, value))
         return
     a._write(_fill_channels(n, key, elements if elements is not None else [value], channels))
+
+
+def _write_element(n: Node, key: Any, value: Any) -> Node | None:
+    """``a[i] = v`` into a small vector (a box's coordinates, ``np.empty(4)`` filled value by
+    value): the vector of its elements with element ``i`` replaced, operators the per-sample
+    scalar stage computes (:mod:`augment_ops.trace.scalar_stage`); None for other writes."""
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if n.ndim != 1 or not isinstance(n.shape[0], int) or n.shape[0] > 64 or \
+            not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+        return None
+    size = n.shape[0]
+    if not -size <= int(k) < size:
+        raise IndexError(f"index {int(k)} is out of bounds for axis 0 with size {size}")
+    if isinstance(value, Sym) and value.ndim != 0:
+        return None
+    v = _setitem_value(n.dtype, value)
+    vn = v.node if isinstance(v, Sym) else const(np.asarray(v, n.dtype))
+    at = int(k) % size
+    parts = [vn if j == at else _new("take", (n, j), (0,), n.dtype, ()) for j in range(size)]
+    return _new("stack", tuple(parts), (0,), n.dtype, (size,))
 
 
 def _write_strided(a: Sym, n: Node, key: Any, value: Any) -> bool:

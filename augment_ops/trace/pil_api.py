@@ -39,9 +39,9 @@ _WHY_NOT: dict[str, str] = {
     "rotate": "PIL's rotation by an angle resamples with its own arithmetic",
     "filter": "PIL's filters have no exact DALI equivalent",
     "transform": "PIL's resampling differs from DALI's warps",
-    "histogram": "a histogram of the pixels (ImageOps.autocontrast with a cutoff; "
-                 "ImageOps.autocontrast or equalize called by another name than theirs in "
-                 "ImageOps), which DALI's operators cannot compute",
+    "histogram": "a histogram of the pixels, which DALI's operators cannot compute "
+                 "(ImageOps.autocontrast without a cutoff and ImageOps.equalize lower, called "
+                 "as ImageOps' own)",
 }
 
 
