@@ -13,7 +13,7 @@ import numpy as np
 
 from augment_ops.trace.combine import _concat, _np_stack, _where
 from augment_ops.trace.creation import _holds_sym, _python_int_checks, canvas_fill, np_array
-from augment_ops.trace.facts import _at_most, _nonneg, _same, linear_form, lower, upper
+from augment_ops.trace.facts import _at_most, _no_nan, _nonneg, _same, linear_form, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.strided import read_strided, strided_key, write_strided
 from augment_ops.trace.sym import (
@@ -84,13 +84,30 @@ def _write_element(n: Node, key: Any, value: Any) -> Node | None:
     size = n.shape[0]
     if not -size <= int(k) < size:
         raise IndexError(f"index {int(k)} is out of bounds for axis 0 with size {size}")
-    if isinstance(value, Sym) and value.ndim != 0:
-        return None
+    if isinstance(value, Sym) and (value.ndim != 0 or not _converts_exactly(value, n.dtype)):
+        return None  # the region write's rules (and refusals) apply
     v = _setitem_value(n.dtype, value)
     vn = v.node if isinstance(v, Sym) else const(np.asarray(v, n.dtype))
     at = int(k) % size
     parts = [vn if j == at else _new("take", (n, j), (0,), n.dtype, ()) for j in range(size)]
     return _new("stack", tuple(parts), (0,), n.dtype, (size,))
+
+
+def _converts_exactly(value: Sym, dtype: np.dtype) -> bool:
+    """Whether numpy stores the per-sample scalar ``value`` into an array of ``dtype`` as a
+    cast does, raising for no sample: the same dtype; a float array (rounded as a cast
+    rounds); an integer one whose range holds every value the bounds allow (numpy raises for
+    NaN and for a float or Python int out of the range, and wraps some numpy ints); a Python
+    int of a size (checked as numpy checks it, :func:`_setitem_value`)."""
+    vd = value.dtype
+    if vd == dtype or value.node.weak or (dtype.kind == "f" and vd.kind in "biuf"):
+        return True
+    if dtype.kind not in "iu" or vd.kind not in "biuf":
+        return False
+    lo, hi = lower(value.node), upper(value.node)
+    info = np.iinfo(dtype)
+    return lo is not None and hi is not None and info.min <= lo and hi <= info.max and (
+        vd.kind != "f" or _no_nan(value.node))
 
 
 def _write_strided(a: Sym, n: Node, key: Any, value: Any) -> bool:

@@ -38,14 +38,6 @@ from augment_ops.trace.const_list import STANDS_FOR, stand_in
 from augment_ops.trace.creation import CREATION, _holds_sym, np_asarray
 from augment_ops.trace.cv2_api import library_handlers, wrap_library
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.instances import (
-    check_unchanged,
-    converted,
-    holds_object,
-    object_copyable,
-    snapshot,
-    stand_in_object,
-)
 from augment_ops.trace.ir import _REGISTRY_FILE, Node, TraceError, _is_internal
 from augment_ops.trace.lookup import NUMPY_CALLS, table_view
 from augment_ops.trace.sym import (
@@ -549,17 +541,6 @@ def _class_copyable(cls: type) -> bool:
     return all(b in (object, abc.ABC) or _class_copyable(b) for b in cls.__bases__)
 
 
-def _object_copyable(v: Any) -> bool:
-    """Whether ``v`` is an object made at import a stand-in may stand in for
-    (:func:`augment_ops.trace.instances.object_copyable`)."""
-    return object_copyable(v, _class_copyable)
-
-
-def _with_objects(x: Any) -> bool:
-    """Whether ``x`` is, or holds at any depth, an object made at import to stand in for."""
-    return _object_copyable(x) or holds_object(x, _object_copyable)
-
-
 class _TracedGlobals(dict):
     """A module's globals as its traced copies see them: what :func:`_patched` replaces,
     replaced at once; functions and modules when the code first reads them (``LOAD_GLOBAL``
@@ -619,11 +600,6 @@ class Rebinder:
         self._globals: dict[int, tuple[dict, dict]] = {}  # id(module dict): (dict, traced)
         self._modules: dict[int, tuple[Any, Any]] = {}  # id(module): (module, proxy)
         self._classes: dict[int, tuple[type, type]] = {}  # id(class): (class, copy)
-        # id(object): (object, stand-in, its attributes' snapshot as made)
-        self._objects: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
-        # id(class): snapshot of the copy's plain attributes as made, and its names then
-        self._class_state: dict[int, dict[str, Any]] = {}
-        self._class_keys: dict[int, frozenset[str]] = {}
         self._libs = library_handlers()
 
     def op(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -642,30 +618,16 @@ class Rebinder:
             return self._class(v)
         if isinstance(v, types.BuiltinFunctionType) and getattr(v, "__self__", None) is math:
             return getattr(_MATH, v.__name__)  # from math import sqrt
-        if _object_copyable(v):
-            return self._object(v)
         if type(v) is dict and len(v) <= _MAX_DICT_OF_FUNCTIONS and any(
                 _copied(x) or (isinstance(x, type) and _class_copyable(x)) for x in v.values()):
             # A table of functions the op picks from (timm's NAME_TO_OP, RandAugment's op
             # lists): the functions it calls through it run as traced copies too. A new dict of
-            # the same items (objects made at import among its keys and values as their
-            # stand-ins); the op only reads it (augment_ops.state refuses a write to it).
+            # the same items; the op only reads it (augment_ops.state refuses a write to it).
             held = self._modules.get(id(v))
             if held is None:
-                table = {converted(k, self.value) if _with_objects(k) else k:
-                         self.value(x) if not isinstance(x, dict) else
-                         converted(x, self.value) if _with_objects(x) else x
+                table = {k: self.value(x) if not isinstance(x, dict) else x
                          for k, x in v.items()}
                 held = self._modules[id(v)] = (v, table)
-            return held[1]
-        if type(v) in (dict, list, tuple) and len(v) <= _MAX_DICT_OF_FUNCTIONS and \
-                holds_object(v, _object_copyable):
-            # a module's container holding objects made at import, at any depth (as values or
-            # keys): a copy holding their stand-ins, so that every route to an object gives
-            # the same one (OPS[0] is OP, OP in OPS, WEIGHT[OP])
-            held = self._modules.get(id(v))
-            if held is None:
-                held = self._modules[id(v)] = (v, converted(v, self.value))
             return held[1]
         if isinstance(v, types.ModuleType):
             if v is math:
@@ -676,30 +638,6 @@ class Rebinder:
                     held = self._modules[id(v)] = (v, _ModuleProxy(v, self))
                 return held[1]
         return v
-
-    def _object(self, obj: Any) -> Any:
-        """The stand-in for ``obj``, an object made before the trace
-        (:mod:`augment_ops.trace.instances`), made once; ``obj`` where its class is used as it
-        is."""
-        held = self._objects.get(id(obj))
-        if held is not None:
-            return held[1]
-        copy = self._class(type(obj))
-        if copy is type(obj):
-            self._objects[id(obj)] = (obj, obj, {})
-            return obj
-
-        def remember(s: Any) -> None:
-            self._objects[id(obj)] = (obj, s, {})
-        stand, made = stand_in_object(obj, copy, self.value, remember)
-        self._objects[id(obj)] = (obj, stand, made)
-        return stand
-
-    def check_unchanged(self, location: str) -> None:
-        """Refuse an op that changed an object made before the trace or a copied class
-        (:func:`augment_ops.trace.instances.check_unchanged`; ``location``: the op's)."""
-        check_unchanged(self._objects.values(), self._classes.values(), self._class_state,
-                        self._class_keys, location)
 
     def _copy(self, fn: types.FunctionType) -> types.FunctionType:
         held = self._functions.get(id(fn))
@@ -739,10 +677,7 @@ class Rebinder:
             return held[1]
         bases = tuple(self._class(b) for b in cls.__bases__ if b not in (object, abc.ABC))
         ns = {k: v for k, v in vars(cls).items() if k not in _CLASS_OWN}
-        # the class's containers and arrays copied: tracing leaves the real class as it was,
-        # and check_unchanged compares the copies with what they were
-        plain = {k: converted(v, lambda x: x) if isinstance(v, (dict, list, set, np.ndarray))
-                 else v for k, v in ns.items() if not self._method_like(v)}
+        plain = {k: v for k, v in ns.items() if not self._method_like(v)}
         meta = _ABCClassCopy if type(cls) is abc.ABCMeta else _ClassCopy
         try:
             if any(type(b) not in (_ClassCopy, _ABCClassCopy) for b in bases):
@@ -756,13 +691,11 @@ class Rebinder:
         copy.__qualname__ = cls.__qualname__
         # cached before its methods are copied: their __class__ cells name the class itself
         self._classes[id(cls)] = (cls, copy)
-        self._class_state[id(cls)] = {k: snapshot(v) for k, v in plain.items()}
         for k, v in ns.items():
             if k not in plain:
                 type.__setattr__(copy, k, self._method(v))
         if meta is _ABCClassCopy:  # abstract as the real class is (computed before the methods)
             abc.update_abstractmethods(copy)
-        self._class_keys[id(cls)] = frozenset(copy.__dict__)
         return copy
 
     @staticmethod
