@@ -6,13 +6,14 @@ when it stores a Python number into an integer array.
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace.facts import lower, upper
-from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
+from augment_ops.trace.ir import _TRACING, Dim, Node, TraceError, _new, const
 from augment_ops.trace.pairwise import copied
 from augment_ops.trace.sym import Sym, _rep, _to_node, implements, raise_where, ufunc
 
@@ -193,10 +194,6 @@ def _small_new(made: np.ndarray, name: str) -> Any:
     whose values numpy leaves unset). An array only ever filled with constants stays a
     concrete array, which libraries (``cv2.warpAffine``'s matrix, ``np.linalg``) and Python
     (``tolist``, ``int``) take as they are."""
-    import sys
-
-    from augment_ops.trace.ir import _TRACING
-
     session = _TRACING.active
     if session is None or made.size > MAX_SMALL_NEW or made.dtype.kind not in "biuf" or \
             not made.flags.c_contiguous:

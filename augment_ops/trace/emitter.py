@@ -380,14 +380,6 @@ class _Vectors(_Scalars):
 
 
 
-def _torch_sums_hold() -> bool:
-    """Whether torch's copy of numpy's pairwise sum holds for this numpy
-    (:func:`augment_ops.trace.pairwise_torch.model_holds`)."""
-    from augment_ops.trace.pairwise_torch import model_holds
-
-    return model_holds()
-
-
 class _Emitter(_Vectors):
     """Emits a traced graph as DALI operators: the array operators (fills, slices, flips,
     transposes, concatenation, reductions) and the per-sample merge of branches, on top of the
@@ -488,9 +480,9 @@ class _Emitter(_Vectors):
 
         x = self.value(n.args[0])
         if getattr(x, "device", "cpu") == "gpu":
-            if gpu_sums(n) and _torch_sums_hold():
-                from augment_ops.trace.pairwise_torch import GpuNumpySum
+            from augment_ops.trace.pairwise_torch import GpuNumpySum, model_holds
 
+            if gpu_sums(n) and model_holds():
                 return fn.dl_tensor_python_function(x, function=GpuNumpySum(n.attrs[1]),
                                                     batch_processing=True, device="gpu",
                                                     num_outputs=1)

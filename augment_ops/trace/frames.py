@@ -20,14 +20,20 @@ __all__ = ["note_small_store"]
 _DOTTED = re.compile(r"[A-Za-z_][\w]*(?:\s*\.\s*[A-Za-z_]\w*)*")
 
 
-def _instruction(frame: types.FrameType, lasti: int) -> str:
-    """The name of the instruction running at ``lasti`` (which may point into its cache)."""
-    name = ""
+def _running(frame: types.FrameType, lasti: int) -> dis.Instruction | None:
+    """The instruction running at ``lasti`` (which may point into its cache)."""
+    ins = None
     for i in dis.get_instructions(frame.f_code):
         if i.offset > lasti:
             break
-        name = i.opname
-    return name
+        ins = i
+    return ins
+
+
+def _instruction(frame: types.FrameType, lasti: int) -> str:
+    """The name of the instruction running at ``lasti``."""
+    ins = _running(frame, lasti)
+    return ins.opname if ins is not None else ""
 
 
 def _segment(frame: types.FrameType, lasti: int) -> str | None:
@@ -35,11 +41,7 @@ def _segment(frame: types.FrameType, lasti: int) -> str | None:
     ``STORE_SUBSCR``)."""
     import linecache
 
-    ins = None
-    for i in dis.get_instructions(frame.f_code):
-        if i.offset > lasti:
-            break
-        ins = i
+    ins = _running(frame, lasti)
     pos = ins.positions if ins is not None else None
     if pos is None or None in (pos.lineno, pos.end_lineno, pos.col_offset, pos.end_col_offset):
         return None

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.combine import _concat, _np_stack, _where
-from augment_ops.trace.creation import _holds_sym, _python_int_checks, canvas_fill, np_array
+from augment_ops.trace.creation import (
+    MAX_SMALL_NEW,
+    _holds_sym,
+    _python_int_checks,
+    canvas_fill,
+    np_array,
+)
 from augment_ops.trace.facts import _at_most, _no_nan, _nonneg, _same, linear_form, lower, upper
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.strided import read_strided, strided_key, write_strided
@@ -78,7 +84,7 @@ def _write_element(n: Node, key: Any, value: Any) -> Node | None:
     value): the vector of its elements with element ``i`` replaced, operators the per-sample
     scalar stage computes (:mod:`augment_ops.trace.scalar_stage`); None for other writes."""
     k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
-    if n.ndim != 1 or not isinstance(n.shape[0], int) or n.shape[0] > 64 or \
+    if n.ndim != 1 or not isinstance(n.shape[0], int) or n.shape[0] > MAX_SMALL_NEW or \
             not isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
         return None
     size = n.shape[0]

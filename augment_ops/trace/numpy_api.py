@@ -143,12 +143,7 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool, *,
             if kind == "mean":
                 if n.dtype.kind in "iu":
                     _exact_in_float64("np.mean", n)
-                count: Dim = 1
-                for a in axes:
-                    count = _dop("multiply", count, n.shape[a])
-                out = ufunc("divide", Sym(cast_node(s.node, np.float64)),
-                            Sym(cast_node(_dim_sym(count).node, np.float64))
-                            if isinstance(count, Node) else np.float64(count))
+                out = ufunc("divide", Sym(cast_node(s.node, np.float64)), _count64(n, axes))
             else:
                 out = s
             out = Sym(cast_node(out.node, rdt))
@@ -162,6 +157,16 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool, *,
                         (*node.shape[:a], 1, *node.shape[a:]))
         out = Sym(node)
     return Sym(out.node)
+
+
+def _count64(n: Node, axes: tuple[int, ...]) -> Any:
+    """The number of values a reduction of ``n`` over ``axes`` takes, as a float64 (a number,
+    or a per-sample value), as numpy divides a sum by it."""
+    count: Dim = 1
+    for ax in axes:
+        count = _dop("multiply", count, n.shape[ax])
+    return Sym(cast_node(_dim_sym(count).node, np.float64)) if isinstance(count, Node) \
+        else np.float64(count)
 
 
 @implements("Sym.variance")
@@ -184,11 +189,7 @@ def _variance(kind: str, a: Any, axis: Any = None, dtype: Any = None, out: Any =
         raise TraceError(f"np.{kind} of {n.dtype} values")
     axes = _axes(axis, n.ndim)
     acc = np.dtype(np.float64) if n.dtype.kind in "biu" else n.dtype
-    count: Dim = 1
-    for ax in axes:
-        count = _dop("multiply", count, n.shape[ax])
-    count64 = Sym(cast_node(_dim_sym(count).node, np.float64)) if isinstance(count, Node) \
-        else np.float64(count)
+    count64 = _count64(n, axes)
     if not isinstance(ddof, (int, float, np.integer, np.floating)) or isinstance(ddof, bool):
         raise TraceError(f"np.{kind} with a ddof of type {type(ddof).__name__}")
     if n.dtype.kind in "biu":

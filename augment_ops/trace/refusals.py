@@ -162,11 +162,10 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
     from augment_ops.trace.ir import TraceError
     from augment_ops.trace.sym import Sym
 
+    frames = _user_frames(e)
     if getattr(e, "needs_number", None):
         # a[i] = v into a concrete array: numpy asks the value for a number
-        inner = [(tb.tb_frame, tb.tb_lasti) for tb in _frames(e)
-                 if not _is_internal(tb.tb_frame.f_code.co_filename)]
-        stored = _stored_into_constant(e, *inner[-1]) if inner else None
+        stored = _stored_into_constant(e, *frames[-1]) if frames else None
         if stored is not None:
             return stored, False
         return _needs_number(e, e.needs_number)  # type: ignore[attr-defined]
@@ -174,12 +173,6 @@ def outside_numpy(e: BaseException) -> tuple[str, bool] | None:
         "conversion to a concrete numpy array")
     if isinstance(e, TraceError) and not conversion:
         return None
-    frames: list[tuple[types.FrameType, int]] = []
-    tb = e.__traceback__
-    while tb is not None:
-        if not _is_internal(tb.tb_frame.f_code.co_filename):
-            frames.append((tb.tb_frame, tb.tb_lasti))
-        tb = tb.tb_next
     if not frames:
         return None
     stored = _stored_into_constant(e, *frames[-1])
@@ -297,25 +290,24 @@ def _package_of(frame: types.FrameType) -> str:
     return str(frame.f_globals.get("__name__", "")).split(".")[0]
 
 
-def _frames(e: BaseException) -> list[types.TracebackType]:
-    out = []
+def _user_frames(e: BaseException) -> list[tuple[types.FrameType, int]]:
+    """The frames of ``e``'s traceback outside the tracer, outermost first, each with the
+    instruction it was running."""
+    frames = []
     tb = e.__traceback__
     while tb is not None:
-        out.append(tb)
+        if not _is_internal(tb.tb_frame.f_code.co_filename):
+            frames.append((tb.tb_frame, tb.tb_lasti))
         tb = tb.tb_next
-    return out
+    return frames
 
 
 def _needs_number(e: BaseException, kind: str) -> tuple[str, bool]:
     """The refusal of ``int()``/``float()`` of a per-sample value (``kind``) that Python's own
     built-in or a C function made: named after the call at the innermost frame outside the
     tracer."""
-    frame, lasti = None, -1
-    tb = e.__traceback__
-    while tb is not None:
-        if not _is_internal(tb.tb_frame.f_code.co_filename):
-            frame, lasti = tb.tb_frame, tb.tb_lasti
-        tb = tb.tb_next
+    frames = _user_frames(e)
+    frame, lasti = frames[-1] if frames else (None, -1)
     called = _callee(frame, lasti, True) if frame is not None else None
     name = called[0] if called is not None else kind
     if frame is None or name in ("int", "float", "round"):

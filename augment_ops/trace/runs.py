@@ -175,23 +175,22 @@ def trace_function(fn: Callable[..., Any], *, params: dict[str, Any], random: bo
     while True:
         session = _Session(max_fact_steps)
         session.traced_small = sites
+        refused: TraceError | None = None
         try:
             traced = _trace_once(session, fn, params=params, random=random,
                                  num_outputs=num_outputs, dtype=dtype, ndim=ndim,
                                  max_paths=max_paths)
-        except TraceError:
-            traced = None
-            site = session.retry_small
-            if site is None or site in sites or len(sites) >= MAX_TRACED_SMALL:
-                raise
-        else:
-            # a write the op caught (try/except) and went on without: traced again all the same
-            site = session.retry_small
-            if site is None or site in sites:
-                return traced
-            if len(sites) >= MAX_TRACED_SMALL:
-                raise TraceError("per-sample values written into small new arrays made at more "
-                                 f"than {MAX_TRACED_SMALL} lines")
+        except TraceError as e:
+            refused = e
+        # (after a trace that went on, the write was one the op caught with try/except)
+        site = session.retry_small
+        if site is None or site in sites:
+            if refused is not None:
+                raise refused
+            return traced
+        if len(sites) >= MAX_TRACED_SMALL:
+            raise refused or TraceError("per-sample values written into small new arrays made "
+                                        f"at more than {MAX_TRACED_SMALL} lines")
         sites = sites | {site}
 
 

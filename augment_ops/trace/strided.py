@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.ir import Node, TraceError
+from augment_ops.trace.ir import Node, TraceError, _new
+from augment_ops.trace.pairwise import layout
 
 __all__ = ["MAX_STRIDED", "read_strided", "strided_key", "write_strided"]
 
@@ -79,9 +80,6 @@ def read_strided(n: Node, key: tuple, found: tuple[int, list[int], int],
         return out  # equally spaced elements: numpy sums them as a new array of them
     # numpy's result is a view with gaps (x[..., ::2]), which its float sums run over in its
     # own way (augment_ops.trace.pairwise): not the new array the stack would say it is
-    from augment_ops.trace.ir import _new
-    from augment_ops.trace.pairwise import layout
-
     base = layout(n)
     lay = None if base is None or len(base[0]) != out.ndim else (base[0], "gapped")
     return _new("laid", (out,), (lay,), out.dtype, out.shape)
