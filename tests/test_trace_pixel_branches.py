@@ -13,7 +13,7 @@ import pytest
 from helpers import pattern_image, traced_equals_numpy, unregistered
 
 import augment_ops
-from augment_ops.trace import TraceError, trace_op
+from augment_ops.trace import MAX_PATHS, TraceError, trace_op
 from augment_ops.trace.ir import MAX_PIXEL_BRANCHES
 
 
@@ -184,12 +184,12 @@ def test_too_many_outcomes_beside_a_pixel_branch_are_refused_as_too_many_outcome
     @unregistered()
     def many(img, rng):
         out = img // 2 if img[0, 0, 0] > 128 else img
-        for k in range(4):
+        for k in range(5):
             if rng.random() < 0.5:
                 out = out + np.uint8(k)
         return out
 
-    with pytest.raises(TraceError, match=r"^more than 16 branch outcomes"):
+    with pytest.raises(TraceError, match=rf"^more than {MAX_PATHS} branch outcomes"):
         trace_op(many)
 
 

@@ -304,6 +304,9 @@ class _Session:
         """The outcome of a branch on per-sample condition ``cond`` for this run (from the
         prefix, else True). ``refusal``: the branch is on pixel values; a run taking more than
         :data:`MAX_PIXEL_BRANCHES` of them (a ``while`` on pixel values) is refused at once."""
+        earlier = self._decided(cond)
+        if earlier is not None:  # ``if s != 0`` after ``if s == 0 and ...``: the same samples
+            return earlier
         if refusal is not None:
             self.pixel_refusals.setdefault(cond, refusal)
             if sum(c.pixel for c in self.conds) >= MAX_PIXEL_BRANCHES:
@@ -328,6 +331,63 @@ class _Session:
         self.conds.append(cond)
         self.decisions.append(choice)
         return choice
+
+
+    def _decided(self, cond: Node) -> bool | None:
+        """The outcome of ``cond`` this run already decided: ``cond`` itself, or its exact
+        negation, taken earlier (the same per-sample value, so a second decision would only
+        add outcomes no sample has), else None."""
+        for c, d in zip(self.conds, self.decisions, strict=True):
+            related = _relation(c, cond)
+            if related is not None:
+                return d if related else not d
+        return None
+
+
+#: Comparisons as ``less``/``less_equal`` with their operands swapped: the same predicate.
+_MIRRORED = {"greater": "less", "greater_equal": "less_equal"}
+
+
+def _comparison(n: Node) -> tuple[str, Any, Any] | None:
+    """``(name, x, y)`` of comparison ``n``, with ``>``/``>=`` written as ``<``/``<=``."""
+    if n.op != "bin" or len(n.args) != 2:
+        return None
+    name, (x, y) = n.attrs[0], n.args
+    if name in _MIRRORED:
+        return _MIRRORED[name], y, x
+    if name in ("less", "less_equal", "equal", "not_equal"):
+        return name, x, y
+    return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b if isinstance(a, Node) or isinstance(b, Node) else \
+        type(a) is type(b) and a == b
+
+
+def _relation(a: Node, b: Node) -> bool | None:
+    """True where bools ``a`` and ``b`` hold for the same samples, False where ``b`` is the
+    negation of ``a`` for every sample, else None (not known from their forms)."""
+    if a is b:
+        return True
+    for p, q in ((a, b), (b, a)):
+        if q.op == "un" and q.attrs[0] == "logical_not" and q.args[0] is p:
+            return False
+    ca, cb = _comparison(a), _comparison(b)
+    if ca is None or cb is None:
+        return None
+    (na, xa, ya), (nb, xb, yb) = ca, cb
+    straight = _same(xa, xb) and _same(ya, yb)
+    crossed = _same(xa, yb) and _same(ya, xb)
+    if na == nb and (straight or (crossed and na in ("equal", "not_equal"))):
+        return True
+    if {na, nb} == {"equal", "not_equal"} and (straight or crossed):
+        return False  # != is the negation of == for NaN too
+    # not (x < y) is y <= x only where neither can be NaN
+    exact = all(np.dtype(getattr(v, "dtype", type(v))).kind in "biu" for v in (xa, ya))
+    if exact and {na, nb} == {"less", "less_equal"} and crossed:
+        return False
+    return None
 
 
 class _Tracing(threading.local):

@@ -45,7 +45,7 @@ from augment_ops.trace.sym import (
 from augment_ops.trace.tables import tabulate
 
 #: The most branch outcomes (paths through the function) a traced op may have.
-MAX_PATHS = 16
+MAX_PATHS = 32
 
 
 #: Channel count of the symbolic image (decoded images are RGB).
@@ -67,18 +67,123 @@ def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: 
     if not taken or not other:
         return _merge(paths, depth + 1, nout)
     a, b = _merge(taken, depth + 1, nout), _merge(other, depth + 1, nout)
-    out = []
     for x, y in zip(a, b, strict=True):
-        if x is y:
-            out.append(x)
-            continue
-        if x.dtype != y.dtype or x.ndim != y.ndim:
+        if x is not y and (x.dtype != y.dtype or x.ndim != y.ndim):
             raise TraceError("branches that return outputs of different dtype or rank")
-        shape = tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
-                      for dx, dy in zip(x.shape, y.shape, strict=True))
-        out.append(_selected_slice(cond, x, y, shape) or
-                   _new("select", (cond, x, y), (), x.dtype, shape))
-    return tuple(out)
+    memo: dict[tuple[int, int, int], Node] = {}
+    return tuple(_select(cond, x, y, memo, MAX_PUSHED) for x, y in zip(a, b, strict=True))
+
+
+#: Operators a per-sample choice between two of their results moves into, as a choice between
+#: their arguments: elementwise arithmetic and stacks of channels, computed once on the chosen
+#: arguments instead of once for each outcome (albumentations' HSV shift, whose drawn shifts
+#: decide which channels change, converts back from HSV once, not once per outcome). Not layout
+#: operators (a choice between flips has DALI forms of its own, :mod:`lower_patterns`), nor
+#: lookup tables, whose tables DALI needs constant.
+_PUSHED = frozenset({"bin", "un", "cast", "where", "stack", "cat", "take"})
+
+#: How deep a choice moves into its outcomes' arguments.
+MAX_PUSHED = 64
+
+
+def _select(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node],
+            depth: int) -> Node:
+    """``x`` where ``cond`` holds, else ``y``, per sample, as one node (both of one dtype and
+    rank): moved into their arguments where both are the same operator (:func:`_pushed`), or
+    where one outcome is itself a choice with such an outcome (:func:`_hoisted`); one crop of an
+    array with chosen bounds (:func:`_selected_slice`); else a select."""
+    if x is y:
+        return x
+    key = (id(cond), id(x), id(y))
+    got = memo.get(key)
+    if got is not None:
+        return got
+    shape = tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
+                  for dx, dy in zip(x.shape, y.shape, strict=True))
+    got = (_pushed(cond, x, y, shape, memo, depth) or _hoisted(cond, x, y, memo, depth)
+           or _selected_slice(cond, x, y, shape)
+           or _new("select", (cond, x, y), (), x.dtype, shape))
+    memo[key] = got
+    return got
+
+
+def _pushable(cond: Node, x: Node, y: Node) -> bool:
+    """Whether a choice between ``x`` and ``y`` moves into their arguments: the same operator
+    of :data:`_PUSHED` with arguments that can be chosen between (of one dtype and rank, not
+    constants, which operators take as constants), on a predicate that does not read pixel
+    values (a choice of sizes would then be read on the CPU)."""
+    if (cond.pixel or x.op != y.op or x.op not in _PUSHED or _attrs(x, y) is None
+            or x.dtype != y.dtype or x.weak != y.weak or len(x.args) != len(y.args)):
+        return False
+    for ax, ay in zip(x.args, y.args, strict=True):
+        if _same_argument(ax, ay):
+            continue
+        if not (isinstance(ax, Node) and isinstance(ay, Node)) or ax.dtype != ay.dtype \
+                or ax.ndim != ay.ndim or ax.op == "const" or ay.op == "const":
+            return False
+    return True
+
+
+def _attrs(x: Node, y: Node) -> tuple | None:
+    """The attributes of one operator computing both ``x`` and ``y``: theirs, without the
+    ``"nonneg"`` that only one of them has (a cheaper form where the operands are known to be
+    >= 0, which the other outcome's may not be), or None where they differ otherwise."""
+    if x.attrs == y.attrs:
+        return x.attrs
+    bare = [a[:-1] if a[-1:] == ("nonneg",) else a for a in (x.attrs, y.attrs)]
+    return bare[0] if bare[0] == bare[1] else None
+
+
+def _same_argument(a: Any, b: Any) -> bool:
+    return a is b or not (isinstance(a, Node) or isinstance(b, Node)) and \
+        type(a) is type(b) and a == b
+
+
+def _pushed(cond: Node, x: Node, y: Node, shape: tuple,
+            memo: dict[tuple[int, int, int], Node], depth: int) -> Node | None:
+    """``op(select(cond, x1, y1), ...)`` for ``select(cond, op(x1, ...), op(y1, ...))``: exact,
+    as the choice is per sample, so each sample computes the operator on the arguments of its
+    outcome. None where :func:`_pushable` says no."""
+    if depth <= 0 or not _pushable(cond, x, y):
+        return None
+    args = tuple(ax if _same_argument(ax, ay) else _select(cond, ax, ay, memo, depth - 1)
+                 for ax, ay in zip(x.args, y.args, strict=True))
+    return _new(x.op, args, _attrs(x, y), x.dtype, shape, x.weak)
+
+
+def _both(a: Node, b: Node) -> Node:
+    return _new("bin", (a, b), ("bitwise_and",), np.bool_, ())
+
+
+def _negated(a: Node) -> Node:
+    return _new("un", (a,), ("logical_not",), np.bool_, ())
+
+
+def _hoisted(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node],
+             depth: int) -> Node | None:
+    """A choice between ``x`` and ``y`` where one of them is a choice ``select(c, p, q)`` whose
+    outcome ``p`` or ``q`` moves into a choice with the other (:func:`_pushable`), written as one
+    choice of the remaining outcome first: ``select(cond, select(c, p, q), y)`` is
+    ``select(cond & c, p, select(cond, q, y))``. An op that returns its input early (``if
+    shift == 0: return img``) then computes its other outcomes once, not once per branch."""
+    if depth <= 0 or cond.pixel:
+        return None
+    for inner, other, first in ((x, y, True), (y, x, False)):
+        if inner.op != "select" or inner.args[0].pixel:
+            continue
+        c, p, q = inner.args
+        for kept, moved, c_kept in ((p, q, c), (q, p, None)):
+            pair = (moved, other) if first else (other, moved)
+            if not _pushable(cond, *pair):
+                continue
+            c_kept = c if c_kept is not None else _negated(c)
+            # ``kept`` where the sample takes ``inner``'s branch to it, else the pushed choice
+            taken = _both(cond if first else _negated(cond), c_kept)
+            rest = _select(cond, *pair, memo, depth - 1)
+            shape = tuple(dk if dk is dr else _dwhere(Sym(taken), dk, dr)
+                          for dk, dr in zip(kept.shape, rest.shape, strict=True))
+            return _new("select", (taken, kept, rest), (), x.dtype, shape)
+    return None
 
 
 def _slice_bounds(n: Node, base: Node) -> dict[int, tuple[Any, Any]] | None:

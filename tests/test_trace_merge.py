@@ -1,0 +1,125 @@
+"""Branch outcomes merged into one graph: a condition decided again is the same decision, and a
+choice between outcomes computed by the same operators moves into their arguments.
+
+Each op draws small integers (every outcome is taken in a batch of 64) and is checked equal to
+numpy on every sample, in a real CPU DALI pipeline, with the sample's counter draws.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from helpers import pattern_image, traced_equals_numpy, unregistered
+
+from augment_ops.trace import trace_op
+
+SEED = 11
+BATCH = 64
+
+
+def _batch(h: int = 5, w: int = 6) -> list[np.ndarray]:
+    return [pattern_image(k, h, w) for k in range(BATCH)]
+
+
+@unregistered()
+def m_early_return_then_each_shift(img, rng):
+    """albumentations' shift_hsv in miniature: return early when every shift is 0, then apply
+    each shift that is not 0 (``!=`` after ``==``: the same decisions)."""
+    a, b, c = (int(rng.integers(-1, 2)) for _ in range(3))
+    if a == 0 and b == 0 and c == 0:
+        return img
+    x = img.astype(np.float32)
+    if a != 0:
+        x[..., 0] = x[..., 0] + 40 * a
+    if b != 0:
+        x[..., 1] = x[..., 1] * (1 + 0.25 * b)
+    if c != 0:
+        x = x + 10 * c
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+
+
+def test_a_condition_decided_again_adds_no_outcome():
+    traced = trace_op(m_early_return_then_each_shift)
+    # the outcomes of (a == 0, b == 0, c == 0) numpy can take: 4 with a != 0, 2 with a == 0 and
+    # b != 0, then c != 0 and all three 0; each later ``!= 0`` is decided already
+    assert traced.num_paths == 8
+    wants = traced_equals_numpy(m_early_return_then_each_shift, _batch(), seed=SEED)
+    imgs = _batch()
+    assert any(np.array_equal(w, i) for w, i in zip(wants, imgs, strict=True))  # the early return
+    assert len({w.tobytes() for w in wants}) > 20
+
+
+@unregistered()
+def m_three_signs(img, rng):
+    """27 outcomes, each the same arithmetic on other arguments."""
+    x = img.astype(np.float32)
+    for ch in range(3):
+        s = rng.integers(-1, 2)
+        if s < 0:
+            x[..., ch] = x[..., ch] * 0.5
+        elif s > 0:
+            x[..., ch] = x[..., ch] + 30
+    return np.minimum(x, 255).astype(np.uint8)
+
+
+def test_outcomes_of_the_same_operators_compute_them_once():
+    traced = trace_op(m_three_signs)
+    assert traced.num_paths == 27
+    # one cast to uint8 and one minimum of the image for all 27 outcomes
+    big = [n for n in traced.nodes() if n.ndim == 3]
+    assert sum(n.op == "cast" and n.dtype == np.uint8 for n in big) == 1
+    assert sum(n.op == "bin" and n.attrs[0] == "minimum" for n in big) == 1
+    wants = traced_equals_numpy(m_three_signs, _batch(), seed=SEED)
+    assert len({w.tobytes() for w in wants}) > 20
+
+
+@unregistered()
+def m_int_order_twice(img, rng):
+    k = rng.integers(0, 4)
+    out = img
+    if k < 2:
+        out = out // 2
+    if k >= 2:  # the negation of k < 2 for integers
+        out = out[::-1]
+    return out
+
+
+def test_an_integer_comparison_and_its_negation_are_one_decision():
+    assert trace_op(m_int_order_twice).num_paths == 2
+    traced_equals_numpy(m_int_order_twice, _batch(), seed=SEED)
+
+
+@unregistered()
+def m_nan_ratio_twice(img):
+    """A float may be NaN: ``v < 1`` False does not make ``v >= 1`` True."""
+    v = img[0, 0, 0] / np.float64(img[0, 0, 1])
+    out = img
+    if v < 1:
+        out = out // 2
+    if v >= 1:
+        out = out // 3
+    return out
+
+
+def test_a_float_comparison_is_not_taken_for_the_negation_of_its_opposite():
+    imgs = [pattern_image(k, 4, 5) for k in range(6)]
+    imgs[0][0, 0, :2] = 0  # 0 / 0: NaN, neither branch
+    imgs[1][0, 0, :2] = (3, 0)  # inf
+    imgs[2][0, 0, :2] = (1, 2)
+    imgs[3][0, 0, :2] = (2, 1)
+    wants = traced_equals_numpy(m_nan_ratio_twice, imgs)
+    np.testing.assert_array_equal(wants[0], imgs[0])
+
+
+@unregistered()
+def m_return_input_or_crop_or_scale(img, rng):
+    """One outcome is the input itself, others a crop: a choice no operator moves into."""
+    k = rng.integers(0, 3)
+    if k == 0:
+        return img
+    if k == 1:
+        return img[1:, :-1]
+    return img // 2
+
+
+def test_outcomes_of_different_operators_and_shapes_stay_a_choice():
+    traced_equals_numpy(m_return_input_or_crop_or_scale, _batch(), seed=SEED)
