@@ -393,3 +393,21 @@ def test_copy_make_border_refuses_reflections_and_per_sample_widths():
         return cv2.copyMakeBorder(img, img.shape[0] // 2, 0, 0, 0, cv2.BORDER_REPLICATE)
     assert "other than BORDER_CONSTANT or BORDER_REPLICATE" in _refusal(u_reflect)
     assert "per-sample border widths other than BORDER_CONSTANT" in _refusal(u_per_sample)
+
+
+def u_border_float_fill(img):
+    """A fill float32 does not hold (DALI pads with float32 values): concatenated strips."""
+    return cv2.copyMakeBorder(img.astype(np.float64), 1, 2, 3, 0, cv2.BORDER_CONSTANT,
+                              value=(0.1, 1e300, -2.5))
+
+
+def u_border_then_crop(img):
+    """A constant border cropped again: one padded read of the image."""
+    padded = cv2.copyMakeBorder(img, 4, 4, 4, 4, cv2.BORDER_CONSTANT, value=(7, 8, 9))
+    return padded[2:-1, 3:padded.shape[1] - 5]
+
+
+@pytest.mark.parametrize("func", [u_border_float_fill, u_border_then_crop],
+                         ids=lambda f: f.__name__)
+def test_copy_make_border_of_any_fill_equals_opencv(func):
+    _check(func)

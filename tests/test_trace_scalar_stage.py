@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 from helpers import has_gpu, pattern_image
@@ -61,7 +62,7 @@ def test_many_scalars_take_one_operator_and_keep_numpys_pixels():
     _, kinds = _lowered(many_boxes, _images(np.uint8, sizes=BOX_SIZES), random=True)
     # One erase per rectangle, one function for every scalar, a subscript per erase argument.
     assert kinds["PythonFunction"] == 1 and kinds["Erase"] == 31, kinds
-    assert kinds.get("ArithmeticGenericOp", 0) == 0 and kinds.get("Cast", 0) == 0, kinds
+    assert kinds.get("_ArithmeticGenericOp", 0) == 0 and kinds.get("Cast", 0) == 0, kinds
     assert sum(kinds.values()) < 31 * 5, kinds
 
 
@@ -141,3 +142,30 @@ def test_a_float_function_of_a_pixel_scalar_is_refused():
 
     with pytest.raises(TraceError, match=r"^np\.exp of pixel values"):
         trace_op(Op(name="phrasing_exp_of_mean", fn=exp_of_mean, dtype=np.uint8, ndim=3))
+
+
+def boxed_crop(img, rng, size=6, pad=2):
+    """MMPretrain's RandomCrop through mmcv: a constant border, then a crop whose box is a
+    ``(1, 4)`` array clipped by ``np.maximum``/``np.minimum`` (mmcv's ``imcrop``)."""
+    img = cv2.copyMakeBorder(img, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=0)
+    h, w = img.shape[:2]
+    th, tw = min(h, size), min(w, size)
+    oy, ox = rng.integers(0, h - th + 1), rng.integers(0, w - tw + 1)
+    box = np.array([ox, oy, ox + tw - 1, oy + th - 1])[None, ...].astype(np.int32)
+    box[:, 0::2] = np.maximum(np.minimum(box[:, 0::2], w - 1), 0)
+    box[:, 1::2] = np.maximum(np.minimum(box[:, 1::2], h - 1), 0)
+    x1, y1, x2, y2 = tuple(box[0, :])
+    return img[y1:y2 + 1, x1:x2 + 1, ...]
+
+
+@pytest.mark.parametrize("scalars", ["dali", "numpy"])
+def test_a_small_array_of_two_axes_is_computed_by_the_stage(scalars, monkeypatch):
+    """The box of two axes is computed in the stage on the way to its four scalars (no DALI
+    arithmetic or cast), and the crop of the border is one padded read (no concatenation)."""
+    monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
+    _, kinds = _lowered(boxed_crop, _images(np.uint8, sizes=SIZES + [(3, 2), (40, 7)]),
+                        random=True)
+    assert kinds["Slice"] == 1, kinds
+    if scalars == "numpy":
+        assert kinds["PythonFunction"] == 1, kinds
+        assert not {"_ArithmeticGenericOp", "Cast", "Cat"} & set(kinds), kinds

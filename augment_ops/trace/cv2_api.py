@@ -385,6 +385,10 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
         filled = cv2.copyMakeBorder(probe, 1, 0, 0, 0, cv2.BORDER_CONSTANT,
                                     value=0 if value is None else value)
         fill = np.asarray(filled)[0, 0].reshape(-1)
+        if _holds_in_float32(fill):
+            # one padded read of the image, which a later crop of it narrows (one fn.slice
+            # with its out-of-bounds rows and columns filled, as a crop of a pad is in DALI)
+            return _into(dst, _drawn_border(x, sides, borderType, value))
     elif kind != cv2.BORDER_REPLICATE:
         raise TraceError("cv2.copyMakeBorder with a border type other than BORDER_CONSTANT or "
                          "BORDER_REPLICATE (the reflections are not lowered)")
@@ -400,9 +404,17 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
     return _into(dst, Sym(out._checked()))
 
 
+def _holds_in_float32(fill: np.ndarray) -> bool:
+    """Whether float32 holds each value of ``fill`` exactly (DALI pads with float32 values)."""
+    with np.errstate(all="ignore"):
+        back = fill.astype(np.float32).astype(fill.dtype)
+    return back.tobytes() == fill.tobytes()
+
+
 def _drawn_border(x: Sym, sides: tuple, border_type: int, value: Any) -> Sym:
-    """``cv2.copyMakeBorder`` with per-sample widths and a constant border: a padded slice of
-    the image (OpenCV raises cv2.error for a negative width, and so does the traced op)."""
+    """``cv2.copyMakeBorder`` with a constant border (widths per sample, or constant ones): a
+    padded slice of the image (OpenCV raises cv2.error for a negative width, and so does the
+    traced op)."""
     import cv2
 
     if border_type & ~cv2.BORDER_ISOLATED != cv2.BORDER_CONSTANT:

@@ -51,9 +51,9 @@ from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced, same_shape
 from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
 from augment_ops.trace.scalar_stage import (
-    _EVALUATED,
     ScalarProgram,
     ScalarStage,
+    computed_here,
     scalar_operators,
     wants_stage,
 )
@@ -247,14 +247,10 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         (:class:`ScalarProgram`): mmlab's lighting's three channel offsets."""
         got = evaluable.get(id(n))
         if got is None:
-            # (a per-sample position in a vector: numpy's take of it, as ScalarProgram does)
-            drawn_take = n.op == "take" and not isinstance(n.args[1], int) and \
-                n.args[0].ndim == 1 and n.ndim == 0
             got = all(isinstance(d, int) for d in n.shape) and \
                 int(np.prod(n.shape, dtype=np.int64)) <= _MAX_GIVEN_ELEMENTS and \
                 (n.op in ("const", "uniform") or (
-                    n.op in _EVALUATED and (n.op not in ("bin", "un") or hasattr(np, n.attrs[0]))
-                    and (not (n.op == "take" and not isinstance(n.args[1], int)) or drawn_take)
+                    computed_here(n)
                     and all(small_array(a) for a in n.args if isinstance(a, Node))))
             evaluable[id(n)] = got
         return got

@@ -80,7 +80,7 @@ def _merge(paths: list[tuple[list[Node], list[bool], tuple[Node, ...]]], depth: 
 #: decide which channels change, converts back from HSV once, not once per outcome). Not layout
 #: operators (a choice between flips has DALI forms of its own, :mod:`lower_patterns`), nor
 #: lookup tables, whose tables DALI needs constant.
-_PUSHED = frozenset({"bin", "un", "cast", "where", "stack", "cat", "take"})
+_PUSHED = frozenset({"bin", "un", "cast", "where", "stack", "cat", "take", "pad"})
 
 #: How deep a choice moves into its outcomes' arguments.
 MAX_PUSHED = 64

@@ -24,8 +24,8 @@ import numpy as np
 from augment_ops.trace.ir import Node, Traced
 from augment_ops.trace.sym import _INEXACT
 
-__all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "evaluate", "scalar_operators",
-           "stageable", "wants_stage"]
+__all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "computed_here", "evaluate",
+           "scalar_operators", "stageable", "wants_stage"]
 
 #: The fewest scalar operators (:func:`scalar_operators`) for which :class:`ScalarStage` computes
 #: an op's scalars instead of DALI. On the project's 2-core CPU machine
@@ -37,7 +37,7 @@ STAGE_MIN_OPERATORS = 100
 
 #: The nodes :func:`evaluate` computes (with the leaves its ``leaf`` gives).
 _EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take",
-                        "reshape", "broadcast"})
+                        "reshape", "broadcast", "expand", "cat", "slice", "laid"})
 
 
 class ScalarProgram:
@@ -111,6 +111,18 @@ class ScalarProgram:
                 how = "np.broadcast_to" if m.op == "broadcast" else "np.reshape"
                 v = ref(m.args[0], m.ndim if m.op == "broadcast" else m.args[0].ndim)
                 expr = f"{how}({v}, ({v}.shape[0],) + {tuple(m.shape)!r})"
+            elif m.op == "cat":
+                parts = ", ".join(ref(a, m.ndim) for a in m.args)
+                expr = f"_cat([{parts}], {1 + m.attrs[0]})"
+            elif m.op == "slice" and _static_slice(m):
+                key = [":"] * (1 + m.ndim)
+                for j, ax in enumerate(m.attrs):
+                    key[1 + ax] = f"{m.args[1 + 2 * j]}:{m.args[2 + 2 * j]}"
+                expr = f"{ref(m.args[0], m.ndim)}[{', '.join(key)}]"
+            elif m.op == "laid":  # a memory layout (float sums), the same values
+                expr = ref(m.args[0], m.ndim)
+            elif m.op == "expand":
+                expr = f"np.expand_dims({ref(m.args[0], m.args[0].ndim)}, {1 + m.attrs[0]})"
             elif m.op == "take" and m.args[0].ndim == 1:  # a per-sample position in a vector
                 expr = f"_take_at({ref(m.args[0], 1)}, {ref(m.args[1], 0)}, count)"
             else:
@@ -118,7 +130,7 @@ class ScalarProgram:
             lines.append(f"    v{k} = _typed({expr}, D[{k}])")
         outs = ", ".join(f"_rows(v{index[id(n)]}, count)" for n in nodes)
         source = "def run(L, C, D, count):\n" + "\n".join(lines) + f"\n    return [{outs}]\n"
-        scope = {"np": np, "_typed": _typed, "_stack": _stack, "_take_at": _take_at,
+        scope = {"np": np, "_typed": _typed, "_stack": _stack, "_cat": _cat, "_take_at": _take_at,
                  "_rows": _rows}
         exec(compile(source, "<augment_ops scalar program>", "exec"), scope)
         self._run = scope["run"]
@@ -136,6 +148,25 @@ def _typed(v: Any, dt: np.dtype) -> np.ndarray:
 def _stack(parts: list[np.ndarray], axis: int) -> np.ndarray:
     rows = max(p.shape[0] for p in parts)
     return np.stack([np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts], axis=axis)
+
+
+def _cat(parts: list[np.ndarray], axis: int) -> np.ndarray:
+    rows = max(p.shape[0] for p in parts)
+    return np.concatenate([np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts], axis=axis)
+
+
+def _static_slice(n: Node) -> bool:
+    """Whether slice ``n`` has bounds that are the same for every sample."""
+    return all(isinstance(b, int) for b in n.args[1:])
+
+
+def computed_here(n: Node) -> bool:
+    """Whether :class:`ScalarProgram` computes node ``n`` from its arguments (numpy's function
+    of its name, a slice of bounds the same for every sample, ...)."""
+    if n.op == "take" and not isinstance(n.args[1], int):  # a per-sample position in a vector
+        return n.args[0].ndim == 1 and n.ndim == 0
+    return n.op in _EVALUATED and (n.op not in ("bin", "un") or hasattr(np, n.attrs[0])) and (
+        n.op != "slice" or _static_slice(n))
 
 
 def _take_at(src: np.ndarray, pos: np.ndarray, count: int) -> np.ndarray:
@@ -162,15 +193,27 @@ def evaluate(nodes: Sequence[Node], count: int,
     return ScalarProgram(nodes, is_leaf)(count, lambda n: found[id(n)])
 
 
+#: The most elements a per-sample array the stage computes may have.
+MAX_STAGE_ELEMENTS = 64
+
+
 def _small(n: Node) -> bool:
-    """A per-sample scalar or a vector of a constant length (``rng.uniform(size=3)``)."""
-    return n.ndim == 0 or (n.ndim == 1 and isinstance(n.shape[0], int))
+    """A per-sample scalar, or an array of a constant shape of at most
+    :data:`MAX_STAGE_ELEMENTS` values (``rng.uniform(size=3)``, mmcv's ``(1, 4)`` box)."""
+    return n.ndim == 0 or (all(isinstance(d, int) for d in n.shape)
+                           and int(np.prod(n.shape, dtype=np.int64)) <= MAX_STAGE_ELEMENTS)
+
+
+def _handed_out(n: Node) -> bool:
+    """Whether :class:`ScalarStage` gives ``n`` to the graph: a scalar or a vector (an array of
+    more axes, such as mmcv's box, is only computed from, on the way to its elements)."""
+    return n.ndim <= 1
 
 
 def stageable(given: Iterable[int]) -> Callable[[Node], bool]:
-    """Whether :class:`ScalarStage` computes a node: a scalar or short vector that depends on
-    the image's sizes and the draws (the ``given`` nodes, by id) but not on its pixels, made of
-    operators :func:`evaluate` computes. Memoised."""
+    """Whether :class:`ScalarStage` computes a node: a scalar or small array (:func:`_small`)
+    that depends on the image's sizes and the draws (the ``given`` nodes, by id) but not on its
+    pixels, made of operators :func:`evaluate` computes. Memoised."""
     given = set(given)
     memo: dict[int, bool] = {}
 
@@ -179,8 +222,7 @@ def stageable(given: Iterable[int]) -> Callable[[Node], bool]:
         if got is None:
             if id(n) in given or n.op == "in_dim":
                 got = True
-            elif n.pixel or not _small(n) or n.op not in _EVALUATED or (
-                    n.op in ("bin", "un") and not hasattr(np, n.attrs[0])):
+            elif n.pixel or not _small(n) or not computed_here(n):
                 got = False
             else:
                 got = all(ok(a) for a in n.args if isinstance(a, Node))
@@ -286,7 +328,8 @@ class ScalarStage:
                  unpack: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> None:
         from nvidia.dali import fn
 
-        self.takes = stageable(id(n) for n in given)
+        computes = stageable(id(n) for n in given)
+        self.takes = lambda n: _handed_out(n) and computes(n)
         dtypes = {np.dtype(np.int64), np.dtype(np.float32)}  # float32: fn.erase's arguments
         for n in _graph(traced):
             if self.takes(n):
