@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stage-min", type=int, default=None,
                     help="compute an op's per-sample scalars by numpy in one operator from this "
                          "many DALI operators on (augment_ops.trace.scalar_stage; default: its "
-                         "STAGE_MIN_OPERATORS; a huge number keeps them all in DALI)")
+                         "STAGE_MIN_OPERATORS and STAGE_MIN_OPERATORS_GPU; a huge number keeps "
+                         "them all in DALI)")
     ap.add_argument("--sets", default="corpus",
                     help="comma-separated sets the ops come from: corpus (tests/realops), "
                          "holdout, blind")
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.stage_min is not None:
         scalar_stage.STAGE_MIN_OPERATORS = args.stage_min
+        scalar_stage.STAGE_MIN_OPERATORS_GPU = args.stage_min
 
     gpu = args.device != "cpu" and torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
@@ -392,7 +394,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {**common, "dali_threads": threads, "reader_workers": workers,
                      "warmup_batches": args.warmup, "min_seconds": args.min_seconds,
                      "repeats": args.repeats, "device": device,
-                     "stage_min_operators": scalar_stage.STAGE_MIN_OPERATORS},
+                     "stage_min_operators": scalar_stage.STAGE_MIN_OPERATORS,
+                     "stage_min_operators_gpu": scalar_stage.STAGE_MIN_OPERATORS_GPU},
         "lowered": [e.name for e in lowered],
         "refused": refused,
         "handwritten": handwritten,

@@ -19,6 +19,7 @@ from test_trace_phrasing import _images, _lowered
 import augment_ops
 import extsrc
 from augment_ops import Op
+from augment_ops import lower_dali
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
 from augment_ops.trace import TraceError, scalar_stage, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
@@ -169,3 +170,14 @@ def test_a_small_array_of_two_axes_is_computed_by_the_stage(scalars, monkeypatch
     if scalars == "numpy":
         assert kinds["PythonFunction"] == 1, kinds
         assert not {"_ArithmeticGenericOp", "Cast", "Cat"} & set(kinds), kinds
+
+
+def test_the_stage_is_chosen_by_the_images_device():
+    """On a GPU, where each scalar operator of DALI is a CPU operator dispatched per sample,
+    the stage takes an op's scalars from fewer operators than on the CPU."""
+    from realops_holdout.albumentations_ops import alb_center_crop
+
+    traced = trace_op(alb_center_crop)
+    count = lower_dali.scalar_cost(traced)
+    assert scalar_stage.STAGE_MIN_OPERATORS_GPU <= count < scalar_stage.STAGE_MIN_OPERATORS
+    assert uses_stage(traced, gpu=True) and not uses_stage(traced, gpu=False)

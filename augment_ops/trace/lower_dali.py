@@ -203,14 +203,15 @@ def _same_shapes(n: Node) -> bool:
     return same_shape(a.shape, b.shape)
 
 
-def uses_stage(traced: Traced) -> bool:
+def uses_stage(traced: Traced, gpu: bool = False) -> bool:
     """Whether :func:`emit` computes ``traced``'s per-sample scalars by numpy in one operator
-    (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed."""
+    (:mod:`augment_ops.trace.scalar_stage`), which also takes the draws packed, for an image on
+    the GPU (``gpu``) or on the CPU."""
     traced = _lowered(traced)
     nodes = sample_scalar_nodes(traced)
     if any(n.ndim > 1 for n in nodes):  # the stage hands out scalars and vectors only
         return False
-    return wants_stage(traced, {id(n) for n in nodes}, lambda n: not _free(n))
+    return wants_stage(traced, {id(n) for n in nodes}, lambda n: not _free(n), gpu)
 
 
 def scalar_cost(traced: Traced) -> int:
@@ -354,7 +355,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         for n, value in zip(nodes, sample_values, strict=True):
             em.memo[id(n)] = value
             em.given.add(id(n))
-        if uses_stage(traced):
+        if uses_stage(traced, gpu=getattr(image, "device", "cpu") == "gpu"):
             em.stage = ScalarStage(traced, em.shape, nodes, *sample_values)
     layout = check_layout(traced)
     if check is not None and (min_size > 1 or layout.guards or layout.outputs):

@@ -24,8 +24,9 @@ import numpy as np
 from augment_ops.trace.ir import Node, Traced
 from augment_ops.trace.sym import _INEXACT
 
-__all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "computed_here", "evaluate",
-           "scalar_operators", "stageable", "wants_stage"]
+__all__ = ["STAGE_MIN_OPERATORS", "STAGE_MIN_OPERATORS_GPU", "ScalarProgram", "ScalarStage",
+           "computed_here", "evaluate", "scalar_operators", "stage_min_operators", "stageable",
+           "wants_stage"]
 
 #: The fewest scalar operators (:func:`scalar_operators`) for which :class:`ScalarStage` computes
 #: an op's scalars instead of DALI. On the project's 2-core CPU machine
@@ -34,6 +35,19 @@ __all__ = ["STAGE_MIN_OPERATORS", "ScalarProgram", "ScalarStage", "computed_here
 #: YOLOv5's cutout (1,152) 2.6x faster through the stage: only ops well past that range take it,
 #: the others keep no Python call per batch.
 STAGE_MIN_OPERATORS = 100
+
+#: The same where the image is on a GPU. There each scalar operator is a DALI CPU operator
+#: dispatched per sample beside GPU work, and the stage paid off from about 30 of them: on an
+#: H200 (batch 128, 500x375 JPEGs, 2026-11-27, benchmarks/results/2026-11-27_h200_realops_stage4
+#: .json against ..._stage100.json) ops counted at 33 to 52 ran 1.07-1.70x faster through it,
+#: ops at 16 to 20 0.81-0.93x as fast; MMPretrain's RandomCrop (215) 3.1x (..._nostage.json).
+STAGE_MIN_OPERATORS_GPU = 30
+
+
+def stage_min_operators(gpu: bool) -> int:
+    """The fewest scalar operators for which the stage computes an op's scalars, for an image
+    on the GPU (``gpu``) or on the CPU."""
+    return STAGE_MIN_OPERATORS_GPU if gpu else STAGE_MIN_OPERATORS
 
 #: The nodes :func:`evaluate` computes (with the leaves its ``leaf`` gives).
 _EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take",
@@ -262,13 +276,15 @@ def scalar_operators(traced: Traced, given: Iterable[int], costs: Callable[[Node
     return len(_scalar_nodes(traced, set(given), costs))
 
 
-def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool]) -> bool:
-    """Whether ``traced``'s per-sample scalars would take at least :data:`STAGE_MIN_OPERATORS`
-    DALI operators (:func:`scalar_operators`), or hold a float function whose DALI result may
-    differ from numpy's in the last bit (``np.exp(h / 7)``, ``math.log`` of a draw): numpy
-    computes those exactly."""
+def wants_stage(traced: Traced, given: Iterable[int], costs: Callable[[Node], bool],
+                gpu: bool = False) -> bool:
+    """Whether ``traced``'s per-sample scalars would take at least
+    :func:`stage_min_operators` DALI operators (:func:`scalar_operators`) for an image on the
+    GPU (``gpu``) or the CPU, or hold a float function whose DALI result may differ from
+    numpy's in the last bit (``np.exp(h / 7)``, ``math.log`` of a draw): numpy computes those
+    exactly."""
     nodes = _scalar_nodes(traced, set(given), costs)
-    return len(nodes) >= STAGE_MIN_OPERATORS or any(
+    return len(nodes) >= stage_min_operators(gpu) or any(
         n.op == "un" and n.attrs[0] in _INEXACT for n in nodes)
 
 

@@ -81,7 +81,7 @@ def build_pipeline(
         py_num_workers=max(1, num_workers),
         py_start_method=plan.method,
     )
-    uses = _op_uses(transforms, ops, op_paths, seed)
+    uses = _op_uses(transforms, ops, op_paths, seed, gpu)
     programs = [p for _, _, p in uses if p is not None]
     # The operators are defined in this order (DALI seeds its random operators in the order
     # they are made): read, decode, the ops, the host resizes, then the batch format.
@@ -108,14 +108,15 @@ _Use = tuple[Op, int, Any]
 
 
 def _op_uses(transforms: Sequence[Op], ops: Sequence[Op], op_paths: Mapping[str, str],
-             seed: int) -> list[_Use]:
-    """Each use of an op in order: the transforms, then the ops."""
+             seed: int, gpu: bool) -> list[_Use]:
+    """Each use of an op in order: the transforms, then the ops (on images decoded on the GPU
+    where ``gpu``)."""
     uses: list[_Use] = []
     seen: dict[str, int] = {}
     for op in (*transforms, *ops):
         occurrence = seen.get(op.name, 0)
         seen[op.name] = occurrence + 1
-        program = (native_sample_scalars(op, seed=seed, occurrence=occurrence)
+        program = (native_sample_scalars(op, seed=seed, occurrence=occurrence, gpu=gpu)
                    if op_paths[op.name] == "native" else None)
         uses.append((op, occurrence, program))
     return uses

@@ -83,10 +83,12 @@ class SampleCheck:
 SizeCheck = SampleCheck
 
 
-def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0) -> SampleScalars | None:
+def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0,
+                          gpu: bool = False) -> SampleScalars | None:
     """What the source's readers compute for the op's traced native path: the per-sample scalars
-    of its draws (:class:`augment_ops.lower_dali.SampleScalars`), or ``None`` when there are none
-    (a deterministic op, a hand-written lowering)."""
+    of its draws (:class:`augment_ops.lower_dali.SampleScalars`), packed for the scalar stage
+    where the op's graph on the GPU (``gpu``) or the CPU uses one, or ``None`` when there are
+    none (a deterministic op, a hand-written lowering)."""
     if implementation(op, "native") is not None:
         return None
     from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
@@ -96,7 +98,7 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0) -> SampleSc
     if not nodes:
         return None
     return SampleScalars(nodes, CounterDraws(seed, op_salt(op.name, occurrence)),
-                         packed=uses_stage(traced))
+                         packed=uses_stage(traced, gpu=gpu))
 
 
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
