@@ -18,8 +18,7 @@ from test_trace_phrasing import _images, _lowered
 
 import augment_ops
 import extsrc
-from augment_ops import Op
-from augment_ops import lower_dali
+from augment_ops import Op, lower_dali
 from augment_ops.lower_dali import SampleScalars, sample_scalar_nodes, uses_stage
 from augment_ops.trace import TraceError, scalar_stage, trace_op
 from extsrc.ops_runtime.seeding import counter_rng, name_salt
@@ -164,7 +163,7 @@ def test_a_small_array_of_two_axes_is_computed_by_the_stage(scalars, monkeypatch
     """The box of two axes is computed in the stage on the way to its four scalars (no DALI
     arithmetic or cast), and the crop of the border is one padded read (no concatenation)."""
     monkeypatch.setattr(scalar_stage, "STAGE_MIN_OPERATORS", 10**9 if scalars == "dali" else 0)
-    _, kinds = _lowered(boxed_crop, _images(np.uint8, sizes=SIZES + [(3, 2), (40, 7)]),
+    _, kinds = _lowered(boxed_crop, _images(np.uint8, sizes=[*SIZES, (3, 2), (40, 7)]),
                         random=True)
     assert kinds["Slice"] == 1, kinds
     if scalars == "numpy":

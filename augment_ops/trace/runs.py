@@ -135,8 +135,8 @@ def _attrs(x: Node, y: Node) -> tuple | None:
 
 
 def _same_argument(a: Any, b: Any) -> bool:
-    return a is b or not (isinstance(a, Node) or isinstance(b, Node)) and \
-        type(a) is type(b) and a == b
+    return a is b or (not (isinstance(a, Node) or isinstance(b, Node)) and \
+        type(a) is type(b) and a == b)
 
 
 def _pushed(cond: Node, x: Node, y: Node, shape: tuple,
