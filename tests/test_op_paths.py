@@ -182,6 +182,24 @@ def test_explain_choice_says_why_the_automatic_choice_picks_each_path():
         augment_ops.unregister("blur_outside_numpy")
 
 
+def test_on_a_gpu_an_op_of_hundreds_of_steps_over_the_image_runs_on_the_numpy_path():
+    """albumentations' HueSaturationValue (OpenCV's HSV arithmetic, emulated exactly) takes
+    hundreds of steps over the image and was measured faster on the numpy path on a GPU;
+    torchvision's adjust_hue, of fewer, faster natively."""
+    from realops.torchvision_ops import tv_adjust_hue
+    from realops_holdout.albumentations_ops import alb_hue_saturation_value
+
+    from extsrc.ops_runtime.paths import GPU_NUMPY_MIN_STEPS, explain_choice, image_steps
+
+    assert image_steps(alb_hue_saturation_value) >= GPU_NUMPY_MIN_STEPS
+    assert explain_choice(alb_hue_saturation_value, gpu=True).startswith(
+        "numpy: the op's traced graph takes")
+    assert choose_paths([alb_hue_saturation_value], gpu=True) == {
+        alb_hue_saturation_value.name: "numpy"}
+    assert 0 < image_steps(tv_adjust_hue) < GPU_NUMPY_MIN_STEPS
+    assert choose_paths([tv_adjust_hue], gpu=True) == {tv_adjust_hue.name: "native"}
+
+
 def test_the_cpu_path_choice_and_batches_do_not_depend_on_the_op_workers(tmp_path):
     from helpers import write_dataset
 

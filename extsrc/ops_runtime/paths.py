@@ -25,11 +25,12 @@ same step (a native op's outputs each take a resize step of their own). Measured
 the numpy path ran a brightness jitter and a grayscale at twice the native path's speed and
 four tiles at 1.3 times, and flips and cutout (one output, pixels only moved or filled) within
 10% (``benchmarks/README.md``). On a GPU too, an op whose traced graph sums floats over the
-image (``np.mean`` of a float image: one Python call per batch for each sum, in numpy's order)
-runs on the numpy path, where it was measured faster. The choice depends on the op and the
-device only, never on the number of op workers, so a seed gives the same batches on any machine of
-that device (the two paths of a random op draw different numbers). A parity test holds every
-declared path to the numpy reference.
+image (``np.mean`` of a float image: one Python call per batch for each sum, in numpy's order),
+or whose graph takes hundreds of steps over the image (:data:`GPU_NUMPY_MIN_STEPS`: OpenCV's
+HSV arithmetic, emulated exactly), runs on the numpy path, where it was measured faster. The
+choice depends on the op and the device only, never on the number of op workers, so a seed gives
+the same batches on any machine of that device (the two paths of a random op draw different
+numbers). A parity test holds every declared path to the numpy reference.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from augment_ops.trace import TraceError, explain, trace_op
 from extsrc._util.slowstart import stage
 from extsrc.ops_runtime.pool import check_picklable
 
-__all__ = ["check_output_dtype", "choose_paths", "computes_on_pixels", "explain_choice",
-           "sums_floats"]
+__all__ = ["GPU_NUMPY_MIN_STEPS", "check_output_dtype", "choose_paths", "computes_on_pixels",
+           "explain_choice", "image_steps", "sums_floats"]
 
 _PREFERENCE_GPU = ("native", "gpu", "numpy")
 _PREFERENCE_CPU = ("native", "numpy")
@@ -86,6 +87,22 @@ def sums_floats(op: Op) -> bool:
     """Whether the op's traced graph has a float sum over the image, which numpy's pairwise
     order makes one Python call per batch (:mod:`augment_ops.trace.pairwise`)."""
     return any(n.op == "npsum" for n in _traced_nodes(op))
+
+
+#: The fewest steps over the image (:func:`image_steps`) for which an op runs on the numpy path
+#: on a GPU. Each step is a few DALI operators (exact casts, selects), each with its own launch
+#: and pass over the batch; an op of that many runs faster as the user's own code in the op pool.
+#: On an H200 (2026-11-27, ``benchmarks/results/2026-11-27_h200_realops_merge.json`` and
+#: ``..._paths_corpus.json``): albumentations' HueSaturationValue (255 steps, 894 operators) ran
+#: 2.07x faster on the numpy path; YOLOv5's HSV augmentation (136 steps) as fast either way
+#: (1.08x); torchvision's adjust_hue (133 steps, numpy's float64 HSV) 3.5x faster natively.
+GPU_NUMPY_MIN_STEPS = 200
+
+
+def image_steps(op: Op) -> int:
+    """How many array operations of the op's traced graph compute on the image's pixels (0 for
+    an op that does not trace or has a hand-written native lowering)."""
+    return sum(1 for n in _traced_nodes(op) if n.pixel and n.ndim >= 2 and n.op != "input")
 
 
 def _picklable(op: Op) -> bool:
@@ -188,6 +205,15 @@ def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
             "each sum (torch's on the GPU for a whole array, numpy's on the CPU for some axes), "
             "which ran slower than the numpy path's op pool on an H200 (keras' standardize: "
             "0.75x, benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
+    if choice == "native" and gpu and _picklable(op):
+        steps = image_steps(op)
+        if steps >= GPU_NUMPY_MIN_STEPS:
+            return "numpy", (
+                f"numpy: the op's traced graph takes {steps} steps over the image (at least "
+                f"{GPU_NUMPY_MIN_STEPS}), each a few DALI operators with a pass over the batch, "
+                "where the numpy path's op pool runs the op's own code on every core; measured "
+                "faster on an H200 (albumentations' HueSaturationValue: 2.07x, "
+                "benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
     if choice == "native":
         if gpu:
             return choice, f"{explain(op)}: DALI operators on the GPU"
