@@ -72,8 +72,27 @@ def p_floor_of_std(img):
     return ((x - np.mean(x)) / std).astype(np.float32)
 
 
+@unregistered(dtype=np.float32)
+def p_transposed_standardize(img):
+    """Arithmetic of a transposed array is laid out as it is (numpy's K order): its sums too."""
+    d = (img.astype(np.float32) * np.float32(1.7)).transpose(2, 0, 1)
+    y = d - d.mean()
+    return (y / (y.std() + np.float32(1e-3))).transpose(1, 2, 0)
+
+
+@unregistered(dtype=np.float32)
+def p_written_through_a_transpose(img):
+    """batchgenerators' contrast: each channel of a CHW view of an HWC array rewritten in turn
+    and summed; the writes keep the array's memory, whatever form the tracer gives them."""
+    d = (img.astype(np.float32) * np.float32(1.3)).transpose(2, 0, 1)
+    for c in range(3):
+        mn = d[c].mean()
+        d[c] = (d[c] - mn) * np.float32(0.8 + 0.1 * c) + mn
+    return d.transpose(1, 2, 0) + d[1].min()
+
+
 OPS = [p_centre, p_channel_means, p_standardize, p_float64_sum_and_var, p_transposed,
-       p_one_channel, p_floor_of_std]
+       p_one_channel, p_floor_of_std, p_transposed_standardize, p_written_through_a_transpose]
 
 
 def _images() -> list[np.ndarray]:
@@ -99,6 +118,13 @@ def test_the_layouts_change_numpys_sums():
     assert any(x[..., 0].mean() != np.ascontiguousarray(x[..., 0].T).mean() for x in spread)
     assert any(x.mean(axis=(0, 1))[1] != np.ascontiguousarray(x[..., 1]).mean() for x in spread)
     assert any(x.sum() != np.float32(x.astype(np.float64).sum()) for x in spread)
+    # the K-ordered difference summed as numpy lays it out, not as a C-ordered copy
+    for x in spread:
+        d = x.transpose(2, 0, 1)
+        y = d - d.mean()
+        assert y.strides == tuple(sorted(y.strides, reverse=True)[k] for k in (2, 0, 1))
+    assert any((y := x.transpose(2, 0, 1) - x.mean()).sum() != np.ascontiguousarray(y).sum()
+               for x in spread)
 
 
 def test_a_sum_over_a_crop_is_refused_saying_why():

@@ -88,6 +88,9 @@ def lower(d: Dim) -> float | None:
         return None if not los or None in los else builtins.min(los)
     if d.op == "uniform":
         return 0
+    if d.op == "npsum":  # numpy's float sum of values >= 0 (it may reach inf, not below 0)
+        lo = lower(d.args[0])
+        return 0 if lo is not None and lo >= 0 and sound(d.args[0]) else None
     if d.op == "cast":
         return _cast_bounds(d)[0]
     if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
@@ -150,7 +153,7 @@ def _keeps_elements(d: Node) -> bool:
     beyond the layout operators: a fill's value, the least or greatest element of an array
     (numpy raises for an empty one, so a value exists wherever one is computed), an array
     reshaped or repeated (``np.broadcast_to``)."""
-    return d.op in ("full", "reshape", "broadcast") or (
+    return d.op in ("full", "reshape", "broadcast", "laid") or (
         d.op == "reduce" and d.attrs[0] in ("max", "min"))
 
 
@@ -710,6 +713,8 @@ def no_negative_zero(d: Dim) -> bool:
         return builtins.all(no_negative_zero(a) for a in _element_sources(d))
     if d.op == "un" and d.attrs[0] == "absolute":
         return True
+    if d.op == "npsum":  # a sum is -0.0 only where every term is (no term: +0.0)
+        return no_negative_zero(d.args[0])
     if d.op == "bin":
         a, b = d.args
         name = d.attrs[0]

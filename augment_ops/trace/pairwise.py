@@ -38,6 +38,15 @@ __all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout"]
 #: orders the axes then depends on every operand's steps, broadcast ones included.
 _NEW_OF_C = frozenset({"bin", "un", "cast", "where", "full", "cat", "stack", "pad", "lut",
                        "gather"})
+#: Elementwise node kinds: numpy lays their result out in the order of their operands (``K``),
+#: a transposed one's too (``x.T - x.T.mean()`` is a transposed array).
+_ELEMENTWISE = frozenset({"bin", "un", "cast", "where"})
+
+
+def _all_ones(n: Node) -> bool:
+    return all(isinstance(d, int) and d == 1 for d in n.shape)
+
+
 #: Node kinds whose numpy array is always a new C-contiguous one: the input image, an array of
 #: a per-sample shape made by ``np.zeros``/``full`` (in C order: an F-ordered one is refused
 #: where it is made), noise, PIL's equalized image.
@@ -69,6 +78,22 @@ def _step(n: Node, memo: dict[int, Layout | None]) -> Layout | None:
         return n.attrs[0]
     if n.op not in _FOLLOWS:
         return None  # flips (negative steps), broadcasts, writes through views, the rest
+    if n.op in _ELEMENTWISE:
+        # numpy's K order: a new array laid out in its operands' order; operands of size 1 on
+        # every axis (a mean kept with keepdims) give no order, as numpy's iterator skips them
+        # (and an operand of lower rank, broadcast along the leading axes, only agrees)
+        shaped = [a for a in args if a.ndim and not _all_ones(a)]
+        if any(memo[id(a)] is None for a in shaped):
+            return None
+        orders = {memo[id(a)][0] for a in shaped if a.ndim == n.ndim}
+        if len(orders) > 1:
+            return None
+        order = orders.pop() if orders else identity
+        for a in shaped:
+            lead = n.ndim - a.ndim
+            if tuple(x for x in order if x >= lead) != tuple(x + lead for x in memo[id(a)][0]):
+                return None
+        return (order, "dense")
     if n.op in _NEW_OF_C:
         ok = all((lay := memo[id(a)]) is not None and lay[0] == tuple(range(a.ndim))
                  for a in args if a.ndim)
@@ -119,12 +144,13 @@ def kept(old: Node, new: Node) -> Node:
     """``new``, the values written into the array that was ``old``: a write keeps the array's
     memory, and so its layout (``g[...] = t.T`` leaves ``g`` C-contiguous). A ``laid`` node
     says so where ``new``'s own layout differs."""
-    lay_new = layout(new)
-    if lay_new is None or old.ndim != new.ndim:
+    if old.ndim != new.ndim:
         return new
     lay_old = layout(old)
-    if lay_old == lay_new:
+    if lay_old == layout(new):
         return new
+    # also where the tracer builds the written values in another form (a channel written
+    # through a transposed view is a concatenation of channels): the memory is the array's
     return _new("laid", (new,), (lay_old,), new.dtype, new.shape)
 
 
