@@ -411,3 +411,31 @@ def u_border_then_crop(img):
                          ids=lambda f: f.__name__)
 def test_copy_make_border_of_any_fill_equals_opencv(func):
     _check(func)
+
+
+def u_border_signed_zeros(img):
+    return cv2.copyMakeBorder(img.astype(np.float32), 1, 2, 2, 1, cv2.BORDER_CONSTANT,
+                              value=(-0.0, 0.0, -0.0))
+
+
+def u_border_one_channel(img):
+    return cv2.copyMakeBorder(img[..., 1:2], 2, 1, 0, 3, cv2.BORDER_CONSTANT, value=5)
+
+
+def test_copy_make_border_keeps_the_sign_of_a_zero_fill_per_channel():
+    imgs = _images()
+    traced = trace_function(u_border_signed_zeros, params={}, random=False, num_outputs=1,
+                            dtype=np.float32, ndim=3)
+    for im, got in zip(imgs, _emit_on(traced, imgs, ()), strict=True):
+        want = u_border_signed_zeros(im)
+        assert got.tobytes() == want.tobytes()  # bit for bit: -0.0 is not 0.0
+    assert np.signbit(want[0, 0, 0]) and not np.signbit(want[0, 0, 1])
+
+
+def test_copy_make_border_of_one_channel_or_int64_is_opencvs():
+    """OpenCV returns a one-channel HxWx1 image as HxW, and an int64 one as int32."""
+    _check(u_border_one_channel, ndim=2)
+
+    def u_int64(img):
+        return cv2.copyMakeBorder(img.astype(np.int64), 1, 1, 1, 1, cv2.BORDER_CONSTANT, value=3)
+    assert "cv2.copyMakeBorder of int64" in _refusal(u_int64, dtype=np.int32)

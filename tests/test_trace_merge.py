@@ -123,3 +123,62 @@ def m_return_input_or_crop_or_scale(img, rng):
 
 def test_outcomes_of_different_operators_and_shapes_stay_a_choice():
     traced_equals_numpy(m_return_input_or_crop_or_scale, _batch(), seed=SEED)
+
+
+def test_a_librarys_check_of_a_condition_decided_already_is_a_run_time_check(tmp_path,
+                                                                               monkeypatch):
+    """The user's ``if k >= 0:`` and then a library's ``if k < 0: raise``: the library's test is
+    the decision already taken, and its raise is the numpy path's error for those samples (a
+    check at run time), not a refusal."""
+    import sys
+
+    import augment_ops.state
+    import augment_ops.trace.runs
+
+    (tmp_path / "checklib.py").write_text(
+        "def validate(k):\n"
+        "    if k < 0:\n"
+        "        raise ValueError('k must be >= 0')\n"
+        "    return k\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    real = augment_ops.state.library_file
+
+    def library_file(path: str) -> bool:  # tmp_path stands for an installed library
+        return str(path).startswith(str(tmp_path)) or real(path)
+
+    monkeypatch.setattr(augment_ops.state, "library_file", library_file)
+    monkeypatch.setattr(augment_ops.trace.runs, "library_file", library_file)
+    monkeypatch.delitem(sys.modules, "checklib", raising=False)
+    import checklib
+
+    @unregistered()
+    def checked_by_a_library(img, rng):
+        k = rng.integers(-1, 2)
+        out = img // 2 if k >= 0 else img
+        checklib.validate(k)
+        return out
+
+    traced = trace_op(checked_by_a_library)
+    assert traced.num_paths == 1
+    assert [(g.error, g.message) for g in traced.guards] == [("ValueError", "k must be >= 0")]
+
+
+@unregistered()
+def m_wrapped_unsigned_condition(img, rng):
+    """``k - 2`` of a uint8 wraps around (254, 255, 0, 1): ``j < 2`` holds for half the draws,
+    which bounds taken as exact arithmetic (-2..1) would call always."""
+    j = rng.integers(0, 4).astype(np.uint8) - np.uint8(2)
+    x = img.astype(np.int16)
+    if j < 2:
+        x = x + 50
+    if 2 <= j:
+        x = x - 50
+    return np.clip(x, 0, 255).astype(np.uint8)
+
+
+def test_a_condition_on_a_value_that_wraps_around_is_decided_per_sample():
+    assert trace_op(m_wrapped_unsigned_condition).num_paths == 2
+    wants = traced_equals_numpy(m_wrapped_unsigned_condition, _batch(), seed=SEED)
+    imgs = _batch()
+    assert any(np.array_equal(w, np.clip(i.astype(np.int16) - 50, 0, 255)) for w, i in
+               zip(wants, imgs, strict=True))

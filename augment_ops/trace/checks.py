@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.facts import _never, lower
+from augment_ops.trace.facts import _never, lower, sound, upper
 from augment_ops.trace.ir import _TRACING, Guard, Node, TraceError, _is_const, _new, _user_location
 
 
@@ -75,6 +75,11 @@ def _exceeds(a: Any, b: Any, by: int) -> bool:
     a, b = _bare(a), _bare(b)
     if not (isinstance(a, Node) and a.op == "bin" and a.attrs[0] == "add"
             and np.dtype(a.dtype).kind in "iu"):
+        return False
+    # b + q may wrap around in a narrow type: its bounds must be known and inside the type
+    # (64-bit sums of sizes and draws stay far inside theirs)
+    if np.dtype(a.dtype).itemsize < 8 and (lower(a) is None or upper(a) is None
+                                           or not sound(a)):
         return False
     for p, q in (a.args, a.args[::-1]):
         if _bare(p) is b and isinstance(q, Node):

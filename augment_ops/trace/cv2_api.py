@@ -354,7 +354,7 @@ def _border_strip(x: Sym, axis: int, at: int, border: int, fill: Any) -> Sym:
     key[axis] = slice(at, at + 1) if at >= 0 else slice(at, None)
     edge = Sym(x[tuple(key)]._checked())
     if fill is not None:
-        if x.ndim == 2 or len(set(fill.tolist())) == 1:
+        if x.ndim == 2 or len({v.tobytes() for v in fill}) == 1:  # -0.0 is not 0.0 here
             edge = Sym(_np_full_like(edge, fill.reshape(-1)[0])._checked())
         else:
             edge = _np_stack([_np_full_like(edge[..., c], v) for c, v in enumerate(fill)],
@@ -362,11 +362,21 @@ def _border_strip(x: Sym, axis: int, at: int, border: int, fill: Any) -> Sym:
     return _doubled(edge, border, axis)
 
 
+#: The types OpenCV's copyMakeBorder returns as they are (an int64 array comes back int32).
+_BORDER_DTYPES = frozenset(np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.uint16, np.int16,
+                                                 np.uint32, np.int32, np.float16, np.float32,
+                                                 np.float64))
+
+
 def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
                        borderType: int, dst: Any = None, value: Any = None) -> Sym:
     import cv2
 
     x = _image(src, "copyMakeBorder")
+    if x.dtype not in _BORDER_DTYPES:
+        raise TraceError(f"cv2.copyMakeBorder of {x.dtype} (OpenCV returns another type for it)")
+    if x.ndim == 3 and x.node.shape[2] == 1:  # OpenCV returns a one-channel image as HxW
+        x = x[..., 0]
     sides = (top, bottom, left, right)
     if any(isinstance(v, Sym) for v in sides):
         return _into(dst, _drawn_border(x, sides, borderType, value))

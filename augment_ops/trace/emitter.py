@@ -651,7 +651,7 @@ class _Emitter(_Vectors):
         x, y0, x0, height, width, fill = n.args
         data = self.value(x)
         values = [float(v) for v in np.asarray(fill.value).reshape(-1)]
-        if len(set(values)) == 1:
+        if len({np.float32(v).tobytes() for v in values}) == 1:  # -0.0 is not 0.0 here
             values = values[:1]
         elif x.ndim == 3:  # a value per channel: fn.slice finds the channels by the layout
             data = fn.reshape(data, layout="HWC")

@@ -554,7 +554,7 @@ def _never(n: Node) -> bool:
     if n.attrs[0] in ("greater", "greater_equal"):
         x, y = y, x  # x > y is y < x
     lo, up = lower(x), upper(y)
-    if lo is None or up is None:
+    if lo is None or up is None or not (sound(x) and sound(y)):  # bounds past a wrap-around
         return False
     return lo >= up if n.attrs[0] in ("less", "greater") else lo > up
 
@@ -562,7 +562,7 @@ def _never(n: Node) -> bool:
 def _apart(x: Dim, y: Dim) -> bool:
     """Whether ``x > y`` for every sample, by the bounds the tracer knows."""
     lo, up = lower(x), upper(y)
-    return lo is not None and up is not None and lo > up
+    return lo is not None and up is not None and lo > up and sound(x) and sound(y)
 
 
 # -- conditions the bounds decide ---------------------------------------------------------------

@@ -304,13 +304,6 @@ class _Session:
         """The outcome of a branch on per-sample condition ``cond`` for this run (from the
         prefix, else True). ``refusal``: the branch is on pixel values; a run taking more than
         :data:`MAX_PIXEL_BRANCHES` of them (a ``while`` on pixel values) is refused at once."""
-        earlier = self._decided(cond)
-        if earlier is not None:  # ``if s != 0`` after ``if s == 0 and ...``: the same samples
-            return earlier
-        if refusal is not None:
-            self.pixel_refusals.setdefault(cond, refusal)
-            if sum(c.pixel for c in self.conds) >= MAX_PIXEL_BRANCHES:
-                raise refusal
         frame = sys._getframe(1)
         while frame is not None and _is_internal(frame.f_code.co_filename):
             frame = frame.f_back
@@ -326,6 +319,14 @@ class _Session:
             if own is not frame and own is not None and \
                     not _is_internal(own.f_code.co_filename):
                 self.decided_by = (own.f_code.co_filename, own.f_lineno)
+        # (the frame is recorded either way: a library's raise after its own test is a check)
+        earlier = self._decided(cond)
+        if earlier is not None:  # ``if s != 0`` after ``if s == 0 and ...``: the same samples
+            return earlier
+        if refusal is not None:
+            self.pixel_refusals.setdefault(cond, refusal)
+            if sum(c.pixel for c in self.conds) >= MAX_PIXEL_BRANCHES:
+                raise refusal
         i = len(self.decisions)
         choice = self.prefix[i] if i < len(self.prefix) else True
         self.conds.append(cond)
