@@ -182,3 +182,21 @@ def test_a_condition_on_a_value_that_wraps_around_is_decided_per_sample():
     imgs = _batch()
     assert any(np.array_equal(w, np.clip(i.astype(np.int16) - 50, 0, 255)) for w, i in
                zip(wants, imgs, strict=True))
+
+
+@unregistered(dtype=np.float32)
+def m_rint_to_signed_zeros(img):
+    """rint of values in (-0.5, 0) and of -0.0 is -0.0, as numpy gives it."""
+    x = img.astype(np.float32) * np.float32(-0.25) + np.float32(0.5)
+    return np.rint(np.concatenate([x, x * np.float32(0), -x], axis=1))
+
+
+def test_rint_keeps_the_sign_of_a_zero():
+    imgs = _batch()[:6]
+    traced = trace_op(m_rint_to_signed_zeros)
+    from helpers import run_traced
+
+    for img, (got,) in zip(imgs, run_traced(traced, imgs), strict=True):
+        want = m_rint_to_signed_zeros.apply(img, None)[0]
+        assert got.tobytes() == want.tobytes()  # bit for bit: -0.0 is not 0.0
+    assert (np.signbit(want) & (want == 0)).any()

@@ -257,10 +257,13 @@ def unary(name: str, x: Any, dt: np.dtype, nonneg: bool = False) -> Any:
         return where(x < _constant(0, dt), dmath.ceil(x), dmath.floor(x), dt)
     if name == "rint":
         # Adding and subtracting 2**(mantissa bits) rounds half to even in IEEE arithmetic;
-        # values that large are already integers.
+        # values that large are already integers. A negative value is rounded as its magnitude
+        # and negated, so that one that rounds to zero is -0.0 (numpy's rint(-0.3)); zeros,
+        # NaN and large values are x itself (rint(-0.0) is -0.0).
         m = _constant(2.0 ** (23 if dt == np.float32 else 52), dt)
-        rounded = where(x >= _constant(0, dt), (x + m) - m, (x - m) + m, dt)
-        return where(dmath.abs(x) < m, rounded, x, dt)
+        zero = _constant(0, dt)
+        rounded = where(x >= zero, (x + m) - m, -((m - x) - m), dt)
+        return where((dmath.abs(x) < m) & (x != zero), rounded, x, dt)
     if name in ("sqrt", "exp", "log", "sin", "cos"):
         return getattr(dmath, name)(x)
     if name == "logical_not":

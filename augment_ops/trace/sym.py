@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.checks import _holds, _ruled_out, add_guard
-from augment_ops.trace.facts import _nonneg, _same, linear_form, truth, upper
+from augment_ops.trace.facts import _nonneg, _same, linear_form, no_negative_zero, truth, upper
 
 # The graph builders import the table and casts from here, beside Sym.
 from augment_ops.trace.handlers import HANDLERS, cast_node, implements  # noqa: F401
@@ -312,7 +312,8 @@ def ufunc(name: str, *inputs: Any) -> Any:
             raise TraceError(f"np.{name}")
     if name in ("rint", "trunc") and _nonneg(nx):
         up = upper(nx)
-        if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)):
+        if name == "trunc" or (up is not None and up < 2.0 ** (23 if cdt == np.float32 else 52)
+                               and no_negative_zero(nx)):
             attrs = (name, "nonneg")  # no sign or magnitude cases to handle
     return Sym(_new("un", (nx,), attrs, rdt, shape, weak))
 
