@@ -200,3 +200,37 @@ def test_rint_keeps_the_sign_of_a_zero():
         want = m_rint_to_signed_zeros.apply(img, None)[0]
         assert got.tobytes() == want.tobytes()  # bit for bit: -0.0 is not 0.0
     assert (np.signbit(want) & (want == 0)).any()
+
+
+@unregistered(dtype=np.float32)
+def m_abs_of_negative_zeros(img):
+    return np.abs(-img.astype(np.float32))
+
+
+def test_abs_clears_the_sign_of_a_zero():
+    imgs = _batch()[:4]
+    for img in imgs:
+        img[0, :, 1] = 0  # zeros, negated to -0.0
+    traced = trace_op(m_abs_of_negative_zeros)
+    from helpers import run_traced
+
+    for img, (got,) in zip(imgs, run_traced(traced, imgs), strict=True):
+        want = m_abs_of_negative_zeros.apply(img, None)[0]
+        assert got.tobytes() == want.tobytes()  # bit for bit: -0.0 is not 0.0
+    assert (want == 0).any()
+
+
+def test_a_python_int_out_of_a_numpy_types_range_is_a_run_time_check():
+    @unregistered()
+    def rows_as_uint8(img):
+        return img[:np.uint8(img.shape[0]) // 2]
+
+    assert [g.error for g in trace_op(rows_as_uint8).guards] == ["OverflowError"]
+
+
+def test_an_index_array_of_channels_is_taken_as_a_list_of_them():
+    @unregistered()
+    def channels(img):
+        return img[:, :, np.array([2, 0, 1])]
+
+    traced_equals_numpy(channels, _batch()[:4])

@@ -10,9 +10,11 @@ numpy's result, so a sum in another order would fail. A sum over a crop is refus
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 from helpers import traced_equals_numpy, unregistered
+from PIL import Image
 
 from augment_ops.trace import TraceError, trace_op
 
@@ -233,3 +235,35 @@ def test_thousands_of_writes_trace():
     traced = trace_function(dots, params={}, random=False, num_outputs=1, dtype=np.uint8,
                             ndim=3)
     assert traced.outputs
+
+
+@unregistered(dtype=np.float32)
+def p_view_rewritten(img):
+    """A transposed view written whole keeps its memory: its sum is in the base's order."""
+    x = img.astype(np.float32) * np.float32(1.3)
+    d = x.transpose(2, 0, 1)
+    d[...] = d.copy()
+    return x - d.mean()
+
+
+@unregistered(dtype=np.float32)
+def p_opencv_of_a_transpose(img):
+    """OpenCV returns a new C-contiguous array, whatever its input's layout."""
+    a = np.ascontiguousarray(img[..., 0]).astype(np.float32).T
+    s = cv2.add(a, a) * np.float32(1.3)
+    return img.astype(np.float32) + s.mean()
+
+
+@unregistered(dtype=np.float32)
+def p_pil_of_a_transpose(img):
+    """PIL keeps its own row-major copy of the pixels."""
+    back = np.asarray(Image.fromarray(np.ascontiguousarray(img).transpose(1, 0, 2)))
+    y = back.astype(np.float32) * np.float32(1.3)
+    return img.astype(np.float32) + y.mean()
+
+
+@pytest.mark.parametrize("op", [p_view_rewritten, p_opencv_of_a_transpose, p_pil_of_a_transpose],
+                         ids=lambda o: o.name)
+def test_a_sum_of_a_library_result_or_a_rewritten_view_is_in_its_memorys_order(op):
+    assert any(n.op == "npsum" for n in trace_op(op).nodes())
+    traced_equals_numpy(op, _images())

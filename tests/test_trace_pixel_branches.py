@@ -114,8 +114,27 @@ def test_the_outcomes_are_selects_on_the_predicate():
 def p_while_on_pixels(img):
     x = img.astype(np.int16)
     while x.max() > 10:
+        x = x - 1
+    return x.astype(np.uint8)
+
+
+@unregistered()
+def p_halving_while_on_pixels(img):
+    """Five halvings bring any uint8 value to 7 at most: the bounds end the loop, each of its
+    tests a branch on pixel values."""
+    x = img.astype(np.int16)
+    while x.max() > 10:
         x = x // 2
     return x.astype(np.uint8)
+
+
+def test_a_loop_on_pixel_values_the_bounds_end_equals_numpy():
+    assert trace_op(p_halving_while_on_pixels).num_paths == 6
+    imgs = [pattern_image(k, 5, 6) for k in range(6)]
+    for k, top in enumerate([0, 10, 11, 40, 200, 255]):
+        imgs[k] = np.minimum(imgs[k], top).astype(np.uint8)
+        imgs[k][0, 0, 0] = top
+    traced_equals_numpy(p_halving_while_on_pixels, imgs)
 
 
 def test_a_loop_on_pixel_values_is_refused_with_its_reason_and_a_rewrite():

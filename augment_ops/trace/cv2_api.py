@@ -41,6 +41,7 @@ from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import TraceError, _new
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
+from augment_ops.trace.pairwise import made_new
 from augment_ops.trace.pil_api import install_pil
 from augment_ops.trace.sym import Sym, _dim, _dim_sym, _dop, cast_node, raise_where, ufunc
 
@@ -594,6 +595,20 @@ class _Refusing:
         return call
 
 
+def _new_arrays(got: Any, given: tuple) -> Any:
+    """The traced arrays a cv2 handler returned, as the new C-contiguous arrays OpenCV makes
+    (:func:`augment_ops.trace.pairwise.made_new`); an array it was given (``dst=``) as it is."""
+    if isinstance(got, Sym):
+        if any(got is g for g in given):
+            return got
+        node = got._checked()
+        made = made_new(node)
+        return got if made is node else Sym(made)
+    if isinstance(got, (list, tuple)) and any(isinstance(g, Sym) for g in got):
+        return type(got)(_new_arrays(g, given) for g in got)
+    return got
+
+
 def _wrapper(name: str, real: Any) -> Callable[..., Any]:
     """cv2's ``name`` while tracing: lowered (:data:`CV2_HANDLERS`) or refused when given a
     traced array, OpenCV's own ``real`` function otherwise, but for the functions of OpenCV's
@@ -605,7 +620,7 @@ def _wrapper(name: str, real: Any) -> Callable[..., Any]:
             got = real(*args, **kwargs)
             return _Refusing(got, name) if name in _MADE_OBJECTS else got
         if handler is not None:
-            return handler(*args, **kwargs)
+            return _new_arrays(handler(*args, **kwargs), (*args, *kwargs.values()))
         why = _WHY_NOT.get(name, "not lowered: only cv2." + ", cv2.".join(CV2_HANDLERS) + " are")
         raise TraceError(f"cv2.{name} ({why}); the op runs on the numpy path")
     f.__name__ = f.__qualname__ = name

@@ -77,7 +77,7 @@ def lower(d: Dim) -> float | None:
     if d.dtype.kind == "b":
         known = truth(d)
         return 0 if known is None else int(known)
-    if d.op == "const":
+    if d.op in ("const", "lut"):  # a table's entries bound what is read from it
         return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "in_dim":
         return 1  # a decoded image has at least one pixel
@@ -132,13 +132,20 @@ def lower(d: Dim) -> float | None:
             return builtins.max(la, lb)
         if name in ("multiply", "divide") and la >= 0 and lb >= 0:
             return 0 if name == "divide" else la * lb
+        if name == "multiply" and d.dtype.kind in "iu":
+            corners = _int_products(a, b)
+            return None if corners is None else builtins.min(corners)
         if name == "multiply" and d.dtype.kind == "f":
             products = _products(a, b, d.dtype)
             return None if products is None else builtins.min(products)
         if name == "floor_divide" and la >= 0 and b.op == "const" and lb >= 1:
             return la // float(b.value.max())
-        if name == "remainder" and la >= 0 and lb >= 0:
-            return 0
+        if name == "floor_divide" and la < 0 and b.op == "const" and lb >= 1 and \
+                d.dtype.kind in "iu":  # the least quotient of a negative: by the least divisor
+            return math.floor(la / float(b.value.min()))
+        if name == "remainder" and ((la >= 0 and lb >= 0) or (
+                b.op == "const" and lb >= 1 and d.dtype.kind in "iu")):
+            return 0  # numpy's modulo by c >= 1 is >= 0
     if d.op == "where":
         la, lb = lower(d.args[1]), lower(d.args[2])
         return None if la is None or lb is None else builtins.min(la, lb)
@@ -238,7 +245,7 @@ def upper(d: Dim) -> float | None:
     if d.dtype.kind == "b":
         known = truth(d)
         return 1 if known is None else int(known)
-    if d.op == "const":
+    if d.op in ("const", "lut"):  # a table's entries bound what is read from it
         return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
     if d.op == "input":
         return 255
@@ -267,6 +274,13 @@ def upper(d: Dim) -> float | None:
         if name == "subtract":
             lb = lower(b)
             return None if ua is None or lb is None else ua - lb
+        if name in ("floor_divide", "remainder") and d.dtype.kind in "iu" and \
+                b.op == "const" and b.value.size and (b.value >= 1).all():
+            if name == "remainder":  # numpy's modulo by c >= 1 is within 0..c-1
+                return float(b.value.max()) - 1
+            if ua is not None:  # the largest quotient: by the least divisor, or for a
+                # negative dividend by the greatest
+                return math.floor(ua / float(b.value.min() if ua >= 0 else b.value.max()))
         if ua is None or ub is None:
             return None
         if name == "add":
@@ -275,6 +289,9 @@ def upper(d: Dim) -> float | None:
             return builtins.max(ua, ub)
         if name == "multiply" and _nonneg(a) and _nonneg(b):
             return ua * ub
+        if name == "multiply" and d.dtype.kind in "iu":
+            corners = _int_products(a, b)
+            return None if corners is None else builtins.max(corners)
         if name == "multiply" and d.dtype.kind == "f":
             products = _products(a, b, d.dtype)
             return None if products is None else builtins.max(products)
@@ -298,10 +315,41 @@ def _products(a: Node, b: Node, dt: np.dtype) -> list[float] | None:
             for sign in (-1, 1)]
 
 
+def _int_products(a: Node, b: Node) -> list[float] | None:
+    """The products of the bounds of integers ``a`` and ``b`` (exact arithmetic: the extremes
+    of ``a * b`` are among them), or None where a bound is unknown. Whether the product wraps
+    around its type is :func:`sound`'s and :func:`_no_wrap`'s question."""
+    la, ua, lb, ub = lower(a), upper(a), lower(b), upper(b)
+    if None in (la, ua, lb, ub):
+        return None
+    return [la * lb, la * ub, ua * lb, ua * ub]
+
+
 def _nonneg(d: Dim) -> bool:
-    """Whether an int dim is >= 0 for every sample."""
+    """Whether ``d`` is >= 0 for every sample: its lower bound, where no integer step on the
+    way wraps around (``img.astype(np.int16) * 200`` is negative for some pixels)."""
     lo = lower(d)
-    return lo is not None and lo >= 0
+    return lo is not None and lo >= 0 and _no_wrap(d)
+
+
+@_fact
+def _no_wrap(d: Dim) -> bool:
+    """Whether no integer arithmetic step of ``d`` wraps around: none whose bounds, taken as
+    exact arithmetic, leave its type, nor one of a type narrower than 64 bits whose bounds are
+    unknown (64-bit sums and quotients of sizes and draws stay far inside theirs). Float
+    rounding is monotonic and keeps a bound of 0, so float steps do not matter here."""
+    if not isinstance(d, Node) or d.op in ("const", "input", "in_dim", "uniform"):
+        return True
+    if not builtins.all(_no_wrap(a) for a in d.args if isinstance(a, Node)):
+        return False
+    if d.op == "bin" and d.dtype.kind in "iu" and d.attrs[0] in (
+            "add", "subtract", "multiply", "floor_divide", "remainder", "left_shift"):
+        info = np.iinfo(d.dtype)
+        lo, up = lower(d), upper(d)
+        if (lo is not None and lo < info.min) or (up is not None and up > info.max):
+            return False
+        return d.dtype.itemsize >= 8 or (lo is not None and up is not None)
+    return True
 
 
 @_fact
@@ -473,6 +521,9 @@ def _at_most(a: Dim, b: Dim) -> bool:
             return True  # (n - q) // 2 + q <= n
     if a.op == "where" and _at_most(a.args[1], b) and _at_most(a.args[2], b):
         return True
+    if isinstance(b, Node) and b.op == "bin" and b.attrs[0] == "maximum" and \
+            b.dtype.kind in "iu" and (_at_most(a, b.args[0]) or _at_most(a, b.args[1])):
+        return True  # min(r, g, b) <= max(r, g, b): OpenCV's HSV, v - min(r, g, b)
     if isinstance(b, Node):
         bb = _same_value(b)
         if bb.op == "bin" and bb.attrs[0] == "add" and (

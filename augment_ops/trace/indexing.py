@@ -36,6 +36,12 @@ from augment_ops.trace.sym import (
 )
 
 
+def _has_ellipsis(key: tuple) -> bool:
+    """Whether ``key`` holds ``...`` (by identity: ``in`` would compare an index array with
+    ``==``, which numpy answers elementwise)."""
+    return any(k is Ellipsis for k in key)
+
+
 @implements("Sym.setitem")
 def _setitem(a: Sym, key: Any, value: Any) -> None:
     """``a[key] = value``: a boolean mask, or a region of slices filled with a scalar."""
@@ -275,7 +281,7 @@ def _fill_drawn_channels(n: Node, key: tuple, value: Any) -> Node:
 def _full_key(key: Any, ndim: int) -> tuple:
     """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
     key = key if isinstance(key, tuple) else (key,)
-    if Ellipsis in key:
+    if _has_ellipsis(key):
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
     return key + (slice(None),) * (ndim - len(key))
@@ -450,7 +456,7 @@ def _basic_key(n: Node, key: tuple) -> tuple:
     explicit = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
     if explicit > n.ndim:
         raise TraceError(f"too many indices ({explicit}) for an array of rank {n.ndim}")
-    if Ellipsis in key:
+    if _has_ellipsis(key):
         i = key.index(Ellipsis)
         return key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
     return key + (slice(None),) * (n.ndim - explicit)
@@ -700,7 +706,7 @@ def _is_index(v: Sym, c: int, size: int) -> Any:
 def _take_drawn(n: Node, key: tuple) -> Node:
     """``a[..., idx]`` with a per-sample index (``img[..., perm]`` with ``perm`` drawn) on the
     last axis, of constant length: each position a select among that axis' elements."""
-    rest = _getitem(n, key[:-1] + (slice(None),) * (1 if Ellipsis in key else 0)) \
+    rest = _getitem(n, key[:-1] + (slice(None),) * (1 if _has_ellipsis(key) else 0)) \
         if len(key) > 1 else n
     if Ellipsis not in key and len(key) != n.ndim:
         raise TraceError("indexing with a per-sample value other than on the last axis")
@@ -858,7 +864,7 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
 
 def _fill_region(n: Node, key: Any, value: Any) -> Node:
     key = key if isinstance(key, tuple) else (key,)
-    if Ellipsis in key:
+    if _has_ellipsis(key):
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (n.ndim - len(key) + 1) + key[i + 1:]
     key = key + (slice(None),) * (n.ndim - len(key))

@@ -29,7 +29,7 @@ import numpy as np
 
 from augment_ops.trace.ir import Node, TraceError, _new, bottom_up
 
-__all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout"]
+__all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout", "made_new"]
 
 #: Node kinds whose numpy array is a new C-contiguous one where every array operand is
 #: C-ordered (ufuncs and ``astype`` lay their result out as their operands are, numpy's ``K``
@@ -152,6 +152,18 @@ def kept(old: Node, new: Node) -> Node:
     # also where the tracer builds the written values in another form (a channel written
     # through a transposed view is a concatenation of channels): the memory is the array's
     return _new("laid", (new,), (lay_old,), new.dtype, new.shape)
+
+
+def made_new(n: Node) -> Node:
+    """``n`` as a library that makes a new C-contiguous array computes it (OpenCV's results,
+    PIL's images): the tracer builds it from numpy operators on the inputs, whose layout
+    (a transposed input's) numpy would give the result, and a ``laid`` node says otherwise.
+    An unknown layout stays unknown (float sums over it are refused either way)."""
+    lay = layout(n)
+    identity = tuple(range(n.ndim))
+    if n.ndim <= 1 or lay is None or lay == (identity, "dense"):
+        return n
+    return _new("laid", (n,), ((identity, "dense"),), n.dtype, n.shape)
 
 
 def copied(n: Node, order: str | None, copy: bool | None, what: str) -> Node:

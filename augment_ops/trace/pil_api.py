@@ -28,6 +28,7 @@ from augment_ops.trace.indexing import padded_slice
 from augment_ops.trace.ir import MadeWithoutImage, TraceError
 from augment_ops.trace.lookup import NUMPY_CALLS, lookup
 from augment_ops.trace.numpy_api import _np_rot90
+from augment_ops.trace.pairwise import made_new
 from augment_ops.trace.pil_autocontrast import autocontrast_bands
 from augment_ops.trace.pil_color import hsv_from_rgb_pil, rgb_from_hsv_pil
 from augment_ops.trace.pil_equalize import equalize_bands, model_holds
@@ -59,7 +60,7 @@ class TracedImage:
     """A PIL image of a traced uint8 array (``L``: HxW, ``RGB``: HxWx3)."""
 
     def __init__(self, arr: Sym, mode: str) -> None:
-        self._arr = Sym(arr._checked())
+        self._arr = Sym(made_new(arr._checked()))  # PIL's own row-major copy of the pixels
         self.mode = mode
 
     # -- what PIL images tell

@@ -611,7 +611,10 @@ class Sym(_Operators, NdarrayMethods):
                 return
             root, steps = self._origin
             root._write(HANDLERS["Sym.write_through"](root._checked(), steps, node))
-            self.node, self._version = node, self._buffer.version
+            from augment_ops.trace.pairwise import kept
+
+            # the view's memory, and its layout, stay (d[...] = d.copy() of a transposed d)
+            self.node, self._version = kept(self.node, node), self._buffer.version
             return
         from augment_ops.trace.pairwise import kept
 
