@@ -7,6 +7,7 @@ numpy on every sample, in a real CPU DALI pipeline, with the sample's counter dr
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 from helpers import pattern_image, traced_equals_numpy, unregistered
 
@@ -234,3 +235,23 @@ def test_an_index_array_of_channels_is_taken_as_a_list_of_them():
         return img[:, :, np.array([2, 0, 1])]
 
     traced_equals_numpy(channels, _batch()[:4])
+
+
+def pad_if_needed(img, min_size=8):
+    """albumentations' PadIfNeeded in miniature: rows and columns padded only where the image
+    is smaller, each outcome a padded read of the image or the image itself."""
+    h, w = img.shape[:2]
+    top = max(0, min_size - h) // 2
+    left = max(0, min_size - w) // 2
+    if h < min_size or w < min_size:
+        return cv2.copyMakeBorder(img, top, max(0, min_size - h) - top, left,
+                                  max(0, min_size - w) - left, cv2.BORDER_CONSTANT, value=7)
+    return img
+
+
+def test_outcomes_padded_or_not_are_one_padded_read():
+    from test_trace_phrasing import _lowered
+
+    sizes = [(3, 5), (9, 4), (6, 12), (10, 10), (8, 8), (1, 1)]
+    _, kinds = _lowered(pad_if_needed, [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)])
+    assert kinds["Slice"] == 1 and "Split" not in kinds and "Merge" not in kinds, kinds

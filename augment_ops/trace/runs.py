@@ -100,11 +100,21 @@ def _select(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node]
         return got
     shape = tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
                   for dx, dy in zip(x.shape, y.shape, strict=True))
+    x, y = _as_pad(x, y), _as_pad(y, x)
     got = (_pushed(cond, x, y, shape, memo, depth) or _hoisted(cond, x, y, memo, depth)
            or _selected_slice(cond, x, y, shape)
            or _new("select", (cond, x, y), (), x.dtype, shape))
     memo[key] = got
     return got
+
+
+def _as_pad(n: Node, other: Node) -> Node:
+    """``n`` as a padded read of itself (offsets 0, its own size) where ``other`` is a padded
+    read of ``n`` (albumentations' PadIfNeeded pads on some samples only): then the choice
+    between them is one padded read with bounds chosen per sample."""
+    if other.op != "pad" or other.args[0] is not n:
+        return n
+    return _new("pad", (n, 0, 0, n.shape[0], n.shape[1], other.args[5]), (), n.dtype, n.shape)
 
 
 def _pushable(cond: Node, x: Node, y: Node) -> bool:
@@ -116,12 +126,21 @@ def _pushable(cond: Node, x: Node, y: Node) -> bool:
             or x.dtype != y.dtype or x.weak != y.weak or len(x.args) != len(y.args)):
         return False
     for ax, ay in zip(x.args, y.args, strict=True):
-        if _same_argument(ax, ay):
+        if _same_argument(ax, ay) or (x.op == "pad" and _sizes(ax, ay)):
             continue
         if not (isinstance(ax, Node) and isinstance(ay, Node)) or ax.dtype != ay.dtype \
                 or ax.ndim != ay.ndim or ax.op == "const" or ay.op == "const":
             return False
     return True
+
+
+def _sizes(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are per-sample integer sizes or offsets, a Python int or a 0-d
+    integer node each, not both ints (a pad's bounds: chosen per sample by a where of two)."""
+    def size(v: Any) -> bool:
+        return (isinstance(v, int) and not isinstance(v, bool)) or (
+            isinstance(v, Node) and v.ndim == 0 and v.dtype.kind in "iu")
+    return size(a) and size(b) and (isinstance(a, Node) or isinstance(b, Node))
 
 
 def _attrs(x: Node, y: Node) -> tuple | None:
@@ -146,7 +165,8 @@ def _pushed(cond: Node, x: Node, y: Node, shape: tuple,
     outcome. None where :func:`_pushable` says no."""
     if depth <= 0 or not _pushable(cond, x, y):
         return None
-    args = tuple(ax if _same_argument(ax, ay) else _select(cond, ax, ay, memo, depth - 1)
+    args = tuple(ax if _same_argument(ax, ay) else _dwhere(Sym(cond), ax, ay)
+                 if x.op == "pad" and _sizes(ax, ay) else _select(cond, ax, ay, memo, depth - 1)
                  for ax, ay in zip(x.args, y.args, strict=True))
     return _new(x.op, args, _attrs(x, y), x.dtype, shape, x.weak)
 
