@@ -284,3 +284,62 @@ def test_an_offset_drawn_below_a_difference_of_sizes_keeps_the_paste_inside():
     outs = traced_equals_numpy(f_expand, imgs, seed=3)
     shapes = {out.shape != img.shape for out, img in zip(outs, imgs, strict=True)}
     assert shapes == {True, False}
+
+
+# -- bounds that wrap-around, NaN and wide types would break --------------------------------------
+_NAN_TABLE = np.full(256, 1.5)
+_NAN_TABLE[0] = np.nan
+_NAN_TABLE.setflags(write=False)
+
+
+@unregistered()
+def f_branch_on_a_table_holding_nan(img):
+    """A table holding NaN bounds nothing: np.maximum(0, NaN) is NaN, which is > 0.5 nowhere,
+    and 1.5 is; the branch is per sample."""
+    if (np.maximum(0.0, _NAN_TABLE[img]) > 0.5).any():
+        return img // 2
+    return img
+
+
+@unregistered(dtype=np.int64)
+def f_difference_of_a_huge_maximum(img):
+    """max(t, u) - t of pixel values wraps around in int64 where t is very negative: not >= 0,
+    though max(t, u) >= t (bitwise operators: bounds the tracer does not know)."""
+    x = img.astype(np.int64)
+    t = x | np.int64(-2 ** 63)
+    u = x << np.int64(55)
+    return (np.maximum(t, u) - t) // np.int64(7)
+
+
+def test_bounds_hold_with_nan_tables_and_wrapping_differences():
+    imgs = [pattern_image(k, 5, 6) for k in range(4)]
+    imgs[0][:] = 0  # NaN everywhere
+    imgs[1][0, 0, 0] = 7  # 1.5 somewhere
+    traced_equals_numpy(f_branch_on_a_table_holding_nan, imgs)
+    traced_equals_numpy(f_difference_of_a_huge_maximum, imgs)
+
+
+def test_a_python_int_into_a_64_bit_type_is_not_checked_against_bounds_it_cannot_pass():
+    @unregistered(dtype=np.uint64)
+    def shifted(img):
+        return img.astype(np.uint64) + np.uint64(img.shape[0] * 2 ** 40)
+
+    assert trace_op(shifted).guards == ()
+    traced_equals_numpy(shifted, [pattern_image(k, 3 + k, 4) for k in range(3)])
+
+
+def test_integers_and_an_index_array_apart_are_refused_and_an_index_out_of_range_raises():
+    from augment_ops.trace import TraceError
+
+    @unregistered(ndim=2)
+    def apart(img):
+        return img[0, :, np.array([1, 2])]
+
+    @unregistered()
+    def out_of_range(img):
+        return img[..., np.array([0, 3])]
+
+    with pytest.raises(TraceError, match="numpy moves the indexed axes to the front"):
+        trace_op(apart)
+    with pytest.raises(TraceError, match="IndexError: index 3 is out of bounds"):
+        trace_op(out_of_range)

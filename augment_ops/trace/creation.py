@@ -30,9 +30,11 @@ def _python_int_checks(value: Sym, dtype: np.dtype) -> None:
     info = np.iinfo(dtype)
     lo, hi = lower(t.node), upper(t.node)
     message = f"Python integer out of bounds for {dtype}"
-    if lo is None or lo < int(info.min):
+    # (a traced integer is int64: a bound of int64 or uint64 it cannot pass is not checked)
+    wide = np.iinfo(np.int64) if t.dtype.kind in "iu" else None
+    if (lo is None or lo < int(info.min)) and (wide is None or info.min > wide.min):
         raise_where(ufunc("less", t, int(info.min)), OverflowError, message)
-    if hi is None or hi > int(info.max):
+    if (hi is None or hi > int(info.max)) and (wide is None or info.max < wide.max):
         raise_where(ufunc("greater", t, int(info.max)), OverflowError, message)
 
 

@@ -68,6 +68,14 @@ def _fact(fn: Callable[..., Any]) -> Callable[..., Any]:
     return memo
 
 
+def _table_bound(v: np.ndarray, which: Callable[..., Any]) -> float | None:
+    """The least (``min``) or greatest (``max``) value of constant array ``v``, or None where it
+    has none or holds NaN (which no bound bounds)."""
+    if not v.size or v.dtype.kind not in "iuf" or (v.dtype.kind == "f" and np.isnan(v).any()):
+        return None
+    return float(v.min() if which is min else v.max())
+
+
 @_fact
 def lower(d: Dim) -> float | None:
     """A lower bound of a per-sample value known from how it was computed (sizes are >= 1,
@@ -78,7 +86,7 @@ def lower(d: Dim) -> float | None:
         known = truth(d)
         return 0 if known is None else int(known)
     if d.op in ("const", "lut"):  # a table's entries bound what is read from it
-        return float(d.value.min()) if d.value.size and d.dtype.kind in "iuf" else None
+        return _table_bound(d.value, min)
     if d.op == "in_dim":
         return 1  # a decoded image has at least one pixel
     if d.op == "input":
@@ -246,7 +254,7 @@ def upper(d: Dim) -> float | None:
         known = truth(d)
         return 1 if known is None else int(known)
     if d.op in ("const", "lut"):  # a table's entries bound what is read from it
-        return float(d.value.max()) if d.value.size and d.dtype.kind in "iuf" else None
+        return _table_bound(d.value, max)
     if d.op == "input":
         return 255
     if d.op == "in_dim":
@@ -348,7 +356,8 @@ def _no_wrap(d: Dim) -> bool:
         lo, up = lower(d), upper(d)
         if (lo is not None and lo < info.min) or (up is not None and up > info.max):
             return False
-        return d.dtype.itemsize >= 8 or (lo is not None and up is not None)
+        # (sums and quotients of sizes and draws, not of pixel values, stay far inside 64 bits)
+        return (d.dtype.itemsize >= 8 and not d.pixel) or (lo is not None and up is not None)
     return True
 
 

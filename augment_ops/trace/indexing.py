@@ -42,6 +42,11 @@ def _has_ellipsis(key: tuple) -> bool:
     return any(k is Ellipsis for k in key)
 
 
+def _ellipsis_at(key: tuple) -> int:
+    """The position of ``...`` in ``key`` (by identity, as :func:`_has_ellipsis`)."""
+    return next(i for i, k in enumerate(key) if k is Ellipsis)
+
+
 @implements("Sym.setitem")
 def _setitem(a: Sym, key: Any, value: Any) -> None:
     """``a[key] = value``: a boolean mask, or a region of slices filled with a scalar."""
@@ -282,7 +287,7 @@ def _full_key(key: Any, ndim: int) -> tuple:
     """An assignment's key with ``...`` expanded and missing trailing axes as ``:``."""
     key = key if isinstance(key, tuple) else (key,)
     if _has_ellipsis(key):
-        i = key.index(Ellipsis)
+        i = _ellipsis_at(key)
         key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
     return key + (slice(None),) * (ndim - len(key))
 
@@ -457,7 +462,7 @@ def _basic_key(n: Node, key: tuple) -> tuple:
     if explicit > n.ndim:
         raise TraceError(f"too many indices ({explicit}) for an array of rank {n.ndim}")
     if _has_ellipsis(key):
-        i = key.index(Ellipsis)
+        i = _ellipsis_at(key)
         return key[:i] + (slice(None),) * (n.ndim - explicit) + key[i + 1:]
     return key + (slice(None),) * (n.ndim - explicit)
 
@@ -593,6 +598,20 @@ def _placed(n: Node, ranges: list[tuple[int, Dim, Dim]], value: Node) -> Node:
     return _new("cat", tuple(parts), (ax,), n.dtype, n.shape) if len(parts) > 1 else mid
 
 
+def _check_advanced(key: tuple) -> None:
+    """Refuse a key whose integer and index-array entries are apart (``img[0, :, [1, 2]]``):
+    numpy then puts the indexed axes first, which the tracer does not follow."""
+    def advanced(k: Any) -> bool:
+        return (isinstance(k, (int, np.integer)) and not isinstance(k, bool)) or \
+            isinstance(k, (list, tuple, np.ndarray))
+    at = [i for i, k in enumerate(key) if advanced(k)]
+    arrays = any(isinstance(key[i], (list, tuple, np.ndarray)) for i in at)
+    if arrays and len(at) > 1 and at[-1] - at[0] != len(at) - 1:
+        raise TraceError("an index that mixes integers and an index array apart from each other "
+                         "(numpy moves the indexed axes to the front); index in two steps, "
+                         "img[0][:, [1, 2]]")
+
+
 def _index_parts(n: Node, key: tuple) -> tuple[list[Any], list[tuple[int, Any]], list[int]]:
     """What a full key (one entry per axis, and ``None`` for new axes) asks of ``n``: per axis a
     slice's normalized bounds, ``("pick", indices)`` or None (the whole axis), the integer takes
@@ -602,6 +621,7 @@ def _index_parts(n: Node, key: tuple) -> tuple[list[Any], list[tuple[int, Any]],
     newaxes: list[int] = []
     axis = 0
     out_axis = 0
+    _check_advanced(key)
     for k in key:
         if k is None:
             newaxes.append(out_axis)
@@ -631,6 +651,10 @@ def _index_parts(n: Node, key: tuple) -> tuple[list[Any], list[tuple[int, Any]],
             arr = np.asarray(k)
             if arr.ndim != 1 or arr.dtype.kind not in "iu":
                 raise TraceError("fancy indexing other than a list of ints on one axis")
+            for i in arr.tolist():
+                if not -dim <= i < dim:  # numpy's error, for every image
+                    raise IndexError(f"index {i} is out of bounds for axis {axis} with size "
+                                     f"{dim}")
             bounds.append(("pick", tuple(int(i) % dim for i in arr)))
             out_axis += 1
         elif isinstance(k, Sym) and k.ndim:
@@ -708,7 +732,7 @@ def _take_drawn(n: Node, key: tuple) -> Node:
     last axis, of constant length: each position a select among that axis' elements."""
     rest = _getitem(n, key[:-1] + (slice(None),) * (1 if _has_ellipsis(key) else 0)) \
         if len(key) > 1 else n
-    if Ellipsis not in key and len(key) != n.ndim:
+    if not _has_ellipsis(key) and len(key) != n.ndim:
         raise TraceError("indexing with a per-sample value other than on the last axis")
     axis = rest.ndim - 1
     size = rest.shape[axis]
@@ -865,7 +889,7 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
 def _fill_region(n: Node, key: Any, value: Any) -> Node:
     key = key if isinstance(key, tuple) else (key,)
     if _has_ellipsis(key):
-        i = key.index(Ellipsis)
+        i = _ellipsis_at(key)
         key = key[:i] + (slice(None),) * (n.ndim - len(key) + 1) + key[i + 1:]
     key = key + (slice(None),) * (n.ndim - len(key))
     if len(key) != n.ndim or not builtins.all(isinstance(k, slice) for k in key[:2]):
