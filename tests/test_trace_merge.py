@@ -255,3 +255,30 @@ def test_outcomes_padded_or_not_are_one_padded_read():
     sizes = [(3, 5), (9, 4), (6, 12), (10, 10), (8, 8), (1, 1)]
     _, kinds = _lowered(pad_if_needed, [pattern_image(k, h, w) for k, (h, w) in enumerate(sizes)])
     assert kinds["Slice"] == 1 and "Split" not in kinds and "Merge" not in kinds, kinds
+
+
+@unregistered(ndim=2)
+def m_grey_pads_of_two_fills(img):
+    """Two padded reads of a grey image with different fills: their fills are not chosen per
+    sample (DALI takes a fill as a constant), the reads stay a choice."""
+    g = img[..., 0]
+    h = g.shape[0]
+    if h < 8:
+        return cv2.copyMakeBorder(g, 8 - h, 0, 0, 0, cv2.BORDER_CONSTANT, value=7)
+    return cv2.copyMakeBorder(g, 0, 0, 0, 1, cv2.BORDER_CONSTANT, value=0)
+
+
+@unregistered()
+def m_same_width_on_two_sides(img, rng):
+    """One drawn width on top and on the left, or no pad: the merged bounds are one value in
+    two lanes of the read's anchor."""
+    t = rng.integers(0, 4)
+    if img.shape[0] < 6:
+        return cv2.copyMakeBorder(img, t, 1, t, 0, cv2.BORDER_CONSTANT, value=3)
+    return img
+
+
+def test_padded_outcomes_of_other_fills_or_one_width_twice_equal_numpy():
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate([(3, 5), (9, 4), (1, 1), (7, 7)])]
+    traced_equals_numpy(m_grey_pads_of_two_fills, imgs)
+    traced_equals_numpy(m_same_width_on_two_sides, imgs * 4, seed=SEED)

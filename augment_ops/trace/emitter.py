@@ -304,9 +304,11 @@ class _Vectors(_Scalars):
                 self.dim(axes[0])  # the shape operator
                 return self.shape[axes[0]:axes[0] + len(axes)]
         first = nodes[0]
+        # (one node in every lane would make each operand one value, and the result one value,
+        # not a vector of them: the stack below repeats it)
         if first is not None and first.op in _LANEWISE and first.ndim == 0 and \
                 all(n is not None and id(n) not in self.given for n in nodes) and \
-                len({_lane_key(n) for n in nodes}) == 1:
+                len({_lane_key(n) for n in nodes}) == 1 and len({id(n) for n in nodes}) > 1:
             # The lanes of each argument of the first lane (and of the int64 under an exact
             # float64 cast, which _bin may take instead), made into operands when used.
             lanes_of: dict[int, list[Node]] = {}

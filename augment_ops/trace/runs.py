@@ -125,13 +125,19 @@ def _pushable(cond: Node, x: Node, y: Node) -> bool:
     if (cond.pixel or x.op != y.op or x.op not in _PUSHED or _attrs(x, y) is None
             or x.dtype != y.dtype or x.weak != y.weak or len(x.args) != len(y.args)):
         return False
-    for ax, ay in zip(x.args, y.args, strict=True):
-        if _same_argument(ax, ay) or (x.op == "pad" and _sizes(ax, ay)):
+    for k, (ax, ay) in enumerate(zip(x.args, y.args, strict=True)):
+        if _same_argument(ax, ay) or (x.op == "pad" and _pad_bound(k) and _sizes(ax, ay)):
             continue
         if not (isinstance(ax, Node) and isinstance(ay, Node)) or ax.dtype != ay.dtype \
                 or ax.ndim != ay.ndim or ax.op == "const" or ay.op == "const":
             return False
     return True
+
+
+def _pad_bound(k: int) -> bool:
+    """Whether argument ``k`` of a padded read is one of its bounds (``y0, x0, height, width``;
+    not the array, nor the fill, which DALI takes as a constant)."""
+    return 1 <= k <= 4
 
 
 def _sizes(a: Any, b: Any) -> bool:
@@ -166,8 +172,9 @@ def _pushed(cond: Node, x: Node, y: Node, shape: tuple,
     if depth <= 0 or not _pushable(cond, x, y):
         return None
     args = tuple(ax if _same_argument(ax, ay) else _dwhere(Sym(cond), ax, ay)
-                 if x.op == "pad" and _sizes(ax, ay) else _select(cond, ax, ay, memo, depth - 1)
-                 for ax, ay in zip(x.args, y.args, strict=True))
+                 if x.op == "pad" and _pad_bound(k) and _sizes(ax, ay)
+                 else _select(cond, ax, ay, memo, depth - 1)
+                 for k, (ax, ay) in enumerate(zip(x.args, y.args, strict=True)))
     return _new(x.op, args, _attrs(x, y), x.dtype, shape, x.weak)
 
 
