@@ -37,7 +37,7 @@ from augment_ops.trace.cv2_color import (
 from augment_ops.trace.cv2_warp import warp_affine
 from augment_ops.trace.cv2_weighted import add_weighted, transform
 from augment_ops.trace.facts import _nonneg, lower, upper
-from augment_ops.trace.indexing import padded_slice
+from augment_ops.trace.indexing import holds_in_float32, padded_slice
 from augment_ops.trace.ir import TraceError, _new
 from augment_ops.trace.lookup import lookup
 from augment_ops.trace.numpy_api import _np_flip, _np_full_like
@@ -396,7 +396,7 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
         filled = cv2.copyMakeBorder(probe, 1, 0, 0, 0, cv2.BORDER_CONSTANT,
                                     value=0 if value is None else value)
         fill = np.asarray(filled)[0, 0].reshape(-1)
-        if _holds_in_float32(fill):
+        if holds_in_float32(fill, x.dtype):
             # one padded read of the image, which a later crop of it narrows (one fn.slice
             # with its out-of-bounds rows and columns filled, as a crop of a pad is in DALI)
             return _into(dst, _drawn_border(x, sides, borderType, value))
@@ -413,13 +413,6 @@ def _cv_copyMakeBorder(src: Any, top: Any, bottom: Any, left: Any, right: Any,
             ([_border_strip(out, 1, -1, int(right), fill)] if right else [])
         out = _np_concatenate(parts, axis=1)
     return _into(dst, Sym(out._checked()))
-
-
-def _holds_in_float32(fill: np.ndarray) -> bool:
-    """Whether float32 holds each value of ``fill`` exactly (DALI pads with float32 values)."""
-    with np.errstate(all="ignore"):
-        back = fill.astype(np.float32).astype(fill.dtype)
-    return back.tobytes() == fill.tobytes()
 
 
 def _drawn_border(x: Sym, sides: tuple, border_type: int, value: Any) -> Sym:

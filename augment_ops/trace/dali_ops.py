@@ -246,10 +246,10 @@ def unary(name: str, x: Any, dt: np.dtype, nonneg: bool = False) -> Any:
         if dt.kind == "f":  # the sign bit cleared, as numpy's: |-0.0| is 0.0, NaN's sign too
             from nvidia.dali import fn
 
-            bits = _dali_type(np.dtype(f"u{dt.itemsize}"))
-            mask = _constant(np.array(np.iinfo(f"u{dt.itemsize}").max >> 1,
-                                      f"u{dt.itemsize}"), np.dtype(f"u{dt.itemsize}"))
-            return fn.reinterpret(fn.reinterpret(x, dtype=bits) & mask, dtype=_dali_type(dt))
+            ut = np.dtype(f"u{dt.itemsize}")
+            mask = _constant(np.array(np.iinfo(ut).max >> 1, ut), ut)
+            bits = fn.reinterpret(x, dtype=_dali_type(ut))
+            return fn.reinterpret(bits & mask, dtype=_dali_type(dt))
         return dmath.abs(x)
     if name == "floor":
         return dmath.floor(x)

@@ -794,13 +794,19 @@ def _write_canvas(n: Node, key: Any, value: Any) -> Node:
                         n.args[-1].value)
 
 
+def holds_in_float32(fill: Any, dtype: np.dtype) -> bool:
+    """Whether float32 holds each value of ``fill`` (of ``dtype``) exactly: DALI pads with
+    float32 values."""
+    with np.errstate(all="ignore"):
+        back = np.asarray(fill, np.float32).astype(dtype)
+    return back.tobytes() == np.asarray(fill, dtype).tobytes()
+
+
 def padded_slice(x: Node, y0: Dim, x0: Dim, height: Dim, width: Dim, fill: np.ndarray) -> Node:
     """``x`` read at rows ``y0..y0+height-1`` and columns ``x0..x0+width-1`` (per-sample
     bounds), ``fill`` (a value per channel, or one) where they fall outside ``x``. DALI pads
     with float32 values: a fill that float32 does not hold exactly is refused."""
-    with np.errstate(all="ignore"):
-        back = np.asarray(fill, np.float32).astype(x.dtype)
-    if back.tobytes() != np.asarray(fill, x.dtype).tobytes():
+    if not holds_in_float32(fill, x.dtype):
         raise TraceError(f"a padded array filled with {fill.tolist()}, which float32 does not "
                          "hold exactly (DALI pads with float32 values)")
     return _new("pad", (x, y0, x0, height, width, const(fill)), (), x.dtype,
@@ -887,11 +893,7 @@ def _setitem_value(dtype: np.dtype, value: Any) -> Any:
 
 
 def _fill_region(n: Node, key: Any, value: Any) -> Node:
-    key = key if isinstance(key, tuple) else (key,)
-    if _has_ellipsis(key):
-        i = _ellipsis_at(key)
-        key = key[:i] + (slice(None),) * (n.ndim - len(key) + 1) + key[i + 1:]
-    key = key + (slice(None),) * (n.ndim - len(key))
+    key = _full_key(key, n.ndim)
     if len(key) != n.ndim or not builtins.all(isinstance(k, slice) for k in key[:2]):
         raise TraceError("an assignment other than out[y0:y1, x0:x1(, c)] = scalar")
     region: list[Dim] = []

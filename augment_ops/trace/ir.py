@@ -333,7 +333,6 @@ class _Session:
         self.decisions.append(choice)
         return choice
 
-
     def _decided(self, cond: Node) -> bool | None:
         """The outcome of ``cond`` this run already decided: ``cond`` itself, or its exact
         negation, taken earlier (the same per-sample value, so a second decision would only
@@ -361,9 +360,11 @@ def _comparison(n: Node) -> tuple[str, Any, Any] | None:
     return None
 
 
-def _same(a: Any, b: Any) -> bool:
-    return a is b if isinstance(a, Node) or isinstance(b, Node) else \
-        type(a) is type(b) and a == b
+def same_argument(a: Any, b: Any) -> bool:
+    """Whether node arguments ``a`` and ``b`` are the same: one node, or equal Python values of
+    one type (``1``, ``True`` and ``1.0`` are equal in Python)."""
+    return a is b or (not (isinstance(a, Node) or isinstance(b, Node))
+                      and type(a) is type(b) and a == b)
 
 
 def _relation(a: Node, b: Node) -> bool | None:
@@ -378,8 +379,8 @@ def _relation(a: Node, b: Node) -> bool | None:
     if ca is None or cb is None:
         return None
     (na, xa, ya), (nb, xb, yb) = ca, cb
-    straight = _same(xa, xb) and _same(ya, yb)
-    crossed = _same(xa, yb) and _same(ya, xb)
+    straight = same_argument(xa, xb) and same_argument(ya, yb)
+    crossed = same_argument(xa, yb) and same_argument(ya, xb)
     if na == nb and (straight or (crossed and na in ("equal", "not_equal"))):
         return True
     if {na, nb} == {"equal", "not_equal"} and (straight or crossed):

@@ -55,6 +55,7 @@ from augment_ops.trace.scalar_stage import (
     ScalarStage,
     computed_here,
     scalar_operators,
+    small,
     wants_stage,
 )
 
@@ -114,10 +115,6 @@ class SampleScalars:
             at += size
         return out
 
-
-#: The most elements of an array of the draws that :class:`SampleScalars` computes (an array
-#: of a static shape, beside the scalars); a larger one is computed in the graph.
-_MAX_GIVEN_ELEMENTS = 64
 
 #: The graph each traced op is emitted from (:func:`_lowered`), kept while the op's is alive.
 _LOWERED: weakref.WeakKeyDictionary[Traced, Traced] = weakref.WeakKeyDictionary()
@@ -248,11 +245,10 @@ def sample_scalar_nodes(traced: Traced) -> list[Node]:
         (:class:`ScalarProgram`): mmlab's lighting's three channel offsets."""
         got = evaluable.get(id(n))
         if got is None:
-            got = all(isinstance(d, int) for d in n.shape) and \
-                int(np.prod(n.shape, dtype=np.int64)) <= _MAX_GIVEN_ELEMENTS and \
-                (n.op in ("const", "uniform") or (
-                    computed_here(n)
-                    and all(small_array(a) for a in n.args if isinstance(a, Node))))
+            # (an array of the draws of a static shape, up to MAX_STAGE_ELEMENTS: a larger
+            # one is computed in the graph)
+            got = small(n) and (n.op in ("const", "uniform") or (
+                computed_here(n) and all(small_array(a) for a in n.args if isinstance(a, Node))))
             evaluable[id(n)] = got
         return got
 

@@ -32,12 +32,10 @@ from augment_ops.trace.ir import Node, TraceError, _new, bottom_up
 __all__ = ["NumpySum", "copied", "float_sum", "gpu_sums", "kept", "layout", "made_new"]
 
 #: Node kinds whose numpy array is a new C-contiguous one where every array operand is
-#: C-ordered (ufuncs and ``astype`` lay their result out as their operands are, numpy's ``K``
-#: order, and so do ``full_like`` and friends; concatenation, padding and tables make a C
-#: array of C-ordered parts). Operands in other orders are not followed: how numpy's iterator
-#: orders the axes then depends on every operand's steps, broadcast ones included.
-_NEW_OF_C = frozenset({"bin", "un", "cast", "where", "full", "cat", "stack", "pad", "lut",
-                       "gather"})
+#: C-ordered (``full_like`` and friends lay their result out as their operand is, numpy's ``K``
+#: order; concatenation, padding and tables make a C array of C-ordered parts). Operands in
+#: other orders are not followed: how numpy orders the axes then depends on every operand.
+_NEW_OF_C = frozenset({"full", "cat", "stack", "pad", "lut", "gather"})
 #: Elementwise node kinds: numpy lays their result out in the order of their operands (``K``),
 #: a transposed one's too (``x.T - x.T.mean()`` is a transposed array).
 _ELEMENTWISE = frozenset({"bin", "un", "cast", "where"})
@@ -63,7 +61,8 @@ def _renumbered(order: tuple[int, ...], dropped: int) -> tuple[int, ...]:
 
 
 #: Node kinds whose layout follows from their array arguments' (:func:`_step`).
-_FOLLOWS = _NEW_OF_C | {"transpose", "reshape", "expand", "take", "fill", "select"}
+_FOLLOWS = _NEW_OF_C | _ELEMENTWISE | {"transpose", "reshape", "expand", "take", "fill",
+                                       "select"}
 
 
 def _step(n: Node, memo: dict[int, Layout | None]) -> Layout | None:

@@ -34,6 +34,7 @@ from augment_ops.trace.ir import (
     _new,
     _Session,
     _user_location,
+    same_argument,
 )
 from augment_ops.trace.rebind import Rebinder
 from augment_ops.trace.refusals import outside_numpy
@@ -86,6 +87,12 @@ _PUSHED = frozenset({"bin", "un", "cast", "where", "stack", "cat", "take", "pad"
 MAX_PUSHED = 64
 
 
+def _chosen_shape(cond: Node, x: Node, y: Node) -> tuple:
+    """The shape of ``x`` where ``cond`` holds, else of ``y``: each size chosen per sample."""
+    return tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
+                 for dx, dy in zip(x.shape, y.shape, strict=True))
+
+
 def _select(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node],
             depth: int) -> Node:
     """``x`` where ``cond`` holds, else ``y``, per sample, as one node (both of one dtype and
@@ -98,8 +105,7 @@ def _select(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node]
     got = memo.get(key)
     if got is not None:
         return got
-    shape = tuple(dx if dx is dy else _dwhere(Sym(cond), dx, dy)
-                  for dx, dy in zip(x.shape, y.shape, strict=True))
+    shape = _chosen_shape(cond, x, y)
     x, y = _as_pad(x, y), _as_pad(y, x)
     got = (_pushed(cond, x, y, shape, memo, depth) or _hoisted(cond, x, y, memo, depth)
            or _selected_slice(cond, x, y, shape)
@@ -117,21 +123,28 @@ def _as_pad(n: Node, other: Node) -> Node:
     return _new("pad", (n, 0, 0, n.shape[0], n.shape[1], other.args[5]), (), n.dtype, n.shape)
 
 
-def _pushable(cond: Node, x: Node, y: Node) -> bool:
-    """Whether a choice between ``x`` and ``y`` moves into their arguments: the same operator
-    of :data:`_PUSHED` with arguments that can be chosen between (of one dtype and rank, not
-    constants, which operators take as constants), on a predicate that does not read pixel
-    values (a choice of sizes would then be read on the CPU)."""
+def _argument_choices(cond: Node, x: Node, y: Node) -> list[str] | None:
+    """How a choice between ``x`` and ``y`` moves into each of their arguments, where it does:
+    ``"same"`` (one argument of both), ``"where"`` (a padded read's bounds, ints or per-sample
+    integers, chosen by a where of two) or ``"select"`` (arguments of one dtype and rank, not
+    constants, which operators take as constants). None where it does not: not the same
+    operator of :data:`_PUSHED`, or a predicate that reads pixel values (a choice of sizes would
+    then be read on the CPU)."""
     if (cond.pixel or x.op != y.op or x.op not in _PUSHED or _attrs(x, y) is None
             or x.dtype != y.dtype or x.weak != y.weak or len(x.args) != len(y.args)):
-        return False
+        return None
+    how = []
     for k, (ax, ay) in enumerate(zip(x.args, y.args, strict=True)):
-        if _same_argument(ax, ay) or (x.op == "pad" and _pad_bound(k) and _sizes(ax, ay)):
-            continue
-        if not (isinstance(ax, Node) and isinstance(ay, Node)) or ax.dtype != ay.dtype \
-                or ax.ndim != ay.ndim or ax.op == "const" or ay.op == "const":
-            return False
-    return True
+        if same_argument(ax, ay):
+            how.append("same")
+        elif x.op == "pad" and _pad_bound(k) and _sizes(ax, ay):
+            how.append("where")
+        elif isinstance(ax, Node) and isinstance(ay, Node) and ax.dtype == ay.dtype \
+                and ax.ndim == ay.ndim and ax.op != "const" and ay.op != "const":
+            how.append("select")
+        else:
+            return None
+    return how
 
 
 def _pad_bound(k: int) -> bool:
@@ -159,22 +172,17 @@ def _attrs(x: Node, y: Node) -> tuple | None:
     return bare[0] if bare[0] == bare[1] else None
 
 
-def _same_argument(a: Any, b: Any) -> bool:
-    return a is b or (not (isinstance(a, Node) or isinstance(b, Node)) and \
-        type(a) is type(b) and a == b)
-
-
 def _pushed(cond: Node, x: Node, y: Node, shape: tuple,
             memo: dict[tuple[int, int, int], Node], depth: int) -> Node | None:
     """``op(select(cond, x1, y1), ...)`` for ``select(cond, op(x1, ...), op(y1, ...))``: exact,
     as the choice is per sample, so each sample computes the operator on the arguments of its
-    outcome. None where :func:`_pushable` says no."""
-    if depth <= 0 or not _pushable(cond, x, y):
+    outcome. None where :func:`_argument_choices` says no."""
+    how = _argument_choices(cond, x, y) if depth > 0 else None
+    if how is None:
         return None
-    args = tuple(ax if _same_argument(ax, ay) else _dwhere(Sym(cond), ax, ay)
-                 if x.op == "pad" and _pad_bound(k) and _sizes(ax, ay)
-                 else _select(cond, ax, ay, memo, depth - 1)
-                 for k, (ax, ay) in enumerate(zip(x.args, y.args, strict=True)))
+    choose = {"same": lambda a, b: a, "where": lambda a, b: _dwhere(Sym(cond), a, b),
+              "select": lambda a, b: _select(cond, a, b, memo, depth - 1)}
+    args = tuple(choose[h](ax, ay) for h, ax, ay in zip(how, x.args, y.args, strict=True))
     return _new(x.op, args, _attrs(x, y), x.dtype, shape, x.weak)
 
 
@@ -189,8 +197,8 @@ def _negated(a: Node) -> Node:
 def _hoisted(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node],
              depth: int) -> Node | None:
     """A choice between ``x`` and ``y`` where one of them is a choice ``select(c, p, q)`` whose
-    outcome ``p`` or ``q`` moves into a choice with the other (:func:`_pushable`), written as one
-    choice of the remaining outcome first: ``select(cond, select(c, p, q), y)`` is
+    outcome ``p`` or ``q`` moves into a choice with the other (:func:`_argument_choices`),
+    written as one choice of the remaining outcome first: ``select(cond, select(c, p, q), y)`` is
     ``select(cond & c, p, select(cond, q, y))``. An op that returns its input early (``if
     shift == 0: return img``) then computes its other outcomes once, not once per branch."""
     if depth <= 0 or cond.pixel:
@@ -201,15 +209,14 @@ def _hoisted(cond: Node, x: Node, y: Node, memo: dict[tuple[int, int, int], Node
         c, p, q = inner.args
         for kept, moved, c_kept in ((p, q, c), (q, p, None)):
             pair = (moved, other) if first else (other, moved)
-            if not _pushable(cond, *pair):
+            if _argument_choices(cond, *pair) is None:
                 continue
             c_kept = c if c_kept is not None else _negated(c)
             # ``kept`` where the sample takes ``inner``'s branch to it, else the pushed choice
             taken = _both(cond if first else _negated(cond), c_kept)
             rest = _select(cond, *pair, memo, depth - 1)
-            shape = tuple(dk if dk is dr else _dwhere(Sym(taken), dk, dr)
-                          for dk, dr in zip(kept.shape, rest.shape, strict=True))
-            return _new("select", (taken, kept, rest), (), x.dtype, shape)
+            return _new("select", (taken, kept, rest), (), x.dtype,
+                        _chosen_shape(taken, kept, rest))
     return None
 
 

@@ -24,9 +24,9 @@ import numpy as np
 from augment_ops.trace.ir import Node, Traced
 from augment_ops.trace.sym import _INEXACT
 
-__all__ = ["STAGE_MIN_OPERATORS", "STAGE_MIN_OPERATORS_GPU", "ScalarProgram", "ScalarStage",
-           "computed_here", "evaluate", "scalar_operators", "stage_min_operators", "stageable",
-           "wants_stage"]
+__all__ = ["MAX_STAGE_ELEMENTS", "STAGE_MIN_OPERATORS", "STAGE_MIN_OPERATORS_GPU", "ScalarProgram",
+           "ScalarStage", "computed_here", "evaluate", "scalar_operators", "small",
+           "stage_min_operators", "stageable", "wants_stage"]
 
 #: The fewest scalar operators (:func:`scalar_operators`) for which :class:`ScalarStage` computes
 #: an op's scalars instead of DALI. On the project's 2-core CPU machine
@@ -48,6 +48,7 @@ def stage_min_operators(gpu: bool) -> int:
     """The fewest scalar operators for which the stage computes an op's scalars, for an image
     on the GPU (``gpu``) or on the CPU."""
     return STAGE_MIN_OPERATORS_GPU if gpu else STAGE_MIN_OPERATORS
+
 
 #: The nodes :func:`evaluate` computes (with the leaves its ``leaf`` gives).
 _EVALUATED = frozenset({"const", "cast", "bin", "un", "where", "select", "stack", "take",
@@ -159,14 +160,18 @@ def _typed(v: Any, dt: np.dtype) -> np.ndarray:
     return v if v.dtype == dt else v.astype(dt)
 
 
-def _stack(parts: list[np.ndarray], axis: int) -> np.ndarray:
+def _aligned(parts: list[np.ndarray]) -> list[np.ndarray]:
+    """``parts`` with as many samples each (a constant's axis of 1 repeated)."""
     rows = max(p.shape[0] for p in parts)
-    return np.stack([np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts], axis=axis)
+    return [np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts]
+
+
+def _stack(parts: list[np.ndarray], axis: int) -> np.ndarray:
+    return np.stack(_aligned(parts), axis=axis)
 
 
 def _cat(parts: list[np.ndarray], axis: int) -> np.ndarray:
-    rows = max(p.shape[0] for p in parts)
-    return np.concatenate([np.broadcast_to(p, (rows, *p.shape[1:])) for p in parts], axis=axis)
+    return np.concatenate(_aligned(parts), axis=axis)
 
 
 def _static_slice(n: Node) -> bool:
@@ -207,15 +212,16 @@ def evaluate(nodes: Sequence[Node], count: int,
     return ScalarProgram(nodes, is_leaf)(count, lambda n: found[id(n)])
 
 
-#: The most elements a per-sample array the stage computes may have.
+#: The most elements a per-sample array numpy computes here (in the stage, or in the source's
+#: readers) may have.
 MAX_STAGE_ELEMENTS = 64
 
 
-def _small(n: Node) -> bool:
+def small(n: Node) -> bool:
     """A per-sample scalar, or an array of a constant shape of at most
     :data:`MAX_STAGE_ELEMENTS` values (``rng.uniform(size=3)``, mmcv's ``(1, 4)`` box)."""
-    return n.ndim == 0 or (all(isinstance(d, int) for d in n.shape)
-                           and int(np.prod(n.shape, dtype=np.int64)) <= MAX_STAGE_ELEMENTS)
+    return all(isinstance(d, int) for d in n.shape) and \
+        int(np.prod(n.shape, dtype=np.int64)) <= MAX_STAGE_ELEMENTS
 
 
 def _handed_out(n: Node) -> bool:
@@ -225,7 +231,7 @@ def _handed_out(n: Node) -> bool:
 
 
 def stageable(given: Iterable[int]) -> Callable[[Node], bool]:
-    """Whether :class:`ScalarStage` computes a node: a scalar or small array (:func:`_small`)
+    """Whether :class:`ScalarStage` computes a node: a scalar or small array (:func:`small`)
     that depends on the image's sizes and the draws (the ``given`` nodes, by id) but not on its
     pixels, made of operators :func:`evaluate` computes. Memoised."""
     given = set(given)
@@ -236,7 +242,7 @@ def stageable(given: Iterable[int]) -> Callable[[Node], bool]:
         if got is None:
             if id(n) in given or n.op == "in_dim":
                 got = True
-            elif n.pixel or not _small(n) or not computed_here(n):
+            elif n.pixel or not small(n) or not computed_here(n):
                 got = False
             else:
                 got = all(ok(a) for a in n.args if isinstance(a, Node))

@@ -602,6 +602,8 @@ class Sym(_Operators, NdarrayMethods):
         self._write(cast_node(res.node, self.dtype))
 
     def _write(self, node: Node) -> None:
+        from augment_ops.trace.pairwise import kept
+
         if node.ndim != self.node.ndim:
             raise TraceError("an in-place write that changes the array's rank")
         if not self._base:
@@ -611,13 +613,9 @@ class Sym(_Operators, NdarrayMethods):
                 return
             root, steps = self._origin
             root._write(HANDLERS["Sym.write_through"](root._checked(), steps, node))
-            from augment_ops.trace.pairwise import kept
-
             # the view's memory, and its layout, stay (d[...] = d.copy() of a transposed d)
             self.node, self._version = kept(self.node, node), self._buffer.version
             return
-        from augment_ops.trace.pairwise import kept
-
         self.node = kept(self.node, node)  # the array's memory, and its layout, stay
         self._buffer.version += 1
         self._version = self._buffer.version
