@@ -417,10 +417,10 @@ def _run_checked(sizes: list[tuple[int, int]], calls: list) -> list[np.ndarray]:
     return [np.array(out[k]) for out in outs for k in range(len(sizes))]
 
 
-def test_native_min_size_check_calls_python_only_for_a_batch_with_a_small_image():
+def test_native_min_size_check_is_called_only_with_the_small_images():
     calls: list = []
     got = _run_checked([(5, 7), (2, 2), (9, 4)], calls)
-    assert calls == []  # no image below 2x2: DALI never calls the check
+    assert calls == []  # no image below 2x2: the check is not called
     grid = augment_ops.get("grid2x2")
     refs = [grid.apply(pattern_image(k, h, w))[j] for j in range(4)
             for k, (h, w) in enumerate([(5, 7), (2, 2), (9, 4)])]

@@ -4,11 +4,13 @@ The operators run on whichever device the image is on. Per-sample scalars (sizes
 branch conditions) are DALI CPU operators on ``image.shape()``, copied to the GPU only where an
 elementwise operator mixes them with GPU pixels; those that depend on a random op's draws alone are
 computed by numpy in the source's reader processes (:class:`SampleScalars`) and enter the graph as
-external-source outputs. No Python runs per batch in the graph (an op's ``min_size`` check calls
-Python only for a batch holding a too-small image, to raise), except for an op whose scalars would
-take 100 or more operators, or hold float functions DALI computes otherwise than numpy
+external-source outputs. No Python runs per batch in the graph, except for an op whose scalars
+would take many operators, or hold float functions DALI computes otherwise than numpy
 (:func:`uses_stage`): numpy computes them all in one ``fn.python_function`` per batch
-(:mod:`augment_ops.trace.scalar_stage`), the draws arriving packed in one external-source output.
+(:mod:`augment_ops.trace.scalar_stage`), the draws arriving packed in one external-source output;
+and for an op that numpy refuses on some samples (below its ``min_size``, a ``raise`` of its
+code, an output that may come out empty), whose check numpy computes in that same call, or in
+one of its own (:mod:`augment_ops.trace.sample_gate`).
 Facts the tracer knows (sizes are >= 1, ``(h - ch) // 2 + ch <= h``) spare the clamps of slice
 bounds, so a crop's bounds take a few operators. Each DALI operator costs about the same per batch
 whatever its work (it is dispatched per sample), so scalars computed alike along several axes (a
@@ -45,17 +47,19 @@ from typing import Any
 
 import numpy as np
 
-from augment_ops.trace.dali_ops import _constant, _constant_node, _dali_type
+from augment_ops.trace.dali_ops import _dali_type
 from augment_ops.trace.emitter import _Emitter
 from augment_ops.trace.facts import lower
 from augment_ops.trace.ir import Node, Traced, same_shape
 from augment_ops.trace.lower_patterns import _free, rewritten_for_dali
+from augment_ops.trace.sample_gate import Gate
 from augment_ops.trace.scalar_stage import (
     ScalarProgram,
     ScalarStage,
     computed_here,
     scalar_operators,
     small,
+    stageable,
     wants_stage,
 )
 
@@ -320,13 +324,13 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     per-sample scalars in that order, made by :class:`SampleScalars`).
 
     ``check`` (with ``info``, the pipeline's per-sample manifest index, epoch and pad flag):
-    the samples on which the numpy path raises are split off and ``check(rows, infos)`` is
-    called on them alone, to raise, with a row per sample as :func:`check_layout` describes:
-    images smaller than ``min_size`` on either side, samples that meet a guard of the trace
-    (``rng.integers(0, h - size)`` on an image ``size`` high), samples whose outputs come out
-    empty. DALI does not call it for a batch without such samples, so the common case costs no
-    Python call, and an op without guards whose outputs are known non-empty and whose
-    ``min_size`` is 1 takes no operator for it. The op's input depends on the check, so it runs
+    ``check(rows, infos)`` is called with the samples on which the numpy path raises alone, to
+    raise, with a row per sample as :func:`check_layout` describes: images smaller than
+    ``min_size`` on either side, samples that meet a guard of the trace (``rng.integers(0, h -
+    size)`` on an image ``size`` high), samples whose outputs come out empty. numpy finds them,
+    in one Python call per batch (:mod:`augment_ops.trace.sample_gate`), the scalar stage's when
+    the op has one; an op without guards whose outputs are known non-empty and whose
+    ``min_size`` is 1 takes nothing for it. The op's input depends on the check, so it runs
     before any operator of the op could fail on such a sample.
     """
     from nvidia.dali import fn
@@ -342,7 +346,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
             raise ValueError("packed= takes the op's SampleScalars (packed) and sample_values= "
                              "its one output")
         em.given.update(id(n) for n in nodes)
-        em.stage = ScalarStage(traced, em.shape, nodes, sample_values[0], unpack=packed.unpack)
+        staged = True
     else:
         if len(sample_values) != len(nodes):
             raise ValueError(
@@ -351,59 +355,33 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         for n, value in zip(nodes, sample_values, strict=True):
             em.memo[id(n)] = value
             em.given.add(id(n))
-        if uses_stage(traced, gpu=getattr(image, "device", "cpu") == "gpu"):
-            em.stage = ScalarStage(traced, em.shape, nodes, *sample_values)
+        staged = uses_stage(traced, gpu=getattr(image, "device", "cpu") == "gpu")
+    unpack = packed.unpack if packed is not None else None
     layout = check_layout(traced)
+    gate = None
     if check is not None and (min_size > 1 or layout.guards or layout.outputs):
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")
-        import nvidia.dali.math as dmath
-
-        # Every operator here runs for every batch, failing samples or not: the predicate takes
-        # a fixed handful of operators however many guards and output sizes there are (one
-        # reduction over each vector), not two per value (a comparison and an ``&``).
-        oks = []
-        if min_size > 1:
-            oks.append(dmath.min(em.dim(0), em.dim(1)) >= _constant(min_size, np.int64))
-        # A guard on pixel values (the op's ``if img.max() > 250: raise``) is computed where
-        # the image is; the check's predicate is a CPU value.
+        gate = _gate(traced, layout, nodes, check, min_size)
+    if staged:
+        # The check rides in the stage's function, unless a value of it is computed by DALI
+        # operators, which may read the stage's outputs.
+        inside = gate is not None and not gate.external
+        em.stage = ScalarStage(traced, em.shape, nodes, *sample_values, unpack=unpack,
+                               gate=gate if inside else None, info=info)
+        checked = em.stage.checked_shape
+    if gate is not None and not (staged and inside):
         i64 = _dali_type(np.dtype(np.int64))
-        flags = [fn.cast(_on_cpu(em.value(g.bad)), dtype=i64) for g in traced.guards]
-        known: dict[int, Any] = {}  # one operator per constant size (the channels), not per use
-
-        def size(d: Node | int) -> Any:
-            if isinstance(d, Node) and d.op == "const":
-                d = int(d.value)
-            if isinstance(d, Node):
-                return em.value(d)
-            if int(d) not in known:
-                known[int(d)] = _constant_node(np.int64(d), np.int64)
-            return known[int(d)]
-
-        dims = [size(d) for k in layout.outputs for d in traced.outputs[k].shape]
-        parts = [em.shape]
-        if flags:  # no guard raised: the largest flag is 0
-            parts.append(fn.stack(*flags))
-            worst = flags[0] if len(flags) == 1 else fn.reductions.max(parts[-1])
-            oks.append(worst == _constant(0, np.int64))
-        if dims:  # no output empty: the smallest size is at least 1
-            parts.append(fn.stack(*dims))
-            worst = dims[0] if len(dims) == 1 else fn.reductions.min(parts[-1])
-            oks.append(worst >= _constant(1, np.int64))
-        ok = oks[0]
-        for more in oks[1:]:
-            ok = ok & more
-        rows = fn.cat(*parts) if len(parts) > 1 else em.shape
-        rows_ok, rows_bad = fn._conditional.split(rows, predicate=ok)
-        _, info_bad = fn._conditional.split(info, predicate=ok)
-        checked = fn.python_function(rows_bad, info_bad, function=check,
-                                     batch_processing=True, num_outputs=1)
-        rows = fn._conditional.merge(rows_ok, checked, predicate=ok)
+        values = {id(v): v for v in gate.values if isinstance(v, Node)}
+        external = [fn.cast(_on_cpu(em.value(values[k])), dtype=i64) for k in gate.external]
+        checked = ScalarStage(traced, em.shape, nodes, *sample_values, unpack=unpack, gate=gate,
+                              info=info, external=external, hands_out=False).checked_shape
+    if gate is not None:
         # A reshape to its own shape shares the image's memory; it orders the check first.
-        em.image = fn.reshape(image, shape=rows[0:3])
-        # Values the guards computed from the unchecked image are computed again from the
+        em.image = fn.reshape(image, shape=checked)
+        # Values the check computed from the unchecked image are computed again from the
         # checked one, so that no operator of the outputs runs before the check.
-        for n in _pixel_nodes(g.bad for g in traced.guards):
+        for n in _pixel_nodes(v for v in gate.values if isinstance(v, Node)):
             em.memo.pop(id(n), None)
         em.vmemo.clear()
     # Later stages (resize) read the layout, which elementwise operators may not keep; slices
@@ -411,6 +389,21 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     return [em.value(n) if _keeps_layout(n) else
             fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]
+
+
+def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
+          check: Callable[[list[np.ndarray], list[np.ndarray]], Any], min_size: int) -> Gate:
+    """The check of ``traced`` (:mod:`augment_ops.trace.sample_gate`): its guards' conditions
+    and the sizes of the outputs ``layout`` lists; numpy computes those made of the image's
+    sizes and the draws (``given``), DALI operators the others (a guard on pixel values)."""
+    computes = stageable(id(n) for n in given)
+    values: list[Node | int] = [g.bad for g in traced.guards]
+    for k in layout.outputs:
+        values += [int(d.value) if isinstance(d, Node) and d.op == "const" else d
+                   for d in traced.outputs[k].shape]
+    external = tuple(dict.fromkeys(id(v) for v in values
+                                   if isinstance(v, Node) and not computes(v)))
+    return Gate(len(traced.guards), tuple(values), external, min_size, check)
 
 
 def _on_cpu(value: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.ir import Node, Traced
+from augment_ops.trace.sample_gate import Gate
 from augment_ops.trace.sym import _INEXACT
 
 __all__ = ["MAX_STAGE_ELEMENTS", "STAGE_MIN_OPERATORS", "STAGE_MIN_OPERATORS_GPU", "ScalarProgram",
@@ -299,18 +300,29 @@ class _StageFunction:
     numpy from the images' shapes and the given values, laid out in one vector per dtype."""
 
     def __init__(self, groups: Sequence[np.dtype], given: Sequence[Node],
-                 unpack: Callable[[np.ndarray], list[np.ndarray]] | None) -> None:
+                 unpack: Callable[[np.ndarray], list[np.ndarray]] | None,
+                 gate: Gate | None = None) -> None:
         self.groups = list(groups)
         self.given = list(given)
         self.unpack = unpack
+        self.gate = gate
         #: Per dtype, the lanes of its output vector: (node or int, its length).
         self.layout: list[list[tuple[Node | int, int]]] = [[] for _ in groups]
         self.program: ScalarProgram | None = None
 
-    def __call__(self, shapes: list[np.ndarray], *given: list[np.ndarray]) -> tuple:
+    def __call__(self, shapes: list[np.ndarray], *inputs: list[np.ndarray]) -> Any:
         count = len(shapes)
         dims = np.stack([np.asarray(s, np.int64) for s in shapes]) if count else \
             np.zeros((0, 3), np.int64)
+        infos: Sequence[Any] = ()
+        external: list[np.ndarray] = []
+        if self.gate is not None:  # inputs: the info rows, the draws, the gate's own values
+            infos, *inputs = inputs
+            cut = len(inputs) - len(self.gate.external)
+            inputs, rest = inputs[:cut], inputs[cut:]
+            external = [np.stack([np.asarray(v) for v in batch]) if count else np.zeros(0)
+                        for batch in rest]
+        given = inputs
         if self.unpack is not None:
             (rows,) = given
             arrays = self.unpack(np.stack([np.asarray(r) for r in rows]) if count else
@@ -321,11 +333,23 @@ class _StageFunction:
                                                                            strict=True)]
         values = {id(n): a for n, a in zip(self.given, arrays, strict=True)}
         wanted = [lane for lanes in self.layout for lane, _ in lanes if isinstance(lane, Node)]
+        if self.gate is not None:
+            wanted += self.gate.computed
         if self.program is None:  # the layout is complete once the pipeline runs
             self.program = ScalarProgram(wanted, lambda n: id(n) in values or n.op == "in_dim")
         got = dict(zip(map(id, wanted), self.program(
             count, lambda n: values[id(n)] if id(n) in values else dims[:, n.attrs[0]]),
             strict=True))
+        if self.gate is None:
+            return self._outputs(got, count)
+        # Raises for a batch holding a sample the numpy path refuses, before any operator that
+        # reads this function's outputs (the image's among them) runs.
+        self.gate.apply(dims, lambda n: got[id(n)], external, infos)
+        shapes_out = [np.ascontiguousarray(d) for d in dims]
+        outs = self._outputs(got, count)
+        return (shapes_out, *outs) if outs else shapes_out
+
+    def _outputs(self, got: dict[int, np.ndarray], count: int) -> tuple:
         outs = []
         for dt, lanes in zip(self.groups, self.layout, strict=True):
             cols = [got[id(lane)].reshape(count, -1) if isinstance(lane, Node) else
@@ -347,20 +371,28 @@ class ScalarStage:
     DataNode per node, or one DataNode of packed bytes that ``unpack`` reads."""
 
     def __init__(self, traced: Traced, shape: Any, given: Sequence[Node], *values: Any,
-                 unpack: Callable[[np.ndarray], list[np.ndarray]] | None = None) -> None:
+                 unpack: Callable[[np.ndarray], list[np.ndarray]] | None = None,
+                 gate: Gate | None = None, info: Any = None, external: Sequence[Any] = (),
+                 hands_out: bool = True) -> None:
         from nvidia.dali import fn
 
         computes = stageable(id(n) for n in given)
-        self.takes = lambda n: _handed_out(n) and computes(n)
-        dtypes = {np.dtype(np.int64), np.dtype(np.float32)}  # float32: fn.erase's arguments
-        for n in _graph(traced):
+        self.takes = lambda n: hands_out and _handed_out(n) and computes(n)
+        dtypes = {np.dtype(np.int64), np.dtype(np.float32)} if hands_out else set()
+        for n in _graph(traced):  # (float32: fn.erase's arguments)
             if self.takes(n):
                 dtypes.add(n.dtype)
         self.groups = sorted(dtypes, key=str)
-        self.function = _StageFunction(self.groups, given, unpack)
-        outs = fn.python_function(shape, *values, function=self.function,
-                                  batch_processing=True, num_outputs=len(self.groups))
-        self.outputs = outs if isinstance(outs, (list, tuple)) else [outs]
+        self.function = _StageFunction(self.groups, given, unpack, gate)
+        inputs = [shape, *values] if gate is None else [shape, info, *values, *external]
+        gated = gate is not None
+        outs = fn.python_function(*inputs, function=self.function, batch_processing=True,
+                                  num_outputs=len(self.groups) + gated)
+        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        #: With a gate: the images' shapes, once the check has passed (a reshape of the image
+        #: to them orders the op's operators after it).
+        self.checked_shape = outs.pop(0) if gated else None
+        self.outputs = outs
         self.memo: dict[tuple, Any] = {}
 
     def _place(self, lanes: Sequence[Node | int], dt: np.dtype) -> tuple[int, int, int]:

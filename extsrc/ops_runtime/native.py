@@ -27,9 +27,10 @@ class SampleCheck:
     """The native path's checks of the samples on which the numpy path raises: images below
     ``op.min_size``, the traced op's guards (:class:`augment_ops.trace.Guard`: numpy's
     ``rng.integers(0, h - size)`` on an image ``size`` high, a Python number divided by 0) and
-    outputs that come out empty. The traced graph computes them in DALI operators and calls this
-    only with the rows (:class:`augment_ops.lower_dali.CheckLayout`) and info rows of the
-    samples that fail one (see :func:`augment_ops.lower_dali.emit`). Raises what the numpy path
+    outputs that come out empty. numpy computes them for each batch in the graph
+    (:mod:`augment_ops.trace.sample_gate`) and calls this only with the rows
+    (:class:`augment_ops.lower_dali.CheckLayout`) and info rows of the samples that fail one
+    (see :func:`augment_ops.lower_dali.emit`). Raises what the numpy path
     raises, in its order, naming the op, the manifest line and the path: the op's
     :class:`OpContractError` for a too-small image, an :class:`OpError` for a guard (with the
     op's line), an :class:`OpOutputError` for an empty output."""

@@ -13,8 +13,11 @@
   from the draws alone in the source's reader processes
   (:func:`extsrc.ops_runtime.native.native_sample_scalars`), beside the file bytes: the same
   distributions as the numpy path's generator, other numbers, and no Python call per batch in
-  the graph. Arrays of noise the size of the image are drawn in the graph by DALI's own
-  generator instead (``augment_ops.trace.DrawRng``), and ``explain`` says so.
+  the graph, except one for an op whose code raises on some samples (a size it requires, its
+  own ``raise``, an output that may come out empty): numpy checks the batch
+  (:mod:`augment_ops.trace.sample_gate`). Arrays of noise the size of the image are drawn in
+  the graph by DALI's own generator instead (``augment_ops.trace.DrawRng``), and ``explain``
+  says so.
 
 The automatic choice is the fastest path the op declares and the device supports: native, then
 gpu (on a GPU), then numpy; except on the CPU, where a traced op that computes new pixel values

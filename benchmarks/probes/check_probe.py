@@ -1,0 +1,104 @@
+"""What the native path's per-sample check costs (``augment_ops.trace.sample_gate``): corpus ops
+whose traced graph has one (a ``min_size``, a guard, an output that may come out empty), each run
+by ``extsrc.Loader`` on its native path with the check and with the check left out of the graph
+(``emit(..., check=None)``: what the op costs without it, never a configuration the loader
+offers), beside the op's hand-written DALI pipeline where ``bench_realops.hand_written`` has one,
+a resize-only loader and raw DALI's resize. The job and the data are ``bench_realops.py``'s:
+1,024 generated 500x375 JPEGs, batch 128, every image output resized to 224 (stretched).
+
+    python3 benchmarks/probes/check_probe.py --ops readme_halves,ffcv_cutout --out check.json
+
+Prints the median images/s per variant; ``--out`` gets every round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests"), str(ROOT)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", required=True, help="comma-separated op names (corpus, held-out)")
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--data", default="/tmp/extsrc-check-probe")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    # Spawned readers import the corpus by name.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "tests"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    import bench_realops as br
+    import realops
+    import realops_holdout
+    from data import make_dataset
+    from runs import cpu_split, header, interleave
+
+    import extsrc.graph.image as graph_image
+    from augment_ops.lower_dali import emit
+    from augment_ops.trace import trace_op
+    from extsrc.ops_runtime.native import native_outputs
+
+    unchecked = {"on": False}
+
+    def outputs(op: Any, img: Any, info: Any, *, manifest: Any, sample_values: Any = (),
+                program: Any = None) -> list[Any]:
+        if not unchecked["on"]:
+            return native_outputs(op, img, info, manifest=manifest, sample_values=sample_values,
+                                  program=program)
+        return emit(trace_op(op), img, sample_values=sample_values, info=info, check=None,
+                    packed=program if program is not None and program.packed else None)
+
+    graph_image.native_outputs = outputs  # the graph module's own name for it
+    ops = {e.name: e for e in realops.corpus() + realops_holdout.holdout()}
+    manifest, mean_bytes = make_dataset(Path(args.data), args.n)
+    manifest = str(manifest)
+    cores = len(os.sched_getaffinity(0))
+    workers, threads = cpu_split(None, None, cores)
+    common = {"batch_size": 128, "resize": 224}
+    dali_kw = {**common, "threads": threads, "workers": workers, "gpu": True}
+    ext_kw = {**common, "threads": None, "workers": None, "device": "cuda:0"}
+
+    def loader(op: Any, without_check: bool) -> Any:
+        def make() -> Any:
+            unchecked["on"] = without_check  # read while the pipeline is defined
+            return br.loader_epochs(manifest, op=op, op_path="native", **ext_kw)
+        return make
+
+    variants: dict[str, Any] = {
+        "resize": loader(None, False),
+        "dali_resize": lambda: br.dali_epochs(manifest, name=None, num_outputs=1, **dali_kw)}
+    for name in args.ops.split(","):
+        e = ops[name]
+        variants[f"{name}:native"] = loader(e.op, False)
+        variants[f"{name}:without_check"] = loader(e.op, True)
+        if name in br.HAND_WRITTEN or name in br.HAND_WRITTEN_MORE:
+            variants[f"{name}:handwritten"] = (
+                lambda e=e: br.dali_epochs(manifest, name=e.name, num_outputs=e.op.num_outputs,
+                                           **dali_kw))
+    results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
+                     generate_s=0.0)
+
+    def summary(runs: dict[str, list[dict[str, Any]]], rounds: int) -> None:
+        results["rounds"] = rounds
+        results["median_images_per_s"] = {
+            k: br.median([r["images_per_s"] for r in v]) for k, v in runs.items()}
+        results["runs"] = runs
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+
+    interleave(variants, repeats=args.repeats, warmup=3, min_seconds=1.0, gpu=True,
+               after_round=summary)
+    for k, v in results["median_images_per_s"].items():
+        print(f"{k:40s} {v:10.1f}")
+
+
+if __name__ == "__main__":
+    main()

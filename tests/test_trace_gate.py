@@ -1,0 +1,140 @@
+"""The native path's per-sample check (:mod:`augment_ops.trace.sample_gate`): numpy evaluates it
+for the whole batch in one Python call, inside the scalar stage's when the op has one, and it
+raises what the numpy path raises, naming the sample, before any operator of the op reads the
+image; a batch without a failing sample goes through with numpy's pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import pattern_image, scalar_draws, sized_dataset, unregistered
+
+import extsrc
+from augment_ops.lower_dali import check_layout, emit, uses_stage
+from augment_ops.trace import trace_op
+from extsrc.errors import OpError
+
+
+@unregistered()
+def g_drawn_rows(img, rng, size: int = 4):
+    """A drawn crop of ``size`` rows (numpy raises on a shorter image), scaled by a gain of the
+    image's height that only numpy computes exactly, so the scalar stage computes it."""
+    h = img.shape[0]
+    y = int(rng.integers(0, h - size + 1))
+    gain = np.float32(1.0 / (1.0 + np.exp(h / 7.0)))
+    return (img[y:y + size].astype(np.float32) * gain).astype(np.uint8)
+
+
+@unregistered()
+def g_bright_drawn_rows(img, rng, size: int = 4):
+    """g_drawn_rows, with a check of the pixel values first."""
+    if img.max() > 250:
+        raise ValueError("too bright")
+    h = img.shape[0]
+    y = int(rng.integers(0, h - size + 1))
+    gain = np.float32(1.0 / (1.0 + np.exp(h / 7.0)))
+    return (img[y:y + size].astype(np.float32) * gain).astype(np.uint8)
+
+
+@unregistered()
+def g_left_half(img):
+    """An output empty on an image one pixel wide."""
+    return img[:, : img.shape[1] // 2]
+
+
+def _pipeline(op, imgs, calls):
+    """``op``'s traced graph on one batch of ``imgs``, with a check that records its rows and
+    info rows and raises; the built pipeline."""
+    from nvidia.dali import fn
+    from nvidia.dali.pipeline import Pipeline
+
+    def check(rows, infos):
+        calls.append(([tuple(int(v) for v in r) for r in rows], [int(i[0]) for i in infos]))
+        raise ValueError("a sample fails")
+
+    traced = trace_op(op)
+    n = len(imgs)
+    values = scalar_draws(traced, 1, 2, np.arange(n), np.zeros(n, np.int64)) if op.random \
+        else []
+    info = np.array([[10 + k, 0, 0] for k in range(n)], np.int64)
+    pipe = Pipeline(batch_size=n, num_threads=1, device_id=None, prefetch_queue_depth=1)
+    with pipe:
+        img, inf = fn.external_source(source=lambda: (imgs, info), num_outputs=2, batch=True,
+                                      layout=["HWC", ""])
+        given = [fn.external_source(source=(lambda v: lambda: v)(a), batch=True)
+                 for a in values]
+        pipe.set_outputs(*emit(traced, img, sample_values=given, info=inf, check=check))
+    pipe.build()
+    return pipe
+
+
+def _operators(pipe) -> list[str]:
+    return [o.name for o in pipe._ops if o._op is not None]
+
+
+@pytest.mark.parametrize("op, pythons", [(g_drawn_rows, 1), (g_bright_drawn_rows, 2),
+                                         (g_left_half, 1)], ids=lambda v: getattr(v, "name", v))
+def test_the_check_takes_one_python_call_and_no_conditional(op, pythons):
+    # g_drawn_rows: the check rides in the stage's call; a pixel check is computed by DALI
+    # operators that may read the stage's outputs, so it has a call of its own.
+    assert uses_stage(trace_op(op)) == (op is not g_left_half)
+    imgs = [pattern_image(k, 6 + k, 5) % 240 for k in range(3)]
+    names = _operators(_pipeline(op, imgs, []))
+    assert sum("PythonFunction" in n for n in names) == pythons, names
+    assert not any("Split" in n or "Merge" in n for n in names), names
+
+
+@pytest.mark.parametrize("op", [g_drawn_rows, g_bright_drawn_rows, g_left_half],
+                         ids=lambda v: v.name)
+def test_the_check_gets_the_failing_samples_alone_with_their_rows(op):
+    calls: list = []
+    short = (2, 5) if op is not g_left_half else (5, 1)
+    sizes = [(6, 5), short, (7, 4)]
+    imgs = [pattern_image(k, h, w) % 240 for k, (h, w) in enumerate(sizes)]
+    with pytest.raises(Exception, match="a sample fails"):
+        _pipeline(op, imgs, calls).run()
+    ((rows, infos),) = calls
+    assert infos == [11]  # the short image alone, with its info row
+    (row,) = rows
+    assert row[:3] == (*short, 3)
+    if op is g_left_half:
+        assert row[3:] == (5, 0, 3)  # the empty output's shape
+    else:
+        layout = check_layout(trace_op(op))
+        flags = row[3:3 + layout.guards]
+        assert flags[-1] == 1 and not any(flags[:-1]), row  # the drawn crop's guard alone
+    calls.clear()
+    # no failing sample: the check is not called, the pixels are numpy's
+    ok = [pattern_image(k, h, w) % 240 for k, (h, w) in enumerate([(6, 5), (9, 3), (7, 4)])]
+    outs = _pipeline(op, ok, calls).run()
+    assert calls == []
+    traced = trace_op(op)
+    if not op.random:
+        for k, img in enumerate(ok):
+            np.testing.assert_array_equal(np.array(outs[0][k]), op.apply(img)[0])
+    else:
+        assert [np.array(outs[0][k]).shape for k in range(3)] == [(4, 5, 3), (4, 3, 3),
+                                                                  (4, 4, 3)]
+        assert traced.guards
+
+
+@pytest.mark.parametrize("op, bad, message", [
+    (g_drawn_rows, (2, 5), "ValueError"),
+    (g_bright_drawn_rows, (2, 5), "ValueError"),
+    (g_bright_drawn_rows, "bright", "too bright"),
+], ids=["staged", "staged-pixel-check-short", "staged-pixel-check-bright"])
+def test_the_loader_raises_numpys_error_naming_the_sample(tmp_path, op, bad, message):
+    sizes = [(6, 5), (8, 4), (5, 5)]
+    manifest = sized_dataset(tmp_path, sizes if bad == "bright" else [*sizes[:2], bad])
+    if bad == "bright":
+        from PIL import Image
+
+        Image.fromarray(np.full((5, 5, 3), 255, np.uint8)).save(tmp_path / "img2.png")
+    with extsrc.Loader(manifest, batch_size=3, ops=[op], device="cpu", shuffle=False,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        with pytest.raises(OpError, match=message) as e:
+            next(iter(loader))
+    text = str(e.value)
+    assert "img2.png" in text and "line 4" in text and "[native path]" in text, text
