@@ -138,3 +138,56 @@ def test_the_loader_raises_numpys_error_naming_the_sample(tmp_path, op, bad, mes
             next(iter(loader))
     text = str(e.value)
     assert "img2.png" in text and "line 4" in text and "[native path]" in text, text
+
+
+@unregistered()
+def g_noise_rows(img, rng):
+    """Noise of a shape computed from the image's height: numpy raises for a negative one."""
+    h, w = img.shape[:2]
+    noise = rng.normal(0, 1, (h - 5, w, 3))
+    return np.clip(img[5:] + noise, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def g_new_rows(img):
+    """An output of a third of the image's rows that never reads its pixels."""
+    h, w = img.shape[:2]
+    return np.full((h // 3, w, 3), 7, np.uint8)
+
+
+@unregistered()
+def g_top_max(img):
+    """A maximum over the top third: numpy raises for an image under 3 rows."""
+    h = img.shape[0]
+    if img[: h // 3].max() > 250:
+        raise ValueError("bright top")
+    return img // 2
+
+
+@pytest.mark.parametrize("op, short", [(g_noise_rows, (3, 5)), (g_new_rows, (2, 5)),
+                                       (g_top_max, (2, 5))], ids=lambda v: getattr(v, "name", ""))
+def test_no_operator_of_the_op_runs_before_the_check(op, short):
+    # The noise's shape, np.full's shape and the reduction read the checked sizes: the check
+    # raises for the short image, not DALI's operators (nor a crash), even where no output
+    # reads the image's pixels.
+    calls: list = []
+    imgs = [pattern_image(k, h, w) % 240 for k, (h, w) in enumerate([(9, 5), short, (8, 4)])]
+    with pytest.raises(Exception, match="a sample fails"):
+        _pipeline(op, imgs, calls).run()
+    ((_, infos),) = calls
+    assert infos == [11]
+
+
+def test_a_maximum_over_an_empty_region_raises_numpys_error(tmp_path):
+    traced = trace_op(g_top_max)
+    message = "zero-size array to reduction operation maximum which has no identity"
+    assert [g.message for g in traced.guards] == [message, "bright top"]
+    with pytest.raises(ValueError, match=message):
+        g_top_max.apply(pattern_image(0, 2, 5))
+    manifest = sized_dataset(tmp_path, [(6, 5), (8, 4), (2, 5)])
+    with extsrc.Loader(manifest, batch_size=3, ops=[g_top_max], device="cpu", shuffle=False,
+                       op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        with pytest.raises(OpError, match="zero-size array") as e:
+            next(iter(loader))
+    assert "img2.png" in str(e.value) and "line 4" in str(e.value)

@@ -329,9 +329,11 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     ``min_size`` on either side, samples that meet a guard of the trace (``rng.integers(0, h -
     size)`` on an image ``size`` high), samples whose outputs come out empty. numpy finds them,
     in one Python call per batch (:mod:`augment_ops.trace.sample_gate`), the scalar stage's when
-    the op has one; an op without guards whose outputs are known non-empty and whose
-    ``min_size`` is 1 takes nothing for it. The op's input depends on the check, so it runs
-    before any operator of the op could fail on such a sample.
+    the op has one, unless a value of the check is computed from pixel values by DALI operators
+    (which may read the stage's outputs): then in a call of its own. An op without guards whose
+    outputs are known non-empty and whose ``min_size`` is 1 takes nothing for it. The op's
+    image and sizes are read from the check's outputs, so it runs before any operator of the op
+    could fail on such a sample.
     """
     from nvidia.dali import fn
 
@@ -379,10 +381,15 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     if gate is not None:
         # A reshape to its own shape shares the image's memory; it orders the check first.
         em.image = fn.reshape(image, shape=checked)
-        # Values the check computed from the unchecked image are computed again from the
-        # checked one, so that no operator of the outputs runs before the check.
-        for n in _pixel_nodes(v for v in gate.values if isinstance(v, Node)):
-            em.memo.pop(id(n), None)
+        # Sizes are read from the checked shapes, and the values the check computed by DALI
+        # operators are computed again from the checked image and sizes, so that no operator
+        # of the outputs (a crop, noise of a drawn shape, np.full of one) runs before the
+        # check. The draws stay, and the noise: the outputs read the noise the check read.
+        em.shape = checked
+        em.dims.clear()
+        noise = {id(n) for n in traced.nodes() if n.op == "noise"}
+        for k in [k for k in em.memo if k not in em.given and k not in noise]:
+            del em.memo[k]
         em.vmemo.clear()
     # Later stages (resize) read the layout, which elementwise operators may not keep; slices
     # and rectangle fills of the input keep it, and spare the operator.
@@ -409,18 +416,6 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
 def _on_cpu(value: Any) -> Any:
     """A DataNode on the CPU (per-sample scalars on pixel values of a GPU image are on the GPU)."""
     return value.cpu() if getattr(value, "device", "cpu") == "gpu" else value
-
-
-def _pixel_nodes(roots: Any) -> list[Node]:
-    """The nodes of the graphs of ``roots`` that depend on pixel values."""
-    found: dict[int, Node] = {}
-    stack = [r for r in roots if r.pixel]
-    while stack:
-        n = stack.pop()
-        if id(n) not in found:
-            found[id(n)] = n
-            stack.extend(a for a in n.args if isinstance(a, Node) and a.pixel)
-    return list(found.values())
 
 
 def _keeps_layout(n: Node) -> bool:

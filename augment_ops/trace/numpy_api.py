@@ -19,6 +19,7 @@ import numpy as np
 
 import augment_ops.trace.arith
 import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_to)
+from augment_ops.trace.checks import add_guard
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill, np_ascontiguousarray
 from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth, upper
@@ -102,6 +103,27 @@ def np_normalize_axis(axis: Any, ndim: int) -> int:
     return int(axis) % ndim
 
 
+def _guard_empty(kind: str, n: Node, axes: tuple[int, ...]) -> None:
+    """numpy's ValueError for a ``max``/``min`` over axes of which one may be empty (``img[:h //
+    3].max()`` of an image under 3 rows): a run-time check for the samples where it is."""
+    message = (f"zero-size array to reduction operation {'maximum' if kind == 'max' else 'minimum'}"
+               " which has no identity")
+    bad: Sym | None = None
+    for a in axes:
+        d = n.shape[a]
+        if isinstance(d, int):
+            if d == 0:
+                raise ValueError(message)
+            continue
+        low = lower(d)
+        if low is not None and low >= 1:  # an image's size, a crop the facts keep non-empty
+            continue
+        empty = ufunc("equal", Sym(d), np.int64(0))
+        bad = empty if bad is None else ufunc("bitwise_or", bad, empty)
+    if bad is not None:
+        add_guard(bad.node, ValueError, message)
+
+
 @implements("Sym.reduce")
 def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool, *,
             called: str | None = None) -> Sym:
@@ -111,6 +133,8 @@ def _reduce(kind: str, x: Sym, axis: Any, dtype: Any, keepdims: bool, *,
     if dtype is not None:
         raise TraceError(f"{kind}(dtype=)")
     axes = _axes(axis, n.ndim)
+    if kind in ("max", "min"):
+        _guard_empty(kind, n, axes)
     known = builtins.all(isinstance(n.shape[a], int) for a in axes)
     with np.errstate(all="ignore"):
         rdt = getattr(np, kind)(np.ones((1,) * builtins.max(n.ndim, 1), n.dtype)).dtype

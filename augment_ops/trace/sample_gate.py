@@ -6,10 +6,11 @@ The check raises, on the samples where the numpy path raises, the numpy path's e
 below the op's ``min_size``, a guard of the trace (``rng.integers(0, h - size)`` on an image
 ``size`` high), an output that comes out empty. Its values are per-sample scalars of the image's
 sizes and the op's draws, which numpy computes in one call per batch, the scalar stage's where
-the op has one. Computed by DALI operators instead (a CPU operator per value, dispatched per
-sample), with a conditional split and merge around a Python call for the failing samples, it
-took 10-32% of four ops' throughput on an H200; this way 8-16%, and 1-8% for ops with the stage
-(``benchmarks/README.md``, "the native path's check").
+the op has one, and values computed from pixels (``if img.max() > 250: raise``), which DALI
+operators compute and the call receives. Computed by DALI operators instead (a CPU operator per
+value, dispatched per sample), with a conditional split and merge around a Python call for the
+failing samples, the check took 10-32% of four ops' throughput on an H200; this way 8-16%, and
+1-8% for ops with the stage (``benchmarks/README.md``, "the native path's check").
 """
 
 from __future__ import annotations

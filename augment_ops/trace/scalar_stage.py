@@ -11,7 +11,9 @@ batch, in one ``fn.python_function`` that takes the image's shape and the op's d
 each consumer (a slice's bounds, a fill's anchor, size and value, a gain) one subscript of its
 outputs. numpy computing them is numpy's semantics itself: no emulation of numpy's integer
 division, wrap-around or casts by DALI's operators, which differ. An op whose scalars take few
-operators keeps them in DALI, with no Python call per batch (:func:`wants_stage`).
+operators keeps them in DALI (:func:`wants_stage`), with no Python call per batch unless it has
+a per-sample check (:mod:`augment_ops.trace.sample_gate`), which the stage's call computes where
+the op has the stage, and a call of its own otherwise.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["MAX_STAGE_ELEMENTS", "STAGE_MIN_OPERATORS", "STAGE_MIN_OPERATORS_GPU
 #: (benchmarks/probes/scalar_stage_probe.py, batch 32, 64x64 images, medians of 7 rounds) ops
 #: counted at 20 to 50 ran within the machine's noise either way (1.8-3.1 ms per batch), and
 #: YOLOv5's cutout (1,152) 2.6x faster through the stage: only ops well past that range take it,
-#: the others keep no Python call per batch.
+#: the others keep their scalars in DALI operators.
 STAGE_MIN_OPERATORS = 100
 
 #: The same where the image is on a GPU. There each scalar operator is a DALI CPU operator
