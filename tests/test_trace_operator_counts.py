@@ -316,3 +316,38 @@ def test_a_normal_draw_has_finite_bounds():
     assert lower(r) <= 0 and 8.5 < upper(r) < 8.7  # sqrt(-2 log 2**-53) = 8.57
     # log of a value that may be 0 has no lower bound
     assert lower(_op("log", u, dt=F8, kind="un")) is None
+
+
+# -- integer conversions of values in range: DALI's cast (which saturates) as numpy's ------------
+@unregistered()
+def c_clipped_jitter(img, rng):
+    shift = int(rng.integers(-300, 301))
+    return np.clip(img.astype(np.int16) * 3 + shift, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def c_clip_inside_the_range(img, rng):
+    shift = int(rng.integers(-300, 301))
+    return np.clip(img.astype(np.int32) * 3 + shift, 10, 200).astype(np.uint8)
+
+
+@unregistered()
+def c_bounded_by_the_facts(img, rng):
+    x = np.clip(img.astype(np.int32) - 128 + int(rng.integers(-300, 301)), -128, 127)
+    return (x.astype(np.int8).astype(np.int16) + 128).astype(np.uint8)
+
+
+@unregistered()
+def c_clip_past_the_range(img, rng):
+    shift = int(rng.integers(-300, 301))
+    return np.clip(img.astype(np.int16) * 3 + shift, -10, 300).astype(np.uint8)  # wraps
+
+
+@pytest.mark.parametrize("op, most", [
+    (c_clipped_jitter, 7),  # 10 before: the clip and the low bits kept through int64
+    (c_clip_inside_the_range, 8),  # 10 before
+    (c_bounded_by_the_facts, 10),  # 19 before
+    (c_clip_past_the_range, 10),  # wraps as numpy does: the low bits kept
+], ids=lambda v: getattr(v, "name", v))
+def test_an_integer_conversion_of_values_in_range_is_one_cast(op, most):
+    assert _lowered(op, SIZES) <= most

@@ -115,6 +115,25 @@ def _may_wrap(x: Node, dst: np.dtype) -> bool:
     return lo is None or up is None or lo <= int(info.min) - 1 or up >= int(info.max) + 1
 
 
+def _saturating_source(x: Node, dst: np.dtype) -> Node | None:
+    """The node whose conversion by DALI (which saturates) to integer type ``dst`` is numpy's
+    ``x.astype(dst)`` (which keeps the low bits), for integer ``x``: ``x`` where every value of
+    it lies in ``dst``'s range, so there is nothing to saturate or wrap; ``y`` where ``x`` is
+    ``np.clip(y, dst_min, dst_max)`` of an integer ``y`` (the saturation is the clip); else
+    None."""
+    info = np.iinfo(dst)
+    bounds = _clamp_bounds(x)
+    if bounds is not None:  # a clip by constants bounds x whatever its operand computes
+        y, lo, hi = bounds
+        if y.dtype.kind in "iu" and lo == info.min and hi == info.max:
+            return y
+        return x if info.min <= lo and hi <= info.max else None
+    lo, up = lower(x), upper(x)
+    if lo is None or up is None or not sound(x):
+        return None
+    return x if info.min <= lo and up <= info.max else None
+
+
 class _Scalars:
     """The DALI value of each node of a traced graph (memoised): the leaves (the image, its
     sizes, constants) and the elementwise operators, one DALI operator per node."""
@@ -187,6 +206,12 @@ class _Scalars:
                 return val(inner)
             return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
                         wrap=_may_wrap(inner, n.dtype), finite=_finite_bounds(inner))
+        if x.dtype.kind in "iu" and n.dtype.kind in "iu" and x.dtype != n.dtype:
+            src = _saturating_source(x, n.dtype)
+            if src is not None:  # values in range: no bits to keep, DALI converts them as numpy
+                from nvidia.dali import fn
+
+                return fn.cast(val(src), dtype=_dali_type(n.dtype))
         if x.op == "un" and x.attrs[0] in _ROUNDING and n.dtype.kind in "iu" and \
                 not _may_wrap(x, n.dtype):
             # Already integral: nothing to truncate before the conversion.
@@ -638,12 +663,15 @@ class _Emitter(_Vectors):
         DALI's own generator, on the image's device: float64 standard normal or in [0, 1)."""
         from nvidia.dali import fn, types
 
-        shape = self._shape_arg(n.shape)
         draw = fn.random.normal if n.attrs[0] == "normal" else fn.random.uniform
         kw = {} if n.attrs[0] == "normal" else {"range": [0.0, 1.0]}
         # On the CPU where a per-sample scalar is read from it (lower_dali's cpu_noise).
         device = "cpu" if id(n) in self.cpu_noise else self.image.device
-        return draw(device=device, shape=shape, dtype=types.FLOAT64, **kw)
+        if device == self.image.device and _image_shaped(n.shape):
+            # Noise the image's shape takes its shape from the image: no CPU operators that
+            # build a shape vector from the image's sizes (4 of them, each dispatched per sample).
+            return draw(self.image, device=device, dtype=types.FLOAT64, **kw)
+        return draw(device=device, shape=self._shape_arg(n.shape), dtype=types.FLOAT64, **kw)
 
     def _pad(self, n: Node) -> Any:
         """``x`` read at per-sample rows and columns, the fill outside it: ``fn.slice`` that
@@ -779,3 +807,10 @@ def _input_layout(n: Node) -> bool:
     while n.op in ("slice", "fill") and n.ndim == 3:
         n = n.args[0]
     return n.op == "input"
+
+
+def _image_shaped(dims: Sequence[Node | int]) -> bool:
+    """Whether ``dims`` are the traced image's own sizes, (h, w, 3) as its input node has them."""
+    return len(dims) == 3 and isinstance(dims[2], int) and dims[2] == 3 and all(
+        isinstance(d, Node) and d.op == "in_dim" and d.attrs[0] == k
+        for k, d in enumerate(dims[:2]))
