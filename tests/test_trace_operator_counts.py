@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import pattern_image, scalar_draws, sized_dataset, traced_pipeline, unregistered
+from helpers import (
+    pattern_image,
+    scalar_draws,
+    sized_dataset,
+    traced_equals_numpy,
+    traced_pipeline,
+    unregistered,
+)
 
 import extsrc
 from augment_ops.trace import trace_op
@@ -351,3 +358,30 @@ def c_clip_past_the_range(img, rng):
 ], ids=lambda v: getattr(v, "name", v))
 def test_an_integer_conversion_of_values_in_range_is_one_cast(op, most):
     assert _lowered(op, SIZES) <= most
+
+
+@unregistered()
+def c_lanes_in_and_out_of_range(img):
+    # y0 fits uint8, x0 wraps for images 256 or more wide: the two bounds are computed together
+    # (one vector), yet each converts as numpy converts it.
+    img = img.copy()
+    h, w = img.shape[:2]
+    y0 = np.int64(h % 100).astype(np.uint8)
+    x0 = np.int64(w % 1000).astype(np.uint8)
+    img[y0 // 2:, x0 // 2:] = 0
+    return img
+
+
+@unregistered()
+def c_float_lanes_in_and_out_of_range(img):
+    h, w = img.shape[:2]
+    y0 = (np.int64(h % 100) * 1.0).astype(np.uint8)
+    x0 = (np.int64(w % 1000) * 1.0).astype(np.uint8)
+    return img[y0 // 4:, x0 // 4:]
+
+
+@pytest.mark.parametrize("op", [c_lanes_in_and_out_of_range, c_float_lanes_in_and_out_of_range],
+                         ids=lambda v: v.name)
+def test_scalars_computed_together_convert_each_as_numpy_does(op):
+    traced_equals_numpy(op, [pattern_image(0, 40, 300), pattern_image(1, 40, 90),
+                             pattern_image(2, 260, 513)])

@@ -4,7 +4,6 @@ and the array and branch operators. :func:`augment_ops.trace.lower_dali.emit` dr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from augment_ops.trace.dali_ops import (
     unary,
     where,
 )
-from augment_ops.trace.facts import lower, sound, upper
+from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import Node
 from augment_ops.trace.lower_patterns import (
     _LANEWISE,
@@ -34,12 +33,15 @@ from augment_ops.trace.lower_patterns import (
     _difference,
     _exact_cast_source,
     _exact_float64_of_int,
+    _finite_bounds,
     _float32_exact_float64,
     _folded_fills,
     _free,
     _is_zero,
     _is_zero_dim,
     _lane_key,
+    _may_wrap,
+    _saturating_source,
     _summed_lanes,
     _times_one,
     _unclamped_start,
@@ -93,45 +95,6 @@ def _integral_float(n: Any) -> Node | None:
     info = np.iinfo(n.dtype)
     lo, up = lower(r), upper(r)
     return r if lo is not None and up is not None and info.min <= lo and up <= info.max else None
-
-
-def _finite_bounds(x: Node) -> bool:
-    """Whether the tracer bounds every element of float ``x`` by finite values (none is
-    infinite; NaN may be)."""
-    if x.dtype.kind != "f":
-        return False
-    lo, up = lower(x), upper(x)
-    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
-        sound(x)
-
-
-def _may_wrap(x: Node, dst: np.dtype) -> bool:
-    """Whether float ``x`` converted to integer type ``dst`` may fall outside its range, where
-    numpy wraps around (:data:`augment_ops.trace.dali_ops.WRAPPING_FLOAT_CASTS`)."""
-    if x.dtype.kind != "f" or dst.kind not in "iu":
-        return False
-    info = np.iinfo(dst)
-    lo, up = lower(x), upper(x)
-    return lo is None or up is None or lo <= int(info.min) - 1 or up >= int(info.max) + 1
-
-
-def _saturating_source(x: Node, dst: np.dtype) -> Node | None:
-    """The node whose conversion by DALI (which saturates) to integer type ``dst`` is numpy's
-    ``x.astype(dst)`` (which keeps the low bits), for integer ``x``: ``x`` where every value of
-    it lies in ``dst``'s range, so there is nothing to saturate or wrap; ``y`` where ``x`` is
-    ``np.clip(y, dst_min, dst_max)`` of an integer ``y`` (the saturation is the clip); else
-    None."""
-    info = np.iinfo(dst)
-    bounds = _clamp_bounds(x)
-    if bounds is not None:  # a clip by constants bounds x whatever its operand computes
-        y, lo, hi = bounds
-        if y.dtype.kind in "iu" and lo == info.min and hi == info.max:
-            return y
-        return x if info.min <= lo and hi <= info.max else None
-    lo, up = lower(x), upper(x)
-    if lo is None or up is None or not sound(x):
-        return None
-    return x if info.min <= lo and up <= info.max else None
 
 
 class _Scalars:

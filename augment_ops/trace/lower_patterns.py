@@ -9,12 +9,13 @@ imports DALI."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
 
 from augment_ops.trace.dali_ops import _divisor_risks
-from augment_ops.trace.facts import lower, upper
+from augment_ops.trace.facts import lower, sound, upper
 from augment_ops.trace.ir import Node, Traced
 
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
@@ -48,7 +49,16 @@ def _lane_key(n: Node) -> tuple:
     if n.op == "where" and isinstance(n.args[0], Node) and n.args[0].op == "bin":
         args.append(tuple(x is y for x in n.args[1:] for y in n.args[0].args))
     args.append(("divisor", _divisor_risks(n)))
+    if n.op == "cast":  # the conversion _cast picks from the bounds of what it converts
+        args.append(tuple(_cast_choices(x, n.dtype)
+                          for x in (n.args[0], _exact_cast_source(n)) if isinstance(x, Node)))
     return (n.op, n.attrs, n.dtype.str, tuple(args))
+
+
+def _cast_choices(x: Node, dst: np.dtype) -> tuple:
+    """What the lowering of ``x.astype(dst)`` decides from ``x``'s bounds."""
+    sat = _saturating_source(x, dst) if x.dtype.kind in "iu" and dst.kind in "iu" else None
+    return (sat is None, sat is x, _may_wrap(x, dst), _finite_bounds(x))
 
 
 def _free(n: Node) -> bool:
@@ -591,3 +601,42 @@ def rewritten_for_dali(traced: Traced) -> Traced:
             all(g.bad is h.bad for g, h in zip(guards, traced.guards, strict=True)):
         return traced
     return dataclasses.replace(traced, outputs=outputs, guards=guards)
+
+
+def _finite_bounds(x: Node) -> bool:
+    """Whether the tracer bounds every element of float ``x`` by finite values (none is
+    infinite; NaN may be)."""
+    if x.dtype.kind != "f":
+        return False
+    lo, up = lower(x), upper(x)
+    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
+        sound(x)
+
+
+def _may_wrap(x: Node, dst: np.dtype) -> bool:
+    """Whether float ``x`` converted to integer type ``dst`` may fall outside its range, where
+    numpy wraps around (:data:`augment_ops.trace.dali_ops.WRAPPING_FLOAT_CASTS`)."""
+    if x.dtype.kind != "f" or dst.kind not in "iu":
+        return False
+    info = np.iinfo(dst)
+    lo, up = lower(x), upper(x)
+    return lo is None or up is None or lo <= int(info.min) - 1 or up >= int(info.max) + 1
+
+
+def _saturating_source(x: Node, dst: np.dtype) -> Node | None:
+    """The node whose conversion by DALI (which saturates) to integer type ``dst`` is numpy's
+    ``x.astype(dst)`` (which keeps the low bits), for integer ``x``: ``x`` where every value of
+    it lies in ``dst``'s range, so there is nothing to saturate or wrap; ``y`` where ``x`` is
+    ``np.clip(y, dst_min, dst_max)`` of an integer ``y`` (the saturation is the clip); else
+    None."""
+    info = np.iinfo(dst)
+    bounds = _clamp_bounds(x)
+    if bounds is not None:  # a clip by constants bounds x whatever its operand computes
+        y, lo, hi = bounds
+        if y.dtype.kind in "iu" and lo == info.min and hi == info.max:
+            return y
+        return x if info.min <= lo and hi <= info.max else None
+    lo, up = lower(x), upper(x)
+    if lo is None or up is None or not sound(x):
+        return None
+    return x if info.min <= lo and up <= info.max else None
