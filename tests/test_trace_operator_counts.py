@@ -385,3 +385,33 @@ def c_float_lanes_in_and_out_of_range(img):
 def test_scalars_computed_together_convert_each_as_numpy_does(op):
     traced_equals_numpy(op, [pattern_image(0, 40, 300), pattern_image(1, 40, 90),
                              pattern_image(2, 260, 513)])
+
+
+# -- np.clip(v, 0, 255).astype(np.uint8) of float values: floor, then DALI's saturating cast -----
+@unregistered()
+def c_float_blend(img, rng):
+    w = rng.uniform(0.5, 1.5)
+    mean = img.mean()
+    out = img.astype(np.float32) * np.float32(w) + (1 - w) * mean
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def c_float_scale_may_be_nan(img, rng):
+    x = img.astype(np.float32)
+    out = x / x * 200 + rng.uniform(-300, 300)  # 0 / 0 is NaN: the clip stays
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("op, most", [
+    (c_float_blend, 20),  # 21 with the clip, the floor and the cast
+], ids=lambda v: getattr(v, "name", v))
+def test_a_float_clipped_to_the_range_of_uint8_is_floored_and_cast(op, most):
+    assert _lowered(op, SIZES) <= most
+
+
+def test_a_float_that_may_be_nan_keeps_its_clip():
+    imgs = [pattern_image(k, h, w) for k, (h, w) in enumerate(SIZES)]
+    imgs[0][0, 0] = 0  # 0 / 0 somewhere
+    with np.errstate(invalid="ignore"):
+        traced_equals_numpy(c_float_scale_may_be_nan, imgs)

@@ -41,6 +41,7 @@ from augment_ops.trace.lower_patterns import (
     _is_zero_dim,
     _lane_key,
     _may_wrap,
+    _saturating_float_source,
     _saturating_source,
     _summed_lanes,
     _times_one,
@@ -169,6 +170,12 @@ class _Scalars:
                 return val(inner)
             return cast(val(inner), inner.dtype, n.dtype, nonneg=n.attrs[1:] == ("nonneg",),
                         wrap=_may_wrap(inner, n.dtype), finite=_finite_bounds(inner))
+        if x.dtype.kind == "f":
+            y = _saturating_float_source(x, n.dtype)
+            if y is not None:  # np.clip(y, 0, 255).astype(np.uint8): floor, DALI saturates
+                from nvidia.dali import fn
+
+                return fn.cast(unary("floor", val(y), y.dtype), dtype=_dali_type(n.dtype))
         if x.dtype.kind in "iu" and n.dtype.kind in "iu" and x.dtype != n.dtype:
             src = _saturating_source(x, n.dtype)
             if src is not None:  # values in range: no bits to keep, DALI converts them as numpy

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from augment_ops.trace.dali_ops import _divisor_risks
-from augment_ops.trace.facts import lower, sound, upper
+from augment_ops.trace.facts import _no_nan, lower, sound, upper
 from augment_ops.trace.ir import Node, Traced
 
 _ROUNDING = ("floor", "ceil", "rint", "trunc")
@@ -58,7 +58,8 @@ def _lane_key(n: Node) -> tuple:
 def _cast_choices(x: Node, dst: np.dtype) -> tuple:
     """What the lowering of ``x.astype(dst)`` decides from ``x``'s bounds."""
     sat = _saturating_source(x, dst) if x.dtype.kind in "iu" and dst.kind in "iu" else None
-    return (sat is None, sat is x, _may_wrap(x, dst), _finite_bounds(x))
+    return (sat is None, sat is x, _may_wrap(x, dst), _finite_bounds(x),
+            _saturating_float_source(x, dst) is not None)
 
 
 def _free(n: Node) -> bool:
@@ -640,3 +641,21 @@ def _saturating_source(x: Node, dst: np.dtype) -> Node | None:
     if lo is None or up is None or not sound(x):
         return None
     return x if info.min <= lo and up <= info.max else None
+
+
+def _saturating_float_source(x: Node, dst: np.dtype) -> Node | None:
+    """``y`` where ``x`` is ``np.clip(y, 0, dst_max)`` of a float ``y`` that is never NaN and
+    ``dst`` an unsigned integer type (``np.clip(v, 0, 255).astype(np.uint8)``, the end of most
+    pixel arithmetic): numpy truncates the clipped value, which is ``floor(y)`` converted by
+    DALI, which saturates (``floor`` is monotonic and the bounds are integers; a negative
+    ``y`` floors below 0 and saturates to 0, as numpy's clip makes it 0). One pass over the
+    image fewer than the clip, the floor and the cast. Else None."""
+    if dst.kind != "u":
+        return None
+    bounds = _clamp_bounds(x)
+    if bounds is None:
+        return None
+    y, lo, hi = bounds
+    if y.dtype.kind != "f" or lo != 0 or hi != np.iinfo(dst).max or not _no_nan(y):
+        return None
+    return y
