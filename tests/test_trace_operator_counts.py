@@ -391,8 +391,7 @@ def test_scalars_computed_together_convert_each_as_numpy_does(op):
 @unregistered()
 def c_float_blend(img, rng):
     w = rng.uniform(0.5, 1.5)
-    mean = img.mean()
-    out = img.astype(np.float32) * np.float32(w) + (1 - w) * mean
+    out = img * w + (1 - w) * 128.0
     return np.clip(out, 0, 255).astype(np.uint8)
 
 
@@ -404,7 +403,7 @@ def c_float_scale_may_be_nan(img, rng):
 
 
 @pytest.mark.parametrize("op, most", [
-    (c_float_blend, 20),  # 21 with the clip, the floor and the cast
+    (c_float_blend, 9),  # 10 with the clip, the floor and the cast
 ], ids=lambda v: getattr(v, "name", v))
 def test_a_float_clipped_to_the_range_of_uint8_is_floored_and_cast(op, most):
     assert _lowered(op, SIZES) <= most
@@ -415,3 +414,17 @@ def test_a_float_that_may_be_nan_keeps_its_clip():
     imgs[0][0, 0] = 0  # 0 / 0 somewhere
     with np.errstate(invalid="ignore"):
         traced_equals_numpy(c_float_scale_may_be_nan, imgs)
+
+
+@unregistered()
+def c_wrapped_divisor(img):
+    # The divisor wraps around in uint8 (it is odd, never 0): numpy's quotient exceeds 255 and
+    # wraps in the conversion, which no bound may skip.
+    x = img.astype(np.float32)
+    return (x * 129 / (img * 2 + 129)).astype(np.uint8)
+
+
+def test_a_quotient_by_a_wrapped_divisor_converts_as_numpy_does():
+    full = np.repeat(np.arange(256, dtype=np.uint8).reshape(16, 16, 1), 3, axis=2)
+    with np.errstate(all="ignore"):
+        traced_equals_numpy(c_wrapped_divisor, [full, pattern_image(0, 9, 7)])

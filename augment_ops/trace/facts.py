@@ -303,12 +303,6 @@ def upper(d: Dim) -> float | None:
         if name == "multiply" and d.dtype.kind == "f":
             products = _products(a, b, d.dtype)
             return None if products is None else builtins.max(products)
-        lb = lower(b)
-        if name == "divide" and d.dtype.kind == "f" and ua >= 0 and lb is not None and lb > 0 \
-                and math.isfinite(ua):
-            # a / b <= ua / lb for b >= lb > 0; rounding is monotonic, and one rounding of the
-            # dtype covers Python's (a mean: a sum over a count)
-            return ua / lb * (1 + float(np.finfo(d.dtype).eps))
     if d.op == "where":
         ua, ub = upper(d.args[1]), upper(d.args[2])
         return None if ua is None or ub is None else builtins.max(ua, ub)
@@ -817,49 +811,12 @@ def _no_nan(d: Dim) -> bool:
         a, b = d.args
         if not (_finite(a) and _finite(b)):
             return False
-        # a divisor of sound bounds away from 0 (a finite one may round past its bounds)
-        return d.attrs[0] != "divide" or (sound(b) and ((lower(b) or 0) > 0 or
-                                                         (upper(b) or 0) < 0))
+        return d.attrs[0] != "divide" or (lower(b) or 0) > 0 or (upper(b) or 0) < 0
     return False
 
 
 def _finite(d: Node) -> bool:
-    """Whether every element of ``d`` is a finite number: bounds known, finite and sound; or a
-    float whose bounds lie far below its dtype's largest value, converted from an integer or
-    computed from finite floats and from integers whose bounds are sound. Such a float may
-    round past its bounds by a few units in the last place (``np.float32(0.8)`` is above 0.8,
-    which the bounds do not follow), and still cannot reach an infinity."""
+    """Whether every element of ``d`` is a finite number (bounds known, finite, and sound)."""
     lo, up = lower(d), upper(d)
-    if lo is None or up is None or not (math.isfinite(lo) and math.isfinite(up)) or \
-            not _no_nan(d):
-        return False
-    if sound(d):
-        return True
-    if d.dtype.kind != "f" or builtins.max(abs(lo), abs(up)) >= float(np.finfo(d.dtype).max) / 4:
-        return False
-    if d.op == "cast" and d.args[0].dtype.kind in "biu":
-        return True  # any integer is a finite float, within the bounds its dtype gives
-    if not _continuous(d):
-        return False
-    return builtins.all(_finite(a) if a.dtype.kind == "f" else sound(a) and _bounded(a)
-                        for a in d.args if isinstance(a, Node))
-
-
-def _continuous(d: Node) -> bool:
-    """Whether ``d`` moves by a few units in the last place when its float operands do (they may
-    round past their bounds): not a division by a value that may round to 0, nor a function
-    with a pole (``np.log`` of a value bounded just above 0)."""
-    if d.op in ("cast", "where") or d.op in _LAYOUT_OPS or _keeps_elements(d):
-        return True
-    if d.op == "un":
-        return d.attrs[0] in ("floor", "ceil", "rint", "trunc", "negative", "absolute")
-    if d.op == "bin" and d.attrs[0] == "divide":
-        b = d.args[1]
-        lb, ub = lower(b), upper(b)
-        return sound(b) and ((lb is not None and lb > 0) or (ub is not None and ub < 0))
-    return d.op == "bin" and d.attrs[0] in ("add", "subtract", "multiply", "minimum", "maximum")
-
-
-def _bounded(d: Node) -> bool:
-    """Whether both bounds of ``d`` are known."""
-    return lower(d) is not None and upper(d) is not None
+    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
+        sound(d) and _no_nan(d)

@@ -649,8 +649,8 @@ def _saturating_float_source(x: Node, dst: np.dtype) -> Node | None:
     pixel arithmetic): numpy truncates the clipped value, which is ``floor(y)`` converted by
     DALI, which saturates (``floor`` is monotonic and the bounds are integers; a negative
     ``y`` floors below 0 and saturates to 0, as numpy's clip makes it 0). One pass over the
-    image fewer than the clip, the floor and the cast. Else None."""
-    if dst.kind != "u":
+    image fewer than the clip, the floor and the cast. uint8 and uint16 only. Else None."""
+    if dst.kind != "u" or dst.itemsize > 2:  # (NaN converts to 0 on both sides there too)
         return None
     bounds = _clamp_bounds(x)
     if bounds is None:
