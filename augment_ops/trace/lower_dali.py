@@ -374,8 +374,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         checked = em.stage.checked_shape
     if gate is not None and not (staged and inside):
         i64 = _dali_type(np.dtype(np.int64))
-        values = {id(v): v for v in gate.values if isinstance(v, Node)}
-        external = [fn.cast(_on_cpu(em.value(values[k])), dtype=i64) for k in gate.external]
+        external = [fn.cast(_on_cpu(em.value(v)), dtype=i64) for v in gate.external]
         checked = ScalarStage(traced, em.shape, nodes, *sample_values, unpack=unpack, gate=gate,
                               info=info, external=external, hands_out=False).checked_shape
     if gate is not None:
@@ -408,8 +407,8 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
     for k in layout.outputs:
         values += [int(d.value) if isinstance(d, Node) and d.op == "const" else d
                    for d in traced.outputs[k].shape]
-    external = tuple(dict.fromkeys(id(v) for v in values
-                                   if isinstance(v, Node) and not computes(v)))
+    external = tuple({id(v): v for v in values
+                      if isinstance(v, Node) and not computes(v)}.values())
     return Gate(len(traced.guards), tuple(values), external, min_size, check)
 
 

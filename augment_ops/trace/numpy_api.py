@@ -22,7 +22,7 @@ import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_
 from augment_ops.trace.checks import add_guard
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill, np_ascontiguousarray
-from augment_ops.trace.facts import _no_nan, lower, no_negative_zero, truth, upper
+from augment_ops.trace.facts import _never, _no_nan, lower, no_negative_zero, truth, upper
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.pairwise import float_sum
@@ -115,10 +115,9 @@ def _guard_empty(kind: str, n: Node, axes: tuple[int, ...]) -> None:
             if d == 0:
                 raise ValueError(message)
             continue
-        low = lower(d)
-        if low is not None and low >= 1:  # an image's size, a crop the facts keep non-empty
-            continue
         empty = ufunc("equal", Sym(d), np.int64(0))
+        if _never(empty.node):  # an image's size, a crop the facts keep non-empty
+            continue
         bad = empty if bad is None else ufunc("bitwise_or", bad, empty)
     if bad is not None:
         add_guard(bad.node, ValueError, message)

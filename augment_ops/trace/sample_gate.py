@@ -32,21 +32,22 @@ class Gate:
 
     ``values``: the guards' conditions (``True``: numpy raises), then the sizes of the outputs
     the tracer cannot prove non-empty (ints where constant), in the order of
-    :class:`augment_ops.trace.lower_dali.CheckLayout`. ``external``: the ids of those values
-    computed by DALI operators (from pixel values, say) and given to the stage's function as
-    inputs, after the draws, in this order. ``check(rows, infos)`` gets a row per failing sample
+    :class:`augment_ops.trace.lower_dali.CheckLayout`. ``external``: those values computed by
+    DALI operators (from pixel values, say), each once, which the stage's function receives as
+    inputs after the draws, in this order. ``check(rows, infos)`` gets a row per failing sample
     (:class:`~augment_ops.trace.lower_dali.CheckLayout`) and its info row, and raises."""
 
     guards: int
     values: tuple[Node | int, ...]
-    external: tuple[int, ...]
+    external: tuple[Node, ...]
     min_size: int
     check: Callable[[list[np.ndarray], list[np.ndarray]], Any]
 
     @property
     def computed(self) -> list[Node]:
         """The values numpy computes from the sizes and draws."""
-        return [v for v in self.values if isinstance(v, Node) and id(v) not in self.external]
+        outside = {id(n) for n in self.external}
+        return [v for v in self.values if isinstance(v, Node) and id(v) not in outside]
 
     def apply(self, dims: np.ndarray, value: Callable[[Node], np.ndarray],
               external: Sequence[np.ndarray], infos: Sequence[Any]) -> None:
@@ -54,7 +55,7 @@ class Gate:
         ``(count, 3)``, ``value(n)`` a computed value ``(count,)``, ``external`` the given
         values in order, ``infos`` the info rows."""
         count = len(dims)
-        given = dict(zip(self.external, external, strict=True))
+        given = {id(n): v for n, v in zip(self.external, external, strict=True)}
         cols = []
         for v in self.values:
             if not isinstance(v, Node):
