@@ -316,7 +316,8 @@ def check_layout(traced: Traced) -> CheckLayout:
 
 def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
          check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
-         min_size: int = 1, packed: SampleScalars | None = None) -> list[Any]:
+         min_size: int = 1, packed: SampleScalars | None = None, shape: Any = None
+         ) -> list[Any]:
     """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
 
     Every per-sample scalar is a DALI CPU operator on ``image.shape()``, except those of
@@ -334,12 +335,21 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     outputs are known non-empty and whose ``min_size`` is 1 takes nothing for it. The op's
     image and sizes are read from the check's outputs, so it runs before any operator of the op
     could fail on such a sample.
+
+    ``shape``: the image's shapes as a CPU DataNode computed without the image: the decoder's
+    ``fn.peek_image_shape`` of the encoded bytes, which applies EXIF orientation as the decoder
+    does. The op's sizes, scalar stage and check then read it instead of ``image.shape()``, so
+    they run while the image decodes instead of after it (a CPU operator on the decoded image's
+    shape waits for the decoder). The image is reshaped to it: a shape whose size differs from
+    the decoded image's stops the pipeline with DALI's error before any operator reads it.
     """
     from nvidia.dali import fn
 
     traced = _lowered(traced)
     em = _Emitter(image)
-    em.shape = image.shape()
+    em.shape = image.shape() if shape is None else shape
+    if shape is not None:
+        em.image = fn.reshape(image, shape=shape)
     em.cpu_noise = _noise_read_as_scalars(traced)
     em.cpu_scalars = _pixel_scalars_on_cpu(traced)
     nodes = sample_scalar_nodes(traced)

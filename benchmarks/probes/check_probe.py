@@ -1,9 +1,11 @@
-"""What the native path's per-sample check costs (``augment_ops.trace.sample_gate``): corpus ops
-whose traced graph has one (a ``min_size``, a guard, an output that may come out empty), each run
-by ``extsrc.Loader`` on its native path with the check and with the check left out of the graph
-(``emit(..., check=None)``: what the op costs without it, never a configuration the loader
-offers), beside the op's hand-written DALI pipeline where ``bench_realops.hand_written`` has one,
-a resize-only loader and raw DALI's resize. The job and the data are ``bench_realops.py``'s:
+"""What the native path's per-sample check costs (``augment_ops.trace.sample_gate``), and where
+its sizes come from: corpus ops whose traced graph has one (a ``min_size``, a guard, an output
+that may come out empty), or a scalar stage, each run by ``extsrc.Loader`` on its native path as
+it is (sizes from ``fn.peek_image_shape`` of the encoded bytes), with the sizes read from the
+decoded image (``image_shape``), and with the check left out of the graph (``emit(...,
+check=None)``: what the op costs without it, never a configuration the loader offers), beside
+the op's hand-written DALI pipeline where ``bench_realops.hand_written`` has one, a resize-only
+loader and raw DALI's resize. The job and the data are ``bench_realops.py``'s:
 1,024 generated 500x375 JPEGs, batch 128, every image output resized to 224 (stretched).
 
     python3 benchmarks/probes/check_probe.py --ops readme_halves,ffcv_cutout --out check.json
@@ -46,15 +48,18 @@ def main() -> None:
     from augment_ops.trace import trace_op
     from extsrc.ops_runtime.native import native_outputs
 
-    unchecked = {"on": False}
+    variant = {"now": "native"}
 
     def outputs(op: Any, img: Any, info: Any, *, manifest: Any, sample_values: Any = (),
-                program: Any = None) -> list[Any]:
-        if not unchecked["on"]:
+                program: Any = None, shape: Any = None) -> list[Any]:
+        if variant["now"] == "image_shape":
+            shape = None
+        if variant["now"] != "without_check":
             return native_outputs(op, img, info, manifest=manifest, sample_values=sample_values,
-                                  program=program)
+                                  program=program, shape=shape)
         return emit(trace_op(op), img, sample_values=sample_values, info=info, check=None,
-                    packed=program if program is not None and program.packed else None)
+                    packed=program if program is not None and program.packed else None,
+                    shape=shape)
 
     graph_image.native_outputs = outputs  # the graph module's own name for it
     ops = {e.name: e for e in realops.corpus() + realops_holdout.holdout()}
@@ -66,19 +71,19 @@ def main() -> None:
     dali_kw = {**common, "threads": threads, "workers": workers, "gpu": True}
     ext_kw = {**common, "threads": None, "workers": None, "device": "cuda:0"}
 
-    def loader(op: Any, without_check: bool) -> Any:
+    def loader(op: Any, kind: str) -> Any:
         def make() -> Any:
-            unchecked["on"] = without_check  # read while the pipeline is defined
+            variant["now"] = kind  # read while the pipeline is defined
             return br.loader_epochs(manifest, op=op, op_path="native", **ext_kw)
         return make
 
     variants: dict[str, Any] = {
-        "resize": loader(None, False),
+        "resize": loader(None, "native"),
         "dali_resize": lambda: br.dali_epochs(manifest, name=None, num_outputs=1, **dali_kw)}
     for name in args.ops.split(","):
         e = ops[name]
-        variants[f"{name}:native"] = loader(e.op, False)
-        variants[f"{name}:without_check"] = loader(e.op, True)
+        for kind in ("native", "image_shape", "without_check"):
+            variants[f"{name}:{kind}"] = loader(e.op, kind)
         if name in br.HAND_WRITTEN or name in br.HAND_WRITTEN_MORE:
             variants[f"{name}:handwritten"] = (
                 lambda e=e: br.dali_epochs(manifest, name=e.name, num_outputs=e.op.num_outputs,

@@ -85,14 +85,20 @@ def build_pipeline(
     programs = [p for _, _, p in uses if p is not None]
     # The operators are defined in this order (DALI seeds its random operators in the order
     # they are made): read, decode, the ops, the host resizes, then the batch format.
+    from nvidia.dali import fn
+
     with pipe:
         encoded, label, info, *values = _read(source, programs, num_workers)
         image = _decode(encoded, w.decoder, gpu, w.hw_decoder_load)
+        # The decoded shapes read from the files' headers by DALI's decoder library (EXIF
+        # orientation applied): a native op's per-sample scalars and check read them, so they
+        # need not wait for the decoder (DALI prunes the operator where no op reads it).
+        peeked = {id(image): fn.peek_image_shape(encoded)}
         fmt = config.format
         host = (HostResize(resize, fmt.resize_mode)
                 if not gpu and resize is not None and not stages else None)
         nodes = _OpNodes(op_paths, info, iter(values), manifest=manifest, seed=seed,
-                         op_pool=op_pool, device_id=device_id, host=host)
+                         op_pool=op_pool, device_id=device_id, host=host, peeked=peeked)
         images = _apply_ops(nodes, uses, image, len(transforms))
         finished = _resize_on_host(images, host, info, manifest=manifest, seed=seed,
                                    op_pool=op_pool)
@@ -157,8 +163,9 @@ class _OpNodes:
 
     def __init__(self, op_paths: Mapping[str, str], info: Any, drawn: Iterator[Any], *,
                  manifest: Manifest, seed: int, op_pool: OpPool | None, device_id: int | None,
-                 host: HostResize | None) -> None:
+                 host: HostResize | None, peeked: Mapping[int, Any]) -> None:
         self.op_paths, self.info = op_paths, info
+        self.peeked = peeked  # id of a decoded image -> its shapes from the headers
         self.drawn = drawn  # the readers' values, in the order of the uses' programs
         self.manifest, self.seed, self.op_pool = manifest, seed, op_pool
         self.device_id, self.host = device_id, host
@@ -176,7 +183,7 @@ class _OpNodes:
             mine = ([next(self.drawn) for _ in range(program.num_outputs)]
                     if program is not None else [])
             outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
-                                  program=program)
+                                  program=program, shape=self.peeked.get(id(img)))
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
             outs = self._numpy_on_device(op, occurrence, img)
         elif path == "numpy":

@@ -103,11 +103,13 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0,
 
 
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
-                   sample_values: Sequence[Any] = (), program: SampleScalars | None = None
-                   ) -> list[Any]:
+                   sample_values: Sequence[Any] = (), program: SampleScalars | None = None,
+                   shape: Any = None) -> list[Any]:
     """The op's native path on the image DataNode: its declared lowering, else its traced graph
     (with its per-sample checks, :class:`SampleCheck`, and, for a random op, ``sample_values``:
-    the outputs of its :func:`native_sample_scalars` ``program``, as the source delivers them)."""
+    the outputs of its :func:`native_sample_scalars` ``program``, as the source delivers them).
+    ``shape``: the image's shapes computed without decoding it (``fn.peek_image_shape``), for
+    the traced graph (see :func:`augment_ops.lower_dali.emit`)."""
     hand_written = implementation(op, "native")
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
@@ -117,7 +119,7 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
     traced = trace_op(op)
     return emit(traced, img, sample_values=sample_values, info=info,
                 check=SampleCheck(op, manifest, check_layout(traced)), min_size=op.min_size,
-                packed=program if program is not None and program.packed else None)
+                packed=program if program is not None and program.packed else None, shape=shape)
 
 
 class CounterDraws:

@@ -1,0 +1,132 @@
+"""A native op's sizes come from the files' headers (``fn.peek_image_shape`` of the encoded
+bytes), so that its scalars and check need not wait for the decoder. The decoder turns images by
+their EXIF orientation; the sizes must be those of the turned image, or a crop would read the
+wrong rows and a check would pass or fail the wrong sample. Real JPEG and PNG files with every
+orientation, through a loader on the native path, against the op applied by numpy to the image
+the loader decoded."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import pattern_image, unregistered
+from PIL import Image
+
+import extsrc
+from augment_ops.trace import trace_op
+from extsrc.errors import OpError
+from extsrc.ops_runtime.seeding import counter_rng, name_salt
+
+SEED = 5
+
+
+@unregistered()
+def h_left_third(img):
+    """The left third: empty, which the loader refuses, for an image under 3 columns."""
+    return img[:, : img.shape[1] // 3]
+
+
+@unregistered()
+def h_crop(img, rng):
+    """A drawn 4x6 crop (numpy raises on an image under 4 rows or 6 columns)."""
+    h, w = img.shape[:2]
+    y = int(rng.integers(0, h - 4 + 1))
+    x = int(rng.integers(0, w - 6 + 1))
+    return img[y:y + 4, x:x + 6]
+
+
+@unregistered()
+def h_drawn_rows(img, rng, size: int = 4):
+    """A drawn band of ``size`` rows scaled by a gain of the height only numpy computes exactly,
+    so that the scalar stage computes the band and the gain."""
+    h = img.shape[0]
+    y = int(rng.integers(0, h - size + 1))
+    gain = np.float32(1.0 / (1.0 + np.exp(h / 7.0)))
+    return (img[y:y + size].astype(np.float32) * gain).astype(np.uint8)
+
+
+def _encoded(img: np.ndarray, fmt: str, orientation: int) -> bytes:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    out = io.BytesIO()
+    # PNG keeps the pixels exactly; JPEG is the format phones write orientations into.
+    Image.fromarray(img).save(out, fmt, exif=exif.tobytes(), **({"quality": 95} if
+                                                                 fmt == "JPEG" else {}))
+    return out.getvalue()
+
+
+def _dataset(root: Path, sizes: list[tuple[int, int, int, str]]) -> Path:
+    """A manifest of images of (height, width) as stored, with an EXIF orientation, in a
+    format."""
+    lines = ["path,label"]
+    for i, (h, w, orientation, fmt) in enumerate(sizes):
+        name = f"img{i}.{fmt.lower().replace('jpeg', 'jpg')}"
+        (root / name).write_bytes(_encoded(pattern_image(i, h, w), fmt, orientation))
+        lines.append(f"{name},{i}")
+    (root / "m.csv").write_text("\n".join(lines) + "\n")
+    return root / "m.csv"
+
+
+ALL_ORIENTATIONS = [(9, 14, o, fmt) for fmt in ("JPEG", "PNG") for o in range(1, 9)]
+
+
+def _check(tmp_path: Path, op, device: str) -> None:
+    assert trace_op(op) is not None
+    manifest = _dataset(tmp_path, ALL_ORIENTATIONS)
+    with extsrc.Loader(manifest, batch_size=4, ops=[op], resize=None, device=device, seed=SEED,
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        assert loader.op_paths == {op.name: "native"}
+        epoch = loader.epoch
+        seen = 0
+        for batch in loader:
+            for k, index in enumerate(batch["index"].tolist()):
+                decoded = batch["image"][k].cpu().numpy()
+                turned = ALL_ORIENTATIONS[index][2] >= 5  # 5-8 swap height and width
+                assert decoded.shape[:2] == ((14, 9) if turned else (9, 14)), index
+                rng = counter_rng(SEED, epoch, index, name_salt(op.name)) if op.random else None
+                (ref,) = op.apply(decoded, rng)
+                got = batch[f"{op.name}_0"][k].cpu().numpy()
+                np.testing.assert_array_equal(got, ref, err_msg=f"sample {index}")
+                seen += 1
+    assert seen == len(ALL_ORIENTATIONS)
+
+
+@pytest.mark.parametrize("op", [h_left_third, h_crop, h_drawn_rows],
+                         ids=lambda op: op.name)
+def test_sizes_follow_the_exif_orientation(tmp_path, op):
+    _check(tmp_path, op, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", [h_left_third, h_crop, h_drawn_rows],
+                         ids=lambda op: op.name)
+def test_sizes_follow_the_exif_orientation_on_gpu(tmp_path, op):
+    # Mixed decoding (nvJPEG, and the hardware decoder where the GPU has one) turns the image.
+    _check(tmp_path, op, "cuda")
+
+
+def _first_error(manifest: Path, op) -> Exception | None:
+    with extsrc.Loader(manifest, batch_size=1, ops=[op], resize=None, device="cpu",
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        try:
+            for _ in loader:
+                pass
+        except Exception as e:  # compared below
+            return e
+    return None
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_the_check_reads_the_turned_sizes(tmp_path, fmt):
+    # Stored 3 high and 14 wide, turned to 14 high and 3 wide: h_drawn_rows needs 4 rows, which
+    # the turned image has; h_crop needs 6 columns, which it has not.
+    manifest = _dataset(tmp_path, [(9, 14, 1, fmt), (3, 14, 6, fmt)])
+    assert _first_error(manifest, h_drawn_rows) is None
+    err = _first_error(manifest, h_crop)
+    assert isinstance(err, OpError), err
+    assert "img1." in str(err) and "line 3" in str(err) and "high <= 0" in str(err), err
