@@ -414,3 +414,71 @@ def test_a_branch_between_crops_of_one_image_chooses_bounds_not_images():
     outs = traced_equals_numpy(op, imgs, seed=5, index=np.arange(len(imgs)) * 7,
                                epoch=np.zeros(len(imgs), np.int64))
     assert len({o.shape[0] == i.shape[0] for o, i in zip(outs, imgs, strict=True)}) == 2
+
+
+# -- an integer array converted to float: DALI converts it in the arithmetic operator ----------
+def f_scale(img):
+    return img.astype(np.float32) * np.float32(0.7)
+
+
+def f_divide_by_image(img):  # zero pixels: inf, as numpy
+    return np.float32(3) / img.astype(np.float32)
+
+
+def f_int16_offset(img):
+    return (img.astype(np.int16) - 128).astype(np.float32) + np.float32(0.5)
+
+
+def f_int32_in_float32(img):  # at most 255 * 65536 < 2**24: float32 holds every value
+    return (img.astype(np.int32) * 65536).astype(np.float32) * np.float32(1.5)
+
+
+def f_int32_beyond_float32(img):  # up to 255 * 700001: float32 rounds; the cast stays
+    return (img.astype(np.int32) * 700001).astype(np.float32) * np.float32(1.5)
+
+
+def f_two_images(img):  # uint8 * uint8 would wrap in DALI: one side keeps its cast
+    return img.astype(np.float32) * img.astype(np.float32)
+
+
+def f_widened(img):
+    return img.astype(np.float32).astype(np.float64) * 0.3 - img.astype(np.float64) * 1
+
+
+def f_float32_widened(img):  # float32 values, NaN and inf among them, in float64 arithmetic
+    x = img.astype(np.float32) / (img.astype(np.float32) - np.float32(255))
+    return x.astype(np.float64) + 0.1
+
+
+@pytest.mark.parametrize("fn, dtype, casts", [
+    (f_scale, np.float32, 0), (f_divide_by_image, np.float32, 0),
+    (f_int16_offset, np.float32, 1), (f_int32_in_float32, np.float32, 1),
+    (f_int32_beyond_float32, np.float32, 2), (f_two_images, np.float32, 1),
+    (f_widened, np.float64, 0), (f_float32_widened, np.float64, 0)], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_an_exact_integer_to_float_cast_takes_no_operator(fn, dtype, casts):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, kinds = _lowered(fn, _images(), dtype=dtype)
+    assert kinds["Cast"] == casts, kinds
+
+
+def flip_both_axes(img):
+    return np.flip(img, axis=(0, 1))
+
+
+def flip_by_steps(img):
+    return img[::-1, ::-1]
+
+
+def flip_in_turn(img):
+    return np.flip(np.flip(img, 1), 0)
+
+
+def flip_three_times(img):
+    return np.flip(np.flip(np.flip(img, 0), 1), 0)  # the columns only
+
+
+def test_flips_of_rows_and_columns_are_one_flip():
+    fns = [flip_both_axes, flip_by_steps, flip_in_turn]
+    kinds = [_lowered(f, _images())[1] for f in fns]
+    assert all(k == kinds[0] for k in kinds) and kinds[0]["Flip"] == 1, kinds
+    assert _lowered(flip_three_times, _images())[1]["Flip"] == 1

@@ -33,6 +33,7 @@ from augment_ops.trace.lower_patterns import (
     _difference,
     _exact_cast_source,
     _exact_float64_of_int,
+    _exact_float_source,
     _finite_bounds,
     _float32_exact_float64,
     _folded_fills,
@@ -61,6 +62,11 @@ def _operand_constant(value: Any, dt: np.dtype) -> Any:
 
         return types.Constant(float(value), dtype=types.FLOAT64)
     return _constant(value, dt)
+
+
+#: The float operators whose array operand _bin may give DALI before its exact conversion
+#: (_exact_float_source).
+_FLOAT_ARITHMETIC = (("add",), ("subtract",), ("multiply",), ("divide",))
 
 
 def _lean_operand(n: Node) -> Node | None:
@@ -226,6 +232,15 @@ class _Scalars:
                 # (|x| <= 2**53): the cast takes no operator of its own.
                 return binary(n.attrs[0], val(a if ia is None else ia),
                               val(b if ib is None else ib), n.dtype)
+        if n.attrs in _FLOAT_ARITHMETIC and n.dtype.kind == "f" and n.ndim > 0:
+            given = lambda m: id(m) in self.given  # noqa: E731
+            ia, ib = _exact_float_source(a, n.dtype, given), _exact_float_source(b, n.dtype, given)
+            if ia is not None or ib is not None:
+                # An integer array with a float operand is that float in DALI as in numpy, and
+                # the integer converts exactly: a cast fewer, a pass over the image where the
+                # integer is the image. (One side only: two integers stay integers.)
+                return binary(n.attrs[0], val(a if ia is None else ia),
+                              val(b if ia is not None or ib is None else ib), n.dtype)
         risks = _divisor_risks(n)
         if risks:
             return _division(n.attrs[0], val(a), val(b), n.dtype, b, risks,
@@ -419,6 +434,17 @@ class _Emitter(_Vectors):
         # fn.flip finds its axes by layout letters; subscripts with step -1 are not used because
         # DALI 2.4 gives wrong rows for them on the outer axis of larger images.
         axis, nd = n.attrs[0], n.ndim
+        if nd == 3 and axis in (0, 1):
+            # Flips of rows and columns in a row (np.flip(img, (0, 1))): one fn.flip, one pass.
+            turns, m = [0, 0], n
+            while m.op == "flip" and m.attrs[0] in (0, 1):
+                turns[m.attrs[0]] ^= 1
+                m = m.args[0]
+            if m is not n.args[0]:
+                if turns == [0, 0]:
+                    return self.value(m)
+                return fn.flip(fn.reshape(self.value(m), layout="HWC"), vertical=turns[0],
+                               horizontal=turns[1], depthwise=0)
         x = self.value(n.args[0])
         if nd == 2:  # fn.flip takes images with channels: flip (H, W, 1) instead
             x = fn.expand_dims(x, axes=[2])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,47 @@ def _exact_float64_of_int(a: Node) -> Node | None:
     if lo is None or up is None or lo < -(2**53) or up > 2**53:
         return None
     return x
+
+
+def _exact_float_source(a: Node, dt: np.dtype,
+                        stop: Callable[[Node], bool] = lambda m: False) -> Node | None:
+    """``x`` where ``a`` is the float32 or float64 ``dt`` of an integer or float ``x`` whose
+    every value ``dt`` holds exactly (uint8 or int16 in float32, int32 or float32 in float64,
+    an int64 the tracer bounds by 2**24 or 2**53), else None. DALI's arithmetic operators take
+    such an ``x`` with a ``dt`` operand as ``dt``, converting it as numpy's cast does there.
+    Steps that keep every value are looked through: a cast to the same dtype (weak to strong),
+    ``* 1``, a float32 widened to float64; but none for which ``stop`` is true (a value given
+    from outside the graph, whose arguments DALI does not compute)."""
+    dt = np.dtype(dt)
+    while True:
+        if stop(a):
+            return None
+        one = _times_one(a)
+        if a.op == "cast" and a.dtype == a.args[0].dtype:
+            a = a.args[0]
+        elif one is not None:
+            a = one
+        else:
+            break
+    if not (a.op == "cast" and a.dtype == dt and dt in _MANTISSA):
+        return None
+    x = a.args[0]
+    if x.dtype.kind == "f" and x.dtype.itemsize < dt.itemsize and x.dtype in _MANTISSA:
+        # exact in float32, so in float64; else the float32 itself, which float64 holds
+        return _exact_float_source(x, x.dtype, stop) or x
+    if x.dtype.kind not in "iu":
+        return None
+    bits = _MANTISSA[dt]
+    if x.dtype.itemsize * 8 - (x.dtype.kind == "i") <= bits:
+        return x
+    lo, up = lower(x), upper(x)
+    if lo is None or up is None or lo < -(2**bits) or up > 2**bits:
+        return None
+    return x
+
+
+#: The integers a float holds exactly: those of magnitude up to 2**bits.
+_MANTISSA = {np.dtype(np.float32): 24, np.dtype(np.float64): 53}
 
 
 def _is_zero(n: Node) -> bool:
