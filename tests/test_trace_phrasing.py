@@ -454,8 +454,9 @@ def f_float32_widened(img):  # float32 values, NaN and inf among them, in float6
     (f_scale, np.float32, 0), (f_divide_by_image, np.float32, 0),
     (f_int16_offset, np.float32, 1), (f_int32_in_float32, np.float32, 1),
     (f_int32_beyond_float32, np.float32, 2), (f_two_images, np.float32, 1),
-    (f_widened, np.float64, 0), (f_float32_widened, np.float64, 0)], ids=lambda v: getattr(v, "__name__", str(v)))
-def test_an_exact_integer_to_float_cast_takes_no_operator(fn, dtype, casts):
+    (f_widened, np.float64, 0), (f_float32_widened, np.float64, 0)],
+    ids=lambda v: getattr(v, "__name__", str(v)))
+def test_an_exact_conversion_to_float_takes_no_operator(fn, dtype, casts):
     with np.errstate(divide="ignore", invalid="ignore"):
         _, kinds = _lowered(fn, _images(), dtype=dtype)
     assert kinds["Cast"] == casts, kinds
