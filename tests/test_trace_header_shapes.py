@@ -130,3 +130,58 @@ def test_the_check_reads_the_turned_sizes(tmp_path, fmt):
     err = _first_error(manifest, h_crop)
     assert isinstance(err, OpError), err
     assert "img1." in str(err) and "line 3" in str(err) and "high <= 0" in str(err), err
+
+
+@unregistered()
+def h_inverted(img):
+    """Reads no size: takes no header shape."""
+    return 255 - img
+
+
+def test_only_ops_that_read_sizes_take_the_header_shapes():
+    from augment_ops.lower_dali import reads_sizes
+
+    assert not reads_sizes(trace_op(h_inverted), gpu=False)
+    assert all(reads_sizes(trace_op(op), gpu=False)
+               for op in (h_left_third, h_crop, h_drawn_rows))
+
+
+@pytest.fixture
+def header_disagrees(monkeypatch):
+    """DALI's header reader made to disagree with its decoder for the image stored 9x14 at
+    position 1: ``swap`` gives 14x9 (as many pixels), ``row`` 10x14. No real file was found
+    that does this (EXIF orientations, CMYK, 16-bit, animated, multi-page files all agree);
+    this is what the loader does if one ever does."""
+    from nvidia.dali import fn, types
+
+    real = fn.peek_image_shape
+    how = {}
+
+    def peek(encoded, **kw):
+        shape = real(encoded, **kw)
+        # The files of the test are 9x14 except the culprit, 8x14 in its header.
+        culprit = (shape[0] == 8)
+        wrong = fn.stack(shape[1], shape[0], shape[2]) if how["kind"] == "swap" else \
+            shape + types.Constant(np.array([2, 0, 0], np.int64))
+        return fn.cast(culprit, dtype=types.INT64) * (wrong - shape) + shape
+
+    monkeypatch.setattr(fn, "peek_image_shape", peek)
+    return how
+
+
+@pytest.mark.parametrize("kind", ["swap", "row"])
+@pytest.mark.parametrize("op", [h_left_third, h_crop, h_drawn_rows], ids=lambda op: op.name)
+def test_a_header_unlike_the_decoded_image_stops_the_loader_naming_the_file(
+        tmp_path, header_disagrees, kind, op):
+    from extsrc.errors import BadImageError
+
+    header_disagrees["kind"] = kind
+    manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG"), (9, 14, 1, "PNG")])
+    with extsrc.Loader(manifest, batch_size=3, ops=[op], resize=None, device="cpu",
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        with pytest.raises(BadImageError) as e:
+            next(iter(loader))
+    err = e.value
+    assert (err.line, err.reason) == (3, "header_mismatch"), str(err)
+    assert err.path.endswith("img1.png") and "8x14x3" in str(err), str(err)

@@ -478,6 +478,20 @@ def flip_three_times(img):
     return np.flip(np.flip(np.flip(img, 0), 1), 0)  # the columns only
 
 
+def flips_that_cancel_of_a_channel_flip(img):
+    return np.rot90(np.rot90(img[..., ::-1], 2), 2) // 2 + img // 2
+
+
+def channel_flip_beside_the_image(img):
+    return img // 2 + img[..., ::-1] // 2
+
+
+@pytest.mark.parametrize("fn", [flips_that_cancel_of_a_channel_flip,
+                                channel_flip_beside_the_image], ids=lambda f: f.__name__)
+def test_a_flip_keeps_the_image_layout_for_arithmetic_with_it(fn):
+    _lowered(fn, _images())
+
+
 def test_flips_of_rows_and_columns_are_one_flip():
     fns = [flip_both_axes, flip_by_steps, flip_in_turn]
     kinds = [_lowered(f, _images())[1] for f in fns]

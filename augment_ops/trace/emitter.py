@@ -441,8 +441,8 @@ class _Emitter(_Vectors):
                 turns[m.attrs[0]] ^= 1
                 m = m.args[0]
             if m is not n.args[0]:
-                if turns == [0, 0]:
-                    return self.value(m)
+                if turns == [0, 0]:  # the flips' own layout, whatever m's (a channel flip's)
+                    return fn.reshape(self.value(m), layout="HWC")
                 return fn.flip(fn.reshape(self.value(m), layout="HWC"), vertical=turns[0],
                                horizontal=turns[1], depthwise=0)
         x = self.value(n.args[0])
@@ -454,7 +454,10 @@ class _Emitter(_Vectors):
                        2: ("CHW", "horizontal")}[axis]
         flags = {"horizontal": 0, "vertical": 0, "depthwise": 0, arg: 1}
         out = fn.flip(fn.reshape(x, layout=layout), **flags)
-        return out[:, :, 0] if nd == 2 else out
+        if nd == 2:
+            return out[:, :, 0]
+        # Back to the image's layout: arithmetic with an HWC operand refuses another.
+        return out if layout == "HWC" else fn.reshape(out, layout="HWC")
 
     def _take(self, n: Node) -> Any:
         axis = n.attrs[0]

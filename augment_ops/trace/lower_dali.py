@@ -63,8 +63,8 @@ from augment_ops.trace.scalar_stage import (
     wants_stage,
 )
 
-__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "sample_scalar_nodes",
-           "scalar_cost", "uses_stage"]
+__all__ = ["CheckLayout", "SampleScalars", "check_layout", "emit", "reads_sizes",
+           "sample_scalar_nodes", "scalar_cost", "uses_stage"]
 
 
 class SampleScalars:
@@ -215,6 +215,18 @@ def uses_stage(traced: Traced, gpu: bool = False) -> bool:
     return wants_stage(traced, {id(n) for n in nodes}, lambda n: not _free(n), gpu)
 
 
+def reads_sizes(traced: Traced, *, gpu: bool, min_size: int = 1, checked: bool = True,
+                packed: bool = False) -> bool:
+    """Whether :func:`emit` reads the image's sizes for ``traced``: its graph reads them, or
+    its scalar stage (``packed``: the draws come packed, which only the stage unpacks) or its
+    check does (``checked``: a check is given)."""
+    traced = _lowered(traced)
+    layout = check_layout(traced)
+    return packed or uses_stage(traced, gpu=gpu) or any(
+        n.op == "in_dim" for n in traced.nodes()) or (
+        checked and (min_size > 1 or bool(layout.guards) or bool(layout.outputs)))
+
+
 def scalar_cost(traced: Traced) -> int:
     """About how many DALI operators ``traced``'s per-sample scalars take
     (:func:`augment_ops.trace.scalar_stage.scalar_operators`), what :func:`uses_stage` weighs."""
@@ -338,18 +350,24 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
 
     ``shape``: the image's shapes as a CPU DataNode computed without the image: the decoder's
     ``fn.peek_image_shape`` of the encoded bytes, which applies EXIF orientation as the decoder
-    does. The op's sizes, scalar stage and check then read it instead of ``image.shape()``, so
-    they run while the image decodes instead of after it (a CPU operator on the decoded image's
-    shape waits for the decoder). The image is reshaped to it: a shape whose size differs from
-    the decoded image's stops the pipeline with DALI's error before any operator reads it.
+    does. Where the op reads sizes (:func:`reads_sizes`), its sizes, scalar stage and check read
+    it instead of ``image.shape()``, so they run while the image decodes instead of after it (a
+    CPU operator on the decoded image's shape waits for the decoder). The image is reshaped to
+    it, which stops the pipeline where the sizes hold another number of pixels; the caller
+    checks that they equal the decoded image's (a transposed shape holds as many).
     """
     from nvidia.dali import fn
 
     traced = _lowered(traced)
+    gpu = getattr(image, "device", "cpu") == "gpu"
+    if shape is not None and not reads_sizes(traced, gpu=gpu, min_size=min_size,
+                                             checked=check is not None,
+                                             packed=packed is not None):
+        shape = None  # nothing reads it: no operator for it
     em = _Emitter(image)
     em.shape = image.shape() if shape is None else shape
     if shape is not None:
-        em.image = fn.reshape(image, shape=shape)
+        em.image = _image_as_read(image, shape)
     em.cpu_noise = _noise_read_as_scalars(traced)
     em.cpu_scalars = _pixel_scalars_on_cpu(traced)
     nodes = sample_scalar_nodes(traced)
@@ -367,7 +385,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
         for n, value in zip(nodes, sample_values, strict=True):
             em.memo[id(n)] = value
             em.given.add(id(n))
-        staged = uses_stage(traced, gpu=getattr(image, "device", "cpu") == "gpu")
+        staged = uses_stage(traced, gpu=gpu)
     unpack = packed.unpack if packed is not None else None
     layout = check_layout(traced)
     gate = None
@@ -389,7 +407,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
                               info=info, external=external, hands_out=False).checked_shape
     if gate is not None:
         # A reshape to its own shape shares the image's memory; it orders the check first.
-        em.image = fn.reshape(image, shape=checked)
+        em.image = _image_as_read(image, checked)
         # Sizes are read from the checked shapes, and the values the check computed by DALI
         # operators are computed again from the checked image and sizes, so that no operator
         # of the outputs (a crop, noise of a drawn shape, np.full of one) runs before the
@@ -405,6 +423,15 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     return [em.value(n) if _keeps_layout(n) else
             fn.reshape(em.value(n), layout={3: "HWC", 2: "HW"}.get(n.ndim, ""))
             for n in traced.outputs]
+
+
+def _image_as_read(image: Any, shape: Any) -> Any:
+    """``image`` reshaped to ``shape`` (its own, or the one read from its header), sharing its
+    memory; DALI stops the pipeline where they hold other numbers of pixels (its error names
+    this function, by which extsrc explains it)."""
+    from nvidia.dali import fn
+
+    return fn.reshape(image, shape=shape)
 
 
 def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],

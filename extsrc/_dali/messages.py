@@ -24,6 +24,9 @@ FailureKind = Literal["worker", "op", "decode", "other"]
 _NOISE = ("Critical error in pipeline:", "Current pipeline object is no longer valid.")
 _OP_MARKER = "DLTensorPythonFunction error: "
 _TRACEBACK = "Traceback (most recent call last):"
+#: The frames of the operators that stop a pipeline where a decoded image's shape is not its
+#: header's: extsrc's check of the shapes, and a native op's reshape of the image to them.
+_UNLIKE_HEADER = ("in _decoded_as_read", "in _image_as_read")
 #: A frame of DALI's own Python code in a formatted traceback.
 _DALI_FRAME = re.compile(r'^  File "[^"]*[/\\]nvidia[/\\]dali[/\\][^"]*", line \d+')
 
@@ -40,7 +43,8 @@ class DaliFailure:
     position in the batch of the sample the decoder failed on, when DALI says. ``pool_lost``:
     DALI says it lost contact with its worker processes (one may have died: wait for its exit
     code). ``uneven_shapes``: the images of a batch have different shapes, so DALI could not
-    stack them.
+    stack them. ``unlike_header``: a decoded image's shape is not the one read from its header
+    (``extsrc.graph.image._decoded_as_read``, or the reshape of a native op's image to it).
     """
 
     kind: FailureKind
@@ -51,6 +55,7 @@ class DaliFailure:
     sample: int | None = None
     pool_lost: bool = False
     uneven_shapes: bool = False
+    unlike_header: bool = False
 
 
 def dali_text(msg: str) -> str:
@@ -65,7 +70,8 @@ def read_failure(msg: str) -> DaliFailure:
     """Read DALI's error message ``msg`` into a :class:`DaliFailure`."""
     text, low = dali_text(msg), msg.lower()
     flags = {"pool_lost": "receiving interrupted" in low or "sending tasks" in low,
-             "uneven_shapes": "uniform shape" in msg}
+             "uneven_shapes": "uniform shape" in msg,
+             "unlike_header": any(m in msg for m in _UNLIKE_HEADER)}
     start = msg.find(_TRACEBACK)
     k = msg.find(_OP_MARKER)
     # An op's error may carry its own traceback (and any path may contain "worker"): the op

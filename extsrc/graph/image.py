@@ -14,10 +14,10 @@ from augment_ops.registry import Op
 from extsrc.graph.batchformat import BatchFormat
 from extsrc.loading.config import LoaderConfig, RunPlan
 from extsrc.ops_runtime.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
-from extsrc.ops_runtime.native import native_outputs, native_sample_scalars
+from extsrc.ops_runtime.native import native_outputs, native_reads_sizes, native_sample_scalars
 from extsrc.ops_runtime.pool import OpPool
 from extsrc.ops_runtime.runners import BatchOpRunner, DeviceBatchOpRunner, GpuBatchOpRunner
-from extsrc.sources.images import SOURCE_OUTPUTS, ReaderValues, ShardedSource
+from extsrc.sources.images import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
 from extsrc.sources.manifest import Manifest
 
 __all__ = ["build_pipeline", "dali_seed"]
@@ -91,8 +91,9 @@ def build_pipeline(
         encoded, label, info, *values = _read(source, programs, num_workers)
         image = _decode(encoded, w.decoder, gpu, w.hw_decoder_load)
         # The decoded shapes read from the files' headers by DALI's decoder library (EXIF
-        # orientation applied): a native op's per-sample scalars and check read them, so they
-        # need not wait for the decoder (DALI prunes the operator where no op reads it).
+        # orientation applied): a native op that reads sizes reads them, so its per-sample
+        # scalars and check need not wait for the decoder (DALI prunes the operator where no
+        # op reads it).
         peeked = {id(image): fn.peek_image_shape(encoded)}
         fmt = config.format
         host = (HostResize(resize, fmt.resize_mode)
@@ -103,6 +104,8 @@ def build_pipeline(
         finished = _resize_on_host(images, host, info, manifest=manifest, seed=seed,
                                    op_pool=op_pool)
         main, extra_images, label = _format(finished, label, fmt, resize, stages, gpu)
+        if nodes.read_peeked:
+            info = _decoded_as_read(image, peeked[id(image)], info)
         pipe.set_outputs(main, *extra_images, label, info)
     return pipe
 
@@ -146,6 +149,23 @@ def _read(source: ShardedSource, programs: Sequence[Any], num_workers: int) -> A
     )
 
 
+def _decoded_as_read(image: Any, peeked: Any, info: Any) -> Any:
+    """``info``, through an operator that stops the pipeline where a decoded image's shape is not
+    the one ``fn.peek_image_shape`` read from its header (``peeked``), which native ops read as
+    its sizes. Their reshape of the image to it stops it where the two hold other numbers of
+    pixels; this also where they hold as many (a transposed shape, were an EXIF orientation
+    read otherwise than the decoder applies it). The difference is the start of a slice of the
+    sample's info row: out of bounds unless it is 0. Only the info output waits for it.
+    :func:`extsrc.loading.failures.explain` names the file."""
+    from nvidia.dali import fn, types
+
+    difference = fn.cast(image.shape() - peeked, dtype=types.INT32)
+    row = fn.reshape(info, shape=[1, 1, len(INFO_COLUMNS)])
+    checked = fn.slice(row, start=difference, shape=[1, 1, len(INFO_COLUMNS)], axes=[0, 1, 2],
+                       out_of_bounds_policy="error")
+    return fn.reshape(checked, shape=[len(INFO_COLUMNS)])
+
+
 def _decode(encoded: Any, decoder: str, gpu: bool, hw_decoder_load: float | None) -> Any:
     from nvidia.dali import fn, types
 
@@ -166,6 +186,7 @@ class _OpNodes:
                  host: HostResize | None, peeked: Mapping[int, Any]) -> None:
         self.op_paths, self.info = op_paths, info
         self.peeked = peeked  # id of a decoded image -> its shapes from the headers
+        self.read_peeked = False  # whether an op reads them
         self.drawn = drawn  # the readers' values, in the order of the uses' programs
         self.manifest, self.seed, self.op_pool = manifest, seed, op_pool
         self.device_id, self.host = device_id, host
@@ -182,8 +203,13 @@ class _OpNodes:
         if path == "native":
             mine = ([next(self.drawn) for _ in range(program.num_outputs)]
                     if program is not None else [])
+            shape = self.peeked.get(id(img))
+            if shape is not None and native_reads_sizes(op, program, gpu=img.device == "gpu"):
+                self.read_peeked = True
+            else:
+                shape = None
             outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
-                                  program=program, shape=self.peeked.get(id(img)))
+                                  program=program, shape=shape)
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
             outs = self._numpy_on_device(op, occurrence, img)
         elif path == "numpy":

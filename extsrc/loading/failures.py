@@ -12,6 +12,8 @@ import signal
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from extsrc import errors as _errors
 from extsrc._dali.messages import DaliFailure, read_failure
 from extsrc._util.textsafe import shown
@@ -131,6 +133,8 @@ def explain(
     dead = run.dead_workers(2.0 if f.pool_lost else 0.0)
     if dead:
         return worker_died(dead, at)
+    if f.unlike_header:
+        return _unlike_header(f, at)
     if f.kind == "worker":
         return _worker_exception(f, at, lookahead)
     if f.kind == "op":
@@ -138,6 +142,33 @@ def explain(
     if f.kind == "decode":
         return _decode_failure(f, at, lookahead, max_pixels)
     return PipelineError(f"DALI failed while producing {at.where()}: {shown(f.text)}")
+
+
+def _unlike_header(f: DaliFailure, at: InFlight) -> Exception:
+    """A decoded image whose shape is not its header's: the file, found by decoding the batch
+    again on the CPU (:mod:`extsrc.validation.header_sizes`), else the batch."""
+    from extsrc.validation.header_sizes import sizes_unlike_headers
+
+    idx = at.indices(at.batch) if at.batch < len(at.source) else []
+    blobs = []
+    for i in idx:
+        try:
+            blobs.append(at.source.read(i))
+        except ExtsrcError:
+            blobs.append(np.zeros(0, np.uint8))  # unreadable now: not this failure's file
+    m = at.source.manifest
+    for k, decoded, header in sizes_unlike_headers(blobs):
+        i = idx[k]
+        finding = Finding("header_mismatch", (
+            f"DALI decodes it to {'x'.join(map(str, decoded))} but reads "
+            f"{'x'.join(map(str, header))} from its header; a native op reads an image's size "
+            "from its header, so the loader stops rather than misread the image"))
+        return bad_image_error(finding, source=m.source, line=m.lines[i], path=m.paths[i])
+    return PipelineError(
+        f"an image of {at.where()} decoded to another shape than its header gives, which a "
+        "native op reads as its size; decoding those files again on the CPU did not find it "
+        f"(the GPU's decoder may differ). Re-encode the batch's images as plain JPEG/PNG, or "
+        f"pass op_runtime=OpRuntime(op_path='numpy'). DALI said: {shown(f.text)}")
 
 
 def _worker_exception(f: DaliFailure, at: InFlight, lookahead: int = 0) -> Exception:

@@ -122,6 +122,17 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
                 packed=program if program is not None and program.packed else None, shape=shape)
 
 
+def native_reads_sizes(op: Op, program: SampleScalars | None, gpu: bool) -> bool:
+    """Whether the op's native path reads the image's sizes (so that ``native_outputs`` takes
+    ``shape``): its traced graph's sizes, scalar stage or check do."""
+    if implementation(op, "native") is not None:
+        return False
+    from augment_ops.lower_dali import reads_sizes
+
+    return reads_sizes(trace_op(op), gpu=gpu, min_size=op.min_size,
+                       packed=program is not None and program.packed)
+
+
 class CounterDraws:
     """``(index, epoch, slot) -> uniforms``: :func:`extsrc.ops_runtime.seeding.counter_uniform`
     for one op."""

@@ -60,6 +60,7 @@ REASONS: dict[str, str] = {
     "too_large": "the header declares more pixels than max_pixels (decompression-bomb guard)",
     "truncated": "the file ends before the image data does",
     "corrupt": "the image data is damaged",
+    "header_mismatch": "the image decodes to another shape than its header gives",
 }
 
 #: Formats DALI's image decoder reads (``fn.decoders.image``).
@@ -74,6 +75,7 @@ _FIX = {
     "too_large": "downscale the image, drop the line, or raise max_pixels if it is genuine",
     "truncated": "re-download or re-export the image, or drop the line",
     "corrupt": "re-download or re-export the image, or drop the line",
+    "header_mismatch": "re-encode the image (save it again as JPEG or PNG), or drop the line",
 }
 
 
