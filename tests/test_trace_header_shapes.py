@@ -148,19 +148,19 @@ def test_only_ops_that_read_sizes_take_the_header_shapes():
 
 @pytest.fixture
 def header_disagrees(monkeypatch):
-    """DALI's header reader made to disagree with its decoder for the image stored 9x14 at
-    position 1: ``swap`` gives 14x9 (as many pixels), ``row`` 10x14. No real file was found
+    """DALI's header reader made to disagree with its decoder for the image stored 8x14 at
+    position 1: ``swap`` gives 14x8 (as many pixels), ``row`` 10x14. No real file was found
     that does this (EXIF orientations, CMYK, 16-bit, animated, multi-page files all agree);
     this is what the loader does if one ever does."""
     from nvidia.dali import fn, types
 
     real = fn.peek_image_shape
-    how = {}
+    how = {"height": 8}
 
     def peek(encoded, **kw):
         shape = real(encoded, **kw)
-        # The files of the test are 9x14 except the culprit, 8x14 in its header.
-        culprit = (shape[0] == 8)
+        # The files of the test are 9x14 except the culprit, stored how["height"] high.
+        culprit = (shape[0] == how["height"])
         wrong = fn.stack(shape[1], shape[0], shape[2]) if how["kind"] == "swap" else \
             shape + types.Constant(np.array([2, 0, 0], np.int64))
         return fn.cast(culprit, dtype=types.INT64) * (wrong - shape) + shape
@@ -185,3 +185,34 @@ def test_a_header_unlike_the_decoded_image_stops_the_loader_naming_the_file(
     err = e.value
     assert (err.line, err.reason) == (3, "header_mismatch"), str(err)
     assert err.path.endswith("img1.png") and "8x14x3" in str(err), str(err)
+
+
+def test_a_check_failing_on_the_header_sizes_names_the_header_not_the_op(
+        tmp_path, header_disagrees):
+    # Stored 5x8, which h_crop takes; its header made to say 8x5, which h_crop's check refuses.
+    # The check reads the header's sizes so as not to wait for the decoder: it fails first,
+    # and the loader finds the file's header unlike its image.
+    from extsrc.errors import BadImageError
+
+    header_disagrees.update(kind="swap", height=5)
+    manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (5, 8, 1, "PNG"), (9, 14, 1, "PNG")])
+    with extsrc.Loader(manifest, batch_size=3, ops=[h_crop], resize=None, device="cpu",
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        with pytest.raises(BadImageError) as e:
+            next(iter(loader))
+    assert (e.value.line, e.value.reason) == (3, "header_mismatch"), str(e.value)
+    assert "5x8x3" in str(e.value) and "8x5x3" in str(e.value), str(e.value)
+
+
+def test_an_op_reading_no_size_takes_no_header_check(tmp_path, header_disagrees):
+    # The culprit's header disagrees with its image, but no op reads sizes: nothing reads the
+    # header, and nothing stops.
+    header_disagrees["kind"] = "swap"
+    manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG")])
+    with extsrc.Loader(manifest, batch_size=1, ops=[h_inverted], resize=None, device="cpu",
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        assert loader.op_paths == {h_inverted.name: "native"}
+        shapes = [tuple(b[f"{h_inverted.name}_0"].shape[1:]) for b in loader]
+    assert shapes == [(9, 14, 3), (8, 14, 3)]

@@ -138,7 +138,7 @@ def explain(
     if f.kind == "worker":
         return _worker_exception(f, at, lookahead)
     if f.kind == "op":
-        return _op_exception(f)
+        return _header_first(_op_exception(f), at)
     if f.kind == "decode":
         return _decode_failure(f, at, lookahead, max_pixels)
     return PipelineError(f"DALI failed while producing {at.where()}: {shown(f.text)}")
@@ -147,28 +147,55 @@ def explain(
 def _unlike_header(f: DaliFailure, at: InFlight) -> Exception:
     """A decoded image whose shape is not its header's: the file, found by decoding the batch
     again on the CPU (:mod:`extsrc.validation.header_sizes`), else the batch."""
+    found = _unlike_header_file(at, at.indices(at.batch) if at.batch < len(at.source) else [])
+    if found is not None:
+        return found
+    return PipelineError(
+        f"an image of {at.where()} decoded to another shape than its header gives, which a "
+        "native op reads as its size; decoding those files again on the CPU did not find it "
+        "(the GPU's decoder may differ). Re-encode the batch's images as plain JPEG/PNG, or "
+        f"pass op_runtime=OpRuntime(op_path='numpy'). DALI said: {shown(f.text)}")
+
+
+def _header_first(err: Exception, at: InFlight) -> Exception:
+    """``err``, a native op's error naming a sample, unless that sample's file decodes to
+    another shape than its header gives: the op's check read the header's sizes (so that it
+    need not wait for the decoder) and may have failed on them before the pipeline compared
+    them with the decoded image's; then that is the error."""
+    line = getattr(err, "line", None)
+    if not isinstance(err, OpError) or line is None or "[native path]" not in str(err) or \
+            at.batch >= len(at.source):
+        return err
+    m = at.source.manifest
+    named = [i for i in at.indices(at.batch) if m.lines[i] == line]
+    return _unlike_header_file(at, named) or err
+
+
+def _unlike_header_file(at: InFlight, indices: list[int]) -> Exception | None:
+    """The BadImageError (reason ``header_mismatch``) of the first of the manifest samples
+    ``indices`` whose file decodes on the CPU to another shape than its header gives, else
+    None."""
     from extsrc.validation.header_sizes import sizes_unlike_headers
 
-    idx = at.indices(at.batch) if at.batch < len(at.source) else []
     blobs = []
-    for i in idx:
+    for i in indices:
         try:
             blobs.append(at.source.read(i))
-        except ExtsrcError:
-            blobs.append(np.zeros(0, np.uint8))  # unreadable now: not this failure's file
+        except Exception:  # unreadable now: not the file looked for
+            blobs.append(np.zeros(0, np.uint8))
+    try:
+        found = sizes_unlike_headers(blobs)
+    except Exception:  # the look failed; the caller reports what it has
+        return None
     m = at.source.manifest
-    for k, decoded, header in sizes_unlike_headers(blobs):
-        i = idx[k]
+    for k, decoded, header in found:
+        i = indices[k]
         finding = Finding("header_mismatch", (
             f"DALI decodes it to {'x'.join(map(str, decoded))} but reads "
             f"{'x'.join(map(str, header))} from its header; a native op reads an image's size "
             "from its header, so the loader stops rather than misread the image"))
         return bad_image_error(finding, source=m.source, line=m.lines[i], path=m.paths[i])
-    return PipelineError(
-        f"an image of {at.where()} decoded to another shape than its header gives, which a "
-        "native op reads as its size; decoding those files again on the CPU did not find it "
-        f"(the GPU's decoder may differ). Re-encode the batch's images as plain JPEG/PNG, or "
-        f"pass op_runtime=OpRuntime(op_path='numpy'). DALI said: {shown(f.text)}")
+    return None
 
 
 def _worker_exception(f: DaliFailure, at: InFlight, lookahead: int = 0) -> Exception:
