@@ -216,3 +216,21 @@ def test_an_op_reading_no_size_takes_no_header_check(tmp_path, header_disagrees)
         assert loader.op_paths == {h_inverted.name: "native"}
         shapes = [tuple(b[f"{h_inverted.name}_0"].shape[1:]) for b in loader]
     assert shapes == [(9, 14, 3), (8, 14, 3)]
+
+
+def test_a_mismatch_the_cpu_does_not_see_names_the_batch(tmp_path, header_disagrees,
+                                                          monkeypatch):
+    # As where only the GPU's decoder disagrees with the header: decoding the files again on
+    # the CPU finds nothing, and the error names the batch and says what to do.
+    import extsrc.validation.header_sizes as header_sizes
+    from extsrc.errors import PipelineError
+
+    header_disagrees["kind"] = "swap"
+    monkeypatch.setattr(header_sizes, "sizes_unlike_headers", lambda blobs: [])
+    manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG"), (9, 14, 1, "PNG")])
+    with extsrc.Loader(manifest, batch_size=3, ops=[h_left_third], resize=None, device="cpu",
+                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        with pytest.raises(PipelineError, match="another shape than its header") as e:
+            next(iter(loader))
+    assert "lines 2, 3, 4" in str(e.value) and "op_path='numpy'" in str(e.value), str(e.value)

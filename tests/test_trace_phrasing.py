@@ -486,10 +486,25 @@ def channel_flip_beside_the_image(img):
     return img // 2 + img[..., ::-1] // 2
 
 
+def flip_beside_a_transposed_image(img):
+    t = np.transpose(img, (1, 0, 2))
+    return np.flip(t, 2) // 2 + t // 2 + np.flip(t, 1) // 4
+
+
+def stack_of_sizes_and_a_float64_constant(img):
+    scale = np.array([img.shape[0], img.shape[1], 7], np.float64)
+    return scale * img.astype(np.float32).astype(np.float64)
+
+
 @pytest.mark.parametrize("fn", [flips_that_cancel_of_a_channel_flip,
-                                channel_flip_beside_the_image], ids=lambda f: f.__name__)
+                                channel_flip_beside_the_image, flip_beside_a_transposed_image],
+                         ids=lambda f: f.__name__)
 def test_a_flip_keeps_the_image_layout_for_arithmetic_with_it(fn):
     _lowered(fn, _images())
+
+
+def test_a_stack_takes_a_float64_constant():
+    _lowered(stack_of_sizes_and_a_float64_constant, _images(), dtype=np.float64)
 
 
 def test_flips_of_rows_and_columns_are_one_flip():

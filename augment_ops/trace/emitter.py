@@ -471,17 +471,27 @@ class _Emitter(_Vectors):
     def _transpose(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        return fn.transpose(self.value(n.args[0]), perm=list(n.attrs[0]))
+        # The input's layout kept, not its letters permuted (WHC): the tracer's rank-3 arrays
+        # are rows, columns, channels whatever they hold, and arithmetic refuses operands laid
+        # out otherwise (the transposed image beside a flip of it).
+        return fn.transpose(self.value(n.args[0]), perm=list(n.attrs[0]),
+                            transpose_layout=False)
 
     def _cat(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        return fn.cat(*_on_device(*[self.value(a) for a in n.args]), axis=n.attrs[0])
+        return fn.cat(*_on_device(*map(self._array_operand, n.args)), axis=n.attrs[0])
+
+    def _array_operand(self, a: Node) -> Any:
+        """``a``'s value as an input of an operator other than arithmetic: a constant as a
+        node of its dtype (an arithmetic operand's typed scalar is promoted by DALI through
+        ``fn.constant``, which takes no float64)."""
+        return _constant_node(a.value, a.dtype) if a.op == "const" else self.value(a)
 
     def _stack(self, n: Node) -> Any:
         from nvidia.dali import fn
 
-        return fn.stack(*_on_device(*[self.value(a) for a in n.args]), axis=n.attrs[0])
+        return fn.stack(*_on_device(*map(self._array_operand, n.args)), axis=n.attrs[0])
 
     def _reduce(self, n: Node) -> Any:
         from nvidia.dali import fn
