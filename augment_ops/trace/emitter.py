@@ -236,9 +236,9 @@ class _Scalars:
             given = lambda m: id(m) in self.given  # noqa: E731
             ia, ib = _exact_float_source(a, n.dtype, given), _exact_float_source(b, n.dtype, given)
             if ia is not None or ib is not None:
-                # An integer array with a float operand is that float in DALI as in numpy, and
-                # the integer converts exactly: a cast fewer, a pass over the image where the
-                # integer is the image. (One side only: two integers stay integers.)
+                # An integer or float32 array with a float operand is that float in DALI as in
+                # numpy, and it converts exactly: a cast fewer, a pass over the image where it
+                # is the image. (One side only: two integers stay integers.)
                 return binary(n.attrs[0], val(a if ia is None else ia),
                               val(b if ia is not None or ib is None else ib), n.dtype)
         risks = _divisor_risks(n)
