@@ -109,10 +109,21 @@ def test_sizes_follow_the_exif_orientation_on_gpu(tmp_path, op):
     _check(tmp_path, op, "cuda")
 
 
+def _native_loader(manifest: Path, op, batch_size: int) -> extsrc.Loader:
+    return extsrc.Loader(manifest, batch_size=batch_size, ops=[op], resize=None, device="cpu",
+                         shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
+                         workers=extsrc.Workers(num_workers=0))
+
+
+def _first_batch_error(manifest: Path, op, kind: type) -> Exception:
+    """The error of type ``kind`` the first batch of a native loader of ``op`` raises."""
+    with _native_loader(manifest, op, 3) as loader, pytest.raises(kind) as e:
+        next(iter(loader))
+    return e.value
+
+
 def _first_error(manifest: Path, op) -> Exception | None:
-    with extsrc.Loader(manifest, batch_size=1, ops=[op], resize=None, device="cpu",
-                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
+    with _native_loader(manifest, op, 1) as loader:
         try:
             for _ in loader:
                 pass
@@ -177,12 +188,7 @@ def test_a_header_unlike_the_decoded_image_stops_the_loader_naming_the_file(
 
     header_disagrees["kind"] = kind
     manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG"), (9, 14, 1, "PNG")])
-    with extsrc.Loader(manifest, batch_size=3, ops=[op], resize=None, device="cpu",
-                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
-        with pytest.raises(BadImageError) as e:
-            next(iter(loader))
-    err = e.value
+    err = _first_batch_error(manifest, op, BadImageError)
     assert (err.line, err.reason) == (3, "header_mismatch"), str(err)
     assert err.path.endswith("img1.png") and "8x14x3" in str(err), str(err)
 
@@ -196,13 +202,9 @@ def test_a_check_failing_on_the_header_sizes_names_the_header_not_the_op(
 
     header_disagrees.update(kind="swap", height=5)
     manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (5, 8, 1, "PNG"), (9, 14, 1, "PNG")])
-    with extsrc.Loader(manifest, batch_size=3, ops=[h_crop], resize=None, device="cpu",
-                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
-        with pytest.raises(BadImageError) as e:
-            next(iter(loader))
-    assert (e.value.line, e.value.reason) == (3, "header_mismatch"), str(e.value)
-    assert "5x8x3" in str(e.value) and "8x5x3" in str(e.value), str(e.value)
+    err = _first_batch_error(manifest, h_crop, BadImageError)
+    assert (err.line, err.reason) == (3, "header_mismatch"), str(err)
+    assert "5x8x3" in str(err) and "8x5x3" in str(err), str(err)
 
 
 def test_an_op_reading_no_size_takes_no_header_check(tmp_path, header_disagrees):
@@ -210,9 +212,7 @@ def test_an_op_reading_no_size_takes_no_header_check(tmp_path, header_disagrees)
     # header, and nothing stops.
     header_disagrees["kind"] = "swap"
     manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG")])
-    with extsrc.Loader(manifest, batch_size=1, ops=[h_inverted], resize=None, device="cpu",
-                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
+    with _native_loader(manifest, h_inverted, 1) as loader:
         assert loader.op_paths == {h_inverted.name: "native"}
         shapes = [tuple(b[f"{h_inverted.name}_0"].shape[1:]) for b in loader]
     assert shapes == [(9, 14, 3), (8, 14, 3)]
@@ -228,9 +228,6 @@ def test_a_mismatch_the_cpu_does_not_see_names_the_batch(tmp_path, header_disagr
     header_disagrees["kind"] = "swap"
     monkeypatch.setattr(header_sizes, "sizes_unlike_headers", lambda blobs: [])
     manifest = _dataset(tmp_path, [(9, 14, 1, "PNG"), (8, 14, 1, "PNG"), (9, 14, 1, "PNG")])
-    with extsrc.Loader(manifest, batch_size=3, ops=[h_left_third], resize=None, device="cpu",
-                       shuffle=False, op_runtime=extsrc.OpRuntime(op_path="native"),
-                       workers=extsrc.Workers(num_workers=0)) as loader:
-        with pytest.raises(PipelineError, match="another shape than its header") as e:
-            next(iter(loader))
-    assert "lines 2, 3, 4" in str(e.value) and "op_path='numpy'" in str(e.value), str(e.value)
+    text = str(_first_batch_error(manifest, h_left_third, PipelineError))
+    assert "another shape than its header" in text, text
+    assert "lines 2, 3, 4" in text and "op_path='numpy'" in text, text
