@@ -221,10 +221,15 @@ def reads_sizes(traced: Traced, *, gpu: bool, min_size: int = 1, checked: bool =
     its scalar stage (``packed``: the draws come packed, which only the stage unpacks) or its
     check does (``checked``: a check is given)."""
     traced = _lowered(traced)
-    layout = check_layout(traced)
     return packed or uses_stage(traced, gpu=gpu) or any(
         n.op == "in_dim" for n in traced.nodes()) or (
-        checked and (min_size > 1 or bool(layout.guards) or bool(layout.outputs)))
+        checked and _may_refuse(check_layout(traced), min_size))
+
+
+def _may_refuse(layout: CheckLayout, min_size: int) -> bool:
+    """Whether the numpy path may refuse a sample of an op whose check rows ``layout``
+    describes: one below ``min_size``, one that meets a guard, an output that may be empty."""
+    return min_size > 1 or bool(layout.guards) or bool(layout.outputs)
 
 
 def scalar_cost(traced: Traced) -> int:
@@ -389,7 +394,7 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     unpack = packed.unpack if packed is not None else None
     layout = check_layout(traced)
     gate = None
-    if check is not None and (min_size > 1 or layout.guards or layout.outputs):
+    if check is not None and _may_refuse(layout, min_size):
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")
         gate = _gate(traced, layout, nodes, check, min_size)

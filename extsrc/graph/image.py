@@ -94,18 +94,19 @@ def build_pipeline(
         # orientation applied): a native op that reads sizes reads them, so its per-sample
         # scalars and check need not wait for the decoder (DALI prunes the operator where no
         # op reads it).
-        peeked = {id(image): fn.peek_image_shape(encoded)}
+        peeked = fn.peek_image_shape(encoded)
         fmt = config.format
         host = (HostResize(resize, fmt.resize_mode)
                 if not gpu and resize is not None and not stages else None)
         nodes = _OpNodes(op_paths, info, iter(values), manifest=manifest, seed=seed,
-                         op_pool=op_pool, device_id=device_id, host=host, peeked=peeked)
+                         op_pool=op_pool, device_id=device_id, host=host,
+                         decoded=image, peeked=peeked)
         images = _apply_ops(nodes, uses, image, len(transforms))
         finished = _resize_on_host(images, host, info, manifest=manifest, seed=seed,
                                    op_pool=op_pool)
         main, extra_images, label = _format(finished, label, fmt, resize, stages, gpu)
         if nodes.read_peeked:
-            info = _decoded_as_read(image, peeked[id(image)], info)
+            info = _decoded_as_read(image, peeked, info)
         pipe.set_outputs(main, *extra_images, label, info)
     return pipe
 
@@ -183,9 +184,9 @@ class _OpNodes:
 
     def __init__(self, op_paths: Mapping[str, str], info: Any, drawn: Iterator[Any], *,
                  manifest: Manifest, seed: int, op_pool: OpPool | None, device_id: int | None,
-                 host: HostResize | None, peeked: Mapping[int, Any]) -> None:
+                 host: HostResize | None, decoded: Any, peeked: Any) -> None:
         self.op_paths, self.info = op_paths, info
-        self.peeked = peeked  # id of a decoded image -> its shapes from the headers
+        self.decoded, self.peeked = decoded, peeked  # the decoded image, its headers' shapes
         self.read_peeked = False  # whether an op reads them
         self.drawn = drawn  # the readers' values, in the order of the uses' programs
         self.manifest, self.seed, self.op_pool = manifest, seed, op_pool
@@ -203,11 +204,9 @@ class _OpNodes:
         if path == "native":
             mine = ([next(self.drawn) for _ in range(program.num_outputs)]
                     if program is not None else [])
-            shape = self.peeked.get(id(img))
-            if shape is not None and native_reads_sizes(op, program, gpu=img.device == "gpu"):
-                self.read_peeked = True
-            else:
-                shape = None
+            shape = None
+            if img is self.decoded and native_reads_sizes(op, program, gpu=img.device == "gpu"):
+                shape, self.read_peeked = self.peeked, True
             outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
                                   program=program, shape=shape)
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
