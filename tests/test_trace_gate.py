@@ -42,6 +42,26 @@ def g_left_half(img):
     return img[:, : img.shape[1] // 2]
 
 
+@unregistered()
+def g_patch(img, rng, size: int = 4):
+    """A drawn square set to 0: numpy's guards (an image below ``size``) read the sizes alone."""
+    h, w = img.shape[:2]
+    y = rng.integers(0, h - size + 1)
+    x = rng.integers(0, w - size + 1)
+    out = img.copy()
+    out[y:y + size, x:x + size] = 0
+    return out
+
+
+@unregistered()
+def g_drawn_margin(img, rng):
+    """A guard that reads a draw."""
+    y = int(rng.integers(0, 3))
+    if img.shape[0] - y < 2:
+        raise ValueError("no rows left")
+    return img[::-1]
+
+
 def _pipeline(op, imgs, calls):
     """``op``'s traced graph on one batch of ``imgs``, with a check that records its rows and
     info rows and raises; the built pipeline."""
@@ -82,6 +102,23 @@ def test_the_check_takes_one_python_call_and_no_conditional(op, pythons):
     names = _operators(_pipeline(op, imgs, []))
     assert sum("PythonFunction" in n for n in names) == pythons, names
     assert not any("Split" in n or "Merge" in n for n in names), names
+
+
+@pytest.mark.parametrize("op, reads_draws", [(g_patch, False), (g_drawn_margin, True)],
+                         ids=lambda v: getattr(v, "name", v))
+def test_the_checks_call_takes_only_the_draws_its_conditions_read(op, reads_draws):
+    # Each input of the call is marshalled per sample on every batch.
+    assert not uses_stage(trace_op(op))
+    imgs = [pattern_image(k, 6 + k, 5) for k in range(3)]
+    pipe = _pipeline(op, imgs, [])
+    (call,) = [o for o in pipe._ops if o._op is not None and "PythonFunction" in o.name]
+    sources = [i.name for i in call.inputs if "ExternalSource" in i.name]
+    assert len(sources) == 1 + reads_draws, sources  # the info rows, and the draw read
+    calls: list = []
+    short = [pattern_image(0, 6, 5), pattern_image(1, 3 if op is g_patch else 1, 5)]
+    with pytest.raises(Exception, match="a sample fails"):
+        _pipeline(op, short, calls).run()
+    assert calls[0][1] == [11]
 
 
 @pytest.mark.parametrize("op", [g_drawn_rows, g_bright_drawn_rows, g_left_half],

@@ -180,3 +180,14 @@ def test_the_stage_is_chosen_by_the_images_device():
     count = lower_dali.scalar_cost(traced)
     assert scalar_stage.STAGE_MIN_OPERATORS_GPU <= count < scalar_stage.STAGE_MIN_OPERATORS
     assert uses_stage(traced, gpu=True) and not uses_stage(traced, gpu=False)
+
+
+def test_a_batch_of_per_sample_values_keeps_their_dtype_and_refuses_another_shape():
+    samples = [np.array([5, 7, 3], np.int64), np.array([2, 9, 3], np.int64)]
+    got = scalar_stage._batch(samples, (3,), np.dtype(np.int64))
+    assert got.dtype == np.int64 and got.tolist() == [[5, 7, 3], [2, 9, 3]]
+    assert scalar_stage._batch([], (3,), np.dtype(np.int64)).shape == (0, 3)
+    scalars = [np.array(0.25), np.array(0.5)]
+    assert scalar_stage._batch(scalars, (), None).dtype == np.float64
+    with pytest.raises(ValueError, match=r"shape \(3,\) expected"):
+        scalar_stage._batch([np.array([5, 7], np.int64)] * 2, (3,), np.dtype(np.int64))

@@ -408,7 +408,12 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     if gate is not None and not (staged and inside):
         i64 = _dali_type(np.dtype(np.int64))
         external = [fn.cast(_on_cpu(em.value(v)), dtype=i64) for v in gate.external]
-        checked = ScalarStage(traced, em.shape, nodes, *sample_values, unpack=unpack, gate=gate,
+        given, values = nodes, list(sample_values)
+        if unpack is None:  # the draws the check's values are computed from, and only those
+            read = _reaches(gate.computed, {id(n) for n in nodes})
+            given = [n for n in nodes if id(n) in read]
+            values = [v for n, v in zip(nodes, sample_values, strict=True) if id(n) in read]
+        checked = ScalarStage(traced, em.shape, given, *values, unpack=unpack, gate=gate,
                               info=info, external=external, hands_out=False).checked_shape
     if gate is not None:
         # A reshape to its own shape shares the image's memory; it orders the check first.
@@ -452,6 +457,19 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
     external = tuple({id(v): v for v in values
                       if isinstance(v, Node) and not computes(v)}.values())
     return Gate(len(traced.guards), tuple(values), external, min_size, check)
+
+
+def _reaches(roots: Sequence[Node], among: set[int]) -> set[int]:
+    """The ids in ``among`` of the nodes ``roots`` are computed from."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.extend(a for a in n.args if isinstance(a, Node))
+    return seen & among
 
 
 def _on_cpu(value: Any) -> Any:
