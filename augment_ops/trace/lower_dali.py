@@ -333,8 +333,8 @@ def check_layout(traced: Traced) -> CheckLayout:
 
 def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info: Any = None,
          check: Callable[[list[np.ndarray], list[np.ndarray]], Any] | None = None,
-         min_size: int = 1, packed: SampleScalars | None = None, shape: Any = None
-         ) -> list[Any]:
+         min_size: int = 1, packed: SampleScalars | None = None, shape: Any = None,
+         channels: int | None = None) -> list[Any]:
     """The traced op's outputs as DALI DataNodes, computed from ``image`` (an HWC uint8 DataNode).
 
     Every per-sample scalar is a DALI CPU operator on ``image.shape()``, except those of
@@ -360,6 +360,10 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     CPU operator on the decoded image's shape waits for the decoder). The image is reshaped to
     it, which stops the pipeline where the sizes hold another number of pixels; the caller
     checks that they equal the decoded image's (a transposed shape holds as many).
+
+    ``channels`` (with ``check``): the channel count the graph takes, checked per sample too,
+    for an image from a step whose count is known only at run time (the output of the user's
+    numpy function): ``check`` gets the rows of the samples with another count.
     """
     from nvidia.dali import fn
 
@@ -394,10 +398,10 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     unpack = packed.unpack if packed is not None else None
     layout = check_layout(traced)
     gate = None
-    if check is not None and _may_refuse(layout, min_size):
+    if check is not None and (_may_refuse(layout, min_size) or channels is not None):
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")
-        gate = _gate(traced, layout, nodes, check, min_size)
+        gate = _gate(traced, layout, nodes, check, min_size, channels)
     if staged:
         # The check rides in the stage's function, unless a value of it is computed by DALI
         # operators, which may read the stage's outputs.
@@ -445,7 +449,8 @@ def _image_as_read(image: Any, shape: Any) -> Any:
 
 
 def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
-          check: Callable[[list[np.ndarray], list[np.ndarray]], Any], min_size: int) -> Gate:
+          check: Callable[[list[np.ndarray], list[np.ndarray]], Any], min_size: int,
+          channels: int | None = None) -> Gate:
     """The check of ``traced`` (:mod:`augment_ops.trace.sample_gate`): its guards' conditions
     and the sizes of the outputs ``layout`` lists; numpy computes those made of the image's
     sizes and the draws (``given``), DALI operators the others (a guard on pixel values)."""
@@ -456,7 +461,7 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
                    for d in traced.outputs[k].shape]
     external = tuple({id(v): v for v in values
                       if isinstance(v, Node) and not computes(v)}.values())
-    return Gate(len(traced.guards), tuple(values), external, min_size, check)
+    return Gate(len(traced.guards), tuple(values), external, min_size, check, channels)
 
 
 def _reaches(roots: Sequence[Node], among: set[int]) -> set[int]:

@@ -3,13 +3,15 @@
 operators read the image.
 
 The check raises, on the samples where the numpy path raises, the numpy path's errors: an image
-below the op's ``min_size``, a guard of the trace (``rng.integers(0, h - size)`` on an image
-``size`` high), an output that comes out empty. Its values are per-sample scalars of the image's
-sizes and the op's draws, which numpy computes in one call per batch, the scalar stage's where
-the op has one, and values computed from pixels (``if img.max() > 250: raise``), which DALI
-operators compute and the call receives. Computed by DALI operators instead (a CPU operator per
-value, dispatched per sample), with a conditional split and merge around a Python call for the
-failing samples, the check took 10-32% of four ops' throughput on an H200; this way 8-16%, and
+below the op's ``min_size``, an image of another channel count than the graph takes (where the
+step before the op gives a count known only at run time), a guard of the trace
+(``rng.integers(0, h - size)`` on an image ``size`` high), an output that comes out empty. Its
+values are per-sample scalars of the image's sizes and the op's draws, which numpy computes in
+one call per batch, the scalar stage's where the op has one, and values computed from pixels
+(``if img.max() > 250: raise``), which DALI operators compute and the call receives. Computed
+by DALI operators instead (a CPU operator per value, dispatched per sample), with a
+conditional split and merge around a Python call for the failing samples, the check took
+10-32% of four ops' throughput on an H200; this way 8-16%, and
 1-8% for ops with the stage (``benchmarks/README.md``, "the native path's check").
 """
 
@@ -42,6 +44,8 @@ class Gate:
     external: tuple[Node, ...]
     min_size: int
     check: Callable[[list[np.ndarray], list[np.ndarray]], Any]
+    #: The channel count the graph takes, checked where given.
+    channels: int | None = None
 
     @property
     def computed(self) -> list[Node]:
@@ -66,6 +70,8 @@ class Gate:
                 col = np.broadcast_to(value(v), (count,))
             cols.append(col.astype(np.int64))
         ok = np.minimum(dims[:, 0], dims[:, 1]) >= self.min_size
+        if self.channels is not None:
+            ok &= dims[:, 2] == self.channels
         for k, col in enumerate(cols):
             ok &= (col == 0) if k < self.guards else (col >= 1)
         bad = np.flatnonzero(~ok)

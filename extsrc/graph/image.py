@@ -15,6 +15,7 @@ from extsrc.graph.batchformat import BatchFormat
 from extsrc.loading.config import LoaderConfig, RunPlan
 from extsrc.ops_runtime.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
 from extsrc.ops_runtime.native import native_outputs, native_reads_sizes, native_sample_scalars
+from extsrc.ops_runtime.op_inputs import TRACED_CHANNELS, OpInput, op_inputs
 from extsrc.ops_runtime.pool import OpPool
 from extsrc.ops_runtime.runners import BatchOpRunner, DeviceBatchOpRunner, GpuBatchOpRunner
 from extsrc.sources.images import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
@@ -197,18 +198,21 @@ class _OpNodes:
         return (self.host is not None and self.op_paths[op.name] == "numpy"
                 and host_resizable(op.dtype, op.ndim))
 
-    def __call__(self, use: _Use, img: Any, resized: bool = False,
+    def __call__(self, use: _Use, img: Any, given: OpInput, resized: bool = False,
                  with_input: bool = False) -> list[Any]:
         op, occurrence, program = use
         path = self.op_paths[op.name]
         if path == "native":
+            # A traced graph takes 3 channels; where the step before gives a count known only
+            # at run time, the native path checks it per sample.
+            channels = TRACED_CHANNELS if given.channels is None else None
             mine = ([next(self.drawn) for _ in range(program.num_outputs)]
                     if program is not None else [])
             shape = None
             if img is self.decoded and native_reads_sizes(op, program, gpu=img.device == "gpu"):
                 shape, self.read_peeked = self.peeked, True
             outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
-                                  program=program, shape=shape)
+                                  program=program, shape=shape, channels=channels)
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
             outs = self._numpy_on_device(op, occurrence, img)
         elif path == "numpy":
@@ -267,20 +271,22 @@ def _apply_ops(nodes: _OpNodes, uses: list[_Use], image: Any, n_transforms: int)
     """The transforms in a chain on the main image, then each op on the result: the main image
     and every op output."""
     main: _Image = (image, False, True)
+    given = op_inputs([u[0] for u in uses[:n_transforms]], [u[0] for u in uses[n_transforms:]],
+                      nodes.op_paths)
     for k, use in enumerate(uses[:n_transforms]):
         # Only the last transform's outputs are final, and only when no op reads them.
         fuse = nodes.fuses(use[0]) and k == n_transforms - 1 and len(uses) == n_transforms
-        (image,) = nodes(use, image, resized=fuse)
+        (image,) = nodes(use, image, given[k], resized=fuse)
         main = (image, fuse, host_resizable(use[0].dtype, use[0].ndim))
     images = [main]
-    for use in uses[n_transforms:]:
+    for k, use in enumerate(uses[n_transforms:], n_transforms):
         fuse = nodes.fuses(use[0])
         ok = host_resizable(use[0].dtype, use[0].ndim)
         # The first op whose worker resizes its outputs also resizes its input, the main
         # image, when that still needs it: one trip through the pool instead of two (a
         # copy of every decoded image fewer per batch).
         carry = fuse and not images[0][1] and images[0][2]
-        outs = nodes(use, image, resized=fuse, with_input=carry)
+        outs = nodes(use, image, given[k], resized=fuse, with_input=carry)
         if carry:
             images[0] = (outs.pop(0), True, True)
         images += [(im, fuse, ok) for im in outs]

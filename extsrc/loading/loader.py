@@ -48,6 +48,7 @@ from extsrc.loading.options import (
 from extsrc.loading.position import ReadPosition
 from extsrc.loading.skipping import skip_bad, stand_in_problems, validate_images
 from extsrc.loading.state import Resumable
+from extsrc.ops_runtime.op_inputs import fit_to_inputs
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
 from extsrc.ops_runtime.pool import OpPool, check_picklable
 from extsrc.sources.images import STAND_IN, ShardedSource
@@ -70,8 +71,12 @@ def plan_run(config: LoaderConfig) -> RunPlan:
     """The explicit step after a config is built: choose each op's path (tracing the ops that
     declare none, :func:`~extsrc.ops_runtime.paths.choose_paths`) and check that the ops an op pool
     of processes will run can be pickled to its workers."""
-    chosen = choose_paths((*config.transforms, *config.ops), gpu=config.gpu,
-                          override=config.op_runtime.op_path_override)
+    override = config.op_runtime.op_path_override
+    chosen = choose_paths((*config.transforms, *config.ops), gpu=config.gpu, override=override)
+    # A traced op given something other than decoded-like images (a float transform's output)
+    # runs on the numpy path, or is refused where the user forced its native path.
+    forced = set(chosen) if isinstance(override, str) else set(override or ())
+    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced)
     plan = RunPlan(config, tuple(chosen.items()))
     if config.op_runtime.op_pool == "process" and plan.op_pool_size > 0:
         for op in plan.numpy_ops:

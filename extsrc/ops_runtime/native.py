@@ -31,14 +31,18 @@ class SampleCheck:
     (:mod:`augment_ops.trace.sample_gate`) and calls this only with the rows
     (:class:`augment_ops.lower_dali.CheckLayout`) and info rows of the samples that fail one
     (see :func:`augment_ops.lower_dali.emit`). Raises what the numpy path
-    raises, in its order, naming the op, the manifest line and the path: the op's
-    :class:`OpContractError` for a too-small image, an :class:`OpError` for a guard (with the
-    op's line), an :class:`OpOutputError` for an empty output."""
+    raises, in its order, naming the op, the manifest line and the path: an
+    :class:`OpContractError` for an image of another channel count than ``channels`` (where
+    given: the traced graph's, the image coming from a step whose count is known only at run
+    time), the op's :class:`OpContractError` for a too-small image, an :class:`OpError` for a
+    guard (with the op's line), an :class:`OpOutputError` for an empty output."""
 
-    def __init__(self, op: Op, manifest: Manifest, layout: CheckLayout | None = None) -> None:
+    def __init__(self, op: Op, manifest: Manifest, layout: CheckLayout | None = None, *,
+                 channels: int | None = None) -> None:
         from augment_ops.lower_dali import CheckLayout
 
         self.op = op
+        self.channels = channels
         self.manifest = manifest
         self.layout = layout if layout is not None else CheckLayout(0, (), ())
         self.guards = trace_op(op).guards if self.layout.guards else ()
@@ -54,6 +58,14 @@ class SampleCheck:
             shape, flags, outs = self.layout.split(row)
             i = int(info[0])
             fields = {"op": name, "source": m.source, "line": m.lines[i], "path": m.paths[i]}
+            if self.channels is not None and shape[2] != self.channels:
+                raise OpContractError(
+                    f"op '{name}' on its native path takes HWC images with {self.channels} "
+                    f"channels, got {shape[2]} from the transform before it [sample "
+                    f"{self._where(i)}] [native path]; make that transform return "
+                    f"{self.channels} channels, or run '{name}' on the numpy path "
+                    f"(OpRuntime(op_path={{'{name}': 'numpy'}}))"
+                )
             if min(shape[0], shape[1]) < self.op.min_size:
                 raise OpContractError(
                     f"op '{name}' needs images of at least {self.op.min_size}x"
@@ -104,12 +116,14 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0,
 
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
                    sample_values: Sequence[Any] = (), program: SampleScalars | None = None,
-                   shape: Any = None) -> list[Any]:
+                   shape: Any = None, channels: int | None = None) -> list[Any]:
     """The op's native path on the image DataNode: its declared lowering, else its traced graph
     (with its per-sample checks, :class:`SampleCheck`, and, for a random op, ``sample_values``:
     the outputs of its :func:`native_sample_scalars` ``program``, as the source delivers them).
     ``shape``: the image's shapes computed without decoding it (``fn.peek_image_shape``), for
-    the traced graph (see :func:`augment_ops.lower_dali.emit`)."""
+    the traced graph (see :func:`augment_ops.lower_dali.emit`). ``channels``: the channel count
+    the traced graph takes, checked per sample, where the step before the op gives a count
+    known only at run time (:mod:`extsrc.ops_runtime.op_inputs`)."""
     hand_written = implementation(op, "native")
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
@@ -118,7 +132,8 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
 
     traced = trace_op(op)
     return emit(traced, img, sample_values=sample_values, info=info,
-                check=SampleCheck(op, manifest, check_layout(traced)), min_size=op.min_size,
+                check=SampleCheck(op, manifest, check_layout(traced), channels=channels),
+                min_size=op.min_size, channels=channels,
                 packed=program if program is not None and program.packed else None, shape=shape)
 
 

@@ -30,10 +30,12 @@ four tiles at 1.3 times, and flips and cutout (one output, pixels only moved or 
 10% (``benchmarks/README.md``). On a GPU too, an op whose traced graph sums floats over the
 image (``np.mean`` of a float image: one Python call per batch for each sum, in numpy's order),
 or whose graph takes hundreds of steps over the image (:data:`GPU_NUMPY_MIN_STEPS`: OpenCV's
-HSV arithmetic, emulated exactly), runs on the numpy path, where it was measured faster. The
-choice depends on the op and the device only, never on the number of op workers, so a seed gives
-the same batches on any machine of that device (the two paths of a random op draw different
-numbers). A parity test holds every declared path to the numpy reference.
+HSV arithmetic, emulated exactly), runs on the numpy path, where it was measured faster. A
+traced op given other images than its graph takes (after a float32 transform) runs on the numpy
+path too (:mod:`extsrc.ops_runtime.op_inputs`). The choice depends on the ops and the device
+only, never on the number of op workers, so a seed gives the same batches on any machine of
+that device (the two paths of a random op draw different numbers). A parity test holds every
+declared path to the numpy reference.
 """
 
 from __future__ import annotations

@@ -1,0 +1,106 @@
+"""What each use of an op is given, and whether its traced native path can take it.
+
+A traced op's graph (:mod:`augment_ops.trace`) computes numpy's result for HWC ``uint8`` images
+of 3 channels, which is what the loader decodes. Its casts, divisions and wrap-arounds are
+numpy's for such pixels: given a float32 image, it computes otherwise than the same numpy
+function does (its ``img.astype(np.int16)`` rounds a float where numpy truncates it), and the
+channel count is part of the graph (``img.shape[2]`` is 3 there). The first transform and the
+ops after no transform take the decoded images; every other transform takes the output of the
+one before it, and the ops take the last transform's output. A traced op whose input is
+declared otherwise (another dtype or rank, or a traced transform's output of another channel
+count) runs on the numpy path, which runs the user's function on what it is given; forced onto
+its native path, the loader refuses it when it is built. Where the channel count is known only
+when the batch runs (the output of a numpy-path transform), the native path checks it per
+sample (:func:`augment_ops.lower_dali.emit`'s ``channels``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from augment_ops.registry import Op, implementation
+from augment_ops.trace import trace_op
+
+__all__ = ["DECODED", "TRACED_CHANNELS", "OpInput", "fit_to_inputs", "op_inputs"]
+
+#: The channel count a traced op's graph takes (the tracer's symbolic image).
+TRACED_CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class OpInput:
+    """What one use of an op is given: images of ``dtype`` and rank ``ndim`` with ``channels``
+    channels (``None``: known only when the batch runs), the output of transform ``after``
+    (``None``: the decoded images)."""
+
+    dtype: np.dtype
+    ndim: int
+    channels: int | None
+    after: str | None = None
+
+    def traced_refusal(self) -> str | None:
+        """Why a traced op's graph cannot take this input, or ``None`` where it can (a channel
+        count known only at run time is checked per sample)."""
+        if self.dtype == np.uint8 and self.ndim == 3 and self.channels in (None,
+                                                                            TRACED_CHANNELS):
+            return None
+        what = (f"{self.dtype} images of rank {self.ndim}" if self.channels is None
+                else f"{self.dtype} images of rank {self.ndim} with {self.channels} channels")
+        return (f"transform '{self.after}' before it gives {what}, and the op's traced native "
+                f"path computes numpy's result for HWC uint8 images with {TRACED_CHANNELS} "
+                "channels only")
+
+
+#: The decoded images.
+DECODED = OpInput(np.dtype(np.uint8), 3, TRACED_CHANNELS)
+
+
+def _traced(op: Op, path: str) -> bool:
+    return path == "native" and implementation(op, "native") is None
+
+
+def _output(op: Op, path: str) -> OpInput:
+    """What a transform on ``path`` gives the step after it."""
+    channels = None
+    if _traced(op, path) and op.ndim == 3:
+        out = trace_op(op).outputs[0]
+        if len(out.shape) == 3 and isinstance(out.shape[2], int):
+            channels = out.shape[2]
+    return OpInput(np.dtype(op.dtype), op.ndim, channels, op.name)
+
+
+def op_inputs(transforms: Sequence[Op], ops: Sequence[Op],
+              paths: Mapping[str, str]) -> list[OpInput]:
+    """What each use is given, in order: the transforms, then the ops, on their ``paths``."""
+    given, inputs = DECODED, []
+    for t in transforms:
+        inputs.append(given)
+        given = _output(t, paths[t.name])
+    return inputs + [given] * len(ops)
+
+
+def fit_to_inputs(transforms: Sequence[Op], ops: Sequence[Op], paths: Mapping[str, str],
+                  forced: set[str]) -> dict[str, str]:
+    """``paths``, with the traced ops given an input their graph cannot take on the numpy path;
+    raises ``ValueError`` for such an op in ``forced`` (its path given by the user)."""
+    chosen = dict(paths)
+    uses = [*transforms, *ops]
+    while True:
+        # In order, and again after each move: moving a transform to the numpy path makes the
+        # channel count after it unknown, which the ops after it take.
+        for op, given in zip(uses, op_inputs(transforms, ops, chosen), strict=True):
+            why = given.traced_refusal() if _traced(op, chosen[op.name]) else None
+            if why is None:
+                continue
+            if op.name in forced:
+                raise ValueError(
+                    f"op '{op.name}' cannot run on its native path here: {why}. Run it on the "
+                    f"numpy path (OpRuntime(op_path={{'{op.name}': 'numpy'}})), or give it "
+                    "uint8 HWC images with 3 channels")
+            chosen[op.name] = "numpy"
+            break
+        else:
+            return chosen
