@@ -12,6 +12,7 @@ from helpers import has_gpu, sized_dataset, unregistered
 
 import extsrc
 from augment_ops.registry import OpContractError
+from extsrc.errors import OpOutputError
 from extsrc.ops_runtime.op_inputs import DECODED, fit_to_inputs, op_inputs
 
 
@@ -103,24 +104,73 @@ def test_the_automatic_choice_gives_numpys_pixels_after_a_float_transform(tmp_pa
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("first, fails", [(oi_first_channel, True), (oi_rgb_to_bgr, False)],
                          ids=["one-channel", "three-channels"])
-def test_a_channel_count_known_at_run_time_is_checked_per_sample(tmp_path, first, fails,
-                                                                  device):
+def test_a_numpy_transforms_channel_count_is_checked_by_its_runner(tmp_path, first, fails,
+                                                                   device):
+    # The traced op after it keeps its native path (automatically); the transform's own
+    # Python call checks what it gives it, with no call of the op's.
     if device == "cuda" and not has_gpu():
         pytest.skip("needs a CUDA GPU")
     m = sized_dataset(tmp_path, [(12, 10)] * 4)
     kw = {"batch_size": 4, "transforms": [first, oi_mirror], "device": device,
           "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
-    native = extsrc.OpRuntime(op_path={first.name: "numpy", oi_mirror.name: "native"})
-    with extsrc.Loader(m, op_runtime=native, **kw) as loader:
+    auto = extsrc.OpRuntime(op_path={first.name: "numpy"})
+    with extsrc.Loader(m, op_runtime=auto, **kw) as loader:
         assert loader.op_paths[oi_mirror.name] == "native"
         if fails:
-            with pytest.raises(OpContractError, match=r"op 'oi_mirror' on its native path "
-                                                      r"takes HWC images with 3 channels, got 1 "
-                                                      r"from the transform before it \[sample .*"
-                                                      r"line 2 \(.*img0\.png\)"):
+            with pytest.raises(OpOutputError, match=r"op 'oi_first_channel' output 0 has 1 "
+                                                    r"channel \(shape \(12, 10, 1\)\), but "
+                                                    r"'oi_mirror' after it runs a traced native "
+                                                    r"path, which takes 3 \[sample .*line 2 "
+                                                    r"\(.*img0\.png\)\]") as e:
                 next(iter(loader))
+            assert (e.value.op, e.value.line) == (first.name, 2)
             return
         got = next(iter(loader))["image"]
     with extsrc.Loader(m, op_runtime=extsrc.OpRuntime(op_path="numpy"), **kw) as loader:
         want = next(iter(loader))["image"]
     np.testing.assert_array_equal(got.cpu().numpy(), want.cpu().numpy())
+
+
+def _first_channel_by_hand(img):
+    return img[:, :, 0:1]
+
+
+def test_after_a_transform_lowered_by_hand_a_traced_op_checks_the_channels_first(tmp_path):
+    @unregistered()
+    def oi_hand_first_channel(img):
+        return img[..., :1]
+
+    @unregistered()
+    def oi_bright_guard(img):
+        # a check computed from pixels of channel 2, which a one-channel image lacks
+        if img[..., 2].max() > 254:
+            raise ValueError("too bright")
+        return img[::-1]
+
+    oi_hand_first_channel.implement("native")(_first_channel_by_hand)
+    m = sized_dataset(tmp_path, [(12, 10)] * 4)
+    kw = {"batch_size": 4, "transforms": [oi_hand_first_channel, oi_bright_guard],
+          "device": "cpu", "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
+    # automatically, on the numpy path: nothing in Python would see the count
+    paths = fit_to_inputs(kw["transforms"], [], _native(*kw["transforms"]), set())
+    assert paths[oi_bright_guard.name] == "numpy"
+    native = extsrc.OpRuntime(op_path="native")
+    with extsrc.Loader(m, op_runtime=native, **kw) as loader:
+        with pytest.raises(OpContractError, match=r"op 'oi_bright_guard' on its native path "
+                                                  r"takes HWC images with 3 channels, got 1 "
+                                                  r"from transform 'oi_hand_first_channel' "
+                                                  r"before it \[sample .*line 2"):
+            next(iter(loader))
+
+
+def test_the_pipeline_refuses_paths_whose_traced_op_cannot_take_its_input(tmp_path):
+    from extsrc.graph.image import build_pipeline
+    from extsrc.loading.loader import LoaderConfig
+
+    m = sized_dataset(tmp_path, [(12, 10)] * 4)
+    with extsrc.Loader(m, batch_size=4, transforms=[oi_to_half, oi_centred], device="cpu",
+                       workers=extsrc.Workers(num_workers=0)) as loader:
+        config, source = loader.config, loader.source
+    assert isinstance(config, LoaderConfig)
+    with pytest.raises(ValueError, match="op 'oi_centred' cannot run on its native path here"):
+        build_pipeline(source, config, _native(oi_to_half, oi_centred))

@@ -361,9 +361,10 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     it, which stops the pipeline where the sizes hold another number of pixels; the caller
     checks that they equal the decoded image's (a transposed shape holds as many).
 
-    ``channels`` (with ``check``): the channel count the graph takes, checked per sample too,
-    for an image from a step whose count is known only at run time (the output of the user's
-    numpy function): ``check`` gets the rows of the samples with another count.
+    ``channels`` (with ``check``): the channel count the graph takes, checked per sample first,
+    in a Python call of its own, for an image from a step whose count nothing checked (a
+    transform lowered by hand): ``check`` gets the image shapes of the samples with another
+    count, before any other value is computed.
     """
     from nvidia.dali import fn
 
@@ -377,6 +378,16 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     em.shape = image.shape() if shape is None else shape
     if shape is not None:
         em.image = _image_as_read(image, shape)
+    if check is not None and channels is not None:
+        if info is None:
+            raise ValueError("a check needs the pipeline's info; pass info=")
+        # The channel count first, in a call of its own: every other value, a check's values
+        # computed from pixels among them, is computed from the image that passed it. The
+        # check gets the image's shape alone, and raises on the count before it reads more.
+        counted = ScalarStage(traced, em.shape, [], info=info, hands_out=False,
+                              gate=Gate(0, (), (), 1, check, channels)).checked_shape
+        image = em.image = _image_as_read(em.image, counted)
+        em.shape = counted
     em.cpu_noise = _noise_read_as_scalars(traced)
     em.cpu_scalars = _pixel_scalars_on_cpu(traced)
     nodes = sample_scalar_nodes(traced)
@@ -398,10 +409,10 @@ def emit(traced: Traced, image: Any, *, sample_values: Sequence[Any] = (), info:
     unpack = packed.unpack if packed is not None else None
     layout = check_layout(traced)
     gate = None
-    if check is not None and (_may_refuse(layout, min_size) or channels is not None):
+    if check is not None and _may_refuse(layout, min_size):
         if info is None:
             raise ValueError("a check needs the pipeline's info; pass info=")
-        gate = _gate(traced, layout, nodes, check, min_size, channels)
+        gate = _gate(traced, layout, nodes, check, min_size)
     if staged:
         # The check rides in the stage's function, unless a value of it is computed by DALI
         # operators, which may read the stage's outputs.
@@ -449,8 +460,7 @@ def _image_as_read(image: Any, shape: Any) -> Any:
 
 
 def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
-          check: Callable[[list[np.ndarray], list[np.ndarray]], Any], min_size: int,
-          channels: int | None = None) -> Gate:
+          check: Callable[[list[np.ndarray], list[np.ndarray]], Any], min_size: int) -> Gate:
     """The check of ``traced`` (:mod:`augment_ops.trace.sample_gate`): its guards' conditions
     and the sizes of the outputs ``layout`` lists; numpy computes those made of the image's
     sizes and the draws (``given``), DALI operators the others (a guard on pixel values)."""
@@ -461,7 +471,7 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
                    for d in traced.outputs[k].shape]
     external = tuple({id(v): v for v in values
                       if isinstance(v, Node) and not computes(v)}.values())
-    return Gate(len(traced.guards), tuple(values), external, min_size, check, channels)
+    return Gate(len(traced.guards), tuple(values), external, min_size, check)
 
 
 def _reaches(roots: Sequence[Node], among: set[int]) -> set[int]:

@@ -15,7 +15,14 @@ from extsrc.graph.batchformat import BatchFormat
 from extsrc.loading.config import LoaderConfig, RunPlan
 from extsrc.ops_runtime.hostresize import HostResize, ResizedOutputs, ResizeOnly, host_resizable
 from extsrc.ops_runtime.native import native_outputs, native_reads_sizes, native_sample_scalars
-from extsrc.ops_runtime.op_inputs import TRACED_CHANNELS, OpInput, op_inputs
+from extsrc.ops_runtime.op_inputs import (
+    TRACED_CHANNELS,
+    OpInput,
+    checked_readers,
+    fit_to_inputs,
+    op_inputs,
+    traced,
+)
 from extsrc.ops_runtime.pool import OpPool
 from extsrc.ops_runtime.runners import BatchOpRunner, DeviceBatchOpRunner, GpuBatchOpRunner
 from extsrc.sources.images import INFO_COLUMNS, SOURCE_OUTPUTS, ReaderValues, ShardedSource
@@ -65,6 +72,9 @@ def build_pipeline(
     """
     from nvidia.dali.pipeline import Pipeline
 
+    # Every path given is the user's: a traced op whose input its graph cannot take is refused
+    # here too, not only by the automatic choice (extsrc.loading.loader.plan_run).
+    fit_to_inputs(config.transforms, config.ops, op_paths, forced=set(op_paths))
     plan = RunPlan(config, tuple(op_paths.items()))
     ops, transforms, resize, stages = config.ops, config.transforms, config.resize, config.stages
     device_id, seed, w = config.device_id, config.seed, config.workers
@@ -199,29 +209,33 @@ class _OpNodes:
                 and host_resizable(op.dtype, op.ndim))
 
     def __call__(self, use: _Use, img: Any, given: OpInput, resized: bool = False,
-                 with_input: bool = False) -> list[Any]:
+                 with_input: bool = False, readers: tuple[str, ...] = ()) -> list[Any]:
+        """``given``: what the use is given (:mod:`extsrc.ops_runtime.op_inputs`); ``readers``:
+        the traced ops reading its outputs, whose channel count its runner checks."""
         op, occurrence, program = use
         path = self.op_paths[op.name]
+        check = {"channels": TRACED_CHANNELS, "readers": readers} if readers else {}
         if path == "native":
-            # A traced graph takes 3 channels; where the step before gives a count known only
-            # at run time, the native path checks it per sample.
-            channels = TRACED_CHANNELS if given.channels is None else None
+            # A traced graph takes 3 channels; where nothing checked the count of a hand-lowered
+            # transform's output, the native path checks it per sample.
+            channels = TRACED_CHANNELS if given.unchecked and traced(op, path) else None
             mine = ([next(self.drawn) for _ in range(program.num_outputs)]
                     if program is not None else [])
             shape = None
             if img is self.decoded and native_reads_sizes(op, program, gpu=img.device == "gpu"):
                 shape, self.read_peeked = self.peeked, True
             outs = native_outputs(op, img, self.info, manifest=self.manifest, sample_values=mine,
-                                  program=program, shape=shape, channels=channels)
+                                  program=program, shape=shape, channels=channels,
+                                  after=given.after)
         elif path == "numpy" and img.device == "gpu" and self.op_pool is not None:
-            outs = self._numpy_on_device(op, occurrence, img)
+            outs = self._numpy_on_device(op, occurrence, img, check)
         elif path == "numpy":
-            outs = self._numpy(op, occurrence, img, resized, with_input)
+            outs = self._numpy(op, occurrence, img, resized, with_input, check)
         else:
-            outs = self._gpu(op, occurrence, img)
+            outs = self._gpu(op, occurrence, img, check)
         return list(outs) if isinstance(outs, (tuple, list)) else [outs]
 
-    def _numpy_on_device(self, op: Op, occurrence: int, img: Any) -> Any:
+    def _numpy_on_device(self, op: Op, occurrence: int, img: Any, check: dict[str, Any]) -> Any:
         from nvidia.dali import fn
 
         # The op pool copies GPU images into its own memory and uploads the outputs.
@@ -230,11 +244,12 @@ class _OpNodes:
             img, fn.copy(self.info).gpu(),
             function=DeviceBatchOpRunner(op, seed=self.seed, manifest=self.manifest,
                                          occurrence=occurrence, pool=self.op_pool,
-                                         device_id=self.device_id),
+                                         device_id=self.device_id, **check),
             num_outputs=op.num_outputs, batch_processing=True, device="gpu",
         )
 
-    def _numpy(self, op: Op, occurrence: int, img: Any, resized: bool, with_input: bool) -> Any:
+    def _numpy(self, op: Op, occurrence: int, img: Any, resized: bool, with_input: bool,
+               check: dict[str, Any]) -> Any:
         from nvidia.dali import fn
 
         # A GPU-decoded image comes back to host memory for the user's numpy code.
@@ -244,11 +259,12 @@ class _OpNodes:
         return fn.python_function(
             host_img, self.info, function=BatchOpRunner(runs, seed=self.seed,
                                                         manifest=self.manifest,
-                                                        occurrence=occurrence, pool=self.op_pool),
+                                                        occurrence=occurrence, pool=self.op_pool,
+                                                        **check),
             num_outputs=runs.num_outputs, batch_processing=True,
         )
 
-    def _gpu(self, op: Op, occurrence: int, img: Any) -> Any:
+    def _gpu(self, op: Op, occurrence: int, img: Any, check: dict[str, Any]) -> Any:
         from nvidia.dali import fn
 
         # Only random ops need the sample identities (for their generators).
@@ -258,7 +274,7 @@ class _OpNodes:
         return fn.python_function(
             img.gpu(), *extra,
             function=GpuBatchOpRunner(op, seed=self.seed, manifest=self.manifest,
-                                      occurrence=occurrence),
+                                      occurrence=occurrence, **check),
             num_outputs=op.num_outputs, batch_processing=True, device="gpu",
         )
 
@@ -271,12 +287,13 @@ def _apply_ops(nodes: _OpNodes, uses: list[_Use], image: Any, n_transforms: int)
     """The transforms in a chain on the main image, then each op on the result: the main image
     and every op output."""
     main: _Image = (image, False, True)
-    given = op_inputs([u[0] for u in uses[:n_transforms]], [u[0] for u in uses[n_transforms:]],
-                      nodes.op_paths)
+    chain = ([u[0] for u in uses[:n_transforms]], [u[0] for u in uses[n_transforms:]],
+             nodes.op_paths)
+    given, readers = op_inputs(*chain), checked_readers(*chain)
     for k, use in enumerate(uses[:n_transforms]):
         # Only the last transform's outputs are final, and only when no op reads them.
         fuse = nodes.fuses(use[0]) and k == n_transforms - 1 and len(uses) == n_transforms
-        (image,) = nodes(use, image, given[k], resized=fuse)
+        (image,) = nodes(use, image, given[k], resized=fuse, readers=readers[k])
         main = (image, fuse, host_resizable(use[0].dtype, use[0].ndim))
     images = [main]
     for k, use in enumerate(uses[n_transforms:], n_transforms):

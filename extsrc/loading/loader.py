@@ -76,11 +76,18 @@ def plan_run(config: LoaderConfig) -> RunPlan:
     # A traced op given something other than decoded-like images (a float transform's output)
     # runs on the numpy path, or is refused where the user forced its native path.
     forced = set(chosen) if isinstance(override, str) else set(override or ())
-    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced)
+    moved: dict[str, str] = {}
+    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced, moved)
     plan = RunPlan(config, tuple(chosen.items()))
     if config.op_runtime.op_pool == "process" and plan.op_pool_size > 0:
         for op in plan.numpy_ops:
-            check_picklable(op)
+            try:
+                check_picklable(op)
+            except ValueError as e:
+                if op.name not in moved:
+                    raise
+                raise ValueError(f"{e}. It runs on the numpy path here because its native path "
+                                 f"cannot: {moved[op.name]}") from None
     return plan
 
 

@@ -38,11 +38,12 @@ class SampleCheck:
     guard (with the op's line), an :class:`OpOutputError` for an empty output."""
 
     def __init__(self, op: Op, manifest: Manifest, layout: CheckLayout | None = None, *,
-                 channels: int | None = None) -> None:
+                 channels: int | None = None, after: str | None = None) -> None:
         from augment_ops.lower_dali import CheckLayout
 
         self.op = op
         self.channels = channels
+        self.after = after
         self.manifest = manifest
         self.layout = layout if layout is not None else CheckLayout(0, (), ())
         self.guards = trace_op(op).guards if self.layout.guards else ()
@@ -59,11 +60,12 @@ class SampleCheck:
             i = int(info[0])
             fields = {"op": name, "source": m.source, "line": m.lines[i], "path": m.paths[i]}
             if self.channels is not None and shape[2] != self.channels:
+                before = f"transform '{self.after}'" if self.after else "the transform"
                 raise OpContractError(
                     f"op '{name}' on its native path takes HWC images with {self.channels} "
-                    f"channels, got {shape[2]} from the transform before it [sample "
-                    f"{self._where(i)}] [native path]; make that transform return "
-                    f"{self.channels} channels, or run '{name}' on the numpy path "
+                    f"channels, got {shape[2]} from {before} before it [sample "
+                    f"{self._where(i)}] [native path]; make {before} return {self.channels} "
+                    f"channels, or run '{name}' on the numpy path "
                     f"(OpRuntime(op_path={{'{name}': 'numpy'}}))"
                 )
             if min(shape[0], shape[1]) < self.op.min_size:
@@ -116,14 +118,15 @@ def native_sample_scalars(op: Op, *, seed: int, occurrence: int = 0,
 
 def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
                    sample_values: Sequence[Any] = (), program: SampleScalars | None = None,
-                   shape: Any = None, channels: int | None = None) -> list[Any]:
+                   shape: Any = None, channels: int | None = None,
+                   after: str | None = None) -> list[Any]:
     """The op's native path on the image DataNode: its declared lowering, else its traced graph
     (with its per-sample checks, :class:`SampleCheck`, and, for a random op, ``sample_values``:
     the outputs of its :func:`native_sample_scalars` ``program``, as the source delivers them).
     ``shape``: the image's shapes computed without decoding it (``fn.peek_image_shape``), for
     the traced graph (see :func:`augment_ops.lower_dali.emit`). ``channels``: the channel count
-    the traced graph takes, checked per sample, where the step before the op gives a count
-    known only at run time (:mod:`extsrc.ops_runtime.op_inputs`)."""
+    the traced graph takes, checked per sample, where nothing else checks the count of what
+    the transform ``after`` gives it (:mod:`extsrc.ops_runtime.op_inputs`)."""
     hand_written = implementation(op, "native")
     if hand_written is not None:
         outs = hand_written(img, **dict(op.params))
@@ -132,7 +135,8 @@ def native_outputs(op: Op, img: Any, info: Any, *, manifest: Manifest,
 
     traced = trace_op(op)
     return emit(traced, img, sample_values=sample_values, info=info,
-                check=SampleCheck(op, manifest, check_layout(traced), channels=channels),
+                check=SampleCheck(op, manifest, check_layout(traced), channels=channels,
+                                  after=after),
                 min_size=op.min_size, channels=channels,
                 packed=program if program is not None and program.packed else None, shape=shape)
 

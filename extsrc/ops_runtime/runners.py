@@ -15,7 +15,7 @@ import numpy as np
 
 from augment_ops.registry import Op, OpContractError, implementation
 from extsrc._util.device import pin_host_memory
-from extsrc.errors import RAISED, OpError
+from extsrc.errors import RAISED, OpError, OpOutputError
 from extsrc.ops_runtime.seeding import op_salt, sample_rng
 from extsrc.ops_runtime.worker import apply_sample, failure_info
 from extsrc.sources.manifest import Manifest
@@ -32,16 +32,46 @@ class BatchOpRunner:
 
     It receives the decoded images with each sample's manifest index and epoch, so a random op gets
     the generator of exactly that sample whatever order the batch arrives in, and a failure names
-    the manifest line.
+    the manifest line. ``channels``: the channel count each output must have, where a traced op
+    on its native path reads the outputs (``readers``: its name or names), whose graph takes
+    that count only (:mod:`extsrc.ops_runtime.op_inputs`).
     """
 
     def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0,
-                 pool: OpPool | None = None) -> None:
+                 pool: OpPool | None = None, channels: int | None = None,
+                 readers: tuple[str, ...] = ()) -> None:
         self.op = op
         self.seed = seed
         self.salt = op_salt(op.name, occurrence)
         self.manifest = manifest
         self.pool = pool
+        self.channels = channels
+        self.readers = readers
+
+    def check_channels(self, results: list[tuple[Any, ...]], indices: list[int]) -> None:
+        """Raise :class:`OpOutputError`, naming the sample, where an output has another channel
+        count than :attr:`channels` (``indices``: the samples' manifest indices, -1 unknown)."""
+        if self.channels is None:
+            return
+        for sample, index in zip(results, indices, strict=True):
+            shape = tuple(int(d) for d in sample[0].shape)
+            if shape[-1] == self.channels:
+                continue
+            m = self.manifest
+            fields = ({"source": m.source, "line": m.lines[index], "path": m.paths[index]}
+                      if index >= 0 else {})
+            names = ", ".join(f"'{r}'" for r in self.readers)
+            numpy = ", ".join(f"'{r}': 'numpy'" for r in self.readers)
+            where = f"sample {self.where(index)}" if index >= 0 else "a sample"
+            count = f"{shape[-1]} channel" + ("" if shape[-1] == 1 else "s")
+            err = OpOutputError(
+                f"op '{self.op.name}' output 0 has {count} (shape {shape}), but "
+                f"{names} after it runs a traced native path, which takes {self.channels} "
+                f"[{where}]; return {self.channels} channels from '{self.op.name}', or run "
+                f"{names} on the numpy path (OpRuntime(op_path={{{numpy}}}))",
+                op=self.op.name, **fields)
+            RAISED.append(err)
+            raise err
 
     def where(self, index: int) -> str:
         m = self.manifest
@@ -86,6 +116,7 @@ class BatchOpRunner:
                 self.run_one(im, int(info[0]), int(info[1]))
                 for im, info in zip(images, infos, strict=True)
             ]
+        self.check_channels(results, [int(info[0]) for info in infos])
         return _transpose(results, self.op.num_outputs)
 
 
@@ -96,8 +127,10 @@ class GpuBatchOpRunner(BatchOpRunner):
     to the host once per batch, and only for random ops, which need them for their generators.
     """
 
-    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0) -> None:
-        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence)
+    def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0,
+                 channels: int | None = None, readers: tuple[str, ...] = ()) -> None:
+        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence,
+                         channels=channels, readers=readers)
         self.impl = implementation(op, "gpu")
 
     def __call__(self, images: list[Any], *keys: list[Any]) -> Any:
@@ -126,6 +159,7 @@ class GpuBatchOpRunner(BatchOpRunner):
                     f"op '{self.op.name}' (gpu path) raised {type(e).__name__}: {e} [{where}]"
                 ) from e
             results.append(tuple(cupy.ascontiguousarray(o) for o in outs))
+        self.check_channels(results, [index for index, _ in ids])
         return _transpose(results, self.op.num_outputs)
 
 
@@ -187,8 +221,10 @@ class DeviceBatchOpRunner(BatchOpRunner):
     ``python_function`` on host copies halves the pipeline's throughput)."""
 
     def __init__(self, op: Op, *, seed: int, manifest: Manifest, occurrence: int = 0,
-                 pool: OpPool, device_id: int) -> None:
-        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence, pool=pool)
+                 pool: OpPool, device_id: int, channels: int | None = None,
+                 readers: tuple[str, ...] = ()) -> None:
+        super().__init__(op, seed=seed, manifest=manifest, occurrence=occurrence, pool=pool,
+                         channels=channels, readers=readers)
         self.device_id = device_id
         if pool.kind == "process" and pool.on_map is None:
             pool.on_map = functools.partial(_pin, device_id=device_id)
@@ -228,6 +264,7 @@ class DeviceBatchOpRunner(BatchOpRunner):
                               for o in sample) for sample in results]
                 torch.cuda.current_stream().synchronize()
         self._previous = outs
+        self.check_channels(outs, [int(r[0]) for r in rows])
         capsules = [tuple(to_dlpack(t) for t in sample) for sample in outs]
         return _transpose(capsules, self.op.num_outputs)
 
