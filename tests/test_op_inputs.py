@@ -11,7 +11,6 @@ import pytest
 from helpers import has_gpu, sized_dataset, unregistered
 
 import extsrc
-from augment_ops.registry import OpContractError
 from extsrc.errors import OpOutputError
 from extsrc.ops_runtime.op_inputs import DECODED, fit_to_inputs, op_inputs
 
@@ -115,12 +114,14 @@ def test_a_numpy_transforms_channel_count_is_checked_by_its_runner(tmp_path, fir
           "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
     auto = extsrc.OpRuntime(op_path={first.name: "numpy"})
     with extsrc.Loader(m, op_runtime=auto, **kw) as loader:
+
         assert loader.op_paths[oi_mirror.name] == "native"
         if fails:
             with pytest.raises(OpOutputError, match=r"op 'oi_first_channel' output 0 has 1 "
                                                     r"channel \(shape \(12, 10, 1\)\), but "
-                                                    r"'oi_mirror' after it runs a traced native "
-                                                    r"path, which takes 3 \[sample .*line 2 "
+                                                    r"op 'oi_mirror' after it runs a traced "
+                                                    r"native path, which takes 3 \[sample .*"
+                                                    r"line 2 "
                                                     r"\(.*img0\.png\)\]") as e:
                 next(iter(loader))
             assert (e.value.op, e.value.line) == (first.name, 2)
@@ -156,11 +157,12 @@ def test_after_a_transform_lowered_by_hand_a_traced_op_checks_the_channels_first
     assert paths[oi_bright_guard.name] == "numpy"
     native = extsrc.OpRuntime(op_path="native")
     with extsrc.Loader(m, op_runtime=native, **kw) as loader:
-        with pytest.raises(OpContractError, match=r"op 'oi_bright_guard' on its native path "
-                                                  r"takes HWC images with 3 channels, got 1 "
-                                                  r"from transform 'oi_hand_first_channel' "
-                                                  r"before it \[sample .*line 2"):
+        with pytest.raises(OpOutputError, match=r"op 'oi_bright_guard' on its native path "
+                                                r"takes HWC images with 3 channels, got 1 "
+                                                r"from transform 'oi_hand_first_channel' "
+                                                r"before it \[sample .*line 2") as e:
             next(iter(loader))
+    assert (e.value.op, e.value.line) == (oi_hand_first_channel.name, 2)
 
 
 def test_the_pipeline_refuses_paths_whose_traced_op_cannot_take_its_input(tmp_path):
@@ -174,3 +176,53 @@ def test_the_pipeline_refuses_paths_whose_traced_op_cannot_take_its_input(tmp_pa
     assert isinstance(config, LoaderConfig)
     with pytest.raises(ValueError, match="op 'oi_centred' cannot run on its native path here"):
         build_pipeline(source, config, _native(oi_to_half, oi_centred))
+
+
+@pytest.mark.parametrize("runtime", [{"op_workers": 0}, {"op_workers": 2, "op_pool": "thread"},
+                                     {"op_workers": 2, "op_pool": "process"}],
+                         ids=["in-dalis-thread", "threads", "processes"])
+def test_the_runner_checks_the_channels_for_the_ops_reading_the_last_transform(tmp_path,
+                                                                               runtime):
+    m = sized_dataset(tmp_path, [(12, 10)] * 4)
+    rt = extsrc.OpRuntime(op_path={oi_first_channel.name: "numpy", oi_mirror.name: "native",
+                                   oi_rgb_to_bgr.name: "native"}, **runtime)
+    with extsrc.Loader(m, batch_size=4, transforms=[oi_first_channel],
+                       ops=[oi_mirror, oi_rgb_to_bgr], device="cpu", shuffle=False,
+                       op_runtime=rt, workers=extsrc.Workers(num_workers=0)) as loader:
+        with pytest.raises(OpOutputError, match=r"but ops 'oi_mirror', 'oi_rgb_to_bgr' after "
+                                                r"it run traced native paths, which take 3 "
+                                                r"\[sample .*line 2 ") as e:
+            next(iter(loader))
+    assert (e.value.op, e.value.line) == (oi_first_channel.name, 2)
+
+
+def test_an_op_the_process_pool_cannot_take_keeps_its_native_path_with_the_check(tmp_path):
+    import threading
+
+    import augment_ops
+
+    @unregistered()
+    def oi_hand_bgr(img):
+        return img[..., ::-1]
+
+    # a parameter that cannot be pickled, which the traced graph does not read
+    oi_locked_flip = augment_ops.Op(name="oi_locked_flip", fn=lambda img, lock=None: img[:, ::-1],
+                                    params=(("lock", threading.Lock()),))
+    oi_hand_bgr.implement("native")(_reversed_channels_by_hand)
+    m = sized_dataset(tmp_path, [(12, 10)] * 4)
+    kw = {"batch_size": 4, "transforms": [oi_hand_bgr, oi_locked_flip], "device": "cpu",
+          "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
+    with extsrc.Loader(m, op_runtime=extsrc.OpRuntime(op_workers=2, op_pool="process"),
+                       **kw) as loader:
+        assert loader.op_paths == {oi_hand_bgr.name: "native", oi_locked_flip.name: "native"}
+        got = next(iter(loader))["image"]
+    rt = extsrc.OpRuntime(op_path="numpy", op_workers=0)
+    with extsrc.Loader(m, op_runtime=rt, **kw) as loader:
+        want = next(iter(loader))["image"]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def _reversed_channels_by_hand(img):
+    from nvidia.dali import fn
+
+    return fn.cat(img[:, :, 2:3], img[:, :, 1:2], img[:, :, 0:1], axis=2)

@@ -476,15 +476,7 @@ def _gate(traced: Traced, layout: CheckLayout, given: Sequence[Node],
 
 def _reaches(roots: Sequence[Node], among: set[int]) -> set[int]:
     """The ids in ``among`` of the nodes ``roots`` are computed from."""
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        n = stack.pop()
-        if id(n) in seen:
-            continue
-        seen.add(id(n))
-        stack.extend(a for a in n.args if isinstance(a, Node))
-    return seen & among
+    return {id(n) for n in Traced(tuple(roots), 0, 0).nodes()} & among
 
 
 def _on_cpu(value: Any) -> Any:

@@ -267,10 +267,11 @@ class _OpNodes:
     def _gpu(self, op: Op, occurrence: int, img: Any, check: dict[str, Any]) -> Any:
         from nvidia.dali import fn
 
-        # Only random ops need the sample identities (for their generators).
+        # Only random ops need the sample identities (for their generators), and a check of
+        # the outputs (to name the sample that fails it).
         # A copy: a CPU node that also feeds a GPU transfer is placed in pinned memory,
         # which torch.from_dlpack rejects when `info` is handed to torch (seen on H100).
-        extra = [fn.copy(self.info).gpu()] if op.random else []
+        extra = [fn.copy(self.info).gpu()] if op.random or check else []
         return fn.python_function(
             img.gpu(), *extra,
             function=GpuBatchOpRunner(op, seed=self.seed, manifest=self.manifest,

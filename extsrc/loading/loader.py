@@ -50,7 +50,7 @@ from extsrc.loading.skipping import skip_bad, stand_in_problems, validate_images
 from extsrc.loading.state import Resumable
 from extsrc.ops_runtime.op_inputs import fit_to_inputs
 from extsrc.ops_runtime.paths import check_output_dtype, choose_paths
-from extsrc.ops_runtime.pool import OpPool, check_picklable
+from extsrc.ops_runtime.pool import OpPool, check_picklable, picklable
 from extsrc.sources.images import STAND_IN, ShardedSource
 from extsrc.sources.manifest import Manifest
 from extsrc.sources.shards import is_shard_source, read_shards
@@ -77,7 +77,11 @@ def plan_run(config: LoaderConfig) -> RunPlan:
     # runs on the numpy path, or is refused where the user forced its native path.
     forced = set(chosen) if isinstance(override, str) else set(override or ())
     moved: dict[str, str] = {}
-    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced, moved)
+
+    def movable(op: Op) -> bool:  # to the numpy path, as the op pool's processes take it
+        return config.op_runtime.op_pool != "process" or picklable(op)
+
+    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced, moved, movable)
     plan = RunPlan(config, tuple(chosen.items()))
     if config.op_runtime.op_pool == "process" and plan.op_pool_size > 0:
         for op in plan.numpy_ops:

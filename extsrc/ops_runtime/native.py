@@ -32,9 +32,9 @@ class SampleCheck:
     (:class:`augment_ops.lower_dali.CheckLayout`) and info rows of the samples that fail one
     (see :func:`augment_ops.lower_dali.emit`). Raises what the numpy path
     raises, in its order, naming the op, the manifest line and the path: an
-    :class:`OpContractError` for an image of another channel count than ``channels`` (where
-    given: the traced graph's, the image coming from a step whose count is known only at run
-    time), the op's :class:`OpContractError` for a too-small image, an :class:`OpError` for a
+    :class:`OpOutputError` of the transform ``after`` the op for an image of another channel
+    count than ``channels`` (where given: the traced graph's, for an image no Python saw),
+    the op's :class:`OpContractError` for a too-small image, an :class:`OpError` for a
     guard (with the op's line), an :class:`OpOutputError` for an empty output."""
 
     def __init__(self, op: Op, manifest: Manifest, layout: CheckLayout | None = None, *,
@@ -60,14 +60,18 @@ class SampleCheck:
             i = int(info[0])
             fields = {"op": name, "source": m.source, "line": m.lines[i], "path": m.paths[i]}
             if self.channels is not None and shape[2] != self.channels:
+                # The fault is the output of the transform before the op: its error, as the
+                # runner of a numpy-path transform raises it.
                 before = f"transform '{self.after}'" if self.after else "the transform"
-                raise OpContractError(
+                err = OpOutputError(
                     f"op '{name}' on its native path takes HWC images with {self.channels} "
                     f"channels, got {shape[2]} from {before} before it [sample "
                     f"{self._where(i)}] [native path]; make {before} return {self.channels} "
                     f"channels, or run '{name}' on the numpy path "
-                    f"(OpRuntime(op_path={{'{name}': 'numpy'}}))"
-                )
+                    f"(OpRuntime(op_path={{'{name}': 'numpy'}}))",
+                    **{**fields, "op": self.after or name})
+                RAISED.append(err)
+                raise err
             if min(shape[0], shape[1]) < self.op.min_size:
                 raise OpContractError(
                     f"op '{name}' needs images of at least {self.op.min_size}x"

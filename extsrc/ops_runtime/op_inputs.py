@@ -16,14 +16,16 @@ one before it, and the ops take the last transform's output.
   it (:func:`checked_readers`), naming the sample: an output of 4 channels stops the loader
   with the fix, where it would have computed the op's numpy result only if the op happens not to
   depend on the count (a flip does, a greyscale does not).
-- After a transform lowered by hand (``Op.implement("native")``), no Python sees its outputs:
-  the traced op runs on the numpy path, or, forced onto its native path, checks the channel
-  count per sample itself (:func:`augment_ops.lower_dali.emit`'s ``channels``).
+- After a transform on its native path whose channel count shows only when it runs (lowered
+  by hand with ``Op.implement("native")``, or traced to a count of its own per sample), no
+  Python sees its outputs: the traced op runs on the numpy path, or, forced onto its native
+  path (or an op the op pool's processes cannot take), checks the channel count per sample
+  itself, first (:func:`augment_ops.lower_dali.emit`'s ``channels``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,8 +71,9 @@ class OpInput:
 
     @property
     def unchecked(self) -> bool:
-        """Whether no Python sees these images before the op: the output of a transform lowered
-        by hand, whose channel count shows only when it runs."""
+        """Whether no Python sees these images before the op: the output of a transform on its
+        native path (lowered by hand, or traced to a channel count of its own per sample),
+        whose channel count shows only when it runs."""
         return self.channels is None and self.after_path == "native"
 
 
@@ -118,11 +121,14 @@ def checked_readers(transforms: Sequence[Op], ops: Sequence[Op],
 
 
 def fit_to_inputs(transforms: Sequence[Op], ops: Sequence[Op], paths: Mapping[str, str],
-                  forced: set[str], moved: dict[str, str] | None = None) -> dict[str, str]:
+                  forced: set[str], moved: dict[str, str] | None = None,
+                  movable: Callable[[Op], bool] = lambda op: True) -> dict[str, str]:
     """``paths``, with the traced ops given an input their graph cannot take on the numpy path,
-    and those given a hand-lowered transform's output unless ``forced``; raises ``ValueError``
-    for such an op in ``forced`` (its path given by the user). ``moved`` gets the reason for
-    each op moved."""
+    and those given images no Python sees (:attr:`OpInput.unchecked`) unless ``forced`` or not
+    ``movable`` (an op the op pool's processes cannot take): those keep their native path and
+    check the channel count per sample. Raises ``ValueError`` for an op in ``forced`` (its
+    path given by the user) that its input does not fit. ``moved`` gets the reason for each op
+    moved."""
     chosen = dict(paths)
     uses = [*transforms, *ops]
     while True:
@@ -132,9 +138,9 @@ def fit_to_inputs(transforms: Sequence[Op], ops: Sequence[Op], paths: Mapping[st
             if not traced(op, chosen[op.name]):
                 continue
             why = given.traced_refusal()
-            if why is None and given.unchecked and op.name not in forced:
-                why = (f"transform '{given.after}' before it is lowered by hand, so its channel "
-                       "count shows only when it runs")
+            if why is None and given.unchecked and op.name not in forced and movable(op):
+                why = (f"transform '{given.after}' before it runs on its native path, where no "
+                       "Python sees the channel count it gives")
             if why is None:
                 continue
             if op.name in forced:

@@ -31,8 +31,9 @@ four tiles at 1.3 times, and flips and cutout (one output, pixels only moved or 
 image (``np.mean`` of a float image: one Python call per batch for each sum, in numpy's order),
 or whose graph takes hundreds of steps over the image (:data:`GPU_NUMPY_MIN_STEPS`: OpenCV's
 HSV arithmetic, emulated exactly), runs on the numpy path, where it was measured faster. A
-traced op given other images than its graph takes (after a float32 transform) runs on the numpy
-path too (:mod:`extsrc.ops_runtime.op_inputs`). The choice depends on the ops and the device
+traced op given other images than its graph takes (after a float32 transform, or after a
+transform lowered by hand, whose channel count no Python sees) runs on the numpy path too
+(:mod:`extsrc.ops_runtime.op_inputs`). The choice depends on the ops and the device
 only, never on the number of op workers, so a seed gives the same batches on any machine of
 that device (the two paths of a random op draw different numbers). A parity test holds every
 declared path to the numpy reference.
@@ -49,7 +50,7 @@ from augment_ops.paths import available_paths
 from augment_ops.registry import IMPLEMENTATIONS, Op, implementation
 from augment_ops.trace import TraceError, explain, trace_op
 from extsrc._util.slowstart import stage
-from extsrc.ops_runtime.pool import check_picklable
+from extsrc.ops_runtime.pool import picklable
 
 __all__ = ["GPU_NUMPY_MIN_STEPS", "check_output_dtype", "choose_paths", "computes_on_pixels",
            "explain_choice", "image_steps", "sums_floats"]
@@ -108,14 +109,6 @@ def image_steps(op: Op) -> int:
     """How many array operations of the op's traced graph compute on the image's pixels (0 for
     an op that does not trace or has a hand-written native lowering)."""
     return sum(1 for n in _traced_nodes(op) if n.pixel and n.ndim >= 2 and n.op != "input")
-
-
-def _picklable(op: Op) -> bool:
-    try:
-        check_picklable(op)
-    except ValueError:
-        return False
-    return True
 
 
 #: dtypes DALI's torch bridge (``DALIGenericIterator``) cannot hand over, on any path.
@@ -185,7 +178,7 @@ def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
     offered = [p for p in available_paths(op) if p != "gpu" or gpu]
     prefs = _PREFERENCE_GPU if gpu else _PREFERENCE_CPU
     choice = next(p for p in prefs if p in offered)
-    if choice == "native" and not gpu and _picklable(op):
+    if choice == "native" and not gpu and picklable(op):
         if op.num_outputs > 1:
             return "numpy", (
                 f"numpy: the op has {op.num_outputs} outputs, which the numpy path's op pool "
@@ -203,14 +196,14 @@ def _automatic(op: Op, gpu: bool) -> tuple[str, str]:
         if choice == "numpy":
             return choice, "numpy: the op's gpu path needs CuPy, which is not importable, " \
                 "and it has no native path (" + explain(op) + ")"
-    if choice == "native" and gpu and _picklable(op) and sums_floats(op):
+    if choice == "native" and gpu and picklable(op) and sums_floats(op):
         return "numpy", (
             "numpy: the op's traced graph sums floats over the image in numpy's pairwise "
             "order, which DALI's reductions do not follow, by one Python call per batch for "
             "each sum (torch's on the GPU for a whole array, numpy's on the CPU for some axes), "
             "which ran slower than the numpy path's op pool on an H200 (keras' standardize: "
             "0.75x, benchmarks/README.md); OpRuntime(op_path='native') forces the DALI graph")
-    if choice == "native" and gpu and _picklable(op):
+    if choice == "native" and gpu and picklable(op):
         steps = image_steps(op)
         if steps >= GPU_NUMPY_MIN_STEPS:
             return "numpy", (

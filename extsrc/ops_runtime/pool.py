@@ -52,7 +52,7 @@ from extsrc.ops_runtime.threads import Task, Threads, abandoned_error, wait_task
 from extsrc.ops_runtime.worker import aligned, grown, recv_message, send_message
 
 __all__ = ["POOL_KINDS", "STARTUP_SECONDS", "OpPool", "PoolRunner", "check_op_timeout",
-           "check_picklable", "chunks"]
+           "check_picklable", "chunks", "picklable"]
 
 #: The kinds of pool: worker processes, or threads of this process.
 POOL_KINDS = ("process", "thread")
@@ -117,6 +117,15 @@ def _dumps(obj: Any) -> bytes:
     from extsrc.ops_runtime.oppickle import dumps
 
     return dumps(obj)
+
+
+def picklable(op: Any) -> bool:
+    """Whether ``op`` can be sent to worker processes (:func:`check_picklable` does not raise)."""
+    try:
+        check_picklable(op)
+    except ValueError:
+        return False
+    return True
 
 
 def check_picklable(op: Any) -> None:

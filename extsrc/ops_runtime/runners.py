@@ -64,11 +64,14 @@ class BatchOpRunner:
             numpy = ", ".join(f"'{r}': 'numpy'" for r in self.readers)
             where = f"sample {self.where(index)}" if index >= 0 else "a sample"
             count = f"{shape[-1]} channel" + ("" if shape[-1] == 1 else "s")
+            readers = (f"op {names} after it runs a traced native path, which takes"
+                       if len(self.readers) == 1 else
+                       f"ops {names} after it run traced native paths, which take")
             err = OpOutputError(
-                f"op '{self.op.name}' output 0 has {count} (shape {shape}), but "
-                f"{names} after it runs a traced native path, which takes {self.channels} "
-                f"[{where}]; return {self.channels} channels from '{self.op.name}', or run "
-                f"{names} on the numpy path (OpRuntime(op_path={{{numpy}}}))",
+                f"op '{self.op.name}' output 0 has {count} (shape {shape}), but {readers} "
+                f"{self.channels} [{where}]; return {self.channels} channels from "
+                f"'{self.op.name}', or run the op after it on the numpy path "
+                f"(OpRuntime(op_path={{{numpy}}}))",
                 op=self.op.name, **fields)
             RAISED.append(err)
             raise err
