@@ -117,6 +117,24 @@ def add_options(ap: argparse.ArgumentParser, *, n: int, ops: str, repeats: int,
     ap.add_argument("--out", default=None, help="write the results as JSON here")
 
 
+def medians_written(results: dict[str, Any], out: str | None
+                    ) -> Callable[[dict[str, list[dict[str, Any]]], int], None]:
+    """An ``after_round`` for :func:`interleave` that puts the rounds done, each variant's
+    median images/s and every round into ``results``, and writes it as JSON to ``out``."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    def summary(runs: dict[str, list[dict[str, Any]]], rounds: int) -> None:
+        results["rounds"] = rounds
+        results["median_images_per_s"] = {
+            k: statistics.median([r["images_per_s"] for r in v]) for k, v in runs.items()}
+        results["runs"] = runs
+        if out:
+            Path(out).write_text(json.dumps(results, indent=1, default=str))
+    return summary
+
+
 def interleave(variants: Mapping[str, Callable[[], Epochs]], *, repeats: int, warmup: int,
                min_seconds: float, gpu: bool,
                after_round: Callable[[dict[str, list[dict[str, Any]]], int], None],

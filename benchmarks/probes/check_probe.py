@@ -16,7 +16,6 @@ Prints the median images/s per variant; ``--out`` gets every round.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -41,7 +40,7 @@ def main() -> None:
     import realops
     import realops_holdout
     from data import make_dataset
-    from runs import cpu_split, header, interleave
+    from runs import cpu_split, header, interleave, medians_written
 
     import extsrc.graph.image as graph_image
     from augment_ops.lower_dali import emit
@@ -91,16 +90,8 @@ def main() -> None:
     results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
                      generate_s=0.0)
 
-    def summary(runs: dict[str, list[dict[str, Any]]], rounds: int) -> None:
-        results["rounds"] = rounds
-        results["median_images_per_s"] = {
-            k: br.median([r["images_per_s"] for r in v]) for k, v in runs.items()}
-        results["runs"] = runs
-        if args.out:
-            Path(args.out).write_text(json.dumps(results, indent=1, default=str))
-
     interleave(variants, repeats=args.repeats, warmup=3, min_seconds=1.0, gpu=True,
-               after_round=summary)
+               after_round=medians_written(results, args.out))
     for k, v in results["median_images_per_s"].items():
         print(f"{k:40s} {v:10.1f}")
 
