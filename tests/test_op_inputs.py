@@ -1,8 +1,8 @@
 """A traced op's native path takes HWC uint8 images of 3 channels
 (:mod:`extsrc.ops_runtime.op_inputs`): after a transform declared otherwise it runs on the numpy
 path, forced onto its native path the loader refuses it when built, and where the channel count
-is known only at run time the native path checks it per sample, naming the sample. Before, a
-traced op after a float32 transform computed other pixels than its numpy path, silently."""
+is known only at run time it is checked per sample, naming the sample: a traced op after a
+float32 transform must not compute other pixels than its numpy path."""
 
 from __future__ import annotations
 
@@ -112,7 +112,8 @@ def test_a_numpy_transforms_channel_count_is_checked_by_its_runner(tmp_path, fir
     m = sized_dataset(tmp_path, [(12, 10)] * 4)
     kw = {"batch_size": 4, "transforms": [first, oi_mirror], "device": device,
           "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
-    auto = extsrc.OpRuntime(op_path={first.name: "numpy"})
+    # (with an op pool: on a GPU, its runner copies the images between the GPU and the pool)
+    auto = extsrc.OpRuntime(op_path={first.name: "numpy"}, op_workers=2)
     with extsrc.Loader(m, op_runtime=auto, **kw) as loader:
 
         assert loader.op_paths[oi_mirror.name] == "native"
@@ -208,18 +209,30 @@ def test_an_op_the_process_pool_cannot_take_keeps_its_native_path_with_the_check
     # a parameter that cannot be pickled, which the traced graph does not read
     oi_locked_flip = augment_ops.Op(name="oi_locked_flip", fn=lambda img, lock=None: img[:, ::-1],
                                     params=(("lock", threading.Lock()),))
+    @unregistered()
+    def oi_hand_one_channel(img):
+        return img[..., :1]
+
     oi_hand_bgr.implement("native")(_reversed_channels_by_hand)
+    oi_hand_one_channel.implement("native")(_first_channel_by_hand)
     m = sized_dataset(tmp_path, [(12, 10)] * 4)
     kw = {"batch_size": 4, "transforms": [oi_hand_bgr, oi_locked_flip], "device": "cpu",
           "shuffle": False, "workers": extsrc.Workers(num_workers=0)}
-    with extsrc.Loader(m, op_runtime=extsrc.OpRuntime(op_workers=2, op_pool="process"),
-                       **kw) as loader:
-        assert loader.op_paths == {oi_hand_bgr.name: "native", oi_locked_flip.name: "native"}
-        got = next(iter(loader))["image"]
+    for pool in ("process", "thread"):  # the path does not depend on the pool
+        rt = extsrc.OpRuntime(op_workers=2, op_pool=pool)
+        with extsrc.Loader(m, op_runtime=rt, **kw) as loader:
+            assert loader.op_paths == {oi_hand_bgr.name: "native",
+                                       oi_locked_flip.name: "native"}
+            got = next(iter(loader))["image"]
     rt = extsrc.OpRuntime(op_path="numpy", op_workers=0)
     with extsrc.Loader(m, op_runtime=rt, **kw) as loader:
         want = next(iter(loader))["image"]
     np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # and it checks the channel count it is given
+    kw["transforms"] = [oi_hand_one_channel, oi_locked_flip]
+    with extsrc.Loader(m, **kw) as loader:
+        with pytest.raises(OpOutputError, match="got 1 from transform 'oi_hand_one_channel'"):
+            next(iter(loader))
 
 
 def _reversed_channels_by_hand(img):

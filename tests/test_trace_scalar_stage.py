@@ -187,7 +187,8 @@ def test_a_batch_of_per_sample_values_keeps_their_dtype_and_refuses_another_shap
     got = scalar_stage._batch(samples, (3,), np.dtype(np.int64))
     assert got.dtype == np.int64 and got.tolist() == [[5, 7, 3], [2, 9, 3]]
     assert scalar_stage._batch([], (3,), np.dtype(np.int64)).shape == (0, 3)
-    scalars = [np.array(0.25), np.array(0.5)]
-    assert scalar_stage._batch(scalars, (), None).dtype == np.float64
+    flags = [np.array(True), np.array(False)]
+    got = scalar_stage._batch(flags, (), None)
+    assert got.dtype == np.bool_ and got.tolist() == [True, False]
     with pytest.raises(ValueError, match=r"shape \(3,\) expected"):
         scalar_stage._batch([np.array([5, 7], np.int64)] * 2, (3,), np.dtype(np.int64))

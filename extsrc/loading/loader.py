@@ -78,10 +78,9 @@ def plan_run(config: LoaderConfig) -> RunPlan:
     forced = set(chosen) if isinstance(override, str) else set(override or ())
     moved: dict[str, str] = {}
 
-    def movable(op: Op) -> bool:  # to the numpy path, as the op pool's processes take it
-        return config.op_runtime.op_pool != "process" or picklable(op)
-
-    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced, moved, movable)
+    # An op that cannot be pickled keeps its native path whatever the pool, as the automatic
+    # choice keeps it (the path depends on the ops and the device only).
+    chosen = fit_to_inputs(config.transforms, config.ops, chosen, forced, moved, picklable)
     plan = RunPlan(config, tuple(chosen.items()))
     if config.op_runtime.op_pool == "process" and plan.op_pool_size > 0:
         for op in plan.numpy_ops:

@@ -68,7 +68,8 @@ class SampleCheck:
                     f"channels, got {shape[2]} from {before} before it [sample "
                     f"{self._where(i)}] [native path]; make {before} return {self.channels} "
                     f"channels, or run '{name}' on the numpy path "
-                    f"(OpRuntime(op_path={{'{name}': 'numpy'}}))",
+                    f"(OpRuntime(op_path={{'{name}': 'numpy'}}), with op_pool='thread' if it "
+                    "cannot be pickled)",
                     **{**fields, "op": self.after or name})
                 RAISED.append(err)
                 raise err

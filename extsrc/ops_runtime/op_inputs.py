@@ -19,8 +19,9 @@ one before it, and the ops take the last transform's output.
 - After a transform on its native path whose channel count shows only when it runs (lowered
   by hand with ``Op.implement("native")``, or traced to a count of its own per sample), no
   Python sees its outputs: the traced op runs on the numpy path, or, forced onto its native
-  path (or an op the op pool's processes cannot take), checks the channel count per sample
-  itself, first (:func:`augment_ops.lower_dali.emit`'s ``channels``).
+  path (or an op that cannot be pickled, which the automatic choice keeps native whatever the
+  pool), checks the channel count per sample itself, first
+  (:func:`augment_ops.lower_dali.emit`'s ``channels``).
 """
 
 from __future__ import annotations
@@ -125,8 +126,8 @@ def fit_to_inputs(transforms: Sequence[Op], ops: Sequence[Op], paths: Mapping[st
                   movable: Callable[[Op], bool] = lambda op: True) -> dict[str, str]:
     """``paths``, with the traced ops given an input their graph cannot take on the numpy path,
     and those given images no Python sees (:attr:`OpInput.unchecked`) unless ``forced`` or not
-    ``movable`` (an op the op pool's processes cannot take): those keep their native path and
-    check the channel count per sample. Raises ``ValueError`` for an op in ``forced`` (its
+    ``movable`` (an op that cannot be pickled): those keep their native path and check the
+    channel count per sample. Raises ``ValueError`` for an op in ``forced`` (its
     path given by the user) that its input does not fit. ``moved`` gets the reason for each op
     moved."""
     chosen = dict(paths)

@@ -71,7 +71,8 @@ class BatchOpRunner:
                 f"op '{self.op.name}' output 0 has {count} (shape {shape}), but {readers} "
                 f"{self.channels} [{where}]; return {self.channels} channels from "
                 f"'{self.op.name}', or run the op after it on the numpy path "
-                f"(OpRuntime(op_path={{{numpy}}}))",
+                f"(OpRuntime(op_path={{{numpy}}}), with op_pool='thread' if it cannot be "
+                "pickled)",
                 op=self.op.name, **fields)
             RAISED.append(err)
             raise err
