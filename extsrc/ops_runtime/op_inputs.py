@@ -14,8 +14,8 @@ one before it, and the ops take the last transform's output.
 - After a transform on the numpy or gpu path, whose channel count shows only when it runs, the
   traced op keeps its native path, and that transform's runner checks each output it gives
   it (:func:`checked_readers`), naming the sample: an output of 4 channels stops the loader
-  with the fix, where it would have computed the op's numpy result only if the op happens not to
-  depend on the count (a flip does, a greyscale does not).
+  with the fix, where the op's graph would have given numpy's result only if it happens not
+  to depend on the count (a flip's would, a greyscale's would not).
 - After a transform on its native path whose channel count shows only when it runs (lowered
   by hand with ``Op.implement("native")``, or traced to a count of its own per sample), no
   Python sees its outputs: the traced op runs on the numpy path, or, forced onto its native
@@ -127,9 +127,8 @@ def fit_to_inputs(transforms: Sequence[Op], ops: Sequence[Op], paths: Mapping[st
     """``paths``, with the traced ops given an input their graph cannot take on the numpy path,
     and those given images no Python sees (:attr:`OpInput.unchecked`) unless ``forced`` or not
     ``movable`` (an op that cannot be pickled): those keep their native path and check the
-    channel count per sample. Raises ``ValueError`` for an op in ``forced`` (its
-    path given by the user) that its input does not fit. ``moved`` gets the reason for each op
-    moved."""
+    channel count per sample. Raises ``ValueError`` for an op in ``forced`` (its path given by
+    the user) that its input does not fit. ``moved`` gets the reason for each op moved."""
     chosen = dict(paths)
     uses = [*transforms, *ops]
     while True:
