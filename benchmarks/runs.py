@@ -117,6 +117,32 @@ def add_options(ap: argparse.ArgumentParser, *, n: int, ops: str, repeats: int,
     ap.add_argument("--out", default=None, help="write the results as JSON here")
 
 
+def probe_options(ap: argparse.ArgumentParser, *, data: str, repeats: int,
+                  min_seconds: float) -> None:
+    """The options every probe of ``probes/`` shares: the dataset (``--data``, default ``data``;
+    ``--n``) and the measurement (``--repeats``, ``--min-seconds``, ``--out``)."""
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=repeats)
+    ap.add_argument("--min-seconds", type=float, default=min_seconds)
+    ap.add_argument("--data", default=data)
+    ap.add_argument("--out", default=None)
+
+
+def run_probe(variants: Mapping[str, Callable[[], Epochs]], args: argparse.Namespace, *,
+              cores: int, mean_bytes: float) -> dict[str, Any]:
+    """A probe's variants measured on the GPU by :func:`interleave` (3 untimed batches each)
+    with its :func:`probe_options`, the results written to ``--out`` after every round; prints
+    each variant's median images/s and returns the results."""
+    results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
+                     generate_s=0.0)
+    interleave(variants, repeats=args.repeats, warmup=3, min_seconds=args.min_seconds,
+               gpu=True, after_round=medians_written(results, args.out))
+    width = max(map(len, variants), default=0) + 2
+    for k, v in results["median_images_per_s"].items():
+        print(f"{k:{width}s} {v:10.1f}")
+    return results
+
+
 def medians_written(results: dict[str, Any], out: str | None
                     ) -> Callable[[dict[str, list[dict[str, Any]]], int], None]:
     """An ``after_round`` for :func:`interleave` that puts the rounds done, each variant's

@@ -24,14 +24,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests"), str(ROOT)]
 
+from runs import cpu_split, probe_options, run_probe  # noqa: E402  (benchmarks/, put on the path above)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", required=True, help="comma-separated op names (corpus, held-out)")
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--data", default="/tmp/extsrc-check-probe")
-    ap.add_argument("--out", default=None)
+    probe_options(ap, data="/tmp/extsrc-check-probe", repeats=3, min_seconds=1.0)
     args = ap.parse_args()
     # Spawned readers import the corpus by name.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -40,7 +39,6 @@ def main() -> None:
     import realops
     import realops_holdout
     from data import make_dataset
-    from runs import cpu_split, header, interleave, medians_written
 
     import extsrc.graph.image as graph_image
     from augment_ops.lower_dali import emit
@@ -87,13 +85,7 @@ def main() -> None:
             variants[f"{name}:handwritten"] = (
                 lambda e=e: br.dali_epochs(manifest, name=e.name, num_outputs=e.op.num_outputs,
                                            **dali_kw))
-    results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
-                     generate_s=0.0)
-
-    interleave(variants, repeats=args.repeats, warmup=3, min_seconds=1.0, gpu=True,
-               after_round=medians_written(results, args.out))
-    for k, v in results["median_images_per_s"].items():
-        print(f"{k:40s} {v:10.1f}")
+    run_probe(variants, args, cores=cores, mean_bytes=mean_bytes)
 
 
 if __name__ == "__main__":

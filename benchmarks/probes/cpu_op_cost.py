@@ -23,6 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
+from runs import Epochs, cpu_split, probe_options, run_probe  # noqa: E402  (benchmarks/, put on the path above)
+
 
 def _identity(shapes: list[Any]) -> list[Any]:
     return shapes
@@ -44,15 +46,10 @@ def _with_ops(count: int, python: bool) -> Any:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default="0,4,8,16", help="comma-separated operator counts")
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=4)
-    ap.add_argument("--min-seconds", type=float, default=1.5)
-    ap.add_argument("--data", default="/tmp/extsrc-cpu-op-cost")
-    ap.add_argument("--out", default=None)
+    probe_options(ap, data="/tmp/extsrc-cpu-op-cost", repeats=4, min_seconds=1.5)
     args = ap.parse_args()
     from baselines import raw_dali_iterator
     from data import make_dataset
-    from runs import Epochs, cpu_split, header, interleave, medians_written
 
     from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
 
@@ -68,13 +65,7 @@ def main() -> None:
 
     variants = {f"cpu_ops_{k}": variant(int(k), False) for k in args.ops.split(",")}
     variants["python_function_1"] = variant(0, True)
-    results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
-                     generate_s=0.0)
-
-    interleave(variants, repeats=args.repeats, warmup=3, min_seconds=args.min_seconds, gpu=True,
-               after_round=medians_written(results, args.out))
-    for k, v in results["median_images_per_s"].items():
-        print(f"{k:24s} {v:10.1f}")
+    run_probe(variants, args, cores=cores, mean_bytes=mean_bytes)
 
 
 if __name__ == "__main__":

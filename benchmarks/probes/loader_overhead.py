@@ -21,18 +21,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
+from runs import Epochs, cpu_split, probe_options, run_probe  # noqa: E402  (benchmarks/, put on the path above)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--min-seconds", type=float, default=2.0)
-    ap.add_argument("--data", default="/tmp/extsrc-loader-overhead")
-    ap.add_argument("--out", default=None)
+    probe_options(ap, data="/tmp/extsrc-loader-overhead", repeats=5, min_seconds=2.0)
     args = ap.parse_args()
     import bench_realops as br
     from data import make_dataset
-    from runs import Epochs, cpu_split, header, interleave, medians_written
 
     import extsrc
 
@@ -58,12 +55,7 @@ def main() -> None:
                                               batch_size=128, resize=224, threads=threads,
                                               workers=workers, gpu=True),
     }
-    results = header(None, gpu=True, cores=cores, n=args.n, mean_bytes=mean_bytes,
-                     generate_s=0.0)
-    interleave(variants, repeats=args.repeats, warmup=3, min_seconds=args.min_seconds,
-               gpu=True, after_round=medians_written(results, args.out))
-    for k, v in results["median_images_per_s"].items():
-        print(f"{k:28s} {v:10.1f}")
+    run_probe(variants, args, cores=cores, mean_bytes=mean_bytes)
 
 
 if __name__ == "__main__":
