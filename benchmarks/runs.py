@@ -84,8 +84,8 @@ def measure(make: Any, *, warmup: int, min_seconds: float, gpu: bool) -> dict[st
         sync()
         dt = time.perf_counter() - t0
     finally:
+        runner.close()  # before its figures are read: a runner may add some as it closes
         op_paths, dali = runner.op_paths, runner.dali
-        runner.close()
         gc.collect()
     out: dict[str, Any] = {"images": n, "seconds": round(dt, 3),
                            "images_per_s": round(n / dt, 1), "timed_batches": batches,

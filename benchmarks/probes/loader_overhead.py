@@ -1,13 +1,22 @@
-"""What the loader costs with no op, against raw DALI doing the same job: a resize-only
-``extsrc.Loader`` as it is, the same without its watchdog of the reader processes
-(``Workers(watchdog=False)``: DALI is called directly instead of from a helper thread the main
-thread watches), and raw DALI's parallel external source -> decode -> resize
-(``baselines.raw_dali_iterator``). The job and the data are ``bench_realops.py``'s: 1,024
-generated 500x375 JPEGs, batch 128, resized to 224 (stretched).
+"""What the loader costs with no op, against raw DALI doing the same job, and where:
 
-    python3 benchmarks/probes/loader_overhead.py --repeats 5 --out loader_overhead.json
+* a resize-only ``extsrc.Loader`` as it is;
+* the same without its watchdog of the reader processes (``Workers(watchdog=False)``: DALI is
+  called directly instead of from a helper thread the main thread watches);
+* the loader's own DALI pipeline iterated by a plain ``DALIGenericIterator`` (none of the
+  loader's Python per batch: what its graph and source cost);
+* raw DALI's resize over the loader's own source (its readers and its three outputs);
+* raw DALI's resize whose source gives a third output like the loader's ``info``;
+* raw DALI's parallel external source -> decode -> resize (``baselines.raw_dali_iterator``).
 
-Prints the median images/s per variant; ``--out`` gets every round.
+The job and the data are ``bench_realops.py``'s: 1,024 generated 500x375 JPEGs, batch 128,
+resized to 224 (stretched).
+
+    python3 benchmarks/probes/loader_overhead.py --repeats 8 --out loader_overhead.json
+
+Prints the median images/s per variant; ``--out`` gets every round, each with the CPU seconds
+per second of the process's busiest threads from its first batch to its end (under ``dali``):
+a thread near 1.0 there would be the one the others wait for.
 """
 
 from __future__ import annotations
@@ -15,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +33,88 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
 from runs import Epochs, cpu_split, probe_options, run_probe  # noqa: E402  (benchmarks/, put on the path above)
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of each thread of this process, with its name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+class Busiest(Epochs):
+    """``Epochs`` that records, from the first batch to ``close()``, the CPU seconds per second
+    of the process's busiest threads (``self.threads``, filled in ``close()``)."""
+
+    def epoch(self):
+        for batch in super().epoch():
+            if not hasattr(self, "_start"):
+                self._start = (time.perf_counter(), thread_cpu())
+            yield batch
+
+    def close(self) -> None:
+        if hasattr(self, "_start"):
+            t0, before = self._start
+            dt, after = time.perf_counter() - t0, thread_cpu()
+            named = {t.native_id: t.name for t in threading.enumerate()}
+            use = sorted(((cpu - before.get(tid, ("", 0.0))[1]) / dt, tid,
+                          named.get(tid, name)) for tid, (name, cpu) in after.items())
+            main = threading.main_thread().native_id
+            self.dali = {"threads": [
+                {"thread": ("main " if tid == main else "") + name, "cpu_per_s": round(u, 3)}
+                for u, tid, name in reversed(use[-6:])]}
+        super().close()
+
+
+class WithInfo:
+    """``baselines.RawSource`` with a third output: an ``(n, 3)`` int64 row per sample, as the
+    loader's ``info`` (manifest index, epoch, pad flag)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    def __call__(self, info: Any) -> tuple[Any, ...]:
+        import numpy as np
+
+        data, labels = self.source(info)
+        rows = np.zeros((len(labels), 3), dtype=np.int64)
+        rows[:, 0] = np.arange(len(labels))
+        rows[:, 1] = info.epoch_idx
+        return data, labels, rows
+
+
+def raw_with(source: Any, *, threads: int, workers: int, info_out: bool) -> Any:
+    """Raw DALI's resize-only pipeline (``baselines.raw_dali_iterator``'s) over ``source``, a
+    batch source of (bytes, labels, info rows), with the info rows as a CPU output or not."""
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+    from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
+
+    pipe = Pipeline(batch_size=128, num_threads=threads, device_id=0, seed=0,
+                    py_num_workers=workers, py_start_method="spawn")
+    with pipe:
+        jpegs, labels, info = fn.external_source(source=source, num_outputs=3, batch=True,
+                                                 batch_info=True, parallel=True,
+                                                 prefetch_queue_depth=workers)
+        img = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB,
+                                hw_decoder_load=DEFAULT_HW_DECODER_LOAD)
+        outs = [fn.resize(img, resize_x=224, resize_y=224), labels.gpu()]
+        pipe.set_outputs(*outs, *([info] if info_out else []))
+    pipe.build()
+    names = ["image", "label", *(["info"] if info_out else [])]
+    return DALIGenericIterator(pipe, names, auto_reset=True,
+                               last_batch_policy=LastBatchPolicy.PARTIAL)
 
 
 def main() -> None:
@@ -37,23 +130,48 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     workers, threads = cpu_split(None, None, cores)
 
+    def make_loader(watchdog: bool) -> Any:
+        return extsrc.Loader(
+            str(manifest), batch_size=128, resize=224, device="cuda:0",
+            workers=extsrc.Workers(num_workers=workers, num_threads=threads, watchdog=watchdog),
+            sampling=extsrc.Sampling(last_batch="partial"),
+            format=extsrc.BatchFormat(resize_mode="stretch"))
+
     def loader(watchdog: bool) -> Any:
-        def make() -> Epochs:
-            it = extsrc.Loader(
-                str(manifest), batch_size=128, resize=224, device="cuda:0",
-                workers=extsrc.Workers(num_workers=workers, num_threads=threads,
-                                       watchdog=watchdog),
-                sampling=extsrc.Sampling(last_batch="partial"),
-                format=extsrc.BatchFormat(resize_mode="stretch"))
-            return Epochs(it)
-        return make
+        return lambda: Busiest(make_loader(watchdog))
+
+    def loader_graph() -> Busiest:
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        it = make_loader(True)
+        pipe = it._build_pipeline()  # the pipeline the loader would run, iterated by DALI alone
+        pipe.build()
+        names = [*it.config.output_names, *it.config.hidden_outputs]
+        return Busiest(DALIGenericIterator(pipe, names, auto_reset=True,
+                                           last_batch_policy=LastBatchPolicy.PARTIAL))
+
+    def raw() -> Busiest:
+        e = br.dali_epochs(str(manifest), name=None, num_outputs=1, batch_size=128, resize=224,
+                           threads=threads, workers=workers, gpu=True)
+        return Busiest(e.iterable)
+
+    def raw_info() -> Busiest:
+        from baselines import RawSource, read_pairs
+
+        source = WithInfo(RawSource(read_pairs(str(manifest)), 128))
+        return Busiest(raw_with(source, threads=threads, workers=workers, info_out=True))
+
+    def raw_on_loader_source() -> Busiest:
+        source = make_loader(True).source  # the loader's own ShardedSource
+        return Busiest(raw_with(source, threads=threads, workers=workers, info_out=True))
 
     variants = {
         "loader": loader(True),
         "loader_without_watchdog": loader(False),
-        "dali_resize": lambda: br.dali_epochs(str(manifest), name=None, num_outputs=1,
-                                              batch_size=128, resize=224, threads=threads,
-                                              workers=workers, gpu=True),
+        "loader_graph_alone": loader_graph,
+        "dali_resize_loader_source": raw_on_loader_source,
+        "dali_resize_info_output": raw_info,
+        "dali_resize": raw,
     }
     run_probe(variants, args, cores=cores, mean_bytes=mean_bytes)
 
