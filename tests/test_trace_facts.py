@@ -343,3 +343,25 @@ def test_integers_and_an_index_array_apart_are_refused_and_an_index_out_of_range
         trace_op(apart)
     with pytest.raises(TraceError, match="IndexError: index 3 is out of bounds"):
         trace_op(out_of_range)
+
+
+def test_an_axis_added_keeps_what_the_facts_know_of_the_values():
+    """``x[..., None]`` (np.newaxis) holds x's values: a zero of either sign, a NaN, a bound go
+    through it (they were taken for absent there, so a maximum over it lowered though numpy's
+    sign of a zero result depends on its loop order)."""
+    from augment_ops.trace import TraceError
+
+    @unregistered(dtype=np.float32)
+    def f_signed_zeros_max(img):
+        zeros = np.where(img > 128, np.float32(-0.0), np.float32(0.0))  # both signs of zero
+        return np.float32(1.0) / zeros[..., None].max() + img.astype(np.float32)
+
+    with pytest.raises(TraceError, match=r"may hold both -0\.0 and 0\.0"):
+        trace_op(f_signed_zeros_max)
+
+    @unregistered(dtype=np.float32)
+    def f_one_sign_max(img):
+        zeros = np.where(img > 128, np.float32(-0.0), np.float32(0.0)) + np.float32(0.0)
+        return np.float32(1.0) / zeros[..., None].max() + img.astype(np.float32)
+
+    traced_equals_numpy(f_one_sign_max, [pattern_image(k, 4 + k, 5) for k in range(3)])

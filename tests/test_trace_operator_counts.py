@@ -428,3 +428,34 @@ def test_a_quotient_by_a_wrapped_divisor_converts_as_numpy_does():
     full = np.repeat(np.arange(256, dtype=np.uint8).reshape(16, 16, 1), 3, axis=2)
     with np.errstate(all="ignore"):
         traced_equals_numpy(c_wrapped_divisor, [full, pattern_image(0, 9, 7)])
+
+
+# -- np.clip(x, 0, 255).astype(np.uint8) of floats: floor, and DALI's cast saturates ------------
+def _blend(img, src, w):
+    # fvcore's BlendTransform.apply_image, as detectron2's colour augmentations use it
+    img = img.astype(np.float32)
+    return np.clip((1 - w) * src + w * img, 0, 255).astype(np.uint8)
+
+
+@unregistered()
+def c_mean_contrast(image, rng):
+    # the mean is a float64 sum of the image over its size: finite, so never NaN
+    return _blend(image, image.mean(), rng.uniform(0.8, 1.2))
+
+
+@unregistered()
+def c_grey_saturation(image, rng):
+    # a float64 grey channel, given its channel axis back by np.newaxis
+    grey = image.dot([0.299, 0.587, 0.114])[:, :, np.newaxis]
+    return _blend(image, grey, rng.uniform(0.8, 1.2))
+
+
+@pytest.mark.parametrize("op", [c_mean_contrast, c_grey_saturation])
+def test_a_clip_before_a_saturating_cast_takes_no_operator(op):
+    _lowered(op, SIZES)
+    traced = trace_op(op)
+    imgs = [pattern_image(0, 5, 7)]
+    pipe = traced_pipeline(traced, imgs, scalar_draws(traced, SEED, SALT, np.zeros(1, np.int64),
+                                                      np.zeros(1, np.int64)))
+    clamps = [o for o in pipe._ops if o._op is not None and "clamp(" in str(o._spec)]
+    assert not clamps  # the clip was one pass over the image more (floor, then the cast)

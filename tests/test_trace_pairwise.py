@@ -85,12 +85,14 @@ def p_transposed_standardize(img):
 @unregistered(dtype=np.float32)
 def p_written_through_a_transpose(img):
     """batchgenerators' contrast: each channel of a CHW view of an HWC array rewritten in turn
-    and summed; the writes keep the array's memory, whatever form the tracer gives them."""
+    and summed; the writes keep the array's memory, whatever form the tracer gives them. The
+    minimum reads the channel plus 0.0, as the tracer's refusal of a minimum of values that may
+    hold -0.0 advises."""
     d = (img.astype(np.float32) * np.float32(1.3)).transpose(2, 0, 1)
     for c in range(3):
         mn = d[c].mean()
         d[c] = (d[c] - mn) * np.float32(0.8 + 0.1 * c) + mn
-    return d.transpose(1, 2, 0) + d[1].min()
+    return d.transpose(1, 2, 0) + (d[1] + np.float32(0.0)).min()
 
 
 OPS = [p_centre, p_channel_means, p_standardize, p_float64_sum_and_var, p_transposed,

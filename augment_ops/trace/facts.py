@@ -176,7 +176,7 @@ def _element_sources(d: Node) -> list[Node]:
     """The values whose elements make up those of layout operator or fill ``d``."""
     if d.op == "full":
         return [d.args[1]]
-    if d.op in ("reshape", "broadcast"):
+    if d.op in ("reshape", "broadcast", "expand"):  # (expand: np.newaxis, one more axis)
         return [d.args[0]]
     if d.op == "reduce":
         return [d.args[0]]
@@ -608,6 +608,8 @@ def _never(n: Node) -> bool:
     if n.op == "bin" and n.attrs[0] == "equal":  # x == y never where their ranges are apart
         x, y = n.args
         return _apart(x, y) or _apart(y, x)
+    if n.op == "bin" and n.attrs[0] == "not_equal":  # x != x of a NaN-free x (numpy's NaN check)
+        return truth(n) is False
     if n.op != "bin" or n.attrs[0] not in ("less", "less_equal", "greater", "greater_equal"):
         return False
     x, y = n.args
@@ -684,7 +686,7 @@ def truth(d: Node) -> bool | None:
 
 def _compared(name: str, x: Node, y: Node) -> bool | None:
     """:func:`truth` of ``x <name> y`` (``less``, ``less_equal``, ``equal``, ``not_equal``)."""
-    if x is y and _no_nan(x):
+    if (x is y or _same(x, y)) and _no_nan(x):  # (x != x of a NaN-free x: never)
         return name != "less" and name != "not_equal"
     if not (sound(x) and sound(y)):
         return None
@@ -775,6 +777,8 @@ def no_negative_zero(d: Dim) -> bool:
         return True
     if d.op == "npsum":  # a sum is -0.0 only where every term is (no term: +0.0)
         return no_negative_zero(d.args[0])
+    if _sign_clear(d):
+        return True
     if d.op == "bin":
         a, b = d.args
         name = d.attrs[0]
@@ -785,6 +789,40 @@ def no_negative_zero(d: Dim) -> bool:
         if name in ("multiply", "divide", "maximum", "minimum"):
             return builtins.all(no_negative_zero(x) and (lower(x) is not None and lower(x) >= 0
                                                          and sound(x)) for x in (a, b))
+    return False
+
+
+@_fact
+def _sign_clear(d: Dim) -> bool:
+    """Whether no element of float ``d`` is negative or -0.0, for any input image (NaN aside):
+    values made of non-negative integers, constants and draws by additions, products,
+    quotients, square roots and roundings, each of which keeps the sign bit of non-negative
+    operands clear whatever it rounds (a float32 sum of a uint8 image, whose bounds rounding
+    makes unsound, included)."""
+    if not isinstance(d, Node):
+        return isinstance(d, (int, float, np.number)) and not math.copysign(1.0, float(d)) < 0
+    if d.dtype.kind in "biu":
+        low = lower(d)
+        return low is not None and low >= 0 and sound(d)
+    if d.op == "const":
+        v = np.asarray(d.value)
+        return bool(v.size) and not bool(np.signbit(v).any())
+    if d.op == "uniform":
+        low = lower(d)
+        return low is not None and low >= 0
+    if d.op == "cast":
+        return _sign_clear(d.args[0])
+    if d.op == "where":
+        return _sign_clear(d.args[1]) and _sign_clear(d.args[2])
+    if d.op in _LAYOUT_OPS or _keeps_elements(d) or d.op == "npsum":
+        sources = _element_sources(d) if d.op != "npsum" else [d.args[0]]
+        return bool(sources) and builtins.all(_sign_clear(a) for a in sources)
+    if d.op == "un" and d.attrs[0] == "absolute":
+        return True
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc", "sqrt"):
+        return _sign_clear(d.args[0])
+    if d.op == "bin" and d.attrs[0] in ("add", "multiply", "divide"):
+        return _sign_clear(d.args[0]) and _sign_clear(d.args[1])
     return False
 
 
@@ -811,12 +849,102 @@ def _no_nan(d: Dim) -> bool:
         a, b = d.args
         if not (_finite(a) and _finite(b)):
             return False
-        return d.attrs[0] != "divide" or (lower(b) or 0) > 0 or (upper(b) or 0) < 0
+        return d.attrs[0] != "divide" or _away_from_zero(b)
     return False
 
 
-def _finite(d: Node) -> bool:
-    """Whether every element of ``d`` is a finite number (bounds known, finite, and sound)."""
+def _away_from_zero(d: Dim) -> bool:
+    """Whether no element of ``d`` is 0 for any input image: sound bounds on one side of 0, and
+    for floats far enough from it that no rounding on the way (a float32 product of tiny
+    factors underflows) reaches 0."""
+    if not isinstance(d, Node):
+        return isinstance(d, (int, float, np.number)) and float(d) != 0
     lo, up = lower(d), upper(d)
-    return lo is not None and up is not None and math.isfinite(lo) and math.isfinite(up) and \
-        sound(d) and _no_nan(d)
+    if not sound(d):
+        return False
+    least = float(np.finfo(d.dtype).tiny) * 2.0 ** 24 if d.dtype.kind == "f" else 0.0
+    return (lo is not None and lo > least) or (up is not None and up < -least)
+
+
+def _finite(d: Node) -> bool:
+    """Whether every element numpy computes for ``d`` is a finite number: no infinity (see
+    :func:`_magnitude`) and no NaN."""
+    return _magnitude(d) is not None and _no_nan(d)
+
+
+#: How far inside its type's range a float value's bound must stay for :func:`_magnitude`: a
+#: rounding step moves a value by a relative 2**-24 at most, which takes no value from a
+#: quarter of the largest float to infinity.
+_MAGNITUDE_MARGIN = 4.0
+
+
+@_fact
+def _magnitude(d: Dim) -> float | None:
+    """A bound on ``|x|`` for every element ``x`` numpy computes for ``d``, where every float
+    value on the way to it (``d`` included) stays within ``1 / _MAGNITUDE_MARGIN`` of its type's
+    largest number, so that none overflows to infinity; else ``None``.
+
+    Unlike :func:`lower` and :func:`upper` with :func:`sound`, this asks for no exact bound, only
+    one far from overflow: a float32 step may round past the bounds of exact arithmetic, but not
+    by enough to overflow. An integer value is bounded by its type's range (the sum of a uint8
+    image of any size is below 2**64), which even a wrapped value stays in."""
+    if not isinstance(d, Node):
+        m = abs(float(d)) if isinstance(d, (int, float, np.number)) else None
+        return m if m is not None and math.isfinite(m) else None
+    if d.dtype.kind in "biu":
+        if d.dtype.kind == "b":
+            return 1.0
+        info = np.iinfo(d.dtype)
+        return float(max(-int(info.min), int(info.max)))
+    m = _unchecked_magnitude(d)
+    if m is None or not math.isfinite(m) or m > float(np.finfo(d.dtype).max) / _MAGNITUDE_MARGIN:
+        return None
+    return m
+
+
+def _unchecked_magnitude(d: Node) -> float | None:
+    """:func:`_magnitude` of float ``d`` from its operands', before the check of its range."""
+    if d.op == "const":
+        v = np.abs(np.asarray(d.value, dtype=np.float64))
+        return float(v.max()) if v.size else 0.0
+    if d.op == "uniform":
+        lo, up = lower(d), upper(d)
+        return None if lo is None or up is None else max(abs(lo), abs(up))
+    if d.op == "cast":
+        # Rounding to a float type moves a value by a relative 2**-24 at most, which the margin
+        # covers; every integer type's range fits every float type but float16's, which the
+        # check of the range refuses.
+        return _magnitude(d.args[0])
+    if d.op == "where":
+        return _largest(_magnitude(d.args[1]), _magnitude(d.args[2]))
+    if d.op in _LAYOUT_OPS or _keeps_elements(d):
+        return _largest(*(_magnitude(a) for a in _element_sources(d)))
+    if d.op == "un" and d.attrs[0] in ("floor", "ceil", "rint", "trunc"):
+        m = _magnitude(d.args[0])
+        return None if m is None else m + 1.0
+    if d.op == "un" and d.attrs[0] in ("negative", "absolute"):
+        return _magnitude(d.args[0])
+    if d.op != "bin":
+        return None
+    a, b = (_magnitude(x) for x in d.args[:2])
+    if a is None or b is None:
+        return None
+    name = d.attrs[0]
+    if name in ("minimum", "maximum"):
+        return max(a, b)
+    if name in ("add", "subtract"):
+        return a + b
+    if name == "multiply":
+        return a * b
+    if name == "divide":
+        # |a / b| <= |a| where every computed |b| >= 1 (sound bounds: those of the values
+        # computed, roundings included), also once rounded: |a| is a float, rounding monotonic.
+        den = d.args[1]
+        lo, up = lower(den), upper(den)
+        away = (lo is not None and lo >= 1) or (up is not None and up <= -1)
+        return a if away and sound(den) else None  # (sound: bounds of the rounded values)
+    return None
+
+
+def _largest(*ms: float | None) -> float | None:
+    return None if not ms or any(m is None for m in ms) else max(ms)  # type: ignore[type-var]
