@@ -165,15 +165,16 @@ def test_a_check_on_a_branch_not_taken_does_not_raise(tmp_path):
 
 
 def test_checks_the_tracer_can_rule_out_take_no_operators():
-    """``rng.integers(0, h)`` and ``rng.uniform(0, w)`` cannot fail, nor can a crop of
-    ``min(size, h)`` rows come out empty: no guard, no output check, no operator per batch."""
+    """``rng.integers(0, h)`` and ``rng.uniform(0, w)`` cannot fail, nor can ``np.uint8`` of a
+    draw below 200 (numpy 2 raises out of 0..255, and for NaN), nor a crop of ``min(size, h)``
+    rows come out empty: no guard, no output check, no operator per batch."""
     from augment_ops.lower_dali import check_layout
 
     @unregistered()
     def u_safe_draws(img, rng):
         h, w = img.shape[:2]
         y, x = rng.integers(0, h), rng.integers(0, w)
-        s = rng.uniform(0, w)
+        s = rng.uniform(0, w) * 0 + rng.uniform(0, 200)
         return img[y:, x:] + np.uint8(s)
 
     assert trace_op(u_safe_draws).guards == ()

@@ -244,3 +244,104 @@ def test_too_many_branch_outcomes_names_the_line_that_branches():
     with pytest.raises(TraceError, match=r"more than \d+ branch outcomes .* at \S+"
                                          r"test_trace_refusal_text\.py:\d+: if h < img\.shape"):
         _trace_u8(s_retries, random=True)
+
+
+# -- a refusal says what to write instead, and what it says lowers -------------------------------
+def r_drawn_axis(img, rng):
+    return np.flip(img, axis=int(rng.integers(0, 2)))
+
+
+def r_drawn_axis_branch(img, rng):
+    k = int(rng.integers(0, 2))
+    return np.flip(img, 0) if k == 0 else np.flip(img, 1)
+
+
+def r_ravel(img):
+    return img.ravel().reshape(img.shape)
+
+
+def r_ravel_rewritten(img):
+    return img.reshape(-1).reshape(img.shape)
+
+
+def r_tile(img):
+    return np.tile(img[..., :1], (1, 1, 3))
+
+
+def r_tile_rewritten(img):
+    return np.repeat(img[..., :1], 3, axis=2)
+
+
+def r_round(img):
+    return (img * 0.5).round().astype(np.uint8)
+
+
+def r_round_rewritten(img):
+    return np.rint(img * 0.5).astype(np.uint8)
+
+
+def r_repeat(img):
+    return img[..., :1].repeat(3, axis=2)
+
+
+def r_repeat_rewritten(img):
+    return np.repeat(img[..., :1], 3, axis=2)
+
+
+def r_ptp(img):
+    return (img.astype(np.int16) - np.ptp(img)).astype(np.uint8)
+
+
+def r_ptp_rewritten(img):
+    return (img.astype(np.int16) - (img.max() - img.min())).astype(np.uint8)
+
+
+def r_drawn_channel(img, rng):
+    out = img.astype(np.int16)
+    out[..., int(rng.integers(0, 3))] += 20
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def r_drawn_channel_rewritten(img, rng):
+    out = img.astype(np.int16)
+    out = np.where(np.arange(3) == int(rng.integers(0, 3)), out + 20, out)
+    return np.clip(out, 0, 255).astype(np.uint8)
+
+
+def r_binomial_mask(img, rng):
+    out = img.copy()
+    out[rng.binomial(1, 0.1, size=img.shape[:2]).astype(bool)] = 0
+    return out
+
+
+def r_binomial_mask_rewritten(img, rng):
+    out = img.copy()
+    out[rng.random(img.shape[:2]) < 0.1] = 0
+    return out
+
+
+@pytest.mark.parametrize("func, says, rewritten", [
+    (r_drawn_axis, r"an axis drawn or computed per sample .*np\.flip\(img, 0\) if k == 0",
+     r_drawn_axis_branch),
+    (r_ravel, r"ndarray\.ravel \(not among the numpy functions .*x\.reshape\(-1\)",
+     r_ravel_rewritten),
+    (r_tile, r"np\.tile .*np\.repeat\(g\[\.\.\., None\], 3, axis=2\)", r_tile_rewritten),
+    (r_round, r"ndarray\.round .*np\.rint\(x\) \(floats rounded to integers, with no decimals",
+     r_round_rewritten),
+    (r_repeat, r"ndarray\.repeat .*np\.repeat\(x, n, axis=\.\.\.\)", r_repeat_rewritten),
+    (r_ptp, r"np\.ptp .*x\.max\(\) - x\.min\(\)", r_ptp_rewritten),
+    (r_drawn_channel, r"np\.where\(np\.arange\(3\) == c, out \+ d, out\)",
+     r_drawn_channel_rewritten),
+    (r_binomial_mask, r"rng\.binomial\(size=<a per-sample value>\) .*rng\.random\(shape\) < p",
+     r_binomial_mask_rewritten),
+])
+def test_a_refusal_gives_a_rewrite_that_lowers(func, says, rewritten):
+    random = "rng" in func.__code__.co_varnames
+    op = unregistered()(func)
+    with pytest.raises(TraceError, match=says) as info:
+        trace_op(op)
+    assert "Sym" not in str(info.value) and "Traceback" not in str(info.value)
+    assert re.search(says, augment_ops.explain(op))
+    trace_op(unregistered()(rewritten))  # the rewrite lowers
+    if rewritten is not r_binomial_mask_rewritten:  # (its mask is DALI's noise: other values)
+        _check(rewritten, random=random)  # and gives numpy's pixels

@@ -15,7 +15,15 @@ import numpy as np
 from augment_ops.trace.facts import lower, upper
 from augment_ops.trace.ir import _TRACING, Dim, Node, TraceError, _new, const
 from augment_ops.trace.pairwise import copied
-from augment_ops.trace.sym import Sym, _rep, _to_node, implements, raise_where, ufunc
+from augment_ops.trace.sym import (
+    Sym,
+    _as_numpy_scalar,
+    _rep,
+    _to_node,
+    implements,
+    raise_where,
+    ufunc,
+)
 
 
 def _python_int_checks(value: Sym, dtype: np.dtype) -> None:
@@ -99,6 +107,7 @@ def np_array(obj: Any, dtype: Any = None, *, copy: Any = True, order: Any = "K",
     if ndmin or like is not None:
         raise TraceError("np.array of a traced value with ndmin= or like=")
     if isinstance(obj, Sym):
+        obj = _as_numpy_scalar(obj)  # np.array(f) of a Python float is a float64 array
         dt = np.dtype(dtype) if dtype is not None else obj.dtype
         if copy is False and dt != obj.dtype:
             raise ValueError("Unable to avoid copy while creating an array as requested.")

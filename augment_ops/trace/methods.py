@@ -36,6 +36,8 @@ class NdarrayMethods:
     def astype(self, dtype: Any, copy: bool = True, **kwargs: Any) -> Any:
         if kwargs:
             raise TraceError(f"astype with {sorted(kwargs)}=")
+        if not copy and np.dtype(dtype) == self.dtype:
+            return self  # numpy's same array, read-only where it is (the input image)
         return type(self)(cast_node(self._checked(), dtype))
 
     def transpose(self, *axes: Any) -> Any:
@@ -97,4 +99,4 @@ class NdarrayMethods:
     def dot(self, b: Any, out: Any = None) -> Any:
         if out is not None:
             raise TraceError("ndarray.dot with out=")
-        return HANDLERS["matmul"](self, b)
+        return HANDLERS["Sym.dot"](self, b)

@@ -22,10 +22,11 @@ import augment_ops.trace.shapes  # noqa: F401  (registers reshape and broadcast_
 from augment_ops.trace.checks import add_guard
 from augment_ops.trace.combine import _concat, _np_concatenate, _np_stack, _where
 from augment_ops.trace.creation import CREATION, _holds_sym, canvas_fill, np_ascontiguousarray
-from augment_ops.trace.facts import _never, _no_nan, lower, no_negative_zero, truth, upper
+from augment_ops.trace.facts import _never, _no_nan, lower, no_negative_zero, sound, truth, upper
 from augment_ops.trace.indexing import _flip, _setitem_value, _slice, _transpose, padded_slice
 from augment_ops.trace.ir import Dim, Node, TraceError, _new, const
 from augment_ops.trace.pairwise import float_sum
+from augment_ops.trace.products import exact_in_any_order, grid, sums_in_order
 from augment_ops.trace.sym import (
     Sym,
     _dim,
@@ -95,7 +96,12 @@ def _axes(axis: Any, ndim: int, sequences: bool = False) -> tuple[int, ...]:
 
 def np_normalize_axis(axis: Any, ndim: int) -> int:
     """numpy's check of one axis: an integer in -ndim..ndim-1 (AxisError otherwise)."""
-    if isinstance(axis, Sym) or not isinstance(axis, (int, np.integer)) or \
+    if isinstance(axis, Sym):
+        raise TraceError(
+            "an axis drawn or computed per sample (DALI's operators take their axes when the "
+            "pipeline is built, not per sample; branch on the value instead, `np.flip(img, 0) "
+            "if k == 0 else np.flip(img, 1)`, whose outcomes lower to a choice per sample)")
+    if not isinstance(axis, (int, np.integer)) or \
             isinstance(axis, (bool, np.bool_)):
         raise TypeError(f"'{type(axis).__name__}' object cannot be interpreted as an integer")
     if not -ndim <= int(axis) < ndim:
@@ -325,18 +331,18 @@ def _any_all(kind: str, a: Any, axis: Any = None, out: Any = None, keepdims: boo
 MAX_PRODUCT_TERMS = 64
 
 
-def _matmul(a: Any, b: Any) -> Sym:
+def _matmul(a: Any, b: Any, kind: str = "dot") -> Sym:
     """``image @ w`` with a constant vector ``w`` (C,) or matrix ``w`` (C, K): the weighted sum of
     the channels written out, ``(x0*w0 + x1*w1) + x2*w2 ...``, each step rounded in the result
-    dtype, the same on every machine. numpy's ``@`` on floats calls the host's BLAS, which may
-    sum in another order or fuse multiply-adds: the two then differ by a few units in the last
-    place (README, "What traces"); integer products wrap around identically in any order."""
+    dtype. Integer products wrap around alike in any order; a float product is lowered where
+    numpy's product ``kind`` (``"dot"`` or ``"matmul"``) sums in that order on this machine
+    (:mod:`augment_ops.trace.products`), and refused elsewhere."""
     what = "matrix products other than image @ constant vector or (channels, k) matrix"
     if isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1:
-        return _matmul_drawn(a, b)
+        return _matmul_drawn(a, b, kind)
     if not isinstance(a, Sym) and isinstance(b, Sym) and b.ndim == 1 and \
             np.ndim(a) in (1, 2) and not _holds_sym(a):
-        return _constant_times_vector(np.asarray(a), b)
+        return _constant_times_vector(np.asarray(a), b, kind)
     if not isinstance(a, Sym) or isinstance(b, Sym):
         raise TraceError(what)
     w = np.asarray(b)
@@ -348,6 +354,9 @@ def _matmul(a: Any, b: Any) -> Sym:
     rdt = np.result_type(a.dtype, w.dtype)
     if rdt.kind not in "iuf":
         raise TraceError(f"a matrix product of {rdt}")
+    kx, mx = _grid_of(a)
+    exact = exact_in_any_order(rdt, [(kx, mx, grid(w), float(np.abs(w).sum(axis=0).max()))])
+    _in_order_or_refused(kind, rdt, len(w), exact=exact, right=w)
     x = Sym(cast_node(a.node, rdt))
     wc = w.astype(rdt)
     ax = a.ndim - 1
@@ -366,7 +375,36 @@ def _matmul(a: Any, b: Any) -> Sym:
     return _np_stack([weighted(wc[:, k]) for k in range(wc.shape[1])], axis=-1)
 
 
-def _matmul_drawn(a: Sym, b: Sym) -> Sym:
+def _grid_of(x: Sym) -> tuple[int | None, float]:
+    """``(k, bound)``: ``x``'s values are integers (``k`` 0) of magnitude at most ``bound``, where
+    ``x`` is an integer array or one converted to floats; ``(None, 0.0)`` otherwise."""
+    n = x._checked()
+    if n.op == "cast" and n.dtype.kind == "f" and n.args[0].dtype.kind in "biu":
+        n = n.args[0]
+    if n.dtype.kind not in "biu":
+        return None, 0.0
+    lo, up = lower(n), upper(n)
+    if lo is None or up is None or not sound(n):
+        info = np.iinfo(n.dtype) if n.dtype.kind != "b" else np.iinfo(np.uint8)
+        lo, up = int(info.min), int(info.max)
+    return 0, float(max(abs(lo), abs(up)))
+
+
+def _in_order_or_refused(kind: str, rdt: np.dtype, channels: int, *, exact: bool,
+                         left: np.ndarray | None = None, right: np.ndarray | None = None) -> None:
+    """Refuse a float product that numpy does not sum in the written-out order here, unless its
+    sum is ``exact`` in any order (:func:`augment_ops.trace.products.exact_in_any_order`)."""
+    if rdt.kind != "f" or exact or sums_in_order(kind, rdt, channels, left=left, right=right):
+        return
+    call = "x.dot(w) or np.dot" if kind == "dot" else "@ or np.matmul"
+    raise TraceError(
+        f"a matrix product of {rdt} values with {call}, which numpy sums here in its BLAS "
+        "kernel's order, not in the order of the sum written out: they differ in the last bit "
+        "of some values, so the graph could not give numpy's; write the sum out, "
+        "x[..., 0] * w[0] + x[..., 1] * w[1] + x[..., 2] * w[2], which traces exactly")
+
+
+def _matmul_drawn(a: Sym, b: Sym, kind: str) -> Sym:
     """``image @ v`` with a per-sample vector ``v`` of constant length (drawn weights): the
     weighted sum of the channels written out, as :func:`_matmul` does for a constant one."""
     n, w = a._checked(), b._checked()
@@ -379,6 +417,9 @@ def _matmul_drawn(a: Sym, b: Sym) -> Sym:
     rdt = np.result_type(a.dtype, b.dtype)
     if rdt.kind not in "iuf":
         raise TraceError(f"a matrix product of {rdt}")
+    (kx, mx), (kv, mv) = _grid_of(a), _grid_of(b)
+    exact = exact_in_any_order(rdt, [(kx, mx, kv, mv * size)])
+    _in_order_or_refused(kind, rdt, size, exact=exact)
     x, v = cast_node(n, rdt), cast_node(w, rdt)
     ax = a.ndim - 1
     acc = None
@@ -390,10 +431,10 @@ def _matmul_drawn(a: Sym, b: Sym) -> Sym:
     return Sym(cast_node(acc.node, rdt))
 
 
-def _constant_times_vector(m: np.ndarray, v: Sym) -> Sym:
+def _constant_times_vector(m: np.ndarray, v: Sym, kind: str) -> Sym:
     """``m @ v`` for a constant matrix (K, C) or vector (C,) and a per-sample vector ``v`` of
     constant length C (``eigenvectors @ (alpha * eigenvalues)``): each entry the sum written
-    out, ``(m0*v0 + m1*v1) + m2*v2 ...`` (numpy's float product may sum in its BLAS's order)."""
+    out, ``(m0*v0 + m1*v1) + m2*v2 ...``, where numpy sums in that order here."""
     w = v._checked()
     size = w.shape[0]
     if not isinstance(size, int) or m.shape[-1] != size:
@@ -404,6 +445,10 @@ def _constant_times_vector(m: np.ndarray, v: Sym) -> Sym:
     rdt = np.result_type(m.dtype, v.dtype)
     if rdt.kind not in "iuf":
         raise TraceError(f"a matrix product of {rdt}")
+    kv, mv = _grid_of(v)
+    rows_bound = float(np.abs(m).reshape(-1, size).sum(axis=1).max())
+    exact = exact_in_any_order(rdt, [(grid(m), rows_bound, kv, mv)])
+    _in_order_or_refused(kind, rdt, size, exact=exact, left=m)
     vs = [Sym(_new("take", (cast_node(w, rdt), i), (0,), rdt, ())) for i in range(size)]
     rows = m.astype(rdt).reshape(-1, size)
     out = []
@@ -650,7 +695,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "amax": _method("max"),
     "amin": _method("min"),
     "dot": lambda a, b, out=None: a.dot(b, out) if isinstance(a, Sym) else _matmul(a, b),
-    "matmul": lambda a, b: _matmul(a, b),
+    "matmul": lambda a, b: _matmul(a, b, "matmul"),
+    "Sym.dot": lambda a, b: _matmul(a, b),
     "shape": lambda a: a.shape,
     "ndim": lambda a: a.ndim,
 }

@@ -259,11 +259,15 @@ class _ScalarTypeMeta(_StandIn):
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and isinstance(args[0], Sym):
             x = args[0]
-            if x.node.weak and x.dtype.kind in "iu" and np.dtype(cls.real).kind in "iu":
-                # a Python int (a size): numpy 2 raises OverflowError out of the type's range
+            if x.node.weak and x.dtype.kind in "iuf" and np.dtype(cls.real).kind in "iu":
+                # a Python int (a size) or float (a draw): numpy 2 truncates a float, then
+                # raises OverflowError out of the type's range (np.uint8(-58.3)), ValueError
+                # for NaN
                 from augment_ops.trace.creation import _python_int_checks
 
                 _python_int_checks(x, np.dtype(cls.real))
+            if x.ndim and x.dtype == np.dtype(cls.real):
+                return x  # numpy gives the array itself back (np.uint8(img) is img)
             # of an array, numpy's scalar type converts it as astype does
             return Sym(cast_node(x.node, cls.real))
         return cls.real(*args, **kwargs)

@@ -155,8 +155,11 @@ class DrawRng:
         """``size=`` as a constant shape; a drawn or per-sample size is refused."""
         shape = cls._constant_shape(size)
         if shape is None:
-            raise TraceError(f"rng.{what}(size=<a per-sample value>) (an array whose length "
-                             "differs per sample; draw a constant number of values)")
+            raise TraceError(f"rng.{what}(size=<a per-sample value>) (a number of draws that "
+                             "differs per sample, which the per-sample draws cannot give; draw a "
+                             "constant number of values, or for noise or a mask of the image's "
+                             "size use rng.random(shape), rng.uniform or rng.normal, which lower: "
+                             "a mask of probability p is rng.random(shape) < p)")
         if math.prod(shape) > MAX_VECTOR_DRAWS:
             raise TraceError(f"rng.{what}(size={size}) of more than {MAX_VECTOR_DRAWS} draws "
                              "(each draw is a per-sample scalar)")

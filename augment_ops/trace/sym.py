@@ -80,6 +80,37 @@ def _weak_dtype(v: Any) -> np.dtype:
     return np.dtype({bool: np.bool_, int: np.int64, float: np.float64}[type(v)])
 
 
+#: Rewrites that lower, for numpy functions and methods the tracer does not lower.
+_REWRITES = {
+    "ndarray.ravel": "x.reshape(-1)", "np.ravel": "x.reshape(-1)",
+    "ndarray.flatten": "x.reshape(-1).copy()",
+    "ndarray.round": "np.rint(x) (floats rounded to integers, with no decimals)",
+    "np.tile": "np.repeat(g[..., None], 3, axis=2) (one channel made three) or "
+               "np.concatenate([x] * n, axis=...)",
+    "ndarray.repeat": "np.repeat(x, n, axis=...)", "np.ptp": "x.max() - x.min()",
+    "ndarray.ptp": "x.max() - x.min()", "ndarray.fill": "x[...] = value",
+    "ndarray.item": "x[index] (a traced value), or a branch on it",
+}
+
+
+def not_lowered(name: str) -> str:
+    """The refusal of numpy function or method ``name``, with a rewrite that lowers where one is
+    known."""
+    rewrite = _REWRITES.get(name)
+    tail = f"; written as {rewrite}, the step lowers" if rewrite else ""
+    return f"{name} (not among the numpy functions and methods the tracer lowers{tail})"
+
+
+def _as_numpy_scalar(x: Any) -> Any:
+    """``x`` as a numpy function takes it: a traced Python number (an ``int()``, a
+    ``float()`` of a draw) becomes a numpy scalar of its type, which numpy 2 promotes as any
+    other (NEP 50: ``np.clip(f, 0.6, 1.4)`` of a Python float ``f`` is a float64 that makes
+    a float32 array float64, where ``f`` would have left it float32); anything else as it is."""
+    if isinstance(x, Sym) and x.node.weak:
+        return Sym(cast_node(x.node, x.dtype, weak=False))
+    return x
+
+
 _PY_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
     "divide": operator.truediv, "floor_divide": operator.floordiv, "remainder": operator.mod,
@@ -555,7 +586,7 @@ class Sym(_Operators, NdarrayMethods):
         # Only reached for attributes Sym does not define: ndarray methods outside the subset.
         if name.startswith("__"):
             raise AttributeError(name)
-        raise TraceError(f"ndarray.{name}")
+        raise TraceError(not_lowered(f"ndarray.{name}"))
 
     def _inplace(name: str) -> Callable[..., Any]:
         def f(self: Sym, other: Any) -> Any:
@@ -588,7 +619,9 @@ class Sym(_Operators, NdarrayMethods):
         if not self._base and self._origin is None:
             raise TraceError("a write through a view made by np.reshape, np.flip, np.rot90 or a "
                              "per-sample index (views by slices, integer indices and "
-                             "transposes are written through); write into the array itself")
+                             "transposes are written through); write into the array itself "
+                             "(a channel chosen per sample: out = np.where(np.arange(3) == c, "
+                             "out + d, out), which lowers)")
 
     def _store(self, res: Any, what: str) -> None:
         """Write ``res`` (of this array's shape) into this array, cast to its dtype."""
@@ -625,6 +658,10 @@ class Sym(_Operators, NdarrayMethods):
         name = "divide" if uf.__name__ == "true_divide" else uf.__name__
         if method != "__call__":
             raise TraceError(f"np.{name}.{method}")
+        # numpy's ufunc of Python numbers alone gives a numpy scalar (np.maximum(3, 2) is an
+        # int64), not the Python number an operator gives: numpy's types and rules apply.
+        if builtins.all(_is_weak(x) for x in inputs):
+            inputs = tuple(_as_numpy_scalar(x) for x in inputs)
         if kwargs:
             return HANDLERS["Sym.ufunc_kwargs"](uf, name, inputs, kwargs)
         for x in inputs:
@@ -657,7 +694,15 @@ class Sym(_Operators, NdarrayMethods):
             if mod.split(".")[0] == "numpy":  # numpy.fft -> np.fft, numpy._core.x -> np
                 mod = ".".join(["np", *public[:1]]) if mod.startswith("numpy.") and public and \
                     not mod.split(".")[1].startswith("_") else "np"
-            raise TraceError(f"{mod}.{func.__name__}")
+            raise TraceError(not_lowered(f"{mod}.{func.__name__}"))
+        given = [*args, *kwargs.values()]
+        if func.__name__ not in ("shape", "ndim") and not builtins.any(
+                isinstance(a, (np.ndarray, np.generic)) or (isinstance(a, Sym) and not a.node.weak)
+                for a in given):
+            # Python numbers alone (np.clip(f, 0.6, 1.4)): numpy makes them numpy scalars. Beside
+            # an array or a numpy scalar they stay Python numbers, promoted weakly (NEP 50).
+            args = tuple(_as_numpy_scalar(a) for a in args)
+            kwargs = {k: _as_numpy_scalar(v) for k, v in kwargs.items()}
         return handler(*args, **kwargs)
 
     def __getitem__(self, key: Any) -> Sym:
