@@ -614,47 +614,6 @@ def _in_order(x, w, order):
     return outs[0] if w.ndim == 1 else np.stack(outs, axis=-1)
 
 
-PRODUCTS = {  # name: (numpy's product, the product of x and the weights w, the weights)
-    "ndarray.dot": ("dot", lambda x, w: x.dot(w), GRAY),
-    "np.dot": ("dot", lambda x, w: np.dot(x, w), GRAY),
-    "matrix-dot": ("dot", lambda x, w: x.dot(w), MATRIX),
-    "matmul-operator": ("matmul", lambda x, w: x @ w, GRAY),
-    "np.matmul": ("matmul", lambda x, w: np.matmul(x, w), GRAY),
-    "matrix-matmul": ("matmul", lambda x, w: x @ w, MATRIX),
-}
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(PRODUCTS))
-def test_a_float_product_lowers_where_numpy_sums_in_order_here(name, dtype):
-    """numpy's float ``dot`` and ``@`` sum in their BLAS kernel's order, which depends on the
-    machine, the dtype and the call: the tracer lowers the written-out sum where numpy's
-    product equals it on probe arrays here, and then gives numpy's values exactly; elsewhere
-    it refuses, saying to write the sum out (weights of as many digits as the dtype holds, so
-    that no sum is exact in any order)."""
-    from augment_ops.trace.products import sums_in_order
-
-    kind, product, weights = PRODUCTS[name]
-    w = (weights.astype(np.float64) * (1 + 2.0 ** -40)).astype(dtype)  # all the digits
-    w.setflags(write=False)
-
-    def program(img):
-        return product(img.astype(dtype), w)
-
-    imgs = [pattern_image(k, h, w_) * 3 for k, (h, w_) in enumerate([(7, 9), (12, 5), (40, 33)])]
-    ndim = 2 if w.ndim == 1 else 3
-    if not sums_in_order(kind, np.dtype(dtype), 3, right=w):
-        with pytest.raises(TraceError, match=r"numpy sums here in its BLAS kernel's order.*"
-                                             r"write the sum out"):
-            trace_function(program, params={}, random=False, num_outputs=1, dtype=dtype,
-                           ndim=ndim)
-        return
-    traced = trace_function(program, params={}, random=False, num_outputs=1, dtype=dtype,
-                            ndim=ndim)
-    for k, out in enumerate(_emit_on(traced, imgs)):
-        np.testing.assert_array_equal(out, program(imgs[k]), err_msg=name)
-
-
 @unregistered()
 def u_gray_of_binary_weights(img):
     # pixel values times weights of a few binary digits: every sum exact, in any order

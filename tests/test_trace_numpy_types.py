@@ -36,12 +36,19 @@ def t_ufunc_of_a_draw(img, rng):
     return (img.astype(np.float32) * np.sqrt(rng.uniform(0.25, 2.0))).astype(np.uint8)
 
 
+def t_clip_beside_a_numpy_bound(img, rng):
+    # np.clip makes its first argument an array: float64, whatever its bounds' types
+    f = np.clip(rng.uniform(0.5, 1.5), np.float32(0.6), 1.4)
+    return (img.astype(np.float32) * f * 100).astype(np.uint16)
+
+
 def t_python_gain(img, rng):
     return (img.astype(np.float32) * rng.uniform(0.5, 1.5)).astype(np.uint8)  # stays float32
 
 
 @pytest.mark.parametrize("func", [t_clipped_gain, t_maximum_bins, t_zero_d_array,
-                                  t_ufunc_of_a_draw, t_python_gain])
+                                  t_ufunc_of_a_draw, t_clip_beside_a_numpy_bound,
+                                  t_python_gain])
 def test_a_numpy_function_of_a_python_number_promotes_as_numpy(func):
     imgs = [np.full((5, 7, 3), v, np.uint8) for v in (45, 128, 200, 255)]
     for _ in range(3):  # several samples: several draws, among them the clip's bounds

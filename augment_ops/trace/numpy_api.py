@@ -29,6 +29,7 @@ from augment_ops.trace.pairwise import float_sum
 from augment_ops.trace.products import exact_in_any_order, grid, sums_in_order
 from augment_ops.trace.sym import (
     Sym,
+    _as_numpy_scalar,
     _dim,
     _dim_sym,
     _dop,
@@ -73,6 +74,7 @@ def _np_clip(a: Any, a_min: Any = None, a_max: Any = None, out: Any = None, *,
     if (min is not None or max is not None) and (a_min is not None or a_max is not None):
         raise TraceError("np.clip with both a_min/a_max and min/max")
     lo, hi = (min, max) if min is not None or max is not None else (a_min, a_max)
+    a = _as_numpy_scalar(a)  # numpy makes the clipped value an array; only the bounds stay weak
     if out is None:
         return _clip(a, lo, hi)
     target = _out_operand("clip", out)
@@ -356,7 +358,7 @@ def _matmul(a: Any, b: Any, kind: str = "dot") -> Sym:
         raise TraceError(f"a matrix product of {rdt}")
     kx, mx = _grid_of(a)
     exact = exact_in_any_order(rdt, [(kx, mx, grid(w), float(np.abs(w).sum(axis=0).max()))])
-    _in_order_or_refused(kind, rdt, len(w), exact=exact, right=w)
+    _in_order_or_refused(kind, rdt, len(w), exact=exact, dims=_dims(a), right=w)
     x = Sym(cast_node(a.node, rdt))
     wc = w.astype(rdt)
     ax = a.ndim - 1
@@ -368,7 +370,7 @@ def _matmul(a: Any, b: Any, kind: str = "dot") -> Sym:
         for xi, wi in zip(channels, col, strict=True):
             part = ufunc("multiply", xi, wi)
             acc = part if acc is None else ufunc("add", acc, part)
-        return Sym(cast_node(acc.node, rdt))
+        return _from_zero(Sym(cast_node(acc.node, rdt)))
 
     if w.ndim == 1:
         return weighted(wc)
@@ -390,11 +392,31 @@ def _grid_of(x: Sym) -> tuple[int | None, float]:
     return 0, float(max(abs(lo), abs(up)))
 
 
+def _dims(x: Sym) -> tuple[int | None, ...]:
+    """The lengths of ``x``'s axes before the last: an int where constant, None per sample."""
+    return tuple(d if isinstance(d, int) else None for d in x._checked().shape[:-1])
+
+
+def _from_zero(acc: Sym) -> Sym:
+    """A written-out float sum as numpy's kernels end it, which start from +0.0: ``+ 0.0`` where
+    every product may be -0.0 (their sum is then -0.0, numpy's +0.0); as it is elsewhere."""
+    if acc.dtype.kind != "f" or no_negative_zero(acc._checked()):
+        return acc
+    return ufunc("add", acc, acc.dtype.type(0))
+
+
 def _in_order_or_refused(kind: str, rdt: np.dtype, channels: int, *, exact: bool,
-                         left: np.ndarray | None = None, right: np.ndarray | None = None) -> None:
+                         dims: tuple[int | None, ...] = (), left: np.ndarray | None = None,
+                         right: np.ndarray | None = None) -> None:
     """Refuse a float product that numpy does not sum in the written-out order here, unless its
     sum is ``exact`` in any order (:func:`augment_ops.trace.products.exact_in_any_order`)."""
-    if rdt.kind != "f" or exact or sums_in_order(kind, rdt, channels, left=left, right=right):
+    if rdt == np.float16:
+        raise TraceError(
+            "a matrix product of float16 values (numpy does not round each step of it to "
+            "float16, as the sum written out in float16 would); convert to float32 first, "
+            "x.astype(np.float32)")
+    if rdt.kind != "f" or exact or sums_in_order(kind, rdt, channels, dims=dims, left=left,
+                                                 right=right):
         return
     call = "x.dot(w) or np.dot" if kind == "dot" else "@ or np.matmul"
     raise TraceError(
@@ -419,7 +441,7 @@ def _matmul_drawn(a: Sym, b: Sym, kind: str) -> Sym:
         raise TraceError(f"a matrix product of {rdt}")
     (kx, mx), (kv, mv) = _grid_of(a), _grid_of(b)
     exact = exact_in_any_order(rdt, [(kx, mx, kv, mv * size)])
-    _in_order_or_refused(kind, rdt, size, exact=exact)
+    _in_order_or_refused(kind, rdt, size, exact=exact, dims=_dims(a))
     x, v = cast_node(n, rdt), cast_node(w, rdt)
     ax = a.ndim - 1
     acc = None
@@ -428,7 +450,7 @@ def _matmul_drawn(a: Sym, b: Sym, kind: str) -> Sym:
         vi = Sym(_new("take", (v, i), (0,), rdt, ()))
         part = ufunc("multiply", xi, vi)
         acc = part if acc is None else ufunc("add", acc, part)
-    return Sym(cast_node(acc.node, rdt))
+    return _from_zero(Sym(cast_node(acc.node, rdt)))
 
 
 def _constant_times_vector(m: np.ndarray, v: Sym, kind: str) -> Sym:
@@ -457,7 +479,7 @@ def _constant_times_vector(m: np.ndarray, v: Sym, kind: str) -> Sym:
         for mi, vi in zip(row, vs, strict=True):
             part = ufunc("multiply", vi, mi)
             acc = part if acc is None else ufunc("add", acc, part)
-        out.append(Sym(cast_node(acc.node, rdt)))
+        out.append(_from_zero(Sym(cast_node(acc.node, rdt))))
     if m.ndim == 1:
         return out[0]
     return Sym(_new("stack", tuple(o.node for o in out), (0,), rdt, (len(out),)))

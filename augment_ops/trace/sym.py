@@ -87,8 +87,10 @@ _REWRITES = {
     "ndarray.round": "np.rint(x) (floats rounded to integers, with no decimals)",
     "np.tile": "np.repeat(g[..., None], 3, axis=2) (one channel made three) or "
                "np.concatenate([x] * n, axis=...)",
-    "ndarray.repeat": "np.repeat(x, n, axis=...)", "np.ptp": "x.max() - x.min()",
-    "ndarray.ptp": "x.max() - x.min()", "ndarray.fill": "x[...] = value",
+    "ndarray.repeat": "np.repeat(x, n, axis=a) where axis a has length 1 (the repeat the "
+                      "tracer lowers: one channel made three)",
+    "np.ptp": "x.max(axis=a) - x.min(axis=a), with ptp's own axis",
+    "ndarray.fill": "x[...] = value",
     "ndarray.item": "x[index] (a traced value), or a branch on it",
 }
 
@@ -619,9 +621,10 @@ class Sym(_Operators, NdarrayMethods):
         if not self._base and self._origin is None:
             raise TraceError("a write through a view made by np.reshape, np.flip, np.rot90 or a "
                              "per-sample index (views by slices, integer indices and "
-                             "transposes are written through); write into the array itself "
-                             "(a channel chosen per sample: out = np.where(np.arange(3) == c, "
-                             "out + d, out), which lowers)")
+                             "transposes are written through); write into the array itself, "
+                             "or where a per-sample index chose the part, compute the whole "
+                             "array instead (a drawn channel c: out = np.where(np.arange(3) == "
+                             "c, out + d, out), which lowers)")
 
     def _store(self, res: Any, what: str) -> None:
         """Write ``res`` (of this array's shape) into this array, cast to its dtype."""
