@@ -116,3 +116,49 @@ def t_matmul_integers(img):
 def test_a_matmul_of_integers_traces():
     """Integer products wrap around alike in any order (floats: test_trace.py, products)."""
     _check(t_matmul_integers)
+
+
+# -- a float array and an integer draw ------------------------------------------------------------
+def t_float_times_integer_draw(img, rng):
+    return img.astype(np.float32) * rng.integers(1, 4)  # float64, the draw converted exactly
+
+
+def t_scaled_plus_integer_draw(img, rng):
+    return img / 255.0 + rng.integers(-3, 4)
+
+
+@pytest.mark.parametrize("func", [t_float_times_integer_draw, t_scaled_plus_integer_draw])
+def test_a_float_array_with_an_integer_draw_lowers_and_equals_numpy(func):
+    _check(func, random=True)
+
+
+# -- comparisons with Python ints out of the array's range -----------------------------------
+def t_compared_out_of_range(img):
+    return ((img > -1) & (img < 256) & ~(img == -1)).astype(np.uint8) * img
+
+
+def test_a_comparison_with_an_int_out_of_range_compares_the_values():
+    _check(t_compared_out_of_range)  # numpy 2 compares them; no OverflowError
+
+
+# -- np.std over some axes: the rewrite its refusal gives ----------------------------------------
+def t_std_over_axes(img):
+    x = img.astype(np.float32).copy()
+    return (x - x.mean(axis=(0, 1))) / (x.std(axis=(0, 1)) + np.float32(1e-6))
+
+
+def t_std_written_out(img):
+    x = img.astype(np.float32)
+    d = x - x.mean(axis=(0, 1))
+    return d / (np.sqrt((d * d).copy().mean(axis=(0, 1))) + np.float32(1e-6))
+
+
+def test_std_over_axes_is_refused_with_a_rewrite_that_lowers_to_numpys_values():
+    from augment_ops.trace import TraceError, trace_function
+
+    with pytest.raises(TraceError, match=r"\(d \* d\)\.copy\(\)\.mean\(axis=a\)"):
+        trace_function(t_std_over_axes, params={}, random=False, num_outputs=1,
+                       dtype=np.float32, ndim=3)
+    img = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3) * 3
+    np.testing.assert_array_equal(t_std_written_out(img), t_std_over_axes(img))  # the same sums
+    _check(t_std_written_out)

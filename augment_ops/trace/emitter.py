@@ -226,7 +226,8 @@ class _Scalars:
             return val(one)
         sign = None if b.op != "const" else (bool(b.value < 0) if b.value.ndim == 0 else None)
         if n.attrs[0] in ("add", "subtract", "multiply") and n.dtype == np.float64:
-            ia, ib = _exact_float64_of_int(a), _exact_float64_of_int(b)
+            # (a value given by the readers, a draw converted there, is read as it is given)
+            ia, ib = (None if id(m) in self.given else _exact_float64_of_int(m) for m in (a, b))
             if (ia is None) != (ib is None):
                 # int64 with float64 is float64 in DALI as in numpy, the int64 converted exactly
                 # (|x| <= 2**53): the cast takes no operator of its own.

@@ -201,12 +201,19 @@ def float_sum(called: str, n: Node, axes: tuple[int, ...], shape: tuple) -> Node
     lay = layout(n)
     full = len(axes) == n.ndim
     if lay is None or lay[1] == "gapped" or (lay[1] == "uniform" and not full):
+        # np.var and np.std sum their own array of squared deviations: a copy of the user's
+        # array changes nothing there, the variance written out over a copy of it lowers
+        instead = ("reduce the whole array, or write the variance out over a C-ordered copy "
+                   "of the squared deviations, d = x - x.mean(axis=a); (d * d).copy().mean("
+                   "axis=a) (np.sqrt of it for np.std), which lowers"
+                   if called in ("np.var", "np.std") else
+                   "reduce the whole array, or a C-ordered copy of it (x.copy()), instead")
         raise TraceError(
             f"{called} of floating-point values over an array whose memory layout the tracer "
             "does not follow (numpy sums pairwise in the order of the array's memory; the "
             "tracer follows arrays made from C-ordered ones, their transposes, single channels "
-            "and C-ordered copies, not crops or arrays made from operands in other orders); "
-            "reduce the whole array, or a C-ordered copy of it (x.copy()), instead")
+            f"and C-ordered copies, not crops or arrays made from operands in other orders); "
+            f"{instead}")
     return _new("npsum", (n,), (axes, lay[0]), n.dtype, shape)
 
 

@@ -311,6 +311,12 @@ def ufunc(name: str, *inputs: Any) -> Any:
             except Exception:
                 cdt = np.dtype(np.float64 if any(np.asarray(r).dtype.kind == "f" for r in reps)
                                else np.int64)
+            if cdt.kind in "iu" and builtins.any(
+                    type(x) is int and not np.iinfo(cdt).min <= x <= np.iinfo(cdt).max
+                    for x in inputs) and cdt != np.uint64:
+                # uint8 against a Python int out of its range (img > -1): numpy 2 compares the
+                # values themselves, as int64 holds them both
+                cdt = np.dtype(np.int64)
         else:
             cdt = rdt
         if cdt.kind == "b" and name not in _COMPARISONS and not name.startswith("bitwise"):
