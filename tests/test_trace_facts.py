@@ -347,7 +347,7 @@ def test_integers_and_an_index_array_apart_are_refused_and_an_index_out_of_range
 
 def test_an_axis_added_keeps_what_the_facts_know_of_the_values():
     """``x[..., None]`` (np.newaxis) holds x's values: a zero of either sign, a NaN, a bound go
-    through it (they were taken for absent there, so a maximum over it lowered though numpy's
+    through it (facts that took them for absent would lower a maximum over it, though numpy's
     sign of a zero result depends on its loop order)."""
     from augment_ops.trace import TraceError
 
