@@ -176,11 +176,16 @@ class RawSource:
 
 
 def raw_dali_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,
-                      hw_decoder_load=None, images=None, prefix="image"):
+                      hw_decoder_load=None, images=None, prefix="image", source=None,
+                      info=False):
     """DALI alone, nothing of extsrc: parallel raw-byte external source (``num_workers``
     reader processes; ``0``: in DALI's thread) -> decode -> ``images(img)``, the image outputs
     made from the decoded image (default: the image) -> each stretched to ``resize`` x
-    ``resize``, with labels. Outputs ``<prefix>0``, ``<prefix>1``... and ``label``."""
+    ``resize``, with labels. Outputs ``<prefix>0``, ``<prefix>1``... and ``label``.
+
+    ``source``: the batch source (default: :class:`RawSource` over ``manifest``); ``info``: it
+    gives a third output per batch, one row per sample as the loader's ``info``, which leaves
+    the pipeline on the CPU as ``info``."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
     from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
@@ -189,18 +194,20 @@ def raw_dali_iterator(manifest, *, batch_size, resize, num_threads, device_id, n
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=0,
                     py_num_workers=max(1, num_workers), py_start_method="spawn" if gpu else "fork")
     parallel = {"parallel": True, "prefetch_queue_depth": num_workers} if num_workers else {}
+    source = source if source is not None else RawSource(read_pairs(manifest), batch_size)
     with pipe:
-        jpegs, labels = fn.external_source(source=RawSource(read_pairs(manifest), batch_size),
-                                           num_outputs=2, batch=True, batch_info=True, **parallel)
+        jpegs, labels, *rows = fn.external_source(source=source, num_outputs=3 if info else 2,
+                                                  batch=True, batch_info=True, **parallel)
         kw = {} if hw_decoder_load is None or not gpu else {"hw_decoder_load": hw_decoder_load}
         img = fn.decoders.image(jpegs, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                 **kw)
         outs = [fn.resize(x, resize_x=resize, resize_y=resize)
                 for x in (images(img) if images is not None else [img])]
-        pipe.set_outputs(*outs, labels.gpu() if gpu else labels)
+        pipe.set_outputs(*outs, labels.gpu() if gpu else labels, *rows)
     pipe.build()
-    return DALIGenericIterator(pipe, [*(f"{prefix}{k}" for k in range(len(outs))), "label"],
-                               last_batch_policy=LastBatchPolicy.PARTIAL, auto_reset=True)
+    names = [*(f"{prefix}{k}" for k in range(len(outs))), "label", *(["info"] if info else [])]
+    return DALIGenericIterator(pipe, names, last_batch_policy=LastBatchPolicy.PARTIAL,
+                               auto_reset=True)
 
 
 def ceiling_iterator(manifest, *, batch_size, resize, num_threads, device_id, num_workers,

@@ -92,31 +92,6 @@ class WithInfo:
         return data, labels, rows
 
 
-def raw_with(source: Any, *, threads: int, workers: int, info_out: bool) -> Any:
-    """Raw DALI's resize-only pipeline (``baselines.raw_dali_iterator``'s) over ``source``, a
-    batch source of (bytes, labels, info rows), with the info rows as a CPU output or not."""
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
-    from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
-    from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
-
-    pipe = Pipeline(batch_size=128, num_threads=threads, device_id=0, seed=0,
-                    py_num_workers=workers, py_start_method="spawn")
-    with pipe:
-        jpegs, labels, info = fn.external_source(source=source, num_outputs=3, batch=True,
-                                                 batch_info=True, parallel=True,
-                                                 prefetch_queue_depth=workers)
-        img = fn.decoders.image(jpegs, device="mixed", output_type=types.RGB,
-                                hw_decoder_load=DEFAULT_HW_DECODER_LOAD)
-        outs = [fn.resize(img, resize_x=224, resize_y=224), labels.gpu()]
-        pipe.set_outputs(*outs, *([info] if info_out else []))
-    pipe.build()
-    names = ["image", "label", *(["info"] if info_out else [])]
-    return DALIGenericIterator(pipe, names, auto_reset=True,
-                               last_batch_policy=LastBatchPolicy.PARTIAL)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     probe_options(ap, data="/tmp/extsrc-loader-overhead", repeats=5, min_seconds=2.0)
@@ -155,15 +130,24 @@ def main() -> None:
                            threads=threads, workers=workers, gpu=True)
         return Busiest(e.iterable)
 
+    def raw_over(source: Any) -> Busiest:
+        """Raw DALI's resize over ``source``, which gives info rows too, passed out."""
+        from baselines import raw_dali_iterator
+
+        from extsrc.loading.loader import DEFAULT_HW_DECODER_LOAD
+
+        return Busiest(raw_dali_iterator(
+            str(manifest), batch_size=128, resize=224, num_threads=threads, device_id=0,
+            num_workers=workers, hw_decoder_load=DEFAULT_HW_DECODER_LOAD, source=source,
+            info=True))
+
     def raw_info() -> Busiest:
         from baselines import RawSource, read_pairs
 
-        source = WithInfo(RawSource(read_pairs(str(manifest)), 128))
-        return Busiest(raw_with(source, threads=threads, workers=workers, info_out=True))
+        return raw_over(WithInfo(RawSource(read_pairs(str(manifest)), 128)))
 
     def raw_on_loader_source() -> Busiest:
-        source = make_loader(True).source  # the loader's own ShardedSource
-        return Busiest(raw_with(source, threads=threads, workers=workers, info_out=True))
+        return raw_over(make_loader(True).source)  # the loader's own ShardedSource
 
     variants = {
         "loader": loader(True),
